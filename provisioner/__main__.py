@@ -1,0 +1,5 @@
+"""Allow ``python -m provisioner``."""
+
+from provisioner.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The ``fmctl`` command line: thin click commands over ``provisioner.ops``."""

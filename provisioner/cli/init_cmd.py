@@ -1,0 +1,45 @@
+"""`fmctl init`: print a commented starter spec for a scheduler and an instance type."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command("init")
+@click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]), required=True)
+@click.option(
+    "--instance-type",
+    "instance_type",
+    required=True,
+    metavar="TYPE",
+    help="A GPU type from `fmctl catalog`, e.g. p5.48xlarge.",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1, max=4096),
+    default=2,
+    show_default=True,
+    help="Number of GPU instances.",
+)
+@click.option("--name", default="llm-pretrain", show_default=True, help="Cluster name.")
+@click.option("--region", default="us-east-1", show_default=True, help="AWS region.")
+def init(scheduler: str, instance_type: str, count: int, name: str, region: str) -> None:
+    """Print a commented starter spec; redirect it to a file and edit."""
+    from provisioner.catalog import load_catalog
+    from provisioner.spec.problems import suggest
+    from provisioner.spec.starter import starter_spec
+
+    catalog = load_catalog()
+    itype = catalog.get(instance_type)
+    if itype is None or not itype.is_gpu:
+        gpu_names = [t.name for t in catalog.types.values() if t.is_gpu]
+        hint = suggest(instance_type, gpu_names) or "see `fmctl catalog`"
+        reason = "unknown GPU instance type" if itype is None else "not a GPU instance type"
+        click.echo(f"error: --instance-type: {reason} {instance_type!r}\nhint: {hint}", err=True)
+        sys.exit(1)
+    click.echo(
+        starter_spec(scheduler=scheduler, itype=itype, count=count, name=name, region=region),
+        nl=False,
+    )

@@ -1,0 +1,1 @@
+"""Use cases behind the CLI commands: validate, render, plan, up, down, status, gc."""

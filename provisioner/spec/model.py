@@ -1,0 +1,216 @@
+"""The cluster spec, ``apiVersion: fmctl.dev/v1alpha1``, ``kind: Cluster``: the user contract.
+
+The models check shape and types only (strict: no string-to-number coercion, unknown keys are
+errors). Rules that need an explanation and a hint (id formats, FSx steps, EFA support, ...)
+live in ``provisioner.validate``. Optional fields whose default depends on other fields or on
+the catalog stay ``None`` here and are filled by ``provisioner.spec.defaults``.
+"""
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from provisioner.spec import defaults as d
+
+API_VERSION = "fmctl.dev/v1alpha1"
+KIND = "Cluster"
+
+Scheduler = Literal["slurm", "kubernetes"]
+CapacityType = Literal["on-demand", "spot", "reservation", "capacity-block"]
+FsxDeploymentType = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
+SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
+
+
+class SpecModel(BaseModel):
+    """Base for every spec section: strict types, camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=False,
+        frozen=True,
+        # Build validators once, for the whole tree, on first use (halves start-up).
+        defer_build=True,
+    )
+
+
+class Metadata(SpecModel):
+    """Who the cluster is and where it lives."""
+
+    name: str = Field(
+        description="3-40 chars: lowercase letters, digits, '-'; starts with a letter."
+    )
+    region: str = Field(description="AWS region, e.g. us-east-1.")
+    ttl: str | None = Field(
+        None,
+        description="Lifetime such as 8h or 3d; `fmctl gc --expired` "
+        "tears the cluster down once it has passed.",
+    )
+    tags: dict[str, str] = Field(
+        default_factory=dict, description="Tags copied onto every AWS resource."
+    )
+
+
+class Network(SpecModel):
+    """One VPC, one availability zone: EFA and cluster placement groups need a single AZ."""
+
+    availability_zone: str = Field(description="The AZ for every node, e.g. us-east-1a.")
+    vpc_cidr: str | None = Field(None, description="CIDR of a new VPC (default 10.0.0.0/16).")
+    vpc_id: str | None = Field(None, description="An existing VPC to reuse (with subnetId).")
+    subnet_id: str | None = Field(None, description="An existing private subnet in the AZ.")
+    public_subnet_id: str | None = Field(
+        None, description="An existing public subnet (head node / load balancers); optional."
+    )
+    ssh_cidr: str | None = Field(
+        None, description="Who may reach the head node on port 22; absent means nobody (use SSM)."
+    )
+    api_cidrs: list[str] = Field(
+        default_factory=list, description="Kubernetes: who may reach the public API endpoint."
+    )
+
+
+class HeadNode(SpecModel):
+    """The Slurm head node (ParallelCluster)."""
+
+    instance_type: str = Field(d.HEAD_NODE_INSTANCE_TYPE, description="EC2 instance type.")
+    root_volume_gib: int = Field(
+        d.HEAD_NODE_ROOT_GIB, alias="rootVolumeGiB", description="Encrypted gp3 root volume."
+    )
+
+
+class SystemNodes(SpecModel):
+    """Kubernetes nodes for controllers, Prometheus and Grafana."""
+
+    instance_type: str = Field(d.SYSTEM_NODE_INSTANCE_TYPE, description="EC2 instance type.")
+    count: int = Field(d.SYSTEM_NODE_COUNT, description="Number of system nodes.")
+
+
+class Capacity(SpecModel):
+    """How the GPU instances of a pool are bought."""
+
+    type: CapacityType = Field(
+        d.CAPACITY_TYPE, description="on-demand | spot | reservation | capacity-block."
+    )
+    reservation_id: str | None = Field(
+        None, description="cr-... id of the ODCR or Capacity Block (reservation, capacity-block)."
+    )
+
+
+class GpuPool(SpecModel):
+    """A group of identical GPU instances: one Slurm queue or one EKS managed node group."""
+
+    name: str = Field(description="Pool name: lowercase letters, digits, '-'.")
+    instance_type: str = Field(description="A GPU instance type from `fmctl catalog`.")
+    count: int = Field(description="Number of instances (the maximum when minCount is lower).")
+    min_count: int | None = Field(
+        None, description="Keep at least this many running; default: count (a static pool)."
+    )
+    capacity: Capacity = Field(default_factory=Capacity)
+    efa: bool | None = Field(
+        None,
+        description="Attach every EFA interface; default: true where "
+        "the instance type supports EFA.",
+    )
+    placement_group: bool | None = Field(
+        None,
+        description="Cluster placement group; default: true, except with a reservation "
+        "or a capacity block.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes node labels / Slurm features."
+    )
+
+
+class Compute(SpecModel):
+    """All instances of the cluster."""
+
+    head_node: HeadNode = Field(default_factory=HeadNode)
+    system_nodes: SystemNodes = Field(default_factory=SystemNodes)
+    gpu_pools: list[GpuPool] = Field(description="At least one GPU pool.")
+
+
+class S3Link(SpecModel):
+    """An FSx data-repository association with S3."""
+
+    import_path: str | None = Field(None, description="s3://bucket/prefix to import from.")
+    export_path: str | None = Field(
+        None, description="s3://bucket/prefix to export to; must be in the import bucket."
+    )
+
+
+class FsxLustre(SpecModel):
+    """FSx for Lustre: a new file system, or an existing one by id."""
+
+    file_system_id: str | None = Field(None, description="fs-... of an existing file system.")
+    capacity_gib: int | None = Field(
+        None,
+        alias="capacityGiB",
+        description="Storage capacity (GiB), in the deployment type's steps.",
+    )
+    deployment_type: FsxDeploymentType | None = Field(None, description="Default PERSISTENT_2.")
+    throughput_per_tib: int | None = Field(
+        None, alias="throughputPerTiB", description="MB/s per TiB (persistent types)."
+    )
+    mount_path: str = Field(d.FSX_MOUNT_PATH, description="Where nodes mount it.")
+    s3: S3Link | None = None
+
+
+class LocalNvme(SpecModel):
+    """RAID0 over the instance-store NVMe drives."""
+
+    mount_path: str = Field(d.LOCAL_NVME_MOUNT_PATH, description="Where the array is mounted.")
+
+
+class Storage(SpecModel):
+    """Shared and local storage."""
+
+    fsx_lustre: FsxLustre | None = None
+    local_nvme: LocalNvme | None = None
+
+
+class Observability(SpecModel):
+    """Prometheus + Grafana and the exporters."""
+
+    prometheus: bool = True
+    grafana: bool = True
+    gpu_metrics: bool = True
+    efa_metrics: bool = True
+
+
+class KubernetesSettings(SpecModel):
+    """EKS settings (scheduler: kubernetes)."""
+
+    version: str = Field(d.KUBERNETES_VERSION, description='EKS version, quoted: "1.33".')
+
+
+class SlurmSettings(SpecModel):
+    """ParallelCluster / Slurm settings (scheduler: slurm)."""
+
+    os: SlurmOs = Field(d.SLURM_OS, description="ParallelCluster image OS.")
+    topology_aware: bool = Field(
+        False,
+        description="Write a Slurm topology.conf from the "
+        "instance topology so jobs stay under one network spine.",
+    )
+    scaledown_idletime: int = Field(
+        d.SLURM_SCALEDOWN_IDLETIME, description="Minutes before idle dynamic nodes stop."
+    )
+
+
+class ClusterSpec(SpecModel):
+    """A whole cluster: ``apiVersion: fmctl.dev/v1alpha1``, ``kind: Cluster``."""
+
+    api_version: Literal["fmctl.dev/v1alpha1"] = Field(description="Always fmctl.dev/v1alpha1.")
+    kind: Literal["Cluster"]
+    metadata: Metadata
+    scheduler: Scheduler = Field(
+        d.SCHEDULER, description="slurm | kubernetes; --scheduler overrides it."
+    )
+    network: Network
+    compute: Compute
+    storage: Storage = Field(default_factory=Storage)
+    observability: Observability = Field(default_factory=Observability)
+    kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)

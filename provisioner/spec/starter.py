@@ -1,0 +1,76 @@
+"""The commented starter spec printed by `fmctl init`.
+
+Built from the catalog so the example is right for the chosen type (EFA on or off, local
+NVMe, Capacity Block support) and always passes `fmctl validate`.
+"""
+
+from __future__ import annotations
+
+from provisioner.catalog import InstanceType
+from provisioner.spec import defaults
+
+
+def starter_spec(
+    *,
+    scheduler: str,
+    itype: InstanceType,
+    count: int,
+    name: str,
+    region: str,
+) -> str:
+    """A complete, valid spec with comments explaining each choice."""
+    az = f"{region}a"
+    efa = "true" if itype.efa_supported else "false"
+    nvme = (
+        f"  localNvme: {{mountPath: {defaults.LOCAL_NVME_MOUNT_PATH}}}   # RAID0 over "
+        f"{itype.local_nvme.count} x {itype.local_nvme.size_gb} GB NVMe\n"
+        if itype.local_nvme
+        else ""
+    )
+    gpus = f"{itype.gpu.count} x {itype.gpu.model}" if itype.gpu else "no GPUs"
+    efa_note = (
+        f"{itype.network.efa_interfaces} EFA devices"
+        if itype.efa_supported
+        else "no EFA on this type"
+    )
+    placement = "true" if itype.placement_group else "false"
+    throughput = defaults.FSX_THROUGHPUT_PER_TIB[defaults.FSX_DEPLOYMENT_TYPE]
+    nodes_block = (
+        f"  headNode: {{instanceType: {defaults.HEAD_NODE_INSTANCE_TYPE}}}   # Slurm controller\n"
+        if scheduler == "slurm"
+        else f"  systemNodes: {{instanceType: {defaults.SYSTEM_NODE_INSTANCE_TYPE}, "
+        f"count: {defaults.SYSTEM_NODE_COUNT}}}   # controllers, Prometheus, Grafana\n"
+    )
+    return f"""\
+# fmctl cluster spec: `fmctl validate -f FILE` checks it, `fmctl validate -f FILE
+# --show-defaults` prints it with every default, `fmctl schema` gives editors its schema.
+apiVersion: fmctl.dev/v1alpha1
+kind: Cluster
+metadata:
+  name: {name}
+  region: {region}
+  ttl: 8h                       # `fmctl gc --expired` tears it down after this; remove to keep
+  tags: {{team: research}}        # copied onto every AWS resource
+scheduler: {scheduler}              # slurm | kubernetes; `--scheduler` overrides it
+network:
+  availabilityZone: {az}    # one AZ: EFA and cluster placement groups need it
+  vpcCidr: {defaults.VPC_CIDR}        # a new VPC; or vpcId + subnetId to reuse existing ones
+  # sshCidr: 198.51.100.0/24    # who may SSH to the head node; absent = nobody (use SSM)
+compute:
+{nodes_block}  gpuPools:
+    - name: train
+      instanceType: {itype.name}   # {gpus}, {efa_note}
+      count: {count}
+      capacity: {{type: on-demand}}  # spot | reservation | capacity-block (+ reservationId)
+      efa: {efa}
+      placementGroup: {placement}       # keep false with a reservation or a capacity block
+storage:
+  fsxLustre:
+    capacityGiB: {defaults.FSX_CAPACITY_GIB}             # PERSISTENT_2: 1200 or n x 2400
+    deploymentType: {defaults.FSX_DEPLOYMENT_TYPE}
+    throughputPerTiB: {throughput}         # 125 | 250 | 500 | 1000
+    mountPath: {defaults.FSX_MOUNT_PATH}
+    # s3: {{importPath: s3://bucket/data, exportPath: s3://bucket/data/checkpoints}}
+{nvme}observability: {{prometheus: true, grafana: true, gpuMetrics: true, efaMetrics: true}}
+kubernetes: {{version: "{defaults.KUBERNETES_VERSION}"}}
+"""

@@ -1,0 +1,248 @@
+"""Rules for compute: instance types from the catalog, EFA, capacity, placement, counts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from provisioner.spec.defaults import pool_placement_group
+from provisioner.spec.model import ClusterSpec, GpuPool
+from provisioner.spec.problems import Problem, SpecPath, suggest
+from provisioner.validate.rules import RuleContext, rule
+
+POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
+#: ODCR and Capacity Block ids: cr- and 17 hex digits (8 for old reservations).
+RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
+INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
+#: ParallelCluster's head-node root volume must hold its AMI.
+MIN_ROOT_GIB = 40
+RESERVED = ("reservation", "capacity-block")
+
+
+def _pools(spec: ClusterSpec) -> Iterator[tuple[SpecPath, GpuPool]]:
+    for i, pool in enumerate(spec.compute.gpu_pools):
+        yield ("compute", "gpuPools", i), pool
+
+
+@rule("pool-names")
+def pool_names(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Pool names become Slurm partitions and node-group names: short, unique, plain."""
+    if not spec.compute.gpu_pools:
+        yield Problem(
+            "pool-names",
+            "no GPU pools",
+            ("compute", "gpuPools"),
+            hint="add at least one pool with name, instanceType and count",
+        )
+    seen: dict[str, int] = {}
+    for path, pool in _pools(spec):
+        if not POOL_NAME_RE.match(pool.name):
+            yield Problem(
+                "pool-names",
+                f"pool name {pool.name!r} is not allowed",
+                (*path, "name"),
+                hint="1-25 characters: lowercase letters, digits, '-', starting with a letter",
+            )
+        if pool.name in seen:
+            yield Problem(
+                "pool-names",
+                f"pool name {pool.name!r} is used twice",
+                (*path, "name"),
+                hint=f"pools {seen[pool.name]} and {path[-1]} need different names",
+            )
+        seen.setdefault(pool.name, int(path[-1]))
+
+
+@rule("instance-type")
+def gpu_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """GPU pools use catalog types (fmctl needs their EFA layout and GPU facts)."""
+    gpu_names = [t.name for t in ctx.catalog.types.values() if t.is_gpu]
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is None:
+            yield Problem(
+                "instance-type",
+                f"unknown GPU instance type {pool.instance_type!r}",
+                (*path, "instanceType"),
+                hint=suggest(pool.instance_type, gpu_names)
+                or "see `fmctl catalog` for the supported types",
+            )
+        elif not itype.is_gpu:
+            yield Problem(
+                "instance-type",
+                f"{pool.instance_type} has no GPUs",
+                (*path, "instanceType"),
+                hint="GPU pools take a GPU type, e.g. "
+                "p5.48xlarge; CPU nodes go in headNode or systemNodes",
+            )
+
+
+@rule("node-instance-type")
+def node_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Head and system nodes may use any EC2 type; flag malformed or likely-mistyped ones."""
+    pairs = [
+        (("compute", "headNode", "instanceType"), spec.compute.head_node.instance_type),
+        (("compute", "systemNodes", "instanceType"), spec.compute.system_nodes.instance_type),
+    ]
+    for path, name in pairs:
+        if not INSTANCE_TYPE_RE.match(name):
+            yield Problem(
+                "node-instance-type",
+                f"{name!r} is not an EC2 instance type",
+                path,
+                hint="instance types look like m7i.4xlarge",
+            )
+        elif ctx.catalog.get(name) is None:
+            close = suggest(name, ctx.catalog.names())
+            if close:
+                yield Problem(
+                    "node-instance-type",
+                    f"{name} is not in fmctl's catalog",
+                    path,
+                    level="warning",
+                    hint=close,
+                )
+
+
+@rule("pool-count")
+def counts(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Counts are positive and minCount lies between 0 and count."""
+    for path, pool in _pools(spec):
+        if pool.count < 1:
+            yield Problem(
+                "pool-count",
+                f"count must be at least 1, not {pool.count}",
+                (*path, "count"),
+                hint="remove the pool instead of sizing it to 0",
+            )
+        if pool.min_count is not None and not 0 <= pool.min_count <= pool.count:
+            yield Problem(
+                "pool-count",
+                f"minCount {pool.min_count} is not between 0 and count ({pool.count})",
+                (*path, "minCount"),
+                hint="minCount is how many stay running; count is the maximum",
+                related=((*path, "count"),),
+            )
+    system = spec.compute.system_nodes
+    if ctx.scheduler == "kubernetes" and not 1 <= system.count <= 50:
+        yield Problem(
+            "pool-count",
+            f"systemNodes.count must be 1 to 50, not {system.count}",
+            ("compute", "systemNodes", "count"),
+            hint="2 is enough for controllers, Prometheus and Grafana",
+        )
+    if spec.compute.head_node.root_volume_gib < MIN_ROOT_GIB:
+        yield Problem(
+            "pool-count",
+            f"head node root volume must be at least {MIN_ROOT_GIB} GiB",
+            ("compute", "headNode", "rootVolumeGiB"),
+            hint="ParallelCluster's images need about 35 GiB; 100 is the default",
+        )
+
+
+@rule("efa-unsupported")
+def efa(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """EFA only where the instance type has it."""
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if pool.efa and itype is not None and not itype.efa_supported:
+            capable = [
+                t.name
+                for t in ctx.catalog.types.values()
+                if t.efa_supported and t.family == itype.family
+            ]
+            yield Problem(
+                "efa-unsupported",
+                f"{pool.instance_type} does not support EFA",
+                (*path, "efa"),
+                hint="set efa: false" + (f", or use {capable[-1]}" if capable else ""),
+                related=((*path, "instanceType"),),
+            )
+
+
+@rule("reservation-id")
+def reservation_ids(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Reserved capacity needs a well-formed cr- id; other capacity types take none."""
+    for path, pool in _pools(spec):
+        cap = pool.capacity
+        where = (*path, "capacity", "reservationId")
+        if cap.type in RESERVED:
+            if cap.reservation_id is None:
+                yield Problem(
+                    "reservation-id",
+                    f"capacity type {cap.type} needs reservationId",
+                    (*path, "capacity"),
+                    hint="add reservationId: cr-... (from the "
+                    "EC2 console or `aws ec2 describe-capacity-reservations`)",
+                    related=((*path, "capacity", "reservationId"),),
+                )
+            elif not RESERVATION_RE.match(cap.reservation_id):
+                yield Problem(
+                    "reservation-id",
+                    f"{cap.reservation_id!r} is not a capacity reservation id",
+                    where,
+                    hint="reservation ids look like cr-0123456789abcdef0",
+                )
+        elif cap.reservation_id is not None:
+            yield Problem(
+                "reservation-id",
+                f"reservationId is only used with reservation or capacity-block, not {cap.type}",
+                where,
+                hint="set capacity.type to reservation or capacity-block, or remove reservationId",
+                related=((*path, "capacity", "type"),),
+            )
+
+
+@rule("capacity-block")
+def capacity_blocks(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Capacity Blocks: a fixed size, on a type sold as Capacity Blocks."""
+    for path, pool in _pools(spec):
+        if pool.capacity.type != "capacity-block":
+            continue
+        if pool.min_count is not None and pool.min_count != pool.count:
+            yield Problem(
+                "capacity-block",
+                "a capacity-block pool has a fixed size: minCount must equal count",
+                (*path, "minCount"),
+                hint="remove minCount; the block's instances all run for its duration",
+                related=((*path, "count"), (*path, "capacity", "type")),
+            )
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and not itype.capacity_blocks:
+            yield Problem(
+                "capacity-block",
+                f"{pool.instance_type} is not offered as Capacity Blocks",
+                (*path, "capacity", "type"),
+                hint="use on-demand or reservation, or a p5/p6 type",
+                related=((*path, "instanceType"),),
+            )
+
+
+@rule("placement-group")
+def placement_groups(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Cluster placement groups: supported by the type, and risky with reserved capacity."""
+    for path, pool in _pools(spec):
+        if not pool_placement_group(pool):
+            continue
+        itype = ctx.catalog.get(pool.instance_type)
+        where = (*path, "placementGroup")
+        depends = ((*path, "instanceType"), (*path, "capacity", "type"))
+        if itype is not None and not itype.placement_group:
+            yield Problem(
+                "placement-group",
+                f"{pool.instance_type} does not take a cluster placement group",
+                where,
+                hint="set placementGroup: false"
+                + ("; UltraServer capacity is placed by AWS" if itype.ultra_server else ""),
+                related=depends,
+            )
+        elif pool.capacity.type in RESERVED:
+            yield Problem(
+                "placement-group",
+                f"a cluster placement group with {pool.capacity.type}"
+                " capacity risks insufficient-capacity errors",
+                where,
+                level="warning",
+                hint="AWS already places reserved capacity; set placementGroup: false",
+                related=depends,
+            )

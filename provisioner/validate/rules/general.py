@@ -1,0 +1,122 @@
+"""Rules for metadata, the Kubernetes settings and observability."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from provisioner.catalog.regions import REGIONS
+from provisioner.spec import defaults
+from provisioner.spec.model import ClusterSpec
+from provisioner.spec.problems import Problem, suggest
+from provisioner.validate.rules import RuleContext, rule
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
+TTL_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")
+K8S_VERSION_RE = re.compile(r"^1\.(\d+)$")
+
+
+@rule("name-format")
+def cluster_name(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Names become AWS resource names and DNS labels: keep them short and plain."""
+    name = spec.metadata.name
+    if not NAME_RE.match(name) or name.endswith("-") or "--" in name:
+        yield Problem(
+            "name-format",
+            f"cluster name {name!r} is not allowed",
+            ("metadata", "name"),
+            hint="3-40 characters: lowercase letters, digits and single '-', starting with a "
+            "letter and not ending with '-'",
+        )
+
+
+@rule("region-unknown")
+def region(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """The region must be a real commercial AWS region."""
+    if spec.metadata.region not in REGIONS:
+        yield Problem(
+            "region-unknown",
+            f"unknown AWS region {spec.metadata.region!r}",
+            ("metadata", "region"),
+            hint=suggest(spec.metadata.region, REGIONS) or "e.g. us-east-1, us-west-2",
+        )
+
+
+def parse_ttl(text: str) -> int | None:
+    """Seconds in a ttl such as ``8h``, ``3d`` or ``1h30m``; None when malformed or zero."""
+    match = TTL_RE.match(text)
+    if not text or not match:
+        return None
+    days, hours, minutes = (int(g) if g else 0 for g in match.groups())
+    seconds = ((days * 24 + hours) * 60 + minutes) * 60
+    return seconds or None
+
+
+@rule("ttl-format")
+def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """The ttl must be a positive duration in days, hours and minutes."""
+    if spec.metadata.ttl is not None and parse_ttl(spec.metadata.ttl) is None:
+        yield Problem(
+            "ttl-format",
+            f"ttl {spec.metadata.ttl!r} is not a duration",
+            ("metadata", "ttl"),
+            hint="write it like 8h, 3d or 1h30m",
+        )
+
+
+@rule("tag-reserved")
+def tags(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """AWS reserves ``aws:``; fmctl owns ``fmctl.dev/`` (its ownership tags)."""
+    for key, value in spec.metadata.tags.items():
+        path = ("metadata", "tags", key)
+        if key.lower().startswith("aws:") or key.startswith("fmctl.dev/"):
+            yield Problem(
+                "tag-reserved",
+                f"tag key {key!r} uses a reserved prefix",
+                path,
+                hint="'aws:' belongs to AWS and 'fmctl.dev/' to fmctl's ownership "
+                "tags; choose another key",
+            )
+        elif not 1 <= len(key) <= 128 or len(value) > 256:
+            yield Problem(
+                "tag-reserved",
+                f"tag {key!r} is too long",
+                path,
+                hint="tag keys take at most 128 characters, values 256",
+            )
+
+
+@rule("kubernetes-version")
+def kubernetes_version(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """EKS versions fmctl supports (and has manifests checked against)."""
+    version = spec.kubernetes.version
+    supported = defaults.KUBERNETES_VERSIONS
+    span = f"{supported[0]} to {supported[-1]}"
+    if not K8S_VERSION_RE.match(version):
+        yield Problem(
+            "kubernetes-version",
+            f"{version!r} is not a Kubernetes version",
+            ("kubernetes", "version"),
+            hint=f'write it quoted, e.g. "1.33" ({span})',
+        )
+    elif version not in supported:
+        yield Problem(
+            "kubernetes-version",
+            f"Kubernetes {version} is outside the supported range {span}",
+            ("kubernetes", "version"),
+            hint=f'use a supported version, e.g. "{defaults.KUBERNETES_VERSION}"',
+        )
+
+
+@rule("grafana-needs-prometheus")
+def observability(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Grafana's provisioned datasource is the cluster's Prometheus."""
+    obs = spec.observability
+    if obs.grafana and not obs.prometheus:
+        yield Problem(
+            "grafana-needs-prometheus",
+            "grafana is on but prometheus is off",
+            ("observability", "grafana"),
+            hint="turn prometheus on, or grafana off: its dashboards read Prometheus",
+            related=(("observability", "prometheus"),),
+        )

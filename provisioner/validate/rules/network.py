@@ -1,0 +1,139 @@
+"""Rules for the network section: one AZ, well-formed CIDRs and ids, no world-open SSH."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterator
+
+from provisioner.spec.model import ClusterSpec
+from provisioner.spec.problems import Problem, SpecPath
+from provisioner.validate.rules import RuleContext, rule
+
+VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
+SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
+
+
+@rule("az-region")
+def availability_zone(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """The AZ is the region's name plus one letter (local zones cannot host these nodes)."""
+    az, region = spec.network.availability_zone, spec.metadata.region
+    if not re.fullmatch(re.escape(region) + r"[a-z]", az):
+        yield Problem(
+            "az-region",
+            f"availability zone {az!r} is not in region {region!r}",
+            ("network", "availabilityZone"),
+            hint=f"use a zone of {region}, such as {region}a",
+            related=(("metadata", "region"),),
+        )
+
+
+def _cidr(text: str, path: SpecPath) -> tuple[ipaddress.IPv4Network | None, Problem | None]:
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        hint = "write it as address/prefix, e.g. 10.0.0.0/16"
+        try:
+            loose = ipaddress.ip_network(text, strict=False)
+            hint = f"host bits are set; did you mean {loose}?"
+        except ValueError:
+            pass
+        return None, Problem(
+            "cidr-invalid", f"{text!r} is not a valid CIDR block ({exc})", path, hint=hint
+        )
+    if not isinstance(net, ipaddress.IPv4Network):
+        return None, Problem(
+            "cidr-invalid",
+            f"{text!r} is not an IPv4 CIDR block",
+            path,
+            hint="fmctl's VPCs are IPv4; write an IPv4 block",
+        )
+    return net, None
+
+
+@rule("cidr-invalid", "cidr-world-open")
+def cidrs(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """CIDRs parse, the VPC block fits AWS's limits, and nothing is open to the world."""
+    network = spec.network
+    if network.vpc_cidr is not None:
+        path: SpecPath = ("network", "vpcCidr")
+        net, problem = _cidr(network.vpc_cidr, path)
+        if problem:
+            yield problem
+        elif net is not None and not 16 <= net.prefixlen <= 24:
+            yield Problem(
+                "cidr-invalid",
+                f"a VPC block must be /16 to /24, not /{net.prefixlen}",
+                path,
+                hint="AWS allows /16 to /28; fmctl needs room for two subnets "
+                "and hundreds of EFA nodes: use /16 to /24",
+            )
+        elif net is not None and not net.is_private:
+            yield Problem(
+                "cidr-invalid",
+                f"{net} is not a private address range",
+                path,
+                hint="use a block in 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16",
+            )
+    named: list[tuple[str, SpecPath]] = []
+    if network.ssh_cidr is not None:
+        named.append((network.ssh_cidr, ("network", "sshCidr")))
+    named += [(c, ("network", "apiCidrs", i)) for i, c in enumerate(network.api_cidrs)]
+    for text, path in named:
+        net, problem = _cidr(text, path)
+        if problem:
+            yield problem
+        elif net is not None and net.prefixlen == 0:
+            yield Problem(
+                "cidr-world-open",
+                f"{path[-1] if isinstance(path[-1], str) else 'apiCidrs'} "
+                "0.0.0.0/0 opens the port to the whole internet",
+                path,
+                level="warning",
+                hint="narrow it to your office or VPN range; or remove sshCidr and use SSM",
+            )
+
+
+@rule("vpc-choice")
+def vpc_choice(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Either a new VPC (vpcCidr) or an existing one (vpcId + subnetId), well-formed."""
+    n = spec.network
+    if n.vpc_id and n.vpc_cidr:
+        yield Problem(
+            "vpc-choice",
+            "vpcCidr and vpcId both given",
+            ("network", "vpcCidr"),
+            hint="give vpcCidr for a new VPC, or vpcId + subnetId to reuse one",
+            related=(("network", "vpcId"),),
+        )
+    if n.vpc_id and not n.subnet_id:
+        yield Problem(
+            "vpc-choice",
+            "vpcId needs subnetId",
+            ("network", "vpcId"),
+            hint="name the private subnet in the AZ that the nodes use",
+            related=(("network", "subnetId"),),
+        )
+    if (n.subnet_id or n.public_subnet_id) and not n.vpc_id:
+        yield Problem(
+            "vpc-choice",
+            "subnetId needs vpcId",
+            ("network", "subnetId" if n.subnet_id else "publicSubnetId"),
+            hint="add vpcId: the VPC the subnet belongs to",
+            related=(("network", "vpcId"),),
+        )
+    if n.vpc_id and not VPC_ID_RE.match(n.vpc_id):
+        yield Problem(
+            "vpc-choice",
+            f"{n.vpc_id!r} is not a VPC id",
+            ("network", "vpcId"),
+            hint="VPC ids look like vpc-0123456789abcdef0",
+        )
+    for key, value in (("subnetId", n.subnet_id), ("publicSubnetId", n.public_subnet_id)):
+        if value and not SUBNET_ID_RE.match(value):
+            yield Problem(
+                "vpc-choice",
+                f"{value!r} is not a subnet id",
+                ("network", key),
+                hint="subnet ids look like subnet-0123456789abcdef0",
+            )
