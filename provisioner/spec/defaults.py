@@ -42,14 +42,18 @@ def pool_efa(pool: GpuPool, catalog: Catalog) -> bool:
     return bool(itype and itype.efa_supported)
 
 
-def pool_placement_group(pool: GpuPool) -> bool:
-    """Placement groups default to on, except with reserved capacity.
+def pool_placement_group(pool: GpuPool, catalog: Catalog) -> bool:
+    """Placement groups default to on, except with reserved capacity or where unsupported.
 
     AWS places ODCRs and Capacity Blocks itself; adding a cluster placement group on top risks
-    insufficient-capacity errors, so the AWS samples leave it off there.
+    insufficient-capacity errors, so the AWS samples leave it off there. UltraServer types
+    (p6e-gb200) take none: their NVLink domain is placed by AWS.
     """
     if pool.placement_group is not None:
         return pool.placement_group
+    itype = catalog.get(pool.instance_type)
+    if itype is not None and not itype.placement_group:
+        return False
     return pool.capacity.type not in ("reservation", "capacity-block")
 
 
@@ -76,7 +80,7 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
             update={
                 "min_count": pool.count if pool.min_count is None else pool.min_count,
                 "efa": pool_efa(pool, catalog),
-                "placement_group": pool_placement_group(pool),
+                "placement_group": pool_placement_group(pool, catalog),
             }
         )
         for pool in spec.compute.gpu_pools

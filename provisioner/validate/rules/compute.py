@@ -13,7 +13,8 @@ from provisioner.validate.rules import RuleContext, rule
 POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
 #: ODCR and Capacity Block ids: cr- and 17 hex digits (8 for old reservations).
 RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
-INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z]+$")
+INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z-]+$")
+SIZE_RE = re.compile(r"^(?:nano|micro|small|medium|large|\d*xlarge|metal(?:-\d+xl)?)$")
 #: ParallelCluster's head-node root volume must hold its AMI.
 MIN_ROOT_GIB = 40
 RESERVED = ("reservation", "capacity-block")
@@ -79,29 +80,23 @@ def gpu_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]
 
 @rule("node-instance-type")
 def node_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """Head and system nodes may use any EC2 type; flag malformed or likely-mistyped ones."""
+    """Head and system nodes may use any EC2 type, but it must look like one.
+
+    fmctl's catalog lists only a few CPU types, so an uncatalogued family is fine; a size
+    that EC2 does not have (``4xlarg``) is a typo.
+    """
     pairs = [
         (("compute", "headNode", "instanceType"), spec.compute.head_node.instance_type),
         (("compute", "systemNodes", "instanceType"), spec.compute.system_nodes.instance_type),
     ]
     for path, name in pairs:
         if not INSTANCE_TYPE_RE.match(name):
-            yield Problem(
-                "node-instance-type",
-                f"{name!r} is not an EC2 instance type",
-                path,
-                hint="instance types look like m7i.4xlarge",
-            )
-        elif ctx.catalog.get(name) is None:
-            close = suggest(name, ctx.catalog.names())
-            if close:
-                yield Problem(
-                    "node-instance-type",
-                    f"{name} is not in fmctl's catalog",
-                    path,
-                    level="warning",
-                    hint=close,
-                )
+            yield Problem("node-instance-type", f"{name!r} is not an EC2 instance type", path,
+                          hint="instance types look like m7i.4xlarge")
+        elif not SIZE_RE.match(name.split(".", 1)[1]):
+            yield Problem("node-instance-type", f"{name!r} has no valid EC2 size", path,
+                          hint=suggest(name, ctx.catalog.names())
+                          or "sizes look like large, xlarge, 4xlarge or metal")
 
 
 @rule("pool-count")
@@ -222,7 +217,7 @@ def capacity_blocks(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
 def placement_groups(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Cluster placement groups: supported by the type, and risky with reserved capacity."""
     for path, pool in _pools(spec):
-        if not pool_placement_group(pool):
+        if not pool_placement_group(pool, ctx.catalog):
             continue
         itype = ctx.catalog.get(pool.instance_type)
         where = (*path, "placementGroup")

@@ -1,0 +1,65 @@
+"""Start-up of the commands users type most, as medians over repeated runs, against targets.
+
+Prints a table; it is not a test (wall times on a shared 2-core machine are noisy). Run it
+with `make bench`. Targets come from the issues: --help <= 0.15 s, validate <= 0.3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = int(os.environ.get("FMCTL_BENCH_RUNS", "15"))
+
+
+def _fmctl() -> list[str]:
+    exe = shutil.which("fmctl", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "provisioner"]
+
+
+def measure(args: list[str]) -> tuple[float, float]:
+    """Median and minimum wall time of running ``args`` (output discarded)."""
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        subprocess.run(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, cwd=ROOT
+        )
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), min(times)
+
+
+def main() -> None:
+    fmctl = _fmctl()
+    example = str(ROOT / "examples/p5-slurm-capacity-block.yaml")
+    cases = [
+        ("python -c pass (floor)", [sys.executable, "-c", "pass"], None),
+        ("fmctl --help", [*fmctl, "--help"], 0.15),
+        ("fmctl validate (p5 example)", [*fmctl, "validate", "-f", example], 0.30),
+        (
+            "fmctl validate (broken spec)",
+            [*fmctl, "validate", "-f", str(ROOT / "tests/data/demo-broken.yaml")],
+            0.30,
+        ),
+        ("fmctl catalog", [*fmctl, "catalog"], None),
+    ]
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; {RUNS} runs each; command: {' '.join(fmctl)}"
+    )
+    print(f"{'command':<32} {'median s':>9} {'min s':>7} {'target s':>9} {'median/target':>14}")
+    for name, args, target in cases:
+        median, low = measure(args)
+        ratio = f"{median / target:.2f}" if target else "-"
+        print(f"{name:<32} {median:>9.3f} {low:>7.3f} {target or '-':>9} {ratio:>14}")
+
+
+if __name__ == "__main__":
+    main()

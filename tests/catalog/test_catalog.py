@@ -1,0 +1,135 @@
+"""The catalog against EC2's own DescribeInstanceTypes data (as moto bundles it) and FACTS."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.catalog import InstanceType, load_catalog
+
+CATALOG = load_catalog()
+REQUIRED = [
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.4xlarge",
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+    "p6e-gb200.36xlarge",
+]
+
+
+def _ec2_data() -> dict[str, Any]:
+    import moto
+
+    path = Path(moto.__file__).parent / "ec2/resources/instance_types.json.gz"
+    raw = json.loads(gzip.decompress(path.read_bytes()))
+    return raw if isinstance(raw, dict) else {t["InstanceType"]: t for t in raw}
+
+
+EC2 = _ec2_data()
+IN_EC2 = [t for t in CATALOG.types.values() if t.name in EC2]
+
+
+def test_required_types_present() -> None:
+    assert set(REQUIRED) <= set(CATALOG.types)
+    # moto lacks p6e-gb200; everything else is cross-checked below.
+    assert {t.name for t in IN_EC2} >= set(REQUIRED) - {"p6e-gb200.36xlarge"}
+
+
+@pytest.mark.parametrize("itype", IN_EC2, ids=lambda t: t.name)
+def test_matches_describe_instance_types(itype: InstanceType) -> None:
+    ec2 = EC2[itype.name]
+    net = ec2["NetworkInfo"]
+    assert itype.cpu.vcpus == ec2["VCpuInfo"]["DefaultVCpus"]
+    assert itype.cpu.sockets * itype.cpu.cores_per_socket == ec2["VCpuInfo"]["DefaultCores"]
+    assert itype.cpu.memory_gib * 1024 == ec2["MemoryInfo"]["SizeInMiB"]
+    assert itype.network.cards == net["MaximumNetworkCards"]
+    efa = net.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0) if net.get("EfaSupported") else 0
+    assert itype.network.efa_interfaces == efa
+    assert set(itype.network.efa_cards).isdisjoint(itype.network.ena_only_cards)
+    assert all(0 <= c < itype.network.cards for c in itype.network.efa_cards)
+    gpus = ec2.get("GpuInfo", {}).get("Gpus", [])
+    if itype.gpu:
+        assert gpus and gpus[0]["Name"] == itype.gpu.model and gpus[0]["Count"] == itype.gpu.count
+    else:
+        assert not gpus
+    disks = ec2.get("InstanceStorageInfo", {}).get("Disks", [])
+    if itype.local_nvme:
+        assert (disks[0]["Count"], disks[0]["SizeInGB"]) == (
+            itype.local_nvme.count,
+            itype.local_nvme.size_gb,
+        )
+    else:
+        assert not disks
+
+
+@pytest.mark.parametrize(
+    ("name", "efa", "cards", "ena_only"),
+    [
+        ("p4d.24xlarge", 4, 4, ()),
+        ("p5.48xlarge", 32, 32, ()),
+        ("p5e.48xlarge", 32, 32, ()),
+        ("p5en.48xlarge", 16, 16, ()),
+        ("p6-b200.48xlarge", 8, 8, ()),
+        ("p6-b300.48xlarge", 16, 17, (0,)),
+        ("p6e-gb200.36xlarge", 4, 17, (0,)),
+    ],
+)
+def test_efa_layouts(name: str, efa: int, cards: int, ena_only: tuple[int, ...]) -> None:
+    net = CATALOG[name].network
+    assert (net.efa_interfaces, net.cards, net.ena_only_cards) == (efa, cards, ena_only)
+    assert 0 not in net.efa_cards or not ena_only
+
+
+@pytest.mark.parametrize(
+    ("model", "bf16", "fp8", "fp4", "hbm", "bw"),
+    [
+        ("H100", 0.989, 1.979, None, 80, 3.35),
+        ("H200", 0.989, 1.979, None, 141, 4.8),
+        ("B200", 2.25, 4.5, 9.0, 180, 8.0),
+        ("B300", 2.25, 4.5, 13.5, 288, 8.0),
+    ],
+)
+def test_gpu_figures(
+    model: str, bf16: float, fp8: float, fp4: float | None, hbm: int, bw: float
+) -> None:
+    gpus = [t.gpu for t in CATALOG.types.values() if t.gpu and t.gpu.model == model]
+    assert gpus
+    for gpu in gpus:
+        assert (
+            gpu.bf16_pflops,
+            gpu.fp8_pflops,
+            gpu.fp4_pflops,
+            gpu.hbm_gb,
+            gpu.hbm_bandwidth_tbs,
+        ) == (bf16, fp8, fp4, hbm, bw)
+
+
+def test_nvlink_and_efa_generations() -> None:
+    assert CATALOG["p5.48xlarge"].nvlink.bandwidth_tbs == 7.2  # type: ignore[union-attr]
+    assert CATALOG["p6-b200.48xlarge"].nvlink.bandwidth_tbs == 14.4  # type: ignore[union-attr]
+    assert CATALOG["p5.48xlarge"].network.efa_version == 2
+    assert CATALOG["p6-b300.48xlarge"].network.bandwidth_gbps == 6400
+
+
+def test_every_fact_group_names_a_known_source() -> None:
+    for t in CATALOG.types.values():
+        for group in (t.cpu, t.gpu, t.nvlink, t.network, t.local_nvme):
+            if group is not None:
+                assert group.source in CATALOG.sources, (t.name, group)
+
+
+def test_family_filter() -> None:
+    assert {t.name for t in CATALOG.family("p5")} == {
+        "p5.4xlarge",
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+    }

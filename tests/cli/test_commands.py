@@ -1,0 +1,122 @@
+"""The other commands: --help, --version, init, catalog, schema; and lazy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from provisioner import __version__
+from provisioner.catalog import load_catalog
+from tests.cli.helpers import ROOT, fmctl
+from tests.conftest import EXAMPLES
+
+GPU_TYPES = [t.name for t in load_catalog().types.values() if t.is_gpu]
+
+
+def test_help_lists_commands() -> None:
+    result = fmctl("--help")
+    assert result.returncode == 0
+    for name in ("init", "validate", "catalog", "schema"):
+        assert f"  {name}" in result.stdout
+
+
+def test_version() -> None:
+    assert fmctl("--version").stdout.strip() == f"fmctl, version {__version__}"
+
+
+def test_unknown_command_suggests() -> None:
+    result = fmctl("valdate")
+    assert result.returncode == 2 and "Did you mean 'validate'?" in result.stderr
+
+
+def _loaded_modules(*args: str) -> set[str]:
+    code = (
+        "import sys\nfrom provisioner.cli.main import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('\\n'.join(sys.modules), file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=60,
+    )
+    return set(result.stderr.split())
+
+
+def test_help_imports_nothing_heavy() -> None:
+    loaded = _loaded_modules("--help")
+    assert not loaded & {"pydantic", "yaml", "rich", "boto3", "botocore", "kubernetes", "jinja2"}
+
+
+def test_validate_imports_no_cloud_sdk() -> None:
+    loaded = _loaded_modules("validate", "-f", str(EXAMPLES[0]))
+    assert "pydantic" in loaded  # sanity: the probe sees real imports
+    assert not loaded & {"boto3", "botocore", "kubernetes", "rich", "jinja2"}
+
+
+@pytest.mark.parametrize("scheduler", ["slurm", "kubernetes"])
+@pytest.mark.parametrize("itype", GPU_TYPES)
+def test_init_output_validates(tmp_path: Path, scheduler: str, itype: str) -> None:
+    result = fmctl("init", "--scheduler", scheduler, "--instance-type", itype, "--count", "4")
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "spec.yaml"
+    path.write_text(result.stdout)
+    check = fmctl("validate", "-f", str(path))
+    assert check.returncode == 0, check.stderr
+    assert check.stderr == "", check.stderr  # not even a warning
+    spec = yaml.safe_load(result.stdout)
+    assert spec["scheduler"] == scheduler
+    assert spec["compute"]["gpuPools"][0] == {
+        **spec["compute"]["gpuPools"][0],
+        "instanceType": itype,
+        "count": 4,
+    }
+
+
+def test_init_rejects_unknown_type() -> None:
+    result = fmctl("init", "--scheduler", "slurm", "--instance-type", "p5.48xl")
+    assert result.returncode == 1
+    assert "did you mean 'p5.48xlarge'?" in result.stderr
+
+
+def test_catalog_table_and_family() -> None:
+    result = fmctl("catalog", "--family", "p6")
+    assert result.returncode == 0
+    assert "p6-b300.48xlarge" in result.stdout and "p5.48xlarge" not in result.stdout
+    assert "ENA-only: 0" in result.stdout
+
+
+def test_catalog_json_carries_sources() -> None:
+    data = json.loads(fmctl("catalog", "-o", "json", "--all").stdout)
+    names = {t["name"] for t in data["types"]}
+    assert {"p5.48xlarge", "p6-b300.48xlarge", "m7i.4xlarge"} <= names
+    for entry in data["types"]:
+        for group in ("cpu", "gpu", "nvlink", "network", "local_nvme"):
+            if entry[group] is not None:
+                assert entry[group]["source"] in data["sources"], (entry["name"], group)
+
+
+def test_catalog_unknown_family() -> None:
+    result = fmctl("catalog", "--family", "z9")
+    assert result.returncode == 2 and "families:" in result.stderr
+
+
+def test_schema_accepts_examples_and_rejects_typos() -> None:
+    schema = json.loads(fmctl("schema").stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for example in EXAMPLES:
+        errors = list(validator.iter_errors(yaml.safe_load(example.read_text())))
+        assert errors == [], (example.name, errors[:1])
+    bad = yaml.safe_load(EXAMPLES[0].read_text())
+    bad["compute"]["gpuPools"][0]["efaa"] = True
+    assert list(validator.iter_errors(bad))

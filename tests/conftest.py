@@ -1,0 +1,62 @@
+"""Shared helpers: the examples, a valid base spec, and in-process validation of text."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.spec.source import parse_source
+from provisioner.validate import Validation, validate_document
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+# Tests never reach AWS: no credentials, no instance metadata, whatever the environment has.
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+    os.environ.pop(_var, None)
+
+
+def validate_text(text: str, scheduler: str | None = None, name: str = "spec.yaml") -> Validation:
+    """Parse and validate YAML text the way `fmctl validate` does."""
+    doc, problems = parse_source(text, name)
+    if problems:
+        return Validation(doc, problems)
+    return validate_document(doc, scheduler)
+
+
+def validate_data(data: Any, scheduler: str | None = None) -> Validation:
+    """Validate a spec given as Python data (dumped to YAML first, so positions exist)."""
+    return validate_text(yaml.safe_dump(data, sort_keys=False), scheduler)
+
+
+def set_path(data: Any, path: tuple[Any, ...], value: Any) -> Any:
+    """A deep copy of ``data`` with ``path`` set to ``value`` (``DELETE`` removes it)."""
+    out = copy.deepcopy(data)
+    node = out
+    for part in path[:-1]:
+        node = node.setdefault(part, {}) if isinstance(node, dict) else node[part]
+    if value is DELETE:
+        node.pop(path[-1], None)
+    elif isinstance(node, list) and path[-1] == len(node):
+        node.append(value)
+    else:
+        node[path[-1]] = value
+    return out
+
+
+DELETE = object()
+
+
+@pytest.fixture
+def base() -> dict[str, Any]:
+    """A valid Slurm spec (the p5 capacity-block example) as data."""
+    data: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
+    )
+    return data

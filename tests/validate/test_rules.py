@@ -1,0 +1,564 @@
+"""Every offline rule with failing and passing cases, checked against the rule registry.
+
+Each case edits the valid p5 example (``base``) and states which rule code must (or must
+not) appear, at which spec path. ``test_every_rule_has_cases`` fails when a rule is added
+without cases of both kinds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from provisioner.validate.rules import all_codes
+from tests.conftest import DELETE, set_path, validate_data
+
+Edit = tuple[tuple[Any, ...], Any]
+POOL = ("compute", "gpuPools", 0)
+FSX = ("storage", "fsxLustre")
+ON_DEMAND = ((*POOL, "capacity"), {"type": "on-demand"})
+
+# (code, case id, edits, path where the problem must be reported, level)
+FAILING: list[tuple[str, str, list[Edit], str, str]] = [
+    ("name-format", "uppercase", [(("metadata", "name"), "Bad_Name")], "metadata.name", "error"),
+    ("name-format", "too-short", [(("metadata", "name"), "ab")], "metadata.name", "error"),
+    ("name-format", "trailing-dash", [(("metadata", "name"), "abc-")], "metadata.name", "error"),
+    ("name-format", "double-dash", [(("metadata", "name"), "a--b")], "metadata.name", "error"),
+    ("name-format", "too-long", [(("metadata", "name"), "a" * 41)], "metadata.name", "error"),
+    ("region-unknown", "typo", [(("metadata", "region"), "us-esat-1")], "metadata.region", "error"),
+    ("ttl-format", "words", [(("metadata", "ttl"), "8 hours")], "metadata.ttl", "error"),
+    ("ttl-format", "zero", [(("metadata", "ttl"), "0h")], "metadata.ttl", "error"),
+    (
+        "tag-reserved",
+        "aws-prefix",
+        [(("metadata", "tags"), {"aws:owner": "x"})],
+        "metadata.tags.aws:owner",
+        "error",
+    ),
+    (
+        "tag-reserved",
+        "fmctl-prefix",
+        [(("metadata", "tags"), {"fmctl.dev/cluster": "x"})],
+        "metadata.tags.fmctl.dev/cluster",
+        "error",
+    ),
+    (
+        "tag-reserved",
+        "long-value",
+        [(("metadata", "tags"), {"team": "x" * 257})],
+        "metadata.tags.team",
+        "error",
+    ),
+    (
+        "kubernetes-version",
+        "old",
+        [(("kubernetes",), {"version": "1.20"})],
+        "kubernetes.version",
+        "error",
+    ),
+    (
+        "kubernetes-version",
+        "not-a-version",
+        [(("kubernetes",), {"version": "latest"})],
+        "kubernetes.version",
+        "error",
+    ),
+    (
+        "grafana-needs-prometheus",
+        "no-prometheus",
+        [(("observability", "prometheus"), False)],
+        "observability.grafana",
+        "error",
+    ),
+    (
+        "az-region",
+        "other-region",
+        [(("network", "availabilityZone"), "us-west-2a")],
+        "network.availabilityZone",
+        "error",
+    ),
+    (
+        "az-region",
+        "region-not-az",
+        [(("network", "availabilityZone"), "us-east-1")],
+        "network.availabilityZone",
+        "error",
+    ),
+    (
+        "az-region",
+        "local-zone",
+        [(("network", "availabilityZone"), "us-east-1-bos-1a")],
+        "network.availabilityZone",
+        "error",
+    ),
+    (
+        "cidr-invalid",
+        "host-bits",
+        [(("network", "vpcCidr"), "10.0.0.1/16")],
+        "network.vpcCidr",
+        "error",
+    ),
+    (
+        "cidr-invalid",
+        "too-big",
+        [(("network", "vpcCidr"), "10.0.0.0/8")],
+        "network.vpcCidr",
+        "error",
+    ),
+    (
+        "cidr-invalid",
+        "public",
+        [(("network", "vpcCidr"), "8.8.0.0/16")],
+        "network.vpcCidr",
+        "error",
+    ),
+    ("cidr-invalid", "ipv6", [(("network", "vpcCidr"), "fd00::/56")], "network.vpcCidr", "error"),
+    (
+        "cidr-invalid",
+        "garbage-ssh",
+        [(("network", "sshCidr"), "my office")],
+        "network.sshCidr",
+        "error",
+    ),
+    (
+        "cidr-invalid",
+        "bad-api",
+        [(("network", "apiCidrs"), ["300.1.1.1/32"])],
+        "network.apiCidrs[0]",
+        "error",
+    ),
+    (
+        "cidr-world-open",
+        "ssh",
+        [(("network", "sshCidr"), "0.0.0.0/0")],
+        "network.sshCidr",
+        "warning",
+    ),
+    (
+        "cidr-world-open",
+        "api",
+        [(("network", "apiCidrs"), ["0.0.0.0/0"])],
+        "network.apiCidrs[0]",
+        "warning",
+    ),
+    (
+        "vpc-choice",
+        "both",
+        [
+            (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718"),
+            (("network", "subnetId"), "subnet-0a1b2c3d4e5f60718"),
+        ],
+        "network.vpcCidr",
+        "error",
+    ),
+    (
+        "vpc-choice",
+        "vpc-without-subnet",
+        [(("network", "vpcCidr"), DELETE), (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718")],
+        "network.vpcId",
+        "error",
+    ),
+    (
+        "vpc-choice",
+        "subnet-without-vpc",
+        [(("network", "subnetId"), "subnet-0a1b2c3d")],
+        "network.subnetId",
+        "error",
+    ),
+    (
+        "vpc-choice",
+        "bad-vpc-id",
+        [
+            (("network", "vpcCidr"), DELETE),
+            (("network", "vpcId"), "vpc-xyz"),
+            (("network", "subnetId"), "subnet-0a1b2c3d"),
+        ],
+        "network.vpcId",
+        "error",
+    ),
+    (
+        "vpc-choice",
+        "bad-subnet-id",
+        [
+            (("network", "vpcCidr"), DELETE),
+            (("network", "vpcId"), "vpc-0a1b2c3d"),
+            (("network", "subnetId"), "sub-1"),
+        ],
+        "network.subnetId",
+        "error",
+    ),
+    ("pool-names", "uppercase", [((*POOL, "name"), "Train")], "compute.gpuPools[0].name", "error"),
+    ("pool-names", "none", [(("compute", "gpuPools"), [])], "compute.gpuPools", "error"),
+    (
+        "instance-type",
+        "typo",
+        [((*POOL, "instanceType"), "p5.48xlage")],
+        "compute.gpuPools[0].instanceType",
+        "error",
+    ),
+    (
+        "instance-type",
+        "cpu-type",
+        [((*POOL, "instanceType"), "m7i.4xlarge")],
+        "compute.gpuPools[0].instanceType",
+        "error",
+    ),
+    (
+        "node-instance-type",
+        "malformed",
+        [(("compute", "headNode", "instanceType"), "m7i")],
+        "compute.headNode.instanceType",
+        "error",
+    ),
+    (
+        "node-instance-type",
+        "close-to-known",
+        [(("compute", "headNode", "instanceType"), "m7i.4xlarg")],
+        "compute.headNode.instanceType",
+        "error",
+    ),
+    ("pool-count", "zero", [((*POOL, "count"), 0)], "compute.gpuPools[0].count", "error"),
+    (
+        "pool-count",
+        "min-above-max",
+        [ON_DEMAND, ((*POOL, "minCount"), 20)],
+        "compute.gpuPools[0].minCount",
+        "error",
+    ),
+    (
+        "pool-count",
+        "system-nodes",
+        [(("scheduler",), "kubernetes"), (("compute", "systemNodes"), {"count": 0})],
+        "compute.systemNodes.count",
+        "error",
+    ),
+    (
+        "pool-count",
+        "small-root",
+        [(("compute", "headNode", "rootVolumeGiB"), 10)],
+        "compute.headNode.rootVolumeGiB",
+        "error",
+    ),
+    (
+        "efa-unsupported",
+        "g6e-xlarge",
+        [ON_DEMAND, ((*POOL, "instanceType"), "g6e.xlarge"), ((*POOL, "efa"), True)],
+        "compute.gpuPools[0].efa",
+        "error",
+    ),
+    (
+        "reservation-id",
+        "missing",
+        [((*POOL, "capacity"), {"type": "capacity-block"})],
+        "compute.gpuPools[0].capacity",
+        "error",
+    ),
+    (
+        "reservation-id",
+        "malformed",
+        [((*POOL, "capacity", "reservationId"), "cr-123")],
+        "compute.gpuPools[0].capacity.reservationId",
+        "error",
+    ),
+    (
+        "reservation-id",
+        "not-a-cr",
+        [((*POOL, "capacity", "reservationId"), "cb-0123456789abcdef0")],
+        "compute.gpuPools[0].capacity.reservationId",
+        "error",
+    ),
+    (
+        "reservation-id",
+        "on-demand-with-id",
+        [((*POOL, "capacity", "type"), "on-demand")],
+        "compute.gpuPools[0].capacity.reservationId",
+        "error",
+    ),
+    (
+        "capacity-block",
+        "min-count",
+        [((*POOL, "minCount"), 4)],
+        "compute.gpuPools[0].minCount",
+        "error",
+    ),
+    (
+        "capacity-block",
+        "type-not-offered",
+        [((*POOL, "instanceType"), "g6e.48xlarge")],
+        "compute.gpuPools[0].capacity.type",
+        "error",
+    ),
+    (
+        "placement-group",
+        "with-capacity-block",
+        [((*POOL, "placementGroup"), True)],
+        "compute.gpuPools[0].placementGroup",
+        "warning",
+    ),
+    (
+        "placement-group",
+        "with-reservation",
+        [((*POOL, "capacity", "type"), "reservation"), ((*POOL, "placementGroup"), True)],
+        "compute.gpuPools[0].placementGroup",
+        "warning",
+    ),
+    (
+        "placement-group",
+        "ultraserver",
+        [
+            ON_DEMAND,
+            ((*POOL, "placementGroup"), True),
+            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
+        ],
+        "compute.gpuPools[0].placementGroup",
+        "error",
+    ),
+    (
+        "fsx-capacity",
+        "p2-off-step",
+        [((*FSX, "capacityGiB"), 5000)],
+        "storage.fsxLustre.capacityGiB",
+        "error",
+    ),
+    (
+        "fsx-capacity",
+        "scratch1-off-step",
+        [
+            ((*FSX, "deploymentType"), "SCRATCH_1"),
+            ((*FSX, "throughputPerTiB"), DELETE),
+            ((*FSX, "capacityGiB"), 4800),
+        ],
+        "storage.fsxLustre.capacityGiB",
+        "error",
+    ),
+    (
+        "fsx-throughput",
+        "p2-300",
+        [((*FSX, "throughputPerTiB"), 300)],
+        "storage.fsxLustre.throughputPerTiB",
+        "error",
+    ),
+    (
+        "fsx-throughput",
+        "p1-250",
+        [((*FSX, "deploymentType"), "PERSISTENT_1")],
+        "storage.fsxLustre.throughputPerTiB",
+        "error",
+    ),
+    (
+        "fsx-throughput",
+        "scratch",
+        [((*FSX, "deploymentType"), "SCRATCH_2")],
+        "storage.fsxLustre.throughputPerTiB",
+        "error",
+    ),
+    (
+        "fsx-s3",
+        "export-only",
+        [((*FSX, "s3"), {"exportPath": "s3://my-datasets/out"})],
+        "storage.fsxLustre.s3.exportPath",
+        "error",
+    ),
+    (
+        "fsx-s3",
+        "other-bucket",
+        [((*FSX, "s3", "exportPath"), "s3://elsewhere/out")],
+        "storage.fsxLustre.s3.exportPath",
+        "error",
+    ),
+    (
+        "fsx-s3",
+        "not-s3",
+        [((*FSX, "s3", "importPath"), "https://my-datasets/llm")],
+        "storage.fsxLustre.s3.importPath",
+        "error",
+    ),
+    ("fsx-s3", "empty", [((*FSX, "s3"), {})], "storage.fsxLustre.s3", "error"),
+    (
+        "fsx-existing",
+        "with-capacity",
+        [((*FSX, "fileSystemId"), "fs-0123456789abcdef0")],
+        "storage.fsxLustre.capacityGiB",
+        "error",
+    ),
+    (
+        "fsx-existing",
+        "bad-id",
+        [((*FSX,), {"fileSystemId": "fs-12"})],
+        "storage.fsxLustre.fileSystemId",
+        "error",
+    ),
+    (
+        "mount-path",
+        "relative",
+        [((*FSX, "mountPath"), "fsx")],
+        "storage.fsxLustre.mountPath",
+        "error",
+    ),
+    (
+        "mount-path",
+        "system-dir",
+        [((*FSX, "mountPath"), "/home")],
+        "storage.fsxLustre.mountPath",
+        "error",
+    ),
+    (
+        "mount-path",
+        "shared",
+        [(("storage", "localNvme", "mountPath"), "/fsx")],
+        "storage.localNvme.mountPath",
+        "error",
+    ),
+    (
+        "local-nvme",
+        "no-drives",
+        [((*POOL, "instanceType"), "m7i.4xlarge")],
+        "compute.gpuPools[0].instanceType",
+        "error",
+    ),
+]
+
+# (code, case id, edits): valid edge cases the rule must accept.
+PASSING: list[tuple[str, str, list[Edit]]] = [
+    ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
+    ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),
+    (
+        "region-unknown",
+        "eu",
+        [(("metadata", "region"), "eu-west-1"), (("network", "availabilityZone"), "eu-west-1c")],
+    ),
+    ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
+    ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
+    ("tag-reserved", "plain", [(("metadata", "tags"), {"cost-center": "42"})]),
+    ("kubernetes-version", "newest", [(("kubernetes",), {"version": "1.36"})]),
+    (
+        "grafana-needs-prometheus",
+        "both-off",
+        [(("observability",), {"prometheus": False, "grafana": False})],
+    ),
+    ("az-region", "zone-f", [(("network", "availabilityZone"), "us-east-1f")]),
+    ("cidr-invalid", "slash-20", [(("network", "vpcCidr"), "172.16.0.0/20")]),
+    ("cidr-world-open", "no-ssh", [(("network", "sshCidr"), DELETE)]),
+    ("cidr-world-open", "host", [(("network", "sshCidr"), "203.0.113.7/32")]),
+    (
+        "vpc-choice",
+        "existing",
+        [
+            (("network", "vpcCidr"), DELETE),
+            (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718"),
+            (("network", "subnetId"), "subnet-0a1b2c3d"),
+        ],
+    ),
+    (
+        "pool-names",
+        "two-pools",
+        [(("compute", "gpuPools", 1), {"name": "eval", "instanceType": "p5.4xlarge", "count": 1})],
+    ),
+    ("instance-type", "b300", [((*POOL, "instanceType"), "p6-b300.48xlarge")]),
+    (
+        "node-instance-type",
+        "uncatalogued",
+        [(("compute", "headNode", "instanceType"), "r7i.2xlarge")],
+    ),
+    ("pool-count", "autoscaling", [ON_DEMAND, ((*POOL, "minCount"), 0)]),
+    (
+        "efa-unsupported",
+        "off",
+        [ON_DEMAND, ((*POOL, "instanceType"), "g6e.xlarge"), ((*POOL, "efa"), False)],
+    ),
+    (
+        "efa-unsupported",
+        "default",
+        [ON_DEMAND, ((*POOL, "instanceType"), "g6e.xlarge"), ((*POOL, "efa"), DELETE)],
+    ),
+    (
+        "reservation-id",
+        "odcr-short-id",
+        [((*POOL, "capacity"), {"type": "reservation", "reservationId": "cr-0123abcd"})],
+    ),
+    ("reservation-id", "spot", [((*POOL, "capacity"), {"type": "spot"})]),
+    ("capacity-block", "fixed", [((*POOL, "minCount"), 16)]),
+    ("placement-group", "on-demand", [ON_DEMAND, ((*POOL, "placementGroup"), True)]),
+    (
+        "placement-group",
+        "gb200-default",
+        [
+            ON_DEMAND,
+            ((*POOL, "placementGroup"), DELETE),
+            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
+        ],
+    ),
+    ("fsx-capacity", "p2-1200", [((*FSX, "capacityGiB"), 1200)]),
+    (
+        "fsx-capacity",
+        "scratch1-7200",
+        [
+            ((*FSX, "deploymentType"), "SCRATCH_1"),
+            ((*FSX, "throughputPerTiB"), DELETE),
+            ((*FSX, "capacityGiB"), 7200),
+        ],
+    ),
+    (
+        "fsx-capacity",
+        "scratch1-2400",
+        [
+            ((*FSX, "deploymentType"), "SCRATCH_1"),
+            ((*FSX, "throughputPerTiB"), DELETE),
+            ((*FSX, "capacityGiB"), 2400),
+        ],
+    ),
+    (
+        "fsx-throughput",
+        "p1-50",
+        [((*FSX, "deploymentType"), "PERSISTENT_1"), ((*FSX, "throughputPerTiB"), 50)],
+    ),
+    ("fsx-throughput", "p2-1000", [((*FSX, "throughputPerTiB"), 1000)]),
+    ("fsx-s3", "import-only", [((*FSX, "s3"), {"importPath": "s3://my-datasets/llm"})]),
+    ("fsx-existing", "id-only", [((*FSX,), {"fileSystemId": "fs-0123456789abcdef0"})]),
+    ("mount-path", "nested", [((*FSX, "mountPath"), "/mnt/fsx")]),
+    ("local-nvme", "p5", []),
+]
+
+
+def _apply(base: dict[str, Any], edits: list[Edit]) -> dict[str, Any]:
+    data = base
+    for path, value in edits:
+        data = set_path(data, path, value)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("code", "case", "edits", "where", "level"), FAILING, ids=[f"{c[0]}:{c[1]}" for c in FAILING]
+)
+def test_rule_rejects(
+    base: dict[str, Any], code: str, case: str, edits: list[Edit], where: str, level: str
+) -> None:
+    result = validate_data(_apply(base, edits))
+    found = [(p.dotted_path, p.level) for p in result.problems if p.code == code]
+    assert (where, level) in found, [(p.code, p.dotted_path, p.message) for p in result.problems]
+    hit = next(p for p in result.problems if p.code == code and p.dotted_path == where)
+    assert hit.hint, f"{code} must tell the user what to do"
+    if level == "error":
+        assert not result.ok
+    pos = result.position(hit)
+    assert pos.line > 1, "the problem must point into the file, not at its top"
+
+
+@pytest.mark.parametrize(
+    ("code", "case", "edits"), PASSING, ids=[f"{c[0]}:{c[1]}" for c in PASSING]
+)
+def test_rule_accepts(base: dict[str, Any], code: str, case: str, edits: list[Edit]) -> None:
+    result = validate_data(_apply(base, edits))
+    assert [p for p in result.problems if p.code == code] == []
+    assert result.ok, [(p.code, p.dotted_path, p.message) for p in result.problems]
+
+
+def test_every_rule_has_cases() -> None:
+    codes = all_codes()
+    assert {c[0] for c in FAILING} == codes
+    assert {c[0] for c in PASSING} == codes
+
+
+def test_base_spec_is_clean(base: dict[str, Any]) -> None:
+    assert validate_data(base).problems == []
