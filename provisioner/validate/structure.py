@@ -143,21 +143,24 @@ def _translate(error: Any) -> Problem:
     return Problem("invalid", error.get("msg", "invalid value"), path)
 
 
-def _drop(data: Any, path: SpecPath) -> bool:
-    """Remove ``path`` from ``data`` in place; False when it cannot be removed."""
-    if not path:
-        return False
-    parent = data
+def _parent(data: Any, path: SpecPath) -> dict[Any, Any] | None:
+    """The mapping that holds ``path``'s last part, or None when there is none."""
+    node = data
     for part in path[:-1]:
         try:
-            parent = parent[part]
+            node = node[part]
         except (KeyError, IndexError, TypeError):
-            return False
-    last = path[-1]
-    if isinstance(parent, dict) and last in parent:
-        del parent[last]
-        return True
-    return False
+            return None
+    return node if isinstance(node, dict) and path else None
+
+
+def _drop(data: Any, path: SpecPath) -> bool:
+    """Remove ``path`` from ``data`` in place; False when it cannot be removed."""
+    parent = _parent(data, path)
+    if parent is None or path[-1] not in parent:
+        return False
+    del parent[path[-1]]
+    return True
 
 
 def _placeholder(path: SpecPath) -> tuple[bool, Any]:
@@ -185,13 +188,8 @@ def _placeholder(path: SpecPath) -> tuple[bool, Any]:
 
 
 def _put(data: Any, path: SpecPath, value: Any) -> bool:
-    parent = data
-    for part in path[:-1]:
-        try:
-            parent = parent[part]
-        except (KeyError, IndexError, TypeError):
-            return False
-    if not isinstance(parent, dict):
+    parent = _parent(data, path)
+    if parent is None:
         return False
     parent[path[-1]] = value
     return True
