@@ -19,6 +19,7 @@ from provisioner import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "init": ("init_cmd", "init", "Print a commented starter spec."),
     "validate": ("validate_cmd", "validate", "Check a spec offline; errors point into the file."),
+    "render": ("render_cmd", "render", "Write the deployment folder (configs, manifests)."),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
 }

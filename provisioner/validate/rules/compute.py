@@ -91,12 +91,20 @@ def node_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem
     ]
     for path, name in pairs:
         if not INSTANCE_TYPE_RE.match(name):
-            yield Problem("node-instance-type", f"{name!r} is not an EC2 instance type", path,
-                          hint="instance types look like m7i.4xlarge")
+            yield Problem(
+                "node-instance-type",
+                f"{name!r} is not an EC2 instance type",
+                path,
+                hint="instance types look like m7i.4xlarge",
+            )
         elif not SIZE_RE.match(name.split(".", 1)[1]):
-            yield Problem("node-instance-type", f"{name!r} has no valid EC2 size", path,
-                          hint=suggest(name, ctx.catalog.names())
-                          or "sizes look like large, xlarge, 4xlarge or metal")
+            yield Problem(
+                "node-instance-type",
+                f"{name!r} has no valid EC2 size",
+                path,
+                hint=suggest(name, ctx.catalog.names())
+                or "sizes look like large, xlarge, 4xlarge or metal",
+            )
 
 
 @rule("pool-count")

@@ -1,0 +1,279 @@
+"""The typed context templates render from: every decision made here, in Python.
+
+Templates only lay values out; anything computed (capacity-type names per tool, EFA layouts,
+Slurm socket counts, labels, placeholders) is a field here, so it is tested once and the
+templates stay free of logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from provisioner.catalog import Catalog, InstanceType
+from provisioner.render import images
+from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
+from provisioner.render.placeholders import placeholder
+from provisioner.spec.model import ClusterSpec, GpuPool
+
+OWNER_TAG = "fmctl.dev/cluster"
+POOL_LABEL = "fmctl.dev/pool"
+EFA_LABEL = "fmctl.dev/efa"
+GPU_TAINT_KEY = "nvidia.com/gpu"
+#: 2 MiB hugepages per GPU on a node (the AWS EFA samples give each pod about 5 GiB).
+HUGEPAGES_2MI_PER_GPU = 2560
+
+_PCLUSTER_CAPACITY = {
+    "on-demand": "ONDEMAND",
+    "reservation": "ONDEMAND",
+    "spot": "SPOT",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+_EKS_CAPACITY = {
+    "on-demand": "ON_DEMAND",
+    "reservation": "ON_DEMAND",
+    "spot": "SPOT",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """One GPU pool: a Slurm queue or an EKS managed node group."""
+
+    name: str
+    itype: InstanceType
+    count: int
+    min_count: int
+    capacity: str
+    reservation_id: str | None
+    efa: bool
+    placement_group: bool
+    placement_group_name: str
+    interfaces: tuple[NetworkInterface, ...]
+    labels: tuple[tuple[str, str], ...]
+    local_nvme: bool
+
+    @property
+    def instance_type(self) -> str:
+        """The EC2 instance type name."""
+        return self.itype.name
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per node."""
+        return self.itype.gpu.count if self.itype.gpu else 0
+
+    @property
+    def gpu_type(self) -> str:
+        """Slurm GRES type, e.g. ``h100``."""
+        return self.itype.gpu.model.lower() if self.itype.gpu else ""
+
+    @property
+    def efa_devices(self) -> int:
+        """EFA devices per node (what the EFA device plugin must advertise)."""
+        return efa_device_count(list(self.interfaces))
+
+    @property
+    def static(self) -> bool:
+        """True when every node runs all the time (MinCount = MaxCount)."""
+        return self.min_count == self.count
+
+    @property
+    def pcluster_capacity_type(self) -> str:
+        """ParallelCluster's CapacityType."""
+        return _PCLUSTER_CAPACITY[self.capacity]
+
+    @property
+    def eks_capacity_type(self) -> str:
+        """EKS node group capacityType."""
+        return _EKS_CAPACITY[self.capacity]
+
+    @property
+    def compute_resource_name(self) -> str:
+        """ParallelCluster compute-resource name: the type with '.' as '-'."""
+        return self.itype.name.replace(".", "-")
+
+    @property
+    def hugepages_2mi(self) -> int:
+        """2 MiB hugepages to reserve per node."""
+        return HUGEPAGES_2MI_PER_GPU * self.gpus
+
+    @property
+    def ami_type(self) -> str:
+        """EKS AMI type: the AL2023 NVIDIA image for the CPU architecture."""
+        arch = "ARM_64" if self.itype.architecture == "arm64" else "x86_64"
+        return f"AL2023_{arch}_NVIDIA"
+
+
+@dataclass(frozen=True)
+class RepositoryLink:
+    """One FSx data-repository association: an S3 prefix at a file-system path."""
+
+    name: str
+    s3_path: str
+    file_system_path: str
+    auto_import: bool
+    auto_export: bool
+
+
+@dataclass(frozen=True)
+class FsxContext:
+    """FSx for Lustre: new (capacity, type, throughput, S3 link) or existing (id only)."""
+
+    existing_id: str | None
+    capacity_gib: int | None
+    deployment_type: str | None
+    throughput_per_tib: int | None
+    mount_path: str
+    import_path: str | None
+    export_path: str | None
+
+    @property
+    def file_system_id(self) -> str:
+        """The id, or the placeholder `up` fills."""
+        return self.existing_id or placeholder("fileSystemId")
+
+    @property
+    def uses_dra(self) -> bool:
+        """PERSISTENT_2 links S3 through a data-repository association; others at creation."""
+        return self.deployment_type == "PERSISTENT_2" and bool(self.import_path)
+
+    @property
+    def links(self) -> tuple[RepositoryLink, ...]:
+        """The associations: one when the export prefix lies under the import prefix (files
+        written under it flow back by themselves), else a second, export-only one."""
+        if not self.import_path:
+            return ()
+        source = self.import_path.rstrip("/")
+        export = self.export_path.rstrip("/") if self.export_path else None
+        if export is None or export == source or export.startswith(source + "/"):
+            return (RepositoryLink("s3", source, "/s3", True, export is not None),)
+        return (
+            RepositoryLink("s3", source, "/s3", True, False),
+            RepositoryLink("s3-export", export, "/s3-export", False, True),
+        )
+
+
+@dataclass(frozen=True)
+class ClusterContext:
+    """Everything a template may use."""
+
+    name: str
+    region: str
+    availability_zone: str
+    scheduler: str
+    kubernetes_version: str
+    vpc_cidr: str | None
+    ssh_cidr: str | None
+    api_cidrs: tuple[str, ...]
+    private_subnet: str
+    public_subnet: str
+    head_node_type: str
+    head_node_root_gib: int
+    system_node_type: str
+    system_node_count: int
+    pools: tuple[PoolContext, ...]
+    fsx: FsxContext | None
+    local_nvme_path: str | None
+    prometheus: bool
+    grafana: bool
+    gpu_metrics: bool
+    efa_metrics: bool
+    slurm_os: str
+    topology_aware: bool
+    scaledown_idletime: int
+    tags: tuple[tuple[str, str], ...]
+    images: images.Images = field(default_factory=images.Images)
+
+    @property
+    def efa_pools(self) -> tuple[PoolContext, ...]:
+        """Pools with EFA on."""
+        return tuple(p for p in self.pools if p.efa)
+
+    @property
+    def ssh_allowed(self) -> str:
+        """Who may reach the head node's port 22.
+
+        ParallelCluster opens SSH to 0.0.0.0/0 when its Ssh section is left out, so "nobody"
+        is written as the VPC's own block: reachable only from inside, e.g. over SSM.
+        """
+        return self.ssh_cidr or self.vpc_cidr or placeholder("vpcCidr")
+
+    @property
+    def artifact_prefix(self) -> str:
+        """Where `up` uploads slurm/ in the artifact bucket."""
+        return f"s3://{placeholder('artifactBucket')}/{self.name}/slurm"
+
+    def ph(self, name: str) -> str:
+        """A placeholder, for templates."""
+        return placeholder(name)
+
+
+def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
+    itype = catalog[pool.instance_type]
+    efa = bool(pool.efa)
+    labels = {**pool.labels, POOL_LABEL: pool.name, "node.kubernetes.io/instance-type": itype.name}
+    if efa:
+        labels[EFA_LABEL] = "true"
+    return PoolContext(
+        name=pool.name,
+        itype=itype,
+        count=pool.count,
+        min_count=pool.min_count if pool.min_count is not None else pool.count,
+        capacity=pool.capacity.type,
+        reservation_id=pool.capacity.reservation_id,
+        efa=efa,
+        placement_group=bool(pool.placement_group),
+        placement_group_name=f"{spec.metadata.name}-{pool.name}",
+        interfaces=tuple(efa_interfaces(itype, efa)),
+        labels=tuple(sorted(labels.items())),
+        local_nvme=spec.storage.local_nvme is not None and itype.local_nvme is not None,
+    )
+
+
+def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
+    """The render context of a resolved spec (``provisioner.spec.defaults.resolve``)."""
+    net = spec.network
+    fsx_spec = spec.storage.fsx_lustre
+    fsx = None
+    if fsx_spec is not None:
+        s3 = fsx_spec.s3
+        fsx = FsxContext(
+            existing_id=fsx_spec.file_system_id,
+            capacity_gib=fsx_spec.capacity_gib,
+            deployment_type=fsx_spec.deployment_type,
+            throughput_per_tib=fsx_spec.throughput_per_tib,
+            mount_path=fsx_spec.mount_path,
+            import_path=s3.import_path if s3 else None,
+            export_path=s3.export_path if s3 else None,
+        )
+    tags = {**spec.metadata.tags, OWNER_TAG: spec.metadata.name}
+    obs = spec.observability
+    return ClusterContext(
+        name=spec.metadata.name,
+        region=spec.metadata.region,
+        availability_zone=net.availability_zone,
+        scheduler=spec.scheduler,
+        kubernetes_version=spec.kubernetes.version,
+        vpc_cidr=net.vpc_cidr,
+        ssh_cidr=net.ssh_cidr,
+        api_cidrs=tuple(net.api_cidrs),
+        private_subnet=net.subnet_id or placeholder("privateSubnetId"),
+        public_subnet=net.public_subnet_id or placeholder("publicSubnetId"),
+        head_node_type=spec.compute.head_node.instance_type,
+        head_node_root_gib=spec.compute.head_node.root_volume_gib,
+        system_node_type=spec.compute.system_nodes.instance_type,
+        system_node_count=spec.compute.system_nodes.count,
+        pools=tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools),
+        fsx=fsx,
+        local_nvme_path=spec.storage.local_nvme.mount_path if spec.storage.local_nvme else None,
+        prometheus=obs.prometheus,
+        grafana=obs.grafana,
+        gpu_metrics=obs.gpu_metrics,
+        efa_metrics=obs.efa_metrics,
+        slurm_os=spec.slurm.os,
+        topology_aware=spec.slurm.topology_aware,
+        scaledown_idletime=spec.slurm.scaledown_idletime,
+        tags=tuple(sorted(tags.items())),
+        images=images.Images.for_region(spec.metadata.region),
+    )

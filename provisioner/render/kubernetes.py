@@ -1,0 +1,147 @@
+"""Kubernetes output: what fmctl creates on AWS (aws/), the in-cluster manifests
+(kubernetes/, one component per folder, each with a kustomization.yaml), GitOps entry points
+(gitops/) and the values file for the training chart (charts/)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provisioner.render.context import ClusterContext
+from provisioner.render.engine import render_template
+
+MANAGED_BY = "fmctl"
+#: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
+SYNC_WAVES = {
+    "namespaces": -2,
+    "training": -1,
+    "nvidia-device-plugin": 0,
+    "efa-device-plugin": 0,
+    "fsx": 0,
+    "node-exporter": 1,
+    "dcgm-exporter": 1,
+    "efa-exporter": 1,
+    "prometheus": 2,
+    "grafana": 3,
+    "nccl-test": 5,
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    """One folder under kubernetes/: its files (template name -> output name)."""
+
+    name: str
+    files: tuple[tuple[str, str], ...]
+    namespace: str | None = None
+
+
+def components(c: ClusterContext) -> list[Component]:
+    """The in-cluster components this cluster gets, in apply order."""
+    out = [
+        Component("namespaces", (("namespaces.yaml.j2", "namespaces.yaml"),)),
+        Component("training", (("rbac.yaml.j2", "rbac.yaml"),), "training"),
+        Component(
+            "nvidia-device-plugin", (("daemonset.yaml.j2", "daemonset.yaml"),), "fmctl-system"
+        ),
+    ]
+    if c.efa_pools:
+        out.append(
+            Component(
+                "efa-device-plugin", (("daemonset.yaml.j2", "daemonset.yaml"),), "fmctl-system"
+            )
+        )
+    if c.fsx:
+        out.append(
+            Component(
+                "fsx",
+                (("storageclass.yaml.j2", "storageclass.yaml"), ("volume.yaml.j2", "volume.yaml")),
+            )
+        )
+    if c.prometheus:
+        out.append(
+            Component("node-exporter", (("daemonset.yaml.j2", "daemonset.yaml"),), "monitoring")
+        )
+        if c.gpu_metrics:
+            out.append(
+                Component("dcgm-exporter", (("daemonset.yaml.j2", "daemonset.yaml"),), "monitoring")
+            )
+        if c.efa_metrics and c.efa_pools:
+            out.append(
+                Component("efa-exporter", (("daemonset.yaml.j2", "daemonset.yaml"),), "monitoring")
+            )
+        out.append(
+            Component(
+                "prometheus",
+                (
+                    ("rbac.yaml.j2", "rbac.yaml"),
+                    ("config.yaml.j2", "config.yaml"),
+                    ("deployment.yaml.j2", "deployment.yaml"),
+                ),
+                "monitoring",
+            )
+        )
+        if c.grafana:
+            out.append(
+                Component(
+                    "grafana",
+                    (("config.yaml.j2", "config.yaml"), ("deployment.yaml.j2", "deployment.yaml")),
+                    "monitoring",
+                )
+            )
+    if c.efa_pools or c.pools:
+        out.append(Component("nccl-test", (("job.yaml.j2", "job.yaml"),), "training"))
+    return out
+
+
+def _manifests(c: ClusterContext) -> dict[str, str]:
+    files: dict[str, str] = {}
+    comps = components(c)
+    nccl_pool = (c.efa_pools or c.pools)[0]
+    for comp in comps:
+        names = []
+        for template, output in comp.files:
+            files[f"kubernetes/{comp.name}/{output}"] = render_template(
+                f"kubernetes/{comp.name}/{template}", c=c, nccl_pool=nccl_pool
+            )
+            names.append(output)
+        files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(
+            "kubernetes/component-kustomization.yaml.j2",
+            c=c,
+            resources=names,
+            wave=SYNC_WAVES[comp.name],
+        )
+    files["kubernetes/kustomization.yaml"] = render_template(
+        "kubernetes/kustomization.yaml.j2", c=c, components=[comp.name for comp in comps]
+    )
+    return files
+
+
+def _aws(c: ClusterContext) -> dict[str, str]:
+    files = {
+        "aws/eks-cluster.yaml": render_template("aws/eks-cluster.yaml.j2", c=c),
+        "aws/eksctl-cluster.yaml": render_template("aws/eksctl-cluster.yaml.j2", c=c),
+        "aws/nodegroups/system.yaml": render_template("aws/nodegroup-system.yaml.j2", c=c),
+    }
+    for pool in c.pools:
+        files[f"aws/nodegroups/{pool.name}.yaml"] = render_template(
+            "aws/nodegroup.yaml.j2", c=c, p=pool
+        )
+        files[f"aws/launch-templates/{pool.name}.yaml"] = render_template(
+            "aws/launch-template.yaml.j2", c=c, p=pool
+        )
+    return files
+
+
+def render_kubernetes(c: ClusterContext) -> dict[str, str]:
+    """Files of a Kubernetes (EKS) deployment folder."""
+    files = {**_aws(c), **_manifests(c)}
+    files["gitops/argocd-application.yaml"] = render_template(
+        "gitops/argocd-application.yaml.j2", c=c
+    )
+    files["gitops/flux-kustomization.yaml"] = render_template(
+        "gitops/flux-kustomization.yaml.j2", c=c
+    )
+    files[f"charts/values-{c.name}.yaml"] = render_template(
+        "charts/values.yaml.j2", c=c, p=(c.efa_pools or c.pools)[0]
+    )
+    return files
