@@ -10,7 +10,7 @@ from provisioner.spec.model import ClusterSpec, FsxLustre
 from provisioner.spec.problems import Problem, SpecPath
 from provisioner.validate.rules import RuleContext, rule
 
-FS_ID_RE = re.compile(r"^fs-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
+FS_ID_RE = re.compile(r"^fs-[0-9a-f]{17}$")  # as FSx (and ParallelCluster) require
 S3_URI_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
 THROUGHPUT = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 FSX = ("storage", "fsxLustre")

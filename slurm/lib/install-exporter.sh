@@ -1,0 +1,121 @@
+#!/bin/bash
+# Prometheus exporters as systemd services. Usage: install-exporter.sh node|efa|dcgm|slurm
+#   node   node exporter on :9100 (host metrics)
+#   efa    node exporter with only the InfiniBand collector on :9109 (EFA port counters)
+#   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics), as a container
+#   slurm  Slurm exporter on :9341 (jobs, queue, nodes), head node only
+# Downloads are checked against the release's published SHA-256 sums before use.
+set -euo pipefail
+
+kind="${1:?usage: install-exporter.sh node|efa|dcgm|slurm}"
+NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.10.2}"
+DCGM_EXPORTER_IMAGE="${DCGM_EXPORTER_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}"
+SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.8.0}"
+
+case "$(uname -m)" in
+  x86_64) arch=amd64 ;;
+  aarch64) arch=arm64 ;;
+  *) echo "unsupported architecture $(uname -m)" >&2; exit 1 ;;
+esac
+
+# fetch URL SUMS_URL DEST: download URL and check it against the sums file.
+fetch() {
+  local url="$1" sums_url="$2" dest="$3" name
+  name="$(basename "$url")"
+  curl -fsSL --retry 5 -o "$dest/$name" "$url"
+  curl -fsSL --retry 5 -o "$dest/sums.txt" "$sums_url"
+  (cd "$dest" && grep " $name\$" sums.txt | sha256sum -c -)
+}
+
+# unit NAME EXEC...: a restart-always systemd service.
+unit() {
+  local name="$1"
+  shift
+  cat > "/etc/systemd/system/$name.service" <<UNIT
+[Unit]
+Description=fmctl $name
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+ExecStart=$*
+Restart=always
+RestartSec=5
+DynamicUser=yes
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now "$name.service"
+}
+
+install_node_exporter() {
+  local bin=/usr/local/bin/node_exporter tmp base
+  [ -x "$bin" ] && return 0
+  tmp="$(mktemp -d)"
+  base="https://github.com/prometheus/node_exporter/releases/download/v$NODE_EXPORTER_VERSION"
+  fetch "$base/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch.tar.gz" "$base/sha256sums.txt" "$tmp"
+  tar -xzf "$tmp/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch.tar.gz" -C "$tmp"
+  install -m 0755 "$tmp/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch/node_exporter" "$bin"
+  rm -rf "$tmp"
+}
+
+case "$kind" in
+  node)
+    install_node_exporter
+    unit fmctl-node-exporter /usr/local/bin/node_exporter --web.listen-address=:9100
+    ;;
+  efa)
+    install_node_exporter
+    unit fmctl-efa-exporter /usr/local/bin/node_exporter --collector.disable-defaults \
+      --collector.infiniband --web.listen-address=:9109
+    ;;
+  dcgm)
+    runtime="$(command -v docker || command -v podman || true)"
+    if [ -z "$runtime" ]; then
+      echo "fmctl: no container runtime for the DCGM exporter on this node" >&2
+      exit 1
+    fi
+    "$runtime" pull "$DCGM_EXPORTER_IMAGE"
+    cat > /etc/systemd/system/fmctl-dcgm-exporter.service <<UNIT
+[Unit]
+Description=fmctl dcgm-exporter
+After=network-online.target
+
+[Service]
+ExecStartPre=-$runtime rm -f fmctl-dcgm-exporter
+ExecStart=$runtime run --rm --name fmctl-dcgm-exporter --gpus all --cap-add SYS_ADMIN -p 9400:9400 $DCGM_EXPORTER_IMAGE
+ExecStop=$runtime stop fmctl-dcgm-exporter
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+    systemctl daemon-reload
+    systemctl enable --now fmctl-dcgm-exporter.service
+    ;;
+  slurm)
+    bin=/usr/local/bin/prometheus-slurm-exporter
+    if [ ! -x "$bin" ]; then
+      tmp="$(mktemp -d)"
+      base="https://github.com/rivosinc/prometheus-slurm-exporter/releases/download/v$SLURM_EXPORTER_VERSION"
+      fetch "$base/prometheus-slurm-exporter_linux_$arch.tar.gz" "$base/checksums.txt" "$tmp"
+      tar -xzf "$tmp/prometheus-slurm-exporter_linux_$arch.tar.gz" -C "$tmp"
+      install -m 0755 "$tmp/prometheus-slurm-exporter" "$bin"
+      rm -rf "$tmp"
+    fi
+    # The exporter shells out to squeue/sinfo: it needs Slurm's binaries on its PATH.
+    unit fmctl-slurm-exporter /usr/bin/env PATH=/opt/slurm/bin:/usr/bin:/bin "$bin" \
+      -web.listen-address=:9341
+    ;;
+  *)
+    echo "unknown exporter: $kind" >&2
+    exit 2
+    ;;
+esac
+echo "fmctl: $kind exporter running"

@@ -1,0 +1,67 @@
+"""Rendering the examples once per test session, and reading the results as data."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.render import Rendered, render
+from provisioner.spec.source import load_source
+from provisioner.validate import validate_document
+from tests.conftest import EXAMPLES
+
+SCHEDULERS = ("slurm", "kubernetes")
+CASES = [(example, scheduler) for example in EXAMPLES for scheduler in SCHEDULERS]
+CASE_IDS = [f"{example.stem}:{scheduler}" for example, scheduler in CASES]
+#: Test values for the placeholders, shaped like the real ids so schemas accept them.
+FILLED = {
+    "accountId": "123456789012",
+    "vpcCidr": "10.50.0.0/16",
+    "privateSubnetId": "subnet-0123456789abcdef0",
+    "secondarySubnetId": "subnet-0123456789abcdef2",
+    "publicSubnetId": "subnet-0123456789abcdef1",
+    "efaSecurityGroupId": "sg-0123456789abcdef0",
+    "fsxSecurityGroupId": "sg-0123456789abcdef1",
+    "headNodeSecurityGroupId": "sg-0123456789abcdef2",
+    "fileSystemId": "fs-0123456789abcdef0",
+    "fsxDnsName": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+    "fsxMountName": "abcdefgh",
+    "artifactBucket": "fmctl-artifacts-123456789012-us-east-1",
+    "clusterRoleArn": "arn:aws:iam::123456789012:role/fmctl-cluster",
+    "nodeRoleArn": "arn:aws:iam::123456789012:role/fmctl-node",
+    "gitRepoUrl": "https://git.example.com/infra/clusters.git",
+}
+
+
+@functools.cache
+def rendered(example: Path, scheduler: str) -> Rendered:
+    """The example rendered for ``scheduler`` (validated first, as `fmctl render` does)."""
+    doc, problems = load_source(str(example))
+    assert not problems
+    result = validate_document(doc, scheduler)
+    assert result.ok and result.resolved is not None
+    return render(result.resolved, load_catalog())
+
+
+def documents(files: dict[str, str], prefix: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every YAML document (path, object) of files under ``prefix``."""
+    out = []
+    for path, text in files.items():
+        if path.startswith(prefix) and path.endswith(".yaml"):
+            out += [(path, doc) for doc in yaml.safe_load_all(text) if doc is not None]
+    return out
+
+
+def fill_all(text: str, pools: list[str] = ()) -> str:  # type: ignore[assignment]
+    """``text`` with every placeholder filled with test values."""
+    from provisioner.render.placeholders import fill
+
+    values = dict(FILLED)
+    for pool in pools:
+        values[f"launchTemplate.{pool}"] = "lt-0123456789abcdef0"
+        values[f"placementGroup.{pool}"] = f"pg-{pool}"
+    return fill(text, values)

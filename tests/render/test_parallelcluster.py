@@ -1,0 +1,157 @@
+"""The ParallelCluster config through ParallelCluster's own schema, and the facts that matter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.render.slurm import FORBIDDEN_NODE_SETTINGS, FORBIDDEN_SLURM_SETTINGS
+from tests.render.helpers import CASE_IDS, CASES, fill_all, rendered
+
+ROOT = Path(__file__).resolve().parents[2]
+PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
+SLURM_CASES = [(e, s) for e, s in CASES if s == "slurm"]
+SLURM_IDS = [i for i in CASE_IDS if i.endswith(":slurm")]
+CATALOG = load_catalog()
+
+
+def _config(example: Path) -> dict[str, Any]:
+    config: dict[str, Any] = yaml.safe_load(
+        rendered(example, "slurm").files["parallelcluster/cluster-config.yaml"]
+    )
+    return config
+
+
+def _schema_check(paths: list[Path]) -> dict[str, str | None]:
+    if not PCLUSTER_PY.exists():
+        if os.environ.get("CI"):
+            pytest.fail("the ParallelCluster virtualenv is missing: `make tools` builds it")
+        pytest.skip("no .venv-pcluster here (`make tools` builds it)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    # The schema makes a describe call for capacity reservations: no credentials and a dead
+    # loopback endpoint, so it fails at once and nothing can leave the machine.
+    env.update(
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+    )
+    result = subprocess.run(
+        [str(PCLUSTER_PY), str(ROOT / "tests/tools/pcluster_schema.py"), *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out: dict[str, str | None] = json.loads(result.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_configs_load_through_parallelclusters_schema(tmp_path: Path) -> None:
+    paths = []
+    for example, _ in SLURM_CASES:
+        text = rendered(example, "slurm").files["parallelcluster/cluster-config.yaml"]
+        path = tmp_path / f"{example.stem}.yaml"
+        path.write_text(fill_all(text))
+        paths.append(path)
+    # A negative control, so a schema check that accepts anything cannot pass this test.
+    broken = yaml.safe_load(paths[0].read_text())
+    broken["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["Efa"]["Gdr"] = True
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(yaml.safe_dump(broken))
+    results = _schema_check([*paths, bad])
+    for path in paths:
+        assert results[str(path)] is None, results[str(path)]
+    assert results[str(bad)] is not None and "Gdr" in results[str(bad)]
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_queues(example: Path, scheduler: str) -> None:
+    spec = yaml.safe_load(example.read_text())
+    config = _config(example)
+    assert config["Imds"]["ImdsSupport"] == "v2.0"
+    queues = {q["Name"]: q for q in config["Scheduling"]["SlurmQueues"]}
+    for pool in spec["compute"]["gpuPools"]:
+        queue = queues[pool["name"]]
+        itype = CATALOG[pool["instanceType"]]
+        (resource,) = queue["ComputeResources"]
+        kind = pool.get("capacity", {}).get("type", "on-demand")
+        assert queue["CapacityType"] == {"capacity-block": "CAPACITY_BLOCK", "spot": "SPOT"}.get(
+            kind, "ONDEMAND"
+        )
+        assert "Enabled" in queue["Networking"]["PlacementGroup"]
+        assert queue["JobExclusiveAllocation"] is True
+        assert resource["MaxCount"] == pool["count"]
+        if kind == "capacity-block":
+            assert resource["MinCount"] == resource["MaxCount"] > 0
+        if "reservationId" in pool.get("capacity", {}):
+            assert resource["CapacityReservationTarget"] == {
+                "CapacityReservationId": pool["capacity"]["reservationId"]
+            }
+        assert resource["Efa"] == {"Enabled": True, "GdrSupport": True}
+        settings = resource["CustomSlurmSettings"]
+        assert (settings["Sockets"], settings["CoresPerSocket"]) == (
+            itype.cpu.sockets,
+            itype.cpu.cores_per_socket,
+        )
+        assert not {k.lower() for k in settings} & FORBIDDEN_NODE_SETTINGS
+        assert resource["HealthChecks"]["Gpu"]["Enabled"] is True
+        start = queue["CustomActions"]["OnNodeStart"]["Sequence"][0]["Args"]
+        assert start == ["true", str(itype.gpu.count), str(itype.network.efa_interfaces)]
+        assert queue["ComputeSettings"]["LocalStorage"]["RootVolume"]["Encrypted"] is True
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_no_forbidden_slurm_settings(example: Path, scheduler: str) -> None:
+    settings = _config(example)["Scheduling"]["SlurmSettings"].get("CustomSlurmSettings", [])
+    keys = {k.lower() for item in settings for k in item}
+    assert "prolog" not in keys and "epilog" not in keys
+    assert not keys & FORBIDDEN_SLURM_SETTINGS
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_head_node_is_never_open_to_the_world(example: Path, scheduler: str) -> None:
+    spec = yaml.safe_load(example.read_text())
+    head = _config(example)["HeadNode"]
+    # ParallelCluster defaults AllowedIps to 0.0.0.0/0 when Ssh is absent: it must be set.
+    allowed = head["Ssh"]["AllowedIps"]
+    assert allowed != "0.0.0.0/0"
+    network = spec["network"]
+    inside = network.get("vpcCidr") or ("<fmctl:vpcCidr>" if "vpcId" in network else "10.0.0.0/16")
+    assert allowed == network.get("sshCidr", inside)
+    assert head["LocalStorage"]["RootVolume"]["Encrypted"] is True
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_shared_storage(example: Path, scheduler: str) -> None:
+    fsx_spec = yaml.safe_load(example.read_text())["storage"]["fsxLustre"]
+    (storage,) = _config(example)["SharedStorage"]
+    settings = storage["FsxLustreSettings"]
+    assert storage["MountDir"] == fsx_spec.get("mountPath", "/fsx")
+    if "fileSystemId" in fsx_spec:
+        assert settings == {"FileSystemId": fsx_spec["fileSystemId"]}
+    else:
+        assert settings["DeletionPolicy"] == "Retain"
+        assert settings["StorageCapacity"] == fsx_spec.get("capacityGiB", 1200)
+        if fsx_spec.get("s3") and settings["DeploymentType"] == "PERSISTENT_2":
+            links = settings["DataRepositoryAssociations"]
+            assert links[0]["DataRepositoryPath"] == fsx_spec["s3"]["importPath"]
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_custom_action_scripts_exist(example: Path, scheduler: str) -> None:
+    text = rendered(example, "slurm").files["parallelcluster/cluster-config.yaml"]
+    for line in text.splitlines():
+        if "Script:" in line:
+            relative = line.split("/slurm/", 1)[1].strip('"')
+            assert (ROOT / "slurm" / relative).is_file(), relative
