@@ -30,9 +30,19 @@ def render(path: str, out: Path, scheduler: str | None) -> None:
     The same spec always gives the same bytes. Values only known once `fmctl up` has created
     them appear as <fmctl:NAME> placeholders, listed in OUT/PLACEHOLDERS.md.
     """
+    import os
+
     from provisioner.ops.render import render_to
 
-    outcome = render_to(path, out, scheduler)
+    try:
+        outcome = render_to(path, out, scheduler)
+    except Exception as exc:  # a template bug, never the user's input: say so plainly
+        if os.environ.get("FMCTL_DEBUG"):
+            raise
+        click.echo(f"fmctl: internal error while rendering {path}: {type(exc).__name__}: "
+                   f"{exc}\nhint: this is a bug in fmctl, not in your spec; please report it "
+                   "(FMCTL_DEBUG=1 shows the traceback)", err=True)
+        sys.exit(2)
     problems = outcome.validation
     print_problems(problems, sys.stderr, color=sys.stderr.isatty())
     if not problems.ok:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
+from provisioner.shipped import shipped_dir
+from provisioner.shipped import shipped_dir
 
 MANAGED_BY = "fmctl"
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
@@ -93,15 +95,23 @@ def components(c: ClusterContext) -> list[Component]:
     return out
 
 
+def dashboards() -> dict[str, str]:
+    """Grafana dashboards shipped as JSON files (templates/dashboards/), by file name."""
+    folder = shipped_dir("templates") / "dashboards"
+    return {p.name: p.read_text() for p in sorted(folder.glob("*.json"))}
+
+
 def _manifests(c: ClusterContext) -> dict[str, str]:
     files: dict[str, str] = {}
     comps = components(c)
     nccl_pool = (c.efa_pools or c.pools)[0]
+    boards = dashboards()
     for comp in comps:
         names = []
         for template, output in comp.files:
             files[f"kubernetes/{comp.name}/{output}"] = render_template(
-                f"kubernetes/{comp.name}/{template}", c=c, nccl_pool=nccl_pool
+                f"kubernetes/{comp.name}/{template}", c=c, nccl_pool=nccl_pool,
+                dashboards=boards,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(

@@ -244,3 +244,20 @@ def test_nothing_open_to_the_world(example: Path, scheduler: str) -> None:
         assert vpc["publicAccessCidrs"] and "0.0.0.0/0" not in vpc["publicAccessCidrs"]
     assert cluster["encryptionConfig"][0]["resources"] == ["secrets"]
     assert cluster["accessConfig"]["authenticationMode"] == "API"
+
+
+@pytest.mark.parametrize(("example", "scheduler"), K8S_CASES, ids=K8S_IDS)
+def test_grafana_is_provisioned(example: Path, scheduler: str) -> None:
+    files = rendered(example, scheduler).files
+    maps = {d["metadata"]["name"]: d["data"]
+            for _, d in documents(files, "kubernetes/grafana/") if d["kind"] == "ConfigMap"}
+    datasource = yaml.safe_load(maps["grafana-provisioning"]["datasources.yaml"])
+    uid = datasource["datasources"][0]["uid"]
+    boards = maps["grafana-dashboards"]
+    assert boards, "at least one dashboard"
+    for name, text in boards.items():
+        board = json.loads(text)
+        assert board["uid"] and board["panels"], name
+        for panel in board["panels"]:
+            assert panel["datasource"]["uid"] == uid, (name, panel["title"])
+            assert all(t["expr"] for t in panel["targets"])
