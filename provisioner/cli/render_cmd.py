@@ -39,9 +39,12 @@ def render(path: str, out: Path, scheduler: str | None) -> None:
     except Exception as exc:  # a template bug, never the user's input: say so plainly
         if os.environ.get("FMCTL_DEBUG"):
             raise
-        click.echo(f"fmctl: internal error while rendering {path}: {type(exc).__name__}: "
-                   f"{exc}\nhint: this is a bug in fmctl, not in your spec; please report it "
-                   "(FMCTL_DEBUG=1 shows the traceback)", err=True)
+        click.echo(
+            f"fmctl: internal error while rendering {path}: {type(exc).__name__}: "
+            f"{exc}\nhint: this is a bug in fmctl, not in your spec; please report it "
+            "(FMCTL_DEBUG=1 shows the traceback)",
+            err=True,
+        )
         sys.exit(2)
     problems = outcome.validation
     print_problems(problems, sys.stderr, color=sys.stderr.isatty())

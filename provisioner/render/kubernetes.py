@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.shipped import shipped_dir
-from provisioner.shipped import shipped_dir
 
 MANAGED_BY = "fmctl"
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
@@ -110,7 +109,9 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
         names = []
         for template, output in comp.files:
             files[f"kubernetes/{comp.name}/{output}"] = render_template(
-                f"kubernetes/{comp.name}/{template}", c=c, nccl_pool=nccl_pool,
+                f"kubernetes/{comp.name}/{template}",
+                c=c,
+                nccl_pool=nccl_pool,
                 dashboards=boards,
             )
             names.append(output)

@@ -249,8 +249,11 @@ def test_nothing_open_to_the_world(example: Path, scheduler: str) -> None:
 @pytest.mark.parametrize(("example", "scheduler"), K8S_CASES, ids=K8S_IDS)
 def test_grafana_is_provisioned(example: Path, scheduler: str) -> None:
     files = rendered(example, scheduler).files
-    maps = {d["metadata"]["name"]: d["data"]
-            for _, d in documents(files, "kubernetes/grafana/") if d["kind"] == "ConfigMap"}
+    maps = {
+        d["metadata"]["name"]: d["data"]
+        for _, d in documents(files, "kubernetes/grafana/")
+        if d["kind"] == "ConfigMap"
+    }
     datasource = yaml.safe_load(maps["grafana-provisioning"]["datasources.yaml"])
     uid = datasource["datasources"][0]["uid"]
     boards = maps["grafana-dashboards"]
