@@ -15,6 +15,19 @@ from provisioner.validate import Validation, validate_document
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+#: The workspace's shared/ folder (schemas to check output with); CI lays it beside the clone.
+SHARED = Path(os.environ.get("FMCTL_SHARED_DIR", ROOT.parent / "shared"))
+
+
+def shared_file(relative: str) -> Path:
+    """A file of shared/; fails in CI and skips elsewhere when shared/ is not there."""
+    path = SHARED / relative
+    if not path.is_file():
+        message = f"{path} is missing (set FMCTL_SHARED_DIR to the workspace's shared/)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
 
 # Tests never reach AWS: no credentials, no instance metadata, whatever the environment has.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"

@@ -14,6 +14,7 @@ import yaml
 
 from provisioner.catalog import load_catalog
 from provisioner.render.efa import efa_interfaces
+from tests.conftest import shared_file
 from tests.render.helpers import CASE_IDS, CASES, documents, fill_all, rendered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_every_object_is_labelled(example: Path, scheduler: str) -> None:
 
 @pytest.mark.parametrize(("example", "scheduler"), K8S_CASES, ids=K8S_IDS)
 def test_eksctl_config_matches_eksctl_schema(example: Path, scheduler: str) -> None:
-    schema = json.loads((ROOT.parent / "shared/schemas/eksctl-v1alpha5.schema.json").read_text())
+    schema = json.loads(shared_file("schemas/eksctl-v1alpha5.schema.json").read_text())
     config = yaml.safe_load(rendered(example, scheduler).files["aws/eksctl-cluster.yaml"])
     errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(config)]
     assert errors == []
@@ -87,7 +88,7 @@ def test_eksctl_config_matches_eksctl_schema(example: Path, scheduler: str) -> N
 
 
 def test_eksctl_schema_rejects_the_wrong_case() -> None:
-    schema = json.loads((ROOT.parent / "shared/schemas/eksctl-v1alpha5.schema.json").read_text())
+    schema = json.loads(shared_file("schemas/eksctl-v1alpha5.schema.json").read_text())
     config = {
         "apiVersion": "eksctl.io/v1alpha5",
         "kind": "ClusterConfig",
