@@ -164,6 +164,7 @@ class ClusterContext:
     scheduler: str
     kubernetes_version: str
     vpc_cidr: str | None
+    existing_vpc_id: str | None
     ssh_cidr: str | None
     api_cidrs: tuple[str, ...]
     private_subnet: str
@@ -256,6 +257,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         scheduler=spec.scheduler,
         kubernetes_version=spec.kubernetes.version,
         vpc_cidr=net.vpc_cidr,
+        existing_vpc_id=net.vpc_id,
         ssh_cidr=net.ssh_cidr,
         api_cidrs=tuple(net.api_cidrs),
         private_subnet=net.subnet_id or placeholder("privateSubnetId"),

@@ -1,0 +1,118 @@
+"""AWS access: one place that builds boto3 clients, and AWS errors made actionable.
+
+boto3 is imported here (lazily, on first client) and nowhere else but other drivers.
+Retries of throttling and 5xx are botocore's own ("adaptive" mode: exponential backoff with
+client-side rate limiting), not a loop of ours. In the sandbox every client points at the
+local emulator with fake credentials and instance metadata disabled, whatever the
+environment holds, so nothing can reach real AWS.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The emulator's fake credentials (moto accepts any).
+SANDBOX_CREDENTIALS = {
+    "aws_access_key_id": "fmctl-sandbox",
+    "aws_secret_access_key": "fmctl-sandbox-secret",
+}
+
+
+class AwsError(Exception):
+    """An AWS failure, translated for a person: what happened and what to do."""
+
+    def __init__(self, message: str, hint: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+        self.code = code
+
+
+@dataclass
+class Aws:
+    """Clients for one region, against real AWS or the sandbox emulator."""
+
+    region: str
+    endpoint_url: str | None = None
+    sandbox: bool = False
+    #: CA bundle to verify the endpoint with (the sandbox's own certificate).
+    ca_bundle: str | None = None
+    max_attempts: int = 10
+    _clients: dict[str, Any] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _session: Any = field(default=None, repr=False)
+
+    def client(self, service: str) -> Any:
+        """A boto3 client (thread-safe to share; created once per service)."""
+        with self._lock:
+            if service not in self._clients:
+                self._clients[service] = self._make(service)
+            return self._clients[service]
+
+    def _make(self, service: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            region_name=self.region,
+            retries={"mode": "adaptive", "max_attempts": self.max_attempts},
+            connect_timeout=10,
+            read_timeout=60,
+            max_pool_connections=32,
+        )
+        if self._session is None:
+            if self.sandbox:
+                # Never the environment's credentials or profile, never the metadata service.
+                os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+                self._session = boto3.session.Session(
+                    region_name=self.region, **SANDBOX_CREDENTIALS
+                )
+            else:
+                self._session = boto3.session.Session(region_name=self.region)
+        kwargs: dict[str, Any] = {"config": config}
+        if self.endpoint_url:
+            kwargs["endpoint_url"] = self.endpoint_url
+        if self.ca_bundle:
+            kwargs["verify"] = self.ca_bundle
+        return self._session.client(service, **kwargs)
+
+    def account_id(self) -> str:
+        """The account of the credentials in use."""
+        return str(self.client("sts").get_caller_identity()["Account"])
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The AWS error code of a botocore ClientError, or None for anything else."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        code = response.get("Error", {}).get("Code")
+        return str(code) if code else None
+    return None
+
+
+_HINTS = {
+    "InsufficientInstanceCapacity": "EC2 has no free capacity of this type in this AZ now: try "
+    "another AZ, a Capacity Block or an ODCR, or retry later",
+    "VcpuLimitExceeded": "raise the quota 'Running On-Demand P instances' (L-417A185B) in "
+    "Service Quotas for this region",
+    "ServiceQuotaExceededException": "raise the named quota in Service Quotas",
+    "UnauthorizedOperation": "the credentials lack a permission; the message names the action",
+    "AccessDenied": "the credentials lack a permission; the message names the action",
+    "AccessDeniedException": "the credentials lack a permission; the message names the action",
+    "ExpiredToken": "refresh your credentials (e.g. `aws sso login`)",
+    "RequestExpired": "refresh your credentials, and check the machine's clock",
+    "DependencyViolation": "something else still uses this resource; `fmctl down` retries "
+    "once its dependents are gone",
+    "InvalidCapacityReservationId.NotFound": "check the reservation id and region in the spec",
+}
+
+
+def translate(exc: BaseException, doing: str) -> AwsError:
+    """An AwsError saying what fmctl was doing, what AWS said, and what to try."""
+    code = error_code(exc)
+    if code is None:
+        return AwsError(f"{doing}: {exc}", code=None)
+    message = getattr(exc, "response", {}).get("Error", {}).get("Message", str(exc))
+    return AwsError(f"{doing}: {code}: {message}", _HINTS.get(code), code)

@@ -1,0 +1,93 @@
+"""Shared behaviour of EC2 resource kinds: discovery by ownership tags, tolerant deletes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from provisioner.drivers.aws import error_code
+from provisioner.plan.context import RESOURCE_TAG, Engine
+from provisioner.plan.graph import Found, Node, Outputs
+
+#: Lifecycle states that mean "gone" for discovery.
+GONE = {"deleted", "deleting", "failed", "disassociated"}
+
+
+def tag_value(item: dict[str, Any], key: str) -> str | None:
+    """A tag's value from an EC2 description (``Tags`` list)."""
+    for tag in item.get("Tags", []):
+        if tag.get("Key") == key:
+            return str(tag.get("Value"))
+    return None
+
+
+def is_gone(exc: BaseException) -> bool:
+    """True for the errors that mean the resource no longer exists."""
+    code = error_code(exc) or ""
+    return code.endswith((".NotFound", "NotFound", ".Unknown")) or code in (
+        "InvalidAllocationID.NotFound",
+        "NoSuchBucket",
+        "FileSystemNotFound",
+        "DataRepositoryAssociationNotFound",
+        "NoSuchEntity",
+    )
+
+
+def retry_dependency(
+    action: Callable[[], Any], what: str, engine: Engine, attempts: int = 30
+) -> None:
+    """Run a delete, retrying while AWS says something still depends on it (ENIs of a
+    deleted NAT gateway or file system linger for a while). A resource gone is success."""
+    delay = 0.2
+    for attempt in range(attempts):
+        try:
+            action()
+            return
+        except Exception as exc:
+            if is_gone(exc):
+                return
+            if error_code(exc) != "DependencyViolation" or attempt == attempts - 1:
+                raise
+            time.sleep(delay * max(engine.time_scale, 0.05) * 10)
+            delay = min(delay * 1.5, 3.0)
+    raise AssertionError(f"unreachable: {what}")
+
+
+class Ec2Kind:
+    """A kind whose resources EC2 can list with tag filters."""
+
+    name = ""
+    after: tuple[str, ...] = ()
+    create_seconds = 2.0
+    delete_seconds = 2.0
+    describe_call = ""
+    result_key = ""
+    id_field = ""
+    state_field: str | None = None
+
+    def _describe(self, engine: Engine, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ec2 = engine.aws.client("ec2")
+        items: list[dict[str, Any]] = getattr(ec2, self.describe_call)(Filters=filters)[
+            self.result_key
+        ]
+        if self.state_field:
+            items = [i for i in items if str(i.get(self.state_field, "")).lower() not in GONE]
+        return items
+
+    def outputs_of(self, item: dict[str, Any]) -> Outputs:
+        """What later nodes may need of an existing resource."""
+        return {"id": item[self.id_field]}
+
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        items = self._describe(engine, engine.owner_filters(node.id))
+        return self.outputs_of(items[0]) if items else None
+
+    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
+        return outputs
+
+    def find_all(self, engine: Engine) -> list[Found]:
+        return [
+            Found(self.name, tag_value(i, RESOURCE_TAG) or "?", i[self.id_field], i)
+            for i in self._describe(engine, engine.owner_filters())
+        ]

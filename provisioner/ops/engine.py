@@ -1,0 +1,196 @@
+"""`fmctl plan / up / down / status`: the engine's use cases, over the sandbox or AWS."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.drivers.aws import Aws
+from provisioner.plan.context import EXPIRES_TAG, Engine, Event
+from provisioner.plan.graph import Found, Plan, deletion_order
+from provisioner.plan.runner import RunResult, run_down, run_up
+from provisioner.spec.model import ClusterSpec
+from provisioner.state.store import ClusterState
+
+
+@dataclass
+class Target:
+    """Where a command runs: the region, and the sandbox's endpoint when sandboxed."""
+
+    region: str
+    home: Path
+    sandbox: bool = False
+    endpoint: str | None = None
+    time_scale: float = 1.0
+    ca_bundle: str | None = None
+
+    def aws(self) -> Aws:
+        """Clients for this target."""
+        return Aws(self.region, self.endpoint, self.sandbox, self.ca_bundle)
+
+
+def target_for(region: str, home: Path, sandbox: bool) -> Target:
+    """A target; starts the sandbox emulator when asked and not running."""
+    if not sandbox:
+        import os
+
+        return Target(region, home, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
+    from provisioner.sandbox import daemon
+
+    endpoint, scale, ca = daemon.ensure(home)
+    return Target(region, home, True, endpoint, scale, ca)
+
+
+def _ttl_tag(spec: ClusterSpec) -> dict[str, str]:
+    from provisioner.validate.rules.general import parse_ttl
+
+    if spec.metadata.ttl is None:
+        return {}
+    seconds = parse_ttl(spec.metadata.ttl) or 0
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
+    return {EXPIRES_TAG: expires}
+
+
+def make_engine(
+    target: Target, name: str, spec: ClusterSpec | None, on_event: Callable[[Event], None]
+) -> Engine:
+    """An engine for cluster ``name`` (``spec`` None for tag-only operations)."""
+    tags = {**(spec.metadata.tags if spec else {}), **(_ttl_tag(spec) if spec else {})}
+    return Engine(
+        aws=target.aws(),
+        cluster=name,
+        region=target.region,
+        tags=tags,
+        spec=spec,
+        time_scale=target.time_scale,
+        on_event=on_event,
+    )
+
+
+def infra_plan(spec: ClusterSpec) -> Plan:
+    """The plan of a resolved spec."""
+    from provisioner.catalog import load_catalog
+    from provisioner.plan.infra import build_plan
+    from provisioner.render.context import build_context
+
+    return build_plan(build_context(spec, load_catalog()))
+
+
+def expected_seconds(plan: Plan) -> dict[str, float]:
+    """Documented creation time per node."""
+    from provisioner.drivers.kinds import all_kinds
+
+    kinds = all_kinds()
+    return {n: kinds[node.kind].create_seconds for n, node in plan.nodes.items()}
+
+
+@dataclass
+class PlanView:
+    """`fmctl plan`: the graph, what exists, waves, and the critical path."""
+
+    plan: Plan
+    exists: dict[str, bool] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def as_data(self) -> dict[str, Any]:
+        """The plan as JSON-able data."""
+        critical, chain = self.plan.critical_path(self.seconds)
+        return {
+            "resources": [
+                {
+                    "id": n.id,
+                    "kind": n.kind,
+                    "dependsOn": list(n.deps),
+                    "owned": n.owned,
+                    "exists": self.exists.get(n.id),
+                    "expectedSeconds": self.seconds.get(n.id),
+                }
+                for n in self.plan.nodes.values()
+            ],
+            "waves": self.plan.levels(),
+            "criticalPath": {"seconds": critical, "resources": chain},
+            "serialSeconds": sum(self.seconds.values()),
+        }
+
+
+def plan_view(spec: ClusterSpec, target: Target | None) -> PlanView:
+    """The plan, with what exists already when a target is given."""
+    from provisioner.drivers.kinds import all_kinds
+
+    plan = infra_plan(spec)
+    view = PlanView(plan, seconds=expected_seconds(plan))
+    if target is not None:
+        engine = make_engine(target, spec.metadata.name, spec, lambda e: None)
+        kinds = all_kinds()
+        for wave in plan.levels():
+            for n in wave:
+                node = plan.nodes[n]
+                found = (
+                    kinds[node.kind].discover(engine, node)
+                    if all(view.exists.get(d) for d in node.deps)
+                    else None
+                )
+                view.exists[n] = found is not None
+                if found is not None:
+                    engine.outputs[n] = found
+    return view
+
+
+def up(
+    spec: ClusterSpec, spec_text: str, target: Target, on_event: Callable[[Event], None]
+) -> tuple[RunResult, Engine]:
+    """Create what is missing of the cluster's infrastructure (the lock held throughout)."""
+    from provisioner.drivers.kinds import all_kinds
+
+    state = ClusterState(target.home, spec.metadata.name)
+    lock = state.lock()
+    try:
+        state.save_spec(spec_text)
+
+        def record(event: Event) -> None:
+            state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
+            on_event(event)
+
+        engine = make_engine(target, spec.metadata.name, spec, record)
+        result = run_up(infra_plan(spec), engine, all_kinds())
+        state.save_outputs(engine.outputs)
+        return result, engine
+    finally:
+        lock.close()
+
+
+def find_owned(engine: Engine) -> list[Found]:
+    """Everything tagged as the cluster's, in every kind (tags only)."""
+    from provisioner.drivers.kinds import all_kinds
+
+    found: list[Found] = []
+    for kind in all_kinds().values():
+        found += kind.find_all(engine)
+    return found
+
+
+def down(
+    name: str, target: Target, on_event: Callable[[Event], None]
+) -> tuple[RunResult, list[Found]]:
+    """Delete everything tagged as the cluster's, dependents first."""
+    from provisioner.drivers.kinds import all_kinds
+
+    state = ClusterState(target.home, name)
+    lock = state.lock()
+    try:
+
+        def record(event: Event) -> None:
+            state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
+            on_event(event)
+
+        engine = make_engine(target, name, None, record)
+        found = find_owned(engine)
+        result = run_down(deletion_order(found, all_kinds()), engine, all_kinds())
+        if result.ok:
+            state.save_outputs({})
+        return result, found
+    finally:
+        lock.close()

@@ -1,0 +1,155 @@
+"""Just enough of the AWS wire protocols for the sandbox's shims.
+
+EC2 speaks the query protocol (form-encoded ``Action=...``, XML answers); FSx and Service
+Quotas speak JSON 1.1 (``X-Amz-Target: Prefix.Operation``). The shims read requests and
+write answers in exactly the shapes botocore parses.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs
+from xml.sax.saxutils import escape
+
+EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One API request: service, operation and parameters."""
+
+    service: str
+    action: str
+    params: dict[str, Any]
+    protocol: str  # "query" | "json" | "rest"
+
+
+def service_of(environ: dict[str, Any]) -> str:
+    """The signing service name in the SigV4 Authorization header (``.../ec2/aws4_request``)."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if "Credential=" in auth:
+        scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/")
+        if len(scope) >= 4:
+            return str(scope[3])
+    return ""
+
+
+def parse(environ: dict[str, Any], body: bytes) -> Call:
+    """Identify the call a request makes."""
+    service = service_of(environ)
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        params = json.loads(body or b"{}")
+        return Call(service, target.rsplit(".", 1)[-1], params, "json")
+    ctype = environ.get("CONTENT_TYPE", "")
+    if "x-www-form-urlencoded" in ctype:
+        form = {k: v[0] for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True).items()}
+        return Call(service, form.get("Action", ""), form, "query")
+    path = environ.get("PATH_INFO", "")
+    query = environ.get("QUERY_STRING", "")
+    keys = {part.split("=", 1)[0] for part in query.split("&") if part}
+    action = f"{environ.get('REQUEST_METHOD', 'GET')} {path}"
+    if service == "s3" and "policy" in keys:
+        return Call(service, f"{action}?policy", {"body": body.decode("utf-8", "replace")}, "rest")
+    return Call(service, action, {}, "rest")
+
+
+def indexed(params: dict[str, str], prefix: str) -> list[str]:
+    """Values of ``Prefix.1``, ``Prefix.2``, ... in query parameters."""
+    out, i = [], 1
+    while f"{prefix}.{i}" in params:
+        out.append(params[f"{prefix}.{i}"])
+        i += 1
+    return out
+
+
+def query_filters(params: dict[str, str]) -> dict[str, list[str]]:
+    """``Filter.N.Name`` / ``Filter.N.Value.M`` as {name: [values]}."""
+    out, i = {}, 1
+    while f"Filter.{i}.Name" in params:
+        out[params[f"Filter.{i}.Name"]] = indexed(params, f"Filter.{i}.Value")
+        i += 1
+    return out
+
+
+def query_tags(params: dict[str, str]) -> dict[str, str]:
+    """Tags of ``TagSpecification.1.Tag.N.Key/Value``."""
+    out, i = {}, 1
+    while f"TagSpecification.1.Tag.{i}.Key" in params:
+        out[params[f"TagSpecification.1.Tag.{i}.Key"]] = params.get(
+            f"TagSpecification.1.Tag.{i}.Value", ""
+        )
+        i += 1
+    return out
+
+
+def matches(tags: dict[str, str], filters: dict[str, list[str]]) -> bool:
+    """EC2 tag filters: ``tag:KEY`` (values) and ``tag-key``."""
+    for name, values in filters.items():
+        if name.startswith("tag:"):
+            if tags.get(name[4:]) not in values:
+                return False
+        elif name == "tag-key" and not set(values) & set(tags):
+            return False
+    return True
+
+
+def xml_value(value: Any) -> str:
+    """Render a value as EC2 XML: dicts as elements, lists as ``<item>`` sets."""
+    if isinstance(value, dict):
+        return "".join(f"<{k}>{xml_value(v)}</{k}>" for k, v in value.items())
+    if isinstance(value, list):
+        return "".join(f"<item>{xml_value(v)}</item>" for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return escape(str(value))
+
+
+def tag_set(tags: dict[str, str]) -> list[dict[str, str]]:
+    """EC2's tagSet items."""
+    return [{"key": k, "value": v} for k, v in sorted(tags.items())]
+
+
+def ec2_response(action: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """A successful EC2 answer."""
+    xml = (
+        f'<?xml version="1.0" encoding="UTF-8"?><{action}Response xmlns="{EC2_NS}">'
+        f"<requestId>{uuid.uuid4()}</requestId>{xml_value(body)}</{action}Response>"
+    )
+    return 200, {"Content-Type": "text/xml"}, xml.encode()
+
+
+def ec2_error(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
+    """An EC2 error answer."""
+    xml = (
+        f'<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>{code}</Code>'
+        f"<Message>{escape(message)}</Message></Error></Errors>"
+        f"<RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
+    return status, {"Content-Type": "text/xml"}, xml.encode()
+
+
+def json_response(body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """A successful JSON 1.1 answer."""
+    return 200, {"Content-Type": "application/x-amz-json-1.1"}, json.dumps(body).encode()
+
+
+def json_error(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
+    """A JSON 1.1 error answer."""
+    return (
+        status,
+        {"Content-Type": "application/x-amz-json-1.1", "x-amzn-ErrorType": code},
+        json.dumps({"__type": code, "message": message}).encode(),
+    )
+
+
+def error_for(
+    call: Call, status: int, code: str, message: str
+) -> tuple[int, dict[str, str], bytes]:
+    """An error in the protocol of ``call``."""
+    if call.protocol == "query":
+        return ec2_error(status, code, message)
+    return json_error(status, code, message)

@@ -1,0 +1,217 @@
+"""The sandbox emulator: moto's server behind a middleware that adds fmctl's shims, a request
+log and fault injection, on a free loopback port.
+
+Control endpoints (loopback only, for tests and the demo):
+  GET  /_fmctl/health            -> {"ok": true}
+  GET  /_fmctl/requests          -> every API call seen: service, action, status, fault
+  POST /_fmctl/faults            <- {"rules": [...]} (see ``FaultRule``); replaces the rules
+  POST /_fmctl/seed/reservation  <- a capacity reservation (DescribeCapacityReservations shape)
+
+Run: ``python -m provisioner.sandbox.server --ready-file F [--port 0] [--scale S]``; it writes
+``{"port": N, "pid": P}`` to F once it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from io import BytesIO
+from typing import Any
+
+from provisioner.sandbox import protocol
+from provisioner.sandbox.shims import Shims
+
+StartResponse = Callable[..., Any]
+
+
+@dataclass
+class FaultRule:
+    """Inject a failure into matching calls.
+
+    ``action``: an operation name or "*"; ``share``: the fraction of matching calls hit
+    (seeded, so runs repeat); ``times``: hit at most this many (None: no limit); ``kind``:
+    "error" (``status`` + ``code``), "reset" (drop the connection) or "slow" (``delay`` s).
+    """
+
+    action: str = "*"
+    share: float = 1.0
+    times: int | None = None
+    kind: str = "error"
+    status: int = 503
+    code: str = "ServiceUnavailable"
+    delay: float = 0.0
+    hits: int = 0
+
+    def applies(self, action: str, rng: random.Random) -> bool:
+        if self.action not in ("*", action):
+            return False
+        if self.times is not None and self.hits >= self.times:
+            return False
+        if rng.random() >= self.share:
+            return False
+        self.hits += 1
+        return True
+
+
+class ConnectionDropped(Exception):
+    """Raised to make werkzeug drop the connection (a connection reset for the client)."""
+
+
+@dataclass
+class Middleware:
+    """WSGI app: control endpoints, faults, shims, then moto."""
+
+    moto: Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+    shims: Shims
+    rules: list[FaultRule] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=lambda: random.Random(7))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        if length:
+            body = environ["wsgi.input"].read(length)
+        elif environ.get("wsgi.input_terminated"):
+            # Chunked uploads (botocore streams S3 bodies this way over HTTPS) carry no
+            # Content-Length; the server has de-chunked the stream, so read to its end.
+            body = environ["wsgi.input"].read()
+            environ.pop("HTTP_TRANSFER_ENCODING", None)
+        else:
+            body = b""
+        if path.startswith("/_fmctl/"):
+            return self._control(path, environ.get("REQUEST_METHOD", "GET"), body, start)
+        call = protocol.parse(environ, body)
+        entry: dict[str, Any] = {
+            "service": call.service,
+            "action": call.action,
+            "time": time.time(),
+            "fault": None,
+        }
+        with self.lock:
+            self.log.append(entry)
+            rule = next((r for r in self.rules if r.applies(call.action, self.rng)), None)
+        if rule is not None:
+            entry["fault"] = rule.kind
+            if rule.kind == "reset":
+                raise ConnectionDropped(call.action)
+            if rule.kind == "slow":
+                time.sleep(rule.delay)
+            else:
+                status, headers, payload = protocol.error_for(
+                    call, rule.status, rule.code, f"injected by the sandbox: {rule.code}"
+                )
+                entry["status"] = status
+                return _answer(start, status, headers, payload)
+        if self.shims.handles(call):
+            status, headers, payload = self.shims.handle(call)
+            entry["status"] = status
+            return _answer(start, status, headers, payload)
+        environ["wsgi.input"] = BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+
+        def recording_start(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            entry["status"] = int(status.split()[0])
+            return start(status, headers, exc_info) if exc_info else start(status, headers)
+
+        return self.moto(environ, recording_start)
+
+    def _control(
+        self, path: str, method: str, body: bytes, start: StartResponse
+    ) -> Iterable[bytes]:
+        if path == "/_fmctl/health":
+            data: Any = {"ok": True}
+        elif path == "/_fmctl/requests":
+            with self.lock:
+                data = list(self.log)
+        elif path == "/_fmctl/faults" and method == "POST":
+            rules = json.loads(body or b"{}").get("rules", [])
+            with self.lock:
+                self.rules = [FaultRule(**r) for r in rules]
+            data = {"rules": len(rules)}
+        elif path == "/_fmctl/seed/reservation" and method == "POST":
+            self.shims.seed_reservation(json.loads(body))
+            data = {"ok": True}
+        else:
+            return _answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
+        return _answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
+
+
+def _answer(
+    start: StartResponse, status: int, headers: dict[str, str], payload: bytes
+) -> Iterable[bytes]:
+    reason = {
+        200: "OK",
+        400: "Bad Request",
+        404: "Not Found",
+        500: "Internal Server Error",
+        503: "Service Unavailable",
+    }.get(status, "Error")
+    start(f"{status} {reason}", [*headers.items(), ("Content-Length", str(len(payload)))])
+    return [payload]
+
+
+def build_app(scale: float) -> Middleware:
+    """moto's application behind fmctl's middleware."""
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+    return Middleware(DomainDispatcherApplication(create_backend_app), Shims(scale=scale))
+
+
+def serve(port: int, scale: float, ready_file: str | None) -> None:
+    """Serve HTTPS until killed; announce port and certificate in ``ready_file``."""
+    import ssl
+    from pathlib import Path
+
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from werkzeug.serving import make_server
+
+    from provisioner.sandbox.tls import make_certificate
+
+    # The emulator itself must never look for real credentials or instance metadata either.
+    os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+    os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+    folder = Path(ready_file).parent if ready_file else Path.cwd()
+    cert, key = make_certificate(folder)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = make_server(
+        "127.0.0.1",
+        port,
+        build_app(scale),
+        threaded=True,
+        request_handler=MotoRequestHandler,
+        ssl_context=context,
+    )
+    if ready_file:
+        tmp = f"{ready_file}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(
+                {"port": server.server_port, "pid": os.getpid(), "scale": scale, "ca": str(cert)},
+                fh,
+            )
+        os.replace(tmp, ready_file)
+    server.serve_forever()
+
+
+def main() -> None:
+    """Command-line entry."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=0.0)
+    parser.add_argument("--ready-file")
+    args = parser.parse_args()
+    serve(args.port, args.scale, args.ready_file)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,334 @@
+"""Stateful stand-ins for what moto lacks: placement groups, capacity reservations, FSx for
+Lustre with its lifecycle and data-repository associations, and service quotas.
+
+Each resource kind takes its documented time (FSx about 10 minutes, an association about 7)
+multiplied by the sandbox's scale, so the progress view and the parallel plan can be seen and
+measured. Answers come in the shapes botocore parses (see ``protocol``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner.sandbox import protocol as p
+from provisioner.sandbox.protocol import Call
+
+Answer = tuple[int, dict[str, str], bytes]
+
+#: Documented creation and deletion times, seconds (before scaling).
+DURATIONS = {"fsx-create": 600.0, "fsx-delete": 300.0, "dra-create": 420.0, "dra-delete": 180.0}
+ACCOUNT = "123456789012"
+
+
+def _hex(n: int = 17) -> str:
+    return uuid.uuid4().hex[:n]
+
+
+@dataclass
+class Timed:
+    """A resource whose lifecycle moves on with the clock."""
+
+    data: dict[str, Any]
+    ready_at: float
+    deleting_at: float | None = None
+    gone_at: float | None = None
+
+
+@dataclass
+class Shims:
+    """All shim state; one instance per sandbox server."""
+
+    scale: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    placement_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    file_systems: dict[str, Timed] = field(default_factory=dict)
+    associations: dict[str, Timed] = field(default_factory=dict)
+    tokens: dict[str, str] = field(default_factory=dict)
+    bucket_policies: dict[str, str] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], float] = field(
+        default_factory=lambda: {
+            ("ec2", "L-417A185B"): 6144.0,  # Running On-Demand P instances (vCPUs)
+            ("ec2", "L-7212CCBC"): 6144.0,  # All P Spot Instance Requests (vCPUs)
+            ("fsx", "L-1216C47A"): 1_000_000.0,  # Lustre persistent storage capacity (GiB)
+        }
+    )
+
+    def handles(self, call: Call) -> bool:
+        """True when the call is one of the shims'."""
+        if call.service == "s3":
+            return call.action.endswith("?policy")
+        return call.action in _HANDLERS and (
+            call.service in ("ec2", "fsx", "servicequotas") or call.protocol == "json"
+        )
+
+    def handle(self, call: Call) -> Answer:
+        """Answer a call (under the shim lock)."""
+        with self.lock:
+            self._advance(time.monotonic())
+            if call.service == "s3":
+                return _bucket_policy(self, call)
+            return _HANDLERS[call.action](self, call)
+
+    def _after(self, key: str) -> float:
+        return time.monotonic() + DURATIONS[key] * self.scale
+
+    def _advance(self, now: float) -> None:
+        for table in (self.file_systems, self.associations):
+            for key, item in list(table.items()):
+                if item.gone_at is not None and now >= item.gone_at:
+                    del table[key]
+                elif item.deleting_at is not None:
+                    item.data["Lifecycle"] = "DELETING"
+                elif now >= item.ready_at:
+                    item.data["Lifecycle"] = "AVAILABLE"
+
+    # --- seeding, for tests and the demo ------------------------------------------------
+    def seed_reservation(self, data: dict[str, Any]) -> None:
+        """Add a capacity reservation or block (``capacityReservationId`` required)."""
+        with self.lock:
+            self.reservations[data["capacityReservationId"]] = data
+
+
+def _pg_create(s: Shims, call: Call) -> Answer:
+    name = call.params.get("GroupName", "")
+    if name in s.placement_groups:
+        return p.ec2_error(
+            400, "InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists."
+        )
+    group = {
+        "groupName": name,
+        "state": "available",
+        "strategy": call.params.get("Strategy", "cluster"),
+        "groupId": f"pg-{_hex()}",
+        "groupArn": f"arn:aws:ec2:us-east-1:{ACCOUNT}:placement-group/{name}",
+        "tags": p.query_tags(call.params),
+    }
+    s.placement_groups[name] = group
+    return p.ec2_response(
+        "CreatePlacementGroup", {"return": True, "placementGroup": _pg_out(group)}
+    )
+
+
+def _pg_out(group: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in group.items() if k != "tags"}
+    out["tagSet"] = p.tag_set(group["tags"])
+    return out
+
+
+def _pg_describe(s: Shims, call: Call) -> Answer:
+    names = p.indexed(call.params, "GroupName")
+    filters = p.query_filters(call.params)
+    missing = [n for n in names if n not in s.placement_groups]
+    if missing:
+        return p.ec2_error(
+            400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{missing[0]}' is unknown."
+        )
+    groups = [
+        g
+        for g in s.placement_groups.values()
+        if (not names or g["groupName"] in names) and p.matches(g["tags"], filters)
+    ]
+    return p.ec2_response(
+        "DescribePlacementGroups", {"placementGroupSet": [_pg_out(g) for g in groups]}
+    )
+
+
+def _pg_delete(s: Shims, call: Call) -> Answer:
+    name = call.params.get("GroupName", "")
+    if s.placement_groups.pop(name, None) is None:
+        return p.ec2_error(
+            400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown."
+        )
+    return p.ec2_response("DeletePlacementGroup", {"return": True})
+
+
+def _cr_describe(s: Shims, call: Call) -> Answer:
+    ids = p.indexed(call.params, "CapacityReservationId")
+    unknown = [i for i in ids if i not in s.reservations]
+    if unknown:
+        return p.ec2_error(
+            400,
+            "InvalidCapacityReservationId.NotFound",
+            f"The capacity reservation ID '{unknown[0]}' does not exist",
+        )
+    items = [r for key, r in s.reservations.items() if not ids or key in ids]
+    return p.ec2_response("DescribeCapacityReservations", {"capacityReservationSet": items})
+
+
+def _fsx_out(fs: Timed) -> dict[str, Any]:
+    return fs.data
+
+
+def _fsx_create(s: Shims, call: Call) -> Answer:
+    token = call.params.get("ClientRequestToken")
+    if token and token in s.tokens and s.tokens[token] in s.file_systems:
+        return p.json_response({"FileSystem": _fsx_out(s.file_systems[s.tokens[token]])})
+    fs_id = f"fs-{_hex()}"
+    lustre = dict(call.params.get("LustreConfiguration", {}))
+    lustre["MountName"] = _hex(8)
+    data = {
+        "OwnerId": ACCOUNT,
+        "CreationTime": time.time(),
+        "FileSystemId": fs_id,
+        "FileSystemType": call.params.get("FileSystemType", "LUSTRE"),
+        "Lifecycle": "CREATING",
+        "StorageCapacity": call.params.get("StorageCapacity", 1200),
+        "StorageType": "SSD",
+        "SubnetIds": call.params.get("SubnetIds", []),
+        "VpcId": "vpc-sandbox",
+        "DNSName": f"{fs_id}.fsx.us-east-1.amazonaws.com",
+        "ResourceARN": f"arn:aws:fsx:us-east-1:{ACCOUNT}:file-system/{fs_id}",
+        "Tags": call.params.get("Tags", []),
+        "LustreConfiguration": lustre,
+        "KmsKeyId": f"arn:aws:kms:us-east-1:{ACCOUNT}:key/aws-fsx",
+    }
+    s.file_systems[fs_id] = Timed(data, s._after("fsx-create"))
+    if token:
+        s.tokens[token] = fs_id
+    return p.json_response({"FileSystem": data})
+
+
+def _fsx_describe(s: Shims, call: Call) -> Answer:
+    ids = call.params.get("FileSystemIds")
+    if ids:
+        missing = [i for i in ids if i not in s.file_systems]
+        if missing:
+            return p.json_error(
+                400, "FileSystemNotFound", f"File system '{missing[0]}' does not exist."
+            )
+    items = [_fsx_out(fs) for key, fs in s.file_systems.items() if not ids or key in ids]
+    return p.json_response({"FileSystems": items})
+
+
+def _fsx_delete(s: Shims, call: Call) -> Answer:
+    fs_id = call.params.get("FileSystemId", "")
+    fs = s.file_systems.get(fs_id)
+    if fs is None:
+        return p.json_error(400, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
+    if any(a.data["FileSystemId"] == fs_id for a in s.associations.values()):
+        return p.json_error(
+            400,
+            "BadRequest",
+            "Cannot delete a file system with data repository associations; delete them first.",
+        )
+    if fs.deleting_at is None:
+        fs.deleting_at = time.monotonic()
+        fs.gone_at = s._after("fsx-delete")
+        fs.data["Lifecycle"] = "DELETING"
+    return p.json_response({"FileSystemId": fs_id, "Lifecycle": "DELETING"})
+
+
+def _dra_create(s: Shims, call: Call) -> Answer:
+    fs_id = call.params.get("FileSystemId", "")
+    fs = s.file_systems.get(fs_id)
+    if fs is None:
+        return p.json_error(400, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
+    if fs.data["Lifecycle"] != "AVAILABLE":
+        return p.json_error(400, "BadRequest", f"File system '{fs_id}' is not AVAILABLE.")
+    token = call.params.get("ClientRequestToken")
+    if token and token in s.tokens and s.tokens[token] in s.associations:
+        return p.json_response({"Association": s.associations[s.tokens[token]].data})
+    assoc_id = f"dra-{_hex()}"
+    data = {
+        "AssociationId": assoc_id,
+        "FileSystemId": fs_id,
+        "Lifecycle": "CREATING",
+        "ResourceARN": f"arn:aws:fsx:us-east-1:{ACCOUNT}:association/{fs_id}/{assoc_id}",
+        "FileSystemPath": call.params.get("FileSystemPath", "/"),
+        "DataRepositoryPath": call.params.get("DataRepositoryPath", ""),
+        "BatchImportMetaDataOnCreate": call.params.get("BatchImportMetaDataOnCreate", False),
+        "S3": call.params.get("S3", {}),
+        "Tags": call.params.get("Tags", []),
+        "CreationTime": time.time(),
+    }
+    s.associations[assoc_id] = Timed(data, s._after("dra-create"))
+    if token:
+        s.tokens[token] = assoc_id
+    return p.json_response({"Association": data})
+
+
+def _dra_describe(s: Shims, call: Call) -> Answer:
+    ids = call.params.get("AssociationIds")
+    filters = {f["Name"]: f["Values"] for f in call.params.get("Filters", [])}
+    fs_ids = filters.get("file-system-id")
+    items = [
+        a.data
+        for key, a in s.associations.items()
+        if (not ids or key in ids) and (not fs_ids or a.data["FileSystemId"] in fs_ids)
+    ]
+    if ids and not items:
+        return p.json_error(400, "DataRepositoryAssociationNotFound", "No such association.")
+    return p.json_response({"Associations": items})
+
+
+def _dra_delete(s: Shims, call: Call) -> Answer:
+    assoc_id = call.params.get("AssociationId", "")
+    assoc = s.associations.get(assoc_id)
+    if assoc is None:
+        return p.json_error(400, "DataRepositoryAssociationNotFound", "No such association.")
+    if assoc.deleting_at is None:
+        assoc.deleting_at = time.monotonic()
+        assoc.gone_at = s._after("dra-delete")
+    return p.json_response(
+        {"AssociationId": assoc_id, "Lifecycle": "DELETING", "DeleteDataInFileSystem": False}
+    )
+
+
+def _bucket_policy(s: Shims, call: Call) -> Answer:
+    """S3 bucket policies, kept but not enforced.
+
+    moto 5.2 evaluates a condition on a key it never supplies (aws:SecureTransport) as
+    true, so a standard "deny unless TLS" policy would deny every request in the emulator;
+    AWS evaluates it against the real connection. The policy is stored and returned as is.
+    """
+    method, path = call.action.split(" ", 1)
+    bucket = path.split("?", 1)[0].strip("/").split("/", 1)[0]
+    if method == "PUT":
+        s.bucket_policies[bucket] = call.params.get("body", "")
+        return 204, {}, b""
+    if method == "DELETE":
+        s.bucket_policies.pop(bucket, None)
+        return 204, {}, b""
+    if bucket not in s.bucket_policies:
+        xml = (
+            b"<Error><Code>NoSuchBucketPolicy</Code><Message>The bucket policy does not "
+            b"exist</Message></Error>"
+        )
+        return 404, {"Content-Type": "application/xml"}, xml
+    return 200, {"Content-Type": "application/json"}, s.bucket_policies[bucket].encode()
+
+
+def _quota(s: Shims, call: Call) -> Answer:
+    key = (call.params.get("ServiceCode", ""), call.params.get("QuotaCode", ""))
+    if key not in s.quotas:
+        return p.json_error(400, "NoSuchResourceException", "The quota does not exist.")
+    return p.json_response(
+        {
+            "Quota": {
+                "ServiceCode": key[0],
+                "QuotaCode": key[1],
+                "Value": s.quotas[key],
+                "Adjustable": True,
+            }
+        }
+    )
+
+
+_HANDLERS = {
+    "CreatePlacementGroup": _pg_create,
+    "DescribePlacementGroups": _pg_describe,
+    "DeletePlacementGroup": _pg_delete,
+    "DescribeCapacityReservations": _cr_describe,
+    "CreateFileSystem": _fsx_create,
+    "DescribeFileSystems": _fsx_describe,
+    "DeleteFileSystem": _fsx_delete,
+    "CreateDataRepositoryAssociation": _dra_create,
+    "DescribeDataRepositoryAssociations": _dra_describe,
+    "DeleteDataRepositoryAssociation": _dra_delete,
+    "GetServiceQuota": _quota,
+}
