@@ -29,6 +29,7 @@ def shared_file(relative: str) -> Path:
         pytest.skip(message)
     return path
 
+
 # Tests never reach AWS: no credentials, no instance metadata, whatever the environment has.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):

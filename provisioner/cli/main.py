@@ -20,6 +20,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "init": ("init_cmd", "init", "Print a commented starter spec."),
     "validate": ("validate_cmd", "validate", "Check a spec offline; errors point into the file."),
     "render": ("render_cmd", "render", "Write the deployment folder (configs, manifests)."),
+    "plan": ("engine_cmds", "plan", "Show what `up` would create, in which order, in parallel."),
+    "up": ("engine_cmds", "up", "Create the cluster (re-running creates only what is missing)."),
+    "status": ("engine_cmds", "status", "Show a cluster's resources, from AWS tags."),
+    "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
+    "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
+    "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
 }

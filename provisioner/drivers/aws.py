@@ -64,10 +64,22 @@ class Aws:
         )
         if self._session is None:
             if self.sandbox:
-                # Never the environment's credentials or profile, never the metadata service.
+                # Never the environment's credentials, profile or config files, never the
+                # metadata service: a sandbox run cannot pick up a real account by accident.
+                import botocore.session
+
                 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+                # Session variables without environment names: AWS_PROFILE, AWS_CONFIG_FILE
+                # and AWS_SHARED_CREDENTIALS_FILE are not even read.
+                isolated = botocore.session.Session(
+                    session_vars={
+                        "profile": (None, None, None, None),
+                        "config_file": (None, None, os.devnull, None),
+                        "credentials_file": (None, None, os.devnull, None),
+                    }
+                )
                 self._session = boto3.session.Session(
-                    region_name=self.region, **SANDBOX_CREDENTIALS
+                    botocore_session=isolated, region_name=self.region, **SANDBOX_CREDENTIALS
                 )
             else:
                 self._session = boto3.session.Session(region_name=self.region)

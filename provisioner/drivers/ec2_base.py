@@ -22,6 +22,15 @@ def tag_value(item: dict[str, Any], key: str) -> str | None:
     return None
 
 
+def _tags_match(item: dict[str, Any], filters: list[dict[str, Any]]) -> bool:
+    tags = {t.get("Key"): t.get("Value") for t in item.get("Tags", [])}
+    for f in filters:
+        name = str(f["Name"])
+        if name.startswith("tag:") and tags.get(name[4:]) not in f["Values"]:
+            return False
+    return True
+
+
 def is_gone(exc: BaseException) -> bool:
     """True for the errors that mean the resource no longer exists."""
     code = error_code(exc) or ""
@@ -73,7 +82,10 @@ class Ec2Kind:
         ]
         if self.state_field:
             items = [i for i in items if str(i.get(self.state_field, "")).lower() not in GONE]
-        return items
+        # Ownership is checked on each item's own tags too, never on the server-side filter
+        # alone: a filter the API (or an emulator) ignores must not make another cluster's
+        # resource look like ours. moto's DescribeNatGateways ignores tag filters, for one.
+        return [i for i in items if _tags_match(i, filters)]
 
     def outputs_of(self, item: dict[str, Any]) -> Outputs:
         """What later nodes may need of an existing resource."""

@@ -20,13 +20,24 @@ class Vpc(Ec2Kind):
     def outputs_of(self, item: dict[str, Any]) -> Outputs:
         return {"id": item["VpcId"], "cidr": item["CidrBlock"]}
 
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        items = self._describe(engine, engine.owner_filters(node.id))
+        if not items:
+            return None
+        self._configure(engine, items[0]["VpcId"])  # a crash may have come before this
+        return self.outputs_of(items[0])
+
+    def _configure(self, engine: Engine, vpc_id: str) -> None:
+        ec2 = engine.aws.client("ec2")
+        for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
+            ec2.modify_vpc_attribute(VpcId=vpc_id, **{attribute: {"Value": True}})
+
     def create(self, engine: Engine, node: Node) -> Outputs:
         ec2 = engine.aws.client("ec2")
         vpc = ec2.create_vpc(
             CidrBlock=node.params["cidr"], TagSpecifications=engine.tag_spec("vpc", node.id)
         )["Vpc"]
-        for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
-            ec2.modify_vpc_attribute(VpcId=vpc["VpcId"], **{attribute: {"Value": True}})
+        self._configure(engine, vpc["VpcId"])
         return self.outputs_of(vpc)
 
     def delete(self, engine: Engine, found: Found) -> None:
@@ -104,6 +115,17 @@ class Subnet(Ec2Kind):
                 SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
             )
         return {"id": subnet["SubnetId"], "az": az}
+
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        items = self._describe(engine, engine.owner_filters(node.id))
+        if not items:
+            return None
+        subnet = items[0]
+        if node.params.get("public") and not subnet.get("MapPublicIpOnLaunch"):
+            engine.aws.client("ec2").modify_subnet_attribute(  # a crash came before it
+                SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
+            )
+        return {"id": subnet["SubnetId"], "az": subnet["AvailabilityZone"]}
 
     def delete(self, engine: Engine, found: Found) -> None:
         ec2 = engine.aws.client("ec2")

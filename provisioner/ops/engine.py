@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.drivers.aws import Aws
-from provisioner.plan.context import EXPIRES_TAG, Engine, Event
+from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, Engine, Event
 from provisioner.plan.graph import Found, Plan, deletion_order
 from provisioner.plan.runner import RunResult, run_down, run_up
 from provisioner.spec.model import ClusterSpec
@@ -44,21 +44,26 @@ def target_for(region: str, home: Path, sandbox: bool) -> Target:
     return Target(region, home, True, endpoint, scale, ca)
 
 
-def _ttl_tag(spec: ClusterSpec) -> dict[str, str]:
+def _stamp(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+def _time_tags(spec: ClusterSpec) -> dict[str, str]:
+    """created-at, and expires-at where the spec has a ttl (what `gc` reads)."""
     from provisioner.validate.rules.general import parse_ttl
 
-    if spec.metadata.ttl is None:
-        return {}
-    seconds = parse_ttl(spec.metadata.ttl) or 0
-    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
-    return {EXPIRES_TAG: expires}
+    now = time.time()
+    tags = {CREATED_TAG: _stamp(now)}
+    if spec.metadata.ttl is not None:
+        tags[EXPIRES_TAG] = _stamp(now + (parse_ttl(spec.metadata.ttl) or 0))
+    return tags
 
 
 def make_engine(
     target: Target, name: str, spec: ClusterSpec | None, on_event: Callable[[Event], None]
 ) -> Engine:
     """An engine for cluster ``name`` (``spec`` None for tag-only operations)."""
-    tags = {**(spec.metadata.tags if spec else {}), **(_ttl_tag(spec) if spec else {})}
+    tags = {**(spec.metadata.tags if spec else {}), **(_time_tags(spec) if spec else {})}
     return Engine(
         aws=target.aws(),
         cluster=name,

@@ -15,6 +15,7 @@ from provisioner.drivers.aws import Aws
 OWNER_TAG = "fmctl.dev/cluster"
 RESOURCE_TAG = "fmctl.dev/resource"
 EXPIRES_TAG = "fmctl.dev/expires-at"
+CREATED_TAG = "fmctl.dev/created-at"
 
 
 class WaitTimeout(Exception):

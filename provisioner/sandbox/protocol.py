@@ -37,6 +37,14 @@ def service_of(environ: dict[str, Any]) -> str:
     return ""
 
 
+def access_key_of(environ: dict[str, Any]) -> str:
+    """The access key id a request was signed with (tests check it is the sandbox's)."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if "Credential=" in auth:
+        return str(auth.split("Credential=", 1)[1].split("/", 1)[0])
+    return ""
+
+
 def parse(environ: dict[str, Any], body: bytes) -> Call:
     """Identify the call a request makes."""
     service = service_of(environ)
@@ -152,4 +160,7 @@ def error_for(
     """An error in the protocol of ``call``."""
     if call.protocol == "query":
         return ec2_error(status, code, message)
+    if call.protocol == "rest":  # S3 and the other REST-XML services
+        xml = f"<Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>"
+        return status, {"Content-Type": "application/xml"}, xml.encode()
     return json_error(status, code, message)

@@ -14,9 +14,11 @@ Run: ``python -m provisioner.sandbox.server --ready-file F [--port 0] [--scale S
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -92,6 +94,7 @@ class Middleware:
         entry: dict[str, Any] = {
             "service": call.service,
             "action": call.action,
+            "access_key": protocol.access_key_of(environ),
             "time": time.time(),
             "fault": None,
         }
@@ -101,6 +104,11 @@ class Middleware:
         if rule is not None:
             entry["fault"] = rule.kind
             if rule.kind == "reset":
+                # Close the socket under the request: the client sees a connection reset.
+                sock = environ.get("werkzeug.socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
                 raise ConnectionDropped(call.action)
             if rule.kind == "slow":
                 time.sleep(rule.delay)

@@ -1,0 +1,295 @@
+"""`fmctl plan`, `up`, `down`, `status`: thin commands over ``provisioner.ops.engine``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from provisioner.cli.options import region_option, target_options
+from provisioner.cli.report import print_problems
+
+
+class GuardedCommand(click.Command):
+    """A command whose unexpected errors print as one line with a hint, never a traceback
+    (FMCTL_DEBUG=1 shows it). AWS errors are translated first."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import os
+
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            if os.environ.get("FMCTL_DEBUG"):
+                raise
+            from provisioner.drivers.aws import translate
+
+            error = translate(exc, f"fmctl {ctx.info_name}")
+            hint = error.hint or (
+                "FMCTL_DEBUG=1 shows the traceback; please report it if it looks like fmctl's"
+            )
+            _fail(str(error), hint)
+
+
+def _fail(message: str, hint: str | None = None) -> None:
+    click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
+    sys.exit(1)
+
+
+def _load(path: str, scheduler: str | None) -> Any:
+    """Validate offline; on errors print them and exit 1 before any AWS call."""
+    from provisioner.ops.validate import load_and_validate
+
+    result = load_and_validate(path, scheduler)
+    print_problems(result, sys.stderr, color=sys.stderr.isatty())
+    if not result.ok or result.resolved is None:
+        sys.exit(1)
+    return result
+
+
+def _target(region: str, state_dir: str | None, sandbox: bool) -> Any:
+    from provisioner.ops.engine import target_for
+    from provisioner.sandbox.daemon import SandboxError
+    from provisioner.state.store import fmctl_home
+
+    try:
+        return target_for(region, fmctl_home(state_dir), sandbox)
+    except SandboxError as exc:
+        _fail(str(exc))
+
+
+def _online(validation: Any, target: Any) -> None:
+    """Online checks; errors print located and exit 1 before anything is created."""
+    from provisioner.catalog import load_catalog
+    from provisioner.drivers.aws import AwsError, translate
+    from provisioner.validate import Validation
+    from provisioner.validate.online import online_problems
+
+    try:
+        problems = online_problems(target.aws(), validation.resolved, load_catalog())
+    except AwsError as exc:
+        _fail(str(exc), exc.hint)
+    except Exception as exc:  # botocore errors: translated, never a traceback
+        error = translate(exc, "checking the account")
+        _fail(str(error), error.hint)
+    online = Validation(validation.doc, problems)
+    print_problems(online, sys.stderr, color=sys.stderr.isatty())
+    if not online.ok:
+        sys.exit(1)
+
+
+def _seed_sandbox(validation: Any, target: Any) -> None:
+    """In the sandbox, the reservations a spec names exist (matching it) unless a test
+    seeded them first; say so, so nobody mistakes it for a real reservation."""
+    from provisioner.sandbox import daemon
+
+    info = daemon.running(target.home)
+    assert info is not None, "the sandbox was started moments ago"
+    spec = validation.resolved
+    ec2 = target.aws().client("ec2")
+    for pool in spec.compute.gpu_pools:
+        rid = pool.capacity.reservation_id
+        if rid is None:
+            continue
+        try:
+            ec2.describe_capacity_reservations(CapacityReservationIds=[rid])
+            continue
+        except Exception:  # not there yet: seed it
+            pass
+        daemon.control(
+            info,
+            "/_fmctl/seed/reservation",
+            {
+                "capacityReservationId": rid,
+                "instanceType": pool.instance_type,
+                "availabilityZone": spec.network.availability_zone,
+                "totalInstanceCount": pool.count,
+                "availableInstanceCount": pool.count,
+                "state": "active",
+                "reservationType": "capacity-block"
+                if pool.capacity.type == "capacity-block"
+                else "default",
+            },
+        )
+        click.echo(
+            f"sandbox: seeded {rid} ({pool.count} x {pool.instance_type} in "
+            f"{spec.network.availability_zone})"
+        )
+
+
+@click.command("plan", cls=GuardedCommand)
+@click.option("-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec.")
+@click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]))
+@click.option("--offline", is_flag=True, help="Do not look at what exists (no AWS calls).")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@target_options
+def plan(
+    path: str,
+    scheduler: str | None,
+    offline: bool,
+    output: str,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
+    """Show what `up` would do: resources, dependencies, what exists, what runs in parallel."""
+    from provisioner.ops.engine import plan_view
+
+    validation = _load(path, scheduler)
+    spec = validation.resolved
+    target = None if offline else _target(spec.metadata.region, state_dir, sandbox)
+    if target is not None:
+        _online(validation, target)
+    data = plan_view(spec, target).as_data()
+    if output == "json":
+        click.echo(json.dumps(data, indent=2))
+        return
+    exists = {r["id"]: r["exists"] for r in data["resources"]}
+    click.echo(f"plan for {spec.metadata.name} ({spec.scheduler}, {spec.metadata.region}):")
+    for i, wave in enumerate(data["waves"]):
+        click.echo(f"  wave {i + 1} (in parallel):")
+        for rid in wave:
+            state = {True: "exists", False: "create", None: "create?"}[exists[rid]]
+            click.echo(f"    {state:<8} {rid}")
+    critical = data["criticalPath"]
+    click.echo(
+        f"critical path ~{critical['seconds'] / 60:.0f} min: "
+        f"{' -> '.join(critical['resources'])}; one after another would take "
+        f"~{data['serialSeconds'] / 60:.0f} min"
+    )
+
+
+@click.command("up", cls=GuardedCommand)
+@click.option("-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec.")
+@click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]))
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@target_options
+def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: str | None) -> None:
+    """Create the cluster's infrastructure; re-running creates only what is missing."""
+    from provisioner.cli.progress import Progress
+    from provisioner.ops.engine import plan_view
+    from provisioner.ops.engine import up as run_up
+    from provisioner.state.store import LockHeld
+
+    validation = _load(path, scheduler)
+    spec = validation.resolved
+    target = _target(spec.metadata.region, state_dir, sandbox)
+    if sandbox:
+        _seed_sandbox(validation, target)
+    _online(validation, target)
+    view = plan_view(spec, None)
+    count = len(view.plan.nodes)
+    where = "the sandbox" if sandbox else f"AWS {spec.metadata.region}"
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("`up` asks before creating resources", "pass --yes to run without asking")
+        click.confirm(
+            f"create or check {count} resources of {spec.metadata.name} in {where}?", abort=True
+        )
+    click.echo(f"up {spec.metadata.name} in {where}:")
+    try:
+        result, engine = run_up(spec, validation.doc.text, target, Progress())
+    except LockHeld as exc:
+        _fail(str(exc))
+    _report(result, "up")
+    created = sum(1 for s in result.done.values() if s == "created")
+    click.echo(
+        f"{spec.metadata.name}: {created} created, {len(result.done) - created} "
+        f"existed, in {result.wall:.1f}s"
+    )
+    for key in ("vpc", "subnet/private", "fsx", "bucket"):
+        if key in engine.outputs:
+            click.echo(f"  {key}: {engine.outputs[key]['id']}")
+    if sandbox:
+        click.echo(
+            "sandbox: the infrastructure exists in the local emulator; the "
+            f"{spec.scheduler} cluster itself is not created in the sandbox."
+        )
+
+
+def _report(result: Any, verb: str) -> None:
+    """Failures with what to do; exit 1 when any."""
+    from provisioner.drivers.aws import translate
+
+    if result.ok:
+        return
+    for node, error in result.failed.items():
+        translated = translate(error, node)
+        click.echo(f"error: {translated}", err=True)
+        if translated.hint:
+            click.echo(f"hint: {translated.hint}", err=True)
+    if result.skipped:
+        click.echo(f"not started: {', '.join(result.skipped)}", err=True)
+    click.echo(f"`fmctl {verb}` again resumes where this stopped.", err=True)
+    sys.exit(1)
+
+
+@click.command("down", cls=GuardedCommand)
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@region_option
+@target_options
+def down(name: str, yes: bool, region: str, sandbox: bool, state_dir: str | None) -> None:
+    """Delete everything tagged as cluster NAME's, dependents first (works from tags alone)."""
+    from provisioner.cli.progress import Progress
+    from provisioner.ops.engine import down as run_down
+    from provisioner.ops.engine import find_owned, make_engine
+    from provisioner.state.store import LockHeld
+
+    target = _target(region, state_dir, sandbox)
+    found = find_owned(make_engine(target, name, None, lambda e: None))
+    if not found:
+        click.echo(f"{name}: nothing tagged fmctl.dev/cluster={name} in {region}")
+        return
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("`down` asks before deleting", "pass --yes to run without asking")
+        click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
+    click.echo(f"down {name}:")
+    try:
+        result, found = run_down(name, target, Progress())
+    except LockHeld as exc:
+        _fail(str(exc))
+    _report(result, f"down {name}")
+    click.echo(f"{name}: {len(found)} resources deleted in {result.wall:.1f}s")
+
+
+@click.command("status", cls=GuardedCommand)
+@click.argument("name")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@region_option
+@target_options
+def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | None) -> None:
+    """What cluster NAME has in AWS, from its tags (local state not needed)."""
+    from provisioner.ops.engine import find_owned, make_engine
+
+    target = _target(region, state_dir, sandbox)
+    found = find_owned(make_engine(target, name, None, lambda e: None))
+    rows = [{"kind": f.kind, "resource": f.logical_id, "id": f.id} for f in found]
+    if output == "json":
+        click.echo(json.dumps({"cluster": name, "region": region, "resources": rows}, indent=2))
+        return
+    if not rows:
+        click.echo(f"{name}: no resources in {region}")
+        sys.exit(1)
+    click.echo(f"{name} in {region}: {len(rows)} resources")
+    for row in sorted(rows, key=lambda r: (r["kind"], r["resource"])):
+        click.echo(f"  {row['kind']:<16} {row['resource']:<24} {row['id']}")
+
+
+@click.group("sandbox")
+def sandbox() -> None:
+    """The local AWS emulator used by --sandbox."""
+
+
+@sandbox.command("stop", cls=GuardedCommand)
+@click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
+def sandbox_stop(state_dir: str | None) -> None:
+    """Stop the emulator (its state goes with it)."""
+    from provisioner.sandbox.daemon import stop
+    from provisioner.state.store import fmctl_home
+
+    click.echo("sandbox stopped" if stop(fmctl_home(state_dir)) else "no sandbox running")

@@ -1,0 +1,106 @@
+"""`fmctl gc`: find every fmctl cluster in a region by its tags and pick the ones to tear down
+(expired ttl, or older than a limit). The teardown itself is `down`'s."""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.drivers.aws import Aws
+from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
+
+
+@dataclass
+class ClusterSeen:
+    """A cluster found by its tags."""
+
+    name: str
+    resources: int = 0
+    created_at: float | None = None
+    expires_at: float | None = None
+
+    def expired(self, now: float) -> bool:
+        """True when the cluster's ttl has passed."""
+        return self.expires_at is not None and self.expires_at <= now
+
+    def older_than(self, seconds: float, now: float) -> bool:
+        """True when the cluster was created more than ``seconds`` ago."""
+        return self.created_at is not None and now - self.created_at > seconds
+
+
+def _parse(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def _note(seen: dict[str, ClusterSeen], tags: dict[str, str]) -> None:
+    name = tags.get(OWNER_TAG)
+    if not name:
+        return
+    entry = seen.setdefault(name, ClusterSeen(name))
+    entry.resources += 1
+    for key, attr in ((CREATED_TAG, "created_at"), (EXPIRES_TAG, "expires_at")):
+        value = _parse(tags.get(key))
+        current = getattr(entry, attr)
+        if value is not None and (current is None or value < current):
+            setattr(entry, attr, value)
+
+
+def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
+    """Every cluster with a live resource tagged fmctl.dev/cluster in the region.
+
+    Each EC2 kind is listed with a ``tag-key`` filter rather than through DescribeTags, which
+    (in moto at least) still reports the tags of deleted resources.
+    """
+    from provisioner.drivers.ec2_base import GONE, Ec2Kind
+    from provisioner.drivers.kinds import all_kinds
+
+    seen: dict[str, ClusterSeen] = {}
+    ec2 = aws.client("ec2")
+    for kind in all_kinds().values():
+        if not isinstance(kind, Ec2Kind) or not kind.describe_call:
+            continue
+        items = getattr(ec2, kind.describe_call)(
+            Filters=[{"Name": "tag-key", "Values": [OWNER_TAG]}]
+        )[kind.result_key]
+        for item in items:
+            if kind.state_field and str(item.get(kind.state_field, "")).lower() in GONE:
+                continue
+            _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})
+    fsx = aws.client("fsx")
+    for item in fsx.describe_file_systems().get("FileSystems", []):
+        _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})
+    s3 = aws.client("s3")
+    for bucket in s3.list_buckets().get("Buckets", []):
+        if bucket["Name"].startswith("fmctl-"):
+            _note(seen, _bucket_tags(s3, bucket["Name"]))
+    return seen
+
+
+def _bucket_tags(s3: Any, name: str) -> dict[str, str]:
+    try:
+        return {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=name)["TagSet"]}
+    except Exception:  # no tags, or not ours to read
+        return {}
+
+
+def select(
+    seen: dict[str, ClusterSeen], expired: bool, older_than: float | None, now: float | None = None
+) -> list[ClusterSeen]:
+    """The clusters a gc run tears down."""
+    now = time.time() if now is None else now
+    return sorted(
+        (
+            c
+            for c in seen.values()
+            if (expired and c.expired(now))
+            or (older_than is not None and c.older_than(older_than, now))
+        ),
+        key=lambda c: c.name,
+    )

@@ -1,0 +1,241 @@
+"""up, up again, status, down, gc, reuse of an existing VPC, and two concurrent ups: the real
+`fmctl` against the emulator over HTTPS, no mocks in the process under test."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.engine.harness import (
+    Sandbox,
+    created_calls,
+    duplicates,
+    owned,
+    raw_leftovers,
+    region_of,
+    spec_file,
+)
+
+#: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx.
+P5EN_RESOURCES = {
+    "bucket",
+    "dra/s3",
+    "dra/s3-export",
+    "eip/nat",
+    "fsx",
+    "igw",
+    "natgw",
+    "placement-group/gpu",
+    "route-table/private",
+    "route-table/public",
+    "s3-endpoint",
+    "sg/efa",
+    "sg/fsx",
+    "subnet/private",
+    "subnet/public",
+    "subnet/secondary",
+    "vpc",
+}
+
+
+def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "e2e-lifecycle")
+    region = region_of(spec)
+    first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "17 created, 0 existed" in first.stdout
+    items = owned(sandbox, "e2e-lifecycle", region)
+    assert {logical for _, logical, _ in items} == P5EN_RESOURCES
+    assert duplicates(items) == {}
+
+    before = len(sandbox.requests())
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert again.returncode == 0, again.stderr
+    assert "0 created, 17 existed" in again.stdout
+    assert created_calls(sandbox.requests()[before:]) == []
+    assert owned(sandbox, "e2e-lifecycle", region) == items
+
+    status = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox", "-o", "json")
+    assert status.returncode == 0
+    rows = json.loads(status.stdout)["resources"]
+    assert {r["resource"] for r in rows} == P5EN_RESOURCES
+
+    down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "17 resources deleted" in down.stdout
+    assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
+    gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
+    assert gone.returncode == 1 and "no resources" in gone.stdout
+
+
+def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "e2e-slurm", example="p5-slurm-capacity-block.yaml")
+    region = region_of(spec)
+    result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sandbox: seeded cr-0123456789abcdef0" in result.stdout
+    s3 = sandbox.aws(region).client("s3")
+    bucket = next(i for k, _, i in owned(sandbox, "e2e-slurm", region) if k == "bucket")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert "e2e-slurm/slurm/actions/on-node-configured.sh" in keys
+    assert "e2e-slurm/slurm/jobs/nccl-tests.sbatch" in keys
+    policy = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])
+    assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+    assert all(block.values())
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    down = sandbox.fmctl("down", "e2e-slurm", "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stderr
+    assert raw_leftovers(sandbox, "e2e-slurm", region) == []
+
+
+def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> None:
+    short = spec_file(tmp_path, "e2e-gc-short")
+    data = yaml.safe_load(short.read_text())
+    data["metadata"]["ttl"] = "1m"
+    short.write_text(yaml.safe_dump(data))
+    keep = spec_file(tmp_path, "e2e-gc-keep")
+    region = region_of(short)
+    for spec in (short, keep):
+        result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert result.returncode == 0, result.stderr
+    listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
+    assert "collect" not in listed.stdout.split("dry run")[0].replace("to collect", "")
+    time.sleep(61)
+    listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
+    assert "collect  e2e-gc-short" in listed.stdout and "keep     e2e-gc-keep" in listed.stdout
+    assert owned(sandbox, "e2e-gc-short", region), "a dry run deletes nothing"
+    collected = sandbox.fmctl("gc", "--expired", "--yes", "--region", region, "--sandbox")
+    assert collected.returncode == 0, collected.stdout + collected.stderr
+    assert raw_leftovers(sandbox, "e2e-gc-short", region) == []
+    assert {logical for _, logical, _ in owned(sandbox, "e2e-gc-keep", region)} == P5EN_RESOURCES
+    sandbox.fmctl("down", "e2e-gc-keep", "--region", region, "--sandbox", "--yes")
+
+
+def test_gc_needs_a_criterion(sandbox: Sandbox) -> None:
+    result = sandbox.fmctl("gc", "--sandbox")
+    assert result.returncode == 1 and "--expired" in result.stderr
+
+
+def test_existing_vpc_is_used_and_left_untouched(sandbox: Sandbox, tmp_path: Path) -> None:
+    region = "us-west-2"
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.create_vpc(
+        CidrBlock="10.77.0.0/16",
+        TagSpecifications=[{"ResourceType": "vpc", "Tags": [{"Key": "team", "Value": "network"}]}],
+    )["Vpc"]
+    subnet = ec2.create_subnet(
+        VpcId=vpc["VpcId"], CidrBlock="10.77.0.0/20", AvailabilityZone="us-west-2a"
+    )["Subnet"]
+    spec = spec_file(
+        tmp_path,
+        "e2e-existing",
+        network={
+            "availabilityZone": "us-west-2a",
+            "vpcId": vpc["VpcId"],
+            "subnetId": subnet["SubnetId"],
+        },
+    )
+    result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    logical = {item[1] for item in owned(sandbox, "e2e-existing", region)}
+    assert "vpc" not in logical and "subnet/private" not in logical
+    assert {"sg/efa", "sg/fsx", "fsx", "bucket"} <= logical
+    down = sandbox.fmctl("down", "e2e-existing", "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stderr
+    after_vpc = ec2.describe_vpcs(VpcIds=[vpc["VpcId"]])["Vpcs"][0]
+    after_subnet = ec2.describe_subnets(SubnetIds=[subnet["SubnetId"]])["Subnets"][0]
+    assert after_vpc["Tags"] == vpc["Tags"] and after_vpc["CidrBlock"] == "10.77.0.0/16"
+    assert after_subnet["CidrBlock"] == subnet["CidrBlock"]
+    assert raw_leftovers(sandbox, "e2e-existing", region) == []
+
+
+def test_two_concurrent_ups(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "e2e-concurrent")
+    region = region_of(spec)
+    first = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
+    time.sleep(0.8)  # let the first take the lock
+    second = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode == 0, out
+    assert second.returncode == 1
+    assert "is being changed by fmctl pid" in second.stderr
+    items = owned(sandbox, "e2e-concurrent", region)
+    assert duplicates(items) == {} and {i[1] for i in items} == P5EN_RESOURCES
+    sandbox.fmctl("down", "e2e-concurrent", "--region", region, "--sandbox", "--yes")
+    assert raw_leftovers(sandbox, "e2e-concurrent", region) == []
+
+
+def test_down_without_local_state(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "e2e-stateless")
+    region = region_of(spec)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes").returncode == 0
+    import shutil
+
+    shutil.rmtree(sandbox.home / "clusters" / "e2e-stateless")
+    down = sandbox.fmctl("down", "e2e-stateless", "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stderr
+    assert raw_leftovers(sandbox, "e2e-stateless", region) == []
+
+
+def test_bad_spec_makes_no_aws_call(sandbox: Sandbox, tmp_path: Path) -> None:
+    before = len(sandbox.requests())
+    result = sandbox.fmctl(
+        "up", "-f", str(Path(__file__).parents[1] / "data/demo-broken.yaml"), "--sandbox", "--yes"
+    )
+    assert result.returncode == 1 and ":13:21: error:" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sandbox.requests()[before:] == []
+
+
+def test_online_check_rejects_a_reservation_that_does_not_fit(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    spec = spec_file(tmp_path, "e2e-small-cb", example="p5-slurm-capacity-block.yaml")
+    data = yaml.safe_load(spec.read_text())
+    data["compute"]["gpuPools"][0]["capacity"]["reservationId"] = "cr-0aaaaaaaaaaaaaaaa"
+    spec.write_text(yaml.safe_dump(data))
+    sandbox.seed(
+        {
+            "capacityReservationId": "cr-0aaaaaaaaaaaaaaaa",
+            "instanceType": "p5.48xlarge",
+            "availabilityZone": "us-east-1a",
+            "totalInstanceCount": 4,
+            "availableInstanceCount": 4,
+            "state": "active",
+            "reservationType": "capacity-block",
+        }
+    )
+    before = len(sandbox.requests())
+    result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert result.returncode == 1
+    assert (
+        "reservationId: cr-0aaaaaaaaaaaaaaaa holds 4 instances; the pool asks for 16"
+        in result.stderr
+    )
+    assert created_calls(sandbox.requests()[before:]) == []
+
+
+def test_sandbox_ignores_real_credentials(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "e2e-creds")
+    region = region_of(spec)
+    before = len(sandbox.requests())
+    result = sandbox.fmctl(
+        "up",
+        "-f",
+        str(spec),
+        "--sandbox",
+        "--yes",
+        AWS_ACCESS_KEY_ID="AKIAREALKEY000000000",
+        AWS_SECRET_ACCESS_KEY="real-secret",
+        AWS_PROFILE="production",
+        AWS_ENDPOINT_URL="https://127.0.0.1:1",
+        AWS_EC2_METADATA_DISABLED="false",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    seen = sandbox.requests()[before:]
+    assert seen and {r.get("access_key") for r in seen} == {"fmctl-sandbox"}
+    sandbox.fmctl("down", "e2e-creds", "--region", region, "--sandbox", "--yes")
