@@ -16,7 +16,7 @@ HELM := $(BIN)/helm
 .PHONY: help install tools demo test lint unit bench golden clean
 
 help:
-	@echo "make demo   - install, then validate and render the example clusters"
+	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
 	@echo "make test   - install, then lint, type-check and run every test"
 	@echo "make bench  - start-up benchmarks (ratios, not timed tests)"
 	@echo "make golden - re-write the render golden files from examples/"
@@ -47,16 +47,21 @@ demo: install
 	  echo; echo "== fmctl validate -f $$spec"; \
 	  $(FMCTL) validate -f $$spec || exit 1; \
 	done
-	@echo; echo "== the p5 example with every default filled in (fmctl validate --show-defaults)"
-	@$(FMCTL) validate -f examples/p5-slurm-capacity-block.yaml --show-defaults
-	@echo; echo "== fmctl render: the p5en Kubernetes example as a deployment folder (out/p5en)"
-	@$(FMCTL) render -f examples/p5en-eks-fsx-s3.yaml -o out/p5en
-	@find out/p5en -type f -not -name '.*' | sort | sed 's/^/   /'
-	@echo; echo "== fmctl render --scheduler slurm: the ParallelCluster config of the p5 example"
-	@$(FMCTL) render -f examples/p5-slurm-capacity-block.yaml -o out/p5 --scheduler slurm
-	@sed -n '1,40p' out/p5/parallelcluster/cluster-config.yaml
 	@echo; echo "== a broken spec: every problem at once, located in the file (exit 1 expected)"
 	@$(FMCTL) validate -f tests/data/demo-broken.yaml; test $$? -eq 1
+	@echo; echo "== fmctl render: the p5en Kubernetes example as a deployment folder (out/p5en)"
+	@$(FMCTL) render -f examples/p5en-eks-fsx-s3.yaml -o out/p5en
+	@echo; echo "== fmctl plan --sandbox: what up will create, and what runs in parallel"
+	@$(FMCTL) plan -f examples/p5en-eks-fsx-s3.yaml --sandbox
+	@echo; echo "== fmctl up --sandbox: the infrastructure, in the local AWS emulator"
+	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes
+	@echo; echo "== fmctl up again: finds everything, creates nothing"
+	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes | tail -n 6
+	@echo; echo "== fmctl status (from AWS tags alone)"
+	@$(FMCTL) status h200-finetune --region us-west-2 --sandbox
+	@echo; echo "== fmctl down: the mirror of up, dependents first"
+	@$(FMCTL) down h200-finetune --region us-west-2 --sandbox --yes
+	@$(FMCTL) sandbox stop
 
 lint: install
 	$(BIN)/ruff check provisioner tests benchmarks
@@ -69,6 +74,7 @@ test: lint unit
 
 bench: install
 	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/up_sandbox.py
 
 # Re-write the golden files of tests/golden from the examples (review the diff!).
 golden: install

@@ -1,0 +1,97 @@
+"""`fmctl up` and `down` in the sandbox, with each resource taking its documented time scaled
+down, against the floor (the plan's critical path) and the serial sum (tools that create
+one thing after another). Prints ratios; not a test.
+
+    python benchmarks/up_sandbox.py            # make bench
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SCALE = float(os.environ.get("FMCTL_BENCH_SCALE", "0.03"))
+EXAMPLES = ["p5en-eks-fsx-s3.yaml", "p5-slurm-capacity-block.yaml"]
+
+
+def run(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(FMCTL_HOME=str(home), FMCTL_SANDBOX_SCALE=str(SCALE))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "provisioner", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"fmctl {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+    return time.perf_counter() - start, done
+
+
+def main() -> None:
+    sys.path.insert(0, str(ROOT))
+    from provisioner.sandbox import daemon
+
+    home = Path(tempfile.mkdtemp(prefix="fmctl-bench-"))
+    daemon.ensure(home, SCALE)
+    info = daemon.running(home)
+    assert info is not None
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; sandbox durations x{SCALE} "
+        f"(FSx 600 s -> {600 * SCALE:.1f} s)"
+    )
+    print(
+        f"{'example':<30} {'op':<5} {'process s':>9} {'engine s':>8} {'critical s':>10} "
+        f"{'serial s':>8} {'engine/crit':>11} {'process/crit':>12} {'serial/engine':>13} "
+        f"{'API calls':>9}"
+    )
+    try:
+        for example in EXAMPLES:
+            spec = ROOT / "examples" / example
+            name = yaml.safe_load(spec.read_text())["metadata"]["name"]
+            region = yaml.safe_load(spec.read_text())["metadata"]["region"]
+            _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")
+            plan = json.loads(planned.stdout)
+            critical = plan["criticalPath"]["seconds"] * SCALE
+            serial = plan["serialSeconds"] * SCALE
+            calls_before = len(daemon.control(info, "/_fmctl/requests"))
+            wall, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes")
+            engine = float(re.search(r" in ([0-9.]+)s", done.stdout).group(1))  # type: ignore[union-attr]
+            calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
+            print(
+                f"{example:<30} {'up':<5} {wall:>9.2f} {engine:>8.2f} {critical:>10.2f} "
+                f"{serial:>8.2f} {engine / critical:>11.2f} {wall / critical:>12.2f} "
+                f"{serial / engine:>13.2f} {calls:>9}"
+            )
+            calls_before += calls
+            down_wall, done = run(home, "down", name, "--region", region, "--sandbox", "--yes")
+            engine = float(re.search(r" in ([0-9.]+)s", done.stdout).group(1))  # type: ignore[union-attr]
+            calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
+            print(
+                f"{example:<30} {'down':<5} {down_wall:>9.2f} {engine:>8.2f} {'':>10} {'':>8} "
+                f"{'':>11} {'':>12} {'':>13} {calls:>9}"
+            )
+    finally:
+        daemon.stop(home)
+    print(
+        "engine: the run of the plan (what fmctl controls); process: the whole command, "
+        "with start-up, validation, online checks and the emulator's first-call warm-up "
+        "(a fixed ~2 s that vanishes against real AWS's minutes). Target engine/crit < 1.1."
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Crashes and faults: `up` and `down` SIGKILLed at several points and run again; throttling,
+5xx, connection resets and slow answers injected into a share of calls at the HTTP layer.
+The end state must equal a clean run's, with no duplicate and nothing left after down."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.engine.harness import (
+    Sandbox,
+    duplicates,
+    kill_after,
+    owned,
+    raw_leftovers,
+    region_of,
+    spec_file,
+)
+from tests.engine.test_lifecycle import P5EN_RESOURCES
+
+#: Kill `up` after the Nth resource started being created (the plan has 17).
+UP_KILL_POINTS = [1, 4, 8, 12, 15]
+
+
+@pytest.mark.parametrize("point", UP_KILL_POINTS)
+def test_up_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
+    name = f"e2e-crash-up-{point}"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    proc = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
+    lines = kill_after(proc, " creating", point)
+    assert proc.returncode == -9, "".join(lines)
+    partial = owned(sandbox, name, region)
+    assert duplicates(partial) == {}
+    rerun = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    items = owned(sandbox, name, region)
+    assert {logical for _, logical, _ in items} == P5EN_RESOURCES
+    assert duplicates(items) == {}
+    # What existed before the crash was kept, not replaced.
+    assert {i[2] for i in partial} <= {i[2] for i in items}
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+@pytest.mark.parametrize("point", [1, 6, 12])
+def test_down_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
+    name = f"e2e-crash-down-{point}"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes").returncode == 0
+    proc = sandbox.spawn("down", name, "--region", region, "--sandbox", "--yes")
+    lines = kill_after(proc, " deleting", point)
+    assert proc.returncode == -9, "".join(lines)
+    again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+FAULTS = [
+    {"action": "*", "share": 0.12, "kind": "error", "status": 503, "code": "ServiceUnavailable"},
+    {"action": "*", "share": 0.08, "kind": "error", "status": 500, "code": "InternalError"},
+    {"action": "*", "share": 0.08, "kind": "error", "status": 400, "code": "Throttling"},
+    {"action": "*", "share": 0.05, "kind": "error", "status": 503, "code": "RequestLimitExceeded"},
+    {"action": "*", "share": 0.04, "kind": "reset"},
+    {"action": "*", "share": 0.04, "kind": "slow", "delay": 0.3},
+]
+
+
+def test_up_and_down_survive_faults(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-faults"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    before = len(sandbox.requests())
+    sandbox.faults(FAULTS)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    sandbox.faults([])
+    items = owned(sandbox, name, region)
+    assert {logical for _, logical, _ in items} == P5EN_RESOURCES
+    assert duplicates(items) == {}
+    sandbox.faults(FAULTS)
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    sandbox.faults([])
+    assert raw_leftovers(sandbox, name, region) == []
+    injected = [r for r in sandbox.requests()[before:] if r["fault"]]
+    kinds = {r["fault"] for r in injected}
+    assert len(injected) >= 10 and kinds >= {"error", "reset", "slow"}
+
+
+def test_faults_on_every_create_are_retried(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-faults-create"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    creates = [
+        "CreateVpc",
+        "CreateSubnet",
+        "CreateInternetGateway",
+        "AllocateAddress",
+        "CreateNatGateway",
+        "CreateRouteTable",
+        "CreateVpcEndpoint",
+        "CreateSecurityGroup",
+        "CreatePlacementGroup",
+        "CreateFileSystem",
+        "CreateDataRepositoryAssociation",
+        "DescribeFileSystems",
+    ]
+    sandbox.faults(
+        [
+            {"action": a, "times": 2, "kind": "error", "status": 503, "code": "ServiceUnavailable"}
+            for a in creates
+        ]
+    )
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    sandbox.faults([])
+    assert up.returncode == 0, up.stdout + up.stderr
+    items = owned(sandbox, name, region)
+    assert duplicates(items) == {} and {i[1] for i in items} == P5EN_RESOURCES
+    assert sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes").returncode == 0
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_a_failure_that_does_not_pass_stops_cleanly(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-hard-fail"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    sandbox.faults(
+        [
+            {
+                "action": "CreateFileSystem",
+                "kind": "error",
+                "status": 400,
+                "code": "ServiceLimitExceeded",
+            }
+        ]
+    )
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    sandbox.faults([])
+    assert up.returncode == 1
+    assert "error: fsx: ServiceLimitExceeded" in up.stderr
+    assert "`fmctl up` again resumes" in up.stderr and "Traceback" not in up.stderr
+    resumed = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert resumed.returncode == 0, resumed.stderr
+    assert duplicates(owned(sandbox, name, region)) == {}
+    sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert raw_leftovers(sandbox, name, region) == []
