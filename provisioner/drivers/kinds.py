@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from provisioner.drivers.compute import PlacementGroup, SecurityGroup
+from provisioner.drivers.iam import Role
 from provisioner.drivers.network import (
     ElasticIp,
     ExistingSubnet,
@@ -43,5 +44,6 @@ def all_kinds() -> dict[str, Kind]:
         FileSystem(),
         ExistingFileSystem(),
         RepositoryLink(),
+        Role(),
     ]
     return {k.name: k for k in kinds}

@@ -95,6 +95,9 @@ def build_plan(c: ClusterContext) -> Plan:
                 Node(f"placement-group/{pool.name}", "placement-group", params={"pool": pool.name})
             )
     nodes.append(Node("bucket", "bucket"))
+    if c.scheduler == "kubernetes":  # ParallelCluster makes its own, scoped by S3Access
+        nodes.append(Node("iam/eks-cluster", "iam-role", params={"role": "eks-cluster"}))
+        nodes.append(Node("iam/eks-node", "iam-role", params={"role": "eks-node"}))
     if c.scheduler == "slurm":
         nodes.append(
             Node("artifacts", "artifacts", ("bucket",), {"root": str(shipped_dir("slurm"))})

@@ -145,6 +145,18 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
     for assoc in fsx.describe_data_repository_associations()["Associations"]:
         if {t["Key"]: t["Value"] for t in assoc.get("Tags", [])}.get(OWNER_TAG) == name:
             left.append(f"dra:{assoc['AssociationId']}")
+    iam = aws.client("iam")
+    prefix = f"fmctl-{name}-{region}-"
+    left += [
+        f"iam:{r['RoleName']}"
+        for r in iam.list_roles()["Roles"]
+        if r["RoleName"].startswith(prefix)
+    ]
+    left += [
+        f"instance-profile:{p['InstanceProfileName']}"
+        for p in iam.list_instance_profiles()["InstanceProfiles"]
+        if p["InstanceProfileName"].startswith(prefix)
+    ]
     left += [
         f"s3:{b['Name']}"
         for b in aws.client("s3").list_buckets()["Buckets"]

@@ -19,9 +19,12 @@ from tests.engine.harness import (
     spec_file,
 )
 
-#: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx.
+#: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx,
+#: and the EKS cluster and node roles.
 P5EN_RESOURCES = {
     "bucket",
+    "iam/eks-cluster",
+    "iam/eks-node",
     "dra/s3",
     "dra/s3-export",
     "eip/nat",
@@ -46,7 +49,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "17 created, 0 existed" in first.stdout
+    assert "19 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -54,9 +57,33 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 17 existed" in again.stdout
+    assert "0 created, 19 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
+
+    iam = sandbox.aws(region).client("iam")
+    node_role = f"fmctl-e2e-lifecycle-{region}-eks-node"
+    attached = {
+        p["PolicyName"]
+        for p in iam.list_attached_role_policies(RoleName=node_role)["AttachedPolicies"]
+    }
+    assert attached == {
+        "AmazonEKSWorkerNodePolicy",
+        "AmazonEKS_CNI_Policy",
+        "AmazonEC2ContainerRegistryReadOnly",
+        "AmazonSSMManagedInstanceCore",
+    }
+    assert iam.list_role_policies(RoleName=node_role)["PolicyNames"] == []  # no inline "*"
+    trust = iam.get_role(RoleName=node_role)["Role"]["AssumeRolePolicyDocument"]
+    assert trust["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Action": "sts:AssumeRole",
+            "Principal": {"Service": "ec2.amazonaws.com"},
+        }
+    ]
+    profile = iam.get_instance_profile(InstanceProfileName=node_role)["InstanceProfile"]
+    assert [r["RoleName"] for r in profile["Roles"]] == [node_role]
 
     status = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox", "-o", "json")
     assert status.returncode == 0
@@ -65,7 +92,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "17 resources deleted" in down.stdout
+    assert "19 resources deleted" in down.stdout
     assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
     assert gone.returncode == 1 and "no resources" in gone.stdout

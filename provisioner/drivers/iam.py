@@ -1,0 +1,154 @@
+"""IAM roles (and instance profiles for node roles): least privilege from AWS-managed
+policies, named per cluster and region (IAM is global), owned by tag."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from provisioner.drivers.aws import error_code
+from provisioner.drivers.ec2_base import is_gone, retry_dependency
+from provisioner.plan.context import OWNER_TAG, RESOURCE_TAG, Engine
+from provisioner.plan.graph import Found, Node, Outputs
+
+#: What each role may do: trusted service, AWS-managed policies. Nothing broader.
+ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "eks-cluster": ("eks.amazonaws.com", ("AmazonEKSClusterPolicy",)),
+    "eks-node": (
+        "ec2.amazonaws.com",
+        (
+            "AmazonEKSWorkerNodePolicy",
+            "AmazonEKS_CNI_Policy",
+            "AmazonEC2ContainerRegistryReadOnly",
+            "AmazonSSMManagedInstanceCore",
+        ),
+    ),
+}
+
+
+def role_name(cluster: str, region: str, role: str) -> str:
+    """Stable and unique per cluster and region (IAM names are global to the account)."""
+    return f"fmctl-{cluster}-{region}-{role}"[:64]
+
+
+class Role:
+    """An IAM role for the cluster, with an instance profile when EC2 assumes it."""
+
+    name = "iam-role"
+    after: tuple[str, ...] = ()
+    create_seconds, delete_seconds = 3.0, 3.0
+
+    def _name(self, engine: Engine, node: Node) -> str:
+        return role_name(engine.cluster, engine.region, node.params["role"])
+
+    def _tags(self, engine: Engine, name: str) -> dict[str, str] | None:
+        iam = engine.aws.client("iam")
+        try:
+            tags = iam.list_role_tags(RoleName=name)["Tags"]
+        except Exception as exc:
+            if error_code(exc) == "NoSuchEntity":
+                return None
+            raise
+        return {t["Key"]: t["Value"] for t in tags}
+
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        name = self._name(engine, node)
+        tags = self._tags(engine, name)
+        if tags is None:
+            return None
+        if tags.get(OWNER_TAG) != engine.cluster:
+            raise RuntimeError(
+                f"IAM role {name} exists and is not owned by fmctl cluster "
+                f"{engine.cluster}; fmctl will not take it over"
+            )
+        self._complete(engine, node, name)  # a crash may have left it half-made
+        return self._outputs(engine, name)
+
+    def _outputs(self, engine: Engine, name: str) -> Outputs:
+        role = engine.aws.client("iam").get_role(RoleName=name)["Role"]
+        return {"id": name, "arn": role["Arn"]}
+
+    def create(self, engine: Engine, node: Node) -> Outputs:
+        iam = engine.aws.client("iam")
+        name = self._name(engine, node)
+        service, _ = ROLES[node.params["role"]]
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        try:
+            iam.create_role(
+                RoleName=name,
+                AssumeRolePolicyDocument=json.dumps(trust),
+                Description=f"fmctl {engine.cluster} ({engine.region}): {node.params['role']}",
+                Tags=engine.tag_list(node.id),
+                MaxSessionDuration=3600,
+            )
+        except Exception as exc:
+            if error_code(exc) != "EntityAlreadyExists":
+                raise
+            if (self._tags(engine, name) or {}).get(OWNER_TAG) != engine.cluster:
+                raise RuntimeError(f"IAM role {name} exists and is not fmctl's") from exc
+        self._complete(engine, node, name)
+        return self._outputs(engine, name)
+
+    def _complete(self, engine: Engine, node: Node, name: str) -> None:
+        iam = engine.aws.client("iam")
+        service, policies = ROLES[node.params["role"]]
+        attached = {
+            p["PolicyName"]
+            for p in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]
+        }
+        for policy in policies:
+            if policy not in attached:
+                iam.attach_role_policy(RoleName=name, PolicyArn=f"arn:aws:iam::aws:policy/{policy}")
+        if service == "ec2.amazonaws.com":
+            try:
+                profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+            except Exception as exc:
+                if error_code(exc) != "NoSuchEntity":
+                    raise
+                profile = iam.create_instance_profile(
+                    InstanceProfileName=name, Tags=engine.tag_list(node.id)
+                )["InstanceProfile"]
+            if not any(r["RoleName"] == name for r in profile["Roles"]):
+                iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)
+
+    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
+        return outputs
+
+    def find_all(self, engine: Engine) -> list[Found]:
+        out = []
+        for role in ROLES:
+            name = role_name(engine.cluster, engine.region, role)
+            tags = self._tags(engine, name)
+            if tags is not None and tags.get(OWNER_TAG) == engine.cluster:
+                out.append(Found(self.name, tags.get(RESOURCE_TAG, f"iam/{role}"), name))
+        return out
+
+    def delete(self, engine: Engine, found: Found) -> None:
+        iam = engine.aws.client("iam")
+        try:
+            profiles = iam.list_instance_profiles_for_role(RoleName=found.id)["InstanceProfiles"]
+            for profile in profiles:
+                iam.remove_role_from_instance_profile(
+                    InstanceProfileName=profile["InstanceProfileName"], RoleName=found.id
+                )
+                if profile["InstanceProfileName"] == found.id:  # ours, same name
+                    iam.delete_instance_profile(InstanceProfileName=found.id)
+            for policy in iam.list_attached_role_policies(RoleName=found.id)["AttachedPolicies"]:
+                iam.detach_role_policy(RoleName=found.id, PolicyArn=policy["PolicyArn"])
+            for inline in iam.list_role_policies(RoleName=found.id)["PolicyNames"]:
+                iam.delete_role_policy(RoleName=found.id, PolicyName=inline)
+        except Exception as exc:
+            if is_gone(exc):
+                return
+            raise
+        retry_dependency(functools.partial(iam.delete_role, RoleName=found.id), found.id, engine)
+
+
+def managed_policies() -> set[str]:
+    """Every policy fmctl attaches (for the least-privilege test)."""
+    return {p for _, policies in ROLES.values() for p in policies}
