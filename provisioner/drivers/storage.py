@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,46 @@ from provisioner.plan.graph import Found, Node, Outputs
 def bucket_name(cluster: str, account: str, region: str) -> str:
     """Globally unique and stable, so a re-run finds the same bucket."""
     return f"fmctl-{cluster}-{account}-{region}"[:63].rstrip("-")
+
+
+def _await_available(
+    engine: Engine, what: str, fetch: Callable[[], dict[str, Any]], expected: float, resource: str
+) -> dict[str, Any]:
+    """Wait for an FSx lifecycle to reach AVAILABLE; FAILED or MISCONFIGURED is an error."""
+
+    def probe() -> dict[str, Any] | None:
+        item = fetch()
+        if item["Lifecycle"] in ("FAILED", "MISCONFIGURED"):
+            reason = item.get("FailureDetails", {}).get("Message", "")
+            raise RuntimeError(f"{what} is {item['Lifecycle']}: {reason}".rstrip(": "))
+        return item if item["Lifecycle"] == "AVAILABLE" else None
+
+    result: dict[str, Any] = engine.wait_until(
+        f"{what} to be AVAILABLE", probe, expected, 3600, resource
+    )
+    return result
+
+
+def _delete_and_wait(
+    engine: Engine,
+    found: Found,
+    what: str,
+    delete: Callable[[], Any],
+    fetch: Callable[[], list[Any]],
+    expected: float,
+) -> None:
+    """Delete, then wait until describing it says it is gone (an error or an empty list)."""
+    retry_dependency(delete, found.id, engine)
+
+    def gone() -> bool | None:
+        try:
+            return None if fetch() else True
+        except Exception as exc:
+            if is_gone(exc):
+                return True
+            raise
+
+    engine.wait_until(f"{what} to be deleted", gone, expected, 3600, found.logical_id)
 
 
 class Bucket:
@@ -241,22 +282,14 @@ class FileSystem:
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         fsx = engine.aws.client("fsx")
-
-        def probe() -> Outputs | None:
-            item = fsx.describe_file_systems(FileSystemIds=[outputs["id"]])["FileSystems"][0]
-            if item["Lifecycle"] in ("FAILED", "MISCONFIGURED"):
-                reason = item.get("FailureDetails", {}).get("Message", "")
-                raise RuntimeError(f"FSx {outputs['id']} is {item['Lifecycle']}: {reason}")
-            return self._outputs(item) if item["Lifecycle"] == "AVAILABLE" else None
-
-        result: Outputs = engine.wait_until(
-            f"FSx for Lustre {outputs['id']} to be AVAILABLE",
-            probe,
+        item = _await_available(
+            engine,
+            f"FSx for Lustre {outputs['id']}",
+            lambda: fsx.describe_file_systems(FileSystemIds=[outputs["id"]])["FileSystems"][0],
             self.create_seconds,
-            3600,
             node.id,
         )
-        return result
+        return self._outputs(item)
 
     def find_all(self, engine: Engine) -> list[Found]:
         return [
@@ -266,25 +299,15 @@ class FileSystem:
 
     def delete(self, engine: Engine, found: Found) -> None:
         fsx = engine.aws.client("fsx")
-        retry_dependency(
+        _delete_and_wait(
+            engine,
+            found,
+            f"FSx {found.id}",
             lambda: fsx.delete_file_system(
                 FileSystemId=found.id, ClientRequestToken=engine.token(f"delete/{found.id}")
             ),
-            found.id,
-            engine,
-        )
-
-        def gone() -> bool | None:
-            try:
-                fsx.describe_file_systems(FileSystemIds=[found.id])
-            except Exception as exc:
-                if is_gone(exc):
-                    return True
-                raise
-            return None
-
-        engine.wait_until(
-            f"FSx {found.id} to be deleted", gone, self.delete_seconds, 3600, found.logical_id
+            lambda: fsx.describe_file_systems(FileSystemIds=[found.id])["FileSystems"],
+            self.delete_seconds,
         )
 
 
@@ -358,23 +381,16 @@ class RepositoryLink:
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         fsx = engine.aws.client("fsx")
-
-        def probe() -> Outputs | None:
-            item = fsx.describe_data_repository_associations(AssociationIds=[outputs["id"]])[
+        _await_available(
+            engine,
+            f"S3 association {outputs['id']}",
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[outputs["id"]])[
                 "Associations"
-            ][0]
-            if item["Lifecycle"] in ("FAILED", "MISCONFIGURED"):
-                raise RuntimeError(f"S3 association {outputs['id']} is {item['Lifecycle']}")
-            return outputs if item["Lifecycle"] == "AVAILABLE" else None
-
-        result: Outputs = engine.wait_until(
-            f"S3 association {outputs['id']} to be AVAILABLE",
-            probe,
+            ][0],
             self.create_seconds,
-            3600,
             node.id,
         )
-        return result
+        return outputs
 
     def find_all(self, engine: Engine) -> list[Found]:
         return [
@@ -384,29 +400,15 @@ class RepositoryLink:
 
     def delete(self, engine: Engine, found: Found) -> None:
         fsx = engine.aws.client("fsx")
-        retry_dependency(
+        _delete_and_wait(
+            engine,
+            found,
+            f"S3 association {found.id}",
             lambda: fsx.delete_data_repository_association(
                 AssociationId=found.id, DeleteDataInFileSystem=False
             ),
-            found.id,
-            engine,
-        )
-
-        def gone() -> bool | None:
-            try:
-                items = fsx.describe_data_repository_associations(AssociationIds=[found.id])[
-                    "Associations"
-                ]
-            except Exception as exc:
-                if is_gone(exc):
-                    return True
-                raise
-            return True if not items else None
-
-        engine.wait_until(
-            f"S3 association {found.id} to be deleted",
-            gone,
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[found.id])[
+                "Associations"
+            ],
             self.delete_seconds,
-            3600,
-            found.logical_id,
         )
