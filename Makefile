@@ -13,7 +13,7 @@ PCLUSTER_STAMP := $(PCLUSTER_VENV)/.installed-stamp
 PCLUSTER_PIN   := aws-parallelcluster==3.16.1
 HELM := $(BIN)/helm
 
-.PHONY: help install tools demo test lint unit bench golden clean
+.PHONY: help install tools slurm-tools demo test lint unit bench golden clean
 
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
@@ -37,8 +37,16 @@ $(PCLUSTER_STAMP):
 $(HELM): | $(STAMP)
 	$(BIN)/python tests/tools/fetch_helm.py $(HELM)
 
+# A real Slurm controller for the tests (Debian's packages; CI runs as root).
+slurm-tools:
+	@if command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends slurm-wlm munge >/dev/null; \
+	else echo "slurm-wlm/munge missing and not root: the real-Slurm tests will skip"; fi
+
 # The real checkers the tests run rendered output through.
-tools: $(STAMP) $(PCLUSTER_STAMP) $(HELM)
+tools: $(STAMP) $(PCLUSTER_STAMP) $(HELM) slurm-tools
 
 demo: install
 	@echo "== fmctl catalog: the accelerated instance types fmctl knows"

@@ -112,3 +112,77 @@ def render_slurm(c: ClusterContext) -> dict[str, str]:
     if c.topology_aware:
         files["slurm/topology.conf"] = topology_conf(c)
     return files
+
+
+def _hostlist(prefix: str, first: int, last: int) -> str:
+    return f"{prefix}{first}" if first == last else f"{prefix}[{first}-{last}]"
+
+
+def pcluster_node_lines(c: ClusterContext) -> tuple[list[str], list[str]]:
+    """The slurm.conf node/partition lines and gres.conf lines ParallelCluster writes for the
+    rendered queues (static nodes ``-st-``, dynamic ``-dy-``, all State=CLOUD), with fmctl's
+    per-node CustomSlurmSettings applied. Used to check the cluster's shape with a real
+    slurmctld before anything exists."""
+    conf: list[str] = []
+    gres: list[str] = []
+    for i, pool in enumerate(c.pools):
+        cpu = pool.itype.cpu
+        cr = pool.compute_resource_name
+        names = []
+        groups = (("st", 1, pool.min_count), ("dy", 1, pool.count - pool.min_count))
+        for kind, first, count in groups:
+            if count <= 0:
+                continue
+            hosts = _hostlist(f"{pool.name}-{kind}-{cr}-", first, first + count - 1)
+            names.append(hosts)
+            features = ",".join(
+                f
+                for f in (
+                    "static" if kind == "st" else "dynamic",
+                    pool.instance_type,
+                    cr,
+                    "efa" if pool.efa else "",
+                    "gpu",
+                )
+                if f
+            )
+            line = (
+                f"NodeName={hosts} CPUs={cpu.vcpus} Sockets={cpu.sockets} "
+                f"CoresPerSocket={cpu.cores_per_socket} ThreadsPerCore={cpu.threads_per_core} "
+                f"RealMemory={int(cpu.memory_gib * 1024 * 0.95)} State=CLOUD "
+                f"Feature={features}"
+            )
+            if pool.gpus:
+                line += f" Gres=gpu:{pool.gpu_type}:{pool.gpus}"
+                gres.append(
+                    f"NodeName={hosts} Name=gpu Type={pool.gpu_type} "
+                    f"File=/dev/nvidia[0-{pool.gpus - 1}]"
+                )
+            conf.append(line)
+        conf.append(
+            f"PartitionName={pool.name} Nodes={','.join(names)} MaxTime=UNLIMITED "
+            f"State=UP{' Default=YES' if i == 0 else ''}"
+        )
+    return conf, gres
+
+
+def silent_gres_problems(slurm_conf: str) -> list[str]:
+    """What Slurm accepts silently and fails on later: GPUs declared as Gres on nodes while
+    GresTypes does not name gpu (slurmctld starts; jobs asking for GPUs never schedule)."""
+    lines = [line.split("#", 1)[0].strip() for line in slurm_conf.splitlines()]
+    types: set[str] = set()
+    for line in lines:
+        if line.lower().startswith("grestypes="):
+            types |= {t.strip() for t in line.split("=", 1)[1].split(",")}
+    problems = []
+    for line in lines:
+        for word in line.split():
+            if word.startswith("Gres=") and line.startswith("NodeName="):
+                kinds = {g.split(":", 1)[0] for g in word[5:].split(",")}
+                missing = sorted(kinds - types)
+                if missing:
+                    problems.append(
+                        f"{line.split()[0]}: Gres {','.join(missing)} without "
+                        f"GresTypes={','.join(missing)}"
+                    )
+    return problems
