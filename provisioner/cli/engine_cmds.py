@@ -170,13 +170,19 @@ def plan(
 def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: str | None) -> None:
     """Create the cluster's infrastructure; re-running creates only what is missing."""
     from provisioner.cli.progress import Progress
-    from provisioner.ops.engine import plan_view
+    from provisioner.ops.engine import pcluster_command, plan_view
     from provisioner.ops.engine import up as run_up
     from provisioner.state.store import LockHeld
 
     validation = _load(path, scheduler)
     spec = validation.resolved
     target = _target(spec.metadata.region, state_dir, sandbox)
+    if spec.scheduler == "slurm" and not sandbox and not pcluster_command(target):
+        _fail(
+            "a Slurm cluster needs ParallelCluster's `pcluster` command, and none was found",
+            "run `fmctl setup parallelcluster` (a virtualenv of its own; it also needs "
+            "Node.js), or put pcluster on PATH, or set FMCTL_PCLUSTER",
+        )
     if sandbox:
         _seed_sandbox(validation, target)
     _online(validation, target)
@@ -203,7 +209,15 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
     for key in ("vpc", "subnet/private", "fsx", "bucket"):
         if key in engine.outputs:
             click.echo(f"  {key}: {engine.outputs[key]['id']}")
-    if sandbox:
+    cluster = engine.outputs.get("parallelcluster")
+    if cluster:
+        how = (
+            f"ssh ec2-user@{cluster['head_ip']}"
+            if spec.network.ssh_cidr
+            else f"aws ssm start-session --target {cluster['head_node']}"
+        )
+        click.echo(f"log in: {how}   (Slurm head node of {spec.metadata.name})")
+    elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "
             f"{spec.scheduler} cluster itself is not created in the sandbox."

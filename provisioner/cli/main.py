@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
     "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
     "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
+    "setup": ("setup_cmd", "setup", "Install the tools fmctl drives (ParallelCluster)."),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
 }

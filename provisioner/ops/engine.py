@@ -72,21 +72,47 @@ def make_engine(
         spec=spec,
         time_scale=target.time_scale,
         on_event=on_event,
+        pcluster=pcluster_command(target),
     )
 
 
-def infra_plan(spec: ClusterSpec) -> Plan:
-    """The plan of a resolved spec."""
+def pcluster_command(target: Target) -> list[str] | None:
+    """ParallelCluster's command for this target. The sandbox creates no cluster unless a
+    `pcluster` is named explicitly (FMCTL_PCLUSTER: a stand-in, in tests)."""
+    import os
+
+    from provisioner.drivers.pcluster import find_pcluster
+
+    if target.sandbox and not os.environ.get("FMCTL_PCLUSTER"):
+        return None
+    return find_pcluster(target.home)
+
+
+def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
+    """The plan of a resolved spec: the infrastructure, and for Slurm the ParallelCluster
+    cluster on top of it when a `pcluster` is available for ``target``."""
     from provisioner.catalog import load_catalog
+    from provisioner.plan.graph import Node
     from provisioner.plan.infra import build_plan
     from provisioner.render.context import build_context
 
-    return build_plan(build_context(spec, load_catalog()))
+    context = build_context(spec, load_catalog())
+    plan = build_plan(context)
+    if spec.scheduler == "slurm" and target is not None and pcluster_command(target):
+        folder = target.home / "clusters" / spec.metadata.name
+        node = Node(
+            "parallelcluster",
+            "parallelcluster",
+            tuple(sorted(plan.nodes)),
+            {"context": context, "config_path": str(folder / "cluster-config.yaml")},
+        )
+        plan = Plan({**plan.nodes, node.id: node})
+    return plan
 
 
 def expected_seconds(plan: Plan) -> dict[str, float]:
     """Documented creation time per node."""
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.plan.registry import all_kinds
 
     kinds = all_kinds()
     return {n: kinds[node.kind].create_seconds for n, node in plan.nodes.items()}
@@ -123,7 +149,7 @@ class PlanView:
 
 def plan_view(spec: ClusterSpec, target: Target | None) -> PlanView:
     """The plan, with what exists already when a target is given."""
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.plan.registry import all_kinds
 
     plan = infra_plan(spec)
     view = PlanView(plan, seconds=expected_seconds(plan))
@@ -148,7 +174,7 @@ def up(
     spec: ClusterSpec, spec_text: str, target: Target, on_event: Callable[[Event], None]
 ) -> tuple[RunResult, Engine]:
     """Create what is missing of the cluster's infrastructure (the lock held throughout)."""
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.plan.registry import all_kinds
 
     state = ClusterState(target.home, spec.metadata.name)
     lock = state.lock()
@@ -160,7 +186,7 @@ def up(
             on_event(event)
 
         engine = make_engine(target, spec.metadata.name, spec, record)
-        result = run_up(infra_plan(spec), engine, all_kinds())
+        result = run_up(infra_plan(spec, target), engine, all_kinds())
         state.save_outputs(engine.outputs)
         return result, engine
     finally:
@@ -169,7 +195,7 @@ def up(
 
 def find_owned(engine: Engine) -> list[Found]:
     """Everything tagged as the cluster's, in every kind (tags only)."""
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.plan.registry import all_kinds
 
     found: list[Found] = []
     for kind in all_kinds().values():
@@ -181,7 +207,7 @@ def down(
     name: str, target: Target, on_event: Callable[[Event], None]
 ) -> tuple[RunResult, list[Found]]:
     """Delete everything tagged as the cluster's, dependents first."""
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.plan.registry import all_kinds
 
     state = ClusterState(target.home, name)
     lock = state.lock()

@@ -59,7 +59,7 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
     (in moto at least) still reports the tags of deleted resources.
     """
     from provisioner.drivers.ec2_base import GONE, Ec2Kind
-    from provisioner.drivers.kinds import all_kinds
+    from provisioner.drivers.kinds import all_kinds  # EC2 kinds only
 
     seen: dict[str, ClusterSeen] = {}
     ec2 = aws.client("ec2")

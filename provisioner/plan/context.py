@@ -45,6 +45,8 @@ class Engine:
     time_scale: float = 1.0
     on_event: Callable[[Event], None] = lambda event: None
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The `pcluster` command, where ParallelCluster is available (Slurm clusters).
+    pcluster: list[str] | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     poll_calls: dict[str, int] = field(default_factory=dict)
 

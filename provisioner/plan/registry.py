@@ -1,0 +1,16 @@
+"""Every resource kind a plan may hold: the drivers' infrastructure kinds and the
+schedulers' clusters (which render configs, so they live above the drivers)."""
+
+from __future__ import annotations
+
+from provisioner.drivers.kinds import all_kinds as infra_kinds
+from provisioner.plan.graph import Kind
+from provisioner.plan.slurm_cluster import ParallelClusterKind
+
+
+def all_kinds() -> dict[str, Kind]:
+    """Kind name -> implementation."""
+    kinds = infra_kinds()
+    cluster: Kind = ParallelClusterKind()
+    kinds[cluster.name] = cluster
+    return kinds

@@ -1,0 +1,142 @@
+"""`fmctl up --scheduler slurm` with a stand-in `pcluster` (ParallelCluster's real JSON and
+status sequence) on top of infrastructure in the emulator."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
+
+FAKE = Path(__file__).resolve().parents[1] / "tools/fake_pcluster.py"
+
+
+def _env(tmp_path: Path, scenario: str = "ok") -> dict[str, str]:
+    return {
+        "FMCTL_PCLUSTER": f"{sys.executable} {FAKE}",
+        "FAKE_PCLUSTER_STATE": str(tmp_path / "pcluster-state.json"),
+        "FAKE_PCLUSTER_SCENARIO": scenario,
+        "FAKE_PCLUSTER_STEPS": "2",
+    }
+
+
+def _calls(tmp_path: Path) -> list[list[Any]]:
+    calls: list[list[Any]] = json.loads((tmp_path / "pcluster-state.json").read_text())["calls"]
+    return calls
+
+
+def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-pc"
+    spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
+    region = region_of(spec)
+    env = _env(tmp_path)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "log in: ssh ec2-user@10.0.0.10" in up.stdout
+    commands = [(c[0], c[2]) for c in _calls(tmp_path)]
+    assert commands.index(("create-cluster", "true")) < commands.index(("create-cluster", "false"))
+    config = yaml.safe_load((sandbox.home / "clusters" / name / "cluster-config.yaml").read_text())
+    items = {logical: aws_id for _, logical, aws_id in owned(sandbox, name, region)}
+    assert config["HeadNode"]["Networking"]["SubnetId"] == items["subnet/public"]
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    assert queue["Networking"]["SubnetIds"] == [items["subnet/private"]]
+    assert queue["Networking"]["AdditionalSecurityGroups"] == [items["sg/efa"]]
+    # fmctl's file system, by id: its life is fmctl's, not the cluster's.
+    assert config["SharedStorage"][0]["FsxLustreSettings"] == {"FileSystemId": items["fsx"]}
+    script = queue["CustomActions"]["OnNodeStart"]["Sequence"][0]["Script"]
+    assert script.startswith(f"s3://{items['bucket']}/{name}/slurm/")
+    assert (
+        "<fmctl:"
+        not in (sandbox.home / "clusters" / name / "cluster-config.yaml")
+        .read_text()
+        .split("\n", 3)[3]
+    )
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert again.returncode == 0 and "0 created" in again.stdout
+    assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 2  # no new create
+
+    ec2 = sandbox.aws(region).client("ec2")
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+
+    def launch(cluster: str) -> str:
+        instance: str = ec2.run_instances(
+            ImageId=image,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType="p5.48xlarge",
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": "parallelcluster:cluster-name", "Value": cluster}],
+                }
+            ],
+        )["Instances"][0]["InstanceId"]
+        return instance
+
+    leftover, foreign = launch(name), launch(f"{name}x")
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "leftover compute instances" in down.stdout
+    state = {
+        i["InstanceId"]: i["State"]["Name"]
+        for r in ec2.describe_instances(InstanceIds=[leftover, foreign])["Reservations"]
+        for i in r["Instances"]
+    }
+    assert state == {leftover: "terminated", foreign: "running"}
+    assert "delete-cluster" in [c[0] for c in _calls(tmp_path)]
+    assert raw_leftovers(sandbox, name, region) == []
+    ec2.terminate_instances(InstanceIds=[foreign])
+
+
+def test_bootstrap_failure_is_reported_with_its_logs(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-pc-fail"
+    spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
+    region = region_of(spec)
+    env = _env(tmp_path, "bootstrap-failure")
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert up.returncode == 1
+    assert "HeadNodeBootstrapFailure" in up.stderr
+    assert f"/aws/parallelcluster/{name}-" in up.stderr and "Traceback" not in up.stderr
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_validator_errors_stop_before_the_cluster(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-pc-invalid"
+    spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
+    env = _env(tmp_path, "invalid-config")
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert up.returncode == 1
+    assert "ParallelCluster's validators refused the config" in up.stderr
+    assert "EfaValidator" in up.stderr
+    assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 1  # the dry run only
+    sandbox.fmctl("down", name, "--region", region_of(spec), "--sandbox", "--yes", **env)
+
+
+def test_slurm_without_pcluster_stops_before_any_call(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FMCTL_"))}
+    env.update(
+        FMCTL_HOME=str(tmp_path),
+        PATH="/usr/bin:/bin",
+        AWS_ENDPOINT_URL="https://127.0.0.1:9",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    spec = Path(__file__).resolve().parents[2] / "examples/p5-slurm-capacity-block.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "provisioner", "up", "-f", str(spec), "--yes"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "fmctl setup parallelcluster" in result.stderr and "Traceback" not in result.stderr
