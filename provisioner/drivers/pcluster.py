@@ -134,17 +134,14 @@ class ParallelCluster:
             )
         return data
 
+    def _with_config(self, command: str, name: str, config: Path, *extra: str) -> dict[str, Any]:
+        return self._run(
+            command, "--cluster-name", name, "--cluster-configuration", str(config), *extra
+        )
+
     def dryrun(self, name: str, config: Path) -> DryRun:
         """Validate a config with all of ParallelCluster's validators; creates nothing."""
-        data = self._run(
-            "create-cluster",
-            "--cluster-name",
-            name,
-            "--cluster-configuration",
-            str(config),
-            "--dryrun",
-            "true",
-        )
+        data = self._with_config("create-cluster", name, config, "--dryrun", "true")
         message = str(data.get("message", ""))
         if message == DRYRUN_OK:
             return DryRun(True, _messages(data.get("validationMessages")))
@@ -153,15 +150,7 @@ class ParallelCluster:
 
     def create(self, name: str, config: Path) -> dict[str, Any]:
         """Start creating the cluster; returns its summary."""
-        data = self._run(
-            "create-cluster",
-            "--cluster-name",
-            name,
-            "--cluster-configuration",
-            str(config),
-            "--rollback-on-failure",
-            "false",
-        )
+        data = self._with_config("create-cluster", name, config, "--rollback-on-failure", "false")
         if "cluster" not in data:
             errors = _messages(data.get("configurationValidationErrors"))
             detail = "; ".join(f"{m.type}: {m.message}" for m in errors)
@@ -186,15 +175,7 @@ class ParallelCluster:
 
     def update_dryrun(self, name: str, config: Path) -> UpdatePlan:
         """What an update would change, and whether ParallelCluster allows it now."""
-        data = self._run(
-            "update-cluster",
-            "--cluster-name",
-            name,
-            "--cluster-configuration",
-            str(config),
-            "--dryrun",
-            "true",
-        )
+        data = self._with_config("update-cluster", name, config, "--dryrun", "true")
         changes = list(data.get("changeSet", []))
         if str(data.get("message", "")) == DRYRUN_OK:
             return UpdatePlan(True, changes, _messages(data.get("validationMessages")))
