@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.options import region_option, target_options
+from provisioner.cli.options import region_option, spec_options, target_options
 from provisioner.cli.report import print_problems
 
 
@@ -122,8 +122,7 @@ def _seed_sandbox(validation: Any, target: Any) -> None:
 
 
 @click.command("plan", cls=GuardedCommand)
-@click.option("-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec.")
-@click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]))
+@spec_options
 @click.option("--offline", is_flag=True, help="Do not look at what exists (no AWS calls).")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @target_options
@@ -163,12 +162,11 @@ def plan(
 
 
 @click.command("up", cls=GuardedCommand)
-@click.option("-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec.")
-@click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]))
+@spec_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @target_options
 def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: str | None) -> None:
-    """Create the cluster's infrastructure; re-running creates only what is missing."""
+    """Create the cluster (infrastructure, then the Slurm cluster); re-run to resume."""
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import pcluster_command, plan_view
     from provisioner.ops.engine import up as run_up

@@ -36,3 +36,15 @@ def region_option(fn: F) -> F:
         show_default="AWS_REGION or us-east-1",
         help="AWS region.",
     )(fn)
+
+
+def spec_options(fn: F) -> F:
+    """-f/--file and --scheduler, for the commands that read a spec."""
+    fn = click.option(
+        "--scheduler",
+        type=click.Choice(["slurm", "kubernetes"]),
+        help="Override the spec's scheduler.",
+    )(fn)
+    return click.option(
+        "-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec."
+    )(fn)
