@@ -44,20 +44,27 @@ class Aws:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: Any = field(default=None, repr=False)
 
-    def client(self, service: str) -> Any:
-        """A boto3 client (thread-safe to share; created once per service)."""
-        with self._lock:
-            if service not in self._clients:
-                self._clients[service] = self._make(service)
-            return self._clients[service]
+    def client(self, service: str, retries: bool = True) -> Any:
+        """A boto3 client (thread-safe to share; created once per service).
 
-    def _make(self, service: str) -> Any:
+        ``retries=False`` gives one that never retries by itself, for creates that take no
+        client token: after a lost answer, fmctl must look for what the call made before it
+        tries again (``drivers.ec2_base.create_or_adopt``).
+        """
+        key = service if retries else f"{service}/once"
+        with self._lock:
+            if key not in self._clients:
+                self._clients[key] = self._make(service, 1 if not retries else None)
+            return self._clients[key]
+
+    def _make(self, service: str, attempts: int | None = None) -> Any:
         import boto3
         from botocore.config import Config
 
         config = Config(
             region_name=self.region,
-            retries={"mode": "adaptive", "max_attempts": self.max_attempts},
+            # total_max_attempts counts every attempt; botocore reads max_attempts as retries.
+            retries={"mode": "adaptive", "total_max_attempts": attempts or self.max_attempts},
             connect_timeout=10,
             read_timeout=60,
             max_pool_connections=32,
@@ -93,6 +100,32 @@ class Aws:
     def account_id(self) -> str:
         """The account of the credentials in use."""
         return str(self.client("sts").get_caller_identity()["Account"])
+
+
+THROTTLING = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "SlowDown",
+    "EC2ThrottledException",
+    "PriorRequestNotComplete",
+}
+
+
+def transient(exc: BaseException) -> bool:
+    """True for failures a retry may cure: lost connections, timeouts, 5xx, throttling."""
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import HTTPClientError
+
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
+        return True
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return bool(status >= 500 or error_code(exc) in THROTTLING)
+    return False
 
 
 def error_code(exc: BaseException) -> str | None:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws import error_code, transient
 from provisioner.plan.context import RESOURCE_TAG, Engine
 from provisioner.plan.graph import Found, Node, Outputs
 
@@ -41,6 +41,44 @@ def is_gone(exc: BaseException) -> bool:
         "DataRepositoryAssociationNotFound",
         "NoSuchEntity",
     )
+
+
+#: Errors a repeated create gets when the first one worked (its answer was lost).
+ALREADY_MADE = {
+    "InvalidSubnet.Conflict",
+    "InvalidGroup.Duplicate",
+    "InvalidPlacementGroup.Duplicate",
+    "RouteAlreadyExists",
+}
+
+
+def create_or_adopt(
+    engine: Engine,
+    what: str,
+    create: Callable[[], Outputs],
+    rediscover: Callable[[], Outputs | None],
+    attempts: int = 8,
+) -> Outputs:
+    """Create once, with a client that does not retry by itself. When the answer is lost
+    (connection dropped, 5xx, throttling, or a conflict showing the first try worked), look
+    for the resource by its tags before trying again, so a lost answer never becomes a
+    second resource. For APIs that take no client token."""
+    delay = 0.5
+    for attempt in range(attempts):
+        try:
+            return create()
+        except Exception as exc:
+            if not transient(exc) and error_code(exc) not in ALREADY_MADE:
+                raise
+            found = rediscover()
+            if found is not None:
+                engine.emit(what, "adopted", str(found.get("id", "")))
+                return found
+            if attempt == attempts - 1 or not transient(exc):
+                raise
+            time.sleep(delay * max(min(engine.time_scale * 20, 1.0), 0.05))
+            delay = min(delay * 2, 8.0)
+    raise AssertionError("unreachable")
 
 
 def retry_dependency(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from provisioner.drivers.ec2_base import Ec2Kind, is_gone, retry_dependency
+from provisioner.drivers.ec2_base import Ec2Kind, create_or_adopt, is_gone, retry_dependency
 from provisioner.plan.context import Engine
 from provisioner.plan.graph import Found, Node, Outputs
 
@@ -33,12 +33,17 @@ class Vpc(Ec2Kind):
             ec2.modify_vpc_attribute(VpcId=vpc_id, **{attribute: {"Value": True}})
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        ec2 = engine.aws.client("ec2")
-        vpc = ec2.create_vpc(
-            CidrBlock=node.params["cidr"], TagSpecifications=engine.tag_spec("vpc", node.id)
-        )["Vpc"]
-        self._configure(engine, vpc["VpcId"])
-        return self.outputs_of(vpc)
+        once = engine.aws.client("ec2", retries=False)
+
+        def make() -> Outputs:
+            vpc = once.create_vpc(
+                CidrBlock=node.params["cidr"], TagSpecifications=engine.tag_spec("vpc", node.id)
+            )["Vpc"]
+            return self.outputs_of(vpc)
+
+        outputs = create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        self._configure(engine, outputs["id"])
+        return outputs
 
     def delete(self, engine: Engine, found: Found) -> None:
         ec2 = engine.aws.client("ec2")
@@ -102,19 +107,23 @@ class Subnet(Ec2Kind):
     )
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        ec2 = engine.aws.client("ec2")
         az = node.params.get("az") or _second_az(engine, node.params["avoid_az"])
-        subnet = ec2.create_subnet(
-            VpcId=engine.output(node.params["vpc"]),
-            CidrBlock=node.params["cidr"],
-            AvailabilityZone=az,
-            TagSpecifications=engine.tag_spec("subnet", node.id),
-        )["Subnet"]
-        if node.params.get("public"):
-            ec2.modify_subnet_attribute(
-                SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
-            )
-        return {"id": subnet["SubnetId"], "az": az}
+        once = engine.aws.client("ec2", retries=False)
+
+        def make() -> Outputs:
+            subnet = once.create_subnet(
+                VpcId=engine.output(node.params["vpc"]),
+                CidrBlock=node.params["cidr"],
+                AvailabilityZone=az,
+                TagSpecifications=engine.tag_spec("subnet", node.id),
+            )["Subnet"]
+            if node.params.get("public"):
+                engine.aws.client("ec2").modify_subnet_attribute(
+                    SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True}
+                )
+            return {"id": subnet["SubnetId"], "az": az}
+
+        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))
@@ -152,14 +161,19 @@ class InternetGateway(Ec2Kind):
     )
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        ec2 = engine.aws.client("ec2")
-        igw = ec2.create_internet_gateway(
-            TagSpecifications=engine.tag_spec("internet-gateway", node.id)
-        )["InternetGateway"]
-        ec2.attach_internet_gateway(
-            InternetGatewayId=igw["InternetGatewayId"], VpcId=engine.output(node.params["vpc"])
-        )
-        return {"id": igw["InternetGatewayId"]}
+        once = engine.aws.client("ec2", retries=False)
+
+        def make() -> Outputs:
+            igw = once.create_internet_gateway(
+                TagSpecifications=engine.tag_spec("internet-gateway", node.id)
+            )["InternetGateway"]
+            engine.aws.client("ec2").attach_internet_gateway(
+                InternetGatewayId=igw["InternetGatewayId"],
+                VpcId=engine.output(node.params["vpc"]),
+            )
+            return {"id": igw["InternetGatewayId"]}
+
+        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))
@@ -195,10 +209,15 @@ class ElasticIp(Ec2Kind):
     describe_call, result_key, id_field = "describe_addresses", "Addresses", "AllocationId"
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        address = engine.aws.client("ec2").allocate_address(
-            Domain="vpc", TagSpecifications=engine.tag_spec("elastic-ip", node.id)
-        )
-        return {"id": address["AllocationId"]}
+        once = engine.aws.client("ec2", retries=False)
+
+        def make() -> Outputs:
+            address = once.allocate_address(
+                Domain="vpc", TagSpecifications=engine.tag_spec("elastic-ip", node.id)
+            )
+            return {"id": address["AllocationId"]}
+
+        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
 
     def delete(self, engine: Engine, found: Found) -> None:
         ec2 = engine.aws.client("ec2")
@@ -266,12 +285,16 @@ class RouteTable(Ec2Kind):
     describe_call, result_key, id_field = "describe_route_tables", "RouteTables", "RouteTableId"
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        ec2 = engine.aws.client("ec2")
-        table = ec2.create_route_table(
-            VpcId=engine.output(node.params["vpc"]),
-            TagSpecifications=engine.tag_spec("route-table", node.id),
-        )["RouteTable"]
-        return self._complete(engine, node, table["RouteTableId"])
+        once = engine.aws.client("ec2", retries=False)
+
+        def make() -> Outputs:
+            table = once.create_route_table(
+                VpcId=engine.output(node.params["vpc"]),
+                TagSpecifications=engine.tag_spec("route-table", node.id),
+            )["RouteTable"]
+            return self._complete(engine, node, table["RouteTableId"])
+
+        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))

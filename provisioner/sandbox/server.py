@@ -38,7 +38,8 @@ class FaultRule:
 
     ``action``: an operation name or "*"; ``share``: the fraction of matching calls hit
     (seeded, so runs repeat); ``times``: hit at most this many (None: no limit); ``kind``:
-    "error" (``status`` + ``code``), "reset" (drop the connection) or "slow" (``delay`` s).
+    "error" (``status`` + ``code``), "reset" (drop the connection), "reset-after" (carry the
+    call out, then drop the connection: the answer is lost) or "slow" (``delay`` s).
     """
 
     action: str = "*"
@@ -104,12 +105,13 @@ class Middleware:
         if rule is not None:
             entry["fault"] = rule.kind
             if rule.kind == "reset":
-                # Close the socket under the request: the client sees a connection reset.
-                sock = environ.get("werkzeug.socket")
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)
-                raise ConnectionDropped(call.action)
+                _drop_connection(environ, call.action)
+            if rule.kind == "reset-after":
+                # The call is carried out, then the answer is lost: what makes a retried
+                # create without a client token produce a duplicate.
+                self._execute(environ, body, call)
+                entry["status"] = "executed"
+                _drop_connection(environ, call.action)
             if rule.kind == "slow":
                 time.sleep(rule.delay)
             else:
@@ -133,6 +135,16 @@ class Middleware:
 
         return self.moto(environ, recording_start)
 
+    def _execute(self, environ: dict[str, Any], body: bytes, call: protocol.Call) -> None:
+        """Carry a call out and throw the answer away."""
+        if self.shims.handles(call):
+            self.shims.handle(call)
+            return
+        environ["wsgi.input"] = BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        for _ in self.moto(environ, lambda *args: lambda data: None):
+            pass
+
     def _control(
         self, path: str, method: str, body: bytes, start: StartResponse
     ) -> Iterable[bytes]:
@@ -152,6 +164,15 @@ class Middleware:
         else:
             return _answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
         return _answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
+
+
+def _drop_connection(environ: dict[str, Any], action: str) -> None:
+    """Close the socket under the request: the client sees a connection reset."""
+    sock = environ.get("werkzeug.socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    raise ConnectionDropped(action)
 
 
 def _answer(

@@ -148,3 +148,33 @@ def test_a_failure_that_does_not_pass_stops_cleanly(sandbox: Sandbox, tmp_path: 
     assert duplicates(owned(sandbox, name, region)) == {}
     sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert raw_leftovers(sandbox, name, region) == []
+
+
+#: Creates that take no client token: a lost answer must not become a second resource.
+TOKENLESS = [
+    "CreateVpc",
+    "CreateSubnet",
+    "CreateInternetGateway",
+    "AllocateAddress",
+    "CreateRouteTable",
+    "CreateSecurityGroup",
+    "CreatePlacementGroup",
+]
+
+
+def test_lost_answers_to_creates_make_no_duplicates(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-lost-answers"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    before = len(sandbox.requests())
+    sandbox.faults([{"action": a, "times": 1, "kind": "reset-after"} for a in TOKENLESS])
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    sandbox.faults([])
+    executed = [r["action"] for r in sandbox.requests()[before:] if r["fault"] == "reset-after"]
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert set(executed) == set(TOKENLESS), executed
+    items = owned(sandbox, name, region)
+    assert duplicates(items) == {}
+    assert {logical for _, logical, _ in items} == P5EN_RESOURCES
+    assert sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes").returncode == 0
+    assert raw_leftovers(sandbox, name, region) == []
