@@ -125,6 +125,11 @@ class Ec2Kind:
         # resource look like ours. moto's DescribeNatGateways ignores tag filters, for one.
         return [i for i in items if _tags_match(i, filters)]
 
+    def create_adopting(self, engine: Engine, node: Node, make: Callable[[], Outputs]) -> Outputs:
+        """``make`` (which creates with a client that does not retry) under
+        ``create_or_adopt``, rediscovering this node by its tags after a lost answer."""
+        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+
     def outputs_of(self, item: dict[str, Any]) -> Outputs:
         """What later nodes may need of an existing resource."""
         return {"id": item[self.id_field]}

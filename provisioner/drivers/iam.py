@@ -147,8 +147,3 @@ class Role:
                 return
             raise
         retry_dependency(functools.partial(iam.delete_role, RoleName=found.id), found.id, engine)
-
-
-def managed_policies() -> set[str]:
-    """Every policy fmctl attaches (for the least-privilege test)."""
-    return {p for _, policies in ROLES.values() for p in policies}

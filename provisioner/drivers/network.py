@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from provisioner.drivers.ec2_base import Ec2Kind, create_or_adopt, is_gone, retry_dependency
+from provisioner.drivers.ec2_base import Ec2Kind, is_gone, retry_dependency
 from provisioner.plan.context import Engine
 from provisioner.plan.graph import Found, Node, Outputs
 
@@ -41,7 +41,7 @@ class Vpc(Ec2Kind):
             )["Vpc"]
             return self.outputs_of(vpc)
 
-        outputs = create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        outputs = self.create_adopting(engine, node, make)
         self._configure(engine, outputs["id"])
         return outputs
 
@@ -123,7 +123,7 @@ class Subnet(Ec2Kind):
                 )
             return {"id": subnet["SubnetId"], "az": az}
 
-        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        return self.create_adopting(engine, node, make)
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))
@@ -173,7 +173,7 @@ class InternetGateway(Ec2Kind):
             )
             return {"id": igw["InternetGatewayId"]}
 
-        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        return self.create_adopting(engine, node, make)
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))
@@ -217,7 +217,7 @@ class ElasticIp(Ec2Kind):
             )
             return {"id": address["AllocationId"]}
 
-        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        return self.create_adopting(engine, node, make)
 
     def delete(self, engine: Engine, found: Found) -> None:
         ec2 = engine.aws.client("ec2")
@@ -294,7 +294,7 @@ class RouteTable(Ec2Kind):
             )["RouteTable"]
             return self._complete(engine, node, table["RouteTableId"])
 
-        return create_or_adopt(engine, node.id, make, lambda: self.discover(engine, node))
+        return self.create_adopting(engine, node, make)
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))

@@ -102,10 +102,6 @@ class Plan:
                 del remaining[n]
         return waves
 
-    def dependents(self, node_id: str) -> list[str]:
-        """Nodes that depend on ``node_id`` directly."""
-        return sorted(n.id for n in self.nodes.values() if node_id in n.deps)
-
     def critical_path(self, seconds: dict[str, float]) -> tuple[float, list[str]]:
         """The longest chain by ``seconds`` per node: the floor for a parallel run."""
         finish: dict[str, float] = {}

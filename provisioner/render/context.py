@@ -18,7 +18,6 @@ from provisioner.spec.model import ClusterSpec, GpuPool
 OWNER_TAG = "fmctl.dev/cluster"
 POOL_LABEL = "fmctl.dev/pool"
 EFA_LABEL = "fmctl.dev/efa"
-GPU_TAINT_KEY = "nvidia.com/gpu"
 #: 2 MiB hugepages per GPU on a node (the AWS EFA samples give each pod about 5 GiB).
 HUGEPAGES_2MI_PER_GPU = 2560
 

@@ -10,7 +10,6 @@ from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.shipped import shipped_dir
 
-MANAGED_BY = "fmctl"
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
 SYNC_WAVES = {
     "namespaces": -2,

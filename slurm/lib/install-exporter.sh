@@ -53,15 +53,23 @@ UNIT
   systemctl enable --now "$name.service"
 }
 
-install_node_exporter() {
-  local bin=/usr/local/bin/node_exporter tmp base
+# install_release URL SUMS_URL MEMBER BIN: download a release tarball, check it against the
+# published sums, and install MEMBER (its path inside the tarball) as BIN. Once only.
+install_release() {
+  local url="$1" sums="$2" member="$3" bin="$4" tmp
   [ -x "$bin" ] && return 0
   tmp="$(mktemp -d)"
-  base="https://github.com/prometheus/node_exporter/releases/download/v$NODE_EXPORTER_VERSION"
-  fetch "$base/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch.tar.gz" "$base/sha256sums.txt" "$tmp"
-  tar -xzf "$tmp/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch.tar.gz" -C "$tmp"
-  install -m 0755 "$tmp/node_exporter-$NODE_EXPORTER_VERSION.linux-$arch/node_exporter" "$bin"
+  fetch "$url" "$sums" "$tmp"
+  tar -xzf "$tmp/$(basename "$url")" -C "$tmp"
+  install -m 0755 "$tmp/$member" "$bin"
   rm -rf "$tmp"
+}
+
+install_node_exporter() {
+  local base="https://github.com/prometheus/node_exporter/releases/download/v$NODE_EXPORTER_VERSION"
+  local dir="node_exporter-$NODE_EXPORTER_VERSION.linux-$arch"
+  install_release "$base/$dir.tar.gz" "$base/sha256sums.txt" "$dir/node_exporter" \
+    /usr/local/bin/node_exporter
 }
 
 case "$kind" in
@@ -101,14 +109,9 @@ UNIT
     ;;
   slurm)
     bin=/usr/local/bin/prometheus-slurm-exporter
-    if [ ! -x "$bin" ]; then
-      tmp="$(mktemp -d)"
-      base="https://github.com/rivosinc/prometheus-slurm-exporter/releases/download/v$SLURM_EXPORTER_VERSION"
-      fetch "$base/prometheus-slurm-exporter_linux_$arch.tar.gz" "$base/checksums.txt" "$tmp"
-      tar -xzf "$tmp/prometheus-slurm-exporter_linux_$arch.tar.gz" -C "$tmp"
-      install -m 0755 "$tmp/prometheus-slurm-exporter" "$bin"
-      rm -rf "$tmp"
-    fi
+    base="https://github.com/rivosinc/prometheus-slurm-exporter/releases/download/v$SLURM_EXPORTER_VERSION"
+    install_release "$base/prometheus-slurm-exporter_linux_$arch.tar.gz" "$base/checksums.txt" \
+      prometheus-slurm-exporter "$bin"
     # The exporter shells out to squeue/sinfo: it needs Slurm's binaries on its PATH.
     unit fmctl-slurm-exporter /usr/bin/env PATH=/opt/slurm/bin:/usr/bin:/bin "$bin" \
       -web.listen-address=:9341
