@@ -39,9 +39,7 @@ def format_problem(validation: Validation, problem: Problem, *, color: bool = Fa
     if problem.path:
         head += f"{problem.dotted_path}: "
     lines = [head + problem.message]
-    source = (
-        doc.line_text(pos.line) if problem.position is not None or problem.path or doc.text else ""
-    )
+    source = doc.line_text(pos.line)  # "" when there is no such line (or no text)
     if source.strip():
         shown = source.replace("\t", " ")
         gutter = f"{pos.line:>5} | "
