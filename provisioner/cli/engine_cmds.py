@@ -119,6 +119,57 @@ def _seed_sandbox(validation: Any, target: Any) -> None:
             f"sandbox: seeded {rid} ({pool.count} x {pool.instance_type} in "
             f"{spec.network.availability_zone})"
         )
+    _seed_data_bucket(spec, target)
+    _seed_parallelcluster_images(spec, target, info)
+
+
+def _seed_data_bucket(spec: Any, target: Any) -> None:
+    """The S3 bucket a file system links stands for the user's data: in the sandbox it is
+    created (untagged, so no `down` ever deletes it) when missing, and said so."""
+    fsx = spec.storage.fsx_lustre
+    if fsx is None or fsx.s3 is None or fsx.file_system_id is not None:
+        return
+    s3 = target.aws().client("s3")
+    for uri in (fsx.s3.import_path, fsx.s3.export_path):
+        bucket = str(uri or "").removeprefix("s3://").split("/", 1)[0]
+        if not bucket:
+            continue
+        try:
+            s3.head_bucket(Bucket=bucket)
+            continue
+        except Exception:  # not there yet: make it
+            pass
+        where = spec.metadata.region
+        extra = (
+            {}
+            if where == "us-east-1"
+            else {"CreateBucketConfiguration": {"LocationConstraint": where}}
+        )
+        s3.create_bucket(Bucket=bucket, **extra)
+        click.echo(f"sandbox: created data bucket {bucket} (it stands for yours; never deleted)")
+
+
+def _seed_parallelcluster_images(spec: Any, target: Any, info: dict[str, Any]) -> None:
+    """ParallelCluster's validators look its official AMI up among Amazon's images, by its
+    version; the emulator has none, so the sandbox registers one per architecture."""
+    from provisioner.drivers.pcluster import IMAGE_OS_PART, ParallelCluster, PclusterError
+    from provisioner.ops.engine import pcluster_command, sandbox_validates_only
+    from provisioner.sandbox import daemon
+
+    command = pcluster_command(target)
+    if spec.scheduler != "slurm" or command is None or not sandbox_validates_only(target):
+        return
+    try:
+        version = ParallelCluster(command, spec.metadata.region).version()
+    except PclusterError as exc:
+        _fail(str(exc), "check the ParallelCluster install: `fmctl setup parallelcluster`")
+    for arch in ("x86_64", "arm64"):
+        name = f"aws-parallelcluster-{version}-{IMAGE_OS_PART[spec.slurm.os]}-{arch}-fmctl-sandbox"
+        daemon.control(
+            info,
+            "/_fmctl/seed/image",
+            {"region": spec.metadata.region, "name": name, "architecture": arch},
+        )
 
 
 @click.command("plan", cls=GuardedCommand)
@@ -208,7 +259,12 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
         if key in engine.outputs:
             click.echo(f"  {key}: {engine.outputs[key]['id']}")
     cluster = engine.outputs.get("parallelcluster")
-    if cluster:
+    if cluster and cluster.get("status") == "VALIDATED":
+        click.echo(
+            f"sandbox: ParallelCluster's validators accepted {cluster['config']}; its create "
+            "is not run against the emulator (the stack needs resources moto lacks)."
+        )
+    elif cluster:
         how = (
             f"ssh ec2-user@{cluster['head_ip']}"
             if spec.network.ssh_cidr

@@ -97,6 +97,28 @@ class Aws:
             kwargs["verify"] = self.ca_bundle
         return self._session.client(service, **kwargs)
 
+    def child_env(self) -> dict[str, str]:
+        """The environment for a subprocess that must reach the same AWS as these clients
+        (ParallelCluster's `pcluster`): in the sandbox, the emulator with its certificate
+        and fake credentials, and nothing of the caller's profile, config or metadata."""
+        env = dict(os.environ)
+        if self.sandbox:
+            for key in [k for k in env if k.startswith("AWS_")]:
+                del env[key]
+            env.update(
+                AWS_ACCESS_KEY_ID=SANDBOX_CREDENTIALS["aws_access_key_id"],
+                AWS_SECRET_ACCESS_KEY=SANDBOX_CREDENTIALS["aws_secret_access_key"],
+                AWS_CONFIG_FILE=os.devnull,
+                AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                AWS_EC2_METADATA_DISABLED="true",
+            )
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url
+        if self.ca_bundle:
+            env["AWS_CA_BUNDLE"] = self.ca_bundle
+        env["AWS_DEFAULT_REGION"] = self.region
+        return env
+
     def account_id(self) -> str:
         """The account of the credentials in use."""
         return str(self.client("sts").get_caller_identity()["Account"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -38,15 +39,25 @@ class SecurityGroup(Ec2Kind):
                 raise
             return found
         group_id = group["GroupId"]
+        if node.params["role"] != "efa":
+            # A file system answers its clients and needs no way out to the world: drop the
+            # default allow-all egress (the Lustre rules below are both ways).
+            with contextlib.suppress(Exception):
+                ec2.revoke_security_group_egress(
+                    GroupId=group_id,
+                    IpPermissions=[{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
+                )
         self._rules(engine, node, group_id)
         return {"id": group_id}
 
-    def _rules(self, engine: Engine, node: Node, group_id: str) -> None:
+    def _rules(self, engine: Engine, node: Node, group_id: str) -> int:
+        """Authorize the group's rules; returns how many were missing."""
         ec2 = engine.aws.client("ec2")
         if node.params["role"] == "efa":
             self_ref = [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}]
-            _authorize(ec2.authorize_security_group_ingress, group_id, self_ref)
-            _authorize(ec2.authorize_security_group_egress, group_id, self_ref)
+            return _authorize(ec2.authorize_security_group_ingress, group_id, self_ref) + (
+                _authorize(ec2.authorize_security_group_egress, group_id, self_ref)
+            )
         else:
             clients = engine.output(node.params["clients"])
             rules = [
@@ -59,13 +70,23 @@ class SecurityGroup(Ec2Kind):
                 for a, b in LUSTRE_PORTS
                 for g in (clients, group_id)
             ]
-            _authorize(ec2.authorize_security_group_ingress, group_id, rules)
+            return _authorize(ec2.authorize_security_group_ingress, group_id, rules) + (
+                _authorize(ec2.authorize_security_group_egress, group_id, rules)
+            )
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         items = self._describe(engine, engine.owner_filters(node.id))
         if not items:
             return None
-        self._rules(engine, node, items[0]["GroupId"])  # idempotent: fills what a crash missed
+        # Idempotent: fills what a crashed run missed or a hand removed, and says so.
+        restored = self._rules(engine, node, items[0]["GroupId"])
+        if restored:
+            engine.emit(
+                node.id,
+                "exists",
+                f"{items[0]['GroupId']}: restored {restored} missing rule(s) (removed by hand, "
+                "or a run stopped midway)",
+            )
         return {"id": items[0]["GroupId"]}
 
     def delete(self, engine: Engine, found: Found) -> None:
@@ -92,13 +113,17 @@ def _plain(rule: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _authorize(call: Any, group_id: str, rules: list[dict[str, Any]]) -> None:
+def _authorize(call: Any, group_id: str, rules: list[dict[str, Any]]) -> int:
+    """Authorize each rule; returns how many were not there already."""
+    added = 0
     for rule in rules:
         try:
             call(GroupId=group_id, IpPermissions=[rule])
+            added += 1
         except Exception as exc:
             if error_code(exc) != "InvalidPermission.Duplicate":
                 raise
+    return added
 
 
 class PlacementGroup(Ec2Kind):

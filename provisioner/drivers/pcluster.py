@@ -15,6 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+#: How ParallelCluster's official AMI names spell each OS (aws-parallelcluster-VER-PART-ARCH).
+IMAGE_OS_PART = {
+    "alinux2023": "amzn2023-hvm",
+    "ubuntu2204": "ubuntu-2204-lts-hvm",
+    "ubuntu2404": "ubuntu-2404-lts-hvm",
+    "rhel8": "rhel8-hvm",
+    "rocky8": "rocky8-hvm",
+    "rhel9": "rhel9-hvm",
+    "rocky9": "rocky9-hvm",
+}
 DRYRUN_OK = "Request would have succeeded, but DryRun flag is set."
 #: Where ParallelCluster writes the head node's bootstrap logs, by failure code.
 LOG_HINTS = {
@@ -107,7 +117,8 @@ class ParallelCluster:
     timeout: float = 600
 
     def _run(self, *args: str) -> dict[str, Any]:
-        argv = [*self.command, *args, "--region", self.region]
+        # `pcluster version` refuses --region; every other command needs it.
+        argv = [*self.command, *args, *(["--region", self.region] if args[0] != "version" else [])]
         try:
             done = subprocess.run(
                 argv,
@@ -139,9 +150,15 @@ class ParallelCluster:
             command, "--cluster-name", name, "--cluster-configuration", str(config), *extra
         )
 
-    def dryrun(self, name: str, config: Path) -> DryRun:
-        """Validate a config with all of ParallelCluster's validators; creates nothing."""
-        data = self._with_config("create-cluster", name, config, "--dryrun", "true")
+    def version(self) -> str:
+        """ParallelCluster's version (its official AMIs are named after it)."""
+        return str(self._run("version").get("version", ""))
+
+    def dryrun(self, name: str, config: Path, suppress: tuple[str, ...] = ()) -> DryRun:
+        """Validate a config with ParallelCluster's validators (all but ``suppress``, by
+        type name); creates nothing."""
+        extra = ["--suppress-validators", *(f"type:{v}" for v in suppress)] if suppress else []
+        data = self._with_config("create-cluster", name, config, "--dryrun", "true", *extra)
         message = str(data.get("message", ""))
         if message == DRYRUN_OK:
             return DryRun(True, _messages(data.get("validationMessages")))

@@ -77,20 +77,33 @@ def make_engine(
 
 
 def pcluster_command(target: Target) -> list[str] | None:
-    """ParallelCluster's command for this target. The sandbox creates no cluster unless a
-    `pcluster` is named explicitly (FMCTL_PCLUSTER: a stand-in, in tests)."""
-    import os
-
+    """ParallelCluster's command for this target, if installed (see ``find_pcluster``)."""
     from provisioner.drivers.pcluster import find_pcluster
 
-    if target.sandbox and not os.environ.get("FMCTL_PCLUSTER"):
-        return None
     return find_pcluster(target.home)
+
+
+def sandbox_validates_only(target: Target) -> bool:
+    """In the sandbox a real ParallelCluster only validates (its create needs resources the
+    emulator lacks); a stand-in named by FMCTL_PCLUSTER (tests) creates."""
+    import os
+
+    return target.sandbox and not os.environ.get("FMCTL_PCLUSTER")
+
+
+#: Kinds ParallelCluster's validators need to exist before they can run: all free and quick.
+CHECK_NEEDS = frozenset({"vpc", "subnet", "sg", "bucket", "artifacts", "placement-group"})
 
 
 def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
     """The plan of a resolved spec: the infrastructure, and for Slurm the ParallelCluster
-    cluster on top of it when a `pcluster` is available for ``target``."""
+    cluster on top of it when a `pcluster` is available for ``target``.
+
+    ParallelCluster's validators run as soon as what they read exists, and the file
+    system (the first resource that is slow and billed) waits for them.
+    """
+    import dataclasses
+
     from provisioner.catalog import load_catalog
     from provisioner.plan.graph import Node
     from provisioner.plan.infra import build_plan
@@ -98,16 +111,30 @@ def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
 
     context = build_context(spec, load_catalog())
     plan = build_plan(context)
-    if spec.scheduler == "slurm" and target is not None and pcluster_command(target):
-        folder = target.home / "clusters" / spec.metadata.name
-        node = Node(
-            "parallelcluster",
-            "parallelcluster",
-            tuple(sorted(plan.nodes)),
-            {"context": context, "config_path": str(folder / "cluster-config.yaml")},
-        )
-        plan = Plan({**plan.nodes, node.id: node})
-    return plan
+    if spec.scheduler != "slurm" or target is None or not pcluster_command(target):
+        return plan
+    folder = target.home / "clusters" / spec.metadata.name
+    nodes = dict(plan.nodes)
+    check = Node(
+        "parallelcluster/check",
+        "parallelcluster-check",
+        tuple(sorted(n for n, node in nodes.items() if node.kind in CHECK_NEEDS)),
+        {"context": context, "config_path": str(folder / "cluster-config.checked.yaml")},
+    )
+    for n, node in nodes.items():
+        if node.kind == "fsx" and node.owned:
+            nodes[n] = dataclasses.replace(node, deps=(*node.deps, check.id))
+    cluster = Node(
+        "parallelcluster",
+        "parallelcluster",
+        tuple(sorted([*nodes, check.id])),
+        {
+            "context": context,
+            "config_path": str(folder / "cluster-config.yaml"),
+            "validate_only": sandbox_validates_only(target),
+        },
+    )
+    return Plan({**nodes, check.id: check, cluster.id: cluster})
 
 
 def expected_seconds(plan: Plan) -> dict[str, float]:

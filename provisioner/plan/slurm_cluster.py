@@ -23,13 +23,33 @@ from provisioner.render.placeholders import fill
 #: Tag ParallelCluster puts on every instance it or Slurm launches.
 PCLUSTER_TAG = "parallelcluster:cluster-name"
 
+#: The status of a cluster whose final config passed the validators and that the sandbox
+#: does not create.
+VALIDATED = "VALIDATED"
 
-def real_config(c: ClusterContext, engine: Engine) -> str:
-    """The ParallelCluster config of ``c`` with every placeholder filled from the engine."""
+#: Validators fmctl suppresses when the AWS behind the run is the sandbox's emulator, because
+#: moto's answers break them, not the config. Everything else runs.
+SANDBOX_SUPPRESSED = (
+    # Checks KeyName with DescribeKeyPairs; without one it warns, and a key pair a user names
+    # exists in their account, never in the emulator.
+    "KeyPairValidator",
+    # Both call RunInstances with DryRun=True on the whole launch specification; moto answers
+    # "The request must contain the parameter ebs" where EC2 answers DryRunOperation.
+    "HeadNodeLaunchTemplateValidator",
+    "ComputeResourceLaunchTemplateValidator",
+)
+
+
+def real_config(c: ClusterContext, engine: Engine, *, with_fsx: bool = True) -> str:
+    """The ParallelCluster config of ``c`` with every placeholder filled from the engine.
+
+    ``with_fsx`` False keeps a new file system in ParallelCluster's own settings (size,
+    throughput, associations): the early check runs before fmctl creates it.
+    """
     from provisioner.render.slurm import render_slurm
 
     out = engine.outputs
-    if c.fsx is not None and "fsx" in out:
+    if c.fsx is not None and "fsx" in out and with_fsx:
         c = dataclasses.replace(c, fsx=dataclasses.replace(c.fsx, existing_id=out["fsx"]["id"]))
     values = {
         "privateSubnetId": out["subnet/private"]["id"],
@@ -42,8 +62,77 @@ def real_config(c: ClusterContext, engine: Engine) -> str:
     return fill(text, values)
 
 
+def _pcluster(engine: Engine) -> ParallelCluster:
+    if not engine.pcluster:
+        raise PclusterError(
+            "ParallelCluster's `pcluster` command was not found; run "
+            "`fmctl setup parallelcluster` or put pcluster on PATH"
+        )
+    return ParallelCluster(engine.pcluster, engine.region, env=engine.aws.child_env())
+
+
+def _validate(engine: Engine, config: Path) -> str:
+    """Run ParallelCluster's validators on ``config``; raise with their messages if they
+    refuse it. Returns the warnings, for the log."""
+    suppress = SANDBOX_SUPPRESSED if engine.aws.sandbox else ()
+    dry = _pcluster(engine).dryrun(engine.cluster, config, suppress)
+    if not dry.ok:
+        detail = "; ".join(f"{m.type}: {m.message}" for m in dry.messages if m.level == "ERROR")
+        raise PclusterError(
+            f"ParallelCluster's validators refused the config ({config}): {detail or dry.error}"
+        )
+    return "; ".join(f"{m.type}: {m.message}" for m in dry.messages)
+
+
+def _write(node: Node, text: str) -> Path:
+    config = Path(node.params["config_path"])
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text)
+    return config
+
+
+class ParallelClusterCheckKind:
+    """ParallelCluster's validators, as early as they can run: once the network, security
+    groups, placement groups and artifact bucket exist (seconds, no cost) and before the
+    file system and the cluster (tens of minutes, billed).
+
+    It cannot run before anything exists: loading a config, ParallelCluster looks its
+    subnets up (DescribeSubnets) and refuses one that does not exist, so stand-in ids fail.
+    """
+
+    name = "parallelcluster-check"
+    after: tuple[str, ...] = ()
+    create_seconds, delete_seconds = 5.0, 0.0
+
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        if _pcluster(engine).describe(engine.cluster) is not None:
+            return {"id": "cluster exists"}
+        return None
+
+    def create(self, engine: Engine, node: Node) -> Outputs:
+        config = _write(node, real_config(node.params["context"], engine, with_fsx=False))
+        warnings = _validate(engine, config)
+        if warnings:
+            engine.emit(node.id, "waiting", f"ParallelCluster warns: {warnings}")
+        return {"id": "accepted", "config": str(config)}
+
+    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
+        return outputs
+
+    def find_all(self, engine: Engine) -> list[Found]:
+        return []  # nothing to delete: it creates nothing
+
+    def delete(self, engine: Engine, found: Found) -> None:
+        return None
+
+
 class ParallelClusterKind:
-    """Create, wait for and delete the cluster through `pcluster`."""
+    """Create, wait for and delete the cluster through `pcluster`.
+
+    With ``validate_only`` in the node's params (the sandbox with ParallelCluster
+    installed), it runs the validators on the final config and stops: ParallelCluster's
+    create needs a CloudFormation stack of resources the emulator lacks.
+    """
 
     name = "parallelcluster"
     after: tuple[str, ...] = (
@@ -62,12 +151,7 @@ class ParallelClusterKind:
     create_seconds, delete_seconds = 1200.0, 600.0
 
     def _pc(self, engine: Engine) -> ParallelCluster:
-        if not engine.pcluster:
-            raise PclusterError(
-                "ParallelCluster's `pcluster` command was not found; run "
-                "`fmctl setup parallelcluster` or put pcluster on PATH"
-            )
-        return ParallelCluster(engine.pcluster, engine.region)
+        return _pcluster(engine)
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         found = self._pc(engine).describe(engine.cluster)
@@ -80,20 +164,17 @@ class ParallelClusterKind:
         return {"id": engine.cluster, "status": found["clusterStatus"]}
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        pc = self._pc(engine)
-        config = Path(node.params["config_path"])
-        config.parent.mkdir(parents=True, exist_ok=True)
-        config.write_text(real_config(node.params["context"], engine))
-        dry = pc.dryrun(engine.cluster, config)
-        if not dry.ok:
-            detail = "; ".join(f"{m.type}: {m.message}" for m in dry.messages)
-            raise PclusterError(
-                f"ParallelCluster's validators refused the config ({config}): {detail or dry.error}"
-            )
-        summary = pc.create(engine.cluster, config)
+        config = _write(node, real_config(node.params["context"], engine))
+        # Again on the final config: now with the file system's id and its interfaces.
+        _validate(engine, config)
+        if node.params.get("validate_only"):
+            return {"id": engine.cluster, "status": VALIDATED, "config": str(config)}
+        summary = self._pc(engine).create(engine.cluster, config)
         return {"id": engine.cluster, "status": summary.get("clusterStatus")}
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
+        if outputs.get("status") == VALIDATED:
+            return outputs
         pc = self._pc(engine)
 
         def probe() -> dict[str, Any] | None:

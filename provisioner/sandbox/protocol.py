@@ -25,16 +25,27 @@ class Call:
     action: str
     params: dict[str, Any]
     protocol: str  # "query" | "json" | "rest"
+    region: str = "us-east-1"
+
+
+def _scope(environ: dict[str, Any]) -> list[str]:
+    """KEY/DATE/REGION/SERVICE/aws4_request of the SigV4 Authorization header."""
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    if "Credential=" in auth:
+        return str(auth.split("Credential=", 1)[1].split(",", 1)[0]).split("/")
+    return []
 
 
 def service_of(environ: dict[str, Any]) -> str:
     """The signing service name in the SigV4 Authorization header (``.../ec2/aws4_request``)."""
-    auth = environ.get("HTTP_AUTHORIZATION", "")
-    if "Credential=" in auth:
-        scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/")
-        if len(scope) >= 4:
-            return str(scope[3])
-    return ""
+    scope = _scope(environ)
+    return str(scope[3]) if len(scope) >= 4 else ""
+
+
+def region_of(environ: dict[str, Any]) -> str:
+    """The region a request was signed for."""
+    scope = _scope(environ)
+    return str(scope[2]) if len(scope) >= 4 else "us-east-1"
 
 
 def access_key_of(environ: dict[str, Any]) -> str:
@@ -47,15 +58,15 @@ def access_key_of(environ: dict[str, Any]) -> str:
 
 def parse(environ: dict[str, Any], body: bytes) -> Call:
     """Identify the call a request makes."""
-    service = service_of(environ)
+    service, region = service_of(environ), region_of(environ)
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target:
         params = json.loads(body or b"{}")
-        return Call(service, target.rsplit(".", 1)[-1], params, "json")
+        return Call(service, target.rsplit(".", 1)[-1], params, "json", region)
     ctype = environ.get("CONTENT_TYPE", "")
     if "x-www-form-urlencoded" in ctype:
         form = {k: v[0] for k, v in parse_qs(body.decode("utf-8"), keep_blank_values=True).items()}
-        return Call(service, form.get("Action", ""), form, "query")
+        return Call(service, form.get("Action", ""), form, "query", region)
     path = environ.get("PATH_INFO", "")
     query = environ.get("QUERY_STRING", "")
     keys = {part.split("=", 1)[0] for part in query.split("&") if part}

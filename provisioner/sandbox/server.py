@@ -6,6 +6,7 @@ Control endpoints (loopback only, for tests and the demo):
   GET  /_fmctl/requests          -> every API call seen: service, action, status, fault
   POST /_fmctl/faults            <- {"rules": [...]} (see ``FaultRule``); replaces the rules
   POST /_fmctl/seed/reservation  <- a capacity reservation (DescribeCapacityReservations shape)
+  POST /_fmctl/seed/image        <- an Amazon-owned AMI {region, name, architecture}
 
 Run: ``python -m provisioner.sandbox.server --ready-file F [--port 0] [--scale S]``; it writes
 ``{"port": N, "pid": P}`` to F once it listens.
@@ -161,6 +162,8 @@ class Middleware:
         elif path == "/_fmctl/seed/reservation" and method == "POST":
             self.shims.seed_reservation(json.loads(body))
             data = {"ok": True}
+        elif path == "/_fmctl/seed/image" and method == "POST":
+            data = {"imageId": self.shims.seed_image(json.loads(body))}
         else:
             return _answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
         return _answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())

@@ -8,6 +8,7 @@ measured. Answers come in the shapes botocore parses (see ``protocol``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ class Timed:
     ready_at: float
     deleting_at: float | None = None
     gone_at: float | None = None
+    region: str = "us-east-1"
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Shims:
         for table in (self.file_systems, self.associations):
             for key, item in list(table.items()):
                 if item.gone_at is not None and now >= item.gone_at:
+                    _release_interfaces(item)
                     del table[key]
                 elif item.deleting_at is not None:
                     item.data["Lifecycle"] = "DELETING"
@@ -89,9 +92,38 @@ class Shims:
 
     # --- seeding, for tests and the demo ------------------------------------------------
     def seed_reservation(self, data: dict[str, Any]) -> None:
-        """Add a capacity reservation or block (``capacityReservationId`` required)."""
+        """Add a capacity reservation or block (``capacityReservationId`` required); the
+        fields a test leaves out get the values of an ordinary Linux reservation."""
+        usual = {"instancePlatform": "Linux/UNIX", "tenancy": "default", "ownerId": ACCOUNT}
         with self.lock:
-            self.reservations[data["capacityReservationId"]] = data
+            self.reservations[data["capacityReservationId"]] = {**usual, **data}
+
+    def seed_image(self, data: dict[str, Any]) -> str:
+        """Add an Amazon-owned AMI to moto's EC2 in ``region`` (``name`` required).
+
+        ParallelCluster looks its official AMI up by name among Amazon's images
+        (aws-parallelcluster-VERSION-OS-ARCH*); moto ships none, and no API can register an
+        image as Amazon's, so this reaches into moto's backend.
+        """
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.amis import Ami
+        from moto.ec2.utils import random_ami_id
+
+        backend = ec2_backends[ACCOUNT][data.get("region", "us-east-1")]
+        image_id = random_ami_id()
+        backend.amis[image_id] = Ami(
+            backend,
+            image_id,
+            name=data["name"],
+            owner_id="247102896272",  # ParallelCluster's publishing account
+            owner_alias="amazon",
+            architecture=data.get("architecture", "x86_64"),
+            virtualization_type="hvm",
+            root_device_type="ebs",
+            root_device_name="/dev/xvda",
+            platform="Linux/UNIX",
+        )
+        return image_id
 
 
 def _pg_create(s: Shims, call: Call) -> Answer:
@@ -105,7 +137,7 @@ def _pg_create(s: Shims, call: Call) -> Answer:
         "state": "available",
         "strategy": call.params.get("Strategy", "cluster"),
         "groupId": f"pg-{_hex()}",
-        "groupArn": f"arn:aws:ec2:us-east-1:{ACCOUNT}:placement-group/{name}",
+        "groupArn": f"arn:aws:ec2:{call.region}:{ACCOUNT}:placement-group/{name}",
         "tags": p.query_tags(call.params),
     }
     s.placement_groups[name] = group
@@ -169,6 +201,8 @@ def _fsx_create(s: Shims, call: Call) -> Answer:
     if token and token in s.tokens and s.tokens[token] in s.file_systems:
         return p.json_response({"FileSystem": _fsx_out(s.file_systems[s.tokens[token]])})
     fs_id = f"fs-{_hex()}"
+    subnets = call.params.get("SubnetIds", [])
+    vpc_id, enis = _fsx_interfaces(call, subnets, fs_id)
     lustre = dict(call.params.get("LustreConfiguration", {}))
     lustre["MountName"] = _hex(8)
     data = {
@@ -179,18 +213,51 @@ def _fsx_create(s: Shims, call: Call) -> Answer:
         "Lifecycle": "CREATING",
         "StorageCapacity": call.params.get("StorageCapacity", 1200),
         "StorageType": "SSD",
-        "SubnetIds": call.params.get("SubnetIds", []),
-        "VpcId": "vpc-sandbox",
-        "DNSName": f"{fs_id}.fsx.us-east-1.amazonaws.com",
-        "ResourceARN": f"arn:aws:fsx:us-east-1:{ACCOUNT}:file-system/{fs_id}",
+        "SubnetIds": subnets,
+        "VpcId": vpc_id,
+        "NetworkInterfaceIds": enis,
+        "DNSName": f"{fs_id}.fsx.{call.region}.amazonaws.com",
+        "ResourceARN": f"arn:aws:fsx:{call.region}:{ACCOUNT}:file-system/{fs_id}",
         "Tags": call.params.get("Tags", []),
         "LustreConfiguration": lustre,
-        "KmsKeyId": f"arn:aws:kms:us-east-1:{ACCOUNT}:key/aws-fsx",
+        "KmsKeyId": f"arn:aws:kms:{call.region}:{ACCOUNT}:key/aws-fsx",
     }
-    s.file_systems[fs_id] = Timed(data, s._after("fsx-create"))
+    s.file_systems[fs_id] = Timed(data, s._after("fsx-create"), region=call.region)
     if token:
         s.tokens[token] = fs_id
     return p.json_response({"FileSystem": data})
+
+
+def _ec2_backend(region: str) -> Any:
+    from moto.ec2.models import ec2_backends
+
+    return ec2_backends[ACCOUNT][region]
+
+
+def _fsx_interfaces(call: Call, subnets: list[str], fs_id: str) -> tuple[str, list[str]]:
+    """The file system's VPC and its network interface, made in moto's EC2 with the
+    security groups asked for, as FSx does: ParallelCluster's networking validator reads
+    those groups to check that the nodes can reach ports 988 and 1018-1023."""
+    backend = _ec2_backend(call.region)
+    try:
+        subnet = backend.get_subnet(subnets[0])
+    except Exception:  # unknown subnet: FSx would refuse; the answer keeps a stand-in
+        return "vpc-unknown", []
+    eni = backend.create_network_interface(
+        subnet,
+        None,
+        group_ids=call.params.get("SecurityGroupIds", []),
+        description=f"ENI for FSx file system {fs_id}",
+    )
+    return str(subnet.vpc_id), [str(eni.id)]
+
+
+def _release_interfaces(item: Timed) -> None:
+    """A deleted file system's interfaces go with it."""
+    backend = _ec2_backend(item.region)
+    for eni in item.data.get("NetworkInterfaceIds", []):
+        with contextlib.suppress(Exception):
+            backend.delete_network_interface(eni)
 
 
 def _fsx_describe(s: Shims, call: Call) -> Answer:
@@ -238,7 +305,7 @@ def _dra_create(s: Shims, call: Call) -> Answer:
         "AssociationId": assoc_id,
         "FileSystemId": fs_id,
         "Lifecycle": "CREATING",
-        "ResourceARN": f"arn:aws:fsx:us-east-1:{ACCOUNT}:association/{fs_id}/{assoc_id}",
+        "ResourceARN": f"arn:aws:fsx:{call.region}:{ACCOUNT}:association/{fs_id}/{assoc_id}",
         "FileSystemPath": call.params.get("FileSystemPath", "/"),
         "DataRepositoryPath": call.params.get("DataRepositoryPath", ""),
         "BatchImportMetaDataOnCreate": call.params.get("BatchImportMetaDataOnCreate", False),

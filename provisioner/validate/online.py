@@ -1,6 +1,7 @@
 """Online checks, run by `plan` and `up` before anything is created: the AZ offers each
 instance type; each reservation or capacity block exists, is active (or says when it starts),
-matches type and AZ and is large enough; the P-instance vCPU quota leaves room.
+matches type, platform and AZ and is large enough; the P-instance vCPU quota leaves room; the
+file system's S3 data bucket exists in the cluster's region.
 
 Problems carry spec paths, so they print located in the file like the offline ones.
 """
@@ -98,6 +99,14 @@ def _reservation_fit(
             path,
             hint=f"set network.availabilityZone to {res.get('AvailabilityZone')}",
         )
+    platform = res.get("InstancePlatform")
+    if platform not in (None, "Linux/UNIX"):
+        yield Problem(
+            "reservation-mismatch",
+            f"{rid} is for {platform} instances; GPU nodes run Linux/UNIX",
+            path,
+            hint="use a reservation whose platform is Linux/UNIX",
+        )
     state = res.get("State")
     if state == "scheduled" or (block and state == "payment-pending"):
         yield Problem(
@@ -155,6 +164,59 @@ def _quota(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             )
 
 
+def _data_bucket(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The S3 bucket of the file system's data repository exists, is reachable and is in the
+    cluster's region (FSx links a bucket of its own region only)."""
+    fsx = spec.storage.fsx_lustre
+    if fsx is None or fsx.s3 is None or fsx.file_system_id is not None:
+        return
+    s3 = aws.client("s3")
+    checked: set[str] = set()
+    for field in ("import_path", "export_path"):
+        uri = getattr(fsx.s3, field)
+        bucket = str(uri or "").removeprefix("s3://").split("/", 1)[0]
+        if not bucket or bucket in checked:
+            continue
+        checked.add(bucket)
+        key = "importPath" if field == "import_path" else "exportPath"
+        path = ("storage", "fsxLustre", "s3", key)
+        try:
+            where = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
+        except Exception as exc:
+            code = error_code(exc)
+            if code in ("NoSuchBucket", "404"):
+                yield Problem(
+                    "data-bucket-missing",
+                    f"bucket {bucket} does not exist",
+                    path,
+                    hint="create it, or correct the name (fmctl links it; it never creates "
+                    "or deletes your data bucket)",
+                )
+                continue
+            if code in ("AccessDenied", "403"):
+                yield Problem(
+                    "data-bucket-missing",
+                    f"bucket {bucket} is not readable with these credentials",
+                    path,
+                    hint="FSx reads it with its service role; fmctl needs s3:GetBucketLocation",
+                )
+                continue
+            raise
+        if where != spec.metadata.region:
+            yield Problem(
+                "data-bucket-region",
+                f"bucket {bucket} is in {where}; the cluster is in {spec.metadata.region}",
+                path,
+                hint="FSx for Lustre links buckets of its own region only: replicate the "
+                "data to a bucket there",
+            )
+
+
 def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every online problem of a resolved spec."""
-    return [*_offerings(aws, spec), *_reservations(aws, spec), *_quota(aws, spec, catalog)]
+    return [
+        *_offerings(aws, spec),
+        *_reservations(aws, spec),
+        *_quota(aws, spec, catalog),
+        *_data_bucket(aws, spec),
+    ]

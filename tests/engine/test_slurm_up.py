@@ -37,8 +37,9 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "log in: ssh ec2-user@10.0.0.10" in up.stdout
-    commands = [(c[0], c[2]) for c in _calls(tmp_path)]
-    assert commands.index(("create-cluster", "true")) < commands.index(("create-cluster", "false"))
+    commands = [(c[0], c[2]) for c in _calls(tmp_path) if c[0] == "create-cluster"]
+    # The early check, the final check with the file system's id, then the create.
+    assert commands == [("create-cluster", "true")] * 2 + [("create-cluster", "false")]
     config = yaml.safe_load((sandbox.home / "clusters" / name / "cluster-config.yaml").read_text())
     items = {logical: aws_id for _, logical, aws_id in owned(sandbox, name, region)}
     assert config["HeadNode"]["Networking"]["SubnetId"] == items["subnet/public"]
@@ -57,7 +58,7 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     )
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
     assert again.returncode == 0 and "0 created" in again.stdout
-    assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 2  # no new create
+    assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 3  # no new create
 
     ec2 = sandbox.aws(region).client("ec2")
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -115,7 +116,25 @@ def test_validator_errors_stop_before_the_cluster(sandbox: Sandbox, tmp_path: Pa
     assert "ParallelCluster's validators refused the config" in up.stderr
     assert "EfaValidator" in up.stderr
     assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 1  # the dry run only
+    # The early check stops `up` before the file system (slow and billed) is asked for.
+    kinds = {kind for kind, _, _ in owned(sandbox, name, region_of(spec))}
+    assert "subnet" in kinds and "fsx" not in kinds
     sandbox.fmctl("down", name, "--region", region_of(spec), "--sandbox", "--yes", **env)
+
+
+def test_broken_spec_is_reported_before_parallelcluster_is_asked(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    name = "e2e-pc-broken"
+    spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
+    data = yaml.safe_load(spec.read_text())
+    data["compute"]["gpuPools"][0]["instanceType"] = "g6e.xlarge"  # no EFA on it
+    data["storage"]["fsxLustre"]["capacityGiB"] = 5000  # PERSISTENT_2 steps are 2400 GiB
+    spec.write_text(yaml.safe_dump(data))
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **_env(tmp_path))
+    assert up.returncode == 1
+    assert "efa" in up.stderr.lower() and "capacityGiB" in up.stderr
+    assert not (tmp_path / "pcluster-state.json").exists()  # pcluster never ran
 
 
 def test_slurm_without_pcluster_stops_before_any_call(tmp_path: Path) -> None:

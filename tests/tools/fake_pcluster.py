@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--dryrun", default="false")
     parser.add_argument("--rollback-on-failure", default="true")
+    parser.add_argument("--suppress-validators", nargs="*", default=[])
     args = parser.parse_args()
     path, state = _load()
     state["calls"].append([args.command, args.cluster_name, args.dryrun])

@@ -1,0 +1,76 @@
+"""Online checks against the emulator: the data bucket of the file system, and the
+reservation's platform."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.ops.validate import load_and_validate
+from provisioner.validate.online import online_problems
+from tests.engine.harness import Sandbox, region_of, spec_file
+
+
+def _problems(sandbox: Sandbox, spec: Path) -> dict[str, tuple[str, str]]:
+    validation = load_and_validate(str(spec))
+    assert validation.resolved is not None
+    found = online_problems(sandbox.aws(region_of(spec)), validation.resolved, load_catalog())
+    return {p.code: (p.message, ".".join(map(str, p.path))) for p in found}
+
+
+def _with_bucket(tmp_path: Path, name: str, bucket: str) -> Path:
+    spec = spec_file(tmp_path, name)  # p5en on EKS with FSx linked to S3, us-west-2
+    data = yaml.safe_load(spec.read_text())
+    data["storage"]["fsxLustre"]["s3"] = {"importPath": f"s3://{bucket}/data"}
+    spec.write_text(yaml.safe_dump(data))
+    return spec
+
+
+def test_missing_data_bucket_is_located(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = _with_bucket(tmp_path, "online-nobucket", "fmctl-test-no-such-bucket")
+    problems = _problems(sandbox, spec)
+    message, path = problems["data-bucket-missing"]
+    assert "fmctl-test-no-such-bucket does not exist" in message
+    assert path == "storage.fsxLustre.s3.importPath"
+
+
+def test_data_bucket_in_another_region(sandbox: Sandbox, tmp_path: Path) -> None:
+    bucket = "fmctl-test-far-away-data"
+    spec = _with_bucket(tmp_path, "online-far", bucket)
+    assert region_of(spec) != "eu-west-1"
+    sandbox.aws("eu-west-1").client("s3").create_bucket(
+        Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    problems = _problems(sandbox, spec)
+    assert "data-bucket-missing" not in problems
+    message, _ = problems["data-bucket-region"]
+    assert f"is in eu-west-1; the cluster is in {region_of(spec)}" in message
+    sandbox.aws("eu-west-1").client("s3").delete_bucket(Bucket=bucket)
+
+
+def test_data_bucket_in_the_cluster_region_passes(sandbox: Sandbox, tmp_path: Path) -> None:
+    bucket = "fmctl-test-near-data"
+    spec = _with_bucket(tmp_path, "online-near", bucket)
+    region = region_of(spec)
+    sandbox.aws(region).client("s3").create_bucket(
+        Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region}
+    )
+    problems = _problems(sandbox, spec)
+    assert not {"data-bucket-missing", "data-bucket-region"} & set(problems)
+    sandbox.aws(region).client("s3").delete_bucket(Bucket=bucket)
+
+
+def test_sandbox_child_env_carries_no_real_credentials(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "production")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "real-looking-token")
+    env = sandbox.aws("us-east-1").child_env()
+    assert "AWS_PROFILE" not in env and "AWS_SESSION_TOKEN" not in env
+    assert env["AWS_ENDPOINT_URL"] == sandbox.endpoint
+    assert env["AWS_CA_BUNDLE"] == sandbox.info["ca"]
+    assert env["AWS_EC2_METADATA_DISABLED"] == "true"
+    assert env["AWS_ACCESS_KEY_ID"] == "fmctl-sandbox"
