@@ -72,7 +72,7 @@ demo: install
 	@$(FMCTL) sandbox stop
 
 lint: install
-	$(BIN)/ruff check provisioner tests benchmarks
+	$(BIN)/ruff check provisioner tests benchmarks slurm
 	$(BIN)/mypy
 
 unit: tools

@@ -265,6 +265,8 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
             "is not run against the emulator (the stack needs resources moto lacks)."
         )
     elif cluster:
+        if spec.slurm.topology_aware:
+            publish_topology(spec.metadata.name, target)
         how = (
             f"ssh ec2-user@{cluster['head_ip']}"
             if spec.network.ssh_cidr
@@ -346,6 +348,45 @@ def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | 
     click.echo(f"{name} in {region}: {len(rows)} resources")
     for row in sorted(rows, key=lambda r: (r["kind"], r["resource"])):
         click.echo(f"  {row['kind']:<16} {row['resource']:<24} {row['id']}")
+
+
+@click.command("topology", cls=GuardedCommand)
+@click.argument("name")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option("--no-publish", is_flag=True, help="Only show it; do not upload topology.json.")
+@region_option
+@target_options
+def topology(
+    name: str, output: str, no_publish: bool, region: str, sandbox: bool, state_dir: str | None
+) -> None:
+    """Read where NAME's running compute nodes sit in the network and publish it for the head
+    node, which rewrites Slurm's topology.conf from it (every 2 minutes)."""
+    target = _target(region, state_dir, sandbox)
+    publish_topology(name, target, output, not no_publish)
+
+
+def publish_topology(name: str, target: Any, output: str = "text", upload: bool = True) -> None:
+    """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
+    from provisioner.ops import topology as topo
+    from provisioner.ops.engine import make_engine
+    from provisioner.plan.registry import all_kinds
+
+    aws = target.aws()
+    placed = topo.read_topology(aws, name)
+    doc = topo.document(name, placed)
+    where = None
+    if upload:
+        buckets = all_kinds()["bucket"].find_all(make_engine(target, name, None, lambda e: None))
+        if not buckets:
+            _fail(f"{name} has no artifact bucket in {target.region}", "run `fmctl up` first")
+        where = topo.publish(aws, buckets[0].id, name, doc)
+    if output == "json":
+        click.echo(json.dumps({**doc, "publishedTo": where}, indent=2))
+        return
+    for line in topo.summary(placed):
+        click.echo(f"topology: {line}")
+    if where:
+        click.echo(f"topology: published {where}; the head node installs topology.conf from it")
 
 
 @click.group("sandbox")

@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("engine_cmds", "plan", "Show what `up` would create, in which order, in parallel."),
     "up": ("engine_cmds", "up", "Create the cluster (re-running creates only what is missing)."),
     "status": ("engine_cmds", "status", "Show a cluster's resources, from AWS tags."),
+    "topology": (
+        "engine_cmds",
+        "topology",
+        "Publish where a Slurm cluster's nodes sit in the network (topology.conf).",
+    ),
     "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
     "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
     "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),

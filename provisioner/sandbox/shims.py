@@ -386,7 +386,67 @@ def _quota(s: Shims, call: Call) -> Answer:
     )
 
 
+#: Instance families DescribeInstanceTopology answers for (the rest: not in the answer).
+TOPOLOGY_FAMILIES = (
+    "p3dn",
+    "p4d",
+    "p4de",
+    "p5",
+    "p5e",
+    "p5en",
+    "p6-b200",
+    "p6-b300",
+    "p6e-gb200",
+    "trn1",
+    "trn1n",
+    "trn2",
+    "g6",
+)
+
+
+def _network_nodes(az: str, instance_id: str) -> list[str]:
+    """Three layers, top to bottom, as EC2 lists them: one spine per AZ, then 4 blocks of
+    4 leaves. Stable per instance, so tests can repeat; a leaf always sits under one block."""
+    import hashlib
+
+    def nn(text: str) -> str:
+        return "nn-" + hashlib.sha256(text.encode()).hexdigest()[:17]
+
+    leaf = int(hashlib.sha256(instance_id.encode()).hexdigest(), 16) % 16
+    return [nn(f"{az}/1"), nn(f"{az}/2/{leaf // 4}"), nn(f"{az}/3/{leaf}")]
+
+
+def _topology(s: Shims, call: Call) -> Answer:
+    """DescribeInstanceTopology (moto lacks it) over moto's running instances."""
+    ids = set(p.indexed(call.params, "InstanceId"))
+    filters = p.query_filters(call.params)
+    items = []
+    for reservation in _ec2_backend(call.region).all_reservations():
+        for inst in reservation.instances:
+            family = inst.instance_type.split(".")[0]
+            if (ids and inst.id not in ids) or family not in TOPOLOGY_FAMILIES:
+                continue
+            if inst.state != "running":
+                continue
+            az = str(inst.availability_zone)
+            if "instance-type" in filters and inst.instance_type not in filters["instance-type"]:
+                continue
+            if "availability-zone" in filters and az not in filters["availability-zone"]:
+                continue
+            items.append(
+                {
+                    "instanceId": inst.id,
+                    "instanceType": inst.instance_type,
+                    "networkNodeSet": _network_nodes(az, inst.id),
+                    "availabilityZone": az,
+                    "zoneId": f"use1-az{ord(az[-1]) - 96}",
+                }
+            )
+    return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})
+
+
 _HANDLERS = {
+    "DescribeInstanceTopology": _topology,
     "CreatePlacementGroup": _pg_create,
     "DescribePlacementGroups": _pg_describe,
     "DeletePlacementGroup": _pg_delete,

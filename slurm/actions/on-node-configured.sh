@@ -1,7 +1,7 @@
 #!/bin/bash
 # ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node.
 # Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
-#        [--efa-exporter] [--slurm-exporter] [--enroot-data=DIR]
+#        [--efa-exporter] [--slurm-exporter] [--enroot-data=DIR] [--topology=tree|block]
 set -euo pipefail
 
 role="${1:?usage: on-node-configured.sh head|compute S3_PREFIX [flags]}"
@@ -23,6 +23,32 @@ if [ "$role" = compute ]; then
   install -m 0755 "$home"/epilog.d/*.sh "$scripts/epilog.d/"
 fi
 
+# Slurm's topology.conf, kept current from what `fmctl topology` publishes (head node only).
+install_topology() {
+  local style="$1"
+  [ "$role" = head ] || { echo "--topology is for the head node" >&2; exit 2; }
+  cat >/etc/systemd/system/fmctl-topology.service <<UNIT
+[Unit]
+Description=fmctl: Slurm topology.conf from EC2 instance topology
+After=slurmctld.service
+[Service]
+Type=oneshot
+ExecStart=$home/lib/topology-refresh.sh $prefix $style
+UNIT
+  cat >/etc/systemd/system/fmctl-topology.timer <<UNIT
+[Unit]
+Description=fmctl: refresh Slurm topology.conf
+[Timer]
+OnBootSec=1min
+OnUnitActiveSec=2min
+[Install]
+WantedBy=timers.target
+UNIT
+  systemctl daemon-reload
+  "$home/lib/topology-refresh.sh" "$prefix" "$style"
+  systemctl enable --now fmctl-topology.timer
+}
+
 for flag in "$@"; do
   case "$flag" in
     --node-exporter) "$home/lib/install-exporter.sh" node ;;
@@ -30,6 +56,7 @@ for flag in "$@"; do
     --dcgm-exporter) "$home/lib/install-exporter.sh" dcgm ;;
     --slurm-exporter) "$home/lib/install-exporter.sh" slurm ;;
     --enroot-data=*) "$home/lib/enroot-pyxis.sh" "${flag#--enroot-data=}" ;;
+    --topology=*) install_topology "${flag#--topology=}" ;;
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done

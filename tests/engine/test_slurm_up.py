@@ -72,13 +72,31 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
             TagSpecifications=[
                 {
                     "ResourceType": "instance",
-                    "Tags": [{"Key": "parallelcluster:cluster-name", "Value": cluster}],
+                    "Tags": [
+                        {"Key": "parallelcluster:cluster-name", "Value": cluster},
+                        {"Key": "parallelcluster:node-type", "Value": "Compute"},
+                    ],
                 }
             ],
         )["Instances"][0]["InstanceId"]
         return instance
 
     leftover, foreign = launch(name), launch(f"{name}x")
+    # Where the running compute nodes sit, published for the head node's topology.conf.
+    topo = sandbox.fmctl("topology", name, "--region", region, "--sandbox", "-o", "json", **env)
+    assert topo.returncode == 0, topo.stdout + topo.stderr
+    published = json.loads(topo.stdout)
+    (placed,) = published["instances"]  # ours only: not the other cluster's instance
+    assert placed["instanceId"] == leftover and placed["ip"].startswith("10.")
+    assert len(placed["networkNodes"]) == 3
+    body = (
+        sandbox.aws(region)
+        .client("s3")
+        .get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"]
+        .read()
+    )
+    assert json.loads(body)["instances"] == published["instances"]
+    assert published["publishedTo"] == f"s3://{items['bucket']}/{name}/slurm/topology.json"
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "leftover compute instances" in down.stdout

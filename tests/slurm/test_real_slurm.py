@@ -113,3 +113,74 @@ def test_gres_without_gres_types_is_caught_by_fmctl(tmp_path: Path) -> None:
         assert "GresTypes" not in running.conf.read_text()
     finally:
         running.stop()
+
+
+def _hostnames(slurm: SlurmCluster, hostlist: str) -> list[str]:
+    return slurm.run("scontrol", "show", "hostnames", hostlist).stdout.split()
+
+
+@pytest.fixture
+def topology_cluster() -> Iterator[tuple[ClusterContext, SlurmCluster]]:
+    """The topology-aware example's cluster."""
+    if missing_binaries():
+        if os.environ.get("CI"):
+            pytest.fail("slurm-wlm missing: `make tools` installs it")
+        pytest.skip("slurm-wlm not installed (`make tools` installs it)")
+    context = _context(ROOT / "examples/p5-slurm-capacity-block.yaml")
+    assert context.topology_aware
+    running = start(context)
+    yield context, running
+    running.stop()
+
+
+def test_topology_from_ec2_instance_topology(
+    topology_cluster: tuple[ClusterContext, SlurmCluster],
+) -> None:
+    """What the head node's timer does: nodes get their addresses as ParallelCluster's resume
+    sets them, slurm/lib/topology.py maps EC2's network nodes to them, slurmctld reloads."""
+    import json
+    import subprocess
+    import sys
+
+    from provisioner.render.slurm import node_names
+
+    context, slurm = topology_cluster
+    pool = context.pools[0]
+    names = _hostnames(slurm, node_names(context, pool))[:6]
+    instances = []
+    for i, name in enumerate(names):
+        ip = f"10.0.1.{10 + i}"
+        update = slurm.run("scontrol", "update", f"NodeName={name}", f"NodeAddr={ip}")
+        assert update.returncode == 0, update.stderr
+        instances.append({"ip": ip, "networkNodes": ["nn-spine", f"nn-b{i // 3}", f"nn-l{i // 2}"]})
+    folder = slurm.conf.parent
+    (folder / "topology.json").write_text(json.dumps({"readAt": "now", "instances": instances}))
+    (folder / "nodes.txt").write_text(slurm.run("scontrol", "show", "nodes", "-o").stdout)
+    made = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "slurm/lib/topology.py"),
+            str(folder / "topology.json"),
+            str(folder / "nodes.txt"),
+            "--style=tree",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    (folder / "topology.conf").write_text(made.stdout)
+    assert slurm.run("scontrol", "reconfigure").returncode == 0
+    shown = {
+        line.split()[0].split("=")[1]: line
+        for line in slurm.run("scontrol", "show", "topology").stdout.splitlines()
+        if line.startswith("SwitchName=")
+    }
+    assert f"Nodes={names[0]},{names[1]}" in shown["nn-l0"]
+    assert "Level=0" in shown["nn-l0"] and "Level=1" in shown["nn-b0"]
+    assert "Switches=nn-l0,nn-l1" in shown["nn-b0"] and "Level=2" in shown["nn-spine"]
+    assert f"unplaced-{pool.name}" in shown  # the nodes EC2 has not placed, still usable
+    assert "fmctl-root" in shown
+    fits = slurm.run(
+        "sbatch", "--test-only", "-p", pool.name, f"--nodes={pool.count}", "--wrap", "true"
+    )
+    assert fits.returncode == 0, (fits.stderr, slurm.log()[-2000:])

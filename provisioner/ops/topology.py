@@ -1,0 +1,117 @@
+"""`fmctl topology`: where a Slurm cluster's running compute nodes sit in the network.
+
+Read from EC2 (DescribeInstanceTopology: the network nodes above each instance, top of the
+hierarchy first) and published next to the cluster's Slurm scripts as topology.json. The head
+node's fmctl-topology timer maps the instances' addresses to Slurm node names and installs
+topology.conf (slurm/lib/topology.py), so Slurm keeps a job's nodes under as few spines as it
+can. fmctl cannot write topology.conf itself: which instance is which Slurm node is known on
+the head node only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.drivers.aws import Aws
+from provisioner.plan.slurm_cluster import PCLUSTER_TAG
+
+#: DescribeInstanceTopology takes at most 100 instance ids per call.
+IDS_PER_CALL = 100
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One compute instance and the network nodes above it (top first)."""
+
+    instance_id: str
+    ip: str
+    instance_type: str
+    network_nodes: tuple[str, ...]
+
+
+def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
+    """Running compute instances of the ParallelCluster cluster, by id."""
+    ec2 = aws.client("ec2")
+    found: dict[str, dict[str, Any]] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{PCLUSTER_TAG}", "Values": [cluster]},
+            {"Name": "tag:parallelcluster:node-type", "Values": ["Compute"]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+    )
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                if tags.get(PCLUSTER_TAG) == cluster:  # never trust a filter alone
+                    found[instance["InstanceId"]] = instance
+    return found
+
+
+def read_topology(aws: Aws, cluster: str) -> list[Placed]:
+    """Each running compute instance with its network nodes (instances EC2 does not place,
+    types without topology support, are left out)."""
+    instances = compute_instances(aws, cluster)
+    ec2 = aws.client("ec2")
+    ids = sorted(instances)
+    placed = []
+    for start in range(0, len(ids), IDS_PER_CALL):
+        chunk = ids[start : start + IDS_PER_CALL]
+        pages = ec2.get_paginator("describe_instance_topology").paginate(InstanceIds=chunk)
+        for page in pages:
+            for item in page["Instances"]:
+                instance = instances[item["InstanceId"]]
+                placed.append(
+                    Placed(
+                        item["InstanceId"],
+                        instance.get("PrivateIpAddress", ""),
+                        item.get("InstanceType", instance.get("InstanceType", "")),
+                        tuple(item.get("NetworkNodes", [])),
+                    )
+                )
+    return placed
+
+
+def document(cluster: str, placed: list[Placed]) -> dict[str, Any]:
+    """topology.json: what the head node reads."""
+    return {
+        "cluster": cluster,
+        "readAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "instances": [
+            {
+                "instanceId": p.instance_id,
+                "ip": p.ip,
+                "instanceType": p.instance_type,
+                "networkNodes": list(p.network_nodes),
+            }
+            for p in sorted(placed, key=lambda p: (*p.network_nodes, p.instance_id))
+        ],
+    }
+
+
+def publish(aws: Aws, bucket: str, cluster: str, doc: dict[str, Any]) -> str:
+    """Upload topology.json beside the cluster's Slurm scripts; returns its URI."""
+    key = f"{cluster}/slurm/topology.json"
+    aws.client("s3").put_object(
+        Bucket=bucket,
+        Key=key,
+        Body=json.dumps(doc, indent=1).encode(),
+        ContentType="application/json",
+    )
+    return f"s3://{bucket}/{key}"
+
+
+def summary(placed: list[Placed]) -> list[str]:
+    """Lines for people: instances per spine and per bottom layer."""
+    if not placed:
+        return ["no running compute instance with a known topology"]
+    spines = Counter(p.network_nodes[0] for p in placed if p.network_nodes)
+    leaves = Counter(p.network_nodes[-1] for p in placed if p.network_nodes)
+    lines = [f"{len(placed)} instances under {len(spines)} spine(s), {len(leaves)} leaf node(s)"]
+    lines += [f"  spine {nn}: {n} instances" for nn, n in sorted(spines.items())]
+    return lines
