@@ -14,6 +14,8 @@ _SHOWN = {
     "creating": "creating",
     "exists": "exists",
     "ready": "ready",
+    "updating": "updating",
+    "note": "note",
     "deleting": "deleting",
     "deleted": "deleted",
     "failed": "FAILED",

@@ -26,6 +26,7 @@ IMAGE_OS_PART = {
     "rocky9": "rocky9-hvm",
 }
 DRYRUN_OK = "Request would have succeeded, but DryRun flag is set."
+NO_CHANGES = "No changes found in your cluster configuration."
 #: Where ParallelCluster writes the head node's bootstrap logs, by failure code.
 LOG_HINTS = {
     "HeadNodeBootstrapFailure": "the head node's cfn-init and chef-client logs: CloudWatch log "
@@ -71,6 +72,12 @@ class UpdatePlan:
     ok: bool
     changes: list[dict[str, Any]] = field(default_factory=list)
     messages: list[ValidationMessage] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def parameters(self) -> list[str]:
+        """The config paths that would change."""
+        return [str(c.get("parameter", "?")) for c in self.changes]
 
     @property
     def needs_fleet_stop(self) -> bool:
@@ -194,9 +201,25 @@ class ParallelCluster:
         """What an update would change, and whether ParallelCluster allows it now."""
         data = self._with_config("update-cluster", name, config, "--dryrun", "true")
         changes = list(data.get("changeSet", []))
-        if str(data.get("message", "")) == DRYRUN_OK:
+        message = str(data.get("message", ""))
+        if message == DRYRUN_OK:
             return UpdatePlan(True, changes, _messages(data.get("validationMessages")))
-        return UpdatePlan(False, changes, _messages(data.get("updateValidationErrors")))
+        if NO_CHANGES in message:
+            return UpdatePlan(True)
+        refused = [
+            ValidationMessage("ERROR", str(e.get("parameter", "")), str(e.get("message", "")))
+            for e in data.get("updateValidationErrors") or []
+        ]
+        refused += _messages(data.get("configurationValidationErrors"))
+        return UpdatePlan(False, changes, refused, message)
+
+    def update(self, name: str, config: Path) -> dict[str, Any]:
+        """Start updating the cluster to ``config``; returns its summary."""
+        data = self._with_config("update-cluster", name, config)
+        if "cluster" not in data:
+            raise PclusterError(f"update-cluster refused: {data.get('message', data)}")
+        summary: dict[str, Any] = data["cluster"]
+        return summary
 
 
 def failure_text(name: str, description: dict[str, Any]) -> str:

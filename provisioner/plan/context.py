@@ -27,7 +27,7 @@ class Event:
     """Something that happened to a resource."""
 
     resource: str
-    state: str  # planned | exists | creating | waiting | ready | deleting | deleted | failed
+    state: str  # planned|exists|creating|waiting|updating|note|ready|deleting|deleted|failed
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
 

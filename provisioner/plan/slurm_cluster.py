@@ -113,7 +113,7 @@ class ParallelClusterCheckKind:
         config = _write(node, real_config(node.params["context"], engine, with_fsx=False))
         warnings = _validate(engine, config)
         if warnings:
-            engine.emit(node.id, "waiting", f"ParallelCluster warns: {warnings}")
+            engine.emit(node.id, "note", f"ParallelCluster warns: {warnings}")
         return {"id": "accepted", "config": str(config)}
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
@@ -157,11 +157,15 @@ class ParallelClusterKind:
         found = self._pc(engine).describe(engine.cluster)
         if found is None:
             return None
-        if found["clusterStatus"].endswith("_FAILED"):
+        status = found["clusterStatus"]
+        if status == "CREATE_FAILED":
             raise PclusterError(
                 failure_text(engine.cluster, found) + f"; `fmctl down {engine.cluster}` removes it"
             )
-        return {"id": engine.cluster, "status": found["clusterStatus"]}
+        if status == "UPDATE_FAILED":  # rolled back: it runs on its previous config
+            engine.emit(node.id, "exists", "the last update failed and was rolled back")
+        settled = status.endswith(("_COMPLETE", "_FAILED"))
+        return {"id": engine.cluster, "status": status, "reconcile": settled}
 
     def create(self, engine: Engine, node: Node) -> Outputs:
         config = _write(node, real_config(node.params["context"], engine))
@@ -172,9 +176,36 @@ class ParallelClusterKind:
         summary = self._pc(engine).create(engine.cluster, config)
         return {"id": engine.cluster, "status": summary.get("clusterStatus")}
 
+    def _reconcile(self, engine: Engine, node: Node) -> bool:
+        """Bring an existing cluster to the spec: ParallelCluster says what would change
+        and whether it may change now; fmctl never stops the compute fleet itself (that
+        kills running jobs)."""
+        pc = self._pc(engine)
+        config = _write(node, real_config(node.params["context"], engine))
+        plan = pc.update_dryrun(engine.cluster, config)
+        if plan.ok and not plan.changes:
+            return False
+        changed = ", ".join(plan.parameters) or "the config"
+        if plan.ok:
+            engine.emit(node.id, "updating", changed)
+            pc.update(engine.cluster, config)
+            return True
+        if plan.needs_fleet_stop:
+            raise PclusterError(
+                f"changing {changed} needs the compute fleet stopped, which ends running "
+                f"jobs, so fmctl does not do it: `pcluster update-compute-fleet --cluster-name "
+                f"{engine.cluster} --status STOP_REQUESTED --region {engine.region}`, then "
+                "`fmctl up` again (and START_REQUESTED after)"
+            )
+        detail = "; ".join(f"{m.type}: {m.message}" for m in plan.messages)
+        raise PclusterError(f"ParallelCluster refuses to update {changed}: {detail or plan.error}")
+
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         if outputs.get("status") == VALIDATED:
             return outputs
+        updating = bool(outputs.get("reconcile")) and self._reconcile(engine, node)
+        # A rolled-back update left a working cluster; only a new update's failure counts.
+        failed = ("_FAILED",) if updating or not outputs.get("reconcile") else ("CREATE_FAILED",)
         pc = self._pc(engine)
 
         def probe() -> dict[str, Any] | None:
@@ -182,12 +213,12 @@ class ParallelClusterKind:
             if found is None:
                 raise PclusterError(f"cluster {engine.cluster} disappeared while creating")
             status = found["clusterStatus"]
-            if status.endswith("_FAILED"):
+            if status.endswith(failed):
                 raise PclusterError(failure_text(engine.cluster, found))
-            return found if status.endswith("_COMPLETE") else None
+            return found if status.endswith(("_COMPLETE", "UPDATE_FAILED")) else None
 
         found = engine.wait_until(
-            f"ParallelCluster {engine.cluster} to be CREATE_COMPLETE",
+            f"ParallelCluster {engine.cluster} to be CREATE_COMPLETE or UPDATE_COMPLETE",
             probe,
             self.create_seconds,
             2100 + 600,

@@ -90,12 +90,25 @@ def test_failure_names_the_code_and_the_logs(tmp_path: Path) -> None:
 
 
 def test_update_dryrun_says_when_the_fleet_must_stop(tmp_path: Path) -> None:
-    pc = _pc(tmp_path)
+    pc = _pc(tmp_path, "update-needs-stop")
     pc.create("c1", _config(tmp_path))
     same = pc.update_dryrun("c1", _config(tmp_path))
-    assert same.ok and not same.needs_fleet_stop
+    assert same.ok and not same.needs_fleet_stop and not same.changes  # "No changes found"
     bigger = pc.update_dryrun("c1", _config(tmp_path, "Region: us-east-1\nMaxCount: 32\n"))
-    assert not bigger.ok and bigger.needs_fleet_stop and bigger.changes
+    assert not bigger.ok and bigger.needs_fleet_stop
+    assert "MaxCount" in bigger.parameters
+
+
+def test_update_allowed_runs_and_completes(tmp_path: Path) -> None:
+    pc = _pc(tmp_path, steps=1)
+    pc.create("c1", _config(tmp_path))
+    pc.describe("c1")
+    changed = _config(tmp_path, "Region: us-east-1\nScaledownIdletime: 5\n")
+    plan = pc.update_dryrun("c1", changed)
+    assert plan.ok and plan.parameters == ["ScaledownIdletime", "Scheduling"]
+    assert pc.update("c1", changed)["clusterStatus"] == "UPDATE_IN_PROGRESS"
+    done = pc.describe("c1")
+    assert done is not None and done["clusterStatus"] == "UPDATE_COMPLETE"
 
 
 def test_garbage_output_is_an_error_not_a_crash(tmp_path: Path) -> None:

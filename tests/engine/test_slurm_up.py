@@ -177,3 +177,37 @@ def test_slurm_without_pcluster_stops_before_any_call(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert "fmctl setup parallelcluster" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_changed_spec_updates_the_cluster_or_says_why_not(sandbox: Sandbox, tmp_path: Path) -> None:
+    name = "e2e-pc-update"
+    spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
+    region = region_of(spec)
+    env = _env(tmp_path)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env).returncode == 0
+    data = yaml.safe_load(spec.read_text())
+    data["slurm"]["scaledownIdletime"] = 5
+    spec.write_text(yaml.safe_dump(data))
+
+    refused = sandbox.fmctl(
+        "up",
+        "-f",
+        str(spec),
+        "--sandbox",
+        "--yes",
+        **{**env, "FAKE_PCLUSTER_SCENARIO": "update-needs-stop"},
+    )
+    assert refused.returncode == 1
+    assert "ScaledownIdletime" in refused.stderr and "update-compute-fleet" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    updated = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert updated.returncode == 0, updated.stdout + updated.stderr
+    assert "updating  ScaledownIdletime" in updated.stdout and "0 created" in updated.stdout
+    real_updates = [c for c in _calls(tmp_path) if c[0] == "update-cluster" and c[2] == "false"]
+    assert len(real_updates) == 1
+    state = json.loads((tmp_path / "pcluster-state.json").read_text())
+    assert state["clusters"][name]["status"] == "UPDATE_COMPLETE"
+    assert "ScaledownIdletime: 5" in state["clusters"][name]["config"]
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
+    assert down.returncode == 0 and raw_leftovers(sandbox, name, region) == []

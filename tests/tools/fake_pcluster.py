@@ -4,7 +4,7 @@ status sequence (CREATE_IN_PROGRESS -> CREATE_COMPLETE or CREATE_FAILED with fai
 DELETE_IN_PROGRESS -> gone), and its exit codes, dry run's 1-on-success included.
 
 State lives in the JSON file $FAKE_PCLUSTER_STATE. $FAKE_PCLUSTER_SCENARIO picks a behaviour:
-ok (default), bootstrap-failure, invalid-config. $FAKE_PCLUSTER_STEPS is how many
+ok (default), bootstrap-failure, invalid-config, update-needs-stop. $FAKE_PCLUSTER_STEPS is how many
 describe-cluster calls a create or delete takes (default 2). Every call is appended to the
 state's "calls" list so tests can see what fmctl ran.
 """
@@ -50,6 +50,25 @@ def _missing(name: str) -> dict:
         "message": f"Cluster '{name}' does not exist or belongs to an incompatible "
         "ParallelCluster major version."
     }
+
+
+def _changes(old: str, new: str) -> list[dict]:
+    """A changeSet in ParallelCluster's shape: one entry per changed `Key: value` line."""
+
+    def values(text: str) -> dict[str, str]:
+        pairs = (line.strip().split(":", 1) for line in text.splitlines() if ":" in line)
+        return {k.strip("- "): v.strip() for k, v in pairs if v.strip()}
+
+    before, after = values(old), values(new)
+    return [
+        {
+            "parameter": key,
+            "currentValue": before.get(key, "-"),
+            "requestedValue": after.get(key, "-"),
+        }
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    ]
 
 
 def main() -> None:
@@ -143,7 +162,8 @@ def main() -> None:
                     del clusters[name]
                     _out(_missing(name), 1)
                 failed = scenario == "bootstrap-failure"
-                cluster["status"] = "CREATE_FAILED" if failed else "CREATE_COMPLETE"
+                verb = cluster["status"].split("_", 1)[0]  # CREATE or UPDATE
+                cluster["status"] = f"{verb}_FAILED" if failed else f"{verb}_COMPLETE"
             data = _summary(name, cluster["region"], cluster["status"])
             data.update(
                 {
@@ -177,32 +197,36 @@ def main() -> None:
             cluster = clusters.get(name)
             if cluster is None:
                 _out(_missing(name), 1)
-            changed = cluster["config"] != Path(args.cluster_configuration).read_text()
-            change = [
-                {
-                    "parameter": "Scheduling.SlurmQueues[train].ComputeResources"
-                    "[p5-48xlarge].MaxCount",
-                    "currentValue": 16,
-                    "requestedValue": 32,
-                }
-            ]
-            if changed:
+            new_text = Path(args.cluster_configuration).read_text()
+            change = _changes(cluster["config"], new_text)
+            if not change:
+                _out({"message": "No changes found in your cluster configuration."}, 1)
+            if scenario == "update-needs-stop":
                 _out(
                     {
                         "message": "Update failure",
                         "changeSet": change,
                         "updateValidationErrors": [
                             {
-                                "level": "ERROR",
-                                "type": "ConfigValidator",
+                                **c,
                                 "message": "All compute nodes must be stopped. Stop the compute "
                                 "fleet with the pcluster update-compute-fleet command",
                             }
+                            for c in change
                         ],
                     },
                     1,
                 )
-            _out({"message": DRYRUN_OK, "changeSet": []}, 1)
+            if args.dryrun == "true":
+                _out({"message": DRYRUN_OK, "changeSet": change}, 1)
+            cluster.update(status="UPDATE_IN_PROGRESS", describes=0, config=new_text)
+            _out(
+                {
+                    "cluster": _summary(name, cluster["region"], "UPDATE_IN_PROGRESS"),
+                    "changeSet": change,
+                },
+                0,
+            )
         _out({"message": f"unknown command {args.command}"}, 2)
     finally:
         path.write_text(json.dumps(state))
