@@ -81,8 +81,14 @@ unit: tools
 test: lint unit
 
 bench: install
+	@echo "== start-up (medians; pcluster version when make tools has installed it)"
 	$(BIN)/python benchmarks/startup.py
+	@echo; echo "== time to cluster in the sandbox, against the critical path and the serial sum"
 	$(BIN)/python benchmarks/up_sandbox.py
+	@echo; echo "== waiting: calls and notice delay against boto3's stock waiters"
+	$(BIN)/python benchmarks/polling.py
+	@echo; echo "== scale: render and plan from 1 to 1,024 nodes and 1 to 50 pools"
+	$(BIN)/python benchmarks/scale.py
 
 # Re-write the golden files of tests/golden from the examples (review the diff!).
 golden: install

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 from typing import Any
 
 import jinja2
@@ -16,11 +18,37 @@ def quote(value: Any) -> str:
     return json.dumps(value)
 
 
+class _QuietCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates on disk (compiling them is a quarter of a render's time); a cache
+    that cannot be read or written is no error, only slower."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # a corrupt or unreadable entry: compile afresh
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "fmctl", f"jinja-{jinja2.__version__}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return _QuietCache(folder)
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """The template environment; an undefined name is an error, never an empty string."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(shipped_dir("templates"))),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,

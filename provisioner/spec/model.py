@@ -195,7 +195,10 @@ class SlurmSettings(SpecModel):
         "instance topology so jobs stay under one network spine.",
     )
     scaledown_idletime: int = Field(
-        d.SLURM_SCALEDOWN_IDLETIME, description="Minutes before idle dynamic nodes stop."
+        d.SLURM_SCALEDOWN_IDLETIME,
+        ge=1,
+        description="Minutes before idle dynamic nodes stop (at least 1; for nodes that never "
+        "stop, set minCount).",
     )
 
 

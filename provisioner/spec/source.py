@@ -107,18 +107,35 @@ class _Builder:
                 )
             )
         if isinstance(node, yaml.MappingNode):
+            self._check_tag(node, path, "tag:yaml.org,2002:map")
             self.active.add(id(node))
             try:
                 return self._mapping(node, path)
             finally:
                 self.active.discard(id(node))
         if isinstance(node, yaml.SequenceNode):
+            self._check_tag(node, path, "tag:yaml.org,2002:seq")
             self.active.add(id(node))
             try:
                 return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
             finally:
                 self.active.discard(id(node))
         return self._scalar(node, path)
+
+    def _check_tag(self, node: yaml.Node, path: SpecPath, plain: str) -> None:
+        """A list or mapping carries its plain tag: !!python/object and friends are refused
+        like scalar tags, not silently dropped."""
+        if node.tag != plain:
+            raise _BuildError(
+                Problem(
+                    "yaml-tag",
+                    f"unsupported YAML tag {node.tag!r}",
+                    path,
+                    hint="a spec holds plain strings, numbers, booleans, lists and mappings; "
+                    "remove the tag",
+                    position=_pos(node.start_mark),
+                )
+            )
 
     def _scalar(self, node: yaml.Node, path: SpecPath) -> Any:
         if node.tag == _TIMESTAMP_TAG:

@@ -140,6 +140,21 @@ def _translate(error: Any) -> Problem:
         return Problem(
             "wrong-type", f"expected {expected}, got {_describe(value)}", path, hint=hint
         )
+    bounds = {
+        "greater_than_equal": ("ge", "at least"),
+        "less_than_equal": ("le", "at most"),
+        "greater_than": ("gt", "more than"),
+        "less_than": ("lt", "less than"),
+    }
+    if kind in bounds:
+        key, words = bounds[kind]
+        limit = error.get("ctx", {}).get(key)
+        return Problem(
+            "out-of-range",
+            f"{_describe(value)} is out of range: it must be {words} {limit}",
+            path,
+            hint=f"use a value {words} {limit}",
+        )
     return Problem("invalid", error.get("msg", "invalid value"), path)
 
 
