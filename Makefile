@@ -12,13 +12,18 @@ PCLUSTER_VENV  := .venv-pcluster
 PCLUSTER_STAMP := $(PCLUSTER_VENV)/.installed-stamp
 PCLUSTER_PIN   := aws-parallelcluster==3.16.1
 HELM := $(BIN)/helm
+# checkov (static security analysis of the rendered manifests) pins its own dependency tree.
+CHECKOV_VENV  := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
+CHECKOV_PIN   := checkov==3.3.30
 
-.PHONY: help install tools slurm-tools demo test lint unit bench golden clean
+.PHONY: help install tools slurm-tools demo test lint unit bench golden reliability clean
 
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
 	@echo "make test   - install, then lint, type-check and run every test"
-	@echo "make bench  - start-up benchmarks (ratios, not timed tests)"
+	@echo "make bench  - benchmarks: start-up, time to cluster, polling, scale (ratios, not tests)"
+	@echo "make reliability - the fault, crash, ownership and bad-input campaign, with its table"
 	@echo "make golden - re-write the render golden files from examples/"
 	@echo "make clean  - remove the virtualenv and caches"
 
@@ -34,6 +39,11 @@ $(PCLUSTER_STAMP):
 	$(PCLUSTER_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(PCLUSTER_PIN)'
 	@touch $(PCLUSTER_STAMP)
 
+$(CHECKOV_STAMP):
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_PIN)'
+	@touch $(CHECKOV_STAMP)
+
 $(HELM): | $(STAMP)
 	$(BIN)/python tests/tools/fetch_helm.py $(HELM)
 
@@ -46,7 +56,7 @@ slurm-tools:
 	else echo "slurm-wlm/munge missing and not root: the real-Slurm tests will skip"; fi
 
 # The real checkers the tests run rendered output through.
-tools: $(STAMP) $(PCLUSTER_STAMP) $(HELM) slurm-tools
+tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) slurm-tools
 
 demo: install
 	@echo "== fmctl catalog: the accelerated instance types fmctl knows"
@@ -76,7 +86,8 @@ lint: install
 	$(BIN)/mypy
 
 unit: tools
-	$(BIN)/pytest
+	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest
+	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
 test: lint unit
 
@@ -90,10 +101,15 @@ bench: install
 	@echo; echo "== scale: render and plan from 1 to 1,024 nodes and 1 to 50 pools"
 	$(BIN)/python benchmarks/scale.py
 
+# The reliability campaign alone, and its table (orphans, duplicates, foreign touched: 0).
+reliability: tools
+	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q tests/reliability
+	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
+
 # Re-write the golden files of tests/golden from the examples (review the diff!).
 golden: install
 	FMCTL_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/render/test_golden.py
 
 clean:
-	rm -rf $(VENV) $(PCLUSTER_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(PCLUSTER_VENV) $(CHECKOV_VENV) .reliability.json .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

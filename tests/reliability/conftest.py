@@ -1,5 +1,25 @@
-"""The reliability campaign shares the engine tests' emulator fixtures."""
+"""The reliability campaign: the engine tests' emulator fixtures, its own emulator (so the
+calls it counts are its own), and the tally written at the end when asked."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from tests.engine.conftest import no_faults, sandbox
+from tests.engine.harness import Sandbox
+from tests.reliability.campaign import tally
 
 __all__ = ["no_faults", "sandbox"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def campaign(sandbox: Sandbox) -> Iterator[None]:
+    """Write the tally (FMCTL_RELIABILITY_REPORT) once every campaign test has run."""
+    yield
+    target = os.environ.get("FMCTL_RELIABILITY_REPORT")
+    if target:
+        tally.write(Path(target), sandbox.requests())

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.harness import ROOT, Sandbox
+from tests.reliability.campaign import tally
 
 CORPUS = sorted((ROOT / "tests/data/bad-specs").glob("*.yaml"))
 
@@ -89,6 +90,7 @@ def test_every_rule_has_a_bad_spec() -> None:
 
 def test_up_makes_no_aws_call_for_any_bad_spec(sandbox: Sandbox, tmp_path: Path) -> None:
     cases = [*CORPUS, *_special_cases(tmp_path)]
+    tally.add(bad_specs_tried=len(cases))
     before = len(sandbox.requests())
     for path in cases:
         result = sandbox.fmctl("up", "-f", str(path), "--sandbox", "--yes")

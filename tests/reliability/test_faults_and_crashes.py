@@ -1,6 +1,7 @@
-"""Crashes and faults: `up` and `down` SIGKILLed at several points and run again; throttling,
-5xx, connection resets and slow answers injected into a share of calls at the HTTP layer.
-The end state must equal a clean run's, with no duplicate and nothing left after down."""
+"""Crashes and faults: `up` and `down` SIGKILLed at every step of the plan in turn and run
+again; throttling, 5xx, connection resets and slow answers injected into a share of calls at
+the HTTP layer. The end state must equal a clean run's, with no duplicate and nothing left
+after down."""
 
 from __future__ import annotations
 
@@ -10,20 +11,37 @@ import pytest
 
 from tests.engine.harness import (
     Sandbox,
-    duplicates,
     kill_after,
     owned,
-    raw_leftovers,
     region_of,
     spec_file,
 )
+from tests.engine.harness import duplicates as _duplicates
+from tests.engine.harness import raw_leftovers as _raw_leftovers
 from tests.engine.test_lifecycle import P5EN_RESOURCES
-
-#: Kill `up` after the Nth resource started being created (the plan has 17).
-UP_KILL_POINTS = [1, 4, 8, 12, 15]
+from tests.reliability.campaign import tally
 
 
-@pytest.mark.parametrize("point", UP_KILL_POINTS)
+def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
+    """What is left tagged as the cluster's (counted for the campaign's report)."""
+    left = _raw_leftovers(sandbox, name, region)
+    tally.add(orphans_found=len(left))
+    return left
+
+
+def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+    """Logical ids that exist more than once (counted for the campaign's report)."""
+    found = _duplicates(items)
+    tally.add(duplicates_found=sum(n - 1 for n in found.values()))
+    return found
+
+
+#: Kill `up` after the Nth resource started being created, and `down` after the Nth started
+#: being deleted: every step of the plan in turn.
+KILL_POINTS = list(range(1, len(P5EN_RESOURCES) + 1))
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
 def test_up_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
     name = f"e2e-crash-up-{point}"
     spec = spec_file(tmp_path, name)
@@ -31,6 +49,7 @@ def test_up_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> N
     proc = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
     lines = kill_after(proc, " creating", point)
     assert proc.returncode == -9, "".join(lines)
+    tally.add(crashes_tried=1)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
     rerun = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
@@ -45,7 +64,7 @@ def test_up_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> N
     assert raw_leftovers(sandbox, name, region) == []
 
 
-@pytest.mark.parametrize("point", [1, 6, 12])
+@pytest.mark.parametrize("point", KILL_POINTS)
 def test_down_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
     name = f"e2e-crash-down-{point}"
     spec = spec_file(tmp_path, name)
@@ -54,6 +73,7 @@ def test_down_killed_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) ->
     proc = sandbox.spawn("down", name, "--region", region, "--sandbox", "--yes")
     lines = kill_after(proc, " deleting", point)
     assert proc.returncode == -9, "".join(lines)
+    tally.add(crashes_tried=1)
     again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
     assert raw_leftovers(sandbox, name, region) == []

@@ -1,0 +1,46 @@
+"""The campaign's tally: what the reliability tests tried and what they found.
+
+Tests add to it as they go (``tally.add(crashes=1)``, ``tally.found(orphans=...)``); the
+session writes it, with the emulator's count of calls and injected faults, to the file named
+by FMCTL_RELIABILITY_REPORT, and `make reliability` prints it (``python -m
+tests.reliability.report``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+#: What must be 0 for the campaign to pass.
+MUST_BE_ZERO = ("orphans found", "duplicates found", "foreign resources touched")
+
+
+class Tally:
+    """Counters, by label."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add(self, **counts: int) -> None:
+        """Add to counters (underscores in names read as spaces)."""
+        for key, value in counts.items():
+            self.counts[key.replace("_", " ")] += value
+
+    def as_data(self, requests: list[dict[str, Any]]) -> dict[str, int]:
+        """The report: calls and faults from the emulator's log, then the counters."""
+        data = {
+            "calls made": len(requests),
+            "faults injected": sum(1 for r in requests if r.get("fault")),
+        }
+        for key in ("crashes tried", "bad specs tried", *MUST_BE_ZERO):
+            data[key] = self.counts.get(key, 0)
+        return data
+
+    def write(self, path: Path, requests: list[dict[str, Any]]) -> None:
+        """Save the report as JSON."""
+        path.write_text(json.dumps(self.as_data(requests), indent=1))
+
+
+tally = Tally()
