@@ -38,7 +38,13 @@ class Component:
 def components(c: ClusterContext) -> list[Component]:
     """The in-cluster components this cluster gets, in apply order."""
     out = [
-        Component("namespaces", (("namespaces.yaml.j2", "namespaces.yaml"),)),
+        Component(
+            "namespaces",
+            (
+                ("namespaces.yaml.j2", "namespaces.yaml"),
+                ("network-policies.yaml.j2", "network-policies.yaml"),
+            ),
+        ),
         Component("training", (("rbac.yaml.j2", "rbac.yaml"),), "training"),
         Component(
             "nvidia-device-plugin", (("daemonset.yaml.j2", "daemonset.yaml"),), "fmctl-system"
