@@ -47,13 +47,15 @@ $(CHECKOV_STAMP):
 $(HELM): | $(STAMP)
 	$(BIN)/python tests/tools/fetch_helm.py $(HELM)
 
-# A real Slurm controller for the tests (Debian's packages; CI runs as root).
+# A real Slurm controller and Prometheus's promtool for the tests (Debian's packages; CI
+# runs as root).
 slurm-tools:
-	@if command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then :; \
+	@if command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 \
+	  && command -v promtool >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends slurm-wlm munge >/dev/null; \
-	else echo "slurm-wlm/munge missing and not root: the real-Slurm tests will skip"; fi
+	    --no-install-recommends slurm-wlm munge prometheus >/dev/null; \
+	else echo "slurm-wlm/munge/promtool missing and not root: their tests will skip"; fi
 
 # The real checkers the tests run rendered output through.
 tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) slurm-tools

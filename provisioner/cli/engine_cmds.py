@@ -273,6 +273,14 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
             else f"aws ssm start-session --target {cluster['head_node']}"
         )
         click.echo(f"log in: {how}   (Slurm head node of {spec.metadata.name})")
+        if spec.observability.prometheus and spec.observability.grafana:
+            click.echo(
+                f"grafana: aws ssm start-session --target {cluster['head_node']} --region "
+                f"{spec.metadata.region} --document-name AWS-StartPortForwardingSession "
+                '--parameters \'{"portNumber":["3000"],"localPortNumber":["3000"]}\'  then '
+                "http://localhost:3000 (user admin; the password is in /etc/fmctl/grafana-admin "
+                "on the head node, never on this machine)"
+            )
     elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "

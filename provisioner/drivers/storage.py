@@ -160,7 +160,8 @@ class Bucket:
 
 
 class Artifacts:
-    """The slurm/ scripts uploaded under ``<cluster>/slurm/`` (ParallelCluster fetches them).
+    """The slurm/ scripts and the cluster's rendered monitoring files, uploaded under
+    ``<cluster>/slurm/`` (ParallelCluster's custom actions fetch them).
 
     A manifest object records the content hash, so a re-run uploads only when they changed.
     """
@@ -169,10 +170,15 @@ class Artifacts:
     create_seconds, delete_seconds = 2.0, 0.0
 
     def _files(self, node: Node) -> dict[str, bytes]:
+        """The shipped scripts, plus the files rendered for this cluster (``extra``: path
+        under slurm/ -> text), e.g. the head node's Prometheus config and dashboards."""
         root = Path(node.params["root"])
-        return {
+        files = {
             str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
         }
+        extra: dict[str, str] = node.params.get("extra", {})
+        files.update({path: text.encode() for path, text in sorted(extra.items())})
+        return files
 
     def _digest(self, files: dict[str, bytes]) -> str:
         h = hashlib.sha256()

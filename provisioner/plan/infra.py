@@ -99,8 +99,16 @@ def build_plan(c: ClusterContext) -> Plan:
         nodes.append(Node("iam/eks-cluster", "iam-role", params={"role": "eks-cluster"}))
         nodes.append(Node("iam/eks-node", "iam-role", params={"role": "eks-node"}))
     if c.scheduler == "slurm":
+        from provisioner.render.slurm import monitoring_files
+
+        extra = {k.removeprefix("slurm/"): v for k, v in monitoring_files(c).items()}
         nodes.append(
-            Node("artifacts", "artifacts", ("bucket",), {"root": str(shipped_dir("slurm"))})
+            Node(
+                "artifacts",
+                "artifacts",
+                ("bucket",),
+                {"root": str(shipped_dir("slurm")), "extra": extra},
+            )
         )
     fsx = c.fsx
     if fsx is not None and fsx.existing_id:

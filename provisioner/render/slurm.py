@@ -111,6 +111,39 @@ def render_slurm(c: ClusterContext) -> dict[str, str]:
     }
     if c.topology_aware:
         files["slurm/topology.conf"] = topology_conf(c)
+    files.update(monitoring_files(c))
+    return files
+
+
+def scrape_jobs(c: ClusterContext) -> list[tuple[str, int, bool]]:
+    """(job, port, compute nodes only) of what the head node's Prometheus scrapes by tag."""
+    jobs = [("node", 9100, False)]
+    if c.gpu_metrics:
+        jobs.append(("dcgm", 9400, True))
+    if c.efa_metrics and c.efa_pools:
+        jobs.append(("efa", 9109, True))
+    return jobs
+
+
+def monitoring_files(c: ClusterContext) -> dict[str, str]:
+    """slurm/monitoring/: the head node's Prometheus config, Grafana's provisioning and
+    dashboards (uploaded with the scripts; on-node-configured.sh --monitoring installs them)."""
+    if not c.prometheus:
+        return {}
+    from provisioner.render.kubernetes import dashboards
+
+    files = {
+        "slurm/monitoring/prometheus.yml": render_template(
+            "slurm/prometheus.yml.j2", c=c, jobs=scrape_jobs(c)
+        )
+    }
+    if c.grafana:
+        for part in ("datasources", "dashboards"):
+            files[f"slurm/monitoring/grafana-{part}.yaml"] = render_template(
+                f"slurm/grafana-{part}.yaml.j2", c=c
+            )
+        for name, text in dashboards().items():
+            files[f"slurm/monitoring/dashboards/{name}"] = text
     return files
 
 

@@ -2,6 +2,7 @@
 # ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node.
 # Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
 #        [--efa-exporter] [--slurm-exporter] [--enroot-data=DIR] [--topology=tree|block]
+#        [--prometheus] [--grafana]   (head node: Prometheus, and Grafana beside it)
 set -euo pipefail
 
 role="${1:?usage: on-node-configured.sh head|compute S3_PREFIX [flags]}"
@@ -57,6 +58,8 @@ for flag in "$@"; do
     --slurm-exporter) "$home/lib/install-exporter.sh" slurm ;;
     --enroot-data=*) "$home/lib/enroot-pyxis.sh" "${flag#--enroot-data=}" ;;
     --topology=*) install_topology "${flag#--topology=}" ;;
+    --prometheus) "$home/lib/install-monitoring.sh" ;;
+    --grafana) "$home/lib/install-monitoring.sh" --grafana ;;
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done

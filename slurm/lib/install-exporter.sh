@@ -12,20 +12,8 @@ NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.10.2}"
 DCGM_EXPORTER_IMAGE="${DCGM_EXPORTER_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}"
 SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.8.0}"
 
-case "$(uname -m)" in
-  x86_64) arch=amd64 ;;
-  aarch64) arch=arm64 ;;
-  *) echo "unsupported architecture $(uname -m)" >&2; exit 1 ;;
-esac
-
-# fetch URL SUMS_URL DEST: download URL and check it against the sums file.
-fetch() {
-  local url="$1" sums_url="$2" dest="$3" name
-  name="$(basename "$url")"
-  curl -fsSL --retry 5 -o "$dest/$name" "$url"
-  curl -fsSL --retry 5 -o "$dest/sums.txt" "$sums_url"
-  (cd "$dest" && grep " $name\$" sums.txt | sha256sum -c -)
-}
+# shellcheck source-path=SCRIPTDIR source=release.sh
+source "$(dirname "$0")/release.sh"
 
 # unit NAME EXEC...: a restart-always systemd service.
 unit() {
@@ -51,18 +39,6 @@ WantedBy=multi-user.target
 UNIT
   systemctl daemon-reload
   systemctl enable --now "$name.service"
-}
-
-# install_release URL SUMS_URL MEMBER BIN: download a release tarball, check it against the
-# published sums, and install MEMBER (its path inside the tarball) as BIN. Once only.
-install_release() {
-  local url="$1" sums="$2" member="$3" bin="$4" tmp
-  [ -x "$bin" ] && return 0
-  tmp="$(mktemp -d)"
-  fetch "$url" "$sums" "$tmp"
-  tar -xzf "$tmp/$(basename "$url")" -C "$tmp"
-  install -m 0755 "$tmp/$member" "$bin"
-  rm -rf "$tmp"
 }
 
 install_node_exporter() {
