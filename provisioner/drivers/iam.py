@@ -123,21 +123,51 @@ class Role:
         out = []
         for role in ROLES:
             name = role_name(engine.cluster, engine.region, role)
-            tags = self._tags(engine, name)
+            tags = self._tags(engine, name) or self._profile_tags(engine, name)
             if tags is not None and tags.get(OWNER_TAG) == engine.cluster:
                 out.append(Found(self.name, tags.get(RESOURCE_TAG, f"iam/{role}"), name))
         return out
 
-    def delete(self, engine: Engine, found: Found) -> None:
+    def _profile_tags(self, engine: Engine, name: str) -> dict[str, str] | None:
+        """The tags of the instance profile of that name (None when there is none)."""
         iam = engine.aws.client("iam")
         try:
+            # GetInstanceProfile carries the tags (moto lacks ListInstanceProfileTags).
+            profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+        except Exception as exc:
+            if error_code(exc) == "NoSuchEntity":
+                return None
+            raise
+        return {t["Key"]: t["Value"] for t in profile.get("Tags", [])}
+
+    def _delete_profile(self, engine: Engine, name: str) -> None:
+        """Our instance profile, looked up by name and not through the role: a run stopped
+        between taking the role out of it and deleting it leaves it holding no role, where
+        listing the role's profiles no longer finds it."""
+        if (self._profile_tags(engine, name) or {}).get(OWNER_TAG) != engine.cluster:
+            return
+        iam = engine.aws.client("iam")
+        try:
+            profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+            for role in profile["Roles"]:
+                iam.remove_role_from_instance_profile(
+                    InstanceProfileName=name, RoleName=role["RoleName"]
+                )
+            iam.delete_instance_profile(InstanceProfileName=name)
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+
+    def delete(self, engine: Engine, found: Found) -> None:
+        iam = engine.aws.client("iam")
+        self._delete_profile(engine, found.id)
+        try:
+            # Profiles of other names holding our role: take the role out, leave them be.
             profiles = iam.list_instance_profiles_for_role(RoleName=found.id)["InstanceProfiles"]
             for profile in profiles:
                 iam.remove_role_from_instance_profile(
                     InstanceProfileName=profile["InstanceProfileName"], RoleName=found.id
                 )
-                if profile["InstanceProfileName"] == found.id:  # ours, same name
-                    iam.delete_instance_profile(InstanceProfileName=found.id)
             for policy in iam.list_attached_role_policies(RoleName=found.id)["AttachedPolicies"]:
                 iam.detach_role_policy(RoleName=found.id, PolicyArn=policy["PolicyArn"])
             for inline in iam.list_role_policies(RoleName=found.id)["PolicyNames"]:

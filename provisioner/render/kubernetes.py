@@ -110,6 +110,8 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     comps = components(c)
     nccl_pool = (c.efa_pools or c.pools)[0]
     boards = dashboards()
+    # The EFA counter script Slurm nodes run, shipped to Kubernetes nodes in a ConfigMap.
+    efa_script = (shipped_dir("slurm") / "lib" / "efa-metrics.sh").read_text()
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -118,6 +120,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 c=c,
                 nccl_pool=nccl_pool,
                 dashboards=boards,
+                efa_script=efa_script,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(

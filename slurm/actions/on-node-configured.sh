@@ -1,7 +1,7 @@
 #!/bin/bash
 # ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node.
 # Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
-#        [--efa-exporter] [--slurm-exporter] [--enroot-data=DIR] [--topology=tree|block]
+#        [--efa-exporter=N] [--slurm-exporter] [--enroot-data=DIR] [--topology=tree|block]
 #        [--prometheus] [--grafana]   (head node: Prometheus, and Grafana beside it)
 set -euo pipefail
 
@@ -53,7 +53,7 @@ UNIT
 for flag in "$@"; do
   case "$flag" in
     --node-exporter) "$home/lib/install-exporter.sh" node ;;
-    --efa-exporter) "$home/lib/install-exporter.sh" efa ;;
+    --efa-exporter=*) "$home/lib/install-exporter.sh" efa "${flag#--efa-exporter=}" ;;
     --dcgm-exporter) "$home/lib/install-exporter.sh" dcgm ;;
     --slurm-exporter) "$home/lib/install-exporter.sh" slurm ;;
     --enroot-data=*) "$home/lib/enroot-pyxis.sh" "${flag#--enroot-data=}" ;;

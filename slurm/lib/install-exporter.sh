@@ -1,13 +1,14 @@
 #!/bin/bash
 # Prometheus exporters as systemd services. Usage: install-exporter.sh node|efa|dcgm|slurm
 #   node   node exporter on :9100 (host metrics)
-#   efa    node exporter with only the InfiniBand collector on :9109 (EFA port counters)
+#   efa N  EFA counters on :9109: efa-metrics.sh writes the devices' sysfs hw_counters (and
+#          N, the devices expected) every 15 s for a node exporter's textfile collector
 #   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics), as a container
 #   slurm  Slurm exporter on :9341 (jobs, queue, nodes), head node only
 # Downloads are checked against the release's published SHA-256 sums before use.
 set -euo pipefail
 
-kind="${1:?usage: install-exporter.sh node|efa|dcgm|slurm}"
+kind="${1:?usage: install-exporter.sh node|efa N|dcgm|slurm}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.10.2}"
 DCGM_EXPORTER_IMAGE="${DCGM_EXPORTER_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}"
 SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.8.0}"
@@ -54,9 +55,26 @@ case "$kind" in
     unit fmctl-node-exporter /usr/local/bin/node_exporter --web.listen-address=:9100
     ;;
   efa)
+    expected="${2:?usage: install-exporter.sh efa EXPECTED_DEVICES}"
     install_node_exporter
+    install -d -m 0755 /var/lib/fmctl-efa
+    cat >/etc/systemd/system/fmctl-efa-metrics.service <<UNIT
+[Unit]
+Description=fmctl EFA counters for the textfile collector
+
+[Service]
+ExecStart=/bin/sh $(dirname "$0")/efa-metrics.sh /var/lib/fmctl-efa/efa.prom $expected /sys 15
+Restart=always
+RestartSec=5
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+    systemctl daemon-reload
+    systemctl enable --now fmctl-efa-metrics.service
     unit fmctl-efa-exporter /usr/local/bin/node_exporter --collector.disable-defaults \
-      --collector.infiniband --web.listen-address=:9109
+      --collector.textfile --collector.textfile.directory=/var/lib/fmctl-efa \
+      --web.listen-address=:9109
     ;;
   dcgm)
     runtime="$(command -v docker || command -v podman || true)"

@@ -198,3 +198,30 @@ def test_lost_answers_to_creates_make_no_duplicates(sandbox: Sandbox, tmp_path: 
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes").returncode == 0
     assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_down_after_a_stop_between_the_instance_profile_steps(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """Found by killing `down` at every step: stopped after taking the node role out of its
+    instance profile and before deleting the profile, the next `down` no longer found the
+    profile through the role, and it stayed. The exact state, made by hand."""
+    name = "e2e-profile-stop"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes").returncode == 0
+    iam = sandbox.aws(region).client("iam")
+    profile = f"fmctl-{name}-{region}-eks-node"
+    iam.remove_role_from_instance_profile(InstanceProfileName=profile, RoleName=profile)
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+    # And with the role itself gone too (deleted by hand): the profile is still found.
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes").returncode == 0
+    iam.remove_role_from_instance_profile(InstanceProfileName=profile, RoleName=profile)
+    for policy in iam.list_attached_role_policies(RoleName=profile)["AttachedPolicies"]:
+        iam.detach_role_policy(RoleName=profile, PolicyArn=policy["PolicyArn"])
+    iam.delete_role(RoleName=profile)
+    again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert raw_leftovers(sandbox, name, region) == []
