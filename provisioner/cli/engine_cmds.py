@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -35,7 +35,7 @@ class GuardedCommand(click.Command):
             _fail(str(error), hint)
 
 
-def _fail(message: str, hint: str | None = None) -> None:
+def _fail(message: str, hint: str | None = None) -> NoReturn:
     click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
     sys.exit(1)
 

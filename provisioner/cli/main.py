@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
     "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
     "setup": ("setup_cmd", "setup", "Install the tools fmctl drives (ParallelCluster)."),
+    "estimate": (
+        "estimate_cmd",
+        "estimate",
+        "Where a training step's time goes on the spec's cluster (memory, compute, network).",
+    ),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
 }

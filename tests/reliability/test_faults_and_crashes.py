@@ -225,3 +225,61 @@ def test_down_after_a_stop_between_the_instance_profile_steps(
     again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
     assert raw_leftovers(sandbox, name, region) == []
+
+
+#: The calls `down` deletes with, and the ones waits poll with.
+DELETES = [
+    "DeleteVpc",
+    "DeleteSubnet",
+    "DetachInternetGateway",
+    "DeleteInternetGateway",
+    "ReleaseAddress",
+    "DeleteNatGateway",
+    "DeleteRouteTable",
+    "DeleteVpcEndpoints",
+    "DeleteSecurityGroup",
+    "DeletePlacementGroup",
+    "DeleteFileSystem",
+    "DeleteDataRepositoryAssociation",
+    "DeleteRole",
+    "DeleteInstanceProfile",
+]
+WAITS = ["DescribeNatGateways", "DescribeFileSystems", "DescribeDataRepositoryAssociations"]
+
+
+def test_faults_on_every_delete_and_wait(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Each delete and each wait's poll throttled, failed or cut twice: same end state."""
+    name = "e2e-faults-delete"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    waits = [
+        {"action": a, "times": 2, "kind": "error", "status": 400, "code": "ThrottlingException"}
+        for a in WAITS
+    ]
+    sandbox.faults(waits)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    sandbox.faults([])
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert duplicates(owned(sandbox, name, region)) == {}
+    before = len(sandbox.requests())
+    rules = (
+        [
+            {
+                "action": a,
+                "times": 1,
+                "kind": "error",
+                "status": 503,
+                "code": "RequestLimitExceeded",
+            }
+            for a in DELETES
+        ]
+        + [{"action": a, "times": 1, "kind": "reset"} for a in DELETES]
+        + waits
+    )
+    sandbox.faults(rules)
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", timeout=300)
+    sandbox.faults([])
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+    hit = {r["action"] for r in sandbox.requests()[before:] if r["fault"]}
+    assert {"DeleteVpc", "DeleteFileSystem", "DeleteRole"} <= hit
