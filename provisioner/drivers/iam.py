@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 
 from provisioner.drivers.aws import error_code
 from provisioner.drivers.ec2_base import is_gone, retry_dependency
@@ -31,6 +32,17 @@ def role_name(cluster: str, region: str, role: str) -> str:
     return f"fmctl-{cluster}-{region}-{role}"[:64]
 
 
+def _tags_or_none(read: Callable[[], list[dict[str, str]]]) -> dict[str, str] | None:
+    """Tags read by ``read`` as a dict, or None when the entity does not exist."""
+    try:
+        tags = read()
+    except Exception as exc:
+        if error_code(exc) == "NoSuchEntity":
+            return None
+        raise
+    return {t["Key"]: t["Value"] for t in tags}
+
+
 class Role:
     """An IAM role for the cluster, with an instance profile when EC2 assumes it."""
 
@@ -42,14 +54,9 @@ class Role:
         return role_name(engine.cluster, engine.region, node.params["role"])
 
     def _tags(self, engine: Engine, name: str) -> dict[str, str] | None:
+        """The role's tags (None when there is no such role)."""
         iam = engine.aws.client("iam")
-        try:
-            tags = iam.list_role_tags(RoleName=name)["Tags"]
-        except Exception as exc:
-            if error_code(exc) == "NoSuchEntity":
-                return None
-            raise
-        return {t["Key"]: t["Value"] for t in tags}
+        return _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"])
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         name = self._name(engine, node)
@@ -131,14 +138,12 @@ class Role:
     def _profile_tags(self, engine: Engine, name: str) -> dict[str, str] | None:
         """The tags of the instance profile of that name (None when there is none)."""
         iam = engine.aws.client("iam")
-        try:
-            # GetInstanceProfile carries the tags (moto lacks ListInstanceProfileTags).
-            profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
-        except Exception as exc:
-            if error_code(exc) == "NoSuchEntity":
-                return None
-            raise
-        return {t["Key"]: t["Value"] for t in profile.get("Tags", [])}
+        # GetInstanceProfile carries the tags (moto lacks ListInstanceProfileTags).
+        return _tags_or_none(
+            lambda: iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"].get(
+                "Tags", []
+            )
+        )
 
     def _delete_profile(self, engine: Engine, name: str) -> None:
         """Our instance profile, looked up by name and not through the role: a run stopped

@@ -69,6 +69,16 @@ class _BuildError(Exception):
         self.problem = problem
 
 
+def _tag_problem(node: yaml.Node, path: SpecPath) -> Problem:
+    return Problem(
+        "yaml-tag",
+        f"unsupported YAML tag {node.tag!r}",
+        path,
+        hint="a spec holds plain strings, numbers, booleans, lists and mappings; remove the tag",
+        position=_pos(node.start_mark),
+    )
+
+
 def _pos(mark: Any) -> Position:
     return Position(mark.line + 1, mark.column + 1)
 
@@ -126,32 +136,14 @@ class _Builder:
         """A list or mapping carries its plain tag: !!python/object and friends are refused
         like scalar tags, not silently dropped."""
         if node.tag != plain:
-            raise _BuildError(
-                Problem(
-                    "yaml-tag",
-                    f"unsupported YAML tag {node.tag!r}",
-                    path,
-                    hint="a spec holds plain strings, numbers, booleans, lists and mappings; "
-                    "remove the tag",
-                    position=_pos(node.start_mark),
-                )
-            )
+            raise _BuildError(_tag_problem(node, path))
 
     def _scalar(self, node: yaml.Node, path: SpecPath) -> Any:
         if node.tag == _TIMESTAMP_TAG:
             # Dates are never spec values; keep the text so type errors quote what was written.
             return node.value
         if node.tag not in _KNOWN_SCALAR_TAGS:
-            raise _BuildError(
-                Problem(
-                    "yaml-tag",
-                    f"unsupported YAML tag {node.tag!r}",
-                    path,
-                    hint="a spec holds plain strings, numbers, booleans, lists and mappings; "
-                    "remove the tag",
-                    position=_pos(node.start_mark),
-                )
-            )
+            raise _BuildError(_tag_problem(node, path))
         try:
             return self.scalars.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError) as exc:

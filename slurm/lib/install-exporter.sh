@@ -16,30 +16,11 @@ SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.8.0}"
 # shellcheck source-path=SCRIPTDIR source=release.sh
 source "$(dirname "$0")/release.sh"
 
-# unit NAME EXEC...: a restart-always systemd service.
+# unit NAME EXEC...: a restart-always service under a throwaway user.
 unit() {
   local name="$1"
   shift
-  cat > "/etc/systemd/system/$name.service" <<UNIT
-[Unit]
-Description=fmctl $name
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-ExecStart=$*
-Restart=always
-RestartSec=5
-DynamicUser=yes
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-  systemctl daemon-reload
-  systemctl enable --now "$name.service"
+  service "$name" "" "" "$@"
 }
 
 install_node_exporter() {

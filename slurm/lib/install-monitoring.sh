@@ -16,33 +16,6 @@ source "$here/release.sh"
 
 [ -f "$monitoring/prometheus.yml" ] || { echo "no $monitoring/prometheus.yml" >&2; exit 1; }
 
-# service NAME USER STATE_DIR EXEC...: a restart-always service that owns its state folder.
-service() {
-  local name="$1" user="$2" state="$3"
-  shift 3
-  cat >"/etc/systemd/system/$name.service" <<UNIT
-[Unit]
-Description=fmctl $name
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-User=$user
-ExecStart=$*
-Restart=always
-RestartSec=5
-StateDirectory=$state
-NoNewPrivileges=yes
-ProtectSystem=strict
-ProtectHome=yes
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-  systemctl daemon-reload
-  systemctl enable --now "$name.service"
-}
-
 system_user() {
   id "$1" >/dev/null 2>&1 || useradd --system --no-create-home --shell /sbin/nologin "$1"
 }

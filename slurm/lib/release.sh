@@ -30,3 +30,33 @@ install_release() {
   rm -rf "$tmp"
 }
 
+
+# service NAME USER STATE_DIR EXEC...: a restart-always systemd service, hardened; USER empty
+# for a throwaway dynamic user, STATE_DIR empty for none (else /var/lib/STATE_DIR, its own).
+service() {
+  local name="$1" user="$2" state="$3" who
+  shift 3
+  who="DynamicUser=yes"
+  [ -z "$user" ] || who="User=$user"
+  cat >"/etc/systemd/system/$name.service" <<UNIT
+[Unit]
+Description=fmctl $name
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+ExecStart=$*
+Restart=always
+RestartSec=5
+$who
+${state:+StateDirectory=$state}
+NoNewPrivileges=yes
+ProtectSystem=strict
+ProtectHome=yes
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now "$name.service"
+}
