@@ -102,9 +102,9 @@ def test_look_alikes_survive_up_down_gc_and_a_crash(sandbox: Sandbox, tmp_path: 
     assert raw_leftovers(sandbox, NAME, region) == []
     assert _still_there(sandbox, region, made) == []
 
-    # gc over everything older than a second: only fmctl clusters it can name, and none of
+    # gc over everything older than a minute: only fmctl clusters it can name, and none of
     # the look-alikes belongs to one with a creation time.
-    gc = sandbox.fmctl("gc", "--region", region, "--older-than", "1s", "--sandbox", "--yes")
+    gc = sandbox.fmctl("gc", "--region", region, "--older-than", "1m", "--sandbox", "--yes")
     assert gc.returncode == 0, gc.stdout + gc.stderr
     assert _still_there(sandbox, region, made) == []
 
