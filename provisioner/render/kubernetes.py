@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
+from provisioner.render.slurm import alert_rules
 from provisioner.shipped import shipped_dir
 
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
@@ -112,6 +113,8 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     boards = dashboards()
     # The EFA counter script Slurm nodes run, shipped to Kubernetes nodes in a ConfigMap.
     efa_script = (shipped_dir("slurm") / "lib" / "efa-metrics.sh").read_text()
+    dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
+    rules = alert_rules()
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -121,6 +124,8 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 nccl_pool=nccl_pool,
                 dashboards=boards,
                 efa_script=efa_script,
+                dcgm_counters=dcgm_counters,
+                alert_rules=rules,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(

@@ -71,7 +71,7 @@ After=network-online.target
 
 [Service]
 ExecStartPre=-$runtime rm -f fmctl-dcgm-exporter
-ExecStart=$runtime run --rm --name fmctl-dcgm-exporter --gpus all --cap-add SYS_ADMIN -p 9400:9400 $DCGM_EXPORTER_IMAGE
+ExecStart=$runtime run --rm --name fmctl-dcgm-exporter --gpus all --cap-add SYS_ADMIN -p 9400:9400 -v $(dirname "$0")/dcgm-counters.csv:/etc/fmctl/dcgm-counters.csv:ro -e DCGM_EXPORTER_COLLECTORS=/etc/fmctl/dcgm-counters.csv $DCGM_EXPORTER_IMAGE
 ExecStop=$runtime stop fmctl-dcgm-exporter
 Restart=always
 RestartSec=10

@@ -41,9 +41,15 @@ def test_prometheus_config_passes_promtool(example: Path, tmp_path: Path) -> Non
     tool = _promtool()
     files = _files(example)
     path = tmp_path / "prometheus.yml"
-    path.write_text(files["slurm/monitoring/prometheus.yml"])
+    rules = tmp_path / "alert-rules.yml"
+    rules.write_text(files["slurm/monitoring/alert-rules.yml"])
+    # Where the head node keeps the rules, here: promtool loads them with the config.
+    text = files["slurm/monitoring/prometheus.yml"]
+    assert "/opt/fmctl/slurm/monitoring/alert-rules.yml" in text
+    path.write_text(text.replace("/opt/fmctl/slurm/monitoring/alert-rules.yml", str(rules)))
     done = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS: 6 rules found" in done.stdout + done.stderr
     config = yaml.safe_load(path.read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["slurm"]["static_configs"][0]["targets"] == ["127.0.0.1:9341"]
@@ -60,6 +66,7 @@ def test_prometheus_config_passes_promtool(example: Path, tmp_path: Path) -> Non
 def test_promtool_refuses_a_broken_config(tmp_path: Path) -> None:
     tool = _promtool()
     text = _files(EXAMPLES[0])["slurm/monitoring/prometheus.yml"].replace("port: 9100", "port: x")
+    text = text.replace("  - /opt/fmctl/slurm/monitoring/alert-rules.yml\n", "")
     path = tmp_path / "prometheus.yml"
     path.write_text(text)
     done = subprocess.run([tool, "check", "config", str(path)], capture_output=True, text=True)

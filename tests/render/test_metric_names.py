@@ -1,0 +1,76 @@
+"""Every metric a dashboard or alert rule uses is one an fmctl exporter exports: DCGM fields
+from the counters list the DCGM exporter is given, fmctl_efa_* from efa-metrics.sh, `up`
+from Prometheus. The rules pass promtool; the rendered configs load them."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+DASHBOARDS = sorted((ROOT / "templates/dashboards").glob("*.json"))
+RULES = ROOT / "templates/monitoring/alert-rules.yml"
+METRIC = re.compile(r"\b(DCGM_FI_[A-Z0-9_]+|fmctl_[a-z0-9_]+|node_[a-z0-9_]+|kube_[a-z0-9_]+)\b")
+
+
+def _dcgm_fields() -> set[str]:
+    lines = (ROOT / "slurm/lib/dcgm-counters.csv").read_text().splitlines()
+    return {line.split(",")[0].strip() for line in lines if line and not line.startswith("#")}
+
+
+def _efa_metrics() -> set[str]:
+    text = (ROOT / "slurm/lib/efa-metrics.sh").read_text()
+    return set(re.findall(r"# TYPE (fmctl_efa_[a-z_]+)", text))
+
+
+def _expressions() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for board in DASHBOARDS:
+        for panel in json.loads(board.read_text())["panels"]:
+            for target in panel.get("targets", []):
+                found.setdefault(board.name, []).append(target["expr"])
+    for group in yaml.safe_load(RULES.read_text())["groups"]:
+        found.setdefault(RULES.name, []).extend(rule["expr"] for rule in group["rules"])
+    return found
+
+
+def test_every_metric_used_is_exported() -> None:
+    exported = _dcgm_fields() | _efa_metrics()
+    assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_NVLINK_TX_BYTES"} <= exported
+    assert {"fmctl_efa_hw_stat", "fmctl_efa_devices", "fmctl_efa_devices_expected"} <= exported
+    unknown = {
+        (source, name)
+        for source, exprs in _expressions().items()
+        for expr in exprs
+        for name in METRIC.findall(expr)
+        if name not in exported
+    }
+    assert unknown == set(), "metrics no fmctl exporter exports"
+
+
+def test_the_check_catches_a_made_up_metric() -> None:
+    assert METRIC.findall("rate(DCGM_FI_DEV_MADE_UP[1m])") == ["DCGM_FI_DEV_MADE_UP"]
+    assert "DCGM_FI_DEV_MADE_UP" not in _dcgm_fields()
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
+        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    done = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    broken = tmp_path / "broken.yml"
+    broken.write_text(RULES.read_text().replace("> 0\n", "> \n", 1))
+    assert subprocess.run([tool, "check", "rules", str(broken)], capture_output=True).returncode
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    assert {"GpuXidError", "GpuFellOffTheBus", "EfaDeviceMissing", "NodeDown"} <= alerts
