@@ -267,24 +267,32 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
     elif cluster:
         if spec.slurm.topology_aware:
             publish_topology(spec.metadata.name, target)
-        how = (
-            f"ssh ec2-user@{cluster['head_ip']}"
-            if spec.network.ssh_cidr
-            else f"aws ssm start-session --target {cluster['head_node']}"
-        )
-        click.echo(f"log in: {how}   (Slurm head node of {spec.metadata.name})")
-        if spec.observability.prometheus and spec.observability.grafana:
-            click.echo(
-                f"grafana: aws ssm start-session --target {cluster['head_node']} --region "
-                f"{spec.metadata.region} --document-name AWS-StartPortForwardingSession "
-                '--parameters \'{"portNumber":["3000"],"localPortNumber":["3000"]}\'  then '
-                "http://localhost:3000 (user admin; the password is in /etc/fmctl/grafana-admin "
-                "on the head node, never on this machine)"
-            )
+        grafana = spec.observability.prometheus and spec.observability.grafana
+        _access(spec.metadata.name, spec.metadata.region, cluster, spec.network.ssh_cidr, grafana)
     elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "
             f"{spec.scheduler} cluster itself is not created in the sandbox."
+        )
+
+
+def _access(
+    name: str, region: str, cluster: dict[str, Any], ssh: str | None, grafana: bool
+) -> None:
+    """How to log in to the head node and reach Grafana on it (`up` and `status`)."""
+    head = cluster.get("head_node", "")
+    how = (
+        f"ssh ec2-user@{cluster.get('head_ip')}"
+        if ssh
+        else f"aws ssm start-session --target {head}"
+    )
+    click.echo(f"log in: {how}   (Slurm head node of {name})")
+    if grafana:
+        click.echo(
+            f"grafana: aws ssm start-session --target {head} --region {region} --document-name "
+            'AWS-StartPortForwardingSession --parameters \'{"portNumber":["3000"],'
+            '"localPortNumber":["3000"]}\'  then http://localhost:3000 (user admin; the '
+            "password is in /etc/fmctl/grafana-admin on the head node, never on this machine)"
         )
 
 
@@ -356,6 +364,39 @@ def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | 
     click.echo(f"{name} in {region}: {len(rows)} resources")
     for row in sorted(rows, key=lambda r: (r["kind"], r["resource"])):
         click.echo(f"  {row['kind']:<16} {row['resource']:<24} {row['id']}")
+    if any(f.kind == "parallelcluster" for f in found):
+        _slurm_access(name, target)
+
+
+def _slurm_access(name: str, target: Any) -> None:
+    """The head node's state, login and Grafana, with the spec `up` saved (when there is one)."""
+    from provisioner.drivers.pcluster import ParallelCluster
+    from provisioner.ops.engine import pcluster_command
+    from provisioner.spec.source import parse_source
+    from provisioner.state.store import ClusterState
+    from provisioner.validate import validate_document
+
+    command = pcluster_command(target)
+    found = (
+        ParallelCluster(command, target.region, env=target.aws().child_env()).describe(name)
+        if command
+        else None
+    )
+    if not found:
+        return
+    head = found.get("headNode", {})
+    cluster = {
+        "head_node": head.get("instanceId", ""),
+        "head_ip": head.get("publicIpAddress") or head.get("privateIpAddress", ""),
+    }
+    click.echo(
+        f"ParallelCluster {name}: {found['clusterStatus']}, head node {cluster['head_node']}"
+    )
+    text = ClusterState(target.home, name).spec_text()
+    spec = validate_document(parse_source(text)[0]).resolved if text else None
+    ssh = spec.network.ssh_cidr if spec else None
+    grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
+    _access(name, target.region, cluster, ssh, grafana)
 
 
 @click.command("topology", cls=GuardedCommand)

@@ -52,6 +52,13 @@ class ClusterState:
         """Keep the spec `up` ran with."""
         write_private(self.folder / "spec.yaml", text)
 
+    def spec_text(self) -> str | None:
+        """The spec `up` last ran with, or None."""
+        try:
+            return (self.folder / "spec.yaml").read_text()
+        except OSError:
+            return None
+
     def save_outputs(self, outputs: dict[str, Any]) -> None:
         """Keep the outputs of the last run."""
         write_private(self.folder / "outputs.json", json.dumps(outputs, indent=1, sort_keys=True))

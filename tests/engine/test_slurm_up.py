@@ -60,6 +60,12 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     )
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
     assert again.returncode == 0 and "0 created" in again.stdout
+    status = sandbox.fmctl("status", name, "--region", region, "--sandbox", **env)
+    assert status.returncode == 0, status.stderr
+    assert (
+        f"ParallelCluster {name}: CREATE_COMPLETE, head node i-0123456789abcdef0" in status.stdout
+    )
+    assert "grafana: aws ssm start-session --target i-0123456789abcdef0" in status.stdout
     assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 3  # no new create
 
     ec2 = sandbox.aws(region).client("ec2")
