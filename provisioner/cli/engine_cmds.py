@@ -192,6 +192,8 @@ def plan(
     spec = validation.resolved
     target = None if offline else _target(spec.metadata.region, state_dir, sandbox)
     if target is not None:
+        if sandbox:
+            _seed_sandbox(validation, target)
         _online(validation, target)
     data = plan_view(spec, target).as_data()
     if output == "json":

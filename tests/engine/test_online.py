@@ -74,3 +74,28 @@ def test_sandbox_child_env_carries_no_real_credentials(
     assert env["AWS_CA_BUNDLE"] == sandbox.info["ca"]
     assert env["AWS_EC2_METADATA_DISABLED"] == "true"
     assert env["AWS_ACCESS_KEY_ID"] == "fmctl-sandbox"
+
+
+def test_plan_in_the_sandbox_stands_in_for_what_the_spec_names(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """`plan --sandbox` (as `make demo` runs it) seeds the data bucket and reservations the
+    spec names, like `up --sandbox`, and says so: its online checks then pass."""
+    import subprocess
+    import sys
+
+    from tests.engine.harness import ROOT
+
+    spec = spec_file(tmp_path, "online-plan")  # links s3://acme-ml-data
+    done = subprocess.run(
+        [sys.executable, "-m", "provisioner", "plan", "-f", str(spec), "--sandbox"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=sandbox.env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = [b["Name"] for b in sandbox.aws("us-west-2").client("s3").list_buckets()["Buckets"]]
+    assert "acme-ml-data" in names
