@@ -41,6 +41,16 @@ def run(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]
     return time.perf_counter() - start, done
 
 
+def _row(
+    example: str, op: str, wall: float, engine: float, critical: float, serial: float, calls: int
+) -> None:
+    print(
+        f"{example:<30} {op:<5} {wall:>9.2f} {engine:>8.2f} {critical:>10.2f} {serial:>8.2f} "
+        f"{engine / critical:>11.2f} {wall / critical:>12.2f} {serial / engine:>13.2f} "
+        f"{calls:>9}"
+    )
+
+
 def _down_floor(home: Path, info: dict, name: str, region: str) -> tuple[float, float]:
     """Critical path and serial sum of the deletion `down` will run (scaled seconds): the
     mirror plan of what is found by tag, each resource at its documented delete time."""
@@ -87,21 +97,13 @@ def main() -> None:
             wall, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes")
             engine = float(re.search(r" in ([0-9.]+)s", done.stdout).group(1))  # type: ignore[union-attr]
             calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
-            print(
-                f"{example:<30} {'up':<5} {wall:>9.2f} {engine:>8.2f} {critical:>10.2f} "
-                f"{serial:>8.2f} {engine / critical:>11.2f} {wall / critical:>12.2f} "
-                f"{serial / engine:>13.2f} {calls:>9}"
-            )
+            _row(example, "up", wall, engine, critical, serial, calls)
             calls_before += calls
             d_critical, d_serial = _down_floor(home, info, name, region)
             down_wall, done = run(home, "down", name, "--region", region, "--sandbox", "--yes")
             engine = float(re.search(r" in ([0-9.]+)s", done.stdout).group(1))  # type: ignore[union-attr]
             calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
-            print(
-                f"{example:<30} {'down':<5} {down_wall:>9.2f} {engine:>8.2f} {d_critical:>10.2f} "
-                f"{d_serial:>8.2f} {engine / d_critical:>11.2f} {down_wall / d_critical:>12.2f} "
-                f"{d_serial / engine:>13.2f} {calls:>9}"
-            )
+            _row(example, "down", down_wall, engine, d_critical, d_serial, calls)
     finally:
         daemon.stop(home)
     print(

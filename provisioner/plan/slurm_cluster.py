@@ -150,11 +150,8 @@ class ParallelClusterKind:
     )
     create_seconds, delete_seconds = 1200.0, 600.0
 
-    def _pc(self, engine: Engine) -> ParallelCluster:
-        return _pcluster(engine)
-
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
-        found = self._pc(engine).describe(engine.cluster)
+        found = _pcluster(engine).describe(engine.cluster)
         if found is None:
             return None
         status = found["clusterStatus"]
@@ -173,14 +170,14 @@ class ParallelClusterKind:
         _validate(engine, config)
         if node.params.get("validate_only"):
             return {"id": engine.cluster, "status": VALIDATED, "config": str(config)}
-        summary = self._pc(engine).create(engine.cluster, config)
+        summary = _pcluster(engine).create(engine.cluster, config)
         return {"id": engine.cluster, "status": summary.get("clusterStatus")}
 
     def _reconcile(self, engine: Engine, node: Node) -> bool:
         """Bring an existing cluster to the spec: ParallelCluster says what would change
         and whether it may change now; fmctl never stops the compute fleet itself (that
         kills running jobs)."""
-        pc = self._pc(engine)
+        pc = _pcluster(engine)
         config = _write(node, real_config(node.params["context"], engine))
         plan = pc.update_dryrun(engine.cluster, config)
         if plan.ok and not plan.changes:
@@ -206,7 +203,7 @@ class ParallelClusterKind:
         updating = bool(outputs.get("reconcile")) and self._reconcile(engine, node)
         # A rolled-back update left a working cluster; only a new update's failure counts.
         failed = ("_FAILED",) if updating or not outputs.get("reconcile") else ("CREATE_FAILED",)
-        pc = self._pc(engine)
+        pc = _pcluster(engine)
 
         def probe() -> dict[str, Any] | None:
             found = pc.describe(engine.cluster)
@@ -235,11 +232,11 @@ class ParallelClusterKind:
     def find_all(self, engine: Engine) -> list[Found]:
         if not engine.pcluster:
             return []
-        found = self._pc(engine).describe(engine.cluster)
+        found = _pcluster(engine).describe(engine.cluster)
         return [Found(self.name, "parallelcluster", engine.cluster)] if found else []
 
     def delete(self, engine: Engine, found: Found) -> None:
-        pc = self._pc(engine)
+        pc = _pcluster(engine)
         pc.delete(engine.cluster)
         engine.wait_until(
             f"ParallelCluster {engine.cluster} to be deleted",

@@ -38,21 +38,9 @@ case "$kind" in
   efa)
     expected="${2:?usage: install-exporter.sh efa EXPECTED_DEVICES}"
     install_node_exporter
-    install -d -m 0755 /var/lib/fmctl-efa
-    cat >/etc/systemd/system/fmctl-efa-metrics.service <<UNIT
-[Unit]
-Description=fmctl EFA counters for the textfile collector
-
-[Service]
-ExecStart=/bin/sh $(dirname "$0")/efa-metrics.sh /var/lib/fmctl-efa/efa.prom $expected /sys 15
-Restart=always
-RestartSec=5
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-    systemctl daemon-reload
-    systemctl enable --now fmctl-efa-metrics.service
+    # As root (sysfs counters), owning /var/lib/fmctl-efa (0755: the exporter reads it).
+    service fmctl-efa-metrics root fmctl-efa /bin/sh "$(dirname "$0")/efa-metrics.sh" \
+      /var/lib/fmctl-efa/efa.prom "$expected" /sys 15
     unit fmctl-efa-exporter /usr/local/bin/node_exporter --collector.disable-defaults \
       --collector.textfile --collector.textfile.directory=/var/lib/fmctl-efa \
       --web.listen-address=:9109
