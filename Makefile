@@ -73,7 +73,7 @@ demo: install
 	@$(FMCTL) render -f examples/p5en-eks-fsx-s3.yaml -o out/p5en
 	@echo; echo "== fmctl plan --sandbox: what up will create, and what runs in parallel"
 	@$(FMCTL) plan -f examples/p5en-eks-fsx-s3.yaml --sandbox
-	@echo; echo "== fmctl up --sandbox: the infrastructure, in the local AWS emulator"
+	@echo; echo "== fmctl up --sandbox: network, FSx, EKS, node groups, add-ons and the in-cluster stack, in the local emulator"
 	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes
 	@echo; echo "== fmctl up again: finds everything, creates nothing"
 	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes | tail -n 6

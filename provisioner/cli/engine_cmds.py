@@ -271,6 +271,10 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
             publish_topology(spec.metadata.name, target)
         grafana = spec.observability.prometheus and spec.observability.grafana
         _access(spec.metadata.name, spec.metadata.region, cluster, spec.network.ssh_cidr, grafana)
+    elif "kube-stack" in engine.outputs:
+        from provisioner.cli.kube_cmds import kubernetes_summary
+
+        kubernetes_summary(spec.metadata.name, target, engine.outputs["kube-stack"]["kubeconfig"])
     elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "
@@ -368,6 +372,11 @@ def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | 
         click.echo(f"  {row['kind']:<16} {row['resource']:<24} {row['id']}")
     if any(f.kind == "parallelcluster" for f in found):
         _slurm_access(name, target)
+    if any(f.kind == "eks-cluster" for f in found):
+        from provisioner.cli.kube_cmds import kubernetes_summary
+        from provisioner.ops.engine import kubeconfig_path
+
+        kubernetes_summary(name, target, str(kubeconfig_path(target, name)))
 
 
 def _slurm_access(name: str, target: Any) -> None:

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Publish where a Slurm cluster's nodes sit in the network (topology.conf).",
     ),
     "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
+    "token": ("kube_cmds", "token", "Print a token for an EKS cluster's API (kubectl runs it)."),
     "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
     "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
     "setup": ("setup_cmd", "setup", "Install the tools fmctl drives (ParallelCluster)."),

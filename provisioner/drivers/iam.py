@@ -24,7 +24,11 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
             "AmazonSSMManagedInstanceCore",
         ),
     ),
+    # EKS Pod Identity: the FSx CSI controller's service account (dynamic provisioning).
+    "fsx-csi": ("pods.eks.amazonaws.com", ("AmazonFSxFullAccess",)),
 }
+#: Pod Identity assumes roles with session tags.
+TAG_SESSION_SERVICES = ("pods.eks.amazonaws.com",)
 
 
 def role_name(cluster: str, region: str, role: str) -> str:
@@ -82,7 +86,13 @@ class Role:
         trust = {
             "Version": "2012-10-17",
             "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": service},
+                    "Action": ["sts:AssumeRole", "sts:TagSession"]
+                    if service in TAG_SESSION_SERVICES
+                    else "sts:AssumeRole",
+                }
             ],
         }
         try:

@@ -111,6 +111,8 @@ def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
 
     context = build_context(spec, load_catalog())
     plan = build_plan(context)
+    if spec.scheduler == "kubernetes":
+        return _with_eks(spec, context, plan, target)
     if spec.scheduler != "slurm" or target is None or not pcluster_command(target):
         return plan
     folder = target.home / "clusters" / spec.metadata.name
@@ -135,6 +137,28 @@ def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
         },
     )
     return Plan({**nodes, check.id: check, cluster.id: cluster})
+
+
+def kubeconfig_path(target: Target | None, name: str) -> Path:
+    """Where `up` writes the cluster's kubeconfig: merged into the user's (as `aws eks
+    update-kubeconfig` does) against AWS; the cluster's own folder in the sandbox."""
+    from provisioner.drivers.eks_auth import default_kubeconfig
+
+    if target is None or target.sandbox:
+        home = target.home if target else Path("~/.fmctl").expanduser()
+        return home / "clusters" / name / "kubeconfig"
+    return default_kubeconfig()
+
+
+def _with_eks(spec: ClusterSpec, context: Any, plan: Plan, target: Target | None) -> Plan:
+    from provisioner.plan.eks_plan import eks_nodes
+    from provisioner.render.kubernetes import render_kubernetes
+
+    files = render_kubernetes(context)
+    kubeconfig = kubeconfig_path(target, spec.metadata.name)
+    sandbox_home = target.home if target is not None and target.sandbox else None
+    extra = eks_nodes(spec, context, files, plan.nodes, kubeconfig, sandbox_home)
+    return Plan({**plan.nodes, **extra})
 
 
 def expected_seconds(plan: Plan) -> dict[str, float]:

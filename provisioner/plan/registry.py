@@ -4,14 +4,28 @@ schedulers' clusters (which render configs, so they live above the drivers)."""
 from __future__ import annotations
 
 from provisioner.drivers.kinds import all_kinds as infra_kinds
+from provisioner.plan.eks import AccessEntry, Addon, EksCluster, KmsKey, Nodegroup, Sweep
+from provisioner.plan.eks import LaunchTemplate as EksLaunchTemplate
 from provisioner.plan.graph import Kind
+from provisioner.plan.kube_stack import KubeStack
 from provisioner.plan.slurm_cluster import ParallelClusterCheckKind, ParallelClusterKind
 
 
 def all_kinds() -> dict[str, Kind]:
     """Kind name -> implementation."""
     kinds = infra_kinds()
-    clusters: list[Kind] = [ParallelClusterCheckKind(), ParallelClusterKind()]
+    clusters: list[Kind] = [
+        ParallelClusterCheckKind(),
+        ParallelClusterKind(),
+        KmsKey(),
+        EksCluster(),
+        AccessEntry(),
+        EksLaunchTemplate(),
+        Nodegroup(),
+        Addon(),
+        KubeStack(),
+        Sweep(),
+    ]
     for kind in clusters:
         kinds[kind.name] = kind
     return kinds

@@ -8,10 +8,11 @@ write answers in exactly the shapes botocore parses.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 from xml.sax.saxutils import escape
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
@@ -24,7 +25,7 @@ class Call:
     service: str
     action: str
     params: dict[str, Any]
-    protocol: str  # "query" | "json" | "rest"
+    protocol: str  # "query" | "json" | "rest" | "rest-json"
     region: str = "us-east-1"
 
 
@@ -69,11 +70,57 @@ def parse(environ: dict[str, Any], body: bytes) -> Call:
         return Call(service, form.get("Action", ""), form, "query", region)
     path = environ.get("PATH_INFO", "")
     query = environ.get("QUERY_STRING", "")
+    if service == "eks":
+        # REST-JSON: the operation is method + path. The raw path keeps %2F inside an ARN.
+        raw = str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or path).split("?", 1)[0]
+        params = json.loads(body or b"{}")
+        params["_query"] = query
+        method = str(environ.get("REQUEST_METHOD", "GET"))
+        name, args = eks_operation(method, raw)
+        params["_args"] = args
+        return Call(service, name, params, "rest-json", region)
     keys = {part.split("=", 1)[0] for part in query.split("&") if part}
     action = f"{environ.get('REQUEST_METHOD', 'GET')} {path}"
     if service == "s3" and "policy" in keys:
         return Call(service, f"{action}?policy", {"body": body.decode("utf-8", "replace")}, "rest")
     return Call(service, action, {}, "rest")
+
+
+_SEGMENT = r"([^/]+)"
+#: EKS's REST routes (botocore's service model): (method, path pattern, operation).
+EKS_ROUTES = [
+    (method, re.compile(path.replace("{}", _SEGMENT)), name)
+    for method, path, name in (
+        ("POST", "/clusters", "CreateCluster"),
+        ("GET", "/clusters", "ListClusters"),
+        ("GET", "/clusters/{}", "DescribeCluster"),
+        ("DELETE", "/clusters/{}", "DeleteCluster"),
+        ("POST", "/clusters/{}/node-groups", "CreateNodegroup"),
+        ("GET", "/clusters/{}/node-groups", "ListNodegroups"),
+        ("GET", "/clusters/{}/node-groups/{}", "DescribeNodegroup"),
+        ("DELETE", "/clusters/{}/node-groups/{}", "DeleteNodegroup"),
+        ("GET", "/addons/supported-versions", "DescribeAddonVersions"),
+        ("POST", "/clusters/{}/addons", "CreateAddon"),
+        ("GET", "/clusters/{}/addons", "ListAddons"),
+        ("GET", "/clusters/{}/addons/{}", "DescribeAddon"),
+        ("DELETE", "/clusters/{}/addons/{}", "DeleteAddon"),
+        ("POST", "/clusters/{}/access-entries", "CreateAccessEntry"),
+        ("GET", "/clusters/{}/access-entries", "ListAccessEntries"),
+        ("GET", "/clusters/{}/access-entries/{}", "DescribeAccessEntry"),
+        ("DELETE", "/clusters/{}/access-entries/{}", "DeleteAccessEntry"),
+        ("POST", "/clusters/{}/access-entries/{}/access-policies", "AssociateAccessPolicy"),
+        ("GET", "/clusters/{}/access-entries/{}/access-policies", "ListAssociatedAccessPolicies"),
+    )
+]
+
+
+def eks_operation(method: str, raw_path: str) -> tuple[str, list[str]]:
+    """The EKS operation a REST request is, and its path arguments (decoded)."""
+    for verb, pattern, name in EKS_ROUTES:
+        m = pattern.fullmatch(raw_path)
+        if m and verb == method:
+            return name, [unquote(a) for a in m.groups()]
+    return f"{method} {raw_path}", []
 
 
 def indexed(params: dict[str, str], prefix: str) -> list[str]:
@@ -171,6 +218,9 @@ def error_for(
     """An error in the protocol of ``call``."""
     if call.protocol == "query":
         return ec2_error(status, code, message)
+    if call.protocol == "rest-json":
+        payload = json.dumps({"message": message}).encode()
+        return status, {"Content-Type": "application/json", "x-amzn-ErrorType": code}, payload
     if call.protocol == "rest":  # S3 and the other REST-XML services
         xml = f"<Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>"
         return status, {"Content-Type": "application/xml"}, xml.encode()

@@ -90,6 +90,8 @@ class Middleware:
             environ.pop("HTTP_TRANSFER_ENCODING", None)
         else:
             body = b""
+        if path.startswith("/_fmctl/kube/"):
+            return self._kube(environ, body, start)
         if path.startswith("/_fmctl/"):
             return self._control(path, environ.get("REQUEST_METHOD", "GET"), body, start)
         call = protocol.parse(environ, body)
@@ -122,7 +124,7 @@ class Middleware:
                 entry["status"] = status
                 return _answer(start, status, headers, payload)
         if self.shims.handles(call):
-            status, headers, payload = self.shims.handle(call)
+            status, headers, payload = self.shims.handle(call, _base_url(environ))
             entry["status"] = status
             return _answer(start, status, headers, payload)
         environ["wsgi.input"] = BytesIO(body)
@@ -139,12 +141,42 @@ class Middleware:
     def _execute(self, environ: dict[str, Any], body: bytes, call: protocol.Call) -> None:
         """Carry a call out and throw the answer away."""
         if self.shims.handles(call):
-            self.shims.handle(call)
+            self.shims.handle(call, _base_url(environ))
             return
         environ["wsgi.input"] = BytesIO(body)
         environ["CONTENT_LENGTH"] = str(len(body))
         for _ in self.moto(environ, lambda *args: lambda data: None):
             pass
+
+    def _kube(self, environ: dict[str, Any], body: bytes, start: StartResponse) -> Iterable[bytes]:
+        """A sandbox EKS cluster's Kubernetes API: /_fmctl/kube/CLUSTER/..."""
+        _, _, _, cluster, *rest = environ.get("PATH_INFO", "").split("/")
+        headers = {
+            k[5:].replace("_", "-").lower(): str(v)
+            for k, v in environ.items()
+            if k.startswith("HTTP_")
+        }
+        headers["content-type"] = environ.get("CONTENT_TYPE", "")
+        with self.lock:
+            self.log.append(
+                {
+                    "service": "kubernetes",
+                    "action": f"{environ.get('REQUEST_METHOD')} /{'/'.join(rest)}",
+                    "time": time.time(),
+                    "fault": None,
+                    "status": 0,
+                }
+            )
+        self.shims.tick()
+        status, out_headers, payload = self.shims.kube.handle(
+            cluster,
+            environ.get("REQUEST_METHOD", "GET"),
+            "/" + "/".join(rest),
+            environ.get("QUERY_STRING", ""),
+            headers,
+            body,
+        )
+        return _answer(start, status, out_headers, payload)
 
     def _control(
         self, path: str, method: str, body: bytes, start: StartResponse
@@ -169,6 +201,11 @@ class Middleware:
         return _answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
 
 
+def _base_url(environ: dict[str, Any]) -> str:
+    """The emulator's own https://host:port, as the client reached it."""
+    return f"https://{environ.get('HTTP_HOST', '127.0.0.1')}"
+
+
 def _drop_connection(environ: dict[str, Any], action: str) -> None:
     """Close the socket under the request: the client sees a connection reset."""
     sock = environ.get("werkzeug.socket")
@@ -184,7 +221,9 @@ def _answer(
     reason = {
         200: "OK",
         400: "Bad Request",
+        401: "Unauthorized",
         404: "Not Found",
+        409: "Conflict",
         500: "Internal Server Error",
         503: "Service Unavailable",
     }.get(status, "Error")
@@ -192,11 +231,14 @@ def _answer(
     return [payload]
 
 
-def build_app(scale: float) -> Middleware:
-    """moto's application behind fmctl's middleware."""
+def build_app(scale: float, ca_pem: bytes = b"") -> Middleware:
+    """moto's application behind fmctl's middleware (``ca_pem``: the certificate EKS
+    clusters present as their certificate authority)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    return Middleware(DomainDispatcherApplication(create_backend_app), Shims(scale=scale))
+    return Middleware(
+        DomainDispatcherApplication(create_backend_app), Shims(scale=scale, ca_pem=ca_pem)
+    )
 
 
 def serve(port: int, scale: float, ready_file: str | None) -> None:
@@ -219,7 +261,7 @@ def serve(port: int, scale: float, ready_file: str | None) -> None:
     server = make_server(
         "127.0.0.1",
         port,
-        build_app(scale),
+        build_app(scale, cert.read_bytes()),
         threaded=True,
         request_handler=MotoRequestHandler,
         ssl_context=context,

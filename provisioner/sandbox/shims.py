@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.eks import Eks
+from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.protocol import Call
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -52,6 +54,9 @@ class Shims:
     associations: dict[str, Timed] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     bucket_policies: dict[str, str] = field(default_factory=dict)
+    kube: KubeServer = field(default_factory=KubeServer)
+    ca_pem: bytes = b""
+    eks: Eks = field(init=False)
     quotas: dict[tuple[str, str], float] = field(
         default_factory=lambda: {
             ("ec2", "L-417A185B"): 6144.0,  # Running On-Demand P instances (vCPUs)
@@ -62,19 +67,32 @@ class Shims:
 
     def handles(self, call: Call) -> bool:
         """True when the call is one of the shims'."""
+        if call.service == "eks":
+            return True
         if call.service == "s3":
             return call.action.endswith("?policy")
         return call.action in _HANDLERS and (
             call.service in ("ec2", "fsx", "servicequotas") or call.protocol == "json"
         )
 
-    def handle(self, call: Call) -> Answer:
-        """Answer a call (under the shim lock)."""
+    def handle(self, call: Call, base_url: str = "") -> Answer:
+        """Answer a call (under the shim lock); ``base_url`` is the emulator's own address."""
         with self.lock:
+            if call.service == "eks":
+                return self.eks.handle(call, base_url)
             self._advance(time.monotonic())
             if call.service == "s3":
                 return _bucket_policy(self, call)
             return _HANDLERS[call.action](self, call)
+
+    def tick(self) -> None:
+        """Let lifecycles move on with the clock (EKS node groups join their nodes even
+        while only the Kubernetes API is being asked)."""
+        with self.lock:
+            self.eks.advance(time.monotonic())
+
+    def __post_init__(self) -> None:
+        self.eks = Eks(self.scale, self.kube, self.ca_pem)
 
     def _after(self, key: str) -> float:
         return time.monotonic() + DURATIONS[key] * self.scale

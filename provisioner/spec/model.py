@@ -19,6 +19,9 @@ KIND = "Cluster"
 Scheduler = Literal["slurm", "kubernetes"]
 CapacityType = Literal["on-demand", "spot", "reservation", "capacity-block"]
 FsxDeploymentType = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTENT_2"]
+EksAddon = Literal[
+    "vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"
+]
 SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
 
 
@@ -183,6 +186,16 @@ class KubernetesSettings(SpecModel):
     """EKS settings (scheduler: kubernetes)."""
 
     version: str = Field(d.KUBERNETES_VERSION, description='EKS version, quoted: "1.33".')
+    secrets_key_arn: str | None = Field(
+        None,
+        description="KMS key (ARN) that encrypts Kubernetes secrets; without it fmctl creates "
+        "one for the cluster (and schedules its deletion on down).",
+    )
+    addon_versions: dict[EksAddon, str] = Field(
+        default_factory=dict,
+        description="Pinned EKS add-on versions (e.g. coredns: v1.12.3-eksbuild.1); others "
+        "get the default version for the cluster's Kubernetes version.",
+    )
 
 
 class SlurmSettings(SpecModel):

@@ -130,6 +130,7 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         ("describe_vpc_endpoints", "VpcEndpoints", "VpcEndpointId"),
         ("describe_nat_gateways", "NatGateways", "NatGatewayId"),
         ("describe_placement_groups", "PlacementGroups", "GroupName"),
+        ("describe_launch_templates", "LaunchTemplates", "LaunchTemplateId"),
     ):
         left += [
             f"{call}:{i[ident]}"
@@ -145,6 +146,7 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
     for assoc in fsx.describe_data_repository_associations()["Associations"]:
         if {t["Key"]: t["Value"] for t in assoc.get("Tags", [])}.get(OWNER_TAG) == name:
             left.append(f"dra:{assoc['AssociationId']}")
+    left += _eks_leftovers(aws, name)
     iam = aws.client("iam")
     prefix = f"fmctl-{name}-{region}-"
     left += [
@@ -162,6 +164,26 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         for b in aws.client("s3").list_buckets()["Buckets"]
         if b["Name"].startswith(f"fmctl-{name}-")
     ]
+    return left
+
+
+def _eks_leftovers(aws: Aws, name: str) -> list[str]:
+    """The EKS cluster (with its node groups and add-ons) and usable KMS keys tagged as the
+    cluster's; a key pending deletion is gone as far as billing and use go."""
+    left: list[str] = []
+    eks = aws.client("eks")
+    if name in eks.list_clusters()["clusters"]:
+        left.append(f"eks:{name}")
+        left += [f"nodegroup:{g}" for g in eks.list_nodegroups(clusterName=name)["nodegroups"]]
+        left += [f"addon:{a}" for a in eks.list_addons(clusterName=name)["addons"]]
+    kms = aws.client("kms")
+    for key in kms.list_keys()["Keys"]:
+        meta = kms.describe_key(KeyId=key["KeyId"])["KeyMetadata"]
+        tags = {
+            t["TagKey"]: t["TagValue"] for t in kms.list_resource_tags(KeyId=key["KeyId"])["Tags"]
+        }
+        if tags.get(OWNER_TAG) == name and meta["KeyState"] != "PendingDeletion":
+            left.append(f"kms:{key['KeyId']}")
     return left
 
 

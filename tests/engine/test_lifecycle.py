@@ -20,8 +20,25 @@ from tests.engine.harness import (
 )
 
 #: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx,
-#: and the EKS cluster and node roles.
-P5EN_RESOURCES = {
+#: the roles, the secrets key, the EKS cluster, its access entries, launch template, node
+#: groups and add-ons, and the in-cluster stack.
+P5EN_EKS = {
+    "kms/secrets",
+    "eks",
+    "access/admin",
+    "access/nodes",
+    "launch-template/gpu",
+    "nodegroup/system",
+    "nodegroup/gpu",
+    "addon/vpc-cni",
+    "addon/kube-proxy",
+    "addon/coredns",
+    "addon/eks-pod-identity-agent",
+    "addon/aws-fsx-csi-driver",
+    "iam/fsx-csi",
+    "kube-stack",
+}
+P5EN_RESOURCES = P5EN_EKS | {
     "bucket",
     "iam/eks-cluster",
     "iam/eks-node",
@@ -49,7 +66,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "19 created, 0 existed" in first.stdout
+    assert "33 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -57,7 +74,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 19 existed" in again.stdout
+    assert "0 created, 33 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
 
@@ -92,7 +109,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "19 resources deleted" in down.stdout
+    assert "33 resources deleted" in down.stdout
     assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
     assert gone.returncode == 1 and "no resources" in gone.stdout

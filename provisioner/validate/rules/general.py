@@ -108,6 +108,34 @@ def kubernetes_version(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]
         )
 
 
+KMS_KEY_ARN_RE = re.compile(
+    r"^arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-"
+    r"[0-9a-f]{4}-[0-9a-f]{12}$|^arn:aws(-cn|-us-gov)?:kms:[a-z0-9-]+:\d{12}:key/mrk-[0-9a-f]{32}$"
+)
+
+
+@rule("secrets-key-arn")
+def secrets_key(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """A given secrets key is a KMS key ARN in the cluster's region (EKS refuses others)."""
+    arn = spec.kubernetes.secrets_key_arn
+    if arn is None:
+        return
+    if not KMS_KEY_ARN_RE.match(arn):
+        yield Problem(
+            "secrets-key-arn",
+            f"{arn!r} is not a KMS key ARN",
+            ("kubernetes", "secretsKeyArn"),
+            hint="arn:aws:kms:REGION:ACCOUNT:key/KEY-ID (an alias ARN is not accepted by EKS)",
+        )
+    elif arn.split(":")[3] != spec.metadata.region:
+        yield Problem(
+            "secrets-key-arn",
+            f"the key is in {arn.split(':')[3]}, the cluster in {spec.metadata.region}",
+            ("kubernetes", "secretsKeyArn"),
+            hint="EKS encrypts secrets only with a key in the cluster's own region",
+        )
+
+
 @rule("grafana-needs-prometheus")
 def observability(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Grafana's provisioned datasource is the cluster's Prometheus."""

@@ -1,0 +1,603 @@
+"""An in-memory Kubernetes API server for the sandbox's EKS clusters.
+
+There is no Docker engine (so no kind) and no kube-apiserver binary to be had here, so the
+sandbox serves the part of the Kubernetes REST API fmctl relies on, over the same HTTPS the
+emulator speaks, to the real ``kubernetes`` client:
+
+- discovery (``/api``, ``/apis``, ``/api/v1``, ``/apis/GROUP/VERSION``) for the kinds below;
+- server-side apply (``PATCH`` with ``application/apply-patch+yaml``, ``fieldManager``,
+  ``force``): creates, merges, removes fields the manager stopped applying, and refuses
+  (409 Conflict) to take a field another manager owns with a different value unless forced;
+  ``metadata.managedFields``, ``uid``, ``resourceVersion``, ``generation``;
+- get, list (``labelSelector`` equality terms), delete; namespaced objects need their
+  namespace, and deleting a namespace deletes what is in it;
+- authentication as EKS does it: a bearer token ``k8s-aws-v1.`` + base64url of a presigned
+  STS GetCallerIdentity URL that signs the ``x-k8s-aws-id`` header; anything else is 401.
+
+It also plays the controllers and kubelets fmctl waits on, simply: nodes join when their
+node group becomes ACTIVE (``join``); a node advertises ``nvidia.com/gpu`` and
+``vpc.amazonaws.com/efa`` only while a DaemonSet running the NVIDIA or EFA device plugin
+covers it (its node selector, affinity and tolerations admit the node), as on EKS, where the
+AL2023 NVIDIA AMI has no device plugin; DaemonSets and Deployments report ready from the
+nodes that admit them; a claim naming an existing volume is Bound.
+
+Simplifications, on purpose: lists are atomic in apply (Kubernetes merges some by key), no
+admission or schema validation (``kubernetes-validate`` checks the manifests offline), no
+watches, and objects go at once on delete (no finalizers).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import itertools
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+#: plural -> (group, version, kind, namespaced): what the server knows.
+RESOURCES: dict[str, tuple[str, str, str, bool]] = {
+    "namespaces": ("", "v1", "Namespace", False),
+    "nodes": ("", "v1", "Node", False),
+    "persistentvolumes": ("", "v1", "PersistentVolume", False),
+    "configmaps": ("", "v1", "ConfigMap", True),
+    "secrets": ("", "v1", "Secret", True),
+    "services": ("", "v1", "Service", True),
+    "serviceaccounts": ("", "v1", "ServiceAccount", True),
+    "persistentvolumeclaims": ("", "v1", "PersistentVolumeClaim", True),
+    "pods": ("", "v1", "Pod", True),
+    "daemonsets": ("apps", "v1", "DaemonSet", True),
+    "deployments": ("apps", "v1", "Deployment", True),
+    "statefulsets": ("apps", "v1", "StatefulSet", True),
+    "jobs": ("batch", "v1", "Job", True),
+    "networkpolicies": ("networking.k8s.io", "v1", "NetworkPolicy", True),
+    "ingresses": ("networking.k8s.io", "v1", "Ingress", True),
+    "storageclasses": ("storage.k8s.io", "v1", "StorageClass", False),
+    "clusterroles": ("rbac.authorization.k8s.io", "v1", "ClusterRole", False),
+    "clusterrolebindings": ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", False),
+    "roles": ("rbac.authorization.k8s.io", "v1", "Role", True),
+    "rolebindings": ("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
+    "customresourcedefinitions": (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        False,
+    ),
+}
+
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+#: Images whose DaemonSet makes nodes advertise a device (the device plugins).
+PLUGINS = {"k8s-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
+
+Answer = tuple[int, dict[str, str], bytes]
+Path = tuple[str, ...]
+
+
+class ApiError(Exception):
+    """A Kubernetes ``Status`` failure."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+@dataclass
+class Hardware:
+    """What a node has, whatever it advertises: GPUs and attached EFA interfaces."""
+
+    gpus: int
+    efa: int
+
+
+@dataclass
+class Cluster:
+    """One cluster's objects, keyed by (plural, namespace, name)."""
+
+    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    hardware: dict[str, Hardware] = field(default_factory=dict)
+
+
+@dataclass
+class KubeServer:
+    """Every sandbox cluster's API; thread-safe."""
+
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+
+    # -- what the EKS shim calls -------------------------------------------------------
+    def ensure(self, cluster: str) -> None:
+        """Create a cluster's API with the namespaces every cluster starts with."""
+        with self.lock:
+            if cluster in self.clusters:
+                return
+            c = self.clusters[cluster] = Cluster()
+            for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+                self._put(
+                    c,
+                    "namespaces",
+                    "",
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+                )
+
+    def drop(self, cluster: str) -> None:
+        """The cluster was deleted."""
+        with self.lock:
+            self.clusters.pop(cluster, None)
+
+    def join(self, cluster: str, nodegroup: str, nodes: list[dict[str, Any]]) -> None:
+        """Nodes of a node group register: each {name, labels, taints, gpus, efa,
+        instance_type}."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return
+            for n in nodes:
+                labels = {
+                    **n["labels"],
+                    "eks.amazonaws.com/nodegroup": nodegroup,
+                    "kubernetes.io/hostname": n["name"],
+                    "node.kubernetes.io/instance-type": n["instance_type"],
+                }
+                node = {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": n["name"], "labels": labels},
+                    "spec": {"taints": n["taints"]},
+                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                }
+                self._put(c, "nodes", "", node)
+                c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"])
+
+    def leave(self, cluster: str, nodegroup: str) -> None:
+        """A node group's nodes are gone."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return
+            for key, obj in list(c.objects.items()):
+                labels = obj["metadata"].get("labels", {})
+                if key[0] == "nodes" and labels.get("eks.amazonaws.com/nodegroup") == nodegroup:
+                    del c.objects[key]
+                    c.hardware.pop(key[2], None)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def handle(
+        self, cluster: str, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+    ) -> Answer:
+        """Answer one request to ``cluster``'s API (``path`` below its endpoint)."""
+        try:
+            _authenticate(headers.get("authorization", ""))
+            with self.lock:
+                c = self.clusters.get(cluster)
+                if c is None:
+                    raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
+                return _json(
+                    200, self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
+                )
+        except ApiError as err:
+            status = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": err.message,
+                "reason": err.reason,
+                "code": err.code,
+            }
+            return _json(err.code, status)
+
+    def _route(
+        self,
+        c: Cluster,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: dict[str, str],
+        body: bytes,
+    ) -> Any:
+        parts = [unquote(p) for p in path.split("/") if p]
+        discovery = _discovery(parts)
+        if discovery is not None:
+            return discovery
+        plural, namespace, name = _target(parts)
+        if method == "GET" and name:
+            return self._get(c, plural, namespace, name)
+        if method == "GET":
+            return self._list(c, plural, namespace, query.get("labelSelector", [""])[0])
+        if method == "PATCH" and name:
+            if "apply-patch" not in headers.get("content-type", ""):
+                raise ApiError(415, "UnsupportedMediaType", "only server-side apply is served")
+            manager = query.get("fieldManager", [""])[0]
+            if not manager:
+                raise ApiError(422, "Invalid", "fieldManager is required for apply patch")
+            force = query.get("force", ["false"])[0] == "true"
+            return self._apply(c, plural, namespace, name, _load(body), manager, force)
+        if method == "DELETE" and name:
+            return self._delete(c, plural, namespace, name)
+        raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
+
+    # -- operations ----------------------------------------------------------------------
+    def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        _reconcile(c)
+        obj = c.objects.get((plural, namespace, name))
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        return copy.deepcopy(obj)
+
+    def _list(self, c: Cluster, plural: str, namespace: str, selector: str) -> dict[str, Any]:
+        _reconcile(c)
+        wanted = dict(t.split("=", 1) for t in selector.split(",") if "=" in t)
+        items = [
+            copy.deepcopy(obj)
+            for (p, ns, _), obj in sorted(c.objects.items())
+            if p == plural
+            and (not namespace or ns == namespace)
+            and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
+        group, version, kind, _ = RESOURCES[plural]
+        return {
+            "apiVersion": f"{group}/{version}".lstrip("/"),
+            "kind": f"{kind}List",
+            "metadata": {"resourceVersion": str(next(self.versions))},
+            "items": items,
+        }
+
+    def _apply(
+        self,
+        c: Cluster,
+        plural: str,
+        namespace: str,
+        name: str,
+        applied: dict[str, Any],
+        manager: str,
+        force: bool,
+    ) -> dict[str, Any]:
+        group, version, kind, namespaced = RESOURCES[plural]
+        want = f"{group}/{version}".lstrip("/")
+        if applied.get("apiVersion") != want or applied.get("kind") != kind:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"body is {applied.get('apiVersion')} "
+                f"{applied.get('kind')}, the URL is {want} {kind}",
+            )
+        meta = applied.get("metadata") or {}
+        if meta.get("name") != name:
+            raise ApiError(400, "BadRequest", "the name in the body differs from the URL's")
+        if namespaced and ("namespaces", "", namespace) not in c.objects:
+            raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
+        body = copy.deepcopy(applied)
+        body["metadata"].pop("managedFields", None)
+        if namespaced:
+            body["metadata"]["namespace"] = namespace
+        live = c.objects.get((plural, namespace, name))
+        if live is None:
+            obj = body
+            owners = {manager: set(_owned(body))}
+        else:
+            obj, owners = _merge(live, body, manager, force)
+            if obj == live:
+                return copy.deepcopy(live)
+        obj["metadata"]["managedFields"] = [
+            {
+                "manager": m,
+                "operation": "Apply",
+                "apiVersion": want,
+                "fieldsType": "FieldsV1",
+                "fieldsV1": _fields_v1(paths),
+            }
+            for m, paths in sorted(owners.items())
+            if paths
+        ]
+        if live is not None and obj.get("spec") != live.get("spec"):
+            obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
+        self._put(c, plural, namespace, obj, live)
+        return copy.deepcopy(c.objects[(plural, namespace, name)])
+
+    def _delete(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        obj = c.objects.pop((plural, namespace, name), None)
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        if plural == "namespaces":
+            for key in [k for k in c.objects if k[1] == name]:
+                del c.objects[key]
+        volume = c.objects.get(("persistentvolumes", "", obj.get("spec", {}).get("volumeName", "")))
+        if plural == "persistentvolumeclaims" and volume is not None:
+            # The CSI driver deletes a dynamically provisioned volume with its claim.
+            dynamic = "pv.kubernetes.io/provisioned-by" in volume["metadata"].get("annotations", {})
+            if dynamic and volume["spec"].get("persistentVolumeReclaimPolicy") == "Delete":
+                del c.objects[("persistentvolumes", "", volume["metadata"]["name"])]
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+    def _put(
+        self,
+        c: Cluster,
+        plural: str,
+        namespace: str,
+        obj: dict[str, Any],
+        live: dict[str, Any] | None = None,
+    ) -> None:
+        meta = obj["metadata"]
+        old = (live or {}).get("metadata", {})
+        meta["uid"] = old.get("uid") or str(uuid.uuid4())
+        meta["creationTimestamp"] = old.get("creationTimestamp") or time.strftime(
+            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()
+        )
+        meta.setdefault("generation", 1)
+        meta["resourceVersion"] = str(next(self.versions))
+        c.objects[(plural, namespace, meta["name"])] = obj
+
+
+# -- server-side apply -------------------------------------------------------------------
+def _owned(obj: dict[str, Any], prefix: Path = ()) -> dict[Path, Any]:
+    """Leaf paths of an applied object -> values (lists are leaves: atomic)."""
+    out: dict[Path, Any] = {}
+    for key, value in obj.items():
+        if prefix == () and key in ("apiVersion", "kind", "status"):
+            continue
+        if prefix == ("metadata",) and key in ("name", "namespace", "managedFields"):
+            continue
+        path = (*prefix, key)
+        if isinstance(value, dict) and value:
+            out.update(_owned(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def _owners(live: dict[str, Any]) -> dict[str, set[Path]]:
+    """Paths each manager owns, read back from managedFields."""
+    out: dict[str, set[Path]] = {}
+    for entry in live["metadata"].get("managedFields", []):
+        out[entry["manager"]] = _paths_v1(entry.get("fieldsV1", {}))
+    return out
+
+
+def _merge(
+    live: dict[str, Any], body: dict[str, Any], manager: str, force: bool
+) -> tuple[dict[str, Any], dict[str, set[Path]]]:
+    """Apply ``body`` for ``manager`` onto ``live``: conflicts, removal of fields the manager
+    no longer applies, merge; returns the object and the new ownership."""
+    owners = _owners(live)
+    applied = _owned(body)
+    current = _owned(live)
+    conflicts = [
+        (m, path)
+        for m, paths in owners.items()
+        if m != manager
+        for path in paths & set(applied)
+        if current.get(path) != applied[path]
+    ]
+    if conflicts and not force:
+        detail = "; ".join(f'conflict with "{m}": .{".".join(p)}' for m, p in conflicts)
+        raise ApiError(409, "Conflict", f"Apply failed with {len(conflicts)} conflict(s): {detail}")
+    for m, _ in conflicts:
+        owners[m] -= set(applied)
+    others = set().union(*(p for m, p in owners.items() if m != manager))
+    obj = copy.deepcopy(live)
+    for path in owners.get(manager, set()) - set(applied) - others:
+        _remove(obj, path)
+    _deep_merge(obj, body)
+    owners[manager] = set(applied)
+    return obj, owners
+
+
+def _remove(obj: dict[str, Any], path: Path) -> None:
+    parent: Any = obj
+    for key in path[:-1]:
+        parent = parent.get(key)
+        if not isinstance(parent, dict):
+            return
+    parent.pop(path[-1], None)
+
+
+def _deep_merge(into: dict[str, Any], new: dict[str, Any]) -> None:
+    for key, value in new.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict) and value:
+            _deep_merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def _fields_v1(paths: set[Path]) -> dict[str, Any]:
+    """Paths as Kubernetes' FieldsV1 tree (``{"f:spec": {"f:replicas": {}}}``)."""
+    root: dict[str, Any] = {}
+    for path in sorted(paths):
+        node = root
+        for key in path:
+            node = node.setdefault(f"f:{key}", {})
+    return root
+
+
+def _paths_v1(tree: dict[str, Any], prefix: Path = ()) -> set[Path]:
+    out: set[Path] = set()
+    for key, sub in tree.items():
+        path = (*prefix, key[2:])
+        out |= _paths_v1(sub, path) if sub else {path}
+    return out
+
+
+# -- what controllers and kubelets would do ----------------------------------------------
+def _admits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Would the scheduler place ``pod`` (a pod spec) on ``node``?"""
+    labels = node["metadata"].get("labels", {})
+    if any(labels.get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
+        return False
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(_term(t, labels) for t in terms):
+        return False
+    tolerations = pod.get("tolerations") or []
+    return all(
+        any(_tolerates(t, taint) for t in tolerations)
+        for taint in node["spec"].get("taints") or []
+        if taint.get("effect") in ("NoSchedule", "NoExecute", "NO_SCHEDULE", "NO_EXECUTE")
+    )
+
+
+def _term(term: dict[str, Any], labels: dict[str, str]) -> bool:
+    for e in term.get("matchExpressions") or []:
+        op, key, values = e["operator"], e["key"], e.get("values") or []
+        ok = {
+            "In": labels.get(key) in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }.get(op, False)
+        if not ok:
+            return False
+    return True
+
+
+def _tolerates(t: dict[str, Any], taint: dict[str, Any]) -> bool:
+    if t.get("key") not in (None, taint.get("key")):
+        return False
+    effect = (
+        taint.get("effect", "")
+        .replace("NO_SCHEDULE", "NoSchedule")
+        .replace("NO_EXECUTE", "NoExecute")
+    )
+    if t.get("effect") not in (None, "", effect):
+        return False
+    return t.get("operator") == "Exists" or t.get("value") == taint.get("value")
+
+
+def _reconcile(c: Cluster) -> None:
+    """Bring status fields to what the controllers would report now."""
+    nodes = [o for (p, _, _), o in c.objects.items() if p == "nodes"]
+    plugins: dict[str, set[str]] = {n["metadata"]["name"]: set() for n in nodes}
+    for (plural, _, _), obj in c.objects.items():
+        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+        fits = [n for n in nodes if _admits(pod, n)]
+        if plural == "daemonsets":
+            images = [ct.get("image", "") for ct in pod.get("containers", [])]
+            for n in fits:
+                for marker, resource in PLUGINS.items():
+                    if any(f"/{marker}:" in i or i.startswith(f"{marker}:") for i in images):
+                        plugins[n["metadata"]["name"]].add(resource)
+            count = len(fits)
+            obj["status"] = {
+                "desiredNumberScheduled": count,
+                "currentNumberScheduled": count,
+                "numberReady": count,
+                "numberAvailable": count,
+                "updatedNumberScheduled": count,
+                "observedGeneration": obj["metadata"].get("generation", 1),
+            }
+        elif plural in ("deployments", "statefulsets"):
+            want = obj["spec"].get("replicas", 1)
+            ready = want if fits else 0
+            obj["status"] = {
+                "replicas": want,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "updatedReplicas": ready,
+                "observedGeneration": obj["metadata"].get("generation", 1),
+            }
+        elif plural == "persistentvolumeclaims":
+            volume = obj["spec"].get("volumeName")
+            bound = volume and ("persistentvolumes", "", volume) in c.objects
+            obj["status"] = {"phase": "Bound" if bound else "Pending"}
+    for n in nodes:
+        hw = c.hardware.get(n["metadata"]["name"], Hardware(0, 0))
+        has = plugins[n["metadata"]["name"]]
+        allocatable = {"cpu": "188", "memory": "1900Gi", "pods": "737"}
+        if GPU in has and hw.gpus:
+            allocatable[GPU] = str(hw.gpus)
+        if EFA in has and hw.efa:
+            allocatable[EFA] = str(hw.efa)
+        n["status"]["allocatable"] = allocatable
+        n["status"]["capacity"] = dict(allocatable)
+
+
+# -- protocol helpers --------------------------------------------------------------------
+def _authenticate(header: str) -> None:
+    """Accept only what EKS accepts: a presigned STS GetCallerIdentity URL that signs the
+    x-k8s-aws-id header, base64url-encoded behind ``k8s-aws-v1.``."""
+    prefix = "Bearer k8s-aws-v1."
+    if not header.startswith(prefix):
+        raise ApiError(401, "Unauthorized", "a bearer token k8s-aws-v1.* is required")
+    raw = header[len(prefix) :]
+    try:
+        url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except ValueError as exc:
+        raise ApiError(401, "Unauthorized", "token is not base64url") from exc
+    query = parse_qs(urlparse(url).query)
+    signed = query.get("X-Amz-SignedHeaders", [""])[0].split(";")
+    if query.get("Action") != ["GetCallerIdentity"] or "x-k8s-aws-id" not in signed:
+        raise ApiError(
+            401, "Unauthorized", "token is not a presigned GetCallerIdentity signing x-k8s-aws-id"
+        )
+
+
+def _load(body: bytes) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(body.decode())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "BadRequest", f"body does not parse: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ApiError(400, "BadRequest", "body is not an object")
+    return data
+
+
+def _target(parts: list[str]) -> tuple[str, str, str]:
+    """(plural, namespace, name) of a resource path."""
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    namespace = ""
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        namespace, rest = rest[1], rest[2:]
+    if not rest or rest[0] not in RESOURCES:
+        raise ApiError(404, "NotFound", f"the server could not find /{'/'.join(parts)}")
+    return rest[0], namespace, rest[1] if len(rest) > 1 else ""
+
+
+def _discovery(parts: list[str]) -> dict[str, Any] | None:
+    if parts == ["api"]:
+        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+    if parts == ["apis"]:
+        groups = sorted({g for g, *_ in RESOURCES.values() if g})
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": g,
+                    "versions": [{"groupVersion": f"{g}/v1", "version": "v1"}],
+                    "preferredVersion": {"groupVersion": f"{g}/v1", "version": "v1"},
+                }
+                for g in groups
+            ],
+        }
+    if parts in (["api", "v1"],) or (len(parts) == 3 and parts[0] == "apis"):
+        group = "" if parts[0] == "api" else parts[1]
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/v1".lstrip("/"),
+            "resources": [
+                {
+                    "name": plural,
+                    "kind": kind,
+                    "namespaced": ns,
+                    "singularName": "",
+                    "verbs": ["get", "list", "patch", "delete"],
+                }
+                for plural, (g, _, kind, ns) in RESOURCES.items()
+                if g == group
+            ],
+        }
+    if parts == ["version"]:
+        return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fmctl-sandbox"}
+    return None
+
+
+def _json(status: int, data: Any) -> Answer:
+    return status, {"Content-Type": "application/json"}, json.dumps(data).encode()
