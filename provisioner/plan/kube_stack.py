@@ -63,22 +63,37 @@ def connect(engine: Engine, endpoint: str, ca: str) -> KubeApi:
     return KubeClient.for_eks(endpoint, ca, lambda: token(engine.aws, engine.cluster))
 
 
-def not_ready(api: KubeApi, objects: list[dict[str, Any]]) -> list[str]:
-    """What of the applied stack does not run yet, as readable lines."""
+#: Kinds whose readiness `up` waits for.
+WATCHED = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "PersistentVolumeClaim"))
+
+
+def not_ready(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
+    """What of the applied stack does not run yet, as readable lines (one list call per
+    kind, across namespaces, by fmctl's label)."""
+    wanted = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objects
+    }
+    live: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for api_version, kind in WATCHED:
+        for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={cluster}"):
+            meta = obj["metadata"]
+            live[(kind, meta.get("namespace", ""), meta["name"])] = obj
     waiting = []
-    for obj in objects:
-        kind, meta = obj["kind"], obj["metadata"]
-        if kind not in ("DaemonSet", "Deployment", "PersistentVolumeClaim"):
+    for key in sorted(k for k in wanted if k[0] in {kind for _, kind in WATCHED}):
+        kind, namespace, name = key
+        where = f"{kind} {namespace}/{name}"
+        if key not in live:
+            waiting.append(f"{where}: missing")
             continue
-        live = api.get(obj["apiVersion"], kind, meta["name"], meta.get("namespace", "")) or {}
-        status = live.get("status") or {}
-        where = f"{kind} {meta.get('namespace', '')}/{meta['name']}"
+        current = live[key]
+        status = current.get("status") or {}
         if kind == "DaemonSet":
             want, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
             if ready < want:
                 waiting.append(f"{where}: {ready}/{want} ready")
         elif kind == "Deployment":
-            want, ready = live.get("spec", {}).get("replicas", 1), status.get("readyReplicas", 0)
+            want = current.get("spec", {}).get("replicas", 1)
+            ready = status.get("readyReplicas", 0)
             if ready < want:
                 waiting.append(f"{where}: {ready}/{want} ready")
         elif status.get("phase") != "Bound":
@@ -182,7 +197,7 @@ class KubeStack:
 
         def probe() -> bool | None:
             nonlocal last
-            last = not_ready(api, objects) + node_problems(api, pools)
+            last = not_ready(api, objects, engine.cluster) + node_problems(api, pools)
             return True if not last else None
 
         try:

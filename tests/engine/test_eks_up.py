@@ -1,0 +1,339 @@
+"""`fmctl up --scheduler kubernetes` end to end in the sandbox: the real CLI against the
+emulator (EKS shim, moto's EC2/IAM/KMS) and the in-memory Kubernetes API; the parameters
+EKS and EC2 received, the order (add-ons after nodes), the readiness check, and `down`
+clearing what controllers made before it takes the nodes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.drivers.kube import KubeClient
+from provisioner.plan.context import OWNER_TAG
+from provisioner.plan.eks import CNI_TAG, LB_TAG
+from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
+
+B300_EXAMPLE = "p6-b300-eks-capacity-block.yaml"
+
+
+def _template(sandbox: Sandbox, region: str, lt_id: str) -> dict[str, Any]:
+    ec2 = sandbox.aws(region).client("ec2")
+    data: dict[str, Any] = ec2.describe_launch_template_versions(LaunchTemplateId=lt_id)[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    return data
+
+
+def _events(sandbox: Sandbox, name: str) -> list[dict[str, Any]]:
+    log = sandbox.home / "clusters" / name / "events.log"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _kube(sandbox: Sandbox, name: str, region: str, manager: str = "someone") -> KubeClient:
+    from provisioner.drivers.eks_auth import token
+
+    aws = sandbox.aws(region)
+    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
+    return KubeClient.for_eks(
+        cluster["endpoint"],
+        cluster["certificateAuthority"]["data"],
+        lambda: token(aws, name),
+        manager,
+    )
+
+
+def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_path: Path) -> None:
+    """p5.48xlarge: 32 EFA devices; p5en: 16; p6-b300: card 0 ENA only, 16 EFA on cards
+    1-16, on a Capacity Block. One cluster with the three pools, checked in what EC2 and
+    EKS received, then in what the nodes advertise."""
+    name = "e2e-eks-types"
+    base = yaml.safe_load((Path(__file__).parents[2] / "examples" / B300_EXAMPLE).read_text())
+    pools = [
+        base["compute"]["gpuPools"][0],
+        {
+            "name": "p5",
+            "instanceType": "p5.48xlarge",
+            "count": 1,
+            "capacity": {"type": "on-demand"},
+        },
+        {
+            "name": "p5en",
+            "instanceType": "p5en.48xlarge",
+            "count": 1,
+            "capacity": {"type": "on-demand"},
+        },
+    ]
+    spec = spec_file(tmp_path, name, example=B300_EXAMPLE, compute={"gpuPools": pools})
+    region = region_of(spec)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        ids = {logical: aws_id for _, logical, aws_id in owned(sandbox, name, region)}
+        efa_group = ids["sg/efa"]
+        # EFA devices, and whether card 0 has one (at device 1, beside the primary ENA).
+        expected = {"b300": (16, False), "p5": (32, True), "p5en": (16, True)}
+        for pool, (efa, card0_efa) in expected.items():
+            lt = _template(sandbox, region, ids[f"launch-template/{pool}"])
+            nics = lt["NetworkInterfaces"]
+            primary = [n for n in nics if n["NetworkCardIndex"] == 0 and n["DeviceIndex"] == 0]
+            assert [n["InterfaceType"] for n in primary] == ["interface"]
+            efa_nics = [n for n in nics if n["InterfaceType"] in ("efa", "efa-only")]
+            assert len(efa_nics) == efa, pool
+            assert len({n["NetworkCardIndex"] for n in efa_nics}) == efa  # one per card
+            on_card0 = [n for n in efa_nics if n["NetworkCardIndex"] == 0]
+            assert [n["DeviceIndex"] for n in on_card0] == ([1] if card0_efa else []), pool
+            assert all(n["Groups"] == [efa_group] and "SubnetId" not in n for n in nics)
+            assert lt["MetadataOptions"]["HttpTokens"] == "required"
+            assert lt["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+            assert all(b["Ebs"]["Encrypted"] for b in lt["BlockDeviceMappings"])
+            user_data = base64.b64decode(lt["UserData"]).decode()
+            assert "kind: NodeConfig" in user_data and "vm.nr_hugepages" in user_data
+        b300 = _template(sandbox, region, ids["launch-template/b300"])
+        assert b300["InstanceMarketOptions"]["MarketType"] == "capacity-block"
+        target = b300["CapacityReservationSpecification"]["CapacityReservationTarget"]
+        assert (
+            target["CapacityReservationId"]
+            == base["compute"]["gpuPools"][0]["capacity"]["reservationId"]
+        )
+        eks = sandbox.aws(region).client("eks")
+        groups = {
+            g: eks.describe_nodegroup(clusterName=name, nodegroupName=g)["nodegroup"]
+            for g in ("b300", "p5", "p5en", "system")
+        }
+        assert groups["b300"]["capacityType"] == "CAPACITY_BLOCK"
+        assert groups["p5"]["capacityType"] == "ON_DEMAND"
+        for pool in expected:
+            ng = groups[pool]
+            assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
+            assert ng["launchTemplate"]["id"] == ids[f"launch-template/{pool}"]
+            assert ng["taints"] == [
+                {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+            ]
+            assert ng["labels"]["fmctl.dev/pool"] == pool
+            assert ng["subnets"] == [ids["subnet/private"]]
+        assert groups["system"]["amiType"] == "AL2023_x86_64_STANDARD"
+        # What the nodes advertise once the device plugins run, per pool.
+        api = _kube(sandbox, name, region)
+        try:
+            for pool, (efa, _) in expected.items():
+                nodes = api.list("v1", "Node", selector=f"fmctl.dev/pool={pool}")
+                assert [n["status"]["allocatable"]["vpc.amazonaws.com/efa"] for n in nodes] == [
+                    str(efa)
+                ] * len(nodes)
+                assert {n["status"]["allocatable"]["nvidia.com/gpu"] for n in nodes} == {"8"}
+        finally:
+            api.close()
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The p5en example: control plane settings, add-ons after nodes, kubeconfig and
+    `fmctl token`, the readiness check catching a node without EFA, and `down` deleting
+    load balancers, dynamic volumes and CNI leftovers first, and nothing foreign."""
+    name = "e2e-eks"
+    spec = spec_file(
+        tmp_path,
+        name,
+        kubernetes={"version": "1.33", "addonVersions": {"coredns": "v1.11.4-eksbuild.14"}},
+    )
+    region = region_of(spec)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "gpu  8  efa 16" in up.stdout  # status view: nodes with their devices
+    aws = sandbox.aws(region)
+    eks = aws.client("eks")
+    ids = {logical: aws_id for _, logical, aws_id in owned(sandbox, name, region)}
+
+    cluster = eks.describe_cluster(name=name)["cluster"]
+    assert cluster["version"] == "1.33"
+    assert cluster["accessConfig"]["authenticationMode"] == "API"
+    vpc = cluster["resourcesVpcConfig"]
+    assert vpc["endpointPrivateAccess"] is True and vpc["endpointPublicAccess"] is True
+    assert vpc["publicAccessCidrs"] == ["203.0.113.0/24"]  # the spec's apiCidrs, not the world
+    key = cluster["encryptionConfig"][0]
+    assert key["resources"] == ["secrets"]
+    assert key["provider"]["keyArn"].endswith(ids["kms/secrets"])
+    kms = aws.client("kms")
+    assert kms.get_key_rotation_status(KeyId=ids["kms/secrets"])["KeyRotationEnabled"]
+    assert {t for lg in cluster["logging"]["clusterLogging"] for t in lg["types"]} >= {
+        "api",
+        "audit",
+        "authenticator",
+    }
+    entry = eks.describe_access_entry(clusterName=name, principalArn=ids["access/nodes"])
+    assert entry["accessEntry"]["type"] == "EC2_LINUX"
+    policies = eks.list_associated_access_policies(
+        clusterName=name, principalArn=ids["access/admin"]
+    )["associatedAccessPolicies"]
+    assert [p["policyArn"].rsplit("/", 1)[1] for p in policies] == ["AmazonEKSClusterAdminPolicy"]
+
+    # Add-ons only once the system nodes were ACTIVE; pinned versions kept, others default.
+    events = _events(sandbox, name)
+    nodes_ready = next(
+        i
+        for i, e in enumerate(events)
+        if e["resource"] == "nodegroup/system" and e["state"] == "ready"
+    )
+    first_addon = next(
+        i
+        for i, e in enumerate(events)
+        if e["resource"].startswith("addon/") and e["state"] == "creating"
+    )
+    assert first_addon > nodes_ready
+    versions = {
+        a: eks.describe_addon(clusterName=name, addonName=a)["addon"]["addonVersion"]
+        for a in eks.list_addons(clusterName=name)["addons"]
+    }
+    assert versions["coredns"] == "v1.11.4-eksbuild.14"
+    assert versions["vpc-cni"] == "v1.20.4-eksbuild.1"  # the shim's default for 1.33
+    fsx_csi = eks.describe_addon(clusterName=name, addonName="aws-fsx-csi-driver")["addon"]
+    assert fsx_csi["podIdentityAssociations"] == [
+        aws.client("iam").get_role(RoleName=ids["iam/fsx-csi"])["Role"]["Arn"]
+    ]
+
+    # The kubeconfig: mode 0600, an exec credential, and that credential works.
+    kubeconfig = sandbox.home / "clusters" / name / "kubeconfig"
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    config = yaml.safe_load(kubeconfig.read_text())
+    exec_ = config["users"][0]["user"]["exec"]
+    minted = subprocess.run(
+        [exec_["command"], *exec_["args"]]
+        if Path(exec_["command"]).exists()
+        else ["python", "-m", "provisioner", *exec_["args"]],
+        capture_output=True,
+        text=True,
+        env=sandbox.env(),
+        check=True,
+        timeout=60,
+    )
+    credential = json.loads(minted.stdout)["status"]["token"]
+    assert credential.startswith("k8s-aws-v1.") and credential not in kubeconfig.read_text()
+    server = config["clusters"][0]["cluster"]
+    api = KubeClient.for_eks(
+        server["server"], server["certificate-authority-data"], lambda: credential
+    )
+    try:
+        applied = api.list("apps/v1", "DaemonSet", selector="app.kubernetes.io/managed-by=fmctl")
+        assert {d["metadata"]["name"] for d in applied} >= {
+            "nvidia-device-plugin",
+            "efa-device-plugin",
+            "dcgm-exporter",
+            "node-exporter",
+        }
+        plugin = api.get("apps/v1", "DaemonSet", "efa-device-plugin", "fmctl-system")
+        assert plugin is not None
+        managers = {f["manager"] for f in plugin["metadata"]["managedFields"]}
+        assert managers == {"fmctl"}
+        assert plugin["metadata"]["labels"][OWNER_TAG] == name
+        secret = api.get("v1", "Secret", "grafana-admin", "monitoring")
+        assert secret is not None and secret["stringData"]["password"]
+    finally:
+        api.close()
+    assert (
+        secret["stringData"]["password"]
+        not in (sandbox.home / "clusters" / name / "events.log").read_text()
+    )
+
+    # Someone breaks the EFA device plugin: the next `up` says which nodes lost EFA.
+    someone = _kube(sandbox, name, region)
+    try:
+        someone.apply(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": "efa-device-plugin", "namespace": "fmctl-system"},
+                "spec": {"template": {"spec": {"nodeSelector": {"broken-by": "hand"}}}},
+            }
+        )
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert again.returncode == 1
+        assert "advertises 0 vpc.amazonaws.com/efa, expected 16" in again.stderr
+        assert "kubectl drain" in again.stderr
+        # What controllers make and AWS bills: a load balancer, a dynamically provisioned
+        # volume and its claim; and what the CNI and the LB controller left in the VPC.
+        someone.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}})
+        someone.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web", "namespace": "apps"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            }
+        )
+        someone.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {
+                    "name": "pvc-123",
+                    "annotations": {"pv.kubernetes.io/provisioned-by": "fsx.csi.aws.com"},
+                },
+                "spec": {
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "capacity": {"storage": "1200Gi"},
+                },
+            }
+        )
+        someone.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "scratch", "namespace": "apps"},
+                "spec": {"volumeName": "pvc-123"},
+            }
+        )
+    finally:
+        someone.close()
+    ec2 = aws.client("ec2")
+    cni_eni = ec2.create_network_interface(
+        SubnetId=ids["subnet/private"],
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": CNI_TAG, "Value": name}]}
+        ],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+    lb_group = ec2.create_security_group(
+        GroupName="k8s-web",
+        Description="lb",
+        VpcId=ids["vpc"],
+        TagSpecifications=[
+            {"ResourceType": "security-group", "Tags": [{"Key": LB_TAG, "Value": name}]}
+        ],
+    )["GroupId"]
+    other_vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+    other_subnet = ec2.create_subnet(VpcId=other_vpc, CidrBlock="10.77.0.0/20")["Subnet"][
+        "SubnetId"
+    ]
+    foreign_eni = ec2.create_network_interface(
+        SubnetId=other_subnet,
+        TagSpecifications=[
+            {"ResourceType": "network-interface", "Tags": [{"Key": CNI_TAG, "Value": name}]}
+        ],
+    )["NetworkInterface"]["NetworkInterfaceId"]
+
+    before = len(sandbox.requests())
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    log = [r["action"] for r in sandbox.requests()[before:]]
+    deletes_lb = log.index("DELETE /api/v1/namespaces/apps/services/web")
+    deletes_pvc = log.index("DELETE /api/v1/namespaces/apps/persistentvolumeclaims/scratch")
+    first_nodegroup = log.index("DeleteNodegroup")
+    assert max(deletes_lb, deletes_pvc) < first_nodegroup
+    assert log.index("DeleteAddon") > first_nodegroup  # nodes go before the CNI
+    assert log.index("DeleteCluster") > log.index("DeleteAccessEntry")
+    assert log.index("DeleteNetworkInterface") > log.index("DeleteCluster")
+    remaining = {
+        e["NetworkInterfaceId"] for e in ec2.describe_network_interfaces()["NetworkInterfaces"]
+    }
+    assert cni_eni not in remaining and foreign_eni in remaining  # ours swept, theirs kept
+    assert lb_group not in {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
+    assert raw_leftovers(sandbox, name, region) == []
+    ec2.delete_network_interface(NetworkInterfaceId=foreign_eni)
