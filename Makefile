@@ -17,7 +17,7 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
 CHECKOV_PIN   := checkov==3.3.30
 
-.PHONY: help install tools slurm-tools demo test lint unit bench golden reliability clean
+.PHONY: help install tools slurm-tools demo test lint unit bench golden reliability e2e-kind clean
 
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench  - benchmarks: start-up, time to cluster, polling, scale (ratios, not tests)"
 	@echo "make reliability - the fault, crash, ownership and bad-input campaign, with its table"
 	@echo "make golden - re-write the render golden files from examples/"
+	@echo "make e2e-kind - apply the rendered stack to a kind cluster (needs kind and Docker)"
 	@echo "make clean  - remove the virtualenv and caches"
 
 $(STAMP): pyproject.toml
@@ -82,6 +83,13 @@ demo: install
 	@echo; echo "== fmctl down: the mirror of up, dependents first"
 	@$(FMCTL) down h200-finetune --region us-west-2 --sandbox --yes
 	@$(FMCTL) sandbox stop
+
+# A real Kubernetes API: kind in Docker. `make test` runs the same module and skips it, with the
+# reason, where kind or Docker is missing; here it must run, so missing tools are an error.
+e2e-kind: install
+	@command -v kind >/dev/null || { echo "e2e-kind needs kind on PATH (https://kind.sigs.k8s.io)"; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "e2e-kind needs a running Docker engine"; exit 1; }
+	$(BIN)/pytest -m kind tests/kind -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check provisioner tests benchmarks slurm

@@ -145,7 +145,14 @@ def _seed_data_bucket(spec: Any, target: Any) -> None:
             if where == "us-east-1"
             else {"CreateBucketConfiguration": {"LocationConstraint": where}}
         )
-        s3.create_bucket(Bucket=bucket, **extra)
+        try:
+            s3.create_bucket(Bucket=bucket, **extra)
+        except Exception as exc:  # another sandbox run made it meanwhile
+            from provisioner.drivers.aws import error_code
+
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise
+            continue
         click.echo(f"sandbox: created data bucket {bucket} (it stands for yours; never deleted)")
 
 

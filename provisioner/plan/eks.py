@@ -84,18 +84,27 @@ class KmsKey:
     create_seconds, delete_seconds = 2.0, 2.0
 
     def _owned_keys(self, engine: Engine) -> list[tuple[str, dict[str, str]]]:
+        """Usable keys tagged as the cluster's, through the tagging API (one call, however
+        many keys the account holds); keys pending deletion are left out."""
+        tagging = engine.aws.client("resourcegroupstaggingapi")
         kms = engine.aws.client("kms")
         out = []
-        for page in kms.get_paginator("list_keys").paginate():
-            for key in page["Keys"]:
-                meta = kms.describe_key(KeyId=key["KeyId"])["KeyMetadata"]
-                if meta["KeyState"] in ("PendingDeletion", "PendingReplicaDeletion"):
+        pages = tagging.get_paginator("get_resources").paginate(
+            TagFilters=[{"Key": OWNER_TAG, "Values": [engine.cluster]}],
+            ResourceTypeFilters=["kms:key"],
+        )
+        for page in pages:
+            for item in page["ResourceTagMappingList"]:
+                tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
+                if not _ours(engine, tags):
                     continue
-                tags = {
-                    t["TagKey"]: t["TagValue"]
-                    for t in kms.list_resource_tags(KeyId=key["KeyId"])["Tags"]
-                }
-                if _ours(engine, tags):
+                try:
+                    meta = kms.describe_key(KeyId=item["ResourceARN"])["KeyMetadata"]
+                except Exception as exc:
+                    if error_code(exc) == "NotFoundException":
+                        continue
+                    raise
+                if meta["KeyState"] not in ("PendingDeletion", "PendingReplicaDeletion"):
                     out.append((meta["Arn"], tags))
         return out
 

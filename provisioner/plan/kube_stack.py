@@ -146,15 +146,11 @@ class KubeStack:
         objects = manifests(node.params["files"], placeholder_values(engine), engine.cluster)
         api = connect(engine, endpoint, ca)
         try:
-            for obj in objects:
-                meta = obj["metadata"]
-                if (
-                    api.get(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
-                    is None
-                ):
-                    return None
+            missing = _missing(api, objects, engine.cluster)
         finally:
             _close(api)
+        if missing:
+            return None
         return {
             "id": f"{len(objects)} objects",
             "kubeconfig": node.params["kubeconfig"],
@@ -175,8 +171,7 @@ class KubeStack:
         objects = manifests(node.params["files"], placeholder_values(engine), engine.cluster)
         api = connect(engine, endpoint, ca)
         try:
-            for obj in objects:
-                _apply(api, obj)
+            apply_all(api, objects)
             if any(
                 o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects
             ):
@@ -270,6 +265,34 @@ def _delete_billed(engine: Engine, api: KubeApi) -> None:
         1200,
         "kube-stack",
     )
+
+
+def _missing(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
+    """Objects not in the cluster, by one list per kind (fmctl's label)."""
+    kinds = sorted({(o["apiVersion"], o["kind"]) for o in objects})
+    there = set()
+    for api_version, kind in kinds:
+        for live in api.list(api_version, kind, selector=f"{OWNER_TAG}={cluster}"):
+            meta = live["metadata"]
+            there.add((kind, meta.get("namespace", ""), meta["name"]))
+    return [
+        f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}"
+        for o in objects
+        if (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) not in there
+    ]
+
+
+def apply_all(api: KubeApi, objects: list[dict[str, Any]], parallelism: int = 8) -> None:
+    """Apply what others need first (CRDs, namespaces, storage) in order, then the rest in
+    parallel: server-side apply of independent objects commutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = [o for o in objects if o["kind"] in FIRST]
+    rest = [o for o in objects if o["kind"] not in FIRST]
+    for obj in first:
+        _apply(api, obj)
+    with ThreadPoolExecutor(parallelism, thread_name_prefix="fmctl-apply") as pool:
+        list(pool.map(lambda o: _apply(api, o), rest))
 
 
 def _apply(api: KubeApi, obj: dict[str, Any]) -> None:

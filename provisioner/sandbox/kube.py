@@ -70,6 +70,8 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
 }
 
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+#: Kinds whose status the controllers below keep; reading others needs no reconcile.
+RECONCILED = {"nodes", "daemonsets", "deployments", "statefulsets", "persistentvolumeclaims"}
 #: Images whose DaemonSet makes nodes advertise a device (the device plugins).
 PLUGINS = {"k8s-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
 
@@ -222,14 +224,16 @@ class KubeServer:
 
     # -- operations ----------------------------------------------------------------------
     def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        _reconcile(c)
+        if plural in RECONCILED:
+            _reconcile(c)
         obj = c.objects.get((plural, namespace, name))
         if obj is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         return copy.deepcopy(obj)
 
     def _list(self, c: Cluster, plural: str, namespace: str, selector: str) -> dict[str, Any]:
-        _reconcile(c)
+        if plural in RECONCILED:
+            _reconcile(c)
         wanted = dict(t.split("=", 1) for t in selector.split(",") if "=" in t)
         items = [
             copy.deepcopy(obj)

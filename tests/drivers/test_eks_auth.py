@@ -54,7 +54,10 @@ def test_exec_credential_shape() -> None:
     cred = exec_credential("k8s-aws-v1.abc", 0.0)
     assert cred["kind"] == "ExecCredential"
     assert cred["apiVersion"] == "client.authentication.k8s.io/v1beta1"
-    assert cred["status"] == {"token": "k8s-aws-v1.abc", "expirationTimestamp": "1970-01-01T00:14:00Z"}
+    assert cred["status"] == {
+        "token": "k8s-aws-v1.abc",
+        "expirationTimestamp": "1970-01-01T00:14:00Z",
+    }
 
 
 def test_kubeconfig_merge_keeps_others_and_replaces_its_own(tmp_path: Path) -> None:

@@ -177,13 +177,13 @@ def _eks_leftovers(aws: Aws, name: str) -> list[str]:
         left += [f"nodegroup:{g}" for g in eks.list_nodegroups(clusterName=name)["nodegroups"]]
         left += [f"addon:{a}" for a in eks.list_addons(clusterName=name)["addons"]]
     kms = aws.client("kms")
-    for key in kms.list_keys()["Keys"]:
-        meta = kms.describe_key(KeyId=key["KeyId"])["KeyMetadata"]
-        tags = {
-            t["TagKey"]: t["TagValue"] for t in kms.list_resource_tags(KeyId=key["KeyId"])["Tags"]
-        }
-        if tags.get(OWNER_TAG) == name and meta["KeyState"] != "PendingDeletion":
-            left.append(f"kms:{key['KeyId']}")
+    tagged = aws.client("resourcegroupstaggingapi").get_resources(
+        TagFilters=[{"Key": OWNER_TAG, "Values": [name]}], ResourceTypeFilters=["kms:key"]
+    )["ResourceTagMappingList"]
+    for item in tagged:
+        meta = kms.describe_key(KeyId=item["ResourceARN"])["KeyMetadata"]
+        if meta["KeyState"] != "PendingDeletion":
+            left.append(f"kms:{meta['KeyId']}")
     return left
 
 

@@ -9,6 +9,7 @@ tests.reliability.report``).
 from __future__ import annotations
 
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,13 @@ class Tally:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.lock = threading.Lock()  # crash points run in threads
 
     def add(self, **counts: int) -> None:
         """Add to counters (underscores in names read as spaces)."""
-        for key, value in counts.items():
-            self.counts[key.replace("_", " ")] += value
+        with self.lock:
+            for key, value in counts.items():
+                self.counts[key.replace("_", " ")] += value
 
     def as_data(self, requests: list[dict[str, Any]]) -> dict[str, int]:
         """The report: calls and faults from the emulator's log, then the counters."""

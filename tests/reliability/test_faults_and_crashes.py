@@ -39,10 +39,12 @@ def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
 #: Kill `up` after the Nth resource started being created, and `down` after the Nth started
 #: being deleted: every step of the plan in turn.
 KILL_POINTS = list(range(1, len(P5EN_RESOURCES) + 1))
+#: Crash points run this many at a time (each one its own cluster): the runs mostly wait on
+#: the emulator's clock, and one after another they took longer than the rest of the suite.
+CRASH_PARALLELISM = 4
 
 
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_killed_at_each_step_then_rerun(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
+def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
     """`up` SIGKILLed after the Nth create started, run again: the clean run's resources,
     none twice, none replaced. Then `down` SIGKILLed after the Nth delete started, run again:
     nothing left. (One cluster per step serves both crashes.)"""
@@ -70,6 +72,37 @@ def test_killed_at_each_step_then_rerun(sandbox: Sandbox, tmp_path: Path, point:
     again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
     assert raw_leftovers(sandbox, name, region) == []
+
+
+@pytest.fixture(scope="module")
+def crash_runs(
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+) -> dict[int, BaseException | None]:
+    """Every crash point, CRASH_PARALLELISM at a time; what each one raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tmp = tmp_path_factory.mktemp("crashes")
+
+    def run(point: int) -> BaseException | None:
+        try:
+            _crash_point(sandbox, tmp, point)
+        except BaseException as exc:  # reported by the point's own test
+            return exc
+        return None
+
+    with ThreadPoolExecutor(CRASH_PARALLELISM, thread_name_prefix="crash") as pool:
+        return dict(zip(KILL_POINTS, pool.map(run, KILL_POINTS), strict=True))
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_killed_at_each_step_then_rerun(
+    crash_runs: dict[int, BaseException | None], point: int
+) -> None:
+    """See ``_crash_point``: killed at step ``point`` of `up`, then of `down`."""
+    error = crash_runs[point]
+    if error is not None:
+        raise error
 
 
 FAULTS = [
@@ -121,6 +154,12 @@ def test_faults_on_every_create_are_retried(sandbox: Sandbox, tmp_path: Path) ->
         "CreateFileSystem",
         "CreateDataRepositoryAssociation",
         "DescribeFileSystems",
+        "CreateKey",
+        "CreateCluster",
+        "CreateAccessEntry",
+        "CreateLaunchTemplate",
+        "CreateNodegroup",
+        "CreateAddon",
     ]
     sandbox.faults(
         [
@@ -172,6 +211,7 @@ TOKENLESS = [
     "CreateRouteTable",
     "CreateSecurityGroup",
     "CreatePlacementGroup",
+    "CreateKey",
 ]
 
 
@@ -236,8 +276,21 @@ DELETES = [
     "DeleteDataRepositoryAssociation",
     "DeleteRole",
     "DeleteInstanceProfile",
+    "DeleteNodegroup",
+    "DeleteAddon",
+    "DeleteAccessEntry",
+    "DeleteCluster",
+    "DeleteLaunchTemplate",
+    "ScheduleKeyDeletion",
 ]
-WAITS = ["DescribeNatGateways", "DescribeFileSystems", "DescribeDataRepositoryAssociations"]
+WAITS = [
+    "DescribeNatGateways",
+    "DescribeFileSystems",
+    "DescribeDataRepositoryAssociations",
+    "DescribeCluster",
+    "DescribeNodegroup",
+    "DescribeAddon",
+]
 
 
 def test_faults_on_every_delete_and_wait(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -275,4 +328,10 @@ def test_faults_on_every_delete_and_wait(sandbox: Sandbox, tmp_path: Path) -> No
     assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, region) == []
     hit = {r["action"] for r in sandbox.requests()[before:] if r["fault"]}
-    assert {"DeleteVpc", "DeleteFileSystem", "DeleteRole"} <= hit
+    assert {
+        "DeleteVpc",
+        "DeleteFileSystem",
+        "DeleteRole",
+        "DeleteCluster",
+        "DeleteNodegroup",
+    } <= hit

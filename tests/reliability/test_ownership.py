@@ -41,6 +41,23 @@ def _foreign(sandbox: Sandbox, region: str) -> dict[str, dict[str, Any]]:
             ],
         )["GroupId"]
         made[f"sg:{group}"] = sg_tags
+        key_tags = {OWNER_TAG: value, RESOURCE_TAG: "kms/secrets"}
+        key = aws.client("kms").create_key(
+            Tags=[{"TagKey": k, "TagValue": v} for k, v in key_tags.items()]
+        )["KeyMetadata"]["KeyId"]
+        made[f"kms:{key}"] = key_tags
+        lt_tags = {OWNER_TAG: value, RESOURCE_TAG: "launch-template/gpu"}
+        lt = ec2.create_launch_template(
+            LaunchTemplateName=f"look-alike-{i}",
+            LaunchTemplateData={"InstanceType": "p5en.48xlarge"},
+            TagSpecifications=[
+                {
+                    "ResourceType": "launch-template",
+                    "Tags": [{"Key": k, "Value": v} for k, v in lt_tags.items()],
+                }
+            ],
+        )["LaunchTemplate"]["LaunchTemplateId"]
+        made[f"lt:{lt}"] = lt_tags
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     fs_tags = {OWNER_TAG: "own-testx", RESOURCE_TAG: "fsx"}
     fs = fsx.create_file_system(
@@ -69,6 +86,23 @@ def _changed(sandbox: Sandbox, region: str, made: dict[str, dict[str, Any]]) -> 
         kind, ident = key.split(":", 1)
         if kind == "vpc":
             found = ec2.describe_vpcs(Filters=[{"Name": "vpc-id", "Values": [ident]}])["Vpcs"]
+        elif kind == "kms":
+            kms = aws.client("kms")
+            meta = kms.describe_key(KeyId=ident)["KeyMetadata"]
+            found = (
+                [
+                    {
+                        "Tags": [
+                            {"Key": t["TagKey"], "Value": t["TagValue"]}
+                            for t in kms.list_resource_tags(KeyId=ident)["Tags"]
+                        ]
+                    }
+                ]
+                if meta["KeyState"] == "Enabled"
+                else []
+            )
+        elif kind == "lt":
+            found = ec2.describe_launch_templates(LaunchTemplateIds=[ident])["LaunchTemplates"]
         elif kind == "sg":
             found = ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [ident]}])[
                 "SecurityGroups"
@@ -92,7 +126,7 @@ def test_look_alikes_survive_up_down_gc_and_a_crash(sandbox: Sandbox, tmp_path: 
     spec = spec_file(tmp_path, NAME)
     region = region_of(spec)
     made = _foreign(sandbox, region)
-    assert len(made) == 2 + 2 * len(NEAR_MISSES)
+    assert len(made) == 2 + 4 * len(NEAR_MISSES)
 
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert up.returncode == 0, up.stdout + up.stderr

@@ -65,6 +65,37 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "secrets-key-arn",
+        "alias",
+        [
+            (
+                ("kubernetes",),
+                {
+                    "version": "1.33",
+                    "secretsKeyArn": "arn:aws:kms:us-east-1:123456789012:alias/eks",
+                },
+            )
+        ],
+        "kubernetes.secretsKeyArn",
+        "error",
+    ),
+    (
+        "secrets-key-arn",
+        "other-region",
+        [
+            (
+                ("kubernetes",),
+                {
+                    "version": "1.33",
+                    "secretsKeyArn": "arn:aws:kms:eu-west-1:123456789012:key/"
+                    "1234abcd-12ab-34cd-56ef-1234567890ab",
+                },
+            )
+        ],
+        "kubernetes.secretsKeyArn",
+        "error",
+    ),
+    (
         "grafana-needs-prometheus",
         "no-prometheus",
         [(("observability", "prometheus"), False)],
@@ -432,6 +463,20 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     ("tag-reserved", "plain", [(("metadata", "tags"), {"cost-center": "42"})]),
     ("kubernetes-version", "newest", [(("kubernetes",), {"version": "1.36"})]),
+    (
+        "secrets-key-arn",
+        "same-region",
+        [
+            (
+                ("kubernetes",),
+                {
+                    "version": "1.33",
+                    "secretsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/"
+                    "1234abcd-12ab-34cd-56ef-1234567890ab",
+                },
+            )
+        ],
+    ),
     (
         "grafana-needs-prometheus",
         "both-off",
