@@ -24,6 +24,16 @@ def _network(c: ClusterContext, nodes: list[Node]) -> None:
                 "subnet/private", "existing-subnet", ("vpc",), {"id": c.private_subnet}, owned=False
             )
         )
+        if c.scheduler == "kubernetes":  # looked up, so a wrong id stops `up` at once
+            nodes.append(
+                Node(
+                    "subnet/secondary",
+                    "existing-subnet",
+                    ("vpc",),
+                    {"id": c.secondary_subnet},
+                    owned=False,
+                )
+            )
         return
     private, public, secondary, _ = _subnet_blocks(c.vpc_cidr)
     nodes += [

@@ -13,7 +13,7 @@ from provisioner.catalog import Catalog, InstanceType
 from provisioner.render import images
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
 from provisioner.render.placeholders import placeholder
-from provisioner.spec.model import ClusterSpec, GpuPool
+from provisioner.spec.model import ClusterSpec, GpuPool, Network
 
 OWNER_TAG = "fmctl.dev/cluster"
 POOL_LABEL = "fmctl.dev/pool"
@@ -168,6 +168,10 @@ class ClusterContext:
     api_cidrs: tuple[str, ...]
     private_subnet: str
     public_subnet: str
+    secondary_subnet: str
+    #: The EKS control plane's subnets: the nodes' AZ (private, and public when there is
+    #: one) and a second AZ.
+    eks_subnets: tuple[str, ...]
     head_node_type: str
     head_node_root_gib: int
     system_node_type: str
@@ -231,6 +235,18 @@ def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
     )
 
 
+def _eks_subnets(net: Network) -> tuple[str, ...]:
+    """A new VPC's three subnets, or what an existing VPC's spec names."""
+    if net.vpc_id is None:
+        return (
+            placeholder("privateSubnetId"),
+            placeholder("publicSubnetId"),
+            placeholder("secondarySubnetId"),
+        )
+    named = (net.subnet_id, net.public_subnet_id, net.secondary_subnet_id)
+    return tuple(s for s in named if s)
+
+
 def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
     """The render context of a resolved spec (``provisioner.spec.defaults.resolve``)."""
     net = spec.network
@@ -261,6 +277,8 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         api_cidrs=tuple(net.api_cidrs),
         private_subnet=net.subnet_id or placeholder("privateSubnetId"),
         public_subnet=net.public_subnet_id or placeholder("publicSubnetId"),
+        secondary_subnet=net.secondary_subnet_id or placeholder("secondarySubnetId"),
+        eks_subnets=_eks_subnets(net),
         head_node_type=spec.compute.head_node.instance_type,
         head_node_root_gib=spec.compute.head_node.root_volume_gib,
         system_node_type=spec.compute.system_nodes.instance_type,

@@ -540,6 +540,17 @@ def _authenticate(header: str) -> None:
         )
 
 
+def token_access_key(header: str) -> str | None:
+    """The access key an EKS bearer token was signed with (for the request log), if any."""
+    try:
+        raw = header.removeprefix("Bearer k8s-aws-v1.")
+        url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
+    except ValueError:
+        return None
+    credential = parse_qs(urlparse(url).query).get("X-Amz-Credential", [""])[0]
+    return credential.split("/", 1)[0] or None
+
+
 def _load(body: bytes) -> dict[str, Any]:
     import yaml
 

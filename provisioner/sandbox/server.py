@@ -28,6 +28,7 @@ from io import BytesIO
 from typing import Any
 
 from provisioner.sandbox import protocol
+from provisioner.sandbox.kube import token_access_key
 from provisioner.sandbox.shims import Shims
 
 StartResponse = Callable[..., Any]
@@ -162,6 +163,8 @@ class Middleware:
                 {
                     "service": "kubernetes",
                     "action": f"{environ.get('REQUEST_METHOD')} /{'/'.join(rest)}",
+                    # The key the bearer token was signed with: the sandbox's, never a real one.
+                    "access_key": token_access_key(headers.get("authorization", "")),
                     "time": time.time(),
                     "fault": None,
                     "status": 0,

@@ -66,6 +66,11 @@ class Network(SpecModel):
     public_subnet_id: str | None = Field(
         None, description="An existing public subnet (head node / load balancers); optional."
     )
+    secondary_subnet_id: str | None = Field(
+        None,
+        description="Kubernetes with vpcId: an existing subnet in a second AZ (EKS control "
+        "planes need two; no node runs there).",
+    )
     ssh_cidr: str | None = Field(
         None, description="Who may reach the head node on port 22; absent means nobody (use SSM)."
     )

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import time
 from pathlib import Path
 
 import yaml
 
+from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
 from tests.engine.harness import (
     Sandbox,
     created_calls,
@@ -148,7 +150,18 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
         assert result.returncode == 0, result.stderr
     listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
     assert "collect" not in listed.stdout.split("dry run")[0].replace("to collect", "")
-    time.sleep(61)
+    # The spec's ttl became an expires-at tag one minute after created-at; rather than wait
+    # that minute, move the short cluster's VPC tag a minute back (gc takes the earliest).
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.describe_vpcs(Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": ["e2e-gc-short"]}])[
+        "Vpcs"
+    ][0]
+    tags = {t["Key"]: t["Value"] for t in vpc["Tags"]}
+    created = calendar.timegm(time.strptime(tags[CREATED_TAG], "%Y-%m-%dT%H:%M:%SZ"))
+    expires = calendar.timegm(time.strptime(tags[EXPIRES_TAG], "%Y-%m-%dT%H:%M:%SZ"))
+    assert expires - created == 60
+    past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
+    ec2.create_tags(Resources=[vpc["VpcId"]], Tags=[{"Key": EXPIRES_TAG, "Value": past}])
     listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
     assert "collect  e2e-gc-short" in listed.stdout and "keep     e2e-gc-keep" in listed.stdout
     assert owned(sandbox, "e2e-gc-short", region), "a dry run deletes nothing"
@@ -174,6 +187,9 @@ def test_existing_vpc_is_used_and_left_untouched(sandbox: Sandbox, tmp_path: Pat
     subnet = ec2.create_subnet(
         VpcId=vpc["VpcId"], CidrBlock="10.77.0.0/20", AvailabilityZone="us-west-2a"
     )["Subnet"]
+    second = ec2.create_subnet(
+        VpcId=vpc["VpcId"], CidrBlock="10.77.16.0/20", AvailabilityZone="us-west-2b"
+    )["Subnet"]["SubnetId"]
     spec = spec_file(
         tmp_path,
         "e2e-existing",
@@ -181,13 +197,16 @@ def test_existing_vpc_is_used_and_left_untouched(sandbox: Sandbox, tmp_path: Pat
             "availabilityZone": "us-west-2a",
             "vpcId": vpc["VpcId"],
             "subnetId": subnet["SubnetId"],
+            "secondarySubnetId": second,
         },
     )
     result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert result.returncode == 0, result.stdout + result.stderr
     logical = {item[1] for item in owned(sandbox, "e2e-existing", region)}
     assert "vpc" not in logical and "subnet/private" not in logical
-    assert {"sg/efa", "sg/fsx", "fsx", "bucket"} <= logical
+    assert {"sg/efa", "sg/fsx", "fsx", "bucket", "eks", "nodegroup/gpu"} <= logical
+    eks = sandbox.aws(region).client("eks").describe_cluster(name="e2e-existing")["cluster"]
+    assert eks["resourcesVpcConfig"]["subnetIds"] == [subnet["SubnetId"], second]
     down = sandbox.fmctl("down", "e2e-existing", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stderr
     after_vpc = ec2.describe_vpcs(VpcIds=[vpc["VpcId"]])["Vpcs"][0]

@@ -192,6 +192,18 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     (
         "vpc-choice",
+        "eks-one-az",
+        [
+            (("scheduler",), "kubernetes"),
+            (("network", "vpcCidr"), DELETE),
+            (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718"),
+            (("network", "subnetId"), "subnet-0a1b2c3d4e5f60718"),
+        ],
+        "network.vpcId",
+        "error",
+    ),
+    (
+        "vpc-choice",
         "subnet-without-vpc",
         [(("network", "subnetId"), "subnet-0a1b2c3d")],
         "network.subnetId",
@@ -493,6 +505,17 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
             (("network", "vpcCidr"), DELETE),
             (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718"),
             (("network", "subnetId"), "subnet-0a1b2c3d"),
+        ],
+    ),
+    (
+        "vpc-choice",
+        "existing-eks",
+        [
+            (("scheduler",), "kubernetes"),
+            (("network", "vpcCidr"), DELETE),
+            (("network", "vpcId"), "vpc-0a1b2c3d4e5f60718"),
+            (("network", "subnetId"), "subnet-0a1b2c3d"),
+            (("network", "secondarySubnetId"), "subnet-0a1b2c3e"),
         ],
     ),
     (

@@ -114,11 +114,28 @@ def vpc_choice(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             hint="name the private subnet in the AZ that the nodes use",
             related=(("network", "subnetId"),),
         )
-    if (n.subnet_id or n.public_subnet_id) and not n.vpc_id:
+    if n.vpc_id and spec.scheduler == "kubernetes" and not n.secondary_subnet_id:
+        yield Problem(
+            "vpc-choice",
+            "an EKS cluster in an existing VPC needs secondarySubnetId",
+            ("network", "vpcId"),
+            hint="name a subnet of the VPC in another AZ: EKS puts control-plane interfaces "
+            "in two AZs (the nodes stay in availabilityZone)",
+        )
+    if (n.subnet_id or n.public_subnet_id or n.secondary_subnet_id) and not n.vpc_id:
+        key = next(
+            k
+            for k, v in (
+                ("subnetId", n.subnet_id),
+                ("publicSubnetId", n.public_subnet_id),
+                ("secondarySubnetId", n.secondary_subnet_id),
+            )
+            if v
+        )
         yield Problem(
             "vpc-choice",
             "subnetId needs vpcId",
-            ("network", "subnetId" if n.subnet_id else "publicSubnetId"),
+            ("network", key),
             hint="add vpcId: the VPC the subnet belongs to",
             related=(("network", "vpcId"),),
         )
@@ -129,7 +146,11 @@ def vpc_choice(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             ("network", "vpcId"),
             hint="VPC ids look like vpc-0123456789abcdef0",
         )
-    for key, value in (("subnetId", n.subnet_id), ("publicSubnetId", n.public_subnet_id)):
+    for key, value in (
+        ("subnetId", n.subnet_id),
+        ("publicSubnetId", n.public_subnet_id),
+        ("secondarySubnetId", n.secondary_subnet_id),
+    ):
         if value and not SUBNET_ID_RE.match(value):
             yield Problem(
                 "vpc-choice",
