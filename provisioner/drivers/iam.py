@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.drivers.ec2_base import is_gone, retry_dependency
@@ -24,8 +25,50 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
             "AmazonSSMManagedInstanceCore",
         ),
     ),
-    # EKS Pod Identity: the FSx CSI controller's service account (dynamic provisioning).
-    "fsx-csi": ("pods.eks.amazonaws.com", ("AmazonFSxFullAccess",)),
+    # EKS Pod Identity: the FSx CSI controller's service account (dynamic provisioning);
+    # an inline policy scoped to what the driver calls (AmazonFSxFullAccess is far wider).
+    "fsx-csi": ("pods.eks.amazonaws.com", ()),
+}
+#: Inline policies, by role: named actions only, never "*".
+INLINE: dict[str, dict[str, Any]] = {
+    "fsx-csi": {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "FileSystems",
+                "Effect": "Allow",
+                "Action": [
+                    "fsx:CreateFileSystem",
+                    "fsx:DeleteFileSystem",
+                    "fsx:DescribeFileSystems",
+                    "fsx:UpdateFileSystem",
+                    "fsx:TagResource",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "LinkedRoles",
+                "Effect": "Allow",
+                "Action": ["iam:CreateServiceLinkedRole"],
+                "Resource": "*",
+                "Condition": {
+                    "StringLike": {
+                        "iam:AWSServiceName": [
+                            "fsx.amazonaws.com",
+                            "s3.data-source.lustre.fsx.amazonaws.com",
+                        ]
+                    }
+                },
+            },
+            {
+                "Sid": "LinkedRolePolicies",
+                "Effect": "Allow",
+                "Action": ["iam:AttachRolePolicy", "iam:PutRolePolicy"],
+                "Resource": "arn:aws:iam::*:role/aws-service-role/"
+                "s3.data-source.lustre.fsx.amazonaws.com/*",
+            },
+        ],
+    }
 }
 #: Pod Identity assumes roles with session tags.
 TAG_SESSION_SERVICES = ("pods.eks.amazonaws.com",)
@@ -121,6 +164,13 @@ class Role:
         for policy in policies:
             if policy not in attached:
                 iam.attach_role_policy(RoleName=name, PolicyArn=f"arn:aws:iam::aws:policy/{policy}")
+        inline = INLINE.get(node.params["role"])
+        if inline is not None:  # put again on every `up`: restores a policy edited by hand
+            iam.put_role_policy(
+                RoleName=name,
+                PolicyName=f"fmctl-{node.params['role']}",
+                PolicyDocument=json.dumps(inline),
+            )
         if service == "ec2.amazonaws.com":
             try:
                 profile = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]

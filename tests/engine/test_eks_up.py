@@ -196,9 +196,16 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
     assert versions["coredns"] == "v1.11.4-eksbuild.14"
     assert versions["vpc-cni"] == "v1.20.4-eksbuild.1"  # the shim's default for 1.33
     fsx_csi = eks.describe_addon(clusterName=name, addonName="aws-fsx-csi-driver")["addon"]
-    assert fsx_csi["podIdentityAssociations"] == [
-        aws.client("iam").get_role(RoleName=ids["iam/fsx-csi"])["Role"]["Arn"]
-    ]
+    iam = aws.client("iam")
+    role = iam.get_role(RoleName=ids["iam/fsx-csi"])["Role"]
+    assert fsx_csi["podIdentityAssociations"] == [role["Arn"]]
+    assert role["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "pods.eks.amazonaws.com"
+    }
+    assert iam.list_attached_role_policies(RoleName=ids["iam/fsx-csi"])["AttachedPolicies"] == []
+    inline = iam.get_role_policy(RoleName=ids["iam/fsx-csi"], PolicyName="fmctl-fsx-csi")
+    actions = {a for st in inline["PolicyDocument"]["Statement"] for a in st["Action"]}
+    assert "fsx:CreateFileSystem" in actions and not any(a.endswith("*") for a in actions)
 
     # The kubeconfig: mode 0600, an exec credential, and that credential works.
     kubeconfig = sandbox.home / "clusters" / name / "kubeconfig"

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from provisioner.drivers.aws import SANDBOX_CREDENTIALS
-from provisioner.drivers.iam import ROLES
+from provisioner.drivers.iam import INLINE, ROLES
 from tests.engine.harness import ROOT, Sandbox, owned, raw_leftovers, region_of, spec_file
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -122,6 +122,10 @@ def test_rendered_iam_is_least_privilege(rendered: dict[tuple[str, str], Path]) 
             assert not re.search(r"Action:\s*['\"]?\*", text), path
     arns |= {p for _, policies in ROLES.values() for p in policies}
     assert arns and arns & BROAD == set()
+    for role, document in INLINE.items():
+        for statement in document["Statement"]:
+            actions = statement["Action"]
+            assert all(a != "*" and not a.endswith(":*") for a in actions), role
 
 
 def test_nothing_secret_in_rendered_files(rendered: dict[tuple[str, str], Path]) -> None:
