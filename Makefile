@@ -77,7 +77,7 @@ demo: install
 	@echo; echo "== fmctl up --sandbox: network, FSx, EKS, node groups, add-ons and the in-cluster stack, in the local emulator"
 	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes
 	@echo; echo "== fmctl up again: finds everything, creates nothing"
-	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes | tail -n 6
+	@$(FMCTL) up -f examples/p5en-eks-fsx-s3.yaml --sandbox --yes | grep -E "^[a-z0-9-]+: [0-9]+ created, [0-9]+ existed"
 	@echo; echo "== fmctl status (from AWS tags alone)"
 	@$(FMCTL) status h200-finetune --region us-west-2 --sandbox
 	@echo; echo "== fmctl down: the mirror of up, dependents first"
