@@ -9,13 +9,12 @@ cluster, node group or add-on per name) and creates also pass a client request t
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import yaml
 
 from provisioner.drivers.aws import error_code
-from provisioner.drivers.ec2_base import Ec2Kind, create_or_adopt, is_gone, retry_dependency
+from provisioner.drivers.ec2_base import create_or_adopt, retry_dependency
 from provisioner.plan.context import OWNER_TAG, RESOURCE_TAG, Engine
 from provisioner.plan.graph import Found, Node, Outputs
 from provisioner.render.placeholders import fill
@@ -63,17 +62,15 @@ def filled(engine: Engine, text: str) -> dict[str, Any]:
     return data
 
 
-def _tags(engine: Engine, node_id: str) -> dict[str, str]:
-    return engine.tags_for(node_id)
-
-
-def _ours(engine: Engine, tags: dict[str, str] | None) -> bool:
+def ours(engine: Engine, tags: dict[str, str] | None) -> bool:
+    """True when EKS tags say the resource is this cluster's."""
     return (tags or {}).get(OWNER_TAG) == engine.cluster
 
 
-def _issues(item: dict[str, Any]) -> str:
-    issues = (item.get("health") or {}).get("issues") or []
-    return "; ".join(f"{i.get('code')}: {i.get('message')}" for i in issues) or "no details"
+def issues(item: dict[str, Any]) -> str:
+    """EKS's health issues of a resource, as one line."""
+    found = (item.get("health") or {}).get("issues") or []
+    return "; ".join(f"{i.get('code')}: {i.get('message')}" for i in found) or "no details"
 
 
 class KmsKey:
@@ -96,7 +93,7 @@ class KmsKey:
         for page in pages:
             for item in page["ResourceTagMappingList"]:
                 tags = {t["Key"]: t["Value"] for t in item.get("Tags", [])}
-                if not _ours(engine, tags):
+                if not ours(engine, tags):
                     continue
                 try:
                     meta = kms.describe_key(KeyId=item["ResourceARN"])["KeyMetadata"]
@@ -192,7 +189,7 @@ class EksCluster:
         c = self._describe(engine)
         if c is None:
             return None
-        if not _ours(engine, c.get("tags")):
+        if not ours(engine, c.get("tags")):
             raise RuntimeError(
                 f"an EKS cluster named {engine.cluster} exists and is not fmctl's "
                 "(no fmctl.dev/cluster tag): fmctl will not take it over; pick another name"
@@ -209,7 +206,7 @@ class EksCluster:
         data.pop("addons", None)  # made after the nodes, by eks-addon nodes
         key_arn = node.params.get("key_arn") or engine.output("kms/secrets", "arn")
         data["encryptionConfig"] = [{"resources": ["secrets"], "provider": {"keyArn": key_arn}}]
-        data["tags"] = _tags(engine, node.id)
+        data["tags"] = engine.tags_for(node.id)
         try:
             c = engine.aws.client("eks").create_cluster(
                 **data, clientRequestToken=engine.token(node.id)
@@ -229,7 +226,7 @@ class EksCluster:
             if c is None:
                 raise EksFailed(f"EKS cluster {engine.cluster} disappeared while creating")
             if c["status"] == "FAILED":
-                raise EksFailed(f"EKS cluster {engine.cluster} FAILED: {_issues(c)}")
+                raise EksFailed(f"EKS cluster {engine.cluster} FAILED: {issues(c)}")
             return self._outputs(c) if c["status"] == "ACTIVE" else None
 
         result: Outputs = engine.wait_until(
@@ -239,7 +236,7 @@ class EksCluster:
 
     def find_all(self, engine: Engine) -> list[Found]:
         c = self._describe(engine)
-        if c is None or not _ours(engine, c.get("tags")):
+        if c is None or not ours(engine, c.get("tags")):
             return []
         return [Found(self.name, c["tags"].get(RESOURCE_TAG, "eks"), c["name"])]
 
@@ -318,7 +315,7 @@ class AccessEntry:
                 clusterName=engine.cluster,
                 principalArn=principal,
                 type=node.params["type"],
-                tags=_tags(engine, node.id),
+                tags=engine.tags_for(node.id),
                 clientRequestToken=engine.token(f"{node.id}/{principal}"),
             )
         except Exception as exc:
@@ -338,7 +335,7 @@ class AccessEntry:
         out = []
         for principal in eks.list_access_entries(clusterName=engine.cluster)["accessEntries"]:
             entry = self._describe(engine, principal)
-            if entry is not None and _ours(engine, entry.get("tags")):
+            if entry is not None and ours(engine, entry.get("tags")):
                 out.append(Found(self.name, entry["tags"].get(RESOURCE_TAG, "?"), principal))
         return out
 
@@ -350,266 +347,6 @@ class AccessEntry:
         except Exception as exc:
             if error_code(exc) != "ResourceNotFoundException":
                 raise
-
-
-class LaunchTemplate(Ec2Kind):
-    """A GPU pool's launch template: every EFA interface, IMDSv2, encrypted root volume,
-    capacity-block market options, NodeConfig user data (from aws/launch-templates/)."""
-
-    name = "launch-template"
-    after: tuple[str, ...] = ("sg", "placement-group")
-    describe_call, result_key, id_field = (
-        "describe_launch_templates",
-        "LaunchTemplates",
-        "LaunchTemplateId",
-    )
-
-    def create(self, engine: Engine, node: Node) -> Outputs:
-        data = filled(engine, node.params["text"])
-        data["TagSpecifications"] = engine.tag_spec("launch-template", node.id)
-        body = data["LaunchTemplateData"]
-        body["UserData"] = base64.b64encode(body["UserData"].encode()).decode()
-        ec2 = engine.aws.client("ec2")
-        try:
-            made = ec2.create_launch_template(**data, ClientToken=engine.token(node.id))
-        except Exception as exc:
-            if "AlreadyExists" not in (error_code(exc) or ""):
-                raise
-            found = self.discover(engine, node)
-            if found is None:
-                raise RuntimeError(
-                    f"launch template {data['LaunchTemplateName']} exists and is not fmctl's"
-                ) from exc
-            return found
-        return {"id": made["LaunchTemplate"]["LaunchTemplateId"]}
-
-    def delete(self, engine: Engine, found: Found) -> None:
-        try:
-            engine.aws.client("ec2").delete_launch_template(LaunchTemplateId=found.id)
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
-
-
-class Nodegroup:
-    """A managed node group: the system group, or one per GPU pool (aws/nodegroups/)."""
-
-    name = "eks-nodegroup"
-    # Node groups go before the add-ons (the CNI must outlive the pods' interfaces) and
-    # before the sweep of what the CNI left behind.
-    after: tuple[str, ...] = (
-        "eks-cluster",
-        "launch-template",
-        "iam-role",
-        "subnet",
-        "sg",
-        "placement-group",
-        "eks-access-entry",
-        "eks-addon",
-        "eks-sweep",
-        "route-table",
-        "natgw",
-    )
-    create_seconds, delete_seconds = 300.0, 300.0
-
-    def _describe(self, engine: Engine, group: str) -> dict[str, Any] | None:
-        try:
-            ng: dict[str, Any] = engine.aws.client("eks").describe_nodegroup(
-                clusterName=engine.cluster, nodegroupName=group
-            )["nodegroup"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
-        return ng
-
-    def discover(self, engine: Engine, node: Node) -> Outputs | None:
-        ng = self._describe(engine, node.params["group"])
-        if ng is None:
-            return None
-        if not _ours(engine, ng.get("tags")):
-            raise RuntimeError(f"node group {node.params['group']} exists and is not fmctl's")
-        if ng["status"] in ("CREATE_FAILED", "DELETING", "DELETE_FAILED"):
-            raise EksFailed(
-                f"node group {node.params['group']} is {ng['status']}: {_issues(ng)}; "
-                f"`fmctl down {engine.cluster}` and `fmctl up` again"
-            )
-        return {"id": ng["nodegroupName"], "status": ng["status"]}
-
-    def create(self, engine: Engine, node: Node) -> Outputs:
-        data = filled(engine, node.params["text"])
-        data["tags"] = _tags(engine, node.id)
-        try:
-            ng = engine.aws.client("eks").create_nodegroup(
-                **data, clientRequestToken=engine.token(node.id)
-            )["nodegroup"]
-        except Exception as exc:
-            if error_code(exc) != "ResourceInUseException":
-                raise
-            found = self.discover(engine, node)
-            if found is None:
-                raise
-            return found
-        return {"id": ng["nodegroupName"], "status": ng["status"]}
-
-    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
-        group = node.params["group"]
-
-        def probe() -> Outputs | None:
-            ng = self._describe(engine, group)
-            if ng is None:
-                raise EksFailed(f"node group {group} disappeared while creating")
-            if ng["status"] in ("CREATE_FAILED", "DEGRADED"):
-                raise EksFailed(f"node group {group} is {ng['status']}: {_issues(ng)}")
-            if ng["status"] != "ACTIVE":
-                return None
-            return {"id": group, "status": "ACTIVE", "desired": ng["scalingConfig"]["desiredSize"]}
-
-        result: Outputs = engine.wait_until(
-            f"node group {group} to be ACTIVE", probe, self.create_seconds, 3600, node.id
-        )
-        return result
-
-    def find_all(self, engine: Engine) -> list[Found]:
-        if not EksCluster().find_all(engine):
-            return []
-        eks = engine.aws.client("eks")
-        out = []
-        for group in eks.list_nodegroups(clusterName=engine.cluster)["nodegroups"]:
-            ng = self._describe(engine, group)
-            if ng is not None and _ours(engine, ng.get("tags")):
-                out.append(Found(self.name, ng["tags"].get(RESOURCE_TAG, "?"), group))
-        return out
-
-    def delete(self, engine: Engine, found: Found) -> None:
-        try:
-            engine.aws.client("eks").delete_nodegroup(
-                clusterName=engine.cluster, nodegroupName=found.id
-            )
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return
-            raise
-        engine.wait_until(
-            f"node group {found.id} to be deleted",
-            lambda: True if self._describe(engine, found.id) is None else None,
-            self.delete_seconds,
-            3600,
-            found.logical_id,
-        )
-
-
-class Addon:
-    """A managed add-on, made once nodes exist (an add-on with pods and no node to run them
-    goes DEGRADED), at the version pinned in the spec or the default for the cluster."""
-
-    name = "eks-addon"
-    after: tuple[str, ...] = ("eks-cluster", "iam-role")
-    create_seconds, delete_seconds = 60.0, 30.0
-
-    def _describe(self, engine: Engine, addon: str) -> dict[str, Any] | None:
-        try:
-            item: dict[str, Any] = engine.aws.client("eks").describe_addon(
-                clusterName=engine.cluster, addonName=addon
-            )["addon"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
-        return item
-
-    def discover(self, engine: Engine, node: Node) -> Outputs | None:
-        item = self._describe(engine, node.params["addon"])
-        if item is None:
-            return None
-        return {"id": item["addonName"], "version": item["addonVersion"]}
-
-    def version(self, engine: Engine, addon: str, pinned: str | None) -> str:
-        """The pinned version, or EKS's default for the cluster's Kubernetes version."""
-        if pinned:
-            return pinned
-        cluster_version = engine.output("eks", "version")
-        found = engine.aws.client("eks").describe_addon_versions(
-            kubernetesVersion=cluster_version, addonName=addon
-        )["addons"]
-        for item in found:
-            for v in item["addonVersions"]:
-                if any(
-                    c.get("defaultVersion") and c.get("clusterVersion") == cluster_version
-                    for c in v.get("compatibilities", [])
-                ):
-                    return str(v["addonVersion"])
-        raise EksFailed(f"EKS offers no default version of {addon} for {cluster_version}")
-
-    def create(self, engine: Engine, node: Node) -> Outputs:
-        addon = node.params["addon"]
-        version = self.version(engine, addon, node.params.get("version"))
-        extra: dict[str, Any] = {}
-        if node.params.get("role"):
-            extra["podIdentityAssociations"] = [
-                {
-                    "serviceAccount": node.params["service_account"],
-                    "roleArn": engine.output(node.params["role"], "arn"),
-                }
-            ]
-        try:
-            engine.aws.client("eks").create_addon(
-                clusterName=engine.cluster,
-                addonName=addon,
-                addonVersion=version,
-                # EKS installed self-managed vpc-cni, kube-proxy and coredns with the cluster.
-                resolveConflicts="OVERWRITE",
-                tags=_tags(engine, node.id),
-                clientRequestToken=engine.token(node.id),
-                **extra,
-            )
-        except Exception as exc:
-            if error_code(exc) != "ResourceInUseException":
-                raise
-        return {"id": addon, "version": version}
-
-    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
-        addon = node.params["addon"]
-
-        def probe() -> Outputs | None:
-            item = self._describe(engine, addon)
-            if item is None:
-                raise EksFailed(f"add-on {addon} disappeared while creating")
-            if item["status"] in ("CREATE_FAILED", "DEGRADED"):
-                raise EksFailed(f"add-on {addon} is {item['status']}: {_issues(item)}")
-            if item["status"] != "ACTIVE":
-                return None
-            return {"id": addon, "version": item["addonVersion"]}
-
-        result: Outputs = engine.wait_until(
-            f"add-on {addon} to be ACTIVE", probe, self.create_seconds, 1200, node.id
-        )
-        return result
-
-    def find_all(self, engine: Engine) -> list[Found]:
-        if not EksCluster().find_all(engine):
-            return []
-        out = []
-        for addon in engine.aws.client("eks").list_addons(clusterName=engine.cluster)["addons"]:
-            item = self._describe(engine, addon)
-            if item is not None and _ours(engine, item.get("tags")):
-                out.append(Found(self.name, item["tags"].get(RESOURCE_TAG, "?"), addon))
-        return out
-
-    def delete(self, engine: Engine, found: Found) -> None:
-        try:
-            engine.aws.client("eks").delete_addon(clusterName=engine.cluster, addonName=found.id)
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return
-            raise
-        engine.wait_until(
-            f"add-on {found.id} to be deleted",
-            lambda: True if self._describe(engine, found.id) is None else None,
-            self.delete_seconds,
-            1200,
-            found.logical_id,
-        )
 
 
 #: Tags the VPC CNI and the AWS Load Balancer Controller put on what they create.

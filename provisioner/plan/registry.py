@@ -4,8 +4,9 @@ schedulers' clusters (which render configs, so they live above the drivers)."""
 from __future__ import annotations
 
 from provisioner.drivers.kinds import all_kinds as infra_kinds
-from provisioner.plan.eks import AccessEntry, Addon, EksCluster, KmsKey, Nodegroup, Sweep
-from provisioner.plan.eks import LaunchTemplate as EksLaunchTemplate
+from provisioner.plan.eks import AccessEntry, EksCluster, KmsKey, Sweep
+from provisioner.plan.eks_nodes import Addon, Nodegroup
+from provisioner.plan.eks_nodes import LaunchTemplate as EksLaunchTemplate
 from provisioner.plan.graph import Kind
 from provisioner.plan.kube_stack import KubeStack
 from provisioner.plan.slurm_cluster import ParallelClusterCheckKind, ParallelClusterKind

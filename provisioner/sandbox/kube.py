@@ -39,6 +39,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlparse
 
+from provisioner.sandbox.kube_apply import fields_v1, merge, owned
+from provisioner.sandbox.kube_controllers import reconcile
+from provisioner.sandbox.kube_model import (
+    RECONCILED,
+    Answer,
+    ApiError,
+    Cluster,
+    Hardware,
+)
+
 #: plural -> (group, version, kind, namespaced): what the server knows.
 RESOURCES: dict[str, tuple[str, str, str, bool]] = {
     "namespaces": ("", "v1", "Namespace", False),
@@ -68,39 +78,6 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
         False,
     ),
 }
-
-GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
-#: Kinds whose status the controllers below keep; reading others needs no reconcile.
-RECONCILED = {"nodes", "daemonsets", "deployments", "statefulsets", "persistentvolumeclaims"}
-#: Images whose DaemonSet makes nodes advertise a device (the device plugins).
-PLUGINS = {"k8s-device-plugin": GPU, "aws-efa-k8s-device-plugin": EFA}
-
-Answer = tuple[int, dict[str, str], bytes]
-Path = tuple[str, ...]
-
-
-class ApiError(Exception):
-    """A Kubernetes ``Status`` failure."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-
-@dataclass
-class Hardware:
-    """What a node has, whatever it advertises: GPUs and attached EFA interfaces."""
-
-    gpus: int
-    efa: int
-
-
-@dataclass
-class Cluster:
-    """One cluster's objects, keyed by (plural, namespace, name)."""
-
-    objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
-    hardware: dict[str, Hardware] = field(default_factory=dict)
 
 
 @dataclass
@@ -225,7 +202,7 @@ class KubeServer:
     # -- operations ----------------------------------------------------------------------
     def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
         if plural in RECONCILED:
-            _reconcile(c)
+            reconcile(c)
         obj = c.objects.get((plural, namespace, name))
         if obj is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
@@ -233,7 +210,7 @@ class KubeServer:
 
     def _list(self, c: Cluster, plural: str, namespace: str, selector: str) -> dict[str, Any]:
         if plural in RECONCILED:
-            _reconcile(c)
+            reconcile(c)
         wanted = dict(t.split("=", 1) for t in selector.split(",") if "=" in t)
         items = [
             copy.deepcopy(obj)
@@ -281,9 +258,9 @@ class KubeServer:
         live = c.objects.get((plural, namespace, name))
         if live is None:
             obj = body
-            owners = {manager: set(_owned(body))}
+            owners = {manager: set(owned(body))}
         else:
-            obj, owners = _merge(live, body, manager, force)
+            obj, owners = merge(live, body, manager, force)
             if obj == live:
                 return copy.deepcopy(live)
         obj["metadata"]["managedFields"] = [
@@ -292,7 +269,7 @@ class KubeServer:
                 "operation": "Apply",
                 "apiVersion": want,
                 "fieldsType": "FieldsV1",
-                "fieldsV1": _fields_v1(paths),
+                "fieldsV1": fields_v1(paths),
             }
             for m, paths in sorted(owners.items())
             if paths
@@ -334,190 +311,6 @@ class KubeServer:
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = str(next(self.versions))
         c.objects[(plural, namespace, meta["name"])] = obj
-
-
-# -- server-side apply -------------------------------------------------------------------
-def _owned(obj: dict[str, Any], prefix: Path = ()) -> dict[Path, Any]:
-    """Leaf paths of an applied object -> values (lists are leaves: atomic)."""
-    out: dict[Path, Any] = {}
-    for key, value in obj.items():
-        if prefix == () and key in ("apiVersion", "kind", "status"):
-            continue
-        if prefix == ("metadata",) and key in ("name", "namespace", "managedFields"):
-            continue
-        path = (*prefix, key)
-        if isinstance(value, dict) and value:
-            out.update(_owned(value, path))
-        else:
-            out[path] = value
-    return out
-
-
-def _owners(live: dict[str, Any]) -> dict[str, set[Path]]:
-    """Paths each manager owns, read back from managedFields."""
-    out: dict[str, set[Path]] = {}
-    for entry in live["metadata"].get("managedFields", []):
-        out[entry["manager"]] = _paths_v1(entry.get("fieldsV1", {}))
-    return out
-
-
-def _merge(
-    live: dict[str, Any], body: dict[str, Any], manager: str, force: bool
-) -> tuple[dict[str, Any], dict[str, set[Path]]]:
-    """Apply ``body`` for ``manager`` onto ``live``: conflicts, removal of fields the manager
-    no longer applies, merge; returns the object and the new ownership."""
-    owners = _owners(live)
-    applied = _owned(body)
-    current = _owned(live)
-    conflicts = [
-        (m, path)
-        for m, paths in owners.items()
-        if m != manager
-        for path in paths & set(applied)
-        if current.get(path) != applied[path]
-    ]
-    if conflicts and not force:
-        detail = "; ".join(f'conflict with "{m}": .{".".join(p)}' for m, p in conflicts)
-        raise ApiError(409, "Conflict", f"Apply failed with {len(conflicts)} conflict(s): {detail}")
-    for m, _ in conflicts:
-        owners[m] -= set(applied)
-    others = set().union(*(p for m, p in owners.items() if m != manager))
-    obj = copy.deepcopy(live)
-    for path in owners.get(manager, set()) - set(applied) - others:
-        _remove(obj, path)
-    _deep_merge(obj, body)
-    owners[manager] = set(applied)
-    return obj, owners
-
-
-def _remove(obj: dict[str, Any], path: Path) -> None:
-    parent: Any = obj
-    for key in path[:-1]:
-        parent = parent.get(key)
-        if not isinstance(parent, dict):
-            return
-    parent.pop(path[-1], None)
-
-
-def _deep_merge(into: dict[str, Any], new: dict[str, Any]) -> None:
-    for key, value in new.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict) and value:
-            _deep_merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-
-
-def _fields_v1(paths: set[Path]) -> dict[str, Any]:
-    """Paths as Kubernetes' FieldsV1 tree (``{"f:spec": {"f:replicas": {}}}``)."""
-    root: dict[str, Any] = {}
-    for path in sorted(paths):
-        node = root
-        for key in path:
-            node = node.setdefault(f"f:{key}", {})
-    return root
-
-
-def _paths_v1(tree: dict[str, Any], prefix: Path = ()) -> set[Path]:
-    out: set[Path] = set()
-    for key, sub in tree.items():
-        path = (*prefix, key[2:])
-        out |= _paths_v1(sub, path) if sub else {path}
-    return out
-
-
-# -- what controllers and kubelets would do ----------------------------------------------
-def _admits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
-    """Would the scheduler place ``pod`` (a pod spec) on ``node``?"""
-    labels = node["metadata"].get("labels", {})
-    if any(labels.get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
-        return False
-    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(_term(t, labels) for t in terms):
-        return False
-    tolerations = pod.get("tolerations") or []
-    return all(
-        any(_tolerates(t, taint) for t in tolerations)
-        for taint in node["spec"].get("taints") or []
-        if taint.get("effect") in ("NoSchedule", "NoExecute", "NO_SCHEDULE", "NO_EXECUTE")
-    )
-
-
-def _term(term: dict[str, Any], labels: dict[str, str]) -> bool:
-    for e in term.get("matchExpressions") or []:
-        op, key, values = e["operator"], e["key"], e.get("values") or []
-        ok = {
-            "In": labels.get(key) in values,
-            "NotIn": labels.get(key) not in values,
-            "Exists": key in labels,
-            "DoesNotExist": key not in labels,
-        }.get(op, False)
-        if not ok:
-            return False
-    return True
-
-
-def _tolerates(t: dict[str, Any], taint: dict[str, Any]) -> bool:
-    if t.get("key") not in (None, taint.get("key")):
-        return False
-    effect = (
-        taint.get("effect", "")
-        .replace("NO_SCHEDULE", "NoSchedule")
-        .replace("NO_EXECUTE", "NoExecute")
-    )
-    if t.get("effect") not in (None, "", effect):
-        return False
-    return t.get("operator") == "Exists" or t.get("value") == taint.get("value")
-
-
-def _reconcile(c: Cluster) -> None:
-    """Bring status fields to what the controllers would report now."""
-    nodes = [o for (p, _, _), o in c.objects.items() if p == "nodes"]
-    plugins: dict[str, set[str]] = {n["metadata"]["name"]: set() for n in nodes}
-    for (plural, _, _), obj in c.objects.items():
-        pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        fits = [n for n in nodes if _admits(pod, n)]
-        if plural == "daemonsets":
-            images = [ct.get("image", "") for ct in pod.get("containers", [])]
-            for n in fits:
-                for marker, resource in PLUGINS.items():
-                    if any(f"/{marker}:" in i or i.startswith(f"{marker}:") for i in images):
-                        plugins[n["metadata"]["name"]].add(resource)
-            count = len(fits)
-            obj["status"] = {
-                "desiredNumberScheduled": count,
-                "currentNumberScheduled": count,
-                "numberReady": count,
-                "numberAvailable": count,
-                "updatedNumberScheduled": count,
-                "observedGeneration": obj["metadata"].get("generation", 1),
-            }
-        elif plural in ("deployments", "statefulsets"):
-            want = obj["spec"].get("replicas", 1)
-            ready = want if fits else 0
-            obj["status"] = {
-                "replicas": want,
-                "readyReplicas": ready,
-                "availableReplicas": ready,
-                "updatedReplicas": ready,
-                "observedGeneration": obj["metadata"].get("generation", 1),
-            }
-        elif plural == "persistentvolumeclaims":
-            volume = obj["spec"].get("volumeName")
-            bound = volume and ("persistentvolumes", "", volume) in c.objects
-            obj["status"] = {"phase": "Bound" if bound else "Pending"}
-    for n in nodes:
-        hw = c.hardware.get(n["metadata"]["name"], Hardware(0, 0))
-        has = plugins[n["metadata"]["name"]]
-        allocatable = {"cpu": "188", "memory": "1900Gi", "pods": "737"}
-        if GPU in has and hw.gpus:
-            allocatable[GPU] = str(hw.gpus)
-        if EFA in has and hw.efa:
-            allocatable[EFA] = str(hw.efa)
-        n["status"]["allocatable"] = allocatable
-        n["status"]["capacity"] = dict(allocatable)
 
 
 # -- protocol helpers --------------------------------------------------------------------

@@ -212,6 +212,12 @@ def json_error(status: int, code: str, message: str) -> tuple[int, dict[str, str
     )
 
 
+def rest_json_error(status: int, code: str, message: str) -> tuple[int, dict[str, str], bytes]:
+    """A REST-JSON error answer (EKS): the code in the x-amzn-ErrorType header."""
+    payload = json.dumps({"message": message}).encode()
+    return status, {"Content-Type": "application/json", "x-amzn-ErrorType": code}, payload
+
+
 def error_for(
     call: Call, status: int, code: str, message: str
 ) -> tuple[int, dict[str, str], bytes]:
@@ -219,8 +225,7 @@ def error_for(
     if call.protocol == "query":
         return ec2_error(status, code, message)
     if call.protocol == "rest-json":
-        payload = json.dumps({"message": message}).encode()
-        return status, {"Content-Type": "application/json", "x-amzn-ErrorType": code}, payload
+        return rest_json_error(status, code, message)
     if call.protocol == "rest":  # S3 and the other REST-XML services
         xml = f"<Error><Code>{code}</Code><Message>{escape(message)}</Message></Error>"
         return status, {"Content-Type": "application/xml"}, xml.encode()
