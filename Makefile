@@ -95,8 +95,15 @@ lint: install
 	$(BIN)/ruff check provisioner tests benchmarks slurm
 	$(BIN)/mypy
 
+# Test workers: most of the end-to-end tests' time is waiting on the emulator's clock, so
+# more workers than cores pay. Whole files go to one worker (module fixtures such as the crash
+# campaign's run once); tests/conftest.py orders the longest files first.
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+
 unit: tools
-	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest
+	rm -f $(CURDIR)/.reliability.json.*
+	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
 test: lint unit
@@ -113,7 +120,8 @@ bench: install
 
 # The reliability campaign alone, and its table (orphans, duplicates, foreign touched: 0).
 reliability: tools
-	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q tests/reliability
+	rm -f $(CURDIR)/.reliability.json.*
+	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/reliability
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
 # Re-write the golden files of tests/golden from the examples (review the diff!).

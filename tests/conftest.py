@@ -36,6 +36,31 @@ for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_S
     os.environ.pop(_var, None)
 
 
+#: Run first, in this order: the longest tests (the crash campaign, then the end-to-end and
+#: reliability tests). `make test` hands whole files to its workers in collection order, and
+#: a long file left for last would leave the other workers idle while it runs.
+LONGEST_FIRST = (
+    "tests/reliability/test_crashes.py",
+    "tests/reliability/test_faults.py",
+    "tests/engine/test_eks_up.py",
+    "tests/engine/test_pcluster_validators.py",
+    "tests/engine/",
+    "tests/reliability/",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the longest tests first (stable: the rest keep their order)."""
+
+    def rank(item: pytest.Item) -> int:
+        return next(
+            (i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+            len(LONGEST_FIRST),
+        )
+
+    items.sort(key=rank)
+
+
 def validate_text(text: str, scheduler: str | None = None, name: str = "spec.yaml") -> Validation:
     """Parse and validate YAML text the way `fmctl validate` does."""
     doc, problems = parse_source(text, name)

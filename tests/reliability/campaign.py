@@ -14,6 +14,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tests.engine import harness
+from tests.engine.harness import Sandbox
+
 #: What must be 0 for the campaign to pass.
 MUST_BE_ZERO = ("orphans found", "duplicates found", "foreign resources touched")
 
@@ -47,3 +50,17 @@ class Tally:
 
 
 tally = Tally()
+
+
+def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
+    """What is left tagged as the cluster's (counted for the campaign's report)."""
+    left = harness.raw_leftovers(sandbox, name, region)
+    tally.add(orphans_found=len(left))
+    return left
+
+
+def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+    """Logical ids that exist more than once (counted for the campaign's report)."""
+    found = harness.duplicates(items)
+    tally.add(duplicates_found=sum(n - 1 for n in found.values()))
+    return found

@@ -18,8 +18,11 @@ __all__ = ["no_faults", "sandbox"]
 
 @pytest.fixture(scope="session", autouse=True)
 def campaign(sandbox: Sandbox) -> Iterator[None]:
-    """Write the tally (FMCTL_RELIABILITY_REPORT) once every campaign test has run."""
+    """Write the tally once every campaign test has run: to FMCTL_RELIABILITY_REPORT plus
+    the worker's name (each test worker has its own emulator and counts; the report adds up
+    the parts)."""
     yield
     target = os.environ.get("FMCTL_RELIABILITY_REPORT")
     if target:
-        tally.write(Path(target), sandbox.requests())
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        tally.write(Path(f"{target}.{worker}"), sandbox.requests())

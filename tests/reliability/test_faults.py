@@ -1,109 +1,20 @@
-"""Crashes and faults: `up` and `down` SIGKILLed at every step of the plan in turn and run
-again; throttling, 5xx, connection resets and slow answers injected into a share of calls at
-the HTTP layer. The end state must equal a clean run's, with no duplicate and nothing left
-after down."""
+"""Faults: throttling, 5xx, connection resets and slow answers injected into a share of calls
+at the HTTP layer, failures of given calls, lost answers, a stop mid-way. The end state must
+equal a clean run's, with no duplicate and nothing left after down. (The crashes are in
+test_crashes.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.engine.harness import (
     Sandbox,
-    kill_after,
     owned,
     region_of,
     spec_file,
 )
-from tests.engine.harness import duplicates as _duplicates
-from tests.engine.harness import raw_leftovers as _raw_leftovers
 from tests.engine.test_lifecycle import P5EN_RESOURCES
-from tests.reliability.campaign import tally
-
-
-def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
-    """What is left tagged as the cluster's (counted for the campaign's report)."""
-    left = _raw_leftovers(sandbox, name, region)
-    tally.add(orphans_found=len(left))
-    return left
-
-
-def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
-    """Logical ids that exist more than once (counted for the campaign's report)."""
-    found = _duplicates(items)
-    tally.add(duplicates_found=sum(n - 1 for n in found.values()))
-    return found
-
-
-#: Kill `up` after the Nth resource started being created, and `down` after the Nth started
-#: being deleted: every step of the plan in turn.
-KILL_POINTS = list(range(1, len(P5EN_RESOURCES) + 1))
-#: Crash points run this many at a time (each one its own cluster): the runs mostly wait on
-#: the emulator's clock, and one after another they took longer than the rest of the suite.
-CRASH_PARALLELISM = 4
-
-
-def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
-    """`up` SIGKILLed after the Nth create started, run again: the clean run's resources,
-    none twice, none replaced. Then `down` SIGKILLed after the Nth delete started, run again:
-    nothing left. (One cluster per step serves both crashes.)"""
-    name = f"e2e-crash-{point}"
-    spec = spec_file(tmp_path, name)
-    region = region_of(spec)
-    proc = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
-    lines = kill_after(proc, " creating", point)
-    assert proc.returncode == -9, "".join(lines)
-    tally.add(crashes_tried=1)
-    partial = owned(sandbox, name, region)
-    assert duplicates(partial) == {}
-    rerun = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
-    items = owned(sandbox, name, region)
-    assert {logical for _, logical, _ in items} == P5EN_RESOURCES
-    assert duplicates(items) == {}
-    # What existed before the crash was kept, not replaced.
-    assert {i[2] for i in partial} <= {i[2] for i in items}
-
-    proc = sandbox.spawn("down", name, "--region", region, "--sandbox", "--yes")
-    lines = kill_after(proc, " deleting", point)
-    assert proc.returncode == -9, "".join(lines)
-    tally.add(crashes_tried=1)
-    again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert raw_leftovers(sandbox, name, region) == []
-
-
-@pytest.fixture(scope="module")
-def crash_runs(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
-) -> dict[int, BaseException | None]:
-    """Every crash point, CRASH_PARALLELISM at a time; what each one raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    tmp = tmp_path_factory.mktemp("crashes")
-
-    def run(point: int) -> BaseException | None:
-        try:
-            _crash_point(sandbox, tmp, point)
-        except BaseException as exc:  # reported by the point's own test
-            return exc
-        return None
-
-    with ThreadPoolExecutor(CRASH_PARALLELISM, thread_name_prefix="crash") as pool:
-        return dict(zip(KILL_POINTS, pool.map(run, KILL_POINTS), strict=True))
-
-
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_killed_at_each_step_then_rerun(
-    crash_runs: dict[int, BaseException | None], point: int
-) -> None:
-    """See ``_crash_point``: killed at step ``point`` of `up`, then of `down`."""
-    error = crash_runs[point]
-    if error is not None:
-        raise error
-
+from tests.reliability.campaign import duplicates, raw_leftovers
 
 FAULTS = [
     {"action": "*", "share": 0.12, "kind": "error", "status": 503, "code": "ServiceUnavailable"},
