@@ -100,17 +100,20 @@ def components(c: ClusterContext) -> list[Component]:
     return out
 
 
-def dashboards() -> dict[str, str]:
-    """Grafana dashboards shipped as JSON files (templates/dashboards/), by file name."""
+def dashboards(scheduler: str) -> dict[str, str]:
+    """Grafana dashboards shipped as JSON files, by file name: those of templates/dashboards/
+    (both schedulers) and of its ``scheduler`` folder (Slurm's jobs and queue, Kubernetes'
+    pods and nodes)."""
     folder = shipped_dir("templates") / "dashboards"
-    return {p.name: p.read_text() for p in sorted(folder.glob("*.json"))}
+    paths = [*folder.glob("*.json"), *(folder / scheduler).glob("*.json")]
+    return {p.name: p.read_text() for p in sorted(paths, key=lambda p: p.name)}
 
 
 def _manifests(c: ClusterContext) -> dict[str, str]:
     files: dict[str, str] = {}
     comps = components(c)
     nccl_pool = (c.efa_pools or c.pools)[0]
-    boards = dashboards()
+    boards = dashboards("kubernetes")
     # The EFA counter script Slurm nodes run, shipped to Kubernetes nodes in a ConfigMap.
     efa_script = (shipped_dir("slurm") / "lib" / "efa-metrics.sh").read_text()
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()

@@ -149,7 +149,7 @@ def monitoring_files(c: ClusterContext) -> dict[str, str]:
             files[f"slurm/monitoring/grafana-{part}.yaml"] = render_template(
                 f"slurm/grafana-{part}.yaml.j2", c=c
             )
-        for name, text in dashboards().items():
+        for name, text in dashboards("slurm").items():
             files[f"slurm/monitoring/dashboards/{name}"] = text
     return files
 

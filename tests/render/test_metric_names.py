@@ -1,6 +1,8 @@
 """Every metric a dashboard or alert rule uses is one an fmctl exporter exports: DCGM fields
-from the counters list the DCGM exporter is given, fmctl_efa_* from efa-metrics.sh, `up`
-from Prometheus. The rules pass promtool; the rendered configs load them."""
+from the counters list the DCGM exporter is given, fmctl_efa_* from efa-metrics.sh, node_*
+and slurm_* from the lists taken from node_exporter's and the Slurm exporter's sources
+(tests/data/exporter-metrics), `up` from Prometheus. The rules pass promtool; the rendered
+configs load them."""
 
 from __future__ import annotations
 
@@ -16,9 +18,12 @@ import yaml
 
 from tests.conftest import ROOT
 
-DASHBOARDS = sorted((ROOT / "templates/dashboards").glob("*.json"))
+DASHBOARDS = sorted((ROOT / "templates/dashboards").rglob("*.json"))
 RULES = ROOT / "templates/monitoring/alert-rules.yml"
-METRIC = re.compile(r"\b(DCGM_FI_[A-Z0-9_]+|fmctl_[a-z0-9_]+|node_[a-z0-9_]+|kube_[a-z0-9_]+)\b")
+METRIC = re.compile(
+    r"\b(DCGM_FI_[A-Z0-9_]+|fmctl_[a-z0-9_]+|node_[A-Za-z0-9_]+|kube_[a-z0-9_]+|slurm_[a-z0-9_]+)\b"
+)
+LISTS = ROOT / "tests/data/exporter-metrics"
 
 
 def _dcgm_fields() -> set[str]:
@@ -31,19 +36,30 @@ def _efa_metrics() -> set[str]:
     return set(re.findall(r"# TYPE (fmctl_efa_[a-z_]+)", text))
 
 
+def _listed(name: str) -> set[str]:
+    """A list of tests/data/exporter-metrics: one metric name per line, # comments."""
+    lines = (LISTS / name).read_text().splitlines()
+    return {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+
+
 def _expressions() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for board in DASHBOARDS:
         for panel in json.loads(board.read_text())["panels"]:
             for target in panel.get("targets", []):
-                found.setdefault(board.name, []).append(target["expr"])
+                found.setdefault(str(board.relative_to(ROOT)), []).append(target["expr"])
     for group in yaml.safe_load(RULES.read_text())["groups"]:
         found.setdefault(RULES.name, []).extend(rule["expr"] for rule in group["rules"])
     return found
 
 
 def test_every_metric_used_is_exported() -> None:
-    exported = _dcgm_fields() | _efa_metrics()
+    exported = (
+        _dcgm_fields()
+        | _efa_metrics()
+        | _listed("node-exporter.txt")
+        | _listed("slurm-exporter.txt")
+    )
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_NVLINK_TX_BYTES"} <= exported
     assert {"fmctl_efa_hw_stat", "fmctl_efa_devices", "fmctl_efa_devices_expected"} <= exported
     unknown = {
@@ -59,6 +75,34 @@ def test_every_metric_used_is_exported() -> None:
 def test_the_check_catches_a_made_up_metric() -> None:
     assert METRIC.findall("rate(DCGM_FI_DEV_MADE_UP[1m])") == ["DCGM_FI_DEV_MADE_UP"]
     assert "DCGM_FI_DEV_MADE_UP" not in _dcgm_fields()
+    # A name close to a real one (the exporter says slurm_partition_job_state_total).
+    assert METRIC.findall("sum(slurm_partition_jobs_pending)") == ["slurm_partition_jobs_pending"]
+    assert "slurm_partition_jobs_pending" not in _listed("slurm-exporter.txt")
+
+
+def test_dashboards_are_well_formed() -> None:
+    """Unique uids and panel ids, panels inside Grafana's 24-column grid, not overlapping,
+    and every expression reading at least one exported metric (or `up`)."""
+    uids = set()
+    for path in DASHBOARDS:
+        board = json.loads(path.read_text())
+        assert board["uid"] not in uids, path
+        uids.add(board["uid"])
+        ids = [panel["id"] for panel in board["panels"]]
+        assert len(ids) == len(set(ids)), path
+        cells: set[tuple[int, int]] = set()
+        for panel in board["panels"]:
+            grid = panel["gridPos"]
+            assert grid["x"] + grid["w"] <= 24, (path.name, panel["title"])
+            mine = {
+                (x, y)
+                for x in range(grid["x"], grid["x"] + grid["w"])
+                for y in range(grid["y"], grid["y"] + grid["h"])
+            }
+            assert not mine & cells, (path.name, panel["title"], "overlaps")
+            cells |= mine
+            for target in panel["targets"]:
+                assert METRIC.findall(target["expr"]) or "up" in target["expr"], target
 
 
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:

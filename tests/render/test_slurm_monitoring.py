@@ -82,6 +82,8 @@ def test_grafana_provisioning_and_dashboards() -> None:
     assert folder == "/opt/fmctl/slurm/monitoring/dashboards"
     dashboards = [k for k in files if k.startswith("slurm/monitoring/dashboards/")]
     assert dashboards and all(json.loads(files[k])["panels"] for k in dashboards)
+    names = {k.rsplit("/", 1)[1] for k in dashboards}
+    assert {"fmctl-overview.json", "fmctl-storage.json", "fmctl-slurm.json"} <= names
 
 
 def test_the_artifact_upload_carries_the_monitoring_files() -> None:
