@@ -22,7 +22,7 @@ CHECKOV_PIN   := checkov==3.3.30
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
 	@echo "make test   - install, then lint, type-check and run every test"
-	@echo "make bench  - benchmarks: start-up, time to cluster, polling, scale (ratios, not tests)"
+	@echo "make bench  - benchmarks as one table: start-up, time to cluster, polling, scale (BENCH_FLAGS=--detail adds each one's own)"
 	@echo "make reliability - the fault, crash, ownership and bad-input campaign, with its table"
 	@echo "make golden - re-write the render golden files from examples/"
 	@echo "make e2e-kind - apply the rendered stack to a kind cluster (needs kind and Docker)"
@@ -109,14 +109,7 @@ unit: tools
 test: lint unit
 
 bench: install
-	@echo "== start-up (medians; pcluster version when make tools has installed it)"
-	$(BIN)/python benchmarks/startup.py
-	@echo; echo "== time to cluster in the sandbox, against the critical path and the serial sum"
-	$(BIN)/python benchmarks/up_sandbox.py
-	@echo; echo "== waiting: calls and notice delay against boto3's stock waiters"
-	$(BIN)/python benchmarks/polling.py
-	@echo; echo "== scale: render and plan from 1 to 1,024 nodes and 1 to 50 pools"
-	$(BIN)/python benchmarks/scale.py
+	$(BIN)/python benchmarks/run.py $(BENCH_FLAGS)
 
 # The reliability campaign alone, and its table (orphans, duplicates, foreign touched: 0).
 reliability: tools

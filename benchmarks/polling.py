@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from table import Row
+
 ROOT = Path(__file__).resolve().parent.parent
 _RNG = random.Random(7)
 FACTORS = [_RNG.uniform(0.7, 1.6) for _ in range(400)]
@@ -52,15 +54,17 @@ def stock(delay: float, actual: float) -> tuple[int, float]:
     return looks + 1, looks * delay - actual
 
 
-def main() -> None:
+def collect() -> tuple[list[Row], str]:
+    """Each kind's mean calls and notice delay, fmctl's against the stock waiter's."""
     sys.path.insert(0, str(ROOT))
     import botocore.session
 
     session = botocore.session.get_session()
-    print(
+    lines = [
         f"{'resource':<34} {'expected s':>10} {'fmctl calls':>11} {'fmctl delay s':>13} "
         f"{'stock waiter':<34} {'calls':>6} {'delay s':>8} {'calls ratio':>11} {'delay ratio':>11}"
-    )
+    ]
+    rows = []
     for name, expected, waiter in CASES:
         if waiter:
             model = session.get_waiter_model(waiter[0]).get_waiter(waiter[1])
@@ -73,13 +77,23 @@ def main() -> None:
         m_delay = statistics.mean(d for _, d in mine)
         s_calls = statistics.mean(c for c, _ in theirs)
         s_delay = statistics.mean(d for _, d in theirs)
-        print(
+        lines.append(
             f"{name:<34} {expected:>10.0f} {m_calls:>11.1f} {m_delay:>13.1f} {label:<34} "
             f"{s_calls:>6.1f} {s_delay:>8.1f} {m_calls / s_calls:>11.2f} "
             f"{m_delay / s_delay if s_delay else float('nan'):>11.2f}"
         )
+        against = f"{waiter[1]} waiter" if waiter else f"{LOOP_DELAY:.0f} s loop"
+        rows.append(Row("waiting", f"{name}: calls", m_calls, against, s_calls, "<=", 1))
+        rows.append(Row("waiting", f"{name}: notice delay s", m_delay, against, s_delay, "<=", 1))
     worst = max(ours(e, e * f)[1] for (_, e, _), f in itertools.product(CASES, FACTORS))
-    print(f"ratios < 1 favour fmctl; fmctl's worst notice delay over all cases: {worst:.1f} s")
+    lines.append(
+        f"ratios < 1 favour fmctl; fmctl's worst notice delay over all cases: {worst:.1f} s"
+    )
+    return rows, "\n".join(lines)
+
+
+def main() -> None:
+    print(collect()[1])
 
 
 if __name__ == "__main__":

@@ -8,13 +8,14 @@ with `make bench`. Targets come from the issues: --help <= 0.15 s, validate and 
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from table import Row, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = int(os.environ.get("FMCTL_BENCH_RUNS", "15"))
@@ -46,7 +47,9 @@ def measure(args: list[str]) -> tuple[float, float]:
     return statistics.median(times), min(times)
 
 
-def main() -> None:
+def collect() -> tuple[list[Row], str]:
+    """Every case measured: the headline rows (targets, and ParallelCluster's CLI as the
+    reference) and the detailed table."""
     import tempfile
 
     fmctl = _fmctl()
@@ -58,6 +61,11 @@ def main() -> None:
     from provisioner.sandbox import daemon
 
     daemon.ensure(home)  # plan --sandbox against a running emulator, as users have it
+    # The emulator loads its services on first use: let that finish before timing anything
+    # (it would steal a core from the first commands measured).
+    subprocess.run(
+        [*fmctl, "plan", "-f", example, "--sandbox"], capture_output=True, check=False, cwd=ROOT
+    )
     pcluster = ROOT / ".venv-pcluster/bin/pcluster"
     cases = [
         ("python -c pass (floor)", [sys.executable, "-c", "pass"], None),
@@ -75,18 +83,56 @@ def main() -> None:
     ]
     if pcluster.exists():
         cases.append(("pcluster version (ParallelCluster)", [str(pcluster), "version"], None))
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}; {RUNS} runs each; command: {' '.join(fmctl)}"
-    )
-    print(f"{'command':<36} {'median s':>9} {'min s':>7} {'target s':>9} {'median/target':>14}")
+    lines = [
+        f"{RUNS} runs each; command: {' '.join(fmctl)}",
+        f"{'command':<36} {'median s':>9} {'min s':>7} {'target s':>9} {'median/target':>14}",
+    ]
+    medians: dict[str, float] = {}
     try:
         for name, args, target in cases:
             median, low = measure(args)
+            medians[name] = median
             ratio = f"{median / target:.2f}" if target else "-"
-            print(f"{name:<36} {median:>9.3f} {low:>7.3f} {target or '-':>9} {ratio:>14}")
+            lines.append(f"{name:<36} {median:>9.3f} {low:>7.3f} {target or '-':>9} {ratio:>14}")
     finally:
         daemon.stop(home)
+    reference = medians.get("pcluster version (ParallelCluster)")
+    rows = []
+    for name, _, target in cases:
+        if not name.startswith("fmctl") or name == "fmctl catalog":
+            continue
+        rows.append(
+            Row(
+                "start-up",
+                f"{name} (median s)",
+                medians[name],
+                "pcluster version" if reference else "-",
+                reference,
+                # Held to the issue's absolute target: the ratio shows the distance to pcluster.
+                None,
+                None,
+            )
+            if target is None
+            else Row("start-up", f"{name} (median s)", medians[name], "target s", target, "<=", 1)
+        )
+    if reference:
+        rows.append(
+            Row(
+                "start-up",
+                "fmctl validate (p5 example) (median s)",
+                medians["fmctl validate (p5 example)"],
+                "pcluster version",
+                reference,
+                "<=",
+                1,
+            )
+        )
+    return rows, "\n".join(lines)
+
+
+def main() -> None:
+    print(machine())
+    print(collect()[1])
 
 
 if __name__ == "__main__":
