@@ -32,6 +32,7 @@ class Images:
     )
     dcgm_exporter: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
     node_exporter: str = "quay.io/prometheus/node-exporter:v1.10.2"
+    kube_state_metrics: str = "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.17.0"
     prometheus: str = "quay.io/prometheus/prometheus:v3.7.3"
     grafana: str = "docker.io/grafana/grafana-oss:12.3.0"
     #: AWS Deep Learning Container: PyTorch with NCCL, aws-ofi-nccl and the EFA libraries.

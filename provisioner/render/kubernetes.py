@@ -21,6 +21,7 @@ SYNC_WAVES = {
     "node-exporter": 1,
     "dcgm-exporter": 1,
     "efa-exporter": 1,
+    "kube-state-metrics": 1,
     "prometheus": 2,
     "grafana": 3,
     "nccl-test": 5,
@@ -76,6 +77,13 @@ def components(c: ClusterContext) -> list[Component]:
             out.append(
                 Component("efa-exporter", (("daemonset.yaml.j2", "daemonset.yaml"),), "monitoring")
             )
+        out.append(
+            Component(
+                "kube-state-metrics",
+                (("rbac.yaml.j2", "rbac.yaml"), ("deployment.yaml.j2", "deployment.yaml")),
+                "monitoring",
+            )
+        )
         out.append(
             Component(
                 "prometheus",

@@ -236,6 +236,13 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
             "dcgm-exporter",
             "node-exporter",
         }
+        # kube-state-metrics (nodes by condition, GPUs per node, pods by phase) runs, with
+        # list/watch and nothing more.
+        ksm = api.get("apps/v1", "Deployment", "kube-state-metrics", "monitoring")
+        assert ksm is not None and ksm["status"]["readyReplicas"] == 1
+        role = api.get("rbac.authorization.k8s.io/v1", "ClusterRole", "fmctl-kube-state-metrics")
+        assert role is not None
+        assert {v for rule in role["rules"] for v in rule["verbs"]} == {"list", "watch"}
         plugin = api.get("apps/v1", "DaemonSet", "efa-device-plugin", "fmctl-system")
         assert plugin is not None
         managers = {f["manager"] for f in plugin["metadata"]["managedFields"]}

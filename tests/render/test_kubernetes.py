@@ -258,8 +258,10 @@ def test_grafana_is_provisioned(example: Path, scheduler: str) -> None:
     datasource = yaml.safe_load(maps["grafana-provisioning"]["datasources.yaml"])
     uid = datasource["datasources"][0]["uid"]
     boards = maps["grafana-dashboards"]
-    # The storage board on both schedulers; the Slurm queue board only on Slurm.
-    assert "fmctl-storage.json" in boards and "fmctl-slurm.json" not in boards
+    # The storage board on both schedulers; the Slurm queue board only on Slurm, the pods and
+    # nodes board only on Kubernetes.
+    assert {"fmctl-storage.json", "fmctl-kubernetes.json"} <= set(boards)
+    assert "fmctl-slurm.json" not in boards
     for name, text in boards.items():
         board = json.loads(text)
         assert board["uid"] and board["panels"], name

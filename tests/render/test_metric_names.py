@@ -59,6 +59,7 @@ def test_every_metric_used_is_exported() -> None:
         | _efa_metrics()
         | _listed("node-exporter.txt")
         | _listed("slurm-exporter.txt")
+        | _listed("kube-state-metrics.txt")
     )
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_NVLINK_TX_BYTES"} <= exported
     assert {"fmctl_efa_hw_stat", "fmctl_efa_devices", "fmctl_efa_devices_expected"} <= exported
@@ -118,3 +119,4 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     assert subprocess.run([tool, "check", "rules", str(broken)], capture_output=True).returncode
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert {"GpuXidError", "GpuFellOffTheBus", "EfaDeviceMissing", "NodeDown"} <= alerts
+    assert "NodeNotReady" in alerts
