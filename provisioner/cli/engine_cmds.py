@@ -329,9 +329,22 @@ def _report(result: Any, verb: str) -> None:
 @click.command("down", cls=GuardedCommand)
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--skip-kubernetes-cleanup",
+    is_flag=True,
+    help="EKS: do not reach into the cluster to delete load balancers and volumes its "
+    "controllers made (for an API this machine cannot reach; they may be left behind).",
+)
 @region_option
 @target_options
-def down(name: str, yes: bool, region: str, sandbox: bool, state_dir: str | None) -> None:
+def down(
+    name: str,
+    yes: bool,
+    skip_kubernetes_cleanup: bool,
+    region: str,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
     """Delete everything tagged as cluster NAME's, dependents first (works from tags alone)."""
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down as run_down
@@ -349,7 +362,7 @@ def down(name: str, yes: bool, region: str, sandbox: bool, state_dir: str | None
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
     click.echo(f"down {name}:")
     try:
-        result, found = run_down(name, target, Progress())
+        result, found = run_down(name, target, Progress(), skip_kubernetes_cleanup)
     except LockHeld as exc:
         _fail(str(exc))
     _report(result, f"down {name}")

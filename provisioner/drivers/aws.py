@@ -178,6 +178,8 @@ _HINTS = {
 
 def translate(exc: BaseException, doing: str) -> AwsError:
     """An AwsError saying what fmctl was doing, what AWS said, and what to try."""
+    if isinstance(exc, AwsError):  # already says what to do: keep its hint
+        return AwsError(f"{doing}: {exc}", exc.hint, exc.code)
     code = error_code(exc)
     if code is None:
         return AwsError(f"{doing}: {exc}", code=None)

@@ -255,9 +255,13 @@ def find_owned(engine: Engine) -> list[Found]:
 
 
 def down(
-    name: str, target: Target, on_event: Callable[[Event], None]
+    name: str,
+    target: Target,
+    on_event: Callable[[Event], None],
+    skip_kubernetes_cleanup: bool = False,
 ) -> tuple[RunResult, list[Found]]:
-    """Delete everything tagged as the cluster's, dependents first."""
+    """Delete everything tagged as the cluster's, dependents first (``skip_kubernetes_cleanup``:
+    see ``Engine.skip_kubernetes_cleanup``)."""
     from provisioner.plan.registry import all_kinds
 
     state = ClusterState(target.home, name)
@@ -269,6 +273,7 @@ def down(
             on_event(event)
 
         engine = make_engine(target, name, None, record)
+        engine.skip_kubernetes_cleanup = skip_kubernetes_cleanup
         found = find_owned(engine)
         result = run_down(deletion_order(found, all_kinds()), engine, all_kinds())
         if result.ok:

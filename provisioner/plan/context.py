@@ -77,6 +77,9 @@ class Engine:
     outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: The `pcluster` command, where ParallelCluster is available (Slurm clusters).
     pcluster: list[str] | None = None
+    #: `down --skip-kubernetes-cleanup`: do not reach into the cluster's API to clear load
+    #: balancers and volumes (the way out when the API cannot be reached from here).
+    skip_kubernetes_cleanup: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     poll_calls: dict[str, int] = field(default_factory=dict)
 

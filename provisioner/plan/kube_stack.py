@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from provisioner.drivers.aws import AwsError
 from provisioner.drivers.kube import KubeApi, KubeClient
 from provisioner.plan.context import OWNER_TAG, Engine
 from provisioner.plan.eks import EksCluster, placeholder_values
@@ -215,14 +216,45 @@ class KubeStack:
         return [Found(self.name, "kube-stack", engine.cluster)]
 
     def delete(self, engine: Engine, found: Found) -> None:
+        if engine.skip_kubernetes_cleanup:
+            engine.emit("kube-stack", "note", SKIPPED_CLEANUP.format(cluster=engine.cluster))
+            return
         cluster = EksCluster()._describe(engine)
         if cluster is None or cluster["status"] != "ACTIVE":
             return
         api = connect(engine, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        unreachable = _connection_errors()
         try:
             _delete_billed(engine, api)
+        except unreachable as exc:
+            # A private-only endpoint seen from outside the VPC, most often. Stop here, before
+            # the node groups: a load balancer left behind costs more than a retry.
+            raise AwsError(
+                f"cannot reach the Kubernetes API of {engine.cluster} ({cluster['endpoint']}) "
+                f"to delete its load balancers and dynamic volumes: {exc}",
+                "run `fmctl down` from inside the cluster's VPC (its endpoint may be private "
+                "only: network.apiCidrs opens it), or pass --skip-kubernetes-cleanup to go on "
+                "without that step: load balancers and volumes the cluster's controllers made "
+                "would then be left, tagged with the cluster's name.",
+            ) from exc
         finally:
             _close(api)
+
+
+#: What `down --skip-kubernetes-cleanup` says it did not do.
+SKIPPED_CLEANUP = (
+    "in-cluster cleanup skipped (--skip-kubernetes-cleanup): load balancers the AWS Load "
+    "Balancer Controller made (tag elbv2.k8s.aws/cluster={cluster}) and EBS volumes of dynamic "
+    "claims (tag kubernetes.io/cluster/{cluster}) are not deleted by fmctl; check for them"
+)
+
+
+def _connection_errors() -> tuple[type[Exception], ...]:
+    """The transport's failures (sockets, and the Kubernetes client's urllib3: imported when
+    needed)."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, HTTPError)
 
 
 def _delete_billed(engine: Engine, api: KubeApi) -> None:

@@ -38,7 +38,9 @@ StartResponse = Callable[..., Any]
 class FaultRule:
     """Inject a failure into matching calls.
 
-    ``action``: an operation name or "*"; ``share``: the fraction of matching calls hit
+    ``action``: an operation name or "*" (AWS calls), or "kubernetes" (every call to a sandbox
+    cluster's Kubernetes API, which "*" leaves alone; "reset" makes the API unreachable, as a
+    private endpoint is from outside its VPC); ``share``: the fraction of matching calls hit
     (seeded, so runs repeat); ``times``: hit at most this many (None: no limit); ``kind``:
     "error" (``status`` + ``code``), "reset" (drop the connection), "reset-after" (carry the
     call out, then drop the connection: the answer is lost) or "slow" (``delay`` s).
@@ -158,18 +160,35 @@ class Middleware:
             if k.startswith("HTTP_")
         }
         headers["content-type"] = environ.get("CONTENT_TYPE", "")
+        entry: dict[str, Any] = {
+            "service": "kubernetes",
+            "action": f"{environ.get('REQUEST_METHOD')} /{'/'.join(rest)}",
+            # The key the bearer token was signed with: the sandbox's, never a real one.
+            "access_key": token_access_key(headers.get("authorization", "")),
+            "time": time.time(),
+            "fault": None,
+            "status": 0,
+        }
         with self.lock:
-            self.log.append(
-                {
-                    "service": "kubernetes",
-                    "action": f"{environ.get('REQUEST_METHOD')} /{'/'.join(rest)}",
-                    # The key the bearer token was signed with: the sandbox's, never a real one.
-                    "access_key": token_access_key(headers.get("authorization", "")),
-                    "time": time.time(),
-                    "fault": None,
-                    "status": 0,
-                }
+            self.log.append(entry)
+            rule = next(
+                (
+                    r
+                    for r in self.rules
+                    if r.action == "kubernetes" and r.applies("kubernetes", self.rng)
+                ),
+                None,
             )
+        if rule is not None:
+            entry["fault"] = rule.kind
+            if rule.kind == "reset":
+                _drop_connection(environ, "kubernetes")
+            if rule.kind == "slow":
+                time.sleep(rule.delay)
+            else:
+                failure = json.dumps({"kind": "Status", "code": rule.status}).encode()
+                headers_out = {"Content-Type": "application/json"}
+                return _answer(start, rule.status, headers_out, failure)
         self.shims.tick()
         status, out_headers, payload = self.shims.kube.handle(
             cluster,

@@ -351,3 +351,29 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
     assert lb_group not in {g["GroupId"] for g in ec2.describe_security_groups()["SecurityGroups"]}
     assert raw_leftovers(sandbox, name, region) == []
     ec2.delete_network_interface(NetworkInterfaceId=foreign_eni)
+
+
+def test_down_when_the_kubernetes_api_cannot_be_reached(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A private-only endpoint seen from outside its VPC: `down` stops before the node groups
+    (a load balancer left behind costs more than a retry) and says what to do;
+    `--skip-kubernetes-cleanup` goes on without the API and says what it did not delete."""
+    name = "e2e-eks-unreachable"
+    spec = spec_file(tmp_path, name)
+    region = region_of(spec)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes").returncode == 0
+    sandbox.faults([{"action": "kubernetes", "kind": "reset"}])
+    stopped = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert stopped.returncode == 1, stopped.stdout + stopped.stderr
+    assert "cannot reach the Kubernetes API" in stopped.stderr
+    assert "--skip-kubernetes-cleanup" in stopped.stderr and "Traceback" not in stopped.stderr
+    left = {logical for _, logical, _ in owned(sandbox, name, region)}
+    assert {"eks", "nodegroup/system", "nodegroup/gpu", "addon/vpc-cni"} <= left
+
+    before = len(sandbox.requests())
+    skipped = sandbox.fmctl(
+        "down", name, "--region", region, "--sandbox", "--yes", "--skip-kubernetes-cleanup"
+    )
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert f"elbv2.k8s.aws/cluster={name}" in skipped.stdout
+    assert not [r for r in sandbox.requests()[before:] if r["service"] == "kubernetes"]
+    assert raw_leftovers(sandbox, name, region) == []
