@@ -38,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "estimate",
         "Where a training step's time goes on the spec's cluster (memory, compute, network).",
     ),
+    "check": (
+        "check_cmd",
+        "check",
+        "Judge what GPU, DCGM, EFA and NCCL tools said on the nodes: which to drain.",
+    ),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
 }

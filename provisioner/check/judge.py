@@ -1,0 +1,144 @@
+"""Verdicts: what each node's tools said against what the catalog says the node has, and a
+pool's NCCL all-reduce bandwidth against what its EFA network can carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from provisioner.check.outputs import LOST, DiagReport, EfaReport, GpuReport, NcclReport
+from provisioner.render.context import PoolContext as Pool
+
+#: A multi-node all-reduce must reach this share of the node's EFA bandwidth. Below it NCCL
+#: has most likely left EFA (sockets over ENA give a few GB/s) or an EFA device is missing;
+#: healthy P5-class runs reach 80-95% at the largest sizes.
+NCCL_FLOOR = 0.7
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check on one node or pool: passed (True), failed (False) or shown only (None)."""
+
+    check: str
+    ok: bool | None
+    figure: str
+    expected: str = ""
+    detail: str = ""
+
+
+@dataclass
+class Verdict:
+    """A node's (or a pool's NCCL run's) findings."""
+
+    subject: str
+    pool: str
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok is not False for f in self.findings)
+
+    def failed(self) -> list[Finding]:
+        return [f for f in self.findings if f.ok is False]
+
+
+def judge_node(
+    node: str,
+    pool: Pool,
+    smi: GpuReport | None,
+    diag: DiagReport | None,
+    efa: EfaReport | None,
+) -> Verdict:
+    """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic and the
+    EFA devices, for one node of ``pool``."""
+    verdict = Verdict(node, pool.name)
+    verdict.findings.append(_gpus(pool, smi))
+    verdict.findings.append(_dcgm(diag))
+    if pool.efa:
+        verdict.findings.append(_efa(pool, efa))
+    return verdict
+
+
+def _gpus(pool: Pool, smi: GpuReport | None) -> Finding:
+    want = f"{pool.gpus} x {pool.itype.gpu.model if pool.itype.gpu else '-'}"
+    if smi is None:
+        return Finding("gpus", False, "no nvidia-smi output", want, "the node did not report")
+    lost = [e for e in smi.errors if LOST.search(e)]
+    if lost:
+        return Finding("gpus", False, f"{len(smi.gpus)} GPUs", want, f"GPU lost: {lost[0]}")
+    if len(smi.gpus) != pool.gpus:
+        detail = smi.errors[0] if smi.errors else "a GPU is missing from the PCI bus or driver"
+        return Finding("gpus", False, f"{len(smi.gpus)} GPUs", want, detail)
+    model = pool.itype.gpu.model if pool.itype.gpu else ""
+    strangers = sorted({g.name for g in smi.gpus if model.lower() not in g.name.lower()})
+    if strangers:
+        return Finding("gpus", False, ", ".join(strangers), want, "not the catalog's GPU model")
+    ecc = [g for g in smi.gpus if g.ecc_uncorrected]
+    if ecc:
+        where = ", ".join(f"GPU {g.index}: {g.ecc_uncorrected}" for g in ecc)
+        return Finding("gpus", False, f"{len(smi.gpus)} GPUs", want, f"uncorrectable ECC ({where})")
+    return Finding("gpus", True, f"{len(smi.gpus)} GPUs", want)
+
+
+def _dcgm(diag: DiagReport | None) -> Finding:
+    if diag is None:
+        return Finding("dcgm", False, "no diagnostic output", "all tests pass")
+    if diag.error:
+        return Finding("dcgm", False, "did not run", "all tests pass", diag.error)
+    failed = diag.failed()
+    if failed:
+        first = failed[0]
+        where = f"GPU {first.gpu}" if first.gpu is not None else "node"
+        detail = f"{first.test} failed on {where}" + (f": {first.message}" if first.message else "")
+        return Finding("dcgm", False, f"{len(failed)} failed", "all tests pass", detail)
+    warned = diag.warned()
+    figure = f"{len(diag.results)} results pass" + (f", {len(warned)} warn" if warned else "")
+    detail = f"{warned[0].test}: {warned[0].message}" if warned else ""
+    return Finding("dcgm", True, figure, "all tests pass", detail)
+
+
+def _efa(pool: Pool, efa: EfaReport | None) -> Finding:
+    want = f"{pool.efa_devices} EFA devices"
+    if efa is None:
+        return Finding("efa", False, "no fi_info output", want, "the node did not report")
+    found = len(efa.domains)
+    if found != pool.efa_devices:
+        detail = efa.error or "an EFA device is missing (NCCL would fall back or fail)"
+        return Finding("efa", False, f"{found} EFA devices", want, detail)
+    return Finding("efa", True, f"{found} EFA devices", want)
+
+
+def expected_busbw_gbs(pool: Pool) -> float:
+    """The bus bandwidth a multi-node all-reduce can reach on ``pool``: each node's EFA
+    bandwidth (the catalog's network Gbps) in GB/s."""
+    return pool.itype.network.bandwidth_gbps / 8
+
+
+def judge_nccl(pool: Pool, report: NcclReport) -> Verdict:
+    """The pool's all_reduce_perf run: the largest message's bus bandwidth against
+    ``NCCL_FLOOR`` of what EFA can carry, and no wrong results."""
+    verdict = Verdict(f"nccl all-reduce ({pool.name})", pool.name)
+    largest = report.largest
+    if largest is None:
+        detail = report.errors[0] if report.errors else "no result table in the output"
+        verdict.findings.append(Finding("nccl", False, "no result", "a result table", detail))
+        return verdict
+    wrong = sum(r.wrong for r in report.rows)
+    if wrong:
+        verdict.findings.append(
+            Finding("nccl", False, f"{wrong} wrong values", "0", "data corruption: a GPU or link")
+        )
+    figure = f"{largest.busbw_gbs:.1f} GB/s at {largest.size_bytes / 2**30:g} GiB"
+    nodes = len(report.hosts)
+    if nodes < 2:
+        verdict.findings.append(
+            Finding("nccl", None, figure, "", "one node: NVLink only, EFA not exercised")
+        )
+        return verdict
+    floor = NCCL_FLOOR * expected_busbw_gbs(pool)
+    passed = largest.busbw_gbs >= floor
+    detail = f"{nodes} nodes, {report.ranks} ranks"
+    if not passed:
+        detail += "; NCCL may not be on EFA (NCCL_DEBUG=INFO says which transport it chose)"
+    want = f">= {floor:.0f} GB/s ({NCCL_FLOOR:.0%} of EFA's {expected_busbw_gbs(pool):.0f})"
+    verdict.findings.append(Finding("nccl", passed, figure, want, detail))
+    return verdict

@@ -1,0 +1,94 @@
+"""A results folder gathered on the nodes, and the whole check's report.
+
+Layout (what slurm/lib/node-check.sh writes for its node, and an all_reduce_perf log per
+pool)::
+
+    DIR/nodes/NODE/pool              the pool (Slurm queue, EKS node group) the node is in
+    DIR/nodes/NODE/nvidia-smi.csv    nvidia-smi --query-gpu=... --format=csv,noheader,nounits
+    DIR/nodes/NODE/dcgmi-diag.json   dcgmi diag -r 2 -j
+    DIR/nodes/NODE/fi_info.txt       fi_info -p efa -t FI_EP_RDM
+    DIR/nccl/POOL.txt                all_reduce_perf's output across the pool's nodes
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.check import outputs
+from provisioner.check.judge import Finding, Verdict, judge_nccl, judge_node
+from provisioner.render.context import ClusterContext
+
+
+@dataclass
+class CheckReport:
+    """Every node's and pool's verdict, and which nodes did not report."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    #: pool -> (nodes that reported, nodes the spec has)
+    coverage: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(v.ok for v in self.verdicts)
+
+    def as_data(self) -> dict[str, Any]:
+        """The report for --json (CI reads ``ok`` and each failed node)."""
+        return {
+            "ok": self.ok,
+            "pools": {p: {"reported": r, "nodes": n} for p, (r, n) in self.coverage.items()},
+            "verdicts": [
+                {
+                    "subject": v.subject,
+                    "pool": v.pool,
+                    "ok": v.ok,
+                    "findings": [f.__dict__ for f in v.findings],
+                }
+                for v in self.verdicts
+            ],
+        }
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text(errors="replace") if path.is_file() else None
+
+
+def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
+    """Judge every node and NCCL log under ``folder`` against the spec's pools."""
+    pools = {p.name: p for p in context.pools}
+    report = CheckReport()
+    reported = dict.fromkeys(pools, 0)
+    nodes = sorted(p for p in (folder / "nodes").glob("*") if p.is_dir())
+    for node in nodes:
+        pool_name = (_read(node / "pool") or "").strip()
+        pool = pools.get(pool_name)
+        if pool is None:
+            verdict = Verdict(node.name, pool_name or "?")
+            known = ", ".join(pools)
+            verdict.findings.append(
+                Finding("pool", False, pool_name or "none", known, "not a pool of this spec")
+            )
+            report.verdicts.append(verdict)
+            continue
+        reported[pool.name] += 1
+        smi, diag, efa = (
+            _read(node / "nvidia-smi.csv"),
+            _read(node / "dcgmi-diag.json"),
+            _read(node / "fi_info.txt"),
+        )
+        report.verdicts.append(
+            judge_node(
+                node.name,
+                pool,
+                outputs.parse_nvidia_smi(smi) if smi is not None else None,
+                outputs.parse_dcgm_diag(diag) if diag is not None else None,
+                outputs.parse_fi_info(efa) if efa is not None else None,
+            )
+        )
+    for name, pool in pools.items():
+        log = _read(folder / "nccl" / f"{name}.txt")
+        if log is not None:
+            report.verdicts.append(judge_nccl(pool, outputs.parse_nccl(log)))
+        report.coverage[name] = (reported[name], pool.count)
+    return report

@@ -1,0 +1,271 @@
+"""`fmctl check`: the node tools' outputs (recorded, healthy and broken) parsed and judged
+against the catalog, the results folder node-check.sh writes, and the command's verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from provisioner.catalog import load_catalog
+from provisioner.check import outputs
+from provisioner.check.judge import NCCL_FLOOR, expected_busbw_gbs, judge_nccl, judge_node
+from provisioner.render.context import ClusterContext, PoolContext, build_context
+from tests.conftest import ROOT, validate_text
+
+DATA = ROOT / "tests/data/check"
+P5_SPEC = ROOT / "examples/p5-slurm-capacity-block.yaml"
+
+
+def _data(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def _context() -> ClusterContext:
+    validation = validate_text(P5_SPEC.read_text())
+    assert validation.ok and validation.resolved is not None
+    return build_context(validation.resolved, load_catalog())
+
+
+@pytest.fixture(scope="module")
+def pool() -> PoolContext:
+    found = _context().pools[0]
+    assert found.name == "train" and found.gpus == 8 and found.efa_devices == 32
+    return found
+
+
+# -- parsers -----------------------------------------------------------------------------
+
+
+def test_nvidia_smi() -> None:
+    healthy = outputs.parse_nvidia_smi(_data("nvidia-smi-healthy.csv"))
+    assert [g.index for g in healthy.gpus] == list(range(8)) and healthy.errors == []
+    assert healthy.gpus[0].name == "NVIDIA H100 80GB HBM3" and healthy.gpus[0].memory_mib == 81559
+    lost = outputs.parse_nvidia_smi(_data("nvidia-smi-lost-gpu.csv"))
+    assert len(lost.gpus) == 7 and outputs.LOST.search(lost.errors[0])
+    ecc = outputs.parse_nvidia_smi(_data("nvidia-smi-ecc.csv"))
+    assert {g.index: g.ecc_uncorrected for g in ecc.gpus if g.ecc_uncorrected} == {5: 2}
+    none = outputs.parse_nvidia_smi(_data("nvidia-smi-no-driver.csv"))
+    assert none.gpus == [] and "NVIDIA-SMI has failed" in none.errors[0]
+
+
+def test_dcgm_diag_both_layouts() -> None:
+    healthy = outputs.parse_dcgm_diag(_data("dcgmi-diag-healthy.json"))
+    assert healthy.error is None and len(healthy.results) == 9 + 16 and healthy.failed() == []
+    failed = outputs.parse_dcgm_diag(_data("dcgmi-diag-memory-fail.json")).failed()
+    assert [(r.test, r.gpu) for r in failed] == [("GPU Memory", 3)]
+    assert "double-bit ECC" in failed[0].message
+    warned = outputs.parse_dcgm_diag(_data("dcgmi-diag-row-remap-warn.json"))
+    assert warned.failed() == [] and "row remaps" in warned.warned()[0].message
+    v4 = outputs.parse_dcgm_diag(_data("dcgmi-diag-v4-memory-fail.json")).failed()
+    assert [(r.test, r.gpu) for r in v4] == [("memory", 6)]
+    down = outputs.parse_dcgm_diag(_data("dcgmi-diag-hostengine-down.json"))
+    assert down.results == [] and down.error and "host engine" in down.error.lower()
+
+
+def test_fi_info() -> None:
+    assert len(outputs.parse_fi_info(_data("fi_info-p5-healthy.txt")).domains) == 32
+    assert len(outputs.parse_fi_info(_data("fi_info-p5-one-missing.txt")).domains) == 31
+    none = outputs.parse_fi_info(_data("fi_info-no-efa.txt"))
+    assert none.domains == [] and none.error == "fi_getinfo: -61 (No data available)"
+
+
+def test_nccl() -> None:
+    healthy = outputs.parse_nccl(_data("nccl-p5-2nodes-healthy.txt"))
+    assert healthy.ranks == 16 and healthy.hosts == ["ip-10-1-32-11", "ip-10-1-32-57"]
+    largest = healthy.largest
+    assert largest is not None and largest.size_bytes == 16 * 2**30
+    assert largest.busbw_gbs == pytest.approx(362.0) and largest.wrong == 0
+    assert healthy.avg_busbw_gbs is not None and healthy.avg_busbw_gbs < largest.busbw_gbs
+    wrong = outputs.parse_nccl(_data("nccl-p5-2nodes-wrong.txt"))
+    assert sum(r.wrong for r in wrong.rows) == 1024
+    assert outputs.parse_nccl("srun: error: task 3 launch failed\n").largest is None
+
+
+# -- verdicts ----------------------------------------------------------------------------
+
+
+def _node(pool: PoolContext, smi: str, diag: str, efa: str) -> list[tuple[str, bool | None]]:
+    verdict = judge_node(
+        "train-st-p5-1",
+        pool,
+        outputs.parse_nvidia_smi(_data(smi)),
+        outputs.parse_dcgm_diag(_data(diag)),
+        outputs.parse_fi_info(_data(efa)),
+    )
+    return [(f.check, f.ok) for f in verdict.findings]
+
+
+def test_a_healthy_node_passes(pool: PoolContext) -> None:
+    found = _node(
+        pool, "nvidia-smi-healthy.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt"
+    )
+    assert found == [("gpus", True), ("dcgm", True), ("efa", True)]
+    # A warning is shown, not failed.
+    warned = _node(
+        pool, "nvidia-smi-healthy.csv", "dcgmi-diag-row-remap-warn.json", "fi_info-p5-healthy.txt"
+    )
+    assert warned == [("gpus", True), ("dcgm", True), ("efa", True)]
+
+
+@pytest.mark.parametrize(
+    ("smi", "diag", "efa", "failing"),
+    [
+        ("nvidia-smi-lost-gpu.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt", "gpus"),
+        ("nvidia-smi-ecc.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt", "gpus"),
+        ("nvidia-smi-no-driver.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt", "gpus"),
+        # H200s where the catalog says H100 (the wrong instance type, or a mislabelled pool).
+        ("nvidia-smi-p5en.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt", "gpus"),
+        ("nvidia-smi-healthy.csv", "dcgmi-diag-memory-fail.json", "fi_info-p5-healthy.txt", "dcgm"),
+        (
+            "nvidia-smi-healthy.csv",
+            "dcgmi-diag-v4-memory-fail.json",
+            "fi_info-p5-healthy.txt",
+            "dcgm",
+        ),
+        (
+            "nvidia-smi-healthy.csv",
+            "dcgmi-diag-hostengine-down.json",
+            "fi_info-p5-healthy.txt",
+            "dcgm",
+        ),
+        ("nvidia-smi-healthy.csv", "dcgmi-diag-healthy.json", "fi_info-p5-one-missing.txt", "efa"),
+        ("nvidia-smi-healthy.csv", "dcgmi-diag-healthy.json", "fi_info-no-efa.txt", "efa"),
+    ],
+)
+def test_a_broken_node_fails_on_what_is_broken(
+    pool: PoolContext, smi: str, diag: str, efa: str, failing: str
+) -> None:
+    found = dict(_node(pool, smi, diag, efa))
+    assert found.pop(failing) is False
+    assert all(ok is not False for ok in found.values()), found
+
+
+def test_nccl_against_the_efa_bandwidth(pool: PoolContext) -> None:
+    # p5.48xlarge: 3,200 Gbps of EFA = 400 GB/s; a healthy 2-node all-reduce reaches ~360.
+    assert expected_busbw_gbs(pool) == 400.0
+    healthy = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-healthy.txt")))
+    assert healthy.ok and healthy.findings[0].ok is True
+    sockets = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-sockets.txt")))
+    assert not sockets.ok and f">= {NCCL_FLOOR * 400:.0f} GB/s" in sockets.findings[0].expected
+    assert "NCCL_DEBUG=INFO" in sockets.findings[0].detail
+    one = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-1node.txt")))
+    assert one.ok and one.findings[0].ok is None and "EFA not exercised" in one.findings[0].detail
+    wrong = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-wrong.txt")))
+    assert not wrong.ok and "corruption" in wrong.failed()[0].detail
+
+
+# -- the results folder and the command --------------------------------------------------
+
+
+def _fake_tools(bin_dir: Path, smi: str, diag: str, efa: str) -> None:
+    """nvidia-smi, dcgmi and fi_info that print recorded outputs."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for tool, name in (("nvidia-smi", smi), ("dcgmi", diag), ("fi_info", efa)):
+        script = bin_dir / tool
+        script.write_text(f"#!/bin/sh\ncat '{DATA / name}'\n")
+        script.chmod(0o755)
+
+
+def _gather(folder: Path, tmp: Path, node: str, files: tuple[str, str, str]) -> None:
+    """Run the real node-check.sh as node ``node`` with fake tools on PATH."""
+    bin_dir = tmp / f"bin-{node}"
+    _fake_tools(bin_dir, *files)
+    hostname = bin_dir / "hostname"
+    hostname.write_text(f"#!/bin/sh\necho {node}\n")
+    hostname.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    script = ROOT / "slurm/lib/node-check.sh"
+    done = subprocess.run(
+        ["bash", str(script), str(folder), "train"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+HEALTHY = ("nvidia-smi-healthy.csv", "dcgmi-diag-healthy.json", "fi_info-p5-healthy.txt")
+
+
+def _fmctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "provisioner", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+
+
+def test_node_check_script_asks_nvidia_smi_for_the_parsed_fields() -> None:
+    text = (ROOT / "slurm/lib/node-check.sh").read_text()
+    asked = re.search(r"--query-gpu=(\S+)", text)
+    assert asked is not None and asked.group(1) == ",".join(outputs.NVIDIA_SMI_FIELDS)
+
+
+def test_check_a_healthy_cluster(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    for node in ("train-st-p5-1", "train-st-p5-2"):
+        _gather(folder, tmp_path, node, HEALTHY)
+    (folder / "nccl").mkdir()
+    shutil.copy(DATA / "nccl-p5-2nodes-healthy.txt", folder / "nccl/train.txt")
+    done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 passed, 0 failed: fit for a training run" in done.stdout
+    # 2 of the spec's 16 nodes reported: said, not failed.
+    assert "pool train: 2 of 16 nodes reported" in done.stdout
+
+
+def test_check_names_the_broken_node_and_what_to_do(tmp_path: Path) -> None:
+    folder = tmp_path / "results"
+    _gather(folder, tmp_path, "train-st-p5-1", HEALTHY)
+    broken = ("nvidia-smi-lost-gpu.csv", "dcgmi-diag-healthy.json", "fi_info-p5-one-missing.txt")
+    _gather(folder, tmp_path, "train-st-p5-2", broken)
+    done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "error: train-st-p5-2: gpus: 7 GPUs, expected 8 x H100: GPU lost" in done.stderr
+    assert "error: train-st-p5-2: efa: 31 EFA devices, expected 32 EFA devices" in done.stderr
+    assert "scontrol update nodename=train-st-p5-2 state=drain" in done.stderr
+    assert "train-st-p5-1" not in done.stderr and "Traceback" not in done.stderr
+    as_json = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder), "-o", "json")
+    data = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and data["ok"] is False
+    assert [v["subject"] for v in data["verdicts"] if not v["ok"]] == ["train-st-p5-2"]
+
+
+def test_check_refuses_a_folder_that_is_not_results(tmp_path: Path) -> None:
+    done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(tmp_path))
+    assert done.returncode == 1 and "no nodes/ folder of results" in done.stderr
+    assert "Traceback" not in done.stderr
+    (tmp_path / "nodes/stray").mkdir(parents=True)
+    (tmp_path / "nodes/stray/pool").write_text("inference\n")
+    done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(tmp_path))
+    assert done.returncode == 1 and "not a pool of this spec" in done.stderr
+
+
+def test_the_verdicts_follow_the_spec_not_the_outputs() -> None:
+    """The p5en pool expects H200s and 16 EFA devices: the p5 outputs fail there."""
+    text = (ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text()
+    validation = validate_text(text)
+    assert validation.resolved is not None
+    p5en = build_context(validation.resolved, load_catalog()).pools[0]
+    good = judge_node(
+        "ip-10-1-1-1",
+        p5en,
+        outputs.parse_nvidia_smi(_data("nvidia-smi-p5en.csv")),
+        outputs.parse_dcgm_diag(_data("dcgmi-diag-healthy.json")),
+        outputs.parse_fi_info(_data("fi_info-p5en-healthy.txt")),
+    )
+    assert good.ok
+    wrong = judge_node(
+        "ip-10-1-1-2",
+        p5en,
+        outputs.parse_nvidia_smi(_data("nvidia-smi-healthy.csv")),
+        outputs.parse_dcgm_diag(_data("dcgmi-diag-healthy.json")),
+        outputs.parse_fi_info(_data("fi_info-p5-healthy.txt")),
+    )
+    assert {f.check for f in wrong.failed()} == {"gpus", "efa"}
