@@ -28,6 +28,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # EKS Pod Identity: the FSx CSI controller's service account (dynamic provisioning);
     # an inline policy scoped to what the driver calls (AmazonFSxFullAccess is far wider).
     "fsx-csi": ("pods.eks.amazonaws.com", ()),
+    # Prometheus on EKS remote-writing to Amazon Managed Service for Prometheus; its inline
+    # policy names the spec's workspace (``amp_write_policy``).
+    "prometheus-amp": ("pods.eks.amazonaws.com", ()),
 }
 #: Inline policies, by role: named actions only, never "*".
 INLINE: dict[str, dict[str, Any]] = {
@@ -70,6 +73,23 @@ INLINE: dict[str, dict[str, Any]] = {
         ],
     }
 }
+
+
+def amp_write_policy(workspace_arn: str) -> dict[str, Any]:
+    """aps:RemoteWrite on one workspace: all Prometheus needs to send samples."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "RemoteWrite",
+                "Effect": "Allow",
+                "Action": ["aps:RemoteWrite"],
+                "Resource": workspace_arn,
+            }
+        ],
+    }
+
+
 #: Pod Identity assumes roles with session tags.
 TAG_SESSION_SERVICES = ("pods.eks.amazonaws.com",)
 
@@ -164,7 +184,8 @@ class Role:
         for policy in policies:
             if policy not in attached:
                 iam.attach_role_policy(RoleName=name, PolicyArn=f"arn:aws:iam::aws:policy/{policy}")
-        inline = INLINE.get(node.params["role"])
+        # The plan's policy for this role when it depends on the spec, else the fixed one.
+        inline = node.params.get("inline") or INLINE.get(node.params["role"])
         if inline is not None:  # put again on every `up`: restores a policy edited by hand
             iam.put_role_policy(
                 RoleName=name,

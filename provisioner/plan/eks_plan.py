@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from provisioner.drivers.iam import amp_write_policy
 from provisioner.plan.eks import ADDONS, ADMIN_POLICY, FSX_CSI_ACCOUNT
 from provisioner.plan.graph import Node
 from provisioner.plan.kube_stack import PoolCheck
@@ -112,9 +113,31 @@ def eks_nodes(
             params.update(role="iam/fsx-csi", service_account=FSX_CSI_ACCOUNT)
             deps = (*deps, "iam/fsx-csi", "addon/eks-pod-identity-agent")
         add(Node(f"addon/{addon}", "eks-addon", deps, params))
+    if c.amp_workspace_arn:
+        # Prometheus's service account assumes a role that may write to the workspace: made
+        # before the stack, so Prometheus starts with credentials.
+        add(
+            Node(
+                "iam/prometheus-amp",
+                "iam-role",
+                params={"role": "prometheus-amp", "inline": amp_write_policy(c.amp_workspace_arn)},
+            )
+        )
+        add(
+            Node(
+                "pod-identity/prometheus",
+                "eks-pod-identity",
+                ("eks", "iam/prometheus-amp", "addon/eks-pod-identity-agent"),
+                {
+                    "namespace": "monitoring",
+                    "service_account": "prometheus",
+                    "role": "iam/prometheus-amp",
+                },
+            )
+        )
     pools = [PoolCheck(p.name, p.count, p.gpus, p.efa_devices if p.efa else 0) for p in c.pools]
     stack_deps = (
-        *sorted(n for n in out if n.startswith(("nodegroup/", "addon/"))),
+        *sorted(n for n in out if n.startswith(("nodegroup/", "addon/", "pod-identity/"))),
         "access/admin",
         *_present(nodes, "fsx", "sg/fsx"),
     )

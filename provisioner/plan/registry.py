@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from provisioner.drivers.kinds import all_kinds as infra_kinds
 from provisioner.plan.eks import AccessEntry, EksCluster, KmsKey, Sweep
+from provisioner.plan.eks_identity import PodIdentity
 from provisioner.plan.eks_nodes import Addon, Nodegroup
 from provisioner.plan.eks_nodes import LaunchTemplate as EksLaunchTemplate
 from provisioner.plan.graph import Kind
@@ -24,6 +25,7 @@ def all_kinds() -> dict[str, Kind]:
         EksLaunchTemplate(),
         Nodegroup(),
         Addon(),
+        PodIdentity(),
         KubeStack(),
         Sweep(),
     ]

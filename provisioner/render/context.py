@@ -183,11 +183,30 @@ class ClusterContext:
     grafana: bool
     gpu_metrics: bool
     efa_metrics: bool
+    #: Amazon Managed Service for Prometheus workspace Prometheus remote-writes to, if any.
+    amp_workspace_arn: str | None
     slurm_os: str
     topology_aware: bool
     scaledown_idletime: int
     tags: tuple[tuple[str, str], ...]
     images: images.Images = field(default_factory=images.Images)
+
+    @property
+    def amp_region(self) -> str | None:
+        """The region of the AMP workspace (its ARN's), which signs the remote writes."""
+        return self.amp_workspace_arn.split(":")[3] if self.amp_workspace_arn else None
+
+    @property
+    def amp_remote_write_url(self) -> str | None:
+        """The workspace's remote-write endpoint."""
+        if not self.amp_workspace_arn:
+            return None
+        workspace = self.amp_workspace_arn.rsplit("/", 1)[1]
+        suffix = ".com.cn" if self.amp_workspace_arn.startswith("arn:aws-cn:") else ".com"
+        return (
+            f"https://aps-workspaces.{self.amp_region}.amazonaws{suffix}/workspaces/"
+            f"{workspace}/api/v1/remote_write"
+        )
 
     @property
     def efa_pools(self) -> tuple[PoolContext, ...]:
@@ -290,6 +309,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         grafana=obs.grafana,
         gpu_metrics=obs.gpu_metrics,
         efa_metrics=obs.efa_metrics,
+        amp_workspace_arn=obs.amp_workspace_arn if obs.prometheus else None,
         slurm_os=spec.slurm.os,
         topology_aware=spec.slurm.topology_aware,
         scaledown_idletime=spec.slurm.scaledown_idletime,

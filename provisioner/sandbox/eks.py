@@ -1,5 +1,6 @@
-"""Amazon EKS for the sandbox: clusters, managed node groups, add-ons and access entries,
-with their lifecycles, and a Kubernetes API per cluster (``sandbox.kube``).
+"""Amazon EKS for the sandbox: clusters, managed node groups, add-ons, access entries and
+Pod Identity associations (``sandbox.eks_identity``), with their lifecycles, and a
+Kubernetes API per cluster (``sandbox.kube``).
 
 moto has EKS clusters and node groups but they are ACTIVE at once, drop ``accessConfig``, and
 moto has no add-ons, add-on versions or access entries (FACTS.md). A lifecycle that takes no
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.eks_identity import HANDLERS as IDENTITY_HANDLERS
 from provisioner.sandbox.eks_model import (
     ACCOUNT,
     ADDONS,
@@ -61,6 +63,8 @@ class Eks:
     nodegroups: dict[tuple[str, str, str], Item] = field(default_factory=dict)
     addons: dict[tuple[str, str, str], Item] = field(default_factory=dict)
     access: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: Pod Identity associations, by (region, cluster, association id).
+    identities: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
     def handles(self, call: p.Call) -> bool:
         """True for an EKS REST call."""
@@ -238,6 +242,8 @@ def _delete_cluster(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any
             del s.addons[key]
         for key in [k for k in s.access if k[:2] == (call.region, name)]:
             del s.access[key]
+        for key in [k for k in s.identities if k[:2] == (call.region, name)]:
+            del s.identities[key]
     return {"cluster": item.data}
 
 
@@ -247,6 +253,7 @@ _HANDLERS: dict[str, Any] = {
     "DescribeCluster": _describe_cluster,
     "DeleteCluster": _delete_cluster,
     **PART_HANDLERS,
+    **IDENTITY_HANDLERS,
 }
 
 

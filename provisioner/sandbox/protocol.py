@@ -110,6 +110,11 @@ EKS_ROUTES = [
         ("DELETE", "/clusters/{}/access-entries/{}", "DeleteAccessEntry"),
         ("POST", "/clusters/{}/access-entries/{}/access-policies", "AssociateAccessPolicy"),
         ("GET", "/clusters/{}/access-entries/{}/access-policies", "ListAssociatedAccessPolicies"),
+        ("POST", "/clusters/{}/pod-identity-associations", "CreatePodIdentityAssociation"),
+        ("GET", "/clusters/{}/pod-identity-associations", "ListPodIdentityAssociations"),
+        ("GET", "/clusters/{}/pod-identity-associations/{}", "DescribePodIdentityAssociation"),
+        ("POST", "/clusters/{}/pod-identity-associations/{}", "UpdatePodIdentityAssociation"),
+        ("DELETE", "/clusters/{}/pod-identity-associations/{}", "DeletePodIdentityAssociation"),
     )
 ]
 

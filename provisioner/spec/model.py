@@ -185,6 +185,11 @@ class Observability(SpecModel):
     grafana: bool = True
     gpu_metrics: bool = True
     efa_metrics: bool = True
+    amp_workspace_arn: str | None = Field(
+        None,
+        description="Amazon Managed Service for Prometheus workspace (ARN) the cluster's "
+        "Prometheus also remote-writes to, for history that outlives the cluster.",
+    )
 
 
 class KubernetesSettings(SpecModel):

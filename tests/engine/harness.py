@@ -168,7 +168,8 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
 
 
 def _eks_leftovers(aws: Aws, name: str) -> list[str]:
-    """The EKS cluster (with its node groups and add-ons) and usable KMS keys tagged as the
+    """The EKS cluster (with its node groups, add-ons and Pod Identity associations) and usable
+    KMS keys tagged as the
     cluster's; a key pending deletion is gone as far as billing and use go."""
     left: list[str] = []
     eks = aws.client("eks")
@@ -176,6 +177,10 @@ def _eks_leftovers(aws: Aws, name: str) -> list[str]:
         left.append(f"eks:{name}")
         left += [f"nodegroup:{g}" for g in eks.list_nodegroups(clusterName=name)["nodegroups"]]
         left += [f"addon:{a}" for a in eks.list_addons(clusterName=name)["addons"]]
+        left += [
+            f"pod-identity:{a['associationId']}"
+            for a in eks.list_pod_identity_associations(clusterName=name)["associations"]
+        ]
     kms = aws.client("kms")
     tagged = aws.client("resourcegroupstaggingapi").get_resources(
         TagFilters=[{"Key": OWNER_TAG, "Values": [name]}], ResourceTypeFilters=["kms:key"]

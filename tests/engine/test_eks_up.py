@@ -377,3 +377,54 @@ def test_down_when_the_kubernetes_api_cannot_be_reached(sandbox: Sandbox, tmp_pa
     assert f"elbv2.k8s.aws/cluster={name}" in skipped.stdout
     assert not [r for r in sandbox.requests()[before:] if r["service"] == "kubernetes"]
     assert raw_leftovers(sandbox, name, region) == []
+
+
+AMP_WORKSPACE = (
+    "arn:aws:aps:us-west-2:123456789012:workspace/ws-0f1e2d3c-4b5a-6978-8a9b-0c1d2e3f4a5b"
+)
+
+
+def test_prometheus_remote_writes_to_amp_with_a_role_of_its_own(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """observability.ampWorkspaceArn: Prometheus's service account gets a Pod Identity role
+    that may only write to that workspace, made before the stack; down removes both."""
+    name = "e2e-eks-amp"
+    spec = spec_file(tmp_path, name, observability={"ampWorkspaceArn": AMP_WORKSPACE})
+    region = region_of(spec)
+    before = len(sandbox.requests())
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    aws = sandbox.aws(region)
+    eks = aws.client("eks")
+    listed = eks.list_pod_identity_associations(clusterName=name)["associations"]
+    assert [(a["namespace"], a["serviceAccount"]) for a in listed] == [("monitoring", "prometheus")]
+    association = eks.describe_pod_identity_association(
+        clusterName=name, associationId=listed[0]["associationId"]
+    )["association"]
+    assert association["tags"][OWNER_TAG] == name
+    role = association["roleArn"].rsplit("/", 1)[1]
+    iam = aws.client("iam")
+    trust = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"] == []
+    (policy,) = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    document = iam.get_role_policy(RoleName=role, PolicyName=policy)["PolicyDocument"]
+    assert [(s["Action"], s["Resource"]) for s in document["Statement"]] == [
+        (["aps:RemoteWrite"], AMP_WORKSPACE)
+    ]
+    # Made before Prometheus was applied, so it starts with credentials.
+    log = sandbox.requests()[before:]
+    made = next(i for i, r in enumerate(log) if r["action"] == "CreatePodIdentityAssociation")
+    applied = [
+        i
+        for i, r in enumerate(log)
+        if r["service"] == "kubernetes" and r["action"].startswith("PATCH")
+    ]
+    assert applied and made < min(applied)
+    # Up again: nothing new, the association is found by its tags.
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert again.returncode == 0 and " 0 created" in again.stdout, again.stdout
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []

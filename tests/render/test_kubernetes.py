@@ -268,3 +268,28 @@ def test_grafana_is_provisioned(example: Path, scheduler: str) -> None:
         for panel in board["panels"]:
             assert panel["datasource"]["uid"] == uid, (name, panel["title"])
             assert all(t["expr"] for t in panel["targets"])
+
+
+@pytest.mark.parametrize(("example", "scheduler"), K8S_CASES, ids=K8S_IDS)
+def test_prometheus_config_and_remote_write(example: Path, scheduler: str) -> None:
+    """With a workspace in the spec Prometheus remote-writes there, signed for the
+    workspace's region; kube-state-metrics' own labels are kept. (Debian's promtool is built
+    without Kubernetes discovery, so it cannot check this config; the Slurm one it checks
+    shares the remote-write block.)"""
+    files = rendered(example, scheduler).files
+    (config,) = [
+        d for _, d in documents(files, "kubernetes/prometheus/") if d["kind"] == "ConfigMap"
+    ]
+    prometheus = yaml.safe_load(config["data"]["prometheus.yml"])
+    workspace = (yaml.safe_load(example.read_text()).get("observability") or {}).get(
+        "ampWorkspaceArn"
+    )
+    if workspace:
+        (write,) = prometheus["remote_write"]
+        assert write["sigv4"] == {"region": workspace.split(":")[3]}
+        suffix = f"/workspaces/{workspace.rsplit('/', 1)[1]}/api/v1/remote_write"
+        assert write["url"].endswith(suffix)
+    else:
+        assert "remote_write" not in prometheus
+    jobs = {j["job_name"]: j for j in prometheus["scrape_configs"]}
+    assert jobs["kube-state-metrics"]["honor_labels"] is True

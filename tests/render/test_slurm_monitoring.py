@@ -52,6 +52,21 @@ def test_prometheus_config_passes_promtool(example: Path, tmp_path: Path) -> Non
     count = sum(len(g["rules"]) for g in yaml.safe_load(rules.read_text())["groups"])
     assert count >= 7 and f"SUCCESS: {count} rules found" in done.stdout + done.stderr
     config = yaml.safe_load(path.read_text())
+    # A workspace in the spec: remote write to it, signed for its region (promtool checked).
+    workspace = (yaml.safe_load(example.read_text()).get("observability") or {}).get(
+        "ampWorkspaceArn"
+    )
+    writes = config.get("remote_write", [])
+    if workspace:
+        region, ws = workspace.split(":")[3], workspace.rsplit("/", 1)[1]
+        assert writes[0]["sigv4"] == {"region": region}
+        assert writes[0]["url"] == (
+            f"https://aps-workspaces.{region}.amazonaws.com/workspaces/{ws}/api/v1/remote_write"
+        )
+        assert "AmazonPrometheusRemoteWriteAccess" in files["parallelcluster/cluster-config.yaml"]
+    else:
+        assert writes == []
+        assert "AmazonPrometheusRemoteWrite" not in files["parallelcluster/cluster-config.yaml"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["slurm"]["static_configs"][0]["targets"] == ["127.0.0.1:9341"]
     for name, port in (("node", 9100), ("dcgm", 9400)):

@@ -103,6 +103,39 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "amp-workspace",
+        "not-an-arn",
+        [(("observability", "ampWorkspaceArn"), "ws-0a1b2c3d")],
+        "observability.ampWorkspaceArn",
+        "error",
+    ),
+    (
+        "amp-workspace",
+        "no-prometheus",
+        [
+            (
+                ("observability", "ampWorkspaceArn"),
+                "arn:aws:aps:us-east-1:123456789012:workspace/ws-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+            ),
+            (("observability", "prometheus"), False),
+            (("observability", "grafana"), False),
+        ],
+        "observability.ampWorkspaceArn",
+        "error",
+    ),
+    (
+        "amp-workspace",
+        "other-region",
+        [
+            (
+                ("observability", "ampWorkspaceArn"),
+                "arn:aws:aps:eu-west-1:123456789012:workspace/ws-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+            )
+        ],
+        "observability.ampWorkspaceArn",
+        "warning",
+    ),
+    (
         "az-region",
         "other-region",
         [(("network", "availabilityZone"), "us-west-2a")],
@@ -486,6 +519,16 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
                     "secretsKeyArn": "arn:aws:kms:us-east-1:123456789012:key/"
                     "1234abcd-12ab-34cd-56ef-1234567890ab",
                 },
+            )
+        ],
+    ),
+    (
+        "amp-workspace",
+        "same-region",
+        [
+            (
+                ("observability", "ampWorkspaceArn"),
+                "arn:aws:aps:us-east-1:123456789012:workspace/ws-0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
             )
         ],
     ),

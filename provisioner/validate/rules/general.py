@@ -148,3 +148,42 @@ def observability(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             hint="turn prometheus on, or grafana off: its dashboards read Prometheus",
             related=(("observability", "prometheus"),),
         )
+
+
+AMP_WORKSPACE_RE = re.compile(
+    r"^arn:aws(-cn|-us-gov)?:aps:[a-z0-9-]+:\d{12}:workspace/ws-[0-9a-zA-Z-]+$"
+)
+
+
+@rule("amp-workspace")
+def amp_workspace(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Remote write needs a workspace ARN and a Prometheus to write from; another region
+    works, at the price of cross-region traffic."""
+    arn = spec.observability.amp_workspace_arn
+    if arn is None:
+        return
+    where = ("observability", "ampWorkspaceArn")
+    if not AMP_WORKSPACE_RE.match(arn):
+        yield Problem(
+            "amp-workspace",
+            f"{arn!r} is not an Amazon Managed Service for Prometheus workspace ARN",
+            where,
+            hint="arn:aws:aps:REGION:ACCOUNT:workspace/ws-ID (aws amp list-workspaces)",
+        )
+    elif not spec.observability.prometheus:
+        yield Problem(
+            "amp-workspace",
+            "a workspace to remote-write to, but prometheus is off",
+            where,
+            hint="turn prometheus on (it is what writes to the workspace), or drop the ARN",
+            related=(("observability", "prometheus"),),
+        )
+    elif arn.split(":")[3] != spec.metadata.region:
+        yield Problem(
+            "amp-workspace",
+            f"the workspace is in {arn.split(':')[3]}, the cluster in {spec.metadata.region}",
+            where,
+            level="warning",
+            hint="it works, but every sample crosses regions (billed as inter-region traffic); "
+            "a workspace in the cluster's region avoids that",
+        )
