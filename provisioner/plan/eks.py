@@ -9,6 +9,7 @@ cluster, node group or add-on per name) and creates also pass a client request t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -268,6 +269,16 @@ def caller_principal(engine: Engine) -> str:
     return arn
 
 
+def unless_gone(call: Callable[[], Any]) -> Any:
+    """``call()``, or None when EKS answers that what it names does not exist."""
+    try:
+        return call()
+    except Exception as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+
+
 class AccessEntry:
     """An EKS access entry: the node role (EC2_LINUX) or the caller (cluster admin)."""
 
@@ -281,14 +292,12 @@ class AccessEntry:
         return str(engine.output(node.params["principal"], "arn"))
 
     def _describe(self, engine: Engine, principal: str) -> dict[str, Any] | None:
-        try:
-            entry: dict[str, Any] = engine.aws.client("eks").describe_access_entry(
-                clusterName=engine.cluster, principalArn=principal
-            )["accessEntry"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        eks = engine.aws.client("eks")
+        entry: dict[str, Any] | None = unless_gone(
+            lambda: eks.describe_access_entry(clusterName=engine.cluster, principalArn=principal)[
+                "accessEntry"
+            ]
+        )
         return entry
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
@@ -340,13 +349,10 @@ class AccessEntry:
         return out
 
     def delete(self, engine: Engine, found: Found) -> None:
-        try:
-            engine.aws.client("eks").delete_access_entry(
-                clusterName=engine.cluster, principalArn=found.id
-            )
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
+        eks = engine.aws.client("eks")
+        unless_gone(
+            lambda: eks.delete_access_entry(clusterName=engine.cluster, principalArn=found.id)
+        )
 
 
 #: Tags the VPC CNI and the AWS Load Balancer Controller put on what they create.

@@ -8,7 +8,7 @@ from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.plan.context import RESOURCE_TAG, Engine
-from provisioner.plan.eks import EksCluster, ours
+from provisioner.plan.eks import EksCluster, ours, unless_gone
 from provisioner.plan.graph import Found, Node, Outputs
 
 
@@ -20,14 +20,12 @@ class PodIdentity:
     create_seconds, delete_seconds = 2.0, 2.0
 
     def _describe(self, engine: Engine, association: str) -> dict[str, Any] | None:
-        try:
-            item: dict[str, Any] = engine.aws.client("eks").describe_pod_identity_association(
+        eks = engine.aws.client("eks")
+        item: dict[str, Any] | None = unless_gone(
+            lambda: eks.describe_pod_identity_association(
                 clusterName=engine.cluster, associationId=association
             )["association"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        )
         return item
 
     def _listed(self, engine: Engine, **where: str) -> list[dict[str, Any]]:
@@ -91,10 +89,9 @@ class PodIdentity:
         return out
 
     def delete(self, engine: Engine, found: Found) -> None:
-        try:
-            engine.aws.client("eks").delete_pod_identity_association(
+        eks = engine.aws.client("eks")
+        unless_gone(
+            lambda: eks.delete_pod_identity_association(
                 clusterName=engine.cluster, associationId=found.id
             )
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
+        )

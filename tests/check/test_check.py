@@ -15,7 +15,13 @@ import pytest
 
 from provisioner.catalog import load_catalog
 from provisioner.check import outputs
-from provisioner.check.judge import NCCL_FLOOR, expected_busbw_gbs, judge_nccl, judge_node
+from provisioner.check.judge import (
+    NCCL_FLOOR,
+    Verdict,
+    expected_busbw_gbs,
+    judge_nccl,
+    judge_node,
+)
 from provisioner.render.context import ClusterContext, PoolContext, build_context
 from tests.conftest import ROOT, validate_text
 
@@ -91,15 +97,19 @@ def test_nccl() -> None:
 # -- verdicts ----------------------------------------------------------------------------
 
 
-def _node(pool: PoolContext, smi: str, diag: str, efa: str) -> list[tuple[str, bool | None]]:
-    verdict = judge_node(
-        "train-st-p5-1",
+def _verdict(pool: PoolContext, smi: str, diag: str, efa: str) -> Verdict:
+    """One node judged from recorded outputs."""
+    return judge_node(
+        "node-1",
         pool,
         outputs.parse_nvidia_smi(_data(smi)),
         outputs.parse_dcgm_diag(_data(diag)),
         outputs.parse_fi_info(_data(efa)),
     )
-    return [(f.check, f.ok) for f in verdict.findings]
+
+
+def _node(pool: PoolContext, smi: str, diag: str, efa: str) -> list[tuple[str, bool | None]]:
+    return [(f.check, f.ok) for f in _verdict(pool, smi, diag, efa).findings]
 
 
 def test_a_healthy_node_passes(pool: PoolContext) -> None:
@@ -253,19 +263,9 @@ def test_the_verdicts_follow_the_spec_not_the_outputs() -> None:
     validation = validate_text(text)
     assert validation.resolved is not None
     p5en = build_context(validation.resolved, load_catalog()).pools[0]
-    good = judge_node(
-        "ip-10-1-1-1",
-        p5en,
-        outputs.parse_nvidia_smi(_data("nvidia-smi-p5en.csv")),
-        outputs.parse_dcgm_diag(_data("dcgmi-diag-healthy.json")),
-        outputs.parse_fi_info(_data("fi_info-p5en-healthy.txt")),
+    good = _verdict(
+        p5en, "nvidia-smi-p5en.csv", "dcgmi-diag-healthy.json", "fi_info-p5en-healthy.txt"
     )
     assert good.ok
-    wrong = judge_node(
-        "ip-10-1-1-2",
-        p5en,
-        outputs.parse_nvidia_smi(_data("nvidia-smi-healthy.csv")),
-        outputs.parse_dcgm_diag(_data("dcgmi-diag-healthy.json")),
-        outputs.parse_fi_info(_data("fi_info-p5-healthy.txt")),
-    )
+    wrong = _verdict(p5en, *HEALTHY)
     assert {f.check for f in wrong.failed()} == {"gpus", "efa"}
