@@ -208,18 +208,13 @@ class EksCluster:
         key_arn = node.params.get("key_arn") or engine.output("kms/secrets", "arn")
         data["encryptionConfig"] = [{"resources": ["secrets"], "provider": {"keyArn": key_arn}}]
         data["tags"] = engine.tags_for(node.id)
-        try:
-            c = engine.aws.client("eks").create_cluster(
-                **data, clientRequestToken=engine.token(node.id)
-            )["cluster"]
-        except Exception as exc:
-            if error_code(exc) != "ResourceInUseException":
-                raise
-            found = self.discover(engine, node)  # our own create whose answer was lost
-            if found is None:
-                raise
-            return found
-        return self._outputs(c)
+        eks = engine.aws.client("eks")
+        return created_or_found(
+            lambda: self._outputs(
+                eks.create_cluster(**data, clientRequestToken=engine.token(node.id))["cluster"]
+            ),
+            lambda: self.discover(engine, node),
+        )
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         def probe() -> Outputs | None:
@@ -267,6 +262,21 @@ def caller_principal(engine: Engine) -> str:
         head, rest = arn.split(":assumed-role/", 1)
         return f"{head.replace(':sts:', ':iam:')}:role/{rest.split('/', 1)[0]}"
     return arn
+
+
+def created_or_found(create: Callable[[], Outputs], find: Callable[[], Outputs | None]) -> Outputs:
+    """``create()``; when EKS answers that it exists already, what ``find()`` finds: our own
+    create whose answer was lost (the client token makes a retry the same request, but a
+    re-run of `up` after a crash is a new one). Nothing found: the conflict stands."""
+    try:
+        return create()
+    except Exception as exc:
+        if error_code(exc) != "ResourceInUseException":
+            raise
+        found = find()
+        if found is None:
+            raise
+        return found
 
 
 def unless_gone(call: Callable[[], Any]) -> Any:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.drivers.aws import error_code
 from provisioner.plan.context import RESOURCE_TAG, Engine
-from provisioner.plan.eks import EksCluster, ours, unless_gone
+from provisioner.plan.eks import EksCluster, created_or_found, ours, unless_gone
 from provisioner.plan.graph import Found, Node, Outputs
 
 
@@ -55,8 +54,10 @@ class PodIdentity:
         return None
 
     def create(self, engine: Engine, node: Node) -> Outputs:
-        try:
-            item = engine.aws.client("eks").create_pod_identity_association(
+        eks = engine.aws.client("eks")
+
+        def create() -> Outputs:
+            item = eks.create_pod_identity_association(
                 clusterName=engine.cluster,
                 namespace=node.params["namespace"],
                 serviceAccount=node.params["service_account"],
@@ -64,15 +65,9 @@ class PodIdentity:
                 tags=engine.tags_for(node.id),
                 clientRequestToken=engine.token(node.id),
             )["association"]
-        except Exception as exc:
-            # A lost answer to a create that did go through: find what it made.
-            if error_code(exc) != "ResourceInUseException":
-                raise
-            found = self.discover(engine, node)
-            if found is None:
-                raise
-            return found
-        return {"id": item["associationId"]}
+            return {"id": item["associationId"]}
+
+        return created_or_found(create, lambda: self.discover(engine, node))
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         return outputs

@@ -9,7 +9,7 @@ from typing import Any
 from provisioner.drivers.aws import error_code
 from provisioner.drivers.ec2_base import Ec2Kind, is_gone
 from provisioner.plan.context import RESOURCE_TAG, Engine
-from provisioner.plan.eks import EksCluster, EksFailed, filled, issues, ours
+from provisioner.plan.eks import EksCluster, EksFailed, created_or_found, filled, issues, ours
 from provisioner.plan.graph import Found, Node, Outputs
 
 
@@ -147,18 +147,13 @@ class Nodegroup(ClusterPart):
     def create(self, engine: Engine, node: Node) -> Outputs:
         data = filled(engine, node.params["text"])
         data["tags"] = engine.tags_for(node.id)
-        try:
-            ng = engine.aws.client("eks").create_nodegroup(
-                **data, clientRequestToken=engine.token(node.id)
-            )["nodegroup"]
-        except Exception as exc:
-            if error_code(exc) != "ResourceInUseException":
-                raise
-            found = self.discover(engine, node)
-            if found is None:
-                raise
-            return found
-        return {"id": ng["nodegroupName"], "status": ng["status"]}
+        eks = engine.aws.client("eks")
+
+        def create() -> Outputs:
+            ng = eks.create_nodegroup(**data, clientRequestToken=engine.token(node.id))
+            return {"id": ng["nodegroup"]["nodegroupName"], "status": ng["nodegroup"]["status"]}
+
+        return created_or_found(create, lambda: self.discover(engine, node))
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         group = node.params["group"]
