@@ -15,6 +15,9 @@ from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load
 if TYPE_CHECKING:
     from provisioner.check.results import CheckReport
 
+#: Checks that fail on a node itself: draining it is the remedy.
+NODE_CHECKS = ("gpus", "dcgm", "efa")
+
 
 @click.command("check", cls=GuardedCommand)
 @click.option("-f", "--file", "path", required=True, help="The cluster spec (YAML).")
@@ -74,9 +77,9 @@ def _print(report: CheckReport, scheduler: str) -> None:
                 f"{finding.expected}" + (f": {finding.detail}" if finding.detail else ""),
                 err=True,
             )
-        if not verdict.subject.startswith("nccl"):
-            hint = _drain(verdict.subject, verdict.failed()[0].check, scheduler)
-            click.echo(f"hint: {hint}", err=True)
+        first = verdict.failed()[0].check
+        if first in NODE_CHECKS:  # a node's own fault (not a pool's NCCL run, not a stray folder)
+            click.echo(f"hint: {_drain(verdict.subject, first, scheduler)}", err=True)
     click.echo(
         f"{len(report.verdicts) - len(failed)} passed, {len(failed)} failed"
         + ("" if failed else ": fit for a training run")

@@ -4,37 +4,66 @@ groups and add-ons, each from what ``render`` wrote under ``aws/`` (see ``plan.e
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.drivers.ec2_base import Ec2Kind, is_gone
 from provisioner.plan.context import RESOURCE_TAG, Engine
-from provisioner.plan.eks import EksCluster, EksFailed, created_or_found, filled, issues, ours
+from provisioner.plan.eks import (
+    EksCluster,
+    EksFailed,
+    created_or_found,
+    filled,
+    issues,
+    ours,
+    unless_gone,
+)
 from provisioner.plan.graph import Found, Node, Outputs
 
 
 class ClusterPart:
-    """What node groups and add-ons share: looked up by name in the cluster, found by their
-    tags, deleted and waited for. ``api`` is (resource, name parameter, list key) in EKS's
-    API: describe_RESOURCE / list_LISTKEY / delete_RESOURCE."""
+    """What node groups and add-ons share: looked up by name in the cluster, waited for until
+    ACTIVE, found by their tags, deleted and waited for. ``api`` is (resource, name
+    parameter, list key) in EKS's API: describe_RESOURCE / list_LISTKEY / delete_RESOURCE."""
 
     name = ""
     api: tuple[str, str, str] = ("", "", "")
     what = ""
+    create_seconds = 0.0
     delete_seconds = 0.0
     delete_timeout = 0.0
 
     def _describe(self, engine: Engine, part: str) -> dict[str, Any] | None:
         resource, key, _ = self.api
-        try:
-            item: dict[str, Any] = getattr(engine.aws.client("eks"), f"describe_{resource}")(
-                clusterName=engine.cluster, **{key: part}
-            )[resource]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        describe = getattr(engine.aws.client("eks"), f"describe_{resource}")
+        item: dict[str, Any] | None = unless_gone(
+            lambda: describe(clusterName=engine.cluster, **{key: part})[resource]
+        )
         return item
+
+    def _wait_active(
+        self,
+        engine: Engine,
+        node: Node,
+        part: str,
+        outputs: Callable[[dict[str, Any]], Outputs],
+        timeout: float,
+    ) -> Outputs:
+        """Wait until ``part`` is ACTIVE (its ``outputs`` then); failed or gone is an error."""
+
+        def probe() -> Outputs | None:
+            item = self._describe(engine, part)
+            if item is None:
+                raise EksFailed(f"{self.what} {part} disappeared while creating")
+            if item["status"] in ("CREATE_FAILED", "DEGRADED"):
+                raise EksFailed(f"{self.what} {part} is {item['status']}: {issues(item)}")
+            return outputs(item) if item["status"] == "ACTIVE" else None
+
+        result: Outputs = engine.wait_until(
+            f"{self.what} {part} to be ACTIVE", probe, self.create_seconds, timeout, node.id
+        )
+        return result
 
     def find_all(self, engine: Engine) -> list[Found]:
         """The cluster's parts carrying its tag (none when the cluster is not fmctl's)."""
@@ -157,21 +186,17 @@ class Nodegroup(ClusterPart):
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         group = node.params["group"]
-
-        def probe() -> Outputs | None:
-            ng = self._describe(engine, group)
-            if ng is None:
-                raise EksFailed(f"node group {group} disappeared while creating")
-            if ng["status"] in ("CREATE_FAILED", "DEGRADED"):
-                raise EksFailed(f"node group {group} is {ng['status']}: {issues(ng)}")
-            if ng["status"] != "ACTIVE":
-                return None
-            return {"id": group, "status": "ACTIVE", "desired": ng["scalingConfig"]["desiredSize"]}
-
-        result: Outputs = engine.wait_until(
-            f"node group {group} to be ACTIVE", probe, self.create_seconds, 3600, node.id
+        return self._wait_active(
+            engine,
+            node,
+            group,
+            lambda ng: {
+                "id": group,
+                "status": "ACTIVE",
+                "desired": ng["scalingConfig"]["desiredSize"],
+            },
+            3600,
         )
-        return result
 
 
 class Addon(ClusterPart):
@@ -235,18 +260,6 @@ class Addon(ClusterPart):
 
     def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
         addon = node.params["addon"]
-
-        def probe() -> Outputs | None:
-            item = self._describe(engine, addon)
-            if item is None:
-                raise EksFailed(f"add-on {addon} disappeared while creating")
-            if item["status"] in ("CREATE_FAILED", "DEGRADED"):
-                raise EksFailed(f"add-on {addon} is {item['status']}: {issues(item)}")
-            if item["status"] != "ACTIVE":
-                return None
-            return {"id": addon, "version": item["addonVersion"]}
-
-        result: Outputs = engine.wait_until(
-            f"add-on {addon} to be ACTIVE", probe, self.create_seconds, 1200, node.id
+        return self._wait_active(
+            engine, node, addon, lambda item: {"id": addon, "version": item["addonVersion"]}, 1200
         )
-        return result

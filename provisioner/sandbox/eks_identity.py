@@ -32,8 +32,8 @@ def _create(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     q, region = call.params, call.region
     s._cluster(region, cluster)
     token = q.get("clientRequestToken")
-    for item in s.identities.values():
-        if item["clusterName"] != cluster:
+    for (where, name, _), item in s.identities.items():
+        if (where, name) != (region, cluster):
             continue
         if token and item.get("_token") == token:  # a retried create: the same association
             return {"association": _public(item)}
