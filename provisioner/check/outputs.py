@@ -201,13 +201,26 @@ class NcclReport:
 
 _RANK = re.compile(r"#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
+#: The Kubernetes job's all-reduce (templates/kubernetes/nccl-test): its header and rows.
+_TORCH_HEAD = re.compile(r"^# nccl-allreduce ranks=(\d+) nodes=(\S+)")
+_TORCH_ROW = re.compile(r"^size=(\d+) time_us=([0-9.]+) busbw_GBps=([0-9.]+)")
 
 
 def parse_nccl(text: str) -> NcclReport:
     """nccl-tests' table: size count type redop root time algbw busbw #wrong (out of place),
-    then the same in place."""
+    then the same in place; or the Kubernetes job's ``size= time_us= busbw_GBps=`` rows."""
     report = NcclReport()
     for line in text.splitlines():
+        if match := _TORCH_HEAD.match(line.strip()):
+            report.ranks = int(match.group(1))
+            report.hosts = match.group(2).split(",")
+            continue
+        if match := _TORCH_ROW.match(line.strip()):
+            size, busbw = int(match.group(1)), float(match.group(3))
+            world = max(report.ranks, 2)
+            # algbw = busbw / (2(n-1)/n): the job prints only the bus figure.
+            report.rows.append(NcclRow(size, busbw * world / (2 * (world - 1)), busbw, 0))
+            continue
         if match := _RANK.search(line):
             report.ranks += 1
             if match.group(1) not in report.hosts:

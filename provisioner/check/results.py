@@ -8,10 +8,16 @@ pool)::
     DIR/nodes/NODE/dcgmi-diag.json   dcgmi diag -r 2 -j
     DIR/nodes/NODE/fi_info.txt       fi_info -p efa -t FI_EP_RDM
     DIR/nccl/POOL.txt                all_reduce_perf's output across the pool's nodes
+
+A live check reads the same files from one stream (a pod's log, or what
+slurm/lib/cluster-check.sh printed on the head node), each after a frame line:
+``==> fmctl-check NODE FILE <==``, ``==> fmctl-check-nccl POOL <==``, and
+``==> fmctl-check-skipped NODE POOL <==`` followed by the reason.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,8 @@ class CheckReport:
     verdicts: list[Verdict] = field(default_factory=list)
     #: pool -> (nodes that reported, nodes the spec has)
     coverage: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: (node, pool, why) of the nodes a live check left out (busy, cordoned, not Ready)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -38,6 +46,7 @@ class CheckReport:
         return {
             "ok": self.ok,
             "pools": {p: {"reported": r, "nodes": n} for p, (r, n) in self.coverage.items()},
+            "skipped": [{"node": n, "pool": p, "why": w} for n, p, w in self.skipped],
             "verdicts": [
                 {
                     "subject": v.subject,
@@ -48,6 +57,45 @@ class CheckReport:
                 for v in self.verdicts
             ],
         }
+
+
+_FRAME = re.compile(r"^==> (fmctl-check(?:-nccl|-skipped)?) (\S+)(?: (\S+))? <==$")
+#: A node, pool or file name that can only name a place inside the results folder.
+_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def split_stream(text: str, folder: Path) -> list[tuple[str, str, str]]:
+    """Write a framed stream into ``folder``'s layout; return the (node, pool, why) of the
+    nodes it says were skipped. Lines before the first frame are dropped, and so is a
+    section whose frame names anything but plain names (the stream comes from the cluster:
+    it never writes outside ``folder``)."""
+    skipped: list[tuple[str, str, str]] = []
+    parts: dict[Path, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines(keepends=True):
+        match = _FRAME.match(line.rstrip("\n"))
+        if match and not all(_SAFE.match(x) for x in match.groups() if x):
+            current = None  # what follows an unsafe frame is dropped
+            continue
+        if match:
+            kind, first, second = match.groups()
+            if kind == "fmctl-check" and second:
+                current = parts.setdefault(folder / "nodes" / first / second, [])
+            elif kind == "fmctl-check-nccl":
+                current = parts.setdefault(folder / "nccl" / f"{first}.txt", [])
+            elif kind == "fmctl-check-skipped" and second:
+                skipped.append((first, second, ""))
+                current = None
+            continue
+        if current is not None:
+            current.append(line)
+        elif skipped and not skipped[-1][2]:
+            node, pool, _ = skipped[-1]
+            skipped[-1] = (node, pool, line.strip())
+    for path, lines in parts.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines))
+    return skipped
 
 
 def _read(path: Path) -> str | None:

@@ -3,14 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load
+from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load, _target
+from provisioner.cli.options import region_option, target_options
 
 if TYPE_CHECKING:
     from provisioner.check.results import CheckReport
@@ -20,39 +24,169 @@ NODE_CHECKS = ("gpus", "dcgm", "efa")
 
 
 @click.command("check", cls=GuardedCommand)
-@click.option("-f", "--file", "path", required=True, help="The cluster spec (YAML).")
+@click.argument("name", required=False)
+@click.option("-f", "--file", "path", help="The cluster spec (default: the one `up` saved).")
 @click.option(
     "--from",
     "folder",
-    required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Results gathered on the nodes by slurm/lib/node-check.sh (and all_reduce_perf "
-    "logs in nccl/POOL.txt).",
+    help="Judge results already gathered (slurm/lib/node-check.sh's folder and "
+    "all_reduce_perf logs in nccl/POOL.txt) instead of running on cluster NAME.",
+)
+@click.option(
+    "--include-busy",
+    is_flag=True,
+    help="Also check nodes a user's job holds: the check waits for them to be free (it "
+    "never shares a node), up to --timeout.",
+)
+@click.option("--no-nccl", is_flag=True, help="Skip the NCCL all-reduce across nodes.")
+@click.option(
+    "--timeout", type=click.IntRange(60), default=1800, show_default=True, help="Seconds."
+)
+@click.option(
+    "--keep",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep what the nodes reported in this folder (for `--from` later, or a bug report).",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
-def check(path: str, folder: Path, output: str) -> None:
+@region_option
+@target_options
+def check(
+    name: str | None,
+    path: str | None,
+    folder: Path | None,
+    include_busy: bool,
+    no_nccl: bool,
+    timeout: int,
+    keep: Path | None,
+    output: str,
+    region: str,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
     """Per node and per pool, pass or fail with figures: GPU count and health (nvidia-smi,
     DCGM level 2), EFA devices (fi_info) and the NCCL all-reduce bus bandwidth against what
-    the catalog's network figures predict. Exit 1 when anything failed."""
+    the catalog's network figures predict. Runs on cluster NAME's idle nodes only (a node
+    with a user's job is left out and said so, unless --include-busy); or judges a folder
+    with --from. Exit 1 when anything failed."""
     from provisioner.catalog import load_catalog
     from provisioner.check.results import check_folder
     from provisioner.render.context import build_context
 
-    spec = _load(path, None).resolved
-    if not (folder / "nodes").is_dir():
-        _fail(
-            f"{folder}: no nodes/ folder of results",
-            "run slurm/lib/node-check.sh on each node with this folder (shared storage) as "
-            "its output, see `fmctl check --help`",
-        )
-    context = build_context(spec, load_catalog())
-    report = check_folder(context, folder)
+    if folder is None and name is None:
+        _fail("say what to check", "fmctl check NAME (a running cluster), or --from DIR -f SPEC")
+    if folder is not None:
+        if path is None:
+            _fail("--from needs the cluster's spec", "add -f cluster.yaml")
+        if not (folder / "nodes").is_dir():
+            _fail(
+                f"{folder}: no nodes/ folder of results",
+                "run slurm/lib/node-check.sh on each node with this folder (shared storage) "
+                "as its output, see `fmctl check --help`",
+            )
+        context = build_context(_load(path, None).resolved, load_catalog())
+        report = check_folder(context, folder)
+    else:
+        assert name is not None
+        spec = _spec(name, path, state_dir)
+        target = _target(spec.metadata.region if spec else region, state_dir, sandbox)
+        context = build_context(spec, load_catalog())
+        with _results(keep) as where:
+            skipped = _gather(name, target, context, where, include_busy, not no_nccl, timeout)
+            report = check_folder(context, where)
+        report.skipped = skipped
     if output == "json":
         click.echo(json.dumps(report.as_data(), indent=2))
     else:
         _print(report, context.scheduler)
-    if not report.ok:
+    checked = sum(seen for seen, _ in report.coverage.values())
+    if not checked:
+        click.echo(
+            "error: no node was checked" + (" (see why above)" if report.skipped else ""), err=True
+        )
+    if not report.ok or not checked:
         sys.exit(1)
+
+
+def _spec(name: str, path: str | None, state_dir: str | None) -> Any:
+    """The spec given, or the one `up` saved for ``name``; validated, or exit 1."""
+    from provisioner.spec.source import parse_source
+    from provisioner.state.store import ClusterState, fmctl_home
+    from provisioner.validate import validate_document
+
+    if path is not None:
+        spec = _load(path, None).resolved
+    else:
+        text = ClusterState(fmctl_home(state_dir), name).spec_text()
+        if text is None:
+            _fail(f"no spec saved for {name} here", "give the cluster's spec with -f cluster.yaml")
+        spec = validate_document(parse_source(text)[0]).resolved
+    if spec is None or spec.metadata.name != name:
+        _fail(
+            f"the spec is for {getattr(getattr(spec, 'metadata', None), 'name', '?')}, not {name}",
+            "give NAME's own spec with -f",
+        )
+    return spec
+
+
+@contextlib.contextmanager
+def _results(keep: Path | None) -> Iterator[Path]:
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield keep
+        return
+    with tempfile.TemporaryDirectory(prefix="fmctl-check-") as scratch:
+        yield Path(scratch)
+
+
+def _gather(
+    name: str,
+    target: Any,
+    context: Any,
+    folder: Path,
+    include_busy: bool,
+    nccl: bool,
+    timeout: int,
+) -> list[tuple[str, str, str]]:
+    """Run the node checks and NCCL on the live cluster into ``folder``; the nodes left out."""
+    from provisioner.ops.engine import make_engine
+
+    engine = make_engine(target, name, None, lambda e: None)
+
+    def progress(line: str) -> None:
+        click.echo(f"check: {line}", err=True)
+
+    if context.scheduler == "kubernetes":
+        from provisioner.check.kube_gather import gather
+        from provisioner.plan.eks import EksCluster
+        from provisioner.plan.kube_stack import connect
+
+        cluster = EksCluster()._describe(engine)
+        if cluster is None or cluster["status"] != "ACTIVE":
+            _fail(
+                f"{name}: no ACTIVE EKS cluster in {target.region}",
+                f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
+            )
+        api = connect(engine, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        try:
+            found = gather(
+                api,
+                context,
+                folder,
+                include_busy,
+                timeout,
+                nccl,
+                on_progress=progress,
+                scale=engine.time_scale,
+            )
+            return found.skipped
+        finally:
+            close = getattr(api, "close", None)
+            if close:
+                close()
+    from provisioner.check.slurm_gather import gather_slurm
+
+    return gather_slurm(engine, context, folder, include_busy, timeout, nccl, progress)
 
 
 def _print(report: CheckReport, scheduler: str) -> None:
@@ -63,6 +197,8 @@ def _print(report: CheckReport, scheduler: str) -> None:
             for f in verdict.findings
         )
         click.echo(f"{verdict.subject:<28} {verdict.pool:<12} {mark:<7} {figures}")
+    for node, pool, why in report.skipped:
+        click.echo(f"{node:<28} {pool:<12} {'skipped':<7} {why}")
     for pool, (seen, total) in report.coverage.items():
         if seen < total:
             click.echo(
@@ -82,7 +218,11 @@ def _print(report: CheckReport, scheduler: str) -> None:
             click.echo(f"hint: {_drain(verdict.subject, first, scheduler)}", err=True)
     click.echo(
         f"{len(report.verdicts) - len(failed)} passed, {len(failed)} failed"
-        + ("" if failed else ": fit for a training run")
+        + (
+            ""
+            if failed or not any(s for s, _ in report.coverage.values())
+            else ": fit for a training run"
+        )
     )
 
 

@@ -51,6 +51,9 @@ class KubeApi(Protocol):
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         """Delete the object; False when it was already gone."""
 
+    def logs(self, namespace: str, pod: str) -> str:
+        """What the pod's (first) container printed."""
+
 
 class _Bearer:
     """The Authorization header value, from a token made again before it expires."""
@@ -121,23 +124,32 @@ class KubeClient:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        raw: bool = False,
     ) -> Any:
         method_, url, headers, payload, post = self._api.param_serialize(
             method,
             path,
             query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={
+                "Accept": "text/plain, */*" if raw else "application/json",
+                "Content-Type": content_type,
+            },
             body=body,
             auth_settings=["BearerToken"],
         )
         response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=60)
         response.read()
-        data = json.loads(response.data or b"{}")
         if not 200 <= response.status < 300:
+            try:
+                data = json.loads(response.data or b"{}")
+            except ValueError:
+                data = {"message": response.data.decode(errors="replace")}
             raise KubeError(
                 response.status, str(data.get("reason", "")), str(data.get("message", data))
             )
-        return data
+        if raw:
+            return response.data.decode(errors="replace")
+        return json.loads(response.data or b"{}")
 
     def _resource(self, api_version: str, kind: str) -> tuple[str, bool]:
         """(collection path prefix, namespaced) of a kind, from discovery."""
@@ -189,9 +201,20 @@ class KubeClient:
         ).get("items", [])
         return items
 
+    def logs(self, namespace: str, pod: str) -> str:
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+        text: str = self._call("GET", path, raw=True)
+        return text
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         try:
-            self._call("DELETE", self._path(api_version, kind, namespace, name))
+            # Background: dependents go too (a Job's pods), as kubectl deletes; the API's
+            # default for batch/v1 Jobs is to orphan them.
+            self._call(
+                "DELETE",
+                self._path(api_version, kind, namespace, name),
+                body={"propagationPolicy": "Background"},
+            )
         except KubeError as err:
             if err.status == 404:
                 return False

@@ -35,6 +35,9 @@ class Images:
     kube_state_metrics: str = "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.17.0"
     prometheus: str = "quay.io/prometheus/prometheus:v3.7.3"
     grafana: str = "docker.io/grafana/grafana-oss:12.3.0"
+    #: DCGM itself (dcgmi, nv-hostengine): `fmctl check` runs its diagnostic in it; the same
+    #: DCGM release as the exporter's.
+    dcgm: str = "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04"
     #: AWS Deep Learning Container: PyTorch with NCCL, aws-ofi-nccl and the EFA libraries.
     pytorch: str = (
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provisioner.render.context import ClusterContext
+from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
 from provisioner.render.slurm import alert_rules
 from provisioner.shipped import shipped_dir
@@ -26,6 +26,24 @@ SYNC_WAVES = {
     "grafana": 3,
     "nccl-test": 5,
 }
+
+
+@dataclass(frozen=True)
+class NcclRun:
+    """What the NCCL all-reduce job template makes: the committed job (suspended, on two
+    nodes of the pool) or one `fmctl check` starts on the idle nodes it chose."""
+
+    name: str = "nccl-allreduce"
+    namespace: str = "training"
+    count: int = 2
+    nodes: tuple[str, ...] = ()
+    suspend: bool = True
+    service_account: str = "trainer"
+
+
+def nccl_job(c: ClusterContext, pool: PoolContext, run: NcclRun) -> str:
+    """The NCCL all-reduce job's manifests (ConfigMap, headless Service, Job) for ``pool``."""
+    return render_template("kubernetes/nccl-test/job.yaml.j2", c=c, nccl_pool=pool, run=run)
 
 
 @dataclass(frozen=True)
@@ -133,6 +151,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 f"kubernetes/{comp.name}/{template}",
                 c=c,
                 nccl_pool=nccl_pool,
+                run=NcclRun(count=min(nccl_pool.count, 2)),
                 dashboards=boards,
                 efa_script=efa_script,
                 dcgm_counters=dcgm_counters,

@@ -9,8 +9,8 @@ emulator speaks, to the real ``kubernetes`` client:
   ``force``): creates, merges, removes fields the manager stopped applying, and refuses
   (409 Conflict) to take a field another manager owns with a different value unless forced;
   ``metadata.managedFields``, ``uid``, ``resourceVersion``, ``generation``;
-- get, list (``labelSelector`` equality terms), delete; namespaced objects need their
-  namespace, and deleting a namespace deletes what is in it;
+- get, list (``labelSelector`` equality terms), delete, a pod's ``log``; namespaced objects
+  need their namespace, and deleting a namespace deletes what is in it;
 - authentication as EKS does it: a bearer token ``k8s-aws-v1.`` + base64url of a presigned
   STS GetCallerIdentity URL that signs the ``x-k8s-aws-id`` header; anything else is 401.
 
@@ -19,7 +19,9 @@ node group becomes ACTIVE (``join``); a node advertises ``nvidia.com/gpu`` and
 ``vpc.amazonaws.com/efa`` only while a DaemonSet running the NVIDIA or EFA device plugin
 covers it (its node selector, affinity and tolerations admit the node), as on EKS, where the
 AL2023 NVIDIA AMI has no device plugin; DaemonSets and Deployments report ready from the
-nodes that admit them; a claim naming an existing volume is Bound.
+nodes that admit them; a claim naming an existing volume is Bound; Jobs get pods, bound to
+nodes with devices to spare and run by a kubelet whose output is the pod's log
+(``kube_jobs``).
 
 Simplifications, on purpose: lists are atomic in apply (Kubernetes merges some by key), no
 admission or schema validation (``kubernetes-validate`` checks the manifests offline), no
@@ -41,6 +43,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from provisioner.sandbox.kube_apply import fields_v1, merge, owned
 from provisioner.sandbox.kube_controllers import reconcile
+from provisioner.sandbox.kube_jobs import step
 from provisioner.sandbox.kube_model import (
     RECONCILED,
     Answer,
@@ -49,6 +52,8 @@ from provisioner.sandbox.kube_model import (
     Hardware,
 )
 
+#: Kinds whose objects the Job controller and kubelet move on (``kube_jobs``).
+JOBS = {"jobs", "pods"}
 #: plural -> (group, version, kind, namespaced): what the server knows.
 RESOURCES: dict[str, tuple[str, str, str, bool]] = {
     "namespaces": ("", "v1", "Namespace", False),
@@ -87,6 +92,8 @@ class KubeServer:
     clusters: dict[str, Cluster] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
+    #: A folder of the tools the nodes' pods run (see ``kube_jobs``); None: pods fail.
+    node_tools: str | None = None
 
     # -- what the EKS shim calls -------------------------------------------------------
     def ensure(self, cluster: str) -> None:
@@ -155,9 +162,10 @@ class KubeServer:
                 c = self.clusters.get(cluster)
                 if c is None:
                     raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
-                return _json(
-                    200, self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
-                )
+                answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
+                if isinstance(answer, str):  # a pod's log
+                    return 200, {"Content-Type": "text/plain"}, answer.encode()
+                return _json(200, answer)
         except ApiError as err:
             status = {
                 "kind": "Status",
@@ -182,6 +190,8 @@ class KubeServer:
         discovery = _discovery(parts)
         if discovery is not None:
             return discovery
+        if method == "GET" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "log":
+            return self._log(c, parts[3], parts[5])
         plural, namespace, name = _target(parts)
         if method == "GET" and name:
             return self._get(c, plural, namespace, name)
@@ -200,17 +210,28 @@ class KubeServer:
         raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
 
     # -- operations ----------------------------------------------------------------------
-    def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
-        if plural in RECONCILED:
+    def _settle(self, c: Cluster, plural: str) -> None:
+        """Bring what ``plural``'s objects report up to now."""
+        if plural in RECONCILED or plural in JOBS:
             reconcile(c)
+        if plural in JOBS:
+            step(c, lambda p, ns, obj: self._put(c, p, ns, obj), self.node_tools)
+
+    def _log(self, c: Cluster, namespace: str, name: str) -> str:
+        self._settle(c, "pods")
+        if ("pods", namespace, name) not in c.objects:
+            raise ApiError(404, "NotFound", f'pods "{name}" not found')
+        return c.logs.get((namespace, name), "")
+
+    def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        self._settle(c, plural)
         obj = c.objects.get((plural, namespace, name))
         if obj is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         return copy.deepcopy(obj)
 
     def _list(self, c: Cluster, plural: str, namespace: str, selector: str) -> dict[str, Any]:
-        if plural in RECONCILED:
-            reconcile(c)
+        self._settle(c, plural)
         wanted = dict(t.split("=", 1) for t in selector.split(",") if "=" in t)
         items = [
             copy.deepcopy(obj)
@@ -286,6 +307,14 @@ class KubeServer:
         if plural == "namespaces":
             for key in [k for k in c.objects if k[1] == name]:
                 del c.objects[key]
+        if plural == "jobs":  # background propagation: the Job's pods go with it
+            for key, pod in list(c.objects.items()):
+                labels = pod["metadata"].get("labels", {})
+                if (
+                    key[:2] == ("pods", namespace)
+                    and labels.get("batch.kubernetes.io/job-name") == name
+                ):
+                    del c.objects[key]
         volume = c.objects.get(("persistentvolumes", "", obj.get("spec", {}).get("volumeName", "")))
         if plural == "persistentvolumeclaims" and volume is not None:
             # The CSI driver deletes a dynamically provisioned volume with its claim.

@@ -10,7 +10,7 @@ from typing import Any
 from provisioner.sandbox.kube_model import EFA, GPU, PLUGINS, Cluster, Hardware
 
 
-def _admits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
+def admits(pod: dict[str, Any], node: dict[str, Any]) -> bool:
     """Would the scheduler place ``pod`` (a pod spec) on ``node``?"""
     labels = node["metadata"].get("labels", {})
     if any(labels.get(k) != v for k, v in (pod.get("nodeSelector") or {}).items()):
@@ -62,7 +62,7 @@ def reconcile(c: Cluster) -> None:
     plugins: dict[str, set[str]] = {n["metadata"]["name"]: set() for n in nodes}
     for (plural, _, _), obj in c.objects.items():
         pod = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-        fits = [n for n in nodes if _admits(pod, n)]
+        fits = [n for n in nodes if admits(pod, n)]
         if plural == "daemonsets":
             images = [ct.get("image", "") for ct in pod.get("containers", [])]
             for n in fits:

@@ -38,3 +38,5 @@ class Cluster:
 
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     hardware: dict[str, Hardware] = field(default_factory=dict)
+    #: What each pod's container printed: (namespace, pod) -> text.
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)

@@ -216,6 +216,10 @@ class Middleware:
         elif path == "/_fmctl/seed/reservation" and method == "POST":
             self.shims.seed_reservation(json.loads(body))
             data = {"ok": True}
+        elif path == "/_fmctl/seed/node-tools" and method == "POST":
+            # The folder of tools (nvidia-smi, dcgmi, ...) the sandbox's nodes' pods run.
+            self.shims.kube.node_tools = json.loads(body).get("path")
+            data = {"ok": True}
         elif path == "/_fmctl/seed/image" and method == "POST":
             data = {"imageId": self.shims.seed_image(json.loads(body))}
         else:

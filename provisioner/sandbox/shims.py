@@ -1,5 +1,6 @@
 """Stateful stand-ins for what moto lacks: placement groups, capacity reservations, FSx for
-Lustre with its lifecycle and data-repository associations, and service quotas.
+Lustre with its lifecycle and data-repository associations, service quotas, and SSM Run
+Command that runs (``ssm_agent``).
 
 Each resource kind takes its documented time (FSx about 10 minutes, an association about 7)
 multiplied by the sandbox's scale, so the progress view and the parallel plan can be seen and
@@ -19,6 +20,7 @@ from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks import Eks
 from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.protocol import Call
+from provisioner.sandbox.ssm_agent import Agent
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -57,6 +59,7 @@ class Shims:
     kube: KubeServer = field(default_factory=KubeServer)
     ca_pem: bytes = b""
     eks: Eks = field(init=False)
+    ssm: Agent = field(init=False)
     quotas: dict[tuple[str, str], float] = field(
         default_factory=lambda: {
             ("ec2", "L-417A185B"): 6144.0,  # Running On-Demand P instances (vCPUs)
@@ -93,6 +96,8 @@ class Shims:
 
     def __post_init__(self) -> None:
         self.eks = Eks(self.scale, self.kube, self.ca_pem)
+        # Instances run commands with the same tools as the Kubernetes nodes' pods.
+        self.ssm = Agent(lambda: self.kube.node_tools, ACCOUNT)
 
     def _after(self, key: str) -> float:
         return time.monotonic() + DURATIONS[key] * self.scale
@@ -463,6 +468,14 @@ def _topology(s: Shims, call: Call) -> Answer:
     return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})
 
 
+def _ssm_send(s: Shims, call: Call) -> Answer:
+    return s.ssm.send(call)
+
+
+def _ssm_get(s: Shims, call: Call) -> Answer:
+    return s.ssm.get(call)
+
+
 _HANDLERS = {
     "DescribeInstanceTopology": _topology,
     "CreatePlacementGroup": _pg_create,
@@ -476,4 +489,6 @@ _HANDLERS = {
     "DescribeDataRepositoryAssociations": _dra_describe,
     "DeleteDataRepositoryAssociation": _dra_delete,
     "GetServiceQuota": _quota,
+    "SendCommand": _ssm_send,
+    "GetCommandInvocation": _ssm_get,
 }

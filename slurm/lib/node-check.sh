@@ -1,7 +1,10 @@
 #!/bin/bash
 # What `fmctl check` judges, gathered on one node: its GPUs (nvidia-smi), DCGM's level-2
 # diagnostic, its EFA devices (fi_info). Usage: node-check.sh DIR POOL
-# writes DIR/nodes/$(hostname -s)/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt}.
+# writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt}, NODE being
+# $NODE_NAME when set (a Kubernetes pod's hostname is the pod's, not the node's), else
+# Slurm's $SLURMD_NODENAME, else `hostname -s`. With DIR "-", the files go to stdout instead, each after a line
+# "==> fmctl-check NODE FILE <==" (what `fmctl check NAME` reads from a pod's log).
 #
 # Run it only on idle nodes: the diagnostic loads every GPU for minutes. On Slurm, one task
 # per node in an exclusive allocation, to a folder every node sees (FSx):
@@ -13,7 +16,14 @@ set -uo pipefail
 
 dir="${1:?usage: node-check.sh DIR POOL}"
 pool="${2:?usage: node-check.sh DIR POOL}"
-out="$dir/nodes/$(hostname -s)"
+node="${NODE_NAME:-${SLURMD_NODENAME:-$(hostname -s)}}"
+if [ "$dir" = - ]; then
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  out="$scratch"
+else
+  out="$dir/nodes/$node"
+fi
 mkdir -p "$out"
 printf '%s\n' "$pool" > "$out/pool"
 
@@ -26,8 +36,20 @@ fi_info=/opt/amazon/efa/bin/fi_info
 "$fi_info" -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
 
 if command -v dcgmi > /dev/null 2>&1; then
+  # In a DCGM container (Kubernetes) no host engine runs yet; on a Slurm node the
+  # nvidia-dcgm service is one. Start one only where asked.
+  if [ "${FMCTL_START_HOSTENGINE:-0}" = 1 ] && command -v nv-hostengine > /dev/null 2>&1; then
+    nv-hostengine > /dev/null 2>&1 || true
+  fi
   dcgmi diag -r 2 -j > "$out/dcgmi-diag.json" 2>&1
 else
-  echo "dcgmi not installed on $(hostname -s)" > "$out/dcgmi-diag.json"
+  echo "dcgmi not installed on $node" > "$out/dcgmi-diag.json"
+fi
+
+if [ "$dir" = - ]; then
+  for file in pool nvidia-smi.csv dcgmi-diag.json fi_info.txt; do
+    printf '==> fmctl-check %s %s <==\n' "$node" "$file"
+    cat "$out/$file"
+  done
 fi
 exit 0

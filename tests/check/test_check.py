@@ -269,3 +269,23 @@ def test_the_verdicts_follow_the_spec_not_the_outputs() -> None:
     assert good.ok
     wrong = _verdict(p5en, *HEALTHY)
     assert {f.check for f in wrong.failed()} == {"gpus", "efa"}
+
+
+def test_check_says_what_it_needs(tmp_path: Path) -> None:
+    """Asked wrongly, `check` says how to ask, before any AWS call."""
+    nothing = _fmctl("check")
+    assert nothing.returncode == 1 and "fmctl check NAME" in nothing.stderr
+    no_spec = _fmctl("check", "--from", str(tmp_path))
+    assert no_spec.returncode == 1 and "--from needs the cluster's spec" in no_spec.stderr
+    other = _fmctl("check", "not-this-one", "-f", str(P5_SPEC))
+    assert other.returncode == 1 and "not not-this-one" in other.stderr
+    unsaved = _fmctl("check", "never-up", "--state-dir", str(tmp_path))
+    assert unsaved.returncode == 1 and "no spec saved for never-up" in unsaved.stderr
+    assert all("Traceback" not in d.stderr for d in (nothing, no_spec, other, unsaved))
+
+
+def test_a_folder_with_no_node_is_not_a_pass(tmp_path: Path) -> None:
+    (tmp_path / "nodes").mkdir()
+    done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(tmp_path))
+    assert done.returncode == 1 and "error: no node was checked" in done.stderr
+    assert "fit for a training run" not in done.stdout

@@ -1,0 +1,276 @@
+"""`fmctl check NAME` on an EKS cluster: gather what ``check_folder`` judges.
+
+1. Choose the nodes: each GPU pool's Ready, schedulable nodes where no pod but a DaemonSet's
+   holds a GPU or an EFA device (``select``). A busy node is left out, and said so, unless
+   the user asks for it; even then the check's pod waits for the node to be free, since it
+   asks for all of the node's devices.
+2. In a namespace of its own (``fmctl-check-RUN``), a Job per chosen node runs
+   slurm/lib/node-check.sh in the DCGM image, pinned to its node and holding every GPU and
+   EFA device there; per pool with two or more chosen nodes, the rendered NCCL all-reduce job
+   across exactly those nodes.
+3. Wait for the Jobs (up to the deadline), read their pods' logs into the results folder, and
+   delete the namespace (its Jobs and pods go with it) whatever happened.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.check.results import split_stream
+from provisioner.drivers.kube import KubeApi
+from provisioner.plan.context import poll_schedule
+from provisioner.render.context import POOL_LABEL, ClusterContext
+from provisioner.render.engine import render_template
+from provisioner.render.kubernetes import NcclRun, nccl_job
+from provisioner.shipped import shipped_dir
+
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+#: The check's namespaces: a prefix and the run's id (so a crashed run never blocks the next).
+NAMESPACE_PREFIX = "fmctl-check-"
+#: How long a node's check takes (DCGM's level-2 diagnostic is most of it): when to look.
+EXPECTED_SECONDS = 240.0
+#: The label every object of a check carries (its namespace is found and deleted by it).
+APP_SELECTOR = "app.kubernetes.io/name=fmctl-check"
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a check needs to know of one node."""
+
+    name: str
+    pool: str
+    ready: bool
+    cordoned: bool
+    gpus: int
+    efa: int
+    #: Pods (namespace/name), not a DaemonSet's, that hold its GPUs or EFA devices.
+    busy_with: tuple[str, ...] = ()
+
+
+@dataclass
+class Selection:
+    """The nodes to check per pool, and those left out with the reason."""
+
+    chosen: dict[str, list[NodeState]] = field(default_factory=dict)
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def _holds_devices(pod: dict[str, Any]) -> bool:
+    for container in pod.get("spec", {}).get("containers", []):
+        resources = container.get("resources") or {}
+        for part in ("requests", "limits"):
+            asked = resources.get(part) or {}
+            if any(str(asked.get(r, "0")) not in ("0", "") for r in (GPU, EFA)):
+                return True
+    return False
+
+
+def node_states(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]) -> list[NodeState]:
+    """Nodes with their pool, readiness, allocatable devices and who holds them."""
+    holders: dict[str, list[str]] = {}
+    for pod in pods:
+        node = pod.get("spec", {}).get("nodeName")
+        phase = pod.get("status", {}).get("phase", "Pending")
+        owners = pod["metadata"].get("ownerReferences") or []
+        if not node or phase in ("Succeeded", "Failed"):
+            continue
+        if any(o.get("kind") == "DaemonSet" for o in owners) or not _holds_devices(pod):
+            continue  # device plugins and exporters run everywhere and hold no devices
+        meta = pod["metadata"]
+        holders.setdefault(node, []).append(f"{meta.get('namespace', '')}/{meta['name']}")
+    states = []
+    for node in nodes:
+        meta, status = node["metadata"], node.get("status", {})
+        labels = meta.get("labels", {})
+        allocatable = status.get("allocatable", {})
+        states.append(
+            NodeState(
+                name=meta["name"],
+                pool=labels.get(POOL_LABEL, ""),
+                ready=any(
+                    c.get("type") == "Ready" and c.get("status") == "True"
+                    for c in status.get("conditions", [])
+                ),
+                cordoned=bool(node.get("spec", {}).get("unschedulable")),
+                gpus=int(allocatable.get(GPU, 0)),
+                efa=int(allocatable.get(EFA, 0)),
+                busy_with=tuple(sorted(holders.get(meta["name"], []))),
+            )
+        )
+    return states
+
+
+def select(states: Iterable[NodeState], pools: Iterable[str], include_busy: bool) -> Selection:
+    """Which nodes of ``pools`` a check may run on now."""
+    wanted = set(pools)
+    selection = Selection({p: [] for p in sorted(wanted)})
+    for node in sorted(states, key=lambda n: n.name):
+        if node.pool not in wanted:
+            continue
+        why = ""
+        if not node.ready:
+            why = "not Ready"
+        elif node.cordoned:
+            why = "cordoned"
+        elif node.gpus == 0:
+            why = "advertises no GPUs (is the NVIDIA device plugin running there?)"
+        elif node.busy_with and not include_busy:
+            why = f"busy: {', '.join(node.busy_with)} holds its GPUs (--include-busy waits for it)"
+        if why:
+            selection.skipped.append((node.name, node.pool, why))
+        else:
+            selection.chosen[node.pool].append(node)
+    return selection
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """One node's check Job."""
+
+    name: str
+    node: str
+    pool: str
+    gpus: int
+    efa: int
+
+
+def manifests(
+    context: ClusterContext,
+    selection: Selection,
+    namespace: str,
+    deadline: int,
+    nccl: bool = True,
+) -> tuple[list[dict[str, Any]], dict[str, NodeJob], dict[str, str]]:
+    """The objects of one check run, the node Jobs by name, and the NCCL Jobs by pool."""
+    jobs = [
+        NodeJob(f"node-{i}", n.name, pool, n.gpus, n.efa)
+        for i, (pool, n) in enumerate(
+            (pool, n) for pool, nodes in sorted(selection.chosen.items()) for n in nodes
+        )
+    ]
+    script = (shipped_dir("slurm") / "lib" / "node-check.sh").read_text()
+    text = render_template(
+        "kubernetes/check/node-check.yaml.j2",
+        c=context,
+        namespace=namespace,
+        jobs=jobs,
+        script=script,
+        deadline=deadline,
+    )
+    pools = {p.name: p for p in context.pools}
+    nccl_jobs: dict[str, str] = {}
+    for pool_name, nodes in sorted(selection.chosen.items()):
+        if not nccl or len(nodes) < 2:
+            continue  # one node exercises NVLink only: node-check covers it
+        name = f"nccl-{pool_name}"
+        run = NcclRun(name, namespace, len(nodes), tuple(n.name for n in nodes), False, "default")
+        text += "\n---\n" + nccl_job(context, pools[pool_name], run)
+        nccl_jobs[pool_name] = name
+    objects = [d for d in yaml.safe_load_all(text) if d]
+    return objects, {j.name: j for j in jobs}, nccl_jobs
+
+
+@dataclass
+class Gathered:
+    """What a run left in the results folder, and the nodes it could not check."""
+
+    skipped: list[tuple[str, str, str]]
+    run: str
+
+
+def _job_done(job: dict[str, Any] | None) -> bool:
+    conditions = (job or {}).get("status", {}).get("conditions") or []
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
+def _pod_of(api: KubeApi, namespace: str, job: str, index: str | None = None) -> str | None:
+    selector = f"batch.kubernetes.io/job-name={job}"
+    if index is not None:
+        selector += f",batch.kubernetes.io/job-completion-index={index}"
+    pods = api.list("v1", "Pod", namespace, selector)
+    ran = [p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")]
+    return ran[0]["metadata"]["name"] if ran else None
+
+
+def clean_stale(api: KubeApi, cluster: str) -> list[str]:
+    """Delete namespaces an interrupted check left behind (their pods may hold GPUs)."""
+    stale = api.list("v1", "Namespace", selector=f"{APP_SELECTOR},fmctl.dev/cluster={cluster}")
+    names = [n["metadata"]["name"] for n in stale]
+    for name in names:
+        api.delete("v1", "Namespace", name)
+    return names
+
+
+def gather(
+    api: KubeApi,
+    context: ClusterContext,
+    folder: Path,
+    include_busy: bool = False,
+    timeout: float = 1800.0,
+    nccl: bool = True,
+    scale: float = 1.0,
+    on_progress: Callable[[str], None] = lambda line: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Gathered:
+    """Run the check on the cluster behind ``api`` and fill ``folder``."""
+    clean_stale(api, context.name)
+    pods = api.list("v1", "Pod")
+    states = node_states(api.list("v1", "Node"), pods)
+    selection = select(states, [p.name for p in context.pools], include_busy)
+    run = uuid.uuid4().hex[:8]
+    namespace = NAMESPACE_PREFIX + run
+    skipped = list(selection.skipped)
+    chosen = sum(len(v) for v in selection.chosen.values())
+    on_progress(f"checking {chosen} nodes ({len(skipped)} left out) in namespace {namespace}")
+    if not chosen:
+        return Gathered(skipped, run)
+    objects, node_jobs, nccl_jobs = manifests(
+        context, selection, namespace, int(timeout), nccl=nccl
+    )
+    try:
+        for obj in objects:
+            api.apply(obj)
+        waiting = set(node_jobs) | set(nccl_jobs.values())
+        started = time.monotonic()
+        for offset in poll_schedule(EXPECTED_SECONDS, scale):
+            sleep(max(0.0, started + offset - time.monotonic()))
+            for name in sorted(waiting):
+                if _job_done(api.get("batch/v1", "Job", name, namespace)):
+                    waiting.discard(name)
+                    on_progress(f"job {name} finished")
+            if not waiting or time.monotonic() - started > timeout:
+                break
+        for name, job in sorted(node_jobs.items()):
+            pod = _pod_of(api, namespace, name)
+            if pod is None:
+                skipped.append(
+                    (
+                        job.node,
+                        job.pool,
+                        f"its check did not run within {timeout:.0f}s "
+                        "(its GPUs were taken, or the image could not be pulled)",
+                    )
+                )
+                continue
+            log = api.logs(namespace, pod)
+            skipped += split_stream(log, folder)
+            if not (folder / "nodes" / job.node).is_dir():
+                last = (log.strip().splitlines() or ["no output"])[-1]
+                skipped.append((job.node, job.pool, f"its check printed no results: {last}"))
+        for pool, name in sorted(nccl_jobs.items()):
+            pod = _pod_of(api, namespace, name, "0")
+            if pod is not None:
+                (folder / "nccl").mkdir(parents=True, exist_ok=True)
+                (folder / "nccl" / f"{pool}.txt").write_text(api.logs(namespace, pod))
+    finally:
+        api.delete("v1", "Namespace", namespace)
+    return Gathered(skipped, run)

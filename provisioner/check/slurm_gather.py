@@ -1,0 +1,183 @@
+"""`fmctl check NAME` on a Slurm cluster: gather what ``check_folder`` judges.
+
+The head node (found by ParallelCluster's tags) runs slurm/lib/cluster-check.sh through SSM
+Run Command (AWS-RunShellScript, as root): per pool, node-check.sh on the partition's idle
+nodes in an exclusive allocation, and nccl-tests.sbatch across them. The command carries this
+fmctl's copies of the three scripts, so a cluster made by an older fmctl runs the same
+check. Run Command keeps only 24,000 characters of output in its answer, so the whole stream
+goes to the artifact bucket (under ``NAME-check/``, which the head node may write and nothing
+else), is read back, split into the results folder, and deleted.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from provisioner.check.results import split_stream
+from provisioner.drivers.aws import AwsError
+from provisioner.plan.context import Engine, poll_schedule
+from provisioner.render.context import ClusterContext
+from provisioner.shipped import shipped_dir
+
+#: Run Command's states that end an invocation.
+FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
+#: How long one pool's check takes (DCGM's level-2 diagnostic, then NCCL): when to look.
+EXPECTED_SECONDS = 300.0
+#: Where the command's output goes in the artifact bucket (the head node's one writable place).
+CHECK_PREFIX = "{cluster}-check"
+
+
+def head_node(engine: Engine) -> str:
+    """The running head node's instance id, from the tags ParallelCluster puts on it."""
+    ec2 = engine.aws.client("ec2")
+    found = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:parallelcluster:cluster-name", "Values": [engine.cluster]},
+            {"Name": "tag:parallelcluster:node-type", "Values": ["HeadNode"]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+    )
+    ids = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
+    if not ids:
+        raise AwsError(
+            f"{engine.cluster} has no running head node in {engine.aws.region}",
+            hint=f"`fmctl status {engine.cluster}` shows the cluster's state",
+        )
+    return str(ids[0])
+
+
+def command_script(context: ClusterContext, include_busy: bool, nccl: bool, timeout: int) -> str:
+    """The shell script Run Command runs on the head node."""
+    slurm = shipped_dir("slurm")
+    files = {
+        "cluster-check.sh": (slurm / "lib" / "cluster-check.sh").read_text(),
+        "node-check.sh": (slurm / "lib" / "node-check.sh").read_text(),
+        "nccl-tests.sbatch": (slurm / "jobs" / "nccl-tests.sbatch").read_text(),
+    }
+    lines = ["set -euo pipefail", "work=$(mktemp -d)", "trap 'rm -rf \"$work\"' EXIT"]
+    for name, text in files.items():
+        marker = "FMCTL_CHECK_EOF"
+        assert marker not in text, f"{name} contains the heredoc marker"
+        lines += [f"cat > \"$work/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
+    flags = (["--include-busy"] if include_busy else []) + ([] if nccl else ["--no-nccl"])
+    pools = [f"{p.name}:{p.gpus}" for p in context.pools]
+    lines.append(
+        'FMCTL_NODE_CHECK="$work/node-check.sh" FMCTL_NCCL_JOB="$work/nccl-tests.sbatch" '
+        f'bash "$work/cluster-check.sh" {shlex.join([*flags, "--timeout", str(timeout), *pools])}'
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = ssm.get_command_invocation(CommandId=command, InstanceId=instance)
+    except Exception as exc:
+        # Run Command answers InvocationDoesNotExist until the agent has the command.
+        if "InvocationDoesNotExist" in type(exc).__name__ + str(exc):
+            return None
+        raise
+    return found
+
+
+def _bucket(engine: Engine) -> str:
+    from provisioner.plan.registry import all_kinds
+
+    buckets = all_kinds()["bucket"].find_all(engine)
+    if not buckets:
+        raise AwsError(
+            f"{engine.cluster} has no artifact bucket in {engine.aws.region}",
+            hint="`fmctl up` makes it",
+        )
+    return buckets[0].id
+
+
+def gather_slurm(
+    engine: Engine,
+    context: ClusterContext,
+    folder: Path,
+    include_busy: bool = False,
+    timeout: int = 1800,
+    nccl: bool = True,
+    on_progress: Callable[[str], None] = lambda line: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[tuple[str, str, str]]:
+    """Run the check on the head node, fill ``folder``; the nodes left out, with why."""
+    instance, bucket = head_node(engine), _bucket(engine)
+    prefix = f"{CHECK_PREFIX.format(cluster=engine.cluster)}/{uuid.uuid4().hex[:8]}"
+    ssm, s3 = engine.aws.client("ssm"), engine.aws.client("s3")
+    # Each pool waits at most `timeout` for its node checks and again for its NCCL job.
+    budget = min(timeout * 2 * max(len(context.pools), 1) + 600, 172800)
+    sent = ssm.send_command(
+        InstanceIds=[instance],
+        DocumentName="AWS-RunShellScript",
+        Comment=f"fmctl check {engine.cluster}",
+        Parameters={
+            "commands": [command_script(context, include_busy, nccl, timeout)],
+            "executionTimeout": [str(budget)],
+        },
+        OutputS3BucketName=bucket,
+        OutputS3KeyPrefix=prefix,
+        TimeoutSeconds=600,
+    )
+    command = sent["Command"]["CommandId"]
+    on_progress(f"sent command {command} to head node {instance}")
+    try:
+        expected = EXPECTED_SECONDS * len(context.pools)
+        found = _wait(ssm, command, instance, expected, budget + 600, engine.time_scale, sleep)
+        if found["Status"] != "Success":
+            raise AwsError(
+                f"the check on head node {instance} ended {found['Status']}: "
+                + (found.get("StandardErrorContent") or "").strip()[-500:],
+                hint="SSM's agent must run on the head node (it does on ParallelCluster's "
+                "AMIs) and its role may write s3://" + f"{bucket}/{prefix}",
+            )
+        text = _output(s3, bucket, f"{prefix}/{command}/{instance}", found)
+    finally:
+        _delete_prefix(s3, bucket, prefix)
+    return split_stream(text, folder)
+
+
+def _wait(
+    ssm: Any,
+    command: str,
+    instance: str,
+    expected: float,
+    limit: float,
+    scale: float,
+    sleep: Callable[[float], None],
+) -> dict[str, Any]:
+    """The invocation once it finished (or an error past ``limit`` seconds)."""
+    started = time.monotonic()
+    for offset in poll_schedule(expected, scale):
+        sleep(max(0.0, started + offset - time.monotonic()))
+        found = _invocation(ssm, command, instance)
+        if found is not None and found["Status"] in FINISHED:
+            return found
+        if time.monotonic() - started > limit:
+            break
+    raise AwsError(
+        f"the check on {instance} did not finish in {limit:.0f}s",
+        hint=f"aws ssm list-command-invocations --command-id {command} --details",
+    )
+
+
+def _output(s3: Any, bucket: str, key_prefix: str, found: dict[str, Any]) -> str:
+    """The command's whole stdout from S3 (Run Command's answer keeps only 24,000 chars)."""
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=key_prefix)
+    keys = [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith("/stdout")]
+    if keys:
+        body: bytes = s3.get_object(Bucket=bucket, Key=keys[0])["Body"].read()
+        return body.decode(errors="replace")
+    return str(found.get("StandardOutputContent", ""))
+
+
+def _delete_prefix(s3: Any, bucket: str, prefix: str) -> None:
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")
+    victims = [{"Key": o["Key"]} for o in listed.get("Contents", [])]
+    if victims:
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": victims})

@@ -1,0 +1,167 @@
+"""SSM Run Command for the sandbox's instances (moto accepts a command but runs nothing and
+writes no output).
+
+``SendCommand`` with AWS-RunShellScript is checked as SSM checks it (the instances must
+exist in the region) and then run, as the agent on each instance would, in a thread: the
+``commands`` as one bash script, with the tools folder the sandbox was given for its nodes
+first on PATH (``/_fmctl/seed/node-tools``; a test puts a fake Slurm there: sinfo, srun,
+sbatch). Without one, the invocation fails and says why. The invocation goes Pending,
+InProgress, then Success or Failed by the script's exit status (TimedOut past
+``executionTimeout``); stdout and stderr are kept (24,000 characters in the answer, as SSM
+does) and, when the command names ``OutputS3BucketName``, written whole to
+``PREFIX/COMMAND/INSTANCE/awsrunShellScript/0.awsrunShellScript/{stdout,stderr}`` in the
+emulator's S3.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from provisioner.sandbox import protocol as p
+from provisioner.sandbox.protocol import Call
+
+Answer = tuple[int, dict[str, str], bytes]
+#: What GetCommandInvocation returns of the output, as SSM truncates it.
+ANSWER_LIMIT = 24000
+
+
+@dataclass
+class Invocation:
+    """One command on one instance."""
+
+    command: str
+    instance: str
+    comment: str
+    status: str = "Pending"
+    code: int = -1
+    stdout: str = ""
+    stderr: str = ""
+
+
+@dataclass
+class Agent:
+    """Every instance's agent; ``tools`` gives the nodes' tools folder (or None)."""
+
+    tools: Callable[[], str | None]
+    account: str
+    invocations: dict[tuple[str, str], Invocation] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, call: Call) -> Answer:
+        """SendCommand: check, record, start each instance's run."""
+        params = call.params
+        if params.get("DocumentName") != "AWS-RunShellScript":
+            return p.json_error(
+                400, "InvalidDocument", "the sandbox's agent runs AWS-RunShellScript only"
+            )
+        from moto.ec2.models import ec2_backends
+
+        ec2 = ec2_backends[self.account][call.region]
+        instances = params.get("InstanceIds") or []
+        for instance in instances:
+            try:
+                ec2.get_instance(instance)
+            except Exception:
+                return p.json_error(400, "InvalidInstanceId", f"{instance} is not a managed node")
+        script = "\n".join(params.get("Parameters", {}).get("commands", []))
+        timeout = float((params.get("Parameters", {}).get("executionTimeout") or ["3600"])[0])
+        command = str(uuid.uuid4())
+        where = (params.get("OutputS3BucketName"), params.get("OutputS3KeyPrefix", ""))
+        for instance in instances:
+            item = Invocation(command, instance, params.get("Comment", ""))
+            with self.lock:
+                self.invocations[(command, instance)] = item
+            threading.Thread(
+                target=self._run, args=(item, script, timeout, where), daemon=True
+            ).start()
+        return p.json_response(
+            {
+                "Command": {
+                    "CommandId": command,
+                    "DocumentName": "AWS-RunShellScript",
+                    "InstanceIds": instances,
+                    "Comment": params.get("Comment", ""),
+                    "Status": "Pending",
+                    "OutputS3BucketName": where[0] or "",
+                    "OutputS3KeyPrefix": where[1],
+                }
+            }
+        )
+
+    def get(self, call: Call) -> Answer:
+        """GetCommandInvocation."""
+        key = (call.params.get("CommandId", ""), call.params.get("InstanceId", ""))
+        with self.lock:
+            item = self.invocations.get(key)
+            if item is None:
+                return p.json_error(400, "InvocationDoesNotExist", "no such invocation")
+            return p.json_response(
+                {
+                    "CommandId": item.command,
+                    "InstanceId": item.instance,
+                    "Comment": item.comment,
+                    "DocumentName": "AWS-RunShellScript",
+                    "Status": item.status,
+                    "StatusDetails": item.status,
+                    "ResponseCode": item.code,
+                    "StandardOutputContent": item.stdout[:ANSWER_LIMIT],
+                    "StandardErrorContent": item.stderr[:ANSWER_LIMIT],
+                }
+            )
+
+    def _run(
+        self, item: Invocation, script: str, timeout: float, where: tuple[str | None, str]
+    ) -> None:
+        tools = self.tools()
+        with self.lock:
+            item.status = "InProgress"
+        if tools is None:
+            out, err, code, status = (
+                "",
+                "sandbox: instances run commands only with the tools a test gives them "
+                "(POST /_fmctl/seed/node-tools)\n",
+                1,
+                "Failed",
+            )
+        else:
+            with tempfile.TemporaryDirectory(prefix="fmctl-ssm-") as scratch:
+                try:
+                    done = subprocess.run(
+                        ["bash", "-c", script],
+                        env={
+                            "PATH": f"{tools}:/usr/bin:/bin",
+                            "HOME": scratch,
+                            "TMPDIR": scratch,
+                            # The instance's shared folder (a head node's /home, which
+                            # ParallelCluster's compute nodes mount).
+                            "FMCTL_CHECK_SHARED": f"{scratch}/shared",
+                        },
+                        cwd=scratch,
+                        capture_output=True,
+                        text=True,
+                        timeout=timeout,
+                        check=False,
+                    )
+                    out, err, code = done.stdout, done.stderr, done.returncode
+                    status = "Success" if code == 0 else "Failed"
+                except subprocess.TimeoutExpired:
+                    out, err, code, status = "", "timed out\n", 124, "TimedOut"
+        bucket, prefix = where
+        if bucket:
+            self._upload(bucket, f"{prefix}/{item.command}/{item.instance}", out, err)
+        with self.lock:
+            item.stdout, item.stderr, item.code, item.status = out, err, code, status
+
+    def _upload(self, bucket: str, base: str, out: str, err: str) -> None:
+        from moto.s3.models import s3_backends
+
+        s3 = s3_backends[self.account]["global"]
+        step = "awsrunShellScript/0.awsrunShellScript"
+        for name, text in (("stdout", out), ("stderr", err)):
+            if text:
+                s3.put_object(bucket, f"{base.lstrip('/')}/{step}/{name}", text.encode())

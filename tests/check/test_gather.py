@@ -1,0 +1,321 @@
+"""`fmctl check NAME`'s gathering, piece by piece: which nodes it may use (never one a user's
+job holds unless asked), the Kubernetes objects it creates (official schemas; each pod holds
+its whole node), the framed stream both schedulers' runs print, the Kubernetes NCCL job's
+output, and the head-node script run against a fake Slurm with the real node-check.sh."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from provisioner.catalog import load_catalog
+from provisioner.check import outputs
+from provisioner.check.judge import judge_nccl
+from provisioner.check.kube_gather import NodeState, Selection, manifests, node_states, select
+from provisioner.check.results import check_folder, split_stream
+from provisioner.check.slurm_gather import command_script
+from provisioner.render.context import ClusterContext, build_context
+from tests.conftest import ROOT, validate_text
+
+DATA = ROOT / "tests/data/check"
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+
+
+def _context(example: str) -> ClusterContext:
+    validation = validate_text((ROOT / "examples" / example).read_text())
+    assert validation.ok and validation.resolved is not None
+    return build_context(validation.resolved, load_catalog())
+
+
+def _node(name: str, pool: str = "gpu", ready: bool = True, cordoned: bool = False) -> Any:
+    return {
+        "metadata": {"name": name, "labels": {"fmctl.dev/pool": pool}},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "allocatable": {GPU: "8", EFA: "16", "cpu": "188"},
+        },
+    }
+
+
+def _pod(name: str, node: str, gpus: int = 0, owner: str = "", phase: str = "Running") -> Any:
+    meta: dict[str, Any] = {"name": name, "namespace": "training"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "x"}]
+    resources = {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}} if gpus else {}
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node, "containers": [{"name": "c", "resources": resources}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_only_idle_ready_schedulable_gpu_nodes_are_chosen() -> None:
+    nodes = [
+        _node("n1"),
+        _node("n2"),
+        _node("n3", ready=False),
+        _node("n4", cordoned=True),
+        _node("n5"),
+        _node("sys-1", pool=""),
+    ]
+    pods = [
+        _pod("llama-0", "n2", gpus=8),  # a user's job: n2 is busy
+        _pod("dcgm-exporter-x", "n1", gpus=0, owner="DaemonSet"),  # everywhere, holds nothing
+        _pod("plugin", "n5", gpus=8, owner="DaemonSet"),  # a DaemonSet's pod never makes busy
+        _pod("done-0", "n5", gpus=8, phase="Succeeded"),  # finished: holds nothing
+        _pod("web", "n1"),  # a CPU-only pod does not hold the GPUs
+    ]
+    states = node_states(nodes, pods)
+    chosen = select(states, ["gpu"], include_busy=False)
+    assert [n.name for n in chosen.chosen["gpu"]] == ["n1", "n5"]
+    why = {node: reason for node, _, reason in chosen.skipped}
+    assert why["n2"].startswith("busy: training/llama-0 holds its GPUs")
+    assert why["n3"] == "not Ready" and why["n4"] == "cordoned"
+    assert "sys-1" not in why  # not a GPU pool of the spec: not the check's business
+
+    asked = select(states, ["gpu"], include_busy=True)
+    assert [n.name for n in asked.chosen["gpu"]] == ["n1", "n2", "n5"]
+    assert {n for n, _, _ in asked.skipped} == {"n3", "n4"}
+
+
+def test_a_node_without_advertised_gpus_is_said_not_checked() -> None:
+    node = _node("n1")
+    node["status"]["allocatable"] = {"cpu": "188"}
+    chosen = select(node_states([node], []), ["gpu"], include_busy=True)
+    assert chosen.chosen["gpu"] == []
+    assert "NVIDIA device plugin" in chosen.skipped[0][2]
+
+
+def _selection(count: int) -> Selection:
+    nodes = [
+        NodeState(f"ip-10-20-1-{i}.ec2.internal", "gpu", True, False, 8, 16) for i in range(count)
+    ]
+    return Selection({"gpu": nodes})
+
+
+def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
+    context = _context("p5en-eks-fsx-s3.yaml")
+    objects, jobs, nccl = manifests(context, _selection(3), "fmctl-check-abc", 900)
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.33.0", strict=True)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    assert kinds[:2] == [("Namespace", "fmctl-check-abc"), ("ConfigMap", "node-check")]
+    assert all(
+        o["metadata"].get("namespace", "fmctl-check-abc") == "fmctl-check-abc" for o in objects
+    )
+    node_jobs = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] in jobs]
+    assert len(node_jobs) == 3 and nccl == {"gpu": "nccl-gpu"}
+    for job in node_jobs:
+        pod = job["spec"]["template"]["spec"]
+        node = jobs[job["metadata"]["name"]].node
+        term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [node]
+        limits = pod["containers"][0]["resources"]["limits"]
+        # All 8 GPUs and 16 EFA devices: the scheduler can place it only on a free node.
+        assert (limits[GPU], limits[EFA]) == (8, 16)
+        assert job["spec"]["activeDeadlineSeconds"] == 900 and job["spec"]["backoffLimit"] == 0
+        assert pod["containers"][0]["command"] == ["bash", "/opt/fmctl/node-check.sh", "-", "gpu"]
+    script = next(o for o in objects if o["kind"] == "ConfigMap")["data"]["node-check.sh"]
+    assert script == (ROOT / "slurm/lib/node-check.sh").read_text()
+    allreduce = next(
+        o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "nccl-gpu"
+    )
+    assert allreduce["spec"]["suspend"] is False
+    assert allreduce["spec"]["completions"] == allreduce["spec"]["parallelism"] == 3
+    pod = allreduce["spec"]["template"]["spec"]
+    hosts = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert hosts["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        n.name for n in _selection(3).chosen["gpu"]
+    ]
+    assert "--nnodes=3" in pod["containers"][0]["command"]
+    assert "--master-addr=nccl-gpu-0.nccl-gpu" in pod["containers"][0]["command"]
+
+
+def test_one_idle_node_gets_no_nccl_job_and_no_nccl_asked_gets_none() -> None:
+    context = _context("p5en-eks-fsx-s3.yaml")
+    assert manifests(context, _selection(1), "ns", 900)[2] == {}
+    assert manifests(context, _selection(4), "ns", 900, nccl=False)[2] == {}
+
+
+def test_split_stream_writes_the_layout_and_follows_no_path(tmp_path: Path) -> None:
+    text = (
+        "noise before any frame\n"
+        "==> fmctl-check n1 pool <==\ngpu\n"
+        "==> fmctl-check n1 nvidia-smi.csv <==\n0, NVIDIA H200\n"
+        "==> fmctl-check ../etc passwd <==\nnot followed\n"
+        "==> fmctl-check-skipped n2 gpu <==\nbusy: a job holds it\n"
+        "==> fmctl-check-nccl gpu <==\nsize=1 time_us=1 busbw_GBps=1\n"
+    )
+    skipped = split_stream(text, tmp_path)
+    assert (tmp_path / "nodes/n1/pool").read_text() == "gpu\n"
+    assert (tmp_path / "nodes/n1/nvidia-smi.csv").read_text() == "0, NVIDIA H200\n"
+    assert (tmp_path / "nccl/gpu.txt").read_text().startswith("size=1")
+    assert skipped == [("n2", "gpu", "busy: a job holds it")]
+    written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
+    assert written == {"nodes/n1/pool", "nodes/n1/nvidia-smi.csv", "nccl/gpu.txt"}
+    assert not any("not followed" in p.read_text() for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_the_kubernetes_nccl_job_output_is_judged() -> None:
+    pool = _context("p5en-eks-fsx-s3.yaml").pools[0]
+    report = outputs.parse_nccl((DATA / "nccl-k8s-p5en-2nodes-healthy.txt").read_text())
+    assert report.ranks == 16 and len(report.hosts) == 2
+    assert report.largest is not None and report.largest.size_bytes == 4 * 2**30
+    assert report.largest.busbw_gbs == pytest.approx(352.27)
+    # algbw = busbw * n / (2(n-1)) for n = 16 ranks
+    assert report.largest.algbw_gbs == pytest.approx(352.27 * 16 / 30)
+    verdict = judge_nccl(pool, report)
+    assert verdict.ok and verdict.findings[0].ok is True, verdict
+
+
+def test_the_rendered_job_prints_what_the_parser_reads() -> None:
+    text = (ROOT / "templates/kubernetes/nccl-test/job.yaml.j2").read_text()
+    assert 'print(f"# nccl-allreduce ranks={world} nodes=' in text
+    assert 'print(f"size={size} time_us={seconds * 1e6:.1f} busbw_GBps={busbw:.2f}"' in text
+
+
+# -- the head-node script, against a fake Slurm -------------------------------------------
+
+FAKE_SINFO = """#!/bin/bash
+# sinfo --noheader --Node --partition=P --format='%N %t'
+cat "$FAKE/sinfo.txt"
+"""
+FAKE_SRUN = """#!/bin/bash
+# srun --label ... --nodelist=A,B ... --input=all bash -s -- - POOL  (one task per node)
+echo "srun $*" >> "$FAKE/calls"
+nodes=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodelist=*) nodes="${1#--nodelist=}" ;;
+    --*) ;;
+    *) break ;;
+  esac
+  shift
+done
+stdin=$(mktemp); cat > "$stdin"
+i=0
+for node in ${nodes//,/ }; do
+  SLURMD_NODENAME="$node" "$@" < "$stdin" | sed "s/^/$i: /"
+  i=$((i + 1))
+done
+"""
+FAKE_SBATCH = """#!/bin/bash
+echo "sbatch $*" >> "$FAKE/calls"
+for arg in "$@"; do
+  case "$arg" in --output=*) cp "$FAKE/nccl.txt" "${arg#--output=}" ;; esac
+done
+"""
+FAKE_NVIDIA_SMI = """#!/bin/bash
+if grep -qx "$SLURMD_NODENAME" "$FAKE/broken"; then cat "$DATA/nvidia-smi-lost-gpu.csv"
+else cat "$DATA/nvidia-smi-healthy.csv"; fi
+"""
+
+
+def _fake_slurm(tmp: Path, sinfo: str, broken: str) -> Path:
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    fakes = {
+        "sinfo": FAKE_SINFO,
+        "srun": FAKE_SRUN,
+        "sbatch": FAKE_SBATCH,
+        "nvidia-smi": FAKE_NVIDIA_SMI,
+        "dcgmi": f"#!/bin/sh\ncat '{DATA / 'dcgmi-diag-healthy.json'}'\n",
+        "fi_info": f"#!/bin/sh\ncat '{DATA / 'fi_info-p5-healthy.txt'}'\n",
+    }
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    (tmp / "sinfo.txt").write_text(sinfo)
+    (tmp / "broken").write_text(broken + "\n")
+    (tmp / "nccl.txt").write_text((DATA / "nccl-p5-2nodes-healthy.txt").read_text())
+    return bin_dir
+
+
+def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
+    context = _context("p5-slurm-capacity-block.yaml")
+    sinfo = (
+        "train-st-p5-48xlarge-1 idle\n"
+        "train-st-p5-48xlarge-2 alloc\n"
+        "train-st-p5-48xlarge-3 idle\n"
+        "train-st-p5-48xlarge-4 drain\n"
+        "train-st-p5-48xlarge-5 idle\n"
+    )
+    bin_dir = _fake_slurm(tmp_path, sinfo, broken="train-st-p5-48xlarge-3")
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "FAKE": str(tmp_path),
+        "DATA": str(DATA),
+        "FMCTL_CHECK_SHARED": str(tmp_path / "shared"),
+        "TMPDIR": str(tmp_path),
+    }
+    script = command_script(context, include_busy=False, nccl=True, timeout=600)
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+    folder = tmp_path / "results"
+    skipped = split_stream(done.stdout, folder)
+    assert skipped == [
+        ("train-st-p5-48xlarge-2", "train", "busy: a job holds it (--include-busy waits for it)"),
+        ("train-st-p5-48xlarge-4", "train", "state drain"),
+    ]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    idle = "train-st-p5-48xlarge-1,train-st-p5-48xlarge-3,train-st-p5-48xlarge-5"
+    srun = next(c for c in calls if c.startswith("srun"))
+    for flag in (
+        "--exclusive",
+        f"--nodelist={idle}",
+        "--nodes=3",
+        "--ntasks-per-node=1",
+        "--input=all",
+        "--immediate=600",
+    ):
+        assert flag in shlex.split(srun), srun
+    sbatch = next(c for c in calls if c.startswith("sbatch"))
+    for flag in ("--exclusive", f"--nodelist={idle}", "--gpus-per-node=8", "--deadline=now+600"):
+        assert flag in shlex.split(sbatch), sbatch
+
+    report = check_folder(context, folder)
+    by_subject = {v.subject: v for v in report.verdicts}
+    assert sorted(by_subject) == [
+        "nccl all-reduce (train)",
+        "train-st-p5-48xlarge-1",
+        "train-st-p5-48xlarge-3",
+        "train-st-p5-48xlarge-5",
+    ]
+    assert not by_subject["train-st-p5-48xlarge-3"].ok  # the GPU fallen off the bus
+    assert by_subject["train-st-p5-48xlarge-1"].ok and by_subject["nccl all-reduce (train)"].ok
+    assert not (tmp_path / "shared").exists() or not list((tmp_path / "shared").iterdir())
+
+
+def test_the_head_node_script_with_include_busy_and_no_nccl(tmp_path: Path) -> None:
+    context = _context("p5-slurm-capacity-block.yaml")
+    bin_dir = _fake_slurm(
+        tmp_path, "train-st-p5-48xlarge-1 mix\ntrain-st-p5-48xlarge-2 down*\n", ""
+    )
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE": str(tmp_path), "DATA": str(DATA)}
+    script = command_script(context, include_busy=True, nccl=False, timeout=600)
+    done = subprocess.run(
+        ["bash", "-c", script], env={**env, "TMPDIR": str(tmp_path)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    skipped = split_stream(done.stdout, tmp_path / "results")
+    assert skipped == [("train-st-p5-48xlarge-2", "train", "state down*")]
+    assert (tmp_path / "results/nodes/train-st-p5-48xlarge-1/fi_info.txt").is_file()
+    assert "sbatch" not in (tmp_path / "calls").read_text()
+
+
+def test_the_command_carries_the_scripts_it_runs() -> None:
+    script = command_script(_context("p5-slurm-capacity-block.yaml"), False, True, 900)
+    for path in (
+        "slurm/lib/cluster-check.sh",
+        "slurm/lib/node-check.sh",
+        "slurm/jobs/nccl-tests.sbatch",
+    ):
+        assert (ROOT / path).read_text().rstrip("\n") in script
+    assert script.rstrip().endswith("--timeout 900 train:8")

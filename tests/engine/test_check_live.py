@@ -1,0 +1,300 @@
+"""`fmctl check NAME` end to end against the sandbox, on both schedulers.
+
+The sandbox has no GPUs, no Slurm and no container runtime. What is real: fmctl's selection
+of nodes, the Kubernetes objects and the SSM command it sends, the scheduling of its pods by
+device accounting (a node whose GPUs a user's pod holds cannot take the check's pod), the
+real node-check.sh and cluster-check.sh, the transport of their output (pod logs; Run
+Command's output in S3), the judging, and the clean-up. What is fake: the tools on the
+nodes (nvidia-smi, dcgmi, fi_info, torchrun, sinfo, srun, sbatch), which print the recorded
+outputs of tests/data/check; the sandbox runs a pod's or a command's program with them first
+on PATH (provisioner/sandbox/kube_jobs.py, ssm_agent.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.drivers.eks_auth import token
+from provisioner.drivers.kube import KubeClient
+from provisioner.drivers.storage import bucket_name
+from provisioner.sandbox import daemon
+from tests.conftest import ROOT
+from tests.engine.harness import Sandbox, owned, region_of
+
+DATA = ROOT / "tests/data/check"
+ACCOUNT = "123456789012"
+
+#: The nodes' tools: each prints a recorded output; the node named in $FAKE/broken has a
+#: GPU fallen off the bus.
+TOOLS = {
+    "nvidia-smi": """#!/bin/bash
+me="${NODE_NAME:-$SLURMD_NODENAME}"
+if grep -qx "$me" "$FAKE/broken"; then cat "$DATA/nvidia-smi-lost-gpu.csv"
+else cat "$DATA/$SMI"; fi
+""",
+    "dcgmi": '#!/bin/sh\ncat "$DATA/dcgmi-diag-healthy.json"\n',
+    "fi_info": '#!/bin/sh\ncat "$DATA/$FI_INFO"\n',
+    "nv-hostengine": "#!/bin/sh\nexit 0\n",
+    # torchrun: rank 0 prints the header the real script prints (from the job's size) and
+    # the recorded rows; the other ranks print nothing.
+    "torchrun": """#!/bin/bash
+[ "${JOB_COMPLETION_INDEX:-0}" = 0 ] || exit 0
+for arg; do case "$arg" in --nnodes=*) n="${arg#--nnodes=}" ;; esac; done
+hosts="$NODE_NAME"; for ((i = 1; i < n; i++)); do hosts="$hosts,peer-$i"; done
+echo "# nccl-allreduce ranks=$((n * 8)) nodes=$hosts"
+grep -v '^# nccl-allreduce' "$DATA/nccl-k8s-p5en-2nodes-healthy.txt"
+""",
+    "sinfo": '#!/bin/bash\ncat "$FAKE/sinfo.txt"\n',
+    "srun": """#!/bin/bash
+nodes=""
+while [ $# -gt 0 ]; do
+  case "$1" in --nodelist=*) nodes="${1#--nodelist=}" ;; --*) ;; *) break ;; esac
+  shift
+done
+stdin=$(mktemp); cat > "$stdin"
+i=0
+for node in ${nodes//,/ }; do
+  SLURMD_NODENAME="$node" "$@" < "$stdin" | sed "s/^/$i: /"; i=$((i + 1))
+done
+""",
+    "sbatch": """#!/bin/bash
+for arg; do
+  case "$arg" in --output=*) cp "$DATA/nccl-p5-2nodes-healthy.txt" "${arg#--output=}" ;; esac
+done
+""",
+}
+
+
+@pytest.fixture
+def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
+    """A tools folder the sandbox's nodes and instances run with (wrappers that carry the
+    fakes' settings, since the sandbox gives a program PATH and the pod's own env only)."""
+    fakes, folder = tmp_path / "fakes", tmp_path / "tools"
+    fakes.mkdir()
+    folder.mkdir()
+    (tmp_path / "broken").write_text("\n")
+    (tmp_path / "sinfo.txt").write_text("")
+    for name, text in TOOLS.items():
+        (fakes / name).write_text(text)
+        (fakes / name).chmod(0o755)
+        wrapper = folder / name
+        wrapper.write_text(
+            f'#!/bin/bash\nexport FAKE="{tmp_path}" DATA="{DATA}"'
+            f' SMI="$(cat {tmp_path}/smi)" FI_INFO="$(cat {tmp_path}/fi_info)"\n'
+            f'exec "{fakes / name}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+    daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(folder)})
+    yield tmp_path
+    daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
+
+
+def _client(sandbox: Sandbox, region: str, name: str) -> KubeClient:
+    aws = sandbox.aws(region)
+    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
+    return KubeClient.for_eks(
+        cluster["endpoint"],
+        cluster["certificateAuthority"]["data"],
+        lambda: token(aws, name),
+        "kubectl",
+    )
+
+
+def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_path: Path) -> None:
+    name = "e2e-check-eks"
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["compute"]["gpuPools"][0]["count"] = 4
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    (tools / "smi").write_text("nvidia-smi-p5en.csv")
+    (tools / "fi_info").write_text("fi_info-p5en-healthy.txt")
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    api = _client(sandbox, region, name)
+    try:
+        gpu = sorted(
+            n["metadata"]["name"] for n in api.list("v1", "Node", selector="fmctl.dev/pool=gpu")
+        )
+        assert len(gpu) == 4
+        idle, busy, cordoned, broken = gpu
+        # A user's training pod holds all of `busy`'s GPUs; `cordoned` is cordoned.
+        api.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "llama-0", "namespace": "default"},
+                "spec": {
+                    "nodeName": busy,
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "x",
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "8"},
+                                "limits": {"nvidia.com/gpu": "8"},
+                            },
+                        }
+                    ],
+                },
+            }
+        )
+        api.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": cordoned},
+                "spec": {"unschedulable": True},
+            }
+        )
+        (tools / "broken").write_text(broken + "\n")
+
+        # What an interrupted check left is removed; a namespace of another cluster is not.
+        for stale, owner in (("fmctl-check-0ld", name), ("fmctl-check-f0e", "someone-else")):
+            labels = {"app.kubernetes.io/name": "fmctl-check", "fmctl.dev/cluster": owner}
+            api.apply(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": stale, "labels": labels},
+                }
+            )
+
+        # Nodes whose check prints nothing (here: the sandbox given no tools) are not a pass.
+        daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
+        blind = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "-o", "json")
+        assert blind.returncode == 1 and "error: no node was checked" in blind.stderr
+        reasons = {s["node"]: s["why"] for s in json.loads(blind.stdout)["skipped"]}
+        assert "its check printed no results: sandbox: node" in reasons[idle]
+        daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(tools / "tools")})
+
+        done = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "-o", "json")
+        assert done.returncode == 1, done.stdout + done.stderr  # the broken node fails
+        report = json.loads(done.stdout)
+        verdicts = {v["subject"]: v for v in report["verdicts"]}
+        assert set(verdicts) == {idle, broken, "nccl all-reduce (gpu)"}
+        assert verdicts[idle]["ok"] and verdicts["nccl all-reduce (gpu)"]["ok"]
+        failed = [f for f in verdicts[broken]["findings"] if f["ok"] is False]
+        assert [f["check"] for f in failed] == ["gpus"]
+        nccl = verdicts["nccl all-reduce (gpu)"]["findings"][0]
+        assert nccl["detail"].startswith("2 nodes, 16 ranks")  # the two idle nodes only
+        skipped = {s["node"]: s["why"] for s in report["skipped"]}
+        assert skipped == {
+            busy: "busy: default/llama-0 holds its GPUs (--include-busy waits for it)",
+            cordoned: "cordoned",
+        }
+
+        # Nothing of the check is left; the user's pod is untouched.
+        namespaces = [n["metadata"]["name"] for n in api.list("v1", "Namespace")]
+        assert [n for n in namespaces if n.startswith("fmctl-check")] == ["fmctl-check-f0e"]
+        assert api.get("v1", "Pod", "llama-0", "default") is not None
+
+        # Text: the failed node named with how to drain it, the skipped ones said.
+        text = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox")
+        assert text.returncode == 1
+        assert f"hint: drain and replace it: kubectl cordon {broken}" in text.stderr
+        assert f"{busy}" in text.stdout and "skipped" in text.stdout
+    finally:
+        api.close()
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert owned(sandbox, name, region) == []
+
+
+def _head_node(sandbox: Sandbox, region: str, name: str) -> str:
+    """What ParallelCluster would have made: a running head node with its tags."""
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.0.0/24")["Subnet"]["SubnetId"]
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = [
+        {"Key": "parallelcluster:cluster-name", "Value": name},
+        {"Key": "parallelcluster:node-type", "Value": "HeadNode"},
+    ]
+    found = ec2.run_instances(
+        ImageId=image,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="m7i.2xlarge",
+        SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
+    return str(found["Instances"][0]["InstanceId"])
+
+
+def _bucket(sandbox: Sandbox, region: str, name: str) -> str:
+    """The artifact bucket `up` makes (named and tagged as fmctl does)."""
+    s3 = sandbox.aws(region).client("s3")
+    bucket = bucket_name(name, ACCOUNT, region)
+    where = {} if region == "us-east-1" else {"LocationConstraint": region}
+    s3.create_bucket(Bucket=bucket, **({"CreateBucketConfiguration": where} if where else {}))
+    s3.put_bucket_tagging(
+        Bucket=bucket, Tagging={"TagSet": [{"Key": "fmctl.dev/cluster", "Value": name}]}
+    )
+    return bucket
+
+
+def test_check_on_slurm_runs_on_the_head_node_through_ssm(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    name = "e2e-check-slurm"
+    data: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
+    )
+    data["metadata"]["name"] = name
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    (tools / "smi").write_text("nvidia-smi-healthy.csv")
+    (tools / "fi_info").write_text("fi_info-p5-healthy.txt")
+    (tools / "sinfo.txt").write_text(
+        "train-st-p5-48xlarge-1 idle\ntrain-st-p5-48xlarge-2 alloc\ntrain-st-p5-48xlarge-3 idle\n"
+    )
+    (tools / "broken").write_text("train-st-p5-48xlarge-3\n")
+
+    # Before the cluster exists: a located error, not a traceback.
+    missing = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox")
+    assert missing.returncode == 1
+    assert f"{name} has no running head node in {region}" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    bucket = _bucket(sandbox, region, name)
+    instance = _head_node(sandbox, region, name)
+    keep = tmp_path / "kept"
+    started = time.monotonic()
+    done = sandbox.fmctl(
+        "check", name, "-f", str(spec), "--sandbox", "-o", "json", "--keep", str(keep)
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert time.monotonic() - started < 120
+    report = json.loads(done.stdout)
+    verdicts = {v["subject"]: v["ok"] for v in report["verdicts"]}
+    assert verdicts == {
+        "train-st-p5-48xlarge-1": True,
+        "train-st-p5-48xlarge-3": False,
+        "nccl all-reduce (train)": True,
+    }
+    assert report["skipped"] == [
+        {
+            "node": "train-st-p5-48xlarge-2",
+            "pool": "train",
+            "why": "busy: a job holds it (--include-busy waits for it)",
+        }
+    ]
+    assert report["pools"]["train"] == {"reported": 2, "nodes": 16}
+    # The results stay where asked; the command's output does not stay in the bucket.
+    assert (keep / "nodes/train-st-p5-48xlarge-1/dcgmi-diag.json").is_file()
+    s3 = sandbox.aws(region).client("s3")
+    assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{name}-check/").get("KeyCount", 0) == 0
+    calls = [r for r in sandbox.requests() if r["action"] == "SendCommand"]
+    assert calls and calls[-1]["status"] == 200
+    ec2 = sandbox.aws(region).client("ec2")
+    ec2.terminate_instances(InstanceIds=[instance])
