@@ -6,14 +6,17 @@
    asks for all of the node's devices.
 2. In a namespace of its own (``fmctl-check-RUN``), a Job per chosen node runs
    slurm/lib/node-check.sh in the DCGM image, pinned to its node and holding every GPU and
-   EFA device there; per pool with two or more chosen nodes, the rendered NCCL all-reduce job
-   across exactly those nodes.
-3. Wait for the Jobs (up to the deadline), read their pods' logs into the results folder, and
-   delete the namespace (its Jobs and pods go with it) whatever happened.
+   EFA device there. Their pods' logs go into the results folder.
+3. Per pool with two or more nodes that passed their own checks, the rendered NCCL
+   all-reduce job across exactly those nodes (a broken node would only drag the pool's
+   figure down); rank 0's log goes into the folder.
+4. Delete the namespace (its Jobs and pods go with it), whatever happened. Each step waits
+   up to the timeout.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -23,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from provisioner.check.results import split_stream
+from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.kube import KubeApi
 from provisioner.plan.context import poll_schedule
 from provisioner.render.context import POOL_LABEL, ClusterContext
@@ -141,14 +144,10 @@ class NodeJob:
     efa: int
 
 
-def manifests(
-    context: ClusterContext,
-    selection: Selection,
-    namespace: str,
-    deadline: int,
-    nccl: bool = True,
-) -> tuple[list[dict[str, Any]], dict[str, NodeJob], dict[str, str]]:
-    """The objects of one check run, the node Jobs by name, and the NCCL Jobs by pool."""
+def node_manifests(
+    context: ClusterContext, selection: Selection, namespace: str, deadline: int
+) -> tuple[list[dict[str, Any]], dict[str, NodeJob]]:
+    """The first step's objects (namespace, script, a Job per chosen node) and the Jobs."""
     jobs = [
         NodeJob(f"node-{i}", n.name, pool, n.gpus, n.efa)
         for i, (pool, n) in enumerate(
@@ -164,17 +163,25 @@ def manifests(
         script=script,
         deadline=deadline,
     )
+    return [d for d in yaml.safe_load_all(text) if d], {j.name: j for j in jobs}
+
+
+def nccl_manifests(
+    context: ClusterContext, nodes: dict[str, list[str]], namespace: str
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The second step's objects: per pool with two or more nodes, the rendered NCCL job
+    across exactly those nodes; and the Job names by pool."""
     pools = {p.name: p for p in context.pools}
-    nccl_jobs: dict[str, str] = {}
-    for pool_name, nodes in sorted(selection.chosen.items()):
-        if not nccl or len(nodes) < 2:
+    objects: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for pool, chosen in sorted(nodes.items()):
+        if len(chosen) < 2:
             continue  # one node exercises NVLink only: node-check covers it
-        name = f"nccl-{pool_name}"
-        run = NcclRun(name, namespace, len(nodes), tuple(n.name for n in nodes), False, "default")
-        text += "\n---\n" + nccl_job(context, pools[pool_name], run)
-        nccl_jobs[pool_name] = name
-    objects = [d for d in yaml.safe_load_all(text) if d]
-    return objects, {j.name: j for j in jobs}, nccl_jobs
+        name = f"nccl-{pool}"
+        run = NcclRun(name, namespace, len(chosen), tuple(sorted(chosen)), False, "default")
+        objects += [d for d in yaml.safe_load_all(nccl_job(context, pools[pool], run)) if d]
+        names[pool] = name
+    return objects, names
 
 
 @dataclass
@@ -199,6 +206,47 @@ def _pod_of(api: KubeApi, namespace: str, job: str, index: str | None = None) ->
     pods = api.list("v1", "Pod", namespace, selector)
     ran = [p for p in pods if p.get("status", {}).get("phase") in ("Succeeded", "Failed")]
     return ran[0]["metadata"]["name"] if ran else None
+
+
+def _wait(
+    api: KubeApi,
+    namespace: str,
+    names: set[str],
+    timeout: float,
+    scale: float,
+    sleep: Callable[[float], None],
+    on_progress: Callable[[str], None],
+) -> None:
+    """Until every Job in ``names`` finished, or ``timeout`` seconds."""
+    waiting = set(names)
+    started = time.monotonic()
+    for offset in poll_schedule(EXPECTED_SECONDS, scale):
+        if not waiting or time.monotonic() - started > timeout:
+            return
+        sleep(max(0.0, started + offset - time.monotonic()))
+        for name in sorted(waiting):
+            if _job_done(api.get("batch/v1", "Job", name, namespace)):
+                waiting.discard(name)
+                on_progress(f"job {name} finished")
+
+
+def _read_node(
+    api: KubeApi, namespace: str, name: str, job: NodeJob, folder: Path, timeout: float
+) -> list[tuple[str, str, str]]:
+    """A node Job's log into ``folder``; the node as skipped (with why) when it has none."""
+    pod = _pod_of(api, namespace, name)
+    if pod is None:
+        why = (
+            f"its check did not run within {timeout:.0f}s (its GPUs were taken, or the image "
+            "could not be pulled)"
+        )
+        return [(job.node, job.pool, why)]
+    log = api.logs(namespace, pod)
+    skipped = split_stream(log, folder)
+    if not (folder / "nodes" / job.node).is_dir():
+        last = (log.strip().splitlines() or ["no output"])[-1]
+        skipped.append((job.node, job.pool, f"its check printed no results: {last}"))
+    return skipped
 
 
 def clean_stale(api: KubeApi, cluster: str) -> list[str]:
@@ -233,39 +281,25 @@ def gather(
     on_progress(f"checking {chosen} nodes ({len(skipped)} left out) in namespace {namespace}")
     if not chosen:
         return Gathered(skipped, run)
-    objects, node_jobs, nccl_jobs = manifests(
-        context, selection, namespace, int(timeout), nccl=nccl
+    objects, node_jobs = node_manifests(context, selection, namespace, int(timeout))
+    wait = functools.partial(
+        _wait, api, namespace, timeout=timeout, scale=scale, sleep=sleep, on_progress=on_progress
     )
     try:
         for obj in objects:
             api.apply(obj)
-        waiting = set(node_jobs) | set(nccl_jobs.values())
-        started = time.monotonic()
-        for offset in poll_schedule(EXPECTED_SECONDS, scale):
-            sleep(max(0.0, started + offset - time.monotonic()))
-            for name in sorted(waiting):
-                if _job_done(api.get("batch/v1", "Job", name, namespace)):
-                    waiting.discard(name)
-                    on_progress(f"job {name} finished")
-            if not waiting or time.monotonic() - started > timeout:
-                break
+        wait(set(node_jobs))
         for name, job in sorted(node_jobs.items()):
-            pod = _pod_of(api, namespace, name)
-            if pod is None:
-                skipped.append(
-                    (
-                        job.node,
-                        job.pool,
-                        f"its check did not run within {timeout:.0f}s "
-                        "(its GPUs were taken, or the image could not be pulled)",
-                    )
-                )
-                continue
-            log = api.logs(namespace, pod)
-            skipped += split_stream(log, folder)
-            if not (folder / "nodes" / job.node).is_dir():
-                last = (log.strip().splitlines() or ["no output"])[-1]
-                skipped.append((job.node, job.pool, f"its check printed no results: {last}"))
+            skipped += _read_node(api, namespace, name, job, folder, timeout)
+        passed = passed_nodes(context, folder) if nccl else {}
+        objects, nccl_jobs = nccl_manifests(context, passed, namespace)
+        for obj in objects:
+            api.apply(obj)
+        if nccl_jobs:
+            on_progress(
+                f"NCCL across {', '.join(f'{len(passed[p])} nodes of {p}' for p in nccl_jobs)}"
+            )
+        wait(set(nccl_jobs.values()))
         for pool, name in sorted(nccl_jobs.items()):
             pod = _pod_of(api, namespace, name, "0")
             if pod is not None:

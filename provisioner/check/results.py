@@ -140,3 +140,14 @@ def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
             report.verdicts.append(judge_nccl(pool, outputs.parse_nccl(log)))
         report.coverage[name] = (reported[name], pool.count)
     return report
+
+
+def passed_nodes(context: ClusterContext, folder: Path) -> dict[str, list[str]]:
+    """Pool -> the nodes under ``folder`` whose own checks all passed: those the NCCL run
+    goes across (a broken node would only make the pool's figure fail for its sake)."""
+    pools = {p.name for p in context.pools}
+    passed: dict[str, list[str]] = {}
+    for verdict in check_folder(context, folder).verdicts:
+        if verdict.ok and verdict.pool in pools and verdict.findings[0].check != "nccl":
+            passed.setdefault(verdict.pool, []).append(verdict.subject)
+    return passed

@@ -1,8 +1,9 @@
 """`fmctl check NAME` on a Slurm cluster: gather what ``check_folder`` judges.
 
 The head node (found by ParallelCluster's tags) runs slurm/lib/cluster-check.sh through SSM
-Run Command (AWS-RunShellScript, as root): per pool, node-check.sh on the partition's idle
-nodes in an exclusive allocation, and nccl-tests.sbatch across them. The command carries this
+Run Command (AWS-RunShellScript, as root), twice: node-check.sh on each partition's idle
+nodes in an exclusive allocation; then, once fmctl has judged them, nccl-tests.sbatch across
+each pool's nodes that passed. The command carries this
 fmctl's copies of the three scripts, so a cluster made by an older fmctl runs the same
 check. Run Command keeps only 24,000 characters of output in its answer, so the whole stream
 goes to the artifact bucket (under ``NAME-check/``, which the head node may write and nothing
@@ -11,6 +12,7 @@ else), is read back, split into the results folder, and deleted.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import time
 import uuid
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from provisioner.check.results import split_stream
+from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.aws import AwsError
 from provisioner.plan.context import Engine, poll_schedule
 from provisioner.render.context import ClusterContext
@@ -51,8 +53,9 @@ def head_node(engine: Engine) -> str:
     return str(ids[0])
 
 
-def command_script(context: ClusterContext, include_busy: bool, nccl: bool, timeout: int) -> str:
-    """The shell script Run Command runs on the head node."""
+def command_script(args: list[str]) -> str:
+    """The shell script Run Command runs on the head node: this fmctl's copies of the
+    scripts, then ``cluster-check.sh ARGS``."""
     slurm = shipped_dir("slurm")
     files = {
         "cluster-check.sh": (slurm / "lib" / "cluster-check.sh").read_text(),
@@ -64,13 +67,28 @@ def command_script(context: ClusterContext, include_busy: bool, nccl: bool, time
         marker = "FMCTL_CHECK_EOF"
         assert marker not in text, f"{name} contains the heredoc marker"
         lines += [f"cat > \"$work/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
-    flags = (["--include-busy"] if include_busy else []) + ([] if nccl else ["--no-nccl"])
-    pools = [f"{p.name}:{p.gpus}" for p in context.pools]
     lines.append(
         'FMCTL_NODE_CHECK="$work/node-check.sh" FMCTL_NCCL_JOB="$work/nccl-tests.sbatch" '
-        f'bash "$work/cluster-check.sh" {shlex.join([*flags, "--timeout", str(timeout), *pools])}'
+        f'bash "$work/cluster-check.sh" {shlex.join(args)}'
     )
     return "\n".join(lines) + "\n"
+
+
+def node_step(context: ClusterContext, include_busy: bool, timeout: int) -> list[str]:
+    """cluster-check.sh's arguments for the node checks of every pool."""
+    busy = ["--include-busy"] if include_busy else []
+    return ["nodes", *busy, "--timeout", str(timeout), *(p.name for p in context.pools)]
+
+
+def nccl_step(context: ClusterContext, passed: dict[str, list[str]], timeout: int) -> list[str]:
+    """cluster-check.sh's arguments for NCCL across each pool's passed nodes (two or more)."""
+    gpus = {p.name: p.gpus for p in context.pools}
+    runs = [
+        f"{pool}:{gpus[pool]}:{','.join(sorted(nodes))}"
+        for pool, nodes in sorted(passed.items())
+        if len(nodes) >= 2
+    ]
+    return ["nccl", "--timeout", str(timeout), *runs] if runs else []
 
 
 def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:
@@ -107,27 +125,51 @@ def gather_slurm(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[tuple[str, str, str]]:
     """Run the check on the head node, fill ``folder``; the nodes left out, with why."""
-    instance, bucket = head_node(engine), _bucket(engine)
+    run = functools.partial(
+        _run_on_head_node,
+        engine,
+        head_node(engine),
+        _bucket(engine),
+        len(context.pools),
+        timeout,
+        on_progress,
+        sleep,
+    )
+    skipped = split_stream(run(node_step(context, include_busy, timeout)), folder)
+    step = nccl_step(context, passed_nodes(context, folder), timeout) if nccl else []
+    if step:
+        split_stream(run(step), folder)
+    return skipped
+
+
+def _run_on_head_node(
+    engine: Engine,
+    instance: str,
+    bucket: str,
+    pools: int,
+    timeout: int,
+    on_progress: Callable[[str], None],
+    sleep: Callable[[float], None],
+    args: list[str],
+) -> str:
+    """One Run Command of cluster-check.sh ARGS; its whole stdout (then deleted from S3)."""
     prefix = f"{CHECK_PREFIX.format(cluster=engine.cluster)}/{uuid.uuid4().hex[:8]}"
     ssm, s3 = engine.aws.client("ssm"), engine.aws.client("s3")
-    # Each pool waits at most `timeout` for its node checks and again for its NCCL job.
-    budget = min(timeout * 2 * max(len(context.pools), 1) + 600, 172800)
+    # Each pool may wait up to `timeout` for its nodes.
+    budget = min(timeout * max(pools, 1) + 600, 172800)
     sent = ssm.send_command(
         InstanceIds=[instance],
         DocumentName="AWS-RunShellScript",
-        Comment=f"fmctl check {engine.cluster}",
-        Parameters={
-            "commands": [command_script(context, include_busy, nccl, timeout)],
-            "executionTimeout": [str(budget)],
-        },
+        Comment=f"fmctl check {engine.cluster}: {args[0]}",
+        Parameters={"commands": [command_script(args)], "executionTimeout": [str(budget)]},
         OutputS3BucketName=bucket,
         OutputS3KeyPrefix=prefix,
         TimeoutSeconds=600,
     )
     command = sent["Command"]["CommandId"]
-    on_progress(f"sent command {command} to head node {instance}")
+    on_progress(f"{args[0]}: sent command {command} to head node {instance}")
     try:
-        expected = EXPECTED_SECONDS * len(context.pools)
+        expected = EXPECTED_SECONDS * max(pools, 1)
         found = _wait(ssm, command, instance, expected, budget + 600, engine.time_scale, sleep)
         if found["Status"] != "Success":
             raise AwsError(
@@ -136,10 +178,9 @@ def gather_slurm(
                 hint="SSM's agent must run on the head node (it does on ParallelCluster's "
                 "AMIs) and its role may write s3://" + f"{bucket}/{prefix}",
             )
-        text = _output(s3, bucket, f"{prefix}/{command}/{instance}", found)
+        return _output(s3, bucket, f"{prefix}/{command}/{instance}", found)
     finally:
         _delete_prefix(s3, bucket, prefix)
-    return split_stream(text, folder)
 
 
 def _wait(

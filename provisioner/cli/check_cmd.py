@@ -49,6 +49,7 @@ NODE_CHECKS = ("gpus", "dcgm", "efa")
     help="Keep what the nodes reported in this folder (for `--from` later, or a bug report).",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option("--json", "as_json", is_flag=True, help="Same as -o json (for CI).")
 @region_option
 @target_options
 def check(
@@ -60,6 +61,7 @@ def check(
     timeout: int,
     keep: Path | None,
     output: str,
+    as_json: bool,
     region: str,
     sandbox: bool,
     state_dir: str | None,
@@ -95,7 +97,7 @@ def check(
             skipped = _gather(name, target, context, where, include_busy, not no_nccl, timeout)
             report = check_folder(context, where)
         report.skipped = skipped
-    if output == "json":
+    if output == "json" or as_json:
         click.echo(json.dumps(report.as_data(), indent=2))
     else:
         _print(report, context.scheduler)

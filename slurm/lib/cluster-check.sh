@@ -1,15 +1,17 @@
 #!/bin/bash
 # `fmctl check NAME` on a Slurm cluster: run on the head node as root (fmctl sends it through
-# SSM Run Command). Usage:
-#   cluster-check.sh [--include-busy] [--no-nccl] [--timeout SECONDS] POOL:GPUS...
-# For each pool (Slurm partition): node-check.sh on its idle nodes, one task per node in an
-# exclusive allocation (srun --exclusive: never beside a user's job; --immediate: give up
-# rather than queue behind one), then nccl-tests.sbatch across those nodes when there are
-# two or more. What it prints is what `fmctl check` reads:
-#   ==> fmctl-check NODE FILE <==        node-check.sh's files, node by node
-#   ==> fmctl-check-nccl POOL <==        the all_reduce_perf log of the pool
+# SSM Run Command), in two steps, fmctl judging the nodes in between:
+#   cluster-check.sh nodes [--include-busy] [--timeout SECONDS] POOL...
+#     node-check.sh on each partition's idle nodes, one task per node in an exclusive
+#     allocation (srun --exclusive: never beside a user's job; --immediate: give up rather
+#     than queue behind one). node-check.sh travels on srun's stdin (--input=all), so the
+#     nodes run this fmctl's copy.
+#   cluster-check.sh nccl [--timeout SECONDS] POOL:GPUS:NODE,NODE...
+#     nccl-tests.sbatch across the given nodes of each pool (those that passed).
+# What it prints is what `fmctl check` reads:
+#   ==> fmctl-check NODE FILE <==          node-check.sh's files, node by node
+#   ==> fmctl-check-nccl POOL <==          the all_reduce_perf log of the pool
 #   ==> fmctl-check-skipped NODE POOL <==  followed by one line: why it was left out
-# node-check.sh travels on srun's stdin (--input=all), so the nodes run this fmctl's copy.
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,27 +19,29 @@ node_check="${FMCTL_NODE_CHECK:-$here/node-check.sh}"
 nccl_job="${FMCTL_NCCL_JOB:-$here/../jobs/nccl-tests.sbatch}"
 # The NCCL job's log is written by the job's first node: a folder every node sees.
 shared="${FMCTL_CHECK_SHARED:-/home/fmctl-check}"
-include_busy=0 nccl=1 timeout=1800
+usage="usage: cluster-check.sh nodes|nccl [--include-busy] [--timeout SECONDS] POOL[:GPUS:NODES]..."
+step="${1:?$usage}"
+shift
+include_busy=0 timeout=1800
 pools=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --include-busy) include_busy=1 ;;
-    --no-nccl) nccl=0 ;;
     --timeout) timeout="${2:?--timeout needs seconds}"; shift ;;
-    *:*) pools+=("$1") ;;
-    *) echo "cluster-check.sh: unknown argument $1" >&2; exit 2 ;;
+    -*) echo "cluster-check.sh: unknown flag $1" >&2; exit 2 ;;
+    *) pools+=("$1") ;;
   esac
   shift
 done
-[ ${#pools[@]} -gt 0 ] || { echo "usage: cluster-check.sh [flags] POOL:GPUS..." >&2; exit 2; }
+[ ${#pools[@]} -gt 0 ] || { echo "$usage" >&2; exit 2; }
 minutes=$(( (timeout + 59) / 60 ))
 
 skip() { printf '==> fmctl-check-skipped %s %s <==\n%s\n' "$1" "$2" "$3"; }
 
-for entry in "${pools[@]}"; do
-  pool="${entry%%:*}" gpus="${entry##*:}"
+check_nodes() {
+  local pool="$1" node state list count out status
+  local idle=()
   # Every node of the partition with its state; idle ones are checked.
-  idle=()
   while read -r node state; do
     [ -n "$node" ] || continue
     case "$state" in
@@ -49,10 +53,9 @@ for entry in "${pools[@]}"; do
       *) skip "$node" "$pool" "state $state" ;;
     esac
   done < <(sinfo --noheader --Node --partition="$pool" --format='%N %t' | sort -u)
-  [ ${#idle[@]} -gt 0 ] || continue
+  [ ${#idle[@]} -gt 0 ] || return 0
   list=$(IFS=,; echo "${idle[*]}")
   count=${#idle[@]}
-
   # srun --label prefixes each line with its task number: one task per node, so lines are
   # grouped back by task (tasks' output may interleave line by line).
   out=$(mktemp)
@@ -68,17 +71,30 @@ for entry in "${pools[@]}"; do
     done
   fi
   rm -f "$out"
+}
 
-  if [ "$nccl" = 1 ] && [ "$count" -ge 2 ]; then
-    mkdir -p "$shared"
-    log="$shared/nccl-$pool-$$.out"
-    # --deadline: Slurm drops the job rather than let it wait past the check's time.
-    sbatch --wait --partition="$pool" --nodelist="$list" --nodes="$count" \
-      --ntasks-per-node="$gpus" --gpus-per-node="$gpus" --exclusive --time="$minutes" \
-      --deadline="now+$timeout" --output="$log" "$nccl_job" > /dev/null 2>&1
-    printf '==> fmctl-check-nccl %s <==\n' "$pool"
-    cat "$log" 2>/dev/null || echo "error: the NCCL job left no log at $log"
-    rm -f "$log"
-  fi
+run_nccl() {
+  local pool="$1" gpus="$2" list="$3" count log
+  count=$(awk -F, '{ print NF }' <<< "$list")
+  mkdir -p "$shared"
+  log="$shared/nccl-$pool-$$.out"
+  # --deadline: Slurm drops the job rather than let it wait past the check's time.
+  sbatch --wait --partition="$pool" --nodelist="$list" --nodes="$count" \
+    --ntasks-per-node="$gpus" --gpus-per-node="$gpus" --exclusive --time="$minutes" \
+    --deadline="now+$timeout" --output="$log" "$nccl_job" > /dev/null 2>&1
+  printf '==> fmctl-check-nccl %s <==\n' "$pool"
+  cat "$log" 2>/dev/null || echo "error: the NCCL job left no log at $log"
+  rm -f "$log"
+}
+
+for entry in "${pools[@]}"; do
+  case "$step" in
+    nodes) check_nodes "$entry" ;;
+    nccl)
+      IFS=: read -r pool gpus list <<< "$entry"
+      [ -n "${list:-}" ] || { echo "$usage" >&2; exit 2; }
+      run_nccl "$pool" "$gpus" "$list" ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
 done
 exit 0

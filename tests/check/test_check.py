@@ -241,7 +241,7 @@ def test_check_names_the_broken_node_and_what_to_do(tmp_path: Path) -> None:
     assert "error: train-st-p5-2: efa: 31 EFA devices, expected 32 EFA devices" in done.stderr
     assert "scontrol update nodename=train-st-p5-2 state=drain" in done.stderr
     assert "train-st-p5-1" not in done.stderr and "Traceback" not in done.stderr
-    as_json = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder), "-o", "json")
+    as_json = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder), "--json")
     data = json.loads(as_json.stdout)
     assert as_json.returncode == 1 and data["ok"] is False
     assert [v["subject"] for v in data["verdicts"] if not v["ok"]] == ["train-st-p5-2"]

@@ -16,9 +16,16 @@ import pytest
 from provisioner.catalog import load_catalog
 from provisioner.check import outputs
 from provisioner.check.judge import judge_nccl
-from provisioner.check.kube_gather import NodeState, Selection, manifests, node_states, select
-from provisioner.check.results import check_folder, split_stream
-from provisioner.check.slurm_gather import command_script
+from provisioner.check.kube_gather import (
+    NodeState,
+    Selection,
+    nccl_manifests,
+    node_manifests,
+    node_states,
+    select,
+)
+from provisioner.check.results import check_folder, passed_nodes, split_stream
+from provisioner.check.slurm_gather import command_script, nccl_step, node_step
 from provisioner.render.context import ClusterContext, build_context
 from tests.conftest import ROOT, validate_text
 
@@ -101,7 +108,10 @@ def _selection(count: int) -> Selection:
 
 def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
     context = _context("p5en-eks-fsx-s3.yaml")
-    objects, jobs, nccl = manifests(context, _selection(3), "fmctl-check-abc", 900)
+    objects, jobs = node_manifests(context, _selection(3), "fmctl-check-abc", 900)
+    names = [n.name for n in _selection(3).chosen["gpu"]]
+    more, nccl = nccl_manifests(context, {"gpu": names}, "fmctl-check-abc")
+    objects += more
     for obj in objects:
         kubernetes_validate.validate(obj, "1.33.0", strict=True)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
@@ -109,6 +119,7 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
     assert all(
         o["metadata"].get("namespace", "fmctl-check-abc") == "fmctl-check-abc" for o in objects
     )
+    assert objects[0]["metadata"]["labels"]["fmctl.dev/cluster"] == "h200-finetune"
     node_jobs = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] in jobs]
     assert len(node_jobs) == 3 and nccl == {"gpu": "nccl-gpu"}
     for job in node_jobs:
@@ -130,17 +141,17 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
     assert allreduce["spec"]["completions"] == allreduce["spec"]["parallelism"] == 3
     pod = allreduce["spec"]["template"]["spec"]
     hosts = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert hosts["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
-        n.name for n in _selection(3).chosen["gpu"]
-    ]
+    assert hosts["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == sorted(names)
     assert "--nnodes=3" in pod["containers"][0]["command"]
     assert "--master-addr=nccl-gpu-0.nccl-gpu" in pod["containers"][0]["command"]
 
 
-def test_one_idle_node_gets_no_nccl_job_and_no_nccl_asked_gets_none() -> None:
+def test_nccl_needs_two_nodes_that_passed() -> None:
     context = _context("p5en-eks-fsx-s3.yaml")
-    assert manifests(context, _selection(1), "ns", 900)[2] == {}
-    assert manifests(context, _selection(4), "ns", 900, nccl=False)[2] == {}
+    assert nccl_manifests(context, {"gpu": ["only-one"]}, "ns") == ([], {})
+    assert nccl_manifests(context, {}, "ns") == ([], {})
+    assert nccl_step(context, {"gpu": ["a"]}, 600) == []
+    assert nccl_step(context, {"gpu": ["b", "a"]}, 600) == ["nccl", "--timeout", "600", "gpu:8:a,b"]
 
 
 def test_split_stream_writes_the_layout_and_follows_no_path(tmp_path: Path) -> None:
@@ -237,6 +248,14 @@ def _fake_slurm(tmp: Path, sinfo: str, broken: str) -> Path:
     return bin_dir
 
 
+def _run(args: list[str], env: dict[str, str]) -> str:
+    done = subprocess.run(
+        ["bash", "-c", command_script(args)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
     context = _context("p5-slurm-capacity-block.yaml")
     sinfo = (
@@ -254,19 +273,15 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
         "FMCTL_CHECK_SHARED": str(tmp_path / "shared"),
         "TMPDIR": str(tmp_path),
     }
-    script = command_script(context, include_busy=False, nccl=True, timeout=600)
-    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-
     folder = tmp_path / "results"
-    skipped = split_stream(done.stdout, folder)
+    skipped = split_stream(_run(node_step(context, False, 600), env), folder)
     assert skipped == [
         ("train-st-p5-48xlarge-2", "train", "busy: a job holds it (--include-busy waits for it)"),
         ("train-st-p5-48xlarge-4", "train", "state drain"),
     ]
     calls = (tmp_path / "calls").read_text().splitlines()
     idle = "train-st-p5-48xlarge-1,train-st-p5-48xlarge-3,train-st-p5-48xlarge-5"
-    srun = next(c for c in calls if c.startswith("srun"))
+    (srun,) = calls
     for flag in (
         "--exclusive",
         f"--nodelist={idle}",
@@ -276,8 +291,21 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
         "--immediate=600",
     ):
         assert flag in shlex.split(srun), srun
-    sbatch = next(c for c in calls if c.startswith("sbatch"))
-    for flag in ("--exclusive", f"--nodelist={idle}", "--gpus-per-node=8", "--deadline=now+600"):
+
+    # NCCL goes across the nodes that passed: not the one with a GPU fallen off the bus.
+    passed = passed_nodes(context, folder)
+    assert passed == {"train": ["train-st-p5-48xlarge-1", "train-st-p5-48xlarge-5"]}
+    split_stream(_run(nccl_step(context, passed, 600), env), folder)
+    sbatch = (tmp_path / "calls").read_text().splitlines()[-1]
+    assert sbatch.startswith("sbatch")
+    for flag in (
+        "--exclusive",
+        "--nodelist=train-st-p5-48xlarge-1,train-st-p5-48xlarge-5",
+        "--nodes=2",
+        "--gpus-per-node=8",
+        "--ntasks-per-node=8",
+        "--deadline=now+600",
+    ):
         assert flag in shlex.split(sbatch), sbatch
 
     report = check_folder(context, folder)
@@ -290,32 +318,38 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
     ]
     assert not by_subject["train-st-p5-48xlarge-3"].ok  # the GPU fallen off the bus
     assert by_subject["train-st-p5-48xlarge-1"].ok and by_subject["nccl all-reduce (train)"].ok
-    assert not (tmp_path / "shared").exists() or not list((tmp_path / "shared").iterdir())
+    assert not list((tmp_path / "shared").iterdir())  # the NCCL log was taken, not left
 
 
-def test_the_head_node_script_with_include_busy_and_no_nccl(tmp_path: Path) -> None:
+def test_the_head_node_script_with_include_busy(tmp_path: Path) -> None:
     context = _context("p5-slurm-capacity-block.yaml")
-    bin_dir = _fake_slurm(
-        tmp_path, "train-st-p5-48xlarge-1 mix\ntrain-st-p5-48xlarge-2 down*\n", ""
-    )
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE": str(tmp_path), "DATA": str(DATA)}
-    script = command_script(context, include_busy=True, nccl=False, timeout=600)
-    done = subprocess.run(
-        ["bash", "-c", script], env={**env, "TMPDIR": str(tmp_path)}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    skipped = split_stream(done.stdout, tmp_path / "results")
+    sinfo = "train-st-p5-48xlarge-1 mix\ntrain-st-p5-48xlarge-2 down*\n"
+    bin_dir = _fake_slurm(tmp_path, sinfo, "")
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "FAKE": str(tmp_path),
+        "DATA": str(DATA),
+        "TMPDIR": str(tmp_path),
+    }
+    skipped = split_stream(_run(node_step(context, True, 600), env), tmp_path / "results")
     assert skipped == [("train-st-p5-48xlarge-2", "train", "state down*")]
     assert (tmp_path / "results/nodes/train-st-p5-48xlarge-1/fi_info.txt").is_file()
-    assert "sbatch" not in (tmp_path / "calls").read_text()
+
+
+def test_the_script_refuses_what_it_does_not_know(tmp_path: Path) -> None:
+    script = ROOT / "slurm/lib/cluster-check.sh"
+    for args in (["nodes"], ["sideways", "train"], ["nccl", "train:8"], ["nodes", "--bogus", "x"]):
+        done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
+        assert done.returncode == 2 and done.stderr, args
 
 
 def test_the_command_carries_the_scripts_it_runs() -> None:
-    script = command_script(_context("p5-slurm-capacity-block.yaml"), False, True, 900)
+    context = _context("p5-slurm-capacity-block.yaml")
+    script = command_script(node_step(context, False, 900))
     for path in (
         "slurm/lib/cluster-check.sh",
         "slurm/lib/node-check.sh",
         "slurm/jobs/nccl-tests.sbatch",
     ):
         assert (ROOT / path).read_text().rstrip("\n") in script
-    assert script.rstrip().endswith("--timeout 900 train:8")
+    assert script.rstrip().endswith('cluster-check.sh" nodes --timeout 900 train')

@@ -111,7 +111,7 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
     name = "e2e-check-eks"
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
     data["metadata"]["name"] = name
-    data["compute"]["gpuPools"][0]["count"] = 4
+    data["compute"]["gpuPools"][0]["count"] = 5
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     region = region_of(spec)
@@ -124,8 +124,8 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
         gpu = sorted(
             n["metadata"]["name"] for n in api.list("v1", "Node", selector="fmctl.dev/pool=gpu")
         )
-        assert len(gpu) == 4
-        idle, busy, cordoned, broken = gpu
+        assert len(gpu) == 5
+        idle, busy, cordoned, broken, other = gpu
         # A user's training pod holds all of `busy`'s GPUs; `cordoned` is cordoned.
         api.apply(
             {
@@ -180,12 +180,14 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
         assert done.returncode == 1, done.stdout + done.stderr  # the broken node fails
         report = json.loads(done.stdout)
         verdicts = {v["subject"]: v for v in report["verdicts"]}
-        assert set(verdicts) == {idle, broken, "nccl all-reduce (gpu)"}
-        assert verdicts[idle]["ok"] and verdicts["nccl all-reduce (gpu)"]["ok"]
+        assert set(verdicts) == {idle, other, broken, "nccl all-reduce (gpu)"}
+        assert verdicts[idle]["ok"] and verdicts[other]["ok"]
+        assert verdicts["nccl all-reduce (gpu)"]["ok"]
         failed = [f for f in verdicts[broken]["findings"] if f["ok"] is False]
         assert [f["check"] for f in failed] == ["gpus"]
         nccl = verdicts["nccl all-reduce (gpu)"]["findings"][0]
-        assert nccl["detail"].startswith("2 nodes, 16 ranks")  # the two idle nodes only
+        # Across the two idle nodes that passed: not the busy one, not the broken one.
+        assert nccl["detail"].startswith("2 nodes, 16 ranks")
         skipped = {s["node"]: s["why"] for s in report["skipped"]}
         assert skipped == {
             busy: "busy: default/llama-0 holds its GPUs (--include-busy waits for it)",
@@ -256,7 +258,8 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
     (tools / "smi").write_text("nvidia-smi-healthy.csv")
     (tools / "fi_info").write_text("fi_info-p5-healthy.txt")
     (tools / "sinfo.txt").write_text(
-        "train-st-p5-48xlarge-1 idle\ntrain-st-p5-48xlarge-2 alloc\ntrain-st-p5-48xlarge-3 idle\n"
+        "train-st-p5-48xlarge-1 idle\ntrain-st-p5-48xlarge-2 alloc\n"
+        "train-st-p5-48xlarge-3 idle\ntrain-st-p5-48xlarge-4 idle\n"
     )
     (tools / "broken").write_text("train-st-p5-48xlarge-3\n")
 
@@ -280,6 +283,7 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
     assert verdicts == {
         "train-st-p5-48xlarge-1": True,
         "train-st-p5-48xlarge-3": False,
+        "train-st-p5-48xlarge-4": True,
         "nccl all-reduce (train)": True,
     }
     assert report["skipped"] == [
@@ -289,12 +293,13 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
             "why": "busy: a job holds it (--include-busy waits for it)",
         }
     ]
-    assert report["pools"]["train"] == {"reported": 2, "nodes": 16}
+    assert report["pools"]["train"] == {"reported": 3, "nodes": 16}
     # The results stay where asked; the command's output does not stay in the bucket.
     assert (keep / "nodes/train-st-p5-48xlarge-1/dcgmi-diag.json").is_file()
     s3 = sandbox.aws(region).client("s3")
     assert s3.list_objects_v2(Bucket=bucket, Prefix=f"{name}-check/").get("KeyCount", 0) == 0
-    calls = [r for r in sandbox.requests() if r["action"] == "SendCommand"]
-    assert calls and calls[-1]["status"] == 200
+    # Two commands: the node checks, then NCCL across the nodes that passed.
+    sent = [r for r in sandbox.requests() if r["action"] == "SendCommand"][-2:]
+    assert [r["status"] for r in sent] == [200, 200]
     ec2 = sandbox.aws(region).client("ec2")
     ec2.terminate_instances(InstanceIds=[instance])
