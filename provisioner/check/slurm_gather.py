@@ -12,6 +12,7 @@ else), is read back, split into the results folder, and deleted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 import time
@@ -179,6 +180,12 @@ def _run_on_head_node(
                 "AMIs) and its role may write s3://" + f"{bucket}/{prefix}",
             )
         return _output(s3, bucket, f"{prefix}/{command}/{instance}", found)
+    except BaseException:
+        # Interrupted or given up: stop the script on the head node (best effort; an NCCL
+        # job it submitted ends at its own --time at the latest).
+        with contextlib.suppress(Exception):
+            ssm.cancel_command(CommandId=command, InstanceIds=[instance])
+        raise
     finally:
         _delete_prefix(s3, bucket, prefix)
 

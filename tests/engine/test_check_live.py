@@ -170,13 +170,17 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
 
         # Nodes whose check prints nothing (here: the sandbox given no tools) are not a pass.
         daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
-        blind = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "-o", "json")
+        blind = sandbox.fmctl(
+            "check", name, "-f", str(spec), "--sandbox", "--timeout", "120", "-o", "json"
+        )
         assert blind.returncode == 1 and "error: no node was checked" in blind.stderr
         reasons = {s["node"]: s["why"] for s in json.loads(blind.stdout)["skipped"]}
         assert "its check printed no results: sandbox: node" in reasons[idle]
         daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(tools / "tools")})
 
-        done = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "-o", "json")
+        done = sandbox.fmctl(
+            "check", name, "-f", str(spec), "--sandbox", "--timeout", "120", "-o", "json"
+        )
         assert done.returncode == 1, done.stdout + done.stderr  # the broken node fails
         report = json.loads(done.stdout)
         verdicts = {v["subject"]: v for v in report["verdicts"]}
@@ -200,7 +204,7 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
         assert api.get("v1", "Pod", "llama-0", "default") is not None
 
         # Text: the failed node named with how to drain it, the skipped ones said.
-        text = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox")
+        text = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "--timeout", "120")
         assert text.returncode == 1
         assert f"hint: drain and replace it: kubectl cordon {broken}" in text.stderr
         assert f"{busy}" in text.stdout and "skipped" in text.stdout
@@ -264,7 +268,7 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
     (tools / "broken").write_text("train-st-p5-48xlarge-3\n")
 
     # Before the cluster exists: a located error, not a traceback.
-    missing = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox")
+    missing = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "--timeout", "120")
     assert missing.returncode == 1
     assert f"{name} has no running head node in {region}" in missing.stderr
     assert "Traceback" not in missing.stderr
