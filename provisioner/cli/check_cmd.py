@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load, _target
-from provisioner.cli.options import region_option, target_options
+from provisioner.cli.options import target_options
 
 if TYPE_CHECKING:
     from provisioner.check.results import CheckReport
@@ -50,7 +50,6 @@ NODE_CHECKS = ("gpus", "dcgm", "efa")
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("--json", "as_json", is_flag=True, help="Same as -o json (for CI).")
-@region_option
 @target_options
 def check(
     name: str | None,
@@ -62,7 +61,6 @@ def check(
     keep: Path | None,
     output: str,
     as_json: bool,
-    region: str,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
@@ -91,7 +89,7 @@ def check(
     else:
         assert name is not None
         spec = _spec(name, path, state_dir)
-        target = _target(spec.metadata.region if spec else region, state_dir, sandbox)
+        target = _target(spec.metadata.region, state_dir, sandbox)  # the spec's, not --region
         context = build_context(spec, load_catalog())
         with _results(keep) as where:
             skipped = _gather(name, target, context, where, include_busy, not no_nccl, timeout)
@@ -123,17 +121,18 @@ def _spec(name: str, path: str | None, state_dir: str | None) -> Any:
         if text is None:
             _fail(f"no spec saved for {name} here", "give the cluster's spec with -f cluster.yaml")
         spec = validate_document(parse_source(text)[0]).resolved
-    if spec is None or spec.metadata.name != name:
-        _fail(
-            f"the spec is for {getattr(getattr(spec, 'metadata', None), 'name', '?')}, not {name}",
-            "give NAME's own spec with -f",
-        )
+        if spec is None:
+            _fail(f"the spec `up` saved for {name} does not validate any more", "use -f")
+    if spec.metadata.name != name:
+        _fail(f"the spec is for {spec.metadata.name}, not {name}", "give NAME's own spec with -f")
     return spec
 
 
 @contextlib.contextmanager
 def _results(keep: Path | None) -> Iterator[Path]:
     if keep is not None:
+        if (keep / "nodes").exists() or (keep / "nccl").exists():
+            _fail(f"{keep} holds results already", "give --keep an empty or new folder")
         keep.mkdir(parents=True, exist_ok=True)
         yield keep
         return

@@ -7,6 +7,8 @@ Control endpoints (loopback only, for tests and the demo):
   POST /_fmctl/faults            <- {"rules": [...]} (see ``FaultRule``); replaces the rules
   POST /_fmctl/seed/reservation  <- a capacity reservation (DescribeCapacityReservations shape)
   POST /_fmctl/seed/image        <- an Amazon-owned AMI {region, name, architecture}
+  POST /_fmctl/seed/node-tools   <- {"path": DIR or null}: the programs the nodes' pods and
+                                    Run Command scripts find first on PATH (kube_jobs, ssm_agent)
 
 Run: ``python -m provisioner.sandbox.server --ready-file F [--port 0] [--scale S]``; it writes
 ``{"port": N, "pid": P}`` to F once it listens.

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from provisioner.drivers.aws import Aws
+from provisioner.drivers.kube import KubeClient
 from provisioner.plan.context import OWNER_TAG, Engine
 from provisioner.sandbox import daemon
 
@@ -217,3 +218,17 @@ def created_calls(requests: list[dict[str, Any]]) -> list[str]:
 
 def dump(data: Any) -> str:
     return json.dumps(data, indent=1, default=str)
+
+
+def kube_client(sandbox: Sandbox, name: str, region: str, manager: str = "someone") -> KubeClient:
+    """A sandbox EKS cluster's API as another client than fmctl (field manager ``manager``)."""
+    from provisioner.drivers.eks_auth import token
+
+    aws = sandbox.aws(region)
+    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
+    return KubeClient.for_eks(
+        cluster["endpoint"],
+        cluster["certificateAuthority"]["data"],
+        lambda: token(aws, name),
+        manager,
+    )

@@ -21,12 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.drivers.eks_auth import token
-from provisioner.drivers.kube import KubeClient
 from provisioner.drivers.storage import bucket_name
 from provisioner.sandbox import daemon
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, owned, region_of
+from tests.engine.harness import Sandbox, kube_client, owned, region_of
 
 DATA = ROOT / "tests/data/check"
 ACCOUNT = "123456789012"
@@ -96,17 +94,6 @@ def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
     daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
 
 
-def _client(sandbox: Sandbox, region: str, name: str) -> KubeClient:
-    aws = sandbox.aws(region)
-    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
-    return KubeClient.for_eks(
-        cluster["endpoint"],
-        cluster["certificateAuthority"]["data"],
-        lambda: token(aws, name),
-        "kubectl",
-    )
-
-
 def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_path: Path) -> None:
     name = "e2e-check-eks"
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
@@ -119,7 +106,7 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
     (tools / "fi_info").write_text("fi_info-p5en-healthy.txt")
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert up.returncode == 0, up.stdout + up.stderr
-    api = _client(sandbox, region, name)
+    api = kube_client(sandbox, name, region, "kubectl")
     try:
         gpu = sorted(
             n["metadata"]["name"] for n in api.list("v1", "Node", selector="fmctl.dev/pool=gpu")

@@ -17,7 +17,14 @@ import yaml
 from provisioner.drivers.kube import KubeClient
 from provisioner.plan.context import OWNER_TAG
 from provisioner.plan.eks import CNI_TAG, LB_TAG
-from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
+from tests.engine.harness import (
+    Sandbox,
+    kube_client,
+    owned,
+    raw_leftovers,
+    region_of,
+    spec_file,
+)
 
 B300_EXAMPLE = "p6-b300-eks-capacity-block.yaml"
 
@@ -33,19 +40,6 @@ def _template(sandbox: Sandbox, region: str, lt_id: str) -> dict[str, Any]:
 def _events(sandbox: Sandbox, name: str) -> list[dict[str, Any]]:
     log = sandbox.home / "clusters" / name / "events.log"
     return [json.loads(line) for line in log.read_text().splitlines()]
-
-
-def _kube(sandbox: Sandbox, name: str, region: str, manager: str = "someone") -> KubeClient:
-    from provisioner.drivers.eks_auth import token
-
-    aws = sandbox.aws(region)
-    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
-    return KubeClient.for_eks(
-        cluster["endpoint"],
-        cluster["certificateAuthority"]["data"],
-        lambda: token(aws, name),
-        manager,
-    )
 
 
 def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -119,7 +113,7 @@ def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_p
             assert ng["subnets"] == [ids["subnet/private"]]
         assert groups["system"]["amiType"] == "AL2023_x86_64_STANDARD"
         # What the nodes advertise once the device plugins run, per pool.
-        api = _kube(sandbox, name, region)
+        api = kube_client(sandbox, name, region)
         try:
             for pool, (efa, _) in expected.items():
                 nodes = api.list("v1", "Node", selector=f"fmctl.dev/pool={pool}")
@@ -258,7 +252,7 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
     )
 
     # Someone breaks the EFA device plugin: the next `up` says which nodes lost EFA.
-    someone = _kube(sandbox, name, region)
+    someone = kube_client(sandbox, name, region)
     try:
         someone.apply(
             {
