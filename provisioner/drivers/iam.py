@@ -263,3 +263,117 @@ class Role:
                 return
             raise
         retry_dependency(functools.partial(iam.delete_role, RoleName=found.id), found.id, engine)
+
+
+#: Where fmctl's customer-managed policies live in IAM (their ARNs carry it). ParallelCluster's
+#: documented least-privilege user policy lets `pcluster` attach customer policies under
+#: policy/parallelcluster* only (and a short list of AWS-managed ones, AMP's not among them).
+POLICY_PATH = "/parallelcluster/"
+#: Customer-managed policies a plan may hold, by the node's "policy" param. ParallelCluster's
+#: AdditionalIamPolicies takes policy ARNs only: a statement scoped to one resource has to be
+#: a policy of its own (AWS-managed ones grant the action on every resource of the account).
+POLICIES = ("amp-write",)
+
+
+class ManagedPolicy:
+    """A customer-managed IAM policy for the cluster, named per cluster and region; its
+    document is the node's ``document`` param, made the default version again on every `up`
+    when it changed (a new workspace, a policy edited by hand)."""
+
+    name = "iam-policy"
+    after: tuple[str, ...] = ()
+    create_seconds, delete_seconds = 2.0, 2.0
+
+    def _arn(self, engine: Engine, policy: str) -> str:
+        from provisioner.render.images import partition
+
+        name = role_name(engine.cluster, engine.region, policy)
+        account = engine.aws.account_id()
+        return f"arn:{partition(engine.region)}:iam::{account}:policy{POLICY_PATH}{name}"
+
+    def _tags(self, engine: Engine, arn: str) -> dict[str, str] | None:
+        iam = engine.aws.client("iam")
+        return _tags_or_none(lambda: iam.list_policy_tags(PolicyArn=arn)["Tags"])
+
+    def discover(self, engine: Engine, node: Node) -> Outputs | None:
+        arn = self._arn(engine, node.params["policy"])
+        tags = self._tags(engine, arn)
+        if tags is None:
+            return None
+        if tags.get(OWNER_TAG) != engine.cluster:
+            raise RuntimeError(
+                f"IAM policy {arn} exists and is not owned by fmctl cluster {engine.cluster}; "
+                "fmctl will not take it over"
+            )
+        self._converge(engine, arn, node.params["document"])
+        return {"id": arn, "arn": arn}
+
+    def create(self, engine: Engine, node: Node) -> Outputs:
+        iam = engine.aws.client("iam")
+        policy = node.params["policy"]
+        arn = self._arn(engine, policy)
+        try:
+            iam.create_policy(
+                PolicyName=role_name(engine.cluster, engine.region, policy),
+                Path=POLICY_PATH,
+                PolicyDocument=json.dumps(node.params["document"]),
+                Description=f"fmctl {engine.cluster} ({engine.region}): {policy}",
+                Tags=engine.tag_list(node.id),
+            )
+        except Exception as exc:
+            if error_code(exc) != "EntityAlreadyExists":
+                raise
+            if (self._tags(engine, arn) or {}).get(OWNER_TAG) != engine.cluster:
+                raise RuntimeError(f"IAM policy {arn} exists and is not fmctl's") from exc
+            self._converge(engine, arn, node.params["document"])
+        return {"id": arn, "arn": arn}
+
+    def _converge(self, engine: Engine, arn: str, document: dict[str, Any]) -> None:
+        """Make ``document`` the default version, keeping at most IAM's five versions."""
+        iam = engine.aws.client("iam")
+        default = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+        live = iam.get_policy_version(PolicyArn=arn, VersionId=default)["PolicyVersion"]
+        current = live["Document"]
+        if isinstance(current, str):  # URL-encoded JSON where the SDK did not decode it
+            from urllib.parse import unquote
+
+            current = json.loads(unquote(current))
+        if current == document:
+            return
+        versions = iam.list_policy_versions(PolicyArn=arn)["Versions"]
+        old = sorted(
+            (v for v in versions if not v["IsDefaultVersion"]), key=lambda v: v["CreateDate"]
+        )
+        if len(versions) >= 5 and old:
+            iam.delete_policy_version(PolicyArn=arn, VersionId=old[0]["VersionId"])
+        iam.create_policy_version(
+            PolicyArn=arn, PolicyDocument=json.dumps(document), SetAsDefault=True
+        )
+
+    def wait(self, engine: Engine, node: Node, outputs: Outputs) -> Outputs:
+        return outputs
+
+    def find_all(self, engine: Engine) -> list[Found]:
+        out = []
+        for policy in POLICIES:
+            arn = self._arn(engine, policy)
+            tags = self._tags(engine, arn)
+            if tags is not None and tags.get(OWNER_TAG) == engine.cluster:
+                out.append(Found(self.name, tags.get(RESOURCE_TAG, f"iam/{policy}"), arn))
+        return out
+
+    def delete(self, engine: Engine, found: Found) -> None:
+        iam = engine.aws.client("iam")
+        try:
+            # Roles still holding it (ParallelCluster's, when its delete left the role): only
+            # our policy is taken off them.
+            held = iam.list_entities_for_policy(PolicyArn=found.id)
+            for role in held.get("PolicyRoles", []):
+                iam.detach_role_policy(RoleName=role["RoleName"], PolicyArn=found.id)
+            for version in iam.list_policy_versions(PolicyArn=found.id)["Versions"]:
+                if not version["IsDefaultVersion"]:
+                    iam.delete_policy_version(PolicyArn=found.id, VersionId=version["VersionId"])
+            iam.delete_policy(PolicyArn=found.id)
+        except Exception as exc:
+            if not is_gone(exc):
+                raise

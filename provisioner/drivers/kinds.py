@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from provisioner.drivers.compute import PlacementGroup, SecurityGroup
-from provisioner.drivers.iam import Role
+from provisioner.drivers.iam import ManagedPolicy, Role
 from provisioner.drivers.network import (
     ElasticIp,
     ExistingSubnet,
@@ -45,5 +45,6 @@ def all_kinds() -> dict[str, Kind]:
         ExistingFileSystem(),
         RepositoryLink(),
         Role(),
+        ManagedPolicy(),
     ]
     return {k.name: k for k in kinds}

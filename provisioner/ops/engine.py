@@ -92,7 +92,9 @@ def sandbox_validates_only(target: Target) -> bool:
 
 
 #: Kinds ParallelCluster's validators need to exist before they can run: all free and quick.
-CHECK_NEEDS = frozenset({"vpc", "subnet", "sg", "bucket", "artifacts", "placement-group"})
+CHECK_NEEDS = frozenset(
+    {"vpc", "subnet", "sg", "bucket", "artifacts", "placement-group", "iam-policy"}
+)
 
 
 def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:

@@ -108,6 +108,16 @@ def build_plan(c: ClusterContext) -> Plan:
     if c.scheduler == "kubernetes":  # ParallelCluster makes its own, scoped by S3Access
         nodes.append(Node("iam/eks-cluster", "iam-role", params={"role": "eks-cluster"}))
         nodes.append(Node("iam/eks-node", "iam-role", params={"role": "eks-node"}))
+    if c.scheduler == "slurm" and c.amp_workspace_arn:
+        from provisioner.drivers.iam import amp_write_policy
+
+        # aps:RemoteWrite on this workspace only, for the head node's Prometheus.
+        document = amp_write_policy(c.amp_workspace_arn)
+        nodes.append(
+            Node(
+                "iam/amp-write", "iam-policy", params={"policy": "amp-write", "document": document}
+            )
+        )
     if c.scheduler == "slurm":
         from provisioner.render.slurm import monitoring_files
 

@@ -58,6 +58,8 @@ def real_config(c: ClusterContext, engine: Engine, *, with_fsx: bool = True) -> 
         "artifactBucket": out["bucket"]["id"],
         "vpcCidr": out["vpc"].get("cidr", c.vpc_cidr or ""),
     }
+    if "iam/amp-write" in out:
+        values["ampWritePolicyArn"] = out["iam/amp-write"]["arn"]
     text = render_slurm(c)["parallelcluster/cluster-config.yaml"]
     return fill(text, values)
 
@@ -147,6 +149,7 @@ class ParallelClusterKind:
         "route-table",
         "natgw",
         "s3-endpoint",
+        "iam-policy",
     )
     create_seconds, delete_seconds = 1200.0, 600.0
 

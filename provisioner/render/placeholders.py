@@ -30,6 +30,7 @@ KNOWN: dict[str, str] = {
     "artifactBucket": "the artifact bucket holding the uploaded slurm/ scripts",
     "clusterRoleArn": "the EKS cluster IAM role",
     "nodeRoleArn": "the IAM role of the EKS node groups",
+    "ampWritePolicyArn": "fmctl's policy allowing aps:RemoteWrite to the AMP workspace only",
     "gitRepoUrl": "the Git repository GitOps tools read this folder from (set it yourself)",
 }
 

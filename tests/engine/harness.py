@@ -161,6 +161,11 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         if p["InstanceProfileName"].startswith(prefix)
     ]
     left += [
+        f"iam-policy:{p['PolicyName']}"
+        for p in iam.list_policies(Scope="Local")["Policies"]
+        if p["PolicyName"].startswith(prefix)
+    ]
+    left += [
         f"s3:{b['Name']}"
         for b in aws.client("s3").list_buckets()["Buckets"]
         if b["Name"].startswith(f"fmctl-{name}-")

@@ -42,6 +42,13 @@ def test_real_validators_accept_the_config_up_renders(
     name = "pc-real"
     spec = spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml")
     region = region_of(spec)
+    # With remote write to AMP: the head node's AdditionalIamPolicies then names the policy
+    # fmctl makes, which ParallelCluster's validators look up (in both checks).
+    data = yaml.safe_load(spec.read_text())
+    data["observability"]["ampWorkspaceArn"] = (
+        f"arn:aws:aps:{region}:123456789012:workspace/ws-22222222-aaaa-bbbb-cccc-000000000001"
+    )
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
     env = {"FMCTL_HOME": str(home_with_pcluster), "PATH": "/usr/bin:/bin"}
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300, **env)
     assert up.returncode == 0, up.stdout + up.stderr
@@ -58,6 +65,8 @@ def test_real_validators_accept_the_config_up_renders(
     assert "StorageCapacity" in early["SharedStorage"][0]["FsxLustreSettings"]
     assert final["SharedStorage"][0]["FsxLustreSettings"] == {"FileSystemId": items["fsx"]}
     assert final["HeadNode"]["Networking"]["AdditionalSecurityGroups"] == [items["sg/efa"]]
+    policies = [p["Policy"] for p in final["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
+    assert items["iam/amp-write"] in policies
 
     # Negative control: a change by hand that fmctl does not undo (the file system's own
     # interface put in another group) and ParallelCluster must catch: the nodes could no

@@ -219,3 +219,49 @@ def test_changed_spec_updates_the_cluster_or_says_why_not(sandbox: Sandbox, tmp_
     assert "ScaledownIdletime: 5" in state["clusters"][name]["config"]
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
     assert down.returncode == 0 and raw_leftovers(sandbox, name, region) == []
+
+
+def test_amp_remote_write_gets_a_policy_of_its_own(sandbox: Sandbox, tmp_path: Path) -> None:
+    """The head node may remote-write to the spec's workspace only: fmctl makes the policy
+    (ParallelCluster takes ARNs), keeps it current, and deletes it with the cluster."""
+    name = "e2e-pc-amp"
+    region = "us-east-1"
+    first = f"arn:aws:aps:{region}:123456789012:workspace/ws-11111111-aaaa-bbbb-cccc-000000000001"
+    second = first.replace("000000000001", "000000000002")
+    data = yaml.safe_load(
+        spec_file(tmp_path, name, example="p5-slurm-capacity-block.yaml").read_text()
+    )
+    data["observability"]["ampWorkspaceArn"] = first
+    spec = tmp_path / "amp.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = _env(tmp_path)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    iam = sandbox.aws(region).client("iam")
+    arn = f"arn:aws:iam::123456789012:policy/parallelcluster/fmctl-{name}-{region}-amp-write"
+
+    def document() -> Any:
+        policy = iam.get_policy(PolicyArn=arn)["Policy"]
+        version = iam.get_policy_version(PolicyArn=arn, VersionId=policy["DefaultVersionId"])
+        return version["PolicyVersion"]["Document"]
+
+    assert document()["Statement"] == [
+        {"Sid": "RemoteWrite", "Effect": "Allow", "Action": ["aps:RemoteWrite"], "Resource": first}
+    ]
+    tags = {t["Key"]: t["Value"] for t in iam.list_policy_tags(PolicyArn=arn)["Tags"]}
+    assert tags["fmctl.dev/cluster"] == name
+    config = yaml.safe_load((sandbox.home / "clusters" / name / "cluster-config.yaml").read_text())
+    policies = [p["Policy"] for p in config["HeadNode"]["Iam"]["AdditionalIamPolicies"]]
+    assert arn in policies and not any("AmazonPrometheus" in p for p in policies)
+
+    # Another workspace: the same policy, its new default version names it.
+    data["observability"]["ampWorkspaceArn"] = second
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert document()["Statement"][0]["Resource"] == second
+    assert len(iam.list_policy_versions(PolicyArn=arn)["Versions"]) == 2
+
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []

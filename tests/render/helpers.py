@@ -33,6 +33,9 @@ FILLED = {
     "artifactBucket": "fmctl-artifacts-123456789012-us-east-1",
     "clusterRoleArn": "arn:aws:iam::123456789012:role/fmctl-cluster",
     "nodeRoleArn": "arn:aws:iam::123456789012:role/fmctl-node",
+    "ampWritePolicyArn": (
+        "arn:aws:iam::123456789012:policy/parallelcluster/fmctl-c-us-east-1-amp-write"
+    ),
     "gitRepoUrl": "https://git.example.com/infra/clusters.git",
 }
 

@@ -63,10 +63,14 @@ def test_prometheus_config_passes_promtool(example: Path, tmp_path: Path) -> Non
         assert writes[0]["url"] == (
             f"https://aps-workspaces.{region}.amazonaws.com/workspaces/{ws}/api/v1/remote_write"
         )
-        assert "AmazonPrometheusRemoteWriteAccess" in files["parallelcluster/cluster-config.yaml"]
+        # fmctl's own policy (RemoteWrite on this workspace), not the account-wide managed one.
+        assert (
+            '- Policy: "<fmctl:ampWritePolicyArn>"' in files["parallelcluster/cluster-config.yaml"]
+        )
+        assert "AmazonPrometheusRemoteWrite" not in files["parallelcluster/cluster-config.yaml"]
     else:
         assert writes == []
-        assert "AmazonPrometheusRemoteWrite" not in files["parallelcluster/cluster-config.yaml"]
+        assert "ampWritePolicyArn" not in files["parallelcluster/cluster-config.yaml"]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert jobs["slurm"]["static_configs"][0]["targets"] == ["127.0.0.1:9341"]
     for name, port in (("node", 9100), ("dcgm", 9400)):
