@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import shlex
 import time
 import uuid
@@ -82,14 +83,43 @@ def node_step(context: ClusterContext, include_busy: bool, timeout: int) -> list
 
 
 def nccl_step(context: ClusterContext, passed: dict[str, list[str]], timeout: int) -> list[str]:
-    """cluster-check.sh's arguments for NCCL across each pool's passed nodes (two or more)."""
+    """cluster-check.sh's arguments for NCCL across each pool's passed nodes (two or more):
+    POOL:GPUS:COUNT:HOSTLIST."""
     gpus = {p.name: p.gpus for p in context.pools}
     runs = [
-        f"{pool}:{gpus[pool]}:{','.join(sorted(nodes))}"
+        f"{pool}:{gpus[pool]}:{len(nodes)}:{hostlist(nodes)}"
         for pool, nodes in sorted(passed.items())
         if len(nodes) >= 2
     ]
     return ["nccl", "--timeout", str(timeout), *runs] if runs else []
+
+
+def hostlist(names: list[str]) -> str:
+    """Slurm's compressed form of node names (``train-st-p5-[1-3,7]``), so the command of a
+    pool of a thousand nodes stays short."""
+    numbered: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for name in sorted(set(names)):
+        match = re.fullmatch(r"(.*?)([1-9][0-9]*|0)", name)
+        if match:
+            numbered.setdefault(match.group(1), []).append(int(match.group(2)))
+        else:
+            plain.append(name)
+    parts = list(plain)
+    for prefix, numbers in sorted(numbered.items()):
+        numbers.sort()
+        spans: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            spans.append(str(start) if start == prev else f"{start}-{prev}")
+            if n is not None:
+                start = prev = n
+        one = len(numbers) == 1
+        parts.append(f"{prefix}{numbers[0]}" if one else f"{prefix}[{','.join(spans)}]")
+    return ",".join(parts)
 
 
 def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:

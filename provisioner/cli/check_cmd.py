@@ -41,7 +41,11 @@ NODE_CHECKS = ("gpus", "dcgm", "efa")
 )
 @click.option("--no-nccl", is_flag=True, help="Skip the NCCL all-reduce across nodes.")
 @click.option(
-    "--timeout", type=click.IntRange(60), default=1800, show_default=True, help="Seconds."
+    "--timeout",
+    type=click.IntRange(60),
+    default=1800,
+    show_default=True,
+    help="Seconds each step (node checks, then NCCL) may wait for its nodes.",
 )
 @click.option(
     "--keep",

@@ -6,8 +6,9 @@
 #     allocation (srun --exclusive: never beside a user's job; --immediate: give up rather
 #     than queue behind one). node-check.sh travels on srun's stdin (--input=all), so the
 #     nodes run this fmctl's copy.
-#   cluster-check.sh nccl [--timeout SECONDS] POOL:GPUS:NODE,NODE...
-#     nccl-tests.sbatch across the given nodes of each pool (those that passed).
+#   cluster-check.sh nccl [--timeout SECONDS] POOL:GPUS:COUNT:HOSTLIST...
+#     nccl-tests.sbatch across the given nodes of each pool (those that passed; HOSTLIST in
+#     Slurm's compressed form, e.g. train-st-p5-[1-4,9]).
 # What it prints is what `fmctl check` reads:
 #   ==> fmctl-check NODE FILE <==          node-check.sh's files, node by node
 #   ==> fmctl-check-nccl POOL <==          the all_reduce_perf log of the pool
@@ -19,7 +20,7 @@ node_check="${FMCTL_NODE_CHECK:-$here/node-check.sh}"
 nccl_job="${FMCTL_NCCL_JOB:-$here/../jobs/nccl-tests.sbatch}"
 # The NCCL job's log is written by the job's first node: a folder every node sees.
 shared="${FMCTL_CHECK_SHARED:-/home/fmctl-check}"
-usage="usage: cluster-check.sh nodes|nccl [--include-busy] [--timeout SECONDS] POOL[:GPUS:NODES]..."
+usage="usage: cluster-check.sh nodes|nccl [--include-busy] [--timeout SECONDS] POOL[:GPUS:COUNT:HOSTS]..."
 step="${1:?$usage}"
 shift
 include_busy=0 timeout=1800
@@ -74,8 +75,7 @@ check_nodes() {
 }
 
 run_nccl() {
-  local pool="$1" gpus="$2" list="$3" count log
-  count=$(awk -F, '{ print NF }' <<< "$list")
+  local pool="$1" gpus="$2" count="$3" list="$4" log
   mkdir -p "$shared"
   log="$shared/nccl-$pool-$$.out"
   # --deadline: Slurm drops the job rather than let it wait past the check's time.
@@ -91,9 +91,9 @@ for entry in "${pools[@]}"; do
   case "$step" in
     nodes) check_nodes "$entry" ;;
     nccl)
-      IFS=: read -r pool gpus list <<< "$entry"
+      IFS=: read -r pool gpus count list <<< "$entry"
       [ -n "${list:-}" ] || { echo "$usage" >&2; exit 2; }
-      run_nccl "$pool" "$gpus" "$list" ;;
+      run_nccl "$pool" "$gpus" "$count" "$list" ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
 done

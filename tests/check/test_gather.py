@@ -25,7 +25,7 @@ from provisioner.check.kube_gather import (
     select,
 )
 from provisioner.check.results import check_folder, passed_nodes, split_stream
-from provisioner.check.slurm_gather import command_script, nccl_step, node_step
+from provisioner.check.slurm_gather import command_script, hostlist, nccl_step, node_step
 from provisioner.render.context import ClusterContext, build_context
 from tests.conftest import ROOT, validate_text
 
@@ -151,7 +151,15 @@ def test_nccl_needs_two_nodes_that_passed() -> None:
     assert nccl_manifests(context, {"gpu": ["only-one"]}, "ns") == ([], {})
     assert nccl_manifests(context, {}, "ns") == ([], {})
     assert nccl_step(context, {"gpu": ["a"]}, 600) == []
-    assert nccl_step(context, {"gpu": ["b", "a"]}, 600) == ["nccl", "--timeout", "600", "gpu:8:a,b"]
+    step = nccl_step(context, {"gpu": ["ip-10-0-0-9", "ip-10-0-0-7"]}, 600)
+    assert step == ["nccl", "--timeout", "600", "gpu:8:2:ip-10-0-0-[7,9]"]
+
+
+def test_hostlists_are_slurms_compressed_form() -> None:
+    names = [f"train-st-p5-48xlarge-{i}" for i in (1, 2, 3, 5, 9, 10, 11)]
+    assert hostlist(names) == "train-st-p5-48xlarge-[1-3,5,9-11]"
+    assert hostlist(["a-1", "b-7", "login"]) == "login,a-1,b-7"
+    assert hostlist([f"q-dy-p5-{i}" for i in range(1, 1001)]) == "q-dy-p5-[1-1000]"
 
 
 def test_split_stream_writes_the_layout_and_follows_no_path(tmp_path: Path) -> None:
@@ -300,7 +308,7 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
     assert sbatch.startswith("sbatch")
     for flag in (
         "--exclusive",
-        "--nodelist=train-st-p5-48xlarge-1,train-st-p5-48xlarge-5",
+        "--nodelist=train-st-p5-48xlarge-[1,5]",
         "--nodes=2",
         "--gpus-per-node=8",
         "--ntasks-per-node=8",
@@ -338,7 +346,12 @@ def test_the_head_node_script_with_include_busy(tmp_path: Path) -> None:
 
 def test_the_script_refuses_what_it_does_not_know(tmp_path: Path) -> None:
     script = ROOT / "slurm/lib/cluster-check.sh"
-    for args in (["nodes"], ["sideways", "train"], ["nccl", "train:8"], ["nodes", "--bogus", "x"]):
+    for args in (
+        ["nodes"],
+        ["sideways", "train"],
+        ["nccl", "train:8:2"],
+        ["nodes", "--bogus", "x"],
+    ):
         done = subprocess.run(["bash", str(script), *args], capture_output=True, text=True)
         assert done.returncode == 2 and done.stderr, args
 
