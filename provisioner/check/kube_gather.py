@@ -237,8 +237,8 @@ def _read_node(
     pod = _pod_of(api, namespace, name)
     if pod is None:
         why = (
-            f"its check did not run within {timeout:.0f}s (its GPUs were taken, or the image "
-            "could not be pulled)"
+            f"its check did not finish within {timeout:.0f}s (its GPUs were taken since, its "
+            "image could not be pulled, or the diagnostic hung)"
         )
         return [(job.node, job.pool, why)]
     log = api.logs(namespace, pod)
@@ -302,9 +302,14 @@ def gather(
         wait(set(nccl_jobs.values()))
         for pool, name in sorted(nccl_jobs.items()):
             pod = _pod_of(api, namespace, name, "0")
-            if pod is not None:
-                (folder / "nccl").mkdir(parents=True, exist_ok=True)
-                (folder / "nccl" / f"{pool}.txt").write_text(api.logs(namespace, pod))
+            # A run that never ended is the pool's failure to report, as on Slurm.
+            log = (
+                api.logs(namespace, pod)
+                if pod is not None
+                else f"error: the NCCL job did not finish within {timeout:.0f}s\n"
+            )
+            (folder / "nccl").mkdir(parents=True, exist_ok=True)
+            (folder / "nccl" / f"{pool}.txt").write_text(log)
     finally:
         api.delete("v1", "Namespace", namespace)
     return Gathered(skipped, run)

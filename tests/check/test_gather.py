@@ -366,3 +366,73 @@ def test_the_command_carries_the_scripts_it_runs() -> None:
     ):
         assert (ROOT / path).read_text().rstrip("\n") in script
     assert script.rstrip().endswith('cluster-check.sh" nodes --timeout 900 train')
+
+
+class _StuckApi:
+    """A cluster where the check's Jobs for ``stuck`` nodes, and every NCCL Job, never end."""
+
+    def __init__(self, nodes: list[str], stuck: set[str]) -> None:
+        self.nodes, self.stuck = nodes, stuck
+        self.applied: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    def apply(self, obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
+        self.applied.append(obj)
+        return obj
+
+    def _node_of(self, job: str) -> str | None:
+        for obj in self.applied:
+            if obj["kind"] == "Job" and obj["metadata"]["name"] == job:
+                return obj["metadata"].get("annotations", {}).get("fmctl.dev/node")
+        return None
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> Any:
+        node = self._node_of(name)
+        done = node is not None and node not in self.stuck
+        return {"status": {"conditions": [{"type": "Complete", "status": "True"}]} if done else {}}
+
+    def list(self, api_version: str, kind: str, namespace: str = "", selector: str = "") -> Any:
+        if kind == "Node":
+            return [_node(n) for n in self.nodes]
+        if kind == "Pod" and selector:
+            job = selector.split(",")[0].split("=")[1]
+            node = self._node_of(job)
+            if node is None or node in self.stuck:
+                return [{"metadata": {"name": f"{job}-x"}, "status": {"phase": "Pending"}}]
+            return [
+                {"metadata": {"name": f"{job}-x", "node": node}, "status": {"phase": "Succeeded"}}
+            ]
+        return []
+
+    def logs(self, namespace: str, pod: str) -> str:
+        node = self._node_of(pod.removesuffix("-x")) or ""
+        files = {
+            "pool": "gpu\n",
+            "nvidia-smi.csv": (DATA / "nvidia-smi-p5en.csv").read_text(),
+            "dcgmi-diag.json": (DATA / "dcgmi-diag-healthy.json").read_text(),
+            "fi_info.txt": (DATA / "fi_info-p5en-healthy.txt").read_text(),
+        }
+        return "".join(f"==> fmctl-check {node} {name} <==\n{text}" for name, text in files.items())
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
+        self.deleted.append((kind, name))
+        return True
+
+
+def test_what_does_not_finish_is_said_and_everything_is_deleted(tmp_path: Path) -> None:
+    from provisioner.check.kube_gather import gather
+
+    context = _context("p5en-eks-fsx-s3.yaml")
+    api = _StuckApi(["n1", "n2", "n3"], stuck={"n3"})
+    got = gather(api, context, tmp_path, timeout=0.3, sleep=lambda s: None)  # type: ignore[arg-type]
+    assert [(n, why.split(" (")[0]) for n, _, why in got.skipped] == [
+        ("n3", "its check did not finish within 0s")
+    ]
+    nccl = [o for o in api.applied if o["kind"] == "Job" and o["metadata"]["name"] == "nccl-gpu"]
+    assert len(nccl) == 1 and nccl[0]["spec"]["completions"] == 2  # n1 and n2, which passed
+    report = check_folder(context, tmp_path)
+    verdicts = {v.subject: v for v in report.verdicts}
+    assert verdicts["n1"].ok and verdicts["n2"].ok and "n3" not in verdicts
+    failed = verdicts["nccl all-reduce (gpu)"].failed()[0]
+    assert "did not finish" in failed.detail
+    assert api.deleted == [("Namespace", f"fmctl-check-{got.run}")]
