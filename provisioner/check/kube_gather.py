@@ -29,12 +29,12 @@ import yaml
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.kube import KubeApi
 from provisioner.plan.context import poll_schedule
+from provisioner.plan.kube_stack import EFA, GPU
 from provisioner.render.context import POOL_LABEL, ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.kubernetes import NcclRun, nccl_job
 from provisioner.shipped import shipped_dir
 
-GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 #: The check's namespaces: a prefix and the run's id (so a crashed run never blocks the next).
 NAMESPACE_PREFIX = "fmctl-check-"
 #: How long a node's check takes (DCGM's level-2 diagnostic is most of it): when to look.

@@ -24,6 +24,7 @@ from typing import Any
 
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.aws import AwsError
+from provisioner.drivers.storage import artifact_bucket
 from provisioner.plan.context import Engine, poll_schedule
 from provisioner.render.context import ClusterContext
 from provisioner.shipped import shipped_dir
@@ -133,18 +134,6 @@ def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:
     return found
 
 
-def _bucket(engine: Engine) -> str:
-    from provisioner.plan.registry import all_kinds
-
-    buckets = all_kinds()["bucket"].find_all(engine)
-    if not buckets:
-        raise AwsError(
-            f"{engine.cluster} has no artifact bucket in {engine.aws.region}",
-            hint="`fmctl up` makes it",
-        )
-    return buckets[0].id
-
-
 def gather_slurm(
     engine: Engine,
     context: ClusterContext,
@@ -160,7 +149,7 @@ def gather_slurm(
         _run_on_head_node,
         engine,
         head_node(engine),
-        _bucket(engine),
+        artifact_bucket(engine),
         len(context.pools),
         timeout,
         on_progress,

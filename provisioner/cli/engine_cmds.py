@@ -447,19 +447,17 @@ def topology(
 
 def publish_topology(name: str, target: Any, output: str = "text", upload: bool = True) -> None:
     """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
+    from provisioner.drivers.storage import artifact_bucket
     from provisioner.ops import topology as topo
     from provisioner.ops.engine import make_engine
-    from provisioner.plan.registry import all_kinds
 
     aws = target.aws()
     placed = topo.read_topology(aws, name)
     doc = topo.document(name, placed)
     where = None
     if upload:
-        buckets = all_kinds()["bucket"].find_all(make_engine(target, name, None, lambda e: None))
-        if not buckets:
-            _fail(f"{name} has no artifact bucket in {target.region}", "run `fmctl up` first")
-        where = topo.publish(aws, buckets[0].id, name, doc)
+        bucket = artifact_bucket(make_engine(target, name, None, lambda e: None))
+        where = topo.publish(aws, bucket, name, doc)
     if output == "json":
         click.echo(json.dumps({**doc, "publishedTo": where}, indent=2))
         return

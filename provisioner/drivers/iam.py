@@ -110,6 +110,19 @@ def _tags_or_none(read: Callable[[], list[dict[str, str]]]) -> dict[str, str] | 
     return {t["Key"]: t["Value"] for t in tags}
 
 
+def _claim(tags: dict[str, str] | None, what: str, cluster: str) -> bool:
+    """True when ``what`` exists and is ``cluster``'s; False when it does not exist; raises
+    when it is someone else's (fmctl never takes over what it did not make)."""
+    if tags is None:
+        return False
+    if tags.get(OWNER_TAG) != cluster:
+        raise RuntimeError(
+            f"{what} exists and is not owned by fmctl cluster {cluster}; fmctl will not take "
+            "it over"
+        )
+    return True
+
+
 class Role:
     """An IAM role for the cluster, with an instance profile when EC2 assumes it."""
 
@@ -127,14 +140,8 @@ class Role:
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         name = self._name(engine, node)
-        tags = self._tags(engine, name)
-        if tags is None:
+        if not _claim(self._tags(engine, name), f"IAM role {name}", engine.cluster):
             return None
-        if tags.get(OWNER_TAG) != engine.cluster:
-            raise RuntimeError(
-                f"IAM role {name} exists and is not owned by fmctl cluster "
-                f"{engine.cluster}; fmctl will not take it over"
-            )
         self._complete(engine, node, name)  # a crash may have left it half-made
         return self._outputs(engine, name)
 
@@ -169,8 +176,8 @@ class Role:
         except Exception as exc:
             if error_code(exc) != "EntityAlreadyExists":
                 raise
-            if (self._tags(engine, name) or {}).get(OWNER_TAG) != engine.cluster:
-                raise RuntimeError(f"IAM role {name} exists and is not fmctl's") from exc
+            # Lost tags (or none) are not ours either.
+            _claim(self._tags(engine, name) or {}, f"IAM role {name}", engine.cluster)
         self._complete(engine, node, name)
         return self._outputs(engine, name)
 
@@ -297,14 +304,8 @@ class ManagedPolicy:
 
     def discover(self, engine: Engine, node: Node) -> Outputs | None:
         arn = self._arn(engine, node.params["policy"])
-        tags = self._tags(engine, arn)
-        if tags is None:
+        if not _claim(self._tags(engine, arn), f"IAM policy {arn}", engine.cluster):
             return None
-        if tags.get(OWNER_TAG) != engine.cluster:
-            raise RuntimeError(
-                f"IAM policy {arn} exists and is not owned by fmctl cluster {engine.cluster}; "
-                "fmctl will not take it over"
-            )
         self._converge(engine, arn, node.params["document"])
         return {"id": arn, "arn": arn}
 
@@ -323,8 +324,7 @@ class ManagedPolicy:
         except Exception as exc:
             if error_code(exc) != "EntityAlreadyExists":
                 raise
-            if (self._tags(engine, arn) or {}).get(OWNER_TAG) != engine.cluster:
-                raise RuntimeError(f"IAM policy {arn} exists and is not fmctl's") from exc
+            _claim(self._tags(engine, arn) or {}, f"IAM policy {arn}", engine.cluster)
             self._converge(engine, arn, node.params["document"])
         return {"id": arn, "arn": arn}
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws import AwsError, error_code
 from provisioner.drivers.ec2_base import is_gone, retry_dependency
 from provisioner.plan.context import OWNER_TAG, RESOURCE_TAG, Engine
 from provisioner.plan.graph import Found, Node, Outputs
@@ -157,6 +157,17 @@ class Bucket:
         except Exception as exc:
             if not is_gone(exc):
                 raise
+
+
+def artifact_bucket(engine: Engine) -> str:
+    """The cluster's artifact bucket (by its name and tag), or an error saying to `up`."""
+    found = Bucket().find_all(engine)
+    if not found:
+        raise AwsError(
+            f"{engine.cluster} has no artifact bucket in {engine.region}",
+            hint="run `fmctl up` first",
+        )
+    return found[0].id
 
 
 class Artifacts:

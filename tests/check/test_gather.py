@@ -27,6 +27,7 @@ from provisioner.check.kube_gather import (
 from provisioner.check.results import check_folder, passed_nodes, split_stream
 from provisioner.check.slurm_gather import command_script, hostlist, nccl_step, node_step
 from provisioner.render.context import ClusterContext, build_context
+from tests.check import fakes
 from tests.conftest import ROOT, validate_text
 
 DATA = ROOT / "tests/data/check"
@@ -201,59 +202,12 @@ def test_the_rendered_job_prints_what_the_parser_reads() -> None:
 
 # -- the head-node script, against a fake Slurm -------------------------------------------
 
-FAKE_SINFO = """#!/bin/bash
-# sinfo --noheader --Node --partition=P --format='%N %t'
-cat "$FAKE/sinfo.txt"
-"""
-FAKE_SRUN = """#!/bin/bash
-# srun --label ... --nodelist=A,B ... --input=all bash -s -- - POOL  (one task per node)
-echo "srun $*" >> "$FAKE/calls"
-nodes=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --nodelist=*) nodes="${1#--nodelist=}" ;;
-    --*) ;;
-    *) break ;;
-  esac
-  shift
-done
-stdin=$(mktemp); cat > "$stdin"
-i=0
-for node in ${nodes//,/ }; do
-  SLURMD_NODENAME="$node" "$@" < "$stdin" | sed "s/^/$i: /"
-  i=$((i + 1))
-done
-"""
-FAKE_SBATCH = """#!/bin/bash
-echo "sbatch $*" >> "$FAKE/calls"
-for arg in "$@"; do
-  case "$arg" in --output=*) cp "$FAKE/nccl.txt" "${arg#--output=}" ;; esac
-done
-"""
-FAKE_NVIDIA_SMI = """#!/bin/bash
-if grep -qx "$SLURMD_NODENAME" "$FAKE/broken"; then cat "$DATA/nvidia-smi-lost-gpu.csv"
-else cat "$DATA/nvidia-smi-healthy.csv"; fi
-"""
-
 
 def _fake_slurm(tmp: Path, sinfo: str, broken: str) -> Path:
-    bin_dir = tmp / "bin"
-    bin_dir.mkdir()
-    fakes = {
-        "sinfo": FAKE_SINFO,
-        "srun": FAKE_SRUN,
-        "sbatch": FAKE_SBATCH,
-        "nvidia-smi": FAKE_NVIDIA_SMI,
-        "dcgmi": f"#!/bin/sh\ncat '{DATA / 'dcgmi-diag-healthy.json'}'\n",
-        "fi_info": f"#!/bin/sh\ncat '{DATA / 'fi_info-p5-healthy.txt'}'\n",
-    }
-    for name, text in fakes.items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
     (tmp / "sinfo.txt").write_text(sinfo)
     (tmp / "broken").write_text(broken + "\n")
     (tmp / "nccl.txt").write_text((DATA / "nccl-p5-2nodes-healthy.txt").read_text())
-    return bin_dir
+    return fakes.install(tmp / "bin", fakes.SLURM)
 
 
 def _run(args: list[str], env: dict[str, str]) -> str:

@@ -23,22 +23,16 @@ import yaml
 
 from provisioner.drivers.storage import bucket_name
 from provisioner.sandbox import daemon
+from tests.check import fakes
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, owned, region_of
 
 DATA = ROOT / "tests/data/check"
 ACCOUNT = "123456789012"
 
-#: The nodes' tools: each prints a recorded output; the node named in $FAKE/broken has a
-#: GPU fallen off the bus.
+#: The nodes' tools (tests/check/fakes.py), with what a Kubernetes node's pods run besides.
 TOOLS = {
-    "nvidia-smi": """#!/bin/bash
-me="${NODE_NAME:-$SLURMD_NODENAME}"
-if grep -qx "$me" "$FAKE/broken"; then cat "$DATA/nvidia-smi-lost-gpu.csv"
-else cat "$DATA/$SMI"; fi
-""",
-    "dcgmi": '#!/bin/sh\ncat "$DATA/dcgmi-diag-healthy.json"\n',
-    "fi_info": '#!/bin/sh\ncat "$DATA/$FI_INFO"\n',
+    **fakes.SLURM,
     "nv-hostengine": "#!/bin/sh\nexit 0\n",
     # torchrun: rank 0 prints the header the real script prints (from the job's size) and
     # the recorded rows; the other ranks print nothing.
@@ -49,24 +43,6 @@ hosts="$NODE_NAME"; for ((i = 1; i < n; i++)); do hosts="$hosts,peer-$i"; done
 echo "# nccl-allreduce ranks=$((n * 8)) nodes=$hosts"
 grep -v '^# nccl-allreduce' "$DATA/nccl-k8s-p5en-2nodes-healthy.txt"
 """,
-    "sinfo": '#!/bin/bash\ncat "$FAKE/sinfo.txt"\n',
-    "srun": """#!/bin/bash
-nodes=""
-while [ $# -gt 0 ]; do
-  case "$1" in --nodelist=*) nodes="${1#--nodelist=}" ;; --*) ;; *) break ;; esac
-  shift
-done
-stdin=$(mktemp); cat > "$stdin"
-i=0
-for node in ${nodes//,/ }; do
-  SLURMD_NODENAME="$node" "$@" < "$stdin" | sed "s/^/$i: /"; i=$((i + 1))
-done
-""",
-    "sbatch": """#!/bin/bash
-for arg; do
-  case "$arg" in --output=*) cp "$DATA/nccl-p5-2nodes-healthy.txt" "${arg#--output=}" ;; esac
-done
-""",
 }
 
 
@@ -74,19 +50,17 @@ done
 def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
     """A tools folder the sandbox's nodes and instances run with (wrappers that carry the
     fakes' settings, since the sandbox gives a program PATH and the pod's own env only)."""
-    fakes, folder = tmp_path / "fakes", tmp_path / "tools"
-    fakes.mkdir()
+    real, folder = fakes.install(tmp_path / "fakes", TOOLS), tmp_path / "tools"
     folder.mkdir()
     (tmp_path / "broken").write_text("\n")
     (tmp_path / "sinfo.txt").write_text("")
-    for name, text in TOOLS.items():
-        (fakes / name).write_text(text)
-        (fakes / name).chmod(0o755)
+    (tmp_path / "nccl.txt").write_text((DATA / "nccl-p5-2nodes-healthy.txt").read_text())
+    for name in TOOLS:
         wrapper = folder / name
         wrapper.write_text(
             f'#!/bin/bash\nexport FAKE="{tmp_path}" DATA="{DATA}"'
             f' SMI="$(cat {tmp_path}/smi)" FI_INFO="$(cat {tmp_path}/fi_info)"\n'
-            f'exec "{fakes / name}" "$@"\n'
+            f'exec "{real / name}" "$@"\n'
         )
         wrapper.chmod(0o755)
     daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(folder)})
