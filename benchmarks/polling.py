@@ -1,5 +1,5 @@
 """Waiting on AWS: calls made and delay between a resource becoming ready and fmctl noticing,
-fmctl's pacing (provisioner.plan.context.poll_schedule, the code `up` runs) against boto3's
+fmctl's pacing (provisioner.graph.pacing.poll_schedule, the code `up` runs) against boto3's
 stock waiters (their delays read from botocore's own waiter models). Prints a table.
 
 Each resource's real duration varies; every figure is the mean over 400 durations drawn
@@ -40,7 +40,7 @@ LOOP_DELAY = 30.0
 
 def ours(expected: float, actual: float) -> tuple[int, float]:
     """Calls and notice delay of fmctl's schedule for a resource ready after ``actual``."""
-    from provisioner.plan.context import poll_schedule
+    from provisioner.graph.pacing import poll_schedule
 
     for calls, at in enumerate(poll_schedule(expected), start=1):
         if at >= actual:

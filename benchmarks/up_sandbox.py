@@ -103,16 +103,16 @@ def _down_floor(home: Path, info: dict, name: str, region: str) -> tuple[float, 
     """Critical path and serial sum of the deletion `down` will run (scaled seconds): the
     mirror plan of what is found by tag, each resource at its documented delete time."""
     from provisioner.drivers.aws import Aws
-    from provisioner.ops.engine import find_owned
-    from provisioner.plan.context import Engine
-    from provisioner.plan.graph import deletion_order
-    from provisioner.plan.registry import all_kinds
+    from provisioner.ops.planner import find_owned
+    from provisioner.resources.context import Context
+    from provisioner.resources.registry import deletion_graph, kinds
 
     aws = Aws(region, f"https://127.0.0.1:{info['port']}", sandbox=True, ca_bundle=info["ca"])
-    kinds = all_kinds()
-    plan = deletion_order(find_owned(Engine(aws, name, region, {})), kinds)
-    seconds = {n: kinds[node.kind].delete_seconds * SCALE for n, node in plan.nodes.items()}
-    return plan.critical_path(seconds)[0], sum(seconds.values())
+    found = find_owned(Context(aws, name, region))
+    graph = deletion_graph(found)
+    by_key = {f"{o.kind}:{o.id}": o for o in found}
+    seconds = {k: kinds()[o.kind].delete_seconds * SCALE for k, o in by_key.items()}
+    return graph.critical_path(seconds)[0], sum(seconds.values())
 
 
 def collect() -> tuple[list[Row], str]:
@@ -132,8 +132,8 @@ def collect() -> tuple[list[Row], str]:
             region = yaml.safe_load(spec.read_text())["metadata"]["region"]
             _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")
             plan = json.loads(planned.stdout)
-            critical = plan["criticalPath"]["seconds"] * SCALE
-            serial = plan["serialSeconds"] * SCALE
+            critical = plan["critical_path_s"] * SCALE
+            serial = plan["serial_s"] * SCALE
             calls_before = len(daemon.control(info, "/_fmctl/requests"))
             wall, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes")
             calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before

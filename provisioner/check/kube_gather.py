@@ -28,11 +28,11 @@ import yaml
 
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.kube import KubeApi
-from provisioner.plan.context import poll_schedule
-from provisioner.plan.kube_stack import EFA, GPU
+from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import POOL_LABEL, ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.kubernetes import NcclRun, nccl_job
+from provisioner.resources.kube_stack import EFA, GPU
 from provisioner.shipped import shipped_dir
 
 #: The check's namespaces: a prefix and the run's id (so a crashed run never blocks the next).

@@ -24,9 +24,10 @@ from typing import Any
 
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.aws import AwsError
-from provisioner.drivers.storage import artifact_bucket
-from provisioner.plan.context import Engine, poll_schedule
+from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import ClusterContext
+from provisioner.resources.context import Context
+from provisioner.resources.storage import artifact_bucket
 from provisioner.shipped import shipped_dir
 
 #: Run Command's states that end an invocation.
@@ -37,12 +38,12 @@ EXPECTED_SECONDS = 300.0
 CHECK_PREFIX = "{cluster}-check"
 
 
-def head_node(engine: Engine) -> str:
+def head_node(ctx: Context) -> str:
     """The running head node's instance id, from the tags ParallelCluster puts on it."""
-    ec2 = engine.aws.client("ec2")
+    ec2 = ctx.aws.client("ec2")
     found = ec2.describe_instances(
         Filters=[
-            {"Name": "tag:parallelcluster:cluster-name", "Values": [engine.cluster]},
+            {"Name": "tag:parallelcluster:cluster-name", "Values": [ctx.cluster]},
             {"Name": "tag:parallelcluster:node-type", "Values": ["HeadNode"]},
             {"Name": "instance-state-name", "Values": ["running"]},
         ]
@@ -50,8 +51,8 @@ def head_node(engine: Engine) -> str:
     ids = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
     if not ids:
         raise AwsError(
-            f"{engine.cluster} has no running head node in {engine.aws.region}",
-            hint=f"`fmctl status {engine.cluster}` shows the cluster's state",
+            f"{ctx.cluster} has no running head node in {ctx.aws.region}",
+            hint=f"`fmctl status {ctx.cluster}` shows the cluster's state",
         )
     return str(ids[0])
 
@@ -135,7 +136,7 @@ def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:
 
 
 def gather_slurm(
-    engine: Engine,
+    ctx: Context,
     context: ClusterContext,
     folder: Path,
     include_busy: bool = False,
@@ -147,9 +148,9 @@ def gather_slurm(
     """Run the check on the head node, fill ``folder``; the nodes left out, with why."""
     run = functools.partial(
         _run_on_head_node,
-        engine,
-        head_node(engine),
-        artifact_bucket(engine),
+        ctx,
+        head_node(ctx),
+        artifact_bucket(ctx),
         len(context.pools),
         timeout,
         on_progress,
@@ -163,7 +164,7 @@ def gather_slurm(
 
 
 def _run_on_head_node(
-    engine: Engine,
+    ctx: Context,
     instance: str,
     bucket: str,
     pools: int,
@@ -173,14 +174,14 @@ def _run_on_head_node(
     args: list[str],
 ) -> str:
     """One Run Command of cluster-check.sh ARGS; its whole stdout (then deleted from S3)."""
-    prefix = f"{CHECK_PREFIX.format(cluster=engine.cluster)}/{uuid.uuid4().hex[:8]}"
-    ssm, s3 = engine.aws.client("ssm"), engine.aws.client("s3")
+    prefix = f"{CHECK_PREFIX.format(cluster=ctx.cluster)}/{uuid.uuid4().hex[:8]}"
+    ssm, s3 = ctx.aws.client("ssm"), ctx.aws.client("s3")
     # Each pool may wait up to `timeout` for its nodes.
     budget = min(timeout * max(pools, 1) + 600, 172800)
     sent = ssm.send_command(
         InstanceIds=[instance],
         DocumentName="AWS-RunShellScript",
-        Comment=f"fmctl check {engine.cluster}: {args[0]}",
+        Comment=f"fmctl check {ctx.cluster}: {args[0]}",
         Parameters={"commands": [command_script(args)], "executionTimeout": [str(budget)]},
         OutputS3BucketName=bucket,
         OutputS3KeyPrefix=prefix,
@@ -190,7 +191,7 @@ def _run_on_head_node(
     on_progress(f"{args[0]}: sent command {command} to head node {instance}")
     try:
         expected = EXPECTED_SECONDS * max(pools, 1)
-        found = _wait(ssm, command, instance, expected, budget + 600, engine.time_scale, sleep)
+        found = _wait(ssm, command, instance, expected, budget + 600, ctx.time_scale, sleep)
         if found["Status"] != "Success":
             raise AwsError(
                 f"the check on head node {instance} ended {found['Status']}: "

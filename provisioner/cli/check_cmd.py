@@ -9,15 +9,12 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load, _target
 from provisioner.cli.options import target_options
-
-if TYPE_CHECKING:
-    from provisioner.check.results import CheckReport
 
 #: Checks that fail on a node itself: draining it is the remedy.
 NODE_CHECKS = ("gpus", "dcgm", "efa")
@@ -73,36 +70,48 @@ def check(
     the catalog's network figures predict. Runs on cluster NAME's idle nodes only (a node
     with a user's job is left out and said so, unless --include-busy); or judges a folder
     with --from. Exit 1 when anything failed."""
-    from provisioner.catalog import load_catalog
-    from provisioner.check.results import check_folder
-    from provisioner.render.context import build_context
+    from provisioner.ops.check import CheckUnavailable, gather_and_judge, judge_folder, saved_spec
+    from provisioner.ops.target import home_of
 
     if folder is None and name is None:
         _fail("say what to check", "fmctl check NAME (a running cluster), or --from DIR -f SPEC")
-    if folder is not None:
-        if path is None:
-            _fail("--from needs the cluster's spec", "add -f cluster.yaml")
-        if not (folder / "nodes").is_dir():
-            _fail(
-                f"{folder}: no nodes/ folder of results",
-                "run slurm/lib/node-check.sh on each node with this folder (shared storage) "
-                "as its output, see `fmctl check --help`",
-            )
-        context = build_context(_load(path, None).resolved, load_catalog())
-        report = check_folder(context, folder)
-    else:
-        assert name is not None
-        spec = _spec(name, path, state_dir)
-        target = _target(spec.metadata.region, state_dir, sandbox)  # the spec's, not --region
-        context = build_context(spec, load_catalog())
-        with _results(keep) as where:
-            skipped = _gather(name, target, context, where, include_busy, not no_nccl, timeout)
-            report = check_folder(context, where)
-        report.skipped = skipped
+    try:
+        if folder is not None:
+            if path is None:
+                _fail("--from needs the cluster's spec", "add -f cluster.yaml")
+            if not (folder / "nodes").is_dir():
+                _fail(
+                    f"{folder}: no nodes/ folder of results",
+                    "run slurm/lib/node-check.sh on each node with this folder (shared "
+                    "storage) as its output, see `fmctl check --help`",
+                )
+            spec = _load(path, None).resolved
+            report = judge_folder(spec, folder)
+        else:
+            assert name is not None
+            spec = _load(path, None).resolved if path else saved_spec(home_of(state_dir), name)
+            if spec.metadata.name != name:
+                _fail(
+                    f"the spec is for {spec.metadata.name}, not {name}",
+                    "give NAME's own spec with -f",
+                )
+            target = _target(spec.metadata.region, state_dir, sandbox)  # the spec's region
+            with _results(keep) as where:
+                report = gather_and_judge(
+                    spec,
+                    target,
+                    where,
+                    include_busy,
+                    not no_nccl,
+                    timeout,
+                    lambda line: click.echo(f"check: {line}", err=True),
+                )
+    except CheckUnavailable as exc:
+        _fail(str(exc), exc.hint)
     if output == "json" or as_json:
         click.echo(json.dumps(report.as_data(), indent=2))
     else:
-        _print(report, context.scheduler)
+        _print(report, spec.scheduler)
     checked = sum(seen for seen, _ in report.coverage.values())
     if not checked:
         click.echo(
@@ -110,26 +119,6 @@ def check(
         )
     if not report.ok or not checked:
         sys.exit(1)
-
-
-def _spec(name: str, path: str | None, state_dir: str | None) -> Any:
-    """The spec given, or the one `up` saved for ``name``; validated, or exit 1."""
-    from provisioner.spec.source import parse_source
-    from provisioner.state.store import ClusterState, fmctl_home
-    from provisioner.validate import validate_document
-
-    if path is not None:
-        spec = _load(path, None).resolved
-    else:
-        text = ClusterState(fmctl_home(state_dir), name).spec_text()
-        if text is None:
-            _fail(f"no spec saved for {name} here", "give the cluster's spec with -f cluster.yaml")
-        spec = validate_document(parse_source(text)[0]).resolved
-        if spec is None:
-            _fail(f"the spec `up` saved for {name} does not validate any more", "use -f")
-    if spec.metadata.name != name:
-        _fail(f"the spec is for {spec.metadata.name}, not {name}", "give NAME's own spec with -f")
-    return spec
 
 
 @contextlib.contextmanager
@@ -144,57 +133,7 @@ def _results(keep: Path | None) -> Iterator[Path]:
         yield Path(scratch)
 
 
-def _gather(
-    name: str,
-    target: Any,
-    context: Any,
-    folder: Path,
-    include_busy: bool,
-    nccl: bool,
-    timeout: int,
-) -> list[tuple[str, str, str]]:
-    """Run the node checks and NCCL on the live cluster into ``folder``; the nodes left out."""
-    from provisioner.ops.engine import make_engine
-
-    engine = make_engine(target, name, None, lambda e: None)
-
-    def progress(line: str) -> None:
-        click.echo(f"check: {line}", err=True)
-
-    if context.scheduler == "kubernetes":
-        from provisioner.check.kube_gather import gather
-        from provisioner.plan.eks import EksCluster
-        from provisioner.plan.kube_stack import connect
-
-        cluster = EksCluster()._describe(engine)
-        if cluster is None or cluster["status"] != "ACTIVE":
-            _fail(
-                f"{name}: no ACTIVE EKS cluster in {target.region}",
-                f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
-            )
-        api = connect(engine, cluster["endpoint"], cluster["certificateAuthority"]["data"])
-        try:
-            found = gather(
-                api,
-                context,
-                folder,
-                include_busy,
-                timeout,
-                nccl,
-                on_progress=progress,
-                scale=engine.time_scale,
-            )
-            return found.skipped
-        finally:
-            close = getattr(api, "close", None)
-            if close:
-                close()
-    from provisioner.check.slurm_gather import gather_slurm
-
-    return gather_slurm(engine, context, folder, include_busy, timeout, nccl, progress)
-
-
-def _print(report: CheckReport, scheduler: str) -> None:
+def _print(report: Any, scheduler: str) -> None:
     for verdict in report.verdicts:
         mark = "ok" if verdict.ok else "FAILED"
         figures = "; ".join(

@@ -1,4 +1,4 @@
-"""`fmctl plan`, `up`, `down`, `status`: thin commands over ``provisioner.ops.engine``."""
+"""`fmctl plan`, `up`, `down`, `status`, `topology`: thin commands over ``provisioner.ops``."""
 
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ class GuardedCommand(click.Command):
         except Exception as exc:
             if os.environ.get("FMCTL_DEBUG"):
                 raise
-            from provisioner.drivers.aws import translate
+            from provisioner.ops.errors import explain
 
-            error = translate(exc, f"fmctl {ctx.info_name}")
-            hint = error.hint or (
-                "FMCTL_DEBUG=1 shows the traceback; please report it if it looks like fmctl's"
+            message, hint = explain(exc, f"fmctl {ctx.info_name}")
+            _fail(
+                message,
+                hint
+                or "FMCTL_DEBUG=1 shows the traceback; please report it if it looks like fmctl's",
             )
-            _fail(str(error), hint)
 
 
 def _fail(message: str, hint: str | None = None) -> NoReturn:
@@ -52,185 +53,161 @@ def _load(path: str, scheduler: str | None) -> Any:
 
 
 def _target(region: str, state_dir: str | None, sandbox: bool) -> Any:
-    from provisioner.ops.engine import target_for
-    from provisioner.sandbox.daemon import SandboxError
-    from provisioner.state.store import fmctl_home
+    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.target import home_of, target_for
 
     try:
-        return target_for(region, fmctl_home(state_dir), sandbox)
+        return target_for(region, home_of(state_dir), sandbox)
     except SandboxError as exc:
         _fail(str(exc))
 
 
 def _online(validation: Any, target: Any) -> None:
     """Online checks; errors print located and exit 1 before anything is created."""
-    from provisioner.catalog import load_catalog
-    from provisioner.drivers.aws import AwsError, translate
-    from provisioner.validate import Validation
-    from provisioner.validate.online import online_problems
+    from provisioner.ops.errors import explain
+    from provisioner.ops.validate import check_online
 
     try:
-        problems = online_problems(target.aws(), validation.resolved, load_catalog())
-    except AwsError as exc:
-        _fail(str(exc), exc.hint)
+        online = check_online(validation, target)
     except Exception as exc:  # botocore errors: translated, never a traceback
-        error = translate(exc, "checking the account")
-        _fail(str(error), error.hint)
-    online = Validation(validation.doc, problems)
+        _fail(*explain(exc, "checking the account"))
     print_problems(online, sys.stderr, color=sys.stderr.isatty())
     if not online.ok:
         sys.exit(1)
 
 
-def _seed_sandbox(validation: Any, target: Any) -> None:
-    """In the sandbox, the reservations a spec names exist (matching it) unless a test
-    seeded them first; say so, so nobody mistakes it for a real reservation."""
-    from provisioner.sandbox import daemon
+def _prepare(validation: Any, target: Any, sandbox: bool) -> None:
+    """Seed the sandbox for the spec (said aloud), then the online checks."""
+    if sandbox:
+        from provisioner.ops.seed import seed_sandbox
 
-    info = daemon.running(target.home)
-    assert info is not None, "the sandbox was started moments ago"
-    spec = validation.resolved
-    ec2 = target.aws().client("ec2")
-    for pool in spec.compute.gpu_pools:
-        rid = pool.capacity.reservation_id
-        if rid is None:
-            continue
-        try:
-            ec2.describe_capacity_reservations(CapacityReservationIds=[rid])
-            continue
-        except Exception:  # not there yet: seed it
-            pass
-        daemon.control(
-            info,
-            "/_fmctl/seed/reservation",
-            {
-                "capacityReservationId": rid,
-                "instanceType": pool.instance_type,
-                "availabilityZone": spec.network.availability_zone,
-                "totalInstanceCount": pool.count,
-                "availableInstanceCount": pool.count,
-                "state": "active",
-                "reservationType": "capacity-block"
-                if pool.capacity.type == "capacity-block"
-                else "default",
-            },
+        for line in seed_sandbox(validation.resolved, target):
+            click.echo(f"sandbox: {line}")
+    _online(validation, target)
+
+
+_SIGN = {
+    "create": "+",
+    "update": "~",
+    "drift": "~",
+    "replace": "-/+",
+    "delete": "-",
+    "wait": "…",
+    "unchanged": " ",
+    "use": " ",
+    "unreadable": "?",
+}
+
+
+def show_plan(data: dict[str, Any], out: Any = None) -> None:
+    """The plan as people read it: one line per resource, each changed field, then the waves
+    and the critical path of what `up` runs."""
+    echo = (lambda text: click.echo(text, file=out)) if out else click.echo
+    echo(f"plan for {data['cluster']} ({data['region']}):")
+    for change in data["changes"]:
+        action = change["action"]
+        what = f"  {_SIGN[action]:>3} {change['resource']:<34} {action}"
+        if change.get("aws_id") and action in ("unchanged", "use", "delete", "drift"):
+            what += f"  {change['aws_id']}"
+        echo(what)
+        for f in change["fields"]:
+            mark = " (drift)" if f.get("drift") else ""
+            how = "" if f["how"] == "update" else f"  [{f['how']}]"
+            echo(f"        {f['path']}: {_short(f['from'])} -> {_short(f['to'])}{how}{mark}")
+        if change.get("reason") and action not in ("update",):
+            echo(f"        ({change['reason']})")
+        if change.get("loses"):
+            echo(f"        lost: {change['loses']}")
+        if change.get("hint"):
+            echo(f"        hint: {change['hint']}")
+    counts = data["counts"]
+    summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+    echo(f"{summary}")
+    if data["waves"]:
+        for i, wave in enumerate(data["waves"]):
+            echo(f"  wave {i + 1} (in parallel): {', '.join(wave)}")
+        echo(
+            f"critical path ~{data['critical_path_s'] / 60:.0f} min: "
+            f"{' -> '.join(data['critical_path'])}; one after another would take "
+            f"~{data['serial_s'] / 60:.0f} min"
         )
-        click.echo(
-            f"sandbox: seeded {rid} ({pool.count} x {pool.instance_type} in "
-            f"{spec.network.availability_zone})"
-        )
-    _seed_data_bucket(spec, target)
-    _seed_parallelcluster_images(spec, target, info)
+    else:
+        echo("nothing to do: the cluster is what the spec says")
+    for note in data.get("notes", []):
+        echo(f"note: {note}")
 
 
-def _seed_data_bucket(spec: Any, target: Any) -> None:
-    """The S3 bucket a file system links stands for the user's data: in the sandbox it is
-    created (untagged, so no `down` ever deletes it) when missing, and said so."""
-    fsx = spec.storage.fsx_lustre
-    if fsx is None or fsx.s3 is None or fsx.file_system_id is not None:
-        return
-    s3 = target.aws().client("s3")
-    for uri in (fsx.s3.import_path, fsx.s3.export_path):
-        bucket = str(uri or "").removeprefix("s3://").split("/", 1)[0]
-        if not bucket:
-            continue
-        try:
-            s3.head_bucket(Bucket=bucket)
-            continue
-        except Exception:  # not there yet: make it
-            pass
-        where = spec.metadata.region
-        extra = (
-            {}
-            if where == "us-east-1"
-            else {"CreateBucketConfiguration": {"LocationConstraint": where}}
-        )
-        try:
-            s3.create_bucket(Bucket=bucket, **extra)
-        except Exception as exc:  # another sandbox run made it meanwhile
-            from provisioner.drivers.aws import error_code
-
-            if error_code(exc) != "BucketAlreadyOwnedByYou":
-                raise
-            continue
-        click.echo(f"sandbox: created data bucket {bucket} (it stands for yours; never deleted)")
-
-
-def _seed_parallelcluster_images(spec: Any, target: Any, info: dict[str, Any]) -> None:
-    """ParallelCluster's validators look its official AMI up among Amazon's images, by its
-    version; the emulator has none, so the sandbox registers one per architecture."""
-    from provisioner.drivers.pcluster import IMAGE_OS_PART, ParallelCluster, PclusterError
-    from provisioner.ops.engine import pcluster_command, sandbox_validates_only
-    from provisioner.sandbox import daemon
-
-    command = pcluster_command(target)
-    if spec.scheduler != "slurm" or command is None or not sandbox_validates_only(target):
-        return
-    try:
-        version = ParallelCluster(command, spec.metadata.region).version()
-    except PclusterError as exc:
-        _fail(str(exc), "check the ParallelCluster install: `fmctl setup parallelcluster`")
-    for arch in ("x86_64", "arm64"):
-        name = f"aws-parallelcluster-{version}-{IMAGE_OS_PART[spec.slurm.os]}-{arch}-fmctl-sandbox"
-        daemon.control(
-            info,
-            "/_fmctl/seed/image",
-            {"region": spec.metadata.region, "name": name, "architecture": arch},
-        )
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= 90 else text[:87] + "..."
 
 
 @click.command("plan", cls=GuardedCommand)
 @spec_options
 @click.option("--offline", is_flag=True, help="Do not look at what exists (no AWS calls).")
+@click.option(
+    "--detailed-exitcode",
+    is_flag=True,
+    help="Exit 2 when there are changes (0: none, 1: an error).",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @target_options
 def plan(
     path: str,
     scheduler: str | None,
     offline: bool,
+    detailed_exitcode: bool,
     output: str,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
-    """Show what `up` would do: resources, dependencies, what exists, what runs in parallel."""
-    from provisioner.ops.engine import plan_view
+    """Show what `up` would do to each resource, field by field; changes nothing."""
+    from provisioner.ops.engine import PlanView, offline_plan, plan_cluster
 
     validation = _load(path, scheduler)
     spec = validation.resolved
-    target = None if offline else _target(spec.metadata.region, state_dir, sandbox)
-    if target is not None:
-        if sandbox:
-            _seed_sandbox(validation, target)
-        _online(validation, target)
-    data = plan_view(spec, target).as_data()
+    if offline:
+        view = PlanView(offline_plan(spec), offline=True)
+    else:
+        target = _target(spec.metadata.region, state_dir, sandbox)
+        _prepare(validation, target, sandbox)
+        view = PlanView(plan_cluster(spec, target))
+    data = view.as_data()
     if output == "json":
-        click.echo(json.dumps(data, indent=2))
-        return
-    exists = {r["id"]: r["exists"] for r in data["resources"]}
-    click.echo(f"plan for {spec.metadata.name} ({spec.scheduler}, {spec.metadata.region}):")
-    for i, wave in enumerate(data["waves"]):
-        click.echo(f"  wave {i + 1} (in parallel):")
-        for rid in wave:
-            state = {True: "exists", False: "create", None: "create?"}[exists[rid]]
-            click.echo(f"    {state:<8} {rid}")
-    critical = data["criticalPath"]
-    click.echo(
-        f"critical path ~{critical['seconds'] / 60:.0f} min: "
-        f"{' -> '.join(critical['resources'])}; one after another would take "
-        f"~{data['serialSeconds'] / 60:.0f} min"
-    )
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        show_plan(data)
+    if view.plan.unreadable:
+        sys.exit(1)
+    if detailed_exitcode and view.plan.acting:
+        sys.exit(2)
 
 
 @click.command("up", cls=GuardedCommand)
 @spec_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--allow-replace",
+    is_flag=True,
+    help="Replace what AWS cannot change in place (named, with what is lost, before asking).",
+)
 @target_options
-def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: str | None) -> None:
-    """Create the cluster (infrastructure, then the Slurm cluster); re-run to resume."""
+def up(
+    path: str,
+    scheduler: str | None,
+    yes: bool,
+    allow_replace: bool,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
+    """Make the cluster what the spec says: create, update, replace or delete; re-run to
+    resume."""
     from provisioner.cli.progress import Progress
-    from provisioner.ops.engine import pcluster_command, plan_view
+    from provisioner.ops.engine import PlanView, Refused
     from provisioner.ops.engine import up as run_up
-    from provisioner.state.store import LockHeld
+    from provisioner.ops.errors import LockHeld
+    from provisioner.ops.target import pcluster_command
+    from provisioner.ops.validate import Validation
 
     validation = _load(path, scheduler)
     spec = validation.resolved
@@ -241,47 +218,93 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
             "run `fmctl setup parallelcluster` (a virtualenv of its own; it also needs "
             "Node.js), or put pcluster on PATH, or set FMCTL_PCLUSTER",
         )
-    if sandbox:
-        _seed_sandbox(validation, target)
-    _online(validation, target)
-    view = plan_view(spec, None)
-    count = len(view.plan.nodes)
+    _prepare(validation, target, sandbox)
     where = "the sandbox" if sandbox else f"AWS {spec.metadata.region}"
-    if not yes:
+
+    def confirm(planned: Any) -> bool:
+        acting = planned.acting
+        if not acting:
+            click.echo(f"up {spec.metadata.name} in {where}: nothing to change")
+            return True
+        if yes:
+            click.echo(f"up {spec.metadata.name} in {where}:")
+            return True
+        show_plan(PlanView(planned).as_data())
         if not sys.stdin.isatty():
-            _fail("`up` asks before creating resources", "pass --yes to run without asking")
-        click.confirm(
-            f"create or check {count} resources of {spec.metadata.name} in {where}?", abort=True
-        )
-    click.echo(f"up {spec.metadata.name} in {where}:")
+            _fail("`up` asks before changing resources", "pass --yes to run without asking")
+        lost = [c.loses for c in acting if c.loses]
+        for item in lost:
+            click.echo(f"warning: this deletes {item}", err=True)
+        if not click.confirm(f"apply {len(acting)} changes to {spec.metadata.name} in {where}?"):
+            return False
+        click.echo(f"up {spec.metadata.name} in {where}:")
+        return True
+
     try:
-        result, engine = run_up(spec, validation.doc.text, target, Progress())
+        outcome = run_up(spec, validation.doc.text, target, Progress(), confirm, allow_replace)
     except LockHeld as exc:
         _fail(str(exc))
-    _report(result, "up")
-    created = sum(1 for s in result.done.values() if s == "created")
+    except Refused as exc:
+        print_problems(Validation(validation.doc, exc.problems), sys.stderr)
+        _fail(
+            f"`up` changed nothing: {len(exc.problems)} change(s) it will not make",
+            "`fmctl plan` shows every change and why",
+        )
+    if outcome is None:
+        _fail("nothing changed", None)
+    _report(outcome.result, "up", [c.resource for c in outcome.pending])
+    _summary(spec.metadata.name, outcome)
+    _after_up(spec, target, outcome, sandbox)
+
+
+def _summary(name: str, outcome: Any) -> None:
+    done = outcome.result.done
+    created = sum(1 for v in done.values() if v == "created")
+    counts = {
+        v: sum(1 for x in done.values() if x == v) for v in ("updated", "replaced", "deleted")
+    }
+    existed = len(outcome.plan.blueprint.ids) - created - counts["replaced"]
     click.echo(
-        f"{spec.metadata.name}: {created} created, {len(result.done) - created} "
-        f"existed, in {result.wall:.1f}s"
+        f"{name}: {created} created, {existed} existed ({counts['updated']} updated, "
+        f"{counts['replaced']} replaced, {counts['deleted']} deleted), in "
+        f"{outcome.result.wall:.1f}s"
     )
+
+
+def _after_up(spec: Any, target: Any, outcome: Any, sandbox: bool) -> None:
+    """Where things are, and how to reach the cluster."""
+    from provisioner.ops.status import kube_access, kube_status, slurm_access
+
+    outputs = outcome.ctx.outputs
     for key in ("vpc", "subnet/private", "fsx", "bucket"):
-        if key in engine.outputs:
-            click.echo(f"  {key}: {engine.outputs[key]['id']}")
-    cluster = engine.outputs.get("parallelcluster")
-    if cluster and cluster.get("status") == "VALIDATED":
+        if key in outputs:
+            click.echo(f"  {key}: {outputs[key].id}")
+    cluster = outputs.get("parallelcluster")
+    name = spec.metadata.name
+    if cluster is not None and cluster.status == "VALIDATED":
         click.echo(
-            f"sandbox: ParallelCluster's validators accepted {cluster['config']}; its create "
+            f"sandbox: ParallelCluster's validators accepted {cluster.config}; its create "
             "is not run against the emulator (the stack needs resources moto lacks)."
         )
-    elif cluster:
+    elif cluster is not None:
         if spec.slurm.topology_aware:
-            publish_topology(spec.metadata.name, target)
+            _print_topology(name, target, "text", True)
         grafana = spec.observability.prometheus and spec.observability.grafana
-        _access(spec.metadata.name, spec.metadata.region, cluster, spec.network.ssh_cidr, grafana)
-    elif "kube-stack" in engine.outputs:
-        from provisioner.cli.kube_cmds import kubernetes_summary
-
-        kubernetes_summary(spec.metadata.name, target, engine.outputs["kube-stack"]["kubeconfig"])
+        for line in slurm_access(
+            name,
+            spec.metadata.region,
+            cluster.head_node,
+            cluster.head_ip,
+            spec.network.ssh_cidr,
+            grafana,
+        ):
+            click.echo(line)
+    elif "kube-stack" in outputs:
+        kube = kube_status(target, name)
+        if kube is not None:
+            _print_kube(kube)
+        for line in kube_access(name, target.region, outputs["kube-stack"].kubeconfig):
+            click.echo(line)
     elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "
@@ -289,39 +312,38 @@ def up(path: str, scheduler: str | None, yes: bool, sandbox: bool, state_dir: st
         )
 
 
-def _access(
-    name: str, region: str, cluster: dict[str, Any], ssh: str | None, grafana: bool
-) -> None:
-    """How to log in to the head node and reach Grafana on it (`up` and `status`)."""
-    head = cluster.get("head_node", "")
-    how = (
-        f"ssh ec2-user@{cluster.get('head_ip')}"
-        if ssh
-        else f"aws ssm start-session --target {head}"
-    )
-    click.echo(f"log in: {how}   (Slurm head node of {name})")
-    if grafana:
-        click.echo(
-            f"grafana: aws ssm start-session --target {head} --region {region} --document-name "
-            'AWS-StartPortForwardingSession --parameters \'{"portNumber":["3000"],'
-            '"localPortNumber":["3000"]}\'  then http://localhost:3000 (user admin; the '
-            "password is in /etc/fmctl/grafana-admin on the head node, never on this machine)"
-        )
+def _print_kube(kube: Any) -> None:
+    click.echo(f"EKS: {kube.status}, Kubernetes {kube.version}")
+    for addon, version, status in kube.addons:
+        click.echo(f"  add-on {addon:<24} {version:<22} {status}")
+    for pool, nodes in kube.pools:
+        click.echo(f"  pool {pool}: {len(nodes)} nodes")
+        for n in nodes:
+            click.echo(
+                f"    {n.name:<34} {'Ready' if n.ready else 'NotReady':<9} "
+                f"gpu {n.gpus:>2}  efa {n.efa:>2}"
+            )
+    if kube.stack:
+        click.echo("  stack:")
+        for row in kube.stack:
+            click.echo(f"    {row}")
 
 
-def _report(result: Any, verb: str) -> None:
+def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     """Failures with what to do; exit 1 when any."""
-    from provisioner.drivers.aws import translate
+    from provisioner.ops.errors import explain
 
     if result.ok:
         return
     for node, error in result.failed.items():
-        translated = translate(error, node)
-        click.echo(f"error: {translated}", err=True)
-        if translated.hint:
-            click.echo(f"hint: {translated.hint}", err=True)
+        message, hint = explain(error, node)
+        click.echo(f"error: {message}", err=True)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
     if result.skipped:
         click.echo(f"not started: {', '.join(result.skipped)}", err=True)
+    if pending:
+        click.echo(f"still to change: {', '.join(pending)}", err=True)
     click.echo(f"`fmctl {verb}` again resumes where this stopped.", err=True)
     sys.exit(1)
 
@@ -348,11 +370,11 @@ def down(
     """Delete everything tagged as cluster NAME's, dependents first (works from tags alone)."""
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down as run_down
-    from provisioner.ops.engine import find_owned, make_engine
-    from provisioner.state.store import LockHeld
+    from provisioner.ops.engine import owned_by
+    from provisioner.ops.errors import LockHeld
 
     target = _target(region, state_dir, sandbox)
-    found = find_owned(make_engine(target, name, None, lambda e: None))
+    found = owned_by(target, name)
     if not found:
         click.echo(f"{name}: nothing tagged fmctl.dev/cluster={name} in {region}")
         return
@@ -376,58 +398,25 @@ def down(
 @target_options
 def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | None) -> None:
     """What cluster NAME has in AWS, from its tags (local state not needed)."""
-    from provisioner.ops.engine import find_owned, make_engine
+    from provisioner.ops.status import status as read_status
 
     target = _target(region, state_dir, sandbox)
-    found = find_owned(make_engine(target, name, None, lambda e: None))
-    rows = [{"kind": f.kind, "resource": f.logical_id, "id": f.id} for f in found]
+    seen = read_status(target, name)
     if output == "json":
-        click.echo(json.dumps({"cluster": name, "region": region, "resources": rows}, indent=2))
+        click.echo(json.dumps(seen.as_data(), indent=2))
         return
-    if not rows:
+    if not seen.resources:
         click.echo(f"{name}: no resources in {region}")
         sys.exit(1)
-    click.echo(f"{name} in {region}: {len(rows)} resources")
-    for row in sorted(rows, key=lambda r: (r["kind"], r["resource"])):
-        click.echo(f"  {row['kind']:<16} {row['resource']:<24} {row['id']}")
-    if any(f.kind == "parallelcluster" for f in found):
-        _slurm_access(name, target)
-    if any(f.kind == "eks-cluster" for f in found):
-        from provisioner.cli.kube_cmds import kubernetes_summary
-        from provisioner.ops.engine import kubeconfig_path
-
-        kubernetes_summary(name, target, str(kubeconfig_path(target, name)))
-
-
-def _slurm_access(name: str, target: Any) -> None:
-    """The head node's state, login and Grafana, with the spec `up` saved (when there is one)."""
-    from provisioner.drivers.pcluster import ParallelCluster
-    from provisioner.ops.engine import pcluster_command
-    from provisioner.spec.source import parse_source
-    from provisioner.state.store import ClusterState
-    from provisioner.validate import validate_document
-
-    command = pcluster_command(target)
-    found = (
-        ParallelCluster(command, target.region, env=target.aws().child_env()).describe(name)
-        if command
-        else None
-    )
-    if not found:
-        return
-    head = found.get("headNode", {})
-    cluster = {
-        "head_node": head.get("instanceId", ""),
-        "head_ip": head.get("publicIpAddress") or head.get("privateIpAddress", ""),
-    }
-    click.echo(
-        f"ParallelCluster {name}: {found['clusterStatus']}, head node {cluster['head_node']}"
-    )
-    text = ClusterState(target.home, name).spec_text()
-    spec = validate_document(parse_source(text)[0]).resolved if text else None
-    ssh = spec.network.ssh_cidr if spec else None
-    grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
-    _access(name, target.region, cluster, ssh, grafana)
+    click.echo(f"{name} in {region}: {len(seen.resources)} resources")
+    for o in sorted(seen.resources, key=lambda o: (o.kind, o.resource)):
+        click.echo(f"  {o.kind:<16} {o.resource:<24} {o.id}")
+    if seen.slurm is not None:
+        click.echo(f"ParallelCluster {name}: {seen.slurm.status}, head node {seen.slurm.head_node}")
+    if seen.kube is not None:
+        _print_kube(seen.kube)
+    for line in seen.access:
+        click.echo(line)
 
 
 @click.command("topology", cls=GuardedCommand)
@@ -442,29 +431,22 @@ def topology(
     """Read where NAME's running compute nodes sit in the network and publish it for the head
     node, which rewrites Slurm's topology.conf from it (every 2 minutes)."""
     target = _target(region, state_dir, sandbox)
-    publish_topology(name, target, output, not no_publish)
+    _print_topology(name, target, output, not no_publish)
 
 
-def publish_topology(name: str, target: Any, output: str = "text", upload: bool = True) -> None:
-    """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
-    from provisioner.drivers.storage import artifact_bucket
-    from provisioner.ops import topology as topo
-    from provisioner.ops.engine import make_engine
+def _print_topology(name: str, target: Any, output: str, upload: bool) -> None:
+    from provisioner.ops.topology import publish_topology
 
-    aws = target.aws()
-    placed = topo.read_topology(aws, name)
-    doc = topo.document(name, placed)
-    where = None
-    if upload:
-        bucket = artifact_bucket(make_engine(target, name, None, lambda e: None))
-        where = topo.publish(aws, bucket, name, doc)
+    published = publish_topology(target, name, upload)
     if output == "json":
-        click.echo(json.dumps({**doc, "publishedTo": where}, indent=2))
+        click.echo(json.dumps({**published.document, "publishedTo": published.where}, indent=2))
         return
-    for line in topo.summary(placed):
+    for line in published.lines:
         click.echo(f"topology: {line}")
-    if where:
-        click.echo(f"topology: published {where}; the head node installs topology.conf from it")
+    if published.where:
+        click.echo(
+            f"topology: published {published.where}; the head node installs topology.conf from it"
+        )
 
 
 @click.group("sandbox")
@@ -476,7 +458,6 @@ def sandbox() -> None:
 @click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
 def sandbox_stop(state_dir: str | None) -> None:
     """Stop the emulator (its state goes with it)."""
-    from provisioner.sandbox.daemon import stop
-    from provisioner.state.store import fmctl_home
+    from provisioner.ops.target import home_of, stop_sandbox
 
-    click.echo("sandbox stopped" if stop(fmctl_home(state_dir)) else "no sandbox running")
+    click.echo("sandbox stopped" if stop_sandbox(home_of(state_dir)) else "no sandbox running")

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import TextIO
 
-from provisioner.plan.context import Event
+from provisioner.resources.context import Event
 
 _SHOWN = {
     "creating": "creating",

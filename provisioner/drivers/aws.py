@@ -21,6 +21,14 @@ SANDBOX_CREDENTIALS = {
 }
 
 
+#: Operations that only read (what `plan` may call): by name prefix, for every service.
+READ_PREFIXES = ("Describe", "List", "Get", "Head", "Lookup", "Search")
+
+
+class WriteRefused(Exception):
+    """A client made read-only (`plan`) was asked to change something."""
+
+
 class AwsError(Exception):
     """An AWS failure, translated for a person: what happened and what to do."""
 
@@ -40,6 +48,8 @@ class Aws:
     #: CA bundle to verify the endpoint with (the sandbox's own certificate).
     ca_bundle: str | None = None
     max_attempts: int = 10
+    #: Refuse every call that is not a read (``READ_PREFIXES``), before it is sent.
+    read_only: bool = False
     _clients: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: Any = field(default=None, repr=False)
@@ -95,7 +105,10 @@ class Aws:
             kwargs["endpoint_url"] = self.endpoint_url
         if self.ca_bundle:
             kwargs["verify"] = self.ca_bundle
-        return self._session.client(service, **kwargs)
+        client = self._session.client(service, **kwargs)
+        if self.read_only:
+            client.meta.events.register("before-call", _refuse_writes)
+        return client
 
     def child_env(self) -> dict[str, str]:
         """The environment for a subprocess that must reach the same AWS as these clients
@@ -122,6 +135,13 @@ class Aws:
     def account_id(self) -> str:
         """The account of the credentials in use."""
         return str(self.client("sts").get_caller_identity()["Account"])
+
+
+def _refuse_writes(model: Any, **_: Any) -> None:
+    """botocore's before-call hook of a read-only client: reads pass, anything else stops
+    here, unsent."""
+    if not str(model.name).startswith(READ_PREFIXES):
+        raise WriteRefused(f"{model.name} is not a read, and this run only reads")
 
 
 THROTTLING = {

@@ -72,17 +72,30 @@ class _Bearer:
 class KubeClient:
     """``KubeApi`` over the official ``kubernetes`` Python client (imported lazily)."""
 
-    def __init__(self, config: Any, manager: str = MANAGER, ca_file: str | None = None) -> None:
+    def __init__(
+        self,
+        config: Any,
+        manager: str = MANAGER,
+        ca_file: str | None = None,
+        read_only: bool = False,
+    ) -> None:
         from kubernetes import client
 
         self._api: Any = client.ApiClient(config)
         self._manager = manager
         self._ca_file = ca_file
+        #: Refuse anything but GET, before it is sent (what `plan` reads with).
+        self._read_only = read_only
         self._paths: dict[tuple[str, str], tuple[str, bool]] = {}
 
     @classmethod
     def for_eks(
-        cls, endpoint: str, ca_data: str, token: Callable[[], str], manager: str = MANAGER
+        cls,
+        endpoint: str,
+        ca_data: str,
+        token: Callable[[], str],
+        manager: str = MANAGER,
+        read_only: bool = False,
     ) -> KubeClient:
         """A client for an EKS endpoint, authenticated by ``token()`` (called again before
         the token expires)."""
@@ -98,7 +111,7 @@ class KubeClient:
         bearer = _Bearer(token)
         config.api_key = {"authorization": bearer()}
         config.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=bearer())
-        return cls(config, manager, ca_file)
+        return cls(config, manager, ca_file, read_only)
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None) -> KubeClient:
@@ -126,6 +139,8 @@ class KubeClient:
         content_type: str = "application/json",
         raw: bool = False,
     ) -> Any:
+        if self._read_only and method != "GET":
+            raise KubeError(0, "ReadOnly", f"{method} {path}: this run only reads")
         method_, url, headers, payload, post = self._api.param_serialize(
             method,
             path,

@@ -1,259 +1,243 @@
-"""`fmctl plan / up / down / status`: the engine's use cases, over the sandbox or AWS."""
+"""`fmctl plan / up / down`: the engine's use cases, over the sandbox or AWS.
+
+`plan` reads (with clients that refuse any write) and compares; `up` takes the cluster's
+lock, plans again, refuses what AWS cannot do or what would be replaced without leave
+(located on the spec's line, before any call), asks, applies exactly that plan, and records
+the spec only once it is applied; `down` deletes everything the cluster owns, found by tag.
+"""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from provisioner.drivers.aws import Aws
-from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, Engine, Event
-from provisioner.plan.graph import Found, Plan, deletion_order
-from provisioner.plan.runner import RunResult, run_down, run_up
+from provisioner.blueprint import Blueprint, Where, build
+from provisioner.graph.runner import RunResult
+from provisioner.ops.executor import apply, critical_path
+from provisioner.ops.planner import Action, Change, Plan, Planner, find_owned
+from provisioner.ops.target import (
+    Target,
+    kubeconfig_path,
+    make_context,
+    pcluster_command,
+    sandbox_validates_only,
+)
+from provisioner.resources.base import How, Owned
+from provisioner.resources.context import Context, Event
 from provisioner.spec.model import ClusterSpec
+from provisioner.spec.problems import Problem, SpecPath
 from provisioner.state.store import ClusterState
 
 
-@dataclass
-class Target:
-    """Where a command runs: the region, and the sandbox's endpoint when sandboxed."""
+class Refused(Exception):
+    """`up` will not make these changes; each problem is located in the spec."""
 
-    region: str
-    home: Path
-    sandbox: bool = False
-    endpoint: str | None = None
-    time_scale: float = 1.0
-    ca_bundle: str | None = None
-
-    def aws(self) -> Aws:
-        """Clients for this target."""
-        return Aws(self.region, self.endpoint, self.sandbox, self.ca_bundle)
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
 
 
-def target_for(region: str, home: Path, sandbox: bool) -> Target:
-    """A target; starts the sandbox emulator when asked and not running."""
-    if not sandbox:
-        import os
+def where_for(spec: ClusterSpec, target: Target | None) -> Where:
+    """The blueprint's view of this machine and target."""
+    from pathlib import Path
 
-        return Target(region, home, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
-    from provisioner.sandbox import daemon
-
-    endpoint, scale, ca = daemon.ensure(home)
-    return Target(region, home, True, endpoint, scale, ca)
-
-
-def _stamp(at: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
-
-
-def _time_tags(spec: ClusterSpec) -> dict[str, str]:
-    """created-at, and expires-at where the spec has a ttl (what `gc` reads)."""
-    from provisioner.validate.rules.general import parse_ttl
-
-    now = time.time()
-    tags = {CREATED_TAG: _stamp(now)}
-    if spec.metadata.ttl is not None:
-        tags[EXPIRES_TAG] = _stamp(now + (parse_ttl(spec.metadata.ttl) or 0))
-    return tags
-
-
-def make_engine(
-    target: Target, name: str, spec: ClusterSpec | None, on_event: Callable[[Event], None]
-) -> Engine:
-    """An engine for cluster ``name`` (``spec`` None for tag-only operations)."""
-    tags = {**(spec.metadata.tags if spec else {}), **(_time_tags(spec) if spec else {})}
-    return Engine(
-        aws=target.aws(),
-        cluster=name,
-        region=target.region,
-        tags=tags,
-        spec=spec,
-        time_scale=target.time_scale,
-        on_event=on_event,
-        pcluster=pcluster_command(target),
+    home = target.home if target else Path("~/.fmctl").expanduser()
+    sandbox = target is not None and target.sandbox
+    has_pcluster = target is not None and pcluster_command(target) is not None
+    return Where(
+        folder=home / "clusters" / spec.metadata.name,
+        kubeconfig=kubeconfig_path(target, spec.metadata.name),
+        sandbox_home=home if sandbox else None,
+        parallelcluster=not sandbox or has_pcluster,
+        validate_only=sandbox and target is not None and sandbox_validates_only(target),
     )
 
 
-def pcluster_command(target: Target) -> list[str] | None:
-    """ParallelCluster's command for this target, if installed (see ``find_pcluster``)."""
-    from provisioner.drivers.pcluster import find_pcluster
-
-    return find_pcluster(target.home)
-
-
-def sandbox_validates_only(target: Target) -> bool:
-    """In the sandbox a real ParallelCluster only validates (its create needs resources the
-    emulator lacks); a stand-in named by FMCTL_PCLUSTER (tests) creates."""
-    import os
-
-    return target.sandbox and not os.environ.get("FMCTL_PCLUSTER")
-
-
-#: Kinds ParallelCluster's validators need to exist before they can run: all free and quick.
-CHECK_NEEDS = frozenset(
-    {"vpc", "subnet", "sg", "bucket", "artifacts", "placement-group", "iam-policy"}
-)
-
-
-def infra_plan(spec: ClusterSpec, target: Target | None = None) -> Plan:
-    """The plan of a resolved spec: the infrastructure, and for Slurm the ParallelCluster
-    cluster on top of it when a `pcluster` is available for ``target``.
-
-    ParallelCluster's validators run as soon as what they read exists, and the file
-    system (the first resource that is slow and billed) waits for them.
-    """
-    import dataclasses
-
+def blueprint_of(spec: ClusterSpec, target: Target | None) -> Blueprint:
+    """The desired graph of ``spec`` on ``target``."""
     from provisioner.catalog import load_catalog
-    from provisioner.plan.graph import Node
-    from provisioner.plan.infra import build_plan
-    from provisioner.render.context import build_context
 
-    context = build_context(spec, load_catalog())
-    plan = build_plan(context)
-    if spec.scheduler == "kubernetes":
-        return _with_eks(spec, context, plan, target)
-    if spec.scheduler != "slurm" or target is None or not pcluster_command(target):
-        return plan
-    folder = target.home / "clusters" / spec.metadata.name
-    nodes = dict(plan.nodes)
-    check = Node(
-        "parallelcluster/check",
-        "parallelcluster-check",
-        tuple(sorted(n for n, node in nodes.items() if node.kind in CHECK_NEEDS)),
-        {"context": context, "config_path": str(folder / "cluster-config.checked.yaml")},
-    )
-    for n, node in nodes.items():
-        if node.kind == "fsx" and node.owned:
-            nodes[n] = dataclasses.replace(node, deps=(*node.deps, check.id))
-    cluster = Node(
-        "parallelcluster",
-        "parallelcluster",
-        tuple(sorted([*nodes, check.id])),
-        {
-            "context": context,
-            "config_path": str(folder / "cluster-config.yaml"),
-            "validate_only": sandbox_validates_only(target),
-        },
-    )
-    return Plan({**nodes, check.id: check, cluster.id: cluster})
+    return build(spec, load_catalog(), where_for(spec, target))
 
 
-def kubeconfig_path(target: Target | None, name: str) -> Path:
-    """Where `up` writes the cluster's kubeconfig: merged into the user's (as `aws eks
-    update-kubeconfig` does) against AWS; the cluster's own folder in the sandbox."""
-    from provisioner.drivers.eks_auth import default_kubeconfig
+def _last_blueprint(spec: ClusterSpec, target: Target) -> Blueprint | None:
+    """The blueprint of the spec `up` last applied (to tell drift from a change), if any."""
+    from provisioner.spec.source import parse_source
+    from provisioner.validate import validate_document
 
-    if target is None or target.sandbox:
-        home = target.home if target else Path("~/.fmctl").expanduser()
-        return home / "clusters" / name / "kubeconfig"
-    return default_kubeconfig()
-
-
-def _with_eks(spec: ClusterSpec, context: Any, plan: Plan, target: Target | None) -> Plan:
-    from provisioner.plan.eks_plan import eks_nodes
-    from provisioner.render.kubernetes import render_kubernetes
-
-    files = render_kubernetes(context)
-    kubeconfig = kubeconfig_path(target, spec.metadata.name)
-    sandbox_home = target.home if target is not None and target.sandbox else None
-    extra = eks_nodes(spec, context, files, plan.nodes, kubeconfig, sandbox_home)
-    return Plan({**plan.nodes, **extra})
-
-
-def expected_seconds(plan: Plan) -> dict[str, float]:
-    """Documented creation time per node."""
-    from provisioner.plan.registry import all_kinds
-
-    kinds = all_kinds()
-    return {n: kinds[node.kind].create_seconds for n, node in plan.nodes.items()}
+    text = ClusterState(target.home, spec.metadata.name).spec_text()
+    if not text:
+        return None
+    try:
+        last = validate_document(parse_source(text)[0], spec.scheduler).resolved
+        return blueprint_of(last, target) if last is not None else None
+    except Exception:  # an old spec this fmctl no longer reads: no drift, only changes
+        return None
 
 
 @dataclass
 class PlanView:
-    """`fmctl plan`: the graph, what exists, waves, and the critical path."""
+    """`fmctl plan`: the changes, and the waves and critical path of what `up` runs."""
 
     plan: Plan
-    exists: dict[str, bool] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)
+    offline: bool = False
 
     def as_data(self) -> dict[str, Any]:
         """The plan as JSON-able data."""
-        critical, chain = self.plan.critical_path(self.seconds)
+        seconds, chain, waves, serial = critical_path(self.plan)
+        graph = self.plan.blueprint.graph()
         return {
+            "cluster": self.plan.cluster,
+            "region": self.plan.region,
+            "offline": self.offline,
+            "changes": [c.as_data() for c in self.plan.changes],
             "resources": [
                 {
-                    "id": n.id,
-                    "kind": n.kind,
-                    "dependsOn": list(n.deps),
-                    "owned": n.owned,
-                    "exists": self.exists.get(n.id),
-                    "expectedSeconds": self.seconds.get(n.id),
+                    "id": item.id,
+                    "kind": item.kind,
+                    "dependsOn": sorted(graph.deps[item.id]),
+                    "action": str(self.plan.change(item.id).action),
                 }
-                for n in self.plan.nodes.values()
+                for item in self.plan.blueprint
             ],
-            "waves": self.plan.levels(),
-            "criticalPath": {"seconds": critical, "resources": chain},
-            "serialSeconds": sum(self.seconds.values()),
+            "counts": self.plan.counts(),
+            "waves": waves,
+            "critical_path": chain,
+            "critical_path_s": seconds,
+            "serial_s": serial,
+            "notes": self.plan.notes,
         }
 
 
-def plan_view(spec: ClusterSpec, target: Target | None) -> PlanView:
-    """The plan, with what exists already when a target is given."""
-    from provisioner.plan.registry import all_kinds
+def offline_plan(spec: ClusterSpec) -> Plan:
+    """The plan when nothing is read: everything is to be created."""
+    blueprint = blueprint_of(spec, None)
+    changes = [Change(item.id, item.kind, Action.CREATE) for item in blueprint]
+    return Plan(spec.metadata.name, spec.metadata.region, blueprint, changes)
 
-    plan = infra_plan(spec)
-    view = PlanView(plan, seconds=expected_seconds(plan))
-    if target is not None:
-        engine = make_engine(target, spec.metadata.name, spec, lambda e: None)
-        kinds = all_kinds()
-        for wave in plan.levels():
-            for n in wave:
-                node = plan.nodes[n]
-                found = (
-                    kinds[node.kind].discover(engine, node)
-                    if all(view.exists.get(d) for d in node.deps)
-                    else None
+
+def plan_cluster(spec: ClusterSpec, target: Target, ctx: Context | None = None) -> Plan:
+    """Read and compare (read-only clients: no write call can leave this machine)."""
+    ctx = ctx or make_context(target, spec.metadata.name, read_only=True)
+    planner = Planner(blueprint_of(spec, target), ctx, _last_blueprint(spec, target))
+    return planner.plan()
+
+
+def _path(dotted: str) -> SpecPath:
+    """``compute.gpuPools[0].count`` -> ("compute", "gpuPools", 0, "count")."""
+    import re
+
+    out: list[str | int] = []
+    for part in dotted.split("."):
+        name, *indexes = re.split(r"\[(\d+)\]", part)
+        if name:
+            out.append(name)
+        out += [int(i) for i in indexes if i]
+    return tuple(out)
+
+
+def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
+    """What stops `up` before any call: unreadable resources, changes AWS cannot make, and
+    replacements without leave."""
+    problems = []
+    for c in plan.unreadable:
+        problems.append(Problem("plan-unreadable", f"{c.resource}: {c.reason}", hint=c.hint))
+    for c in plan.changes:
+        for f in c.refused:
+            problems.append(
+                Problem(
+                    "change-refused",
+                    f"{c.resource}: {f.path} cannot change from {f.before} to {f.after}: "
+                    f"{f.reason}",
+                    _path(c.origin) if c.origin else (),
+                    hint="change it back in the spec, or make a new cluster with the new value",
                 )
-                view.exists[n] = found is not None
-                if found is not None:
-                    engine.outputs[n] = found
-    return view
+            )
+    if allow_replace:
+        return problems
+    for c in plan.changes:
+        if c.action != Action.REPLACE or c.refused:
+            continue
+        lost = f" (lost: {c.loses})" if c.loses else ""
+        problems.append(
+            Problem(
+                "replace-refused",
+                f"{c.resource} would be replaced: {c.reason}{lost}",
+                _path(c.origin) if c.origin else (),
+                hint="change it back, or run `fmctl up --allow-replace` to replace it",
+            )
+        )
+    return problems
+
+
+@dataclass
+class UpOutcome:
+    """What `up` did."""
+
+    plan: Plan
+    result: RunResult
+    ctx: Context
+    applied: bool = False
+    pending: list[Change] = field(default_factory=list)
 
 
 def up(
-    spec: ClusterSpec, spec_text: str, target: Target, on_event: Callable[[Event], None]
-) -> tuple[RunResult, Engine]:
-    """Create what is missing of the cluster's infrastructure (the lock held throughout)."""
-    from provisioner.plan.registry import all_kinds
+    spec: ClusterSpec,
+    spec_text: str,
+    target: Target,
+    on_event: Callable[[Event], None],
+    confirm: Callable[[Plan], bool] = lambda plan: True,
+    allow_replace: bool = False,
+) -> UpOutcome | None:
+    """Plan under the cluster's lock, refuse or ask, apply; None when ``confirm`` declined.
 
+    The spec is recorded as applied only when every step succeeded; otherwise the last
+    applied spec stays, and the outcome lists the changes still pending."""
     state = ClusterState(target.home, spec.metadata.name)
     lock = state.lock()
     try:
-        state.save_spec(spec_text)
+        plan = plan_cluster(spec, target)
+        problems = refusals(plan, allow_replace)
+        if problems:
+            raise Refused(problems)
+        if not confirm(plan):
+            return None
 
         def record(event: Event) -> None:
             state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
             on_event(event)
 
-        engine = make_engine(target, spec.metadata.name, spec, record)
-        result = run_up(infra_plan(spec, target), engine, all_kinds())
-        state.save_outputs(engine.outputs)
-        return result, engine
+        ctx = make_context(target, spec.metadata.name, record)
+        result = apply(plan, ctx)
+        outcome = UpOutcome(plan, result, ctx)
+        state.save_outputs({k: _plain(v) for k, v in ctx.outputs.items()})
+        if result.ok:
+            state.save_spec(spec_text)
+            outcome.applied = True
+        else:
+            finished = set(result.done)
+            outcome.pending = [
+                c
+                for c in plan.acting
+                if c.resource not in finished and f"delete:{c.kind}:{c.aws_id}" not in finished
+            ]
+        return outcome
     finally:
         lock.close()
 
 
-def find_owned(engine: Engine) -> list[Found]:
-    """Everything tagged as the cluster's, in every kind (tags only)."""
-    from provisioner.plan.registry import all_kinds
+def _plain(outputs: Any) -> Any:
+    import dataclasses
 
-    found: list[Found] = []
-    for kind in all_kinds().values():
-        found += kind.find_all(engine)
-    return found
+    from provisioner.resources.base import jsonable
+
+    return jsonable(outputs) if dataclasses.is_dataclass(outputs) else outputs
+
+
+def owned_by(target: Target, name: str) -> list[Owned]:
+    """Everything tagged as cluster ``name``'s on ``target`` (tags only: no local state)."""
+    return find_owned(make_context(target, name, read_only=True))
 
 
 def down(
@@ -261,11 +245,9 @@ def down(
     target: Target,
     on_event: Callable[[Event], None],
     skip_kubernetes_cleanup: bool = False,
-) -> tuple[RunResult, list[Found]]:
+) -> tuple[RunResult, list[Owned]]:
     """Delete everything tagged as the cluster's, dependents first (``skip_kubernetes_cleanup``:
-    see ``Engine.skip_kubernetes_cleanup``)."""
-    from provisioner.plan.registry import all_kinds
-
+    see ``Context.skip_kubernetes_cleanup``)."""
     state = ClusterState(target.home, name)
     lock = state.lock()
     try:
@@ -274,12 +256,21 @@ def down(
             state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
             on_event(event)
 
-        engine = make_engine(target, name, None, record)
-        engine.skip_kubernetes_cleanup = skip_kubernetes_cleanup
-        found = find_owned(engine)
-        result = run_down(deletion_order(found, all_kinds()), engine, all_kinds())
+        ctx = make_context(target, name, record)
+        ctx.skip_kubernetes_cleanup = skip_kubernetes_cleanup
+        found = find_owned(ctx)
+        plan = Plan(name, target.region, Blueprint(()))
+        plan.changes = [
+            Change(o.resource, o.kind, Action.DELETE, aws_id=o.id, owned=o) for o in found
+        ]
+        result = apply(plan, ctx)
         if result.ok:
             state.save_outputs({})
         return result, found
     finally:
         lock.close()
+
+
+def refused_fields(plan: Plan) -> list[tuple[Change, Any]]:
+    """(change, field) for each field AWS cannot change."""
+    return [(c, f) for c in plan.changes for f in c.fields if f.how == How.IMMUTABLE]

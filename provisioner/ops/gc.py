@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import calendar
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws
-from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
+from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG, parse_stamp
 
 
 @dataclass
@@ -30,15 +29,6 @@ class ClusterSeen:
         return self.created_at is not None and now - self.created_at > seconds
 
 
-def _parse(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
-
-
 def _note(seen: dict[str, ClusterSeen], tags: dict[str, str]) -> None:
     name = tags.get(OWNER_TAG)
     if not name:
@@ -46,7 +36,7 @@ def _note(seen: dict[str, ClusterSeen], tags: dict[str, str]) -> None:
     entry = seen.setdefault(name, ClusterSeen(name))
     entry.resources += 1
     for key, attr in ((CREATED_TAG, "created_at"), (EXPIRES_TAG, "expires_at")):
-        value = _parse(tags.get(key))
+        value = parse_stamp(tags.get(key))
         current = getattr(entry, attr)
         if value is not None and (current is None or value < current):
             setattr(entry, attr, value)
@@ -58,21 +48,11 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
     Each EC2 kind is listed with a ``tag-key`` filter rather than through DescribeTags, which
     (in moto at least) still reports the tags of deleted resources.
     """
-    from provisioner.drivers.ec2_base import GONE, Ec2Kind
-    from provisioner.drivers.kinds import all_kinds  # EC2 kinds only
+    from provisioner.resources.ec2 import tagged_anywhere
 
     seen: dict[str, ClusterSeen] = {}
-    ec2 = aws.client("ec2")
-    for kind in all_kinds().values():
-        if not isinstance(kind, Ec2Kind) or not kind.describe_call:
-            continue
-        items = getattr(ec2, kind.describe_call)(
-            Filters=[{"Name": "tag-key", "Values": [OWNER_TAG]}]
-        )[kind.result_key]
-        for item in items:
-            if kind.state_field and str(item.get(kind.state_field, "")).lower() in GONE:
-                continue
-            _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})
+    for tags in tagged_anywhere(aws, OWNER_TAG):
+        _note(seen, tags.as_dict())
     fsx = aws.client("fsx")
     for item in fsx.describe_file_systems().get("FileSystems", []):
         _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws
-from provisioner.plan.slurm_cluster import PCLUSTER_TAG
+from provisioner.resources.parallelcluster import PCLUSTER_TAG
 
 #: DescribeInstanceTopology takes at most 100 instance ids per call.
 IDS_PER_CALL = 100
@@ -115,3 +115,26 @@ def summary(placed: list[Placed]) -> list[str]:
     lines = [f"{len(placed)} instances under {len(spines)} spine(s), {len(leaves)} leaf node(s)"]
     lines += [f"  spine {nn}: {n} instances" for nn, n in sorted(spines.items())]
     return lines
+
+
+@dataclass(frozen=True)
+class Published:
+    """What `fmctl topology` read and where it put it."""
+
+    document: dict[str, Any]
+    lines: tuple[str, ...]
+    where: str | None
+
+
+def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
+    """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
+    from provisioner.ops.target import make_context
+    from provisioner.resources.storage import artifact_bucket
+
+    aws = target.aws()
+    placed = read_topology(aws, name)
+    doc = document(name, placed)
+    where = None
+    if upload:
+        where = publish(aws, artifact_bucket(make_context(target, name)), name, doc)
+    return Published(doc, tuple(summary(placed)), where)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from provisioner.ops.target import Target
 from provisioner.spec.source import SourceDoc, load_source, parse_source
 from provisioner.validate import Validation, validate_document
+
+__all__ = ["Validation", "check_online", "load_and_validate"]
 
 
 def load_and_validate(path: str, scheduler: str | None = None) -> Validation:
@@ -25,3 +28,15 @@ def load_and_validate(path: str, scheduler: str | None = None) -> Validation:
     if problems:
         return Validation(doc, problems)
     return validate_document(doc, scheduler)
+
+
+def check_online(validation: Validation, target: Target) -> Validation:
+    """The online checks (the AZ offers each type, reservations exist and fit, quotas):
+    their problems, located in the same document. AWS's errors propagate (the caller
+    translates them)."""
+    from provisioner.catalog import load_catalog
+    from provisioner.validate.online import online_problems
+
+    assert validation.resolved is not None
+    problems = online_problems(target.aws(read_only=True), validation.resolved, load_catalog())
+    return Validation(validation.doc, problems)

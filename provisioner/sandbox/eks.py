@@ -41,9 +41,13 @@ from provisioner.sandbox.eks_model import (
     EksError,
     Item,
     creating,
+    gpus_of,
     hardware,
+    land,
+    minor,
     now,
     start_delete,
+    start_update,
 )
 from provisioner.sandbox.eks_parts import HANDLERS as PART_HANDLERS
 from provisioner.sandbox.eks_parts import access_entry
@@ -90,16 +94,19 @@ class Eks:
             if item.gone_at is not None and now >= item.gone_at:
                 del self.clusters[ckey]
                 self.kube.drop(ckey[1])
-            elif item.gone_at is None and now >= item.ready_at:
+            elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
+            land(item, now)
         for key, item in list(self.nodegroups.items()):
             if item.gone_at is not None and now >= item.gone_at:
                 del self.nodegroups[key]
                 self.kube.leave(key[1], key[2])
-            elif item.gone_at is None and now >= item.ready_at and item.data["status"] != "ACTIVE":
+            elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
-                self._join(key[0], item.data)
+                self.sync_nodes(key[0], item.data)
+            land(item, now)
         for key, item in list(self.addons.items()):
+            land(item, now)
             if item.gone_at is not None and now >= item.gone_at:
                 del self.addons[key]
             elif item.gone_at is None and now >= item.ready_at and creating(item):
@@ -127,13 +134,16 @@ class Eks:
             raise EksError(404, "ResourceNotFoundException", f"No cluster found for name: {name}.")
         return item
 
-    def _join(self, region: str, ng: dict[str, Any]) -> None:
-        """Register a node group's nodes with its cluster's API."""
-        from provisioner.catalog import load_catalog
+    def cordon(self, cluster: str, nodegroup: str) -> None:
+        """The node group's nodes take no new pods (it is being deleted)."""
+        self.kube.cordon(cluster, nodegroup)
 
+    def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None:
+        """Make a node group's nodes in its cluster's API what its config says: as many as
+        its desired size, with its labels and taints, the GPUs of its instance type (moto's
+        DescribeInstanceTypes) and one EFA device per EFA interface of its launch template;
+        ``fresh``: every node replaced (a rolling update)."""
         itype, efa = hardware(region, ng)
-        known = load_catalog().get(itype)
-        gpus = known.gpu.count if known is not None and known.gpu is not None else 0
         taints = [
             {
                 "key": t["key"],
@@ -146,19 +156,22 @@ class Eks:
             }
             for t in ng.get("taints", [])
         ]
+        if fresh:
+            ng["_generation"] = ng.get("_generation", 0) + 1
+        base = 10 + 64 * (ng.get("_generation", 0) % 3)
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
         nodes = [
             {
-                "name": f"ip-10-0-{subnet}-{i + 10}.ec2.internal",
+                "name": f"ip-10-0-{subnet}-{base + i}.ec2.internal",
                 "labels": dict(ng.get("labels", {})),
                 "taints": taints,
-                "gpus": gpus,
+                "gpus": gpus_of(itype),
                 "efa": efa,
                 "instance_type": itype,
             }
             for i in range(ng["scalingConfig"]["desiredSize"])
         ]
-        self.kube.join(ng["clusterName"], ng["nodegroupName"], nodes)
+        self.kube.sync(ng["clusterName"], ng["nodegroupName"], nodes)
 
 
 # -- clusters ------------------------------------------------------------------------------
@@ -167,7 +180,7 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     name, region = q["name"], call.region
     if (region, name) in s.clusters:
         raise EksError(409, "ResourceInUseException", f"Cluster already exists with name: {name}")
-    version = q.get("version") or VERSIONS[-2]
+    version = q.get("version") or VERSIONS[-3]
     if version not in VERSIONS:
         raise EksError(400, "InvalidParameterException", f"unsupported version {version}")
     vpc_config = q.get("resourcesVpcConfig", {})
@@ -232,6 +245,125 @@ def _list_clusters(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     return {"clusters": sorted(n for r, n in s.clusters if r == call.region)}
 
 
+def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]:
+    """One minor version at a time, as EKS allows (InvalidParameterException otherwise)."""
+    item = s._cluster(call.region, name)
+    current, asked = item.data["version"], call.params.get("version", "")
+    if asked not in VERSIONS or minor(asked) != (minor(current)[0], minor(current)[1] + 1):
+        raise EksError(
+            400,
+            "InvalidParameterException",
+            f"Unsupported Kubernetes minor version update from {current} to {asked}",
+        )
+    update = start_update(
+        s,
+        item,
+        "VersionUpdate",
+        [("Version", asked), ("PlatformVersion", "eks.1")],
+        {"version": asked, "platformVersion": "eks.1"},
+        "cluster-version",
+    )
+    return {"update": update}
+
+
+def _update_config(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]:
+    """Endpoint access and CIDRs, subnets and groups, logging, access config, upgrade
+    policy: one kind of change per call, as EKS takes them."""
+    item = s._cluster(call.region, name)
+    q = call.params
+    changes: dict[str, Any] = {}
+    kinds = []
+    if "resourcesVpcConfig" in q:
+        vpc = {**item.data["resourcesVpcConfig"], **q["resourcesVpcConfig"]}
+        if "subnetIds" in q["resourcesVpcConfig"]:
+            _check_subnets(call.region, vpc["subnetIds"])
+        changes["resourcesVpcConfig"] = vpc
+        kinds.append("EndpointAccessUpdate")
+    if "logging" in q:
+        changes["logging"] = q["logging"]
+        kinds.append("LoggingUpdate")
+    if "accessConfig" in q:
+        changes["accessConfig"] = {**item.data["accessConfig"], **q["accessConfig"]}
+        kinds.append("AccessConfigUpdate")
+    if "upgradePolicy" in q:
+        changes["upgradePolicy"] = q["upgradePolicy"]
+        kinds.append("UpgradePolicyUpdate")
+    if len(kinds) != 1:
+        raise EksError(
+            400, "InvalidParameterException", "exactly one kind of cluster config per update"
+        )
+    params = [(k, v) for k, v in sorted(changes.items())]
+    return {"update": start_update(s, item, kinds[0], params, changes, "cluster-config")}
+
+
+def _updates_of(s: Eks, region: str, name: str, query: str) -> Item:
+    from urllib.parse import parse_qs
+
+    where = {k: v[0] for k, v in parse_qs(query).items()}
+    if "nodegroupName" in where:
+        return s.nodegroups.get((region, name, where["nodegroupName"])) or s._cluster(region, "")
+    if "addonName" in where:
+        return s.addons.get((region, name, where["addonName"])) or s._cluster(region, "")
+    return s._cluster(region, name)
+
+
+def _describe_update(s: Eks, call: p.Call, base: str, name: str, update_id: str) -> Any:
+    item = _updates_of(s, call.region, name, call.params.get("_query", ""))
+    for update in item.updates:
+        if update["id"] == update_id:
+            return {"update": update}
+    raise EksError(404, "ResourceNotFoundException", f"No update found for ID: {update_id}")
+
+
+def _list_updates(s: Eks, call: p.Call, base: str, name: str) -> Any:
+    item = _updates_of(s, call.region, name, call.params.get("_query", ""))
+    return {"updateIds": [u["id"] for u in item.updates]}
+
+
+def _tagged(s: Eks, region: str, arn: str) -> dict[str, Any]:
+    """The resource an EKS ARN names (clusters, node groups, add-ons, access entries, Pod
+    Identity associations), as the dict that holds its tags."""
+    for table in (s.clusters, s.nodegroups, s.addons):
+        for key, item in table.items():
+            if key[0] == region and arn in (
+                item.data.get("arn"),
+                item.data.get("nodegroupArn"),
+                item.data.get("addonArn"),
+            ):
+                return item.data
+    for entries in (s.access, s.identities):
+        for key, entry in entries.items():
+            if key[0] == region and arn in (
+                entry.get("accessEntryArn"),
+                entry.get("associationArn"),
+            ):
+                return entry
+    raise EksError(404, "NotFoundException", f"Resource {arn} not found")
+
+
+def _tag(s: Eks, call: p.Call, base: str, arn: str) -> Any:
+    from urllib.parse import unquote
+
+    item = _tagged(s, call.region, unquote(arn))
+    item.setdefault("tags", {}).update(call.params.get("tags", {}))
+    return {}
+
+
+def _untag(s: Eks, call: p.Call, base: str, arn: str) -> Any:
+    from urllib.parse import parse_qs, unquote
+
+    item = _tagged(s, call.region, unquote(arn))
+    for key in parse_qs(call.params.get("_query", "")).get("tagKeys", []):
+        item.get("tags", {}).pop(key, None)
+    return {}
+
+
+def _list_tags(s: Eks, call: p.Call, base: str, arn: str) -> Any:
+    from urllib.parse import unquote
+
+    return {"tags": _tagged(s, call.region, unquote(arn)).get("tags", {})}
+
+
 def _delete_cluster(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]:
     item = s._cluster(call.region, name)
     if any(k[:2] == (call.region, name) for k in s.nodegroups):
@@ -252,6 +384,13 @@ _HANDLERS: dict[str, Any] = {
     "ListClusters": _list_clusters,
     "DescribeCluster": _describe_cluster,
     "DeleteCluster": _delete_cluster,
+    "UpdateClusterVersion": _update_version,
+    "UpdateClusterConfig": _update_config,
+    "DescribeUpdate": _describe_update,
+    "ListUpdates": _list_updates,
+    "TagResource": _tag,
+    "UntagResource": _untag,
+    "ListTagsForResource": _list_tags,
     **PART_HANDLERS,
     **IDENTITY_HANDLERS,
 }

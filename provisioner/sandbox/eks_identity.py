@@ -5,14 +5,11 @@ exist in the sandbox's IAM."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from provisioner.sandbox import protocol as p
-from provisioner.sandbox.eks_model import ACCOUNT, EksError, now
-
-if TYPE_CHECKING:
-    from provisioner.sandbox.eks import Eks
+from provisioner.sandbox.eks_model import ACCOUNT, EksError, EksState, now
 
 
 def _missing() -> EksError:
@@ -21,14 +18,14 @@ def _missing() -> EksError:
     )
 
 
-def _find(s: Eks, region: str, cluster: str, association: str) -> dict[str, Any]:
+def _find(s: EksState, region: str, cluster: str, association: str) -> dict[str, Any]:
     item = s.identities.get((region, cluster, association))
     if item is None:
         raise _missing()
     return item
 
 
-def _create(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _create(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     q, region = call.params, call.region
     s._cluster(region, cluster)
     token = q.get("clientRequestToken")
@@ -64,11 +61,11 @@ def _public(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if not k.startswith("_")}
 
 
-def _describe(s: Eks, call: p.Call, base: str, cluster: str, association: str) -> Any:
+def _describe(s: EksState, call: p.Call, base: str, cluster: str, association: str) -> Any:
     return {"association": _public(_find(s, call.region, cluster, association))}
 
 
-def _list(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _list(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     s._cluster(call.region, cluster)
     where = {k: v[0] for k, v in parse_qs(call.params.get("_query", "")).items()}
     keys = ("clusterName", "namespace", "serviceAccount", "associationArn", "associationId")
@@ -83,7 +80,7 @@ def _list(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     }
 
 
-def _update(s: Eks, call: p.Call, base: str, cluster: str, association: str) -> Any:
+def _update(s: EksState, call: p.Call, base: str, cluster: str, association: str) -> Any:
     item = _find(s, call.region, cluster, association)
     if "roleArn" in call.params:
         item["roleArn"] = call.params["roleArn"]
@@ -91,7 +88,7 @@ def _update(s: Eks, call: p.Call, base: str, cluster: str, association: str) -> 
     return {"association": _public(item)}
 
 
-def _delete(s: Eks, call: p.Call, base: str, cluster: str, association: str) -> Any:
+def _delete(s: EksState, call: p.Call, base: str, cluster: str, association: str) -> Any:
     item = _find(s, call.region, cluster, association)
     del s.identities[(call.region, cluster, association)]
     return {"association": _public(item)}

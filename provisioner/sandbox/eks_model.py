@@ -1,37 +1,64 @@
 """What the sandbox's EKS is made of: its documented durations and offerings, its errors,
-resources with a lifecycle, and the lookups the handlers share (launch templates in moto's
-EC2, a cluster that must be ACTIVE, a child resource that must exist)."""
+resources with a lifecycle (creation, updates, deletion), and the lookups the handlers share
+(launch templates in moto's EC2, a cluster that must be ACTIVE, a child resource that must
+exist).
+
+Its facts are its own, not fmctl's (a mistake in fmctl's tables must show against them):
+versions and add-on offerings are modelled on what EKS's DescribeAddonVersions answers in
+shape — one version of kube-proxy per Kubernetes minor, the others compatible with every
+supported version — and the instance hardware comes from moto's DescribeInstanceTypes data.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-from provisioner.spec.defaults import KUBERNETES_VERSIONS
-
-if TYPE_CHECKING:
-    from provisioner.sandbox.eks import Eks
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 ACCOUNT = "123456789012"
 
-#: Documented durations, seconds (before scaling).
+#: Documented durations, seconds (before scaling). Creation and deletion as before; updates:
+#: a control-plane version update and a rolling node update take the longest (EKS's docs
+#: give no figure; these are the sandbox's), a scaling or config change a few minutes.
 DURATIONS = {
     "cluster-create": 600.0,
     "cluster-delete": 300.0,
+    "cluster-version": 1200.0,
+    "cluster-config": 300.0,
     "nodegroup-create": 300.0,
     "nodegroup-delete": 300.0,
+    "nodegroup-config": 240.0,
+    "nodegroup-version": 600.0,
     "addon-create": 60.0,
+    "addon-update": 60.0,
     "addon-delete": 30.0,
 }
-VERSIONS = KUBERNETES_VERSIONS
-#: Add-on -> (versions offered, newest first; does it run pods that need a node).
-ADDONS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "vpc-cni": (("v1.20.4-eksbuild.1", "v1.19.6-eksbuild.7"), False),
-    "kube-proxy": (("v1.33.3-eksbuild.6",), False),
-    "coredns": (("v1.12.3-eksbuild.1", "v1.11.4-eksbuild.14"), True),
-    "eks-pod-identity-agent": (("v1.3.8-eksbuild.2",), False),
-    "aws-fsx-csi-driver": (("v1.7.0-eksbuild.1", "v1.6.0-eksbuild.1"), True),
+#: Kubernetes versions the sandbox's EKS offers.
+VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+#: Add-on -> (versions, newest first, each with the cluster versions it is the default for
+#: (None: every version); does it run pods that need a node).
+ADDONS: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], bool]] = {
+    "vpc-cni": ((("v1.20.4-eksbuild.1", None), ("v1.19.6-eksbuild.7", ())), False),
+    "kube-proxy": (
+        tuple(
+            (f"v{v}.{patch}-eksbuild.{build}", (v,))
+            for v, patch, build in (
+                ("1.36", 0, 1),
+                ("1.35", 1, 2),
+                ("1.34", 1, 3),
+                ("1.33", 3, 6),
+                ("1.32", 6, 12),
+                ("1.31", 10, 15),
+                ("1.30", 14, 19),
+            )
+        ),
+        False,
+    ),
+    "coredns": ((("v1.12.3-eksbuild.1", None), ("v1.11.4-eksbuild.14", ())), True),
+    "eks-pod-identity-agent": ((("v1.3.8-eksbuild.2", None),), False),
+    "aws-fsx-csi-driver": ((("v1.7.0-eksbuild.1", None), ("v1.6.0-eksbuild.1", ())), True),
 }
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")
 AMI_TYPES = (
@@ -41,6 +68,37 @@ AMI_TYPES = (
     "AL2023_ARM_64_STANDARD",
     "CUSTOM",
 )
+#: GPUs of types moto's DescribeInstanceTypes data lacks them for (AWS's instance type page:
+#: p6e-gb200.36xlarge has 4 B200 GPUs of the GB200 superchip).
+EXTRA_GPUS = {"p6e-gb200.36xlarge": 4}
+
+
+def addon_versions(addon: str) -> list[str]:
+    """The versions offered, newest first."""
+    return [v for v, _ in ADDONS[addon][0]]
+
+
+def addon_default(addon: str, cluster_version: str) -> str:
+    """EKS's default version of ``addon`` for a cluster version."""
+    for version, defaults in ADDONS[addon][0]:
+        if defaults is None or cluster_version in defaults:
+            return version
+    return addon_versions(addon)[0]
+
+
+def gpus_of(instance_type: str) -> int:
+    """GPUs of an instance type, from moto's DescribeInstanceTypes data."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    info = INSTANCE_TYPES.get(instance_type, {}).get("GpuInfo") or {}
+    count = sum(int(g.get("Count", 0)) for g in info.get("Gpus", []))
+    return count or EXTRA_GPUS.get(instance_type, 0)
+
+
+def minor(version: str) -> tuple[int, int]:
+    """(major, minor) of a Kubernetes version."""
+    major, rest = version.split(".")[:2]
+    return int(major), int(rest)
 
 
 class EksError(Exception):
@@ -52,12 +110,89 @@ class EksError(Exception):
 
 
 @dataclass
+class Pending:
+    """An update on its way: ``changes`` land in the item's data at ``at``, then ``done``."""
+
+    at: float
+    changes: dict[str, Any]
+    update: dict[str, Any]
+    done: Callable[[], None] | None = None
+
+
+@dataclass
 class Item:
-    """A resource with a lifecycle: CREATING until ``ready_at``, DELETING until ``gone_at``."""
+    """A resource with a lifecycle: CREATING until ``ready_at``, UPDATING while an update is
+    pending, DELETING until ``gone_at``."""
 
     data: dict[str, Any]
     ready_at: float
     gone_at: float | None = None
+    pending: Pending | None = None
+    updates: list[dict[str, Any]] = field(default_factory=list)
+
+
+class EksState(Protocol):
+    """What the handlers reach of ``sandbox.eks.Eks``."""
+
+    scale: float
+    clusters: dict[tuple[str, str], Item]
+    nodegroups: dict[tuple[str, str, str], Item]
+    addons: dict[tuple[str, str, str], Item]
+    access: dict[tuple[str, str, str], dict[str, Any]]
+    identities: dict[tuple[str, str, str], dict[str, Any]]
+
+    def _cluster(self, region: str, name: str) -> Item: ...
+
+    def _after(self, key: str) -> float: ...
+
+    def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None: ...
+
+    def cordon(self, cluster: str, nodegroup: str) -> None: ...
+
+
+def start_update(
+    s: EksState,
+    item: Item,
+    kind: str,
+    params: list[tuple[str, Any]],
+    changes: dict[str, Any],
+    duration: str,
+    done: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Begin an update as EKS does: only on an ACTIVE resource with no update on its way
+    (ResourceInUseException otherwise); UPDATING until it lands."""
+    status = item.data.get("status")
+    if item.pending is not None or status != "ACTIVE":
+        raise EksError(
+            409,
+            "ResourceInUseException",
+            f"An update is already in progress or the resource is {status}",
+        )
+    update = {
+        "id": str(uuid.uuid4()),
+        "status": "InProgress",
+        "type": kind,
+        "params": [{"type": k, "value": str(v)} for k, v in params],
+        "createdAt": now(),
+        "errors": [],
+    }
+    item.data["status"] = "UPDATING"
+    item.pending = Pending(s._after(duration), changes, update, done)
+    item.updates.append(update)
+    return update
+
+
+def land(item: Item, at: float) -> None:
+    """Finish a pending update that is due."""
+    pending = item.pending
+    if pending is None or at < pending.at:
+        return
+    item.data.update(pending.changes)
+    item.data["status"] = "ACTIVE"
+    pending.update["status"] = "Successful"
+    item.pending = None
+    if pending.done is not None:
+        pending.done()
 
 
 def hardware(region: str, ng: dict[str, Any]) -> tuple[str, int]:
@@ -98,7 +233,7 @@ def creating(item: Item) -> bool:
     return bool(item.data["status"] == "CREATING")
 
 
-def active(s: Eks, region: str, cluster: str) -> None:
+def active(s: EksState, region: str, cluster: str) -> None:
     """Refuse, as EKS does, an operation on a cluster that is not ACTIVE."""
     if s._cluster(region, cluster).data["status"] != "ACTIVE":
         raise EksError(400, "InvalidRequestException", f"Cluster '{cluster}' is not ACTIVE")
@@ -122,8 +257,9 @@ def children(items: dict[tuple[str, str, str], Any], region: str, cluster: str) 
     return sorted(k[2] for k in items if k[:2] == (region, cluster))
 
 
-def start_delete(s: Eks, item: Item, duration: str) -> None:
+def start_delete(s: EksState, item: Item, duration: str) -> None:
     """DELETING now, gone after the documented duration (a repeated delete changes nothing)."""
     if item.gone_at is None:
         item.data["status"] = "DELETING"
+        item.pending = None
         item.gone_at = s._after(duration)

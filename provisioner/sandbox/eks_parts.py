@@ -4,7 +4,7 @@ handlers of their operations, on the state in ``sandbox.eks.Eks``."""
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs
 
 from provisioner.sandbox import protocol as p
@@ -15,23 +15,26 @@ from provisioner.sandbox.eks_model import (
     CAPACITY_TYPES,
     VERSIONS,
     EksError,
+    EksState,
     Item,
     active,
+    addon_default,
+    addon_versions,
     child,
     children,
+    minor,
     now,
     start_delete,
+    start_update,
     template_data,
 )
 
-if TYPE_CHECKING:
-    from provisioner.sandbox.eks import Eks
-
 
 # -- node groups ---------------------------------------------------------------------------
-def _create_nodegroup(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     q, region = call.params, call.region
     active(s, region, cluster)
+    cluster_version = s._cluster(region, cluster).data["version"]
     name = q["nodegroupName"]
     if (region, cluster, name) in s.nodegroups:
         raise EksError(409, "ResourceInUseException", f"NodeGroup already exists with name {name}")
@@ -65,6 +68,9 @@ def _create_nodegroup(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str
         "nodegroupArn": f"arn:aws:eks:{region}:{ACCOUNT}:nodegroup/{cluster}/{name}/{uuid.uuid4()}",
         "capacityType": capacity,
         "amiType": q.get("amiType", "AL2023_x86_64_STANDARD"),
+        # EKS: "If you don't specify a Kubernetes version, the cluster's is used"; a node
+        # group may not run a newer one than its cluster.
+        "version": _nodegroup_version(q.get("version"), cluster_version),
         "status": "CREATING",
         "createdAt": now(),
         "tags": q.get("tags", {}),
@@ -73,6 +79,18 @@ def _create_nodegroup(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str
     }
     s.nodegroups[(region, cluster, name)] = Item(ng, s._after("nodegroup-create"))
     return {"nodegroup": ng}
+
+
+def _nodegroup_version(asked: str | None, cluster_version: str) -> str:
+    version = asked or cluster_version
+    if minor(version) > minor(cluster_version):
+        raise EksError(
+            400,
+            "InvalidParameterException",
+            f"Requested Nodegroup Kubernetes version {version} is newer than the cluster's "
+            f"{cluster_version}",
+        )
+    return version
 
 
 def _check_template(data: dict[str, Any], q: dict[str, Any], capacity: str) -> None:
@@ -94,32 +112,129 @@ def _check_template(data: dict[str, Any], q: dict[str, Any], capacity: str) -> N
         )
 
 
-def _nodegroup(s: Eks, region: str, cluster: str, name: str) -> Item:
+def _nodegroup(s: EksState, region: str, cluster: str, name: str) -> Item:
     return child(s.nodegroups, (region, cluster, name), f"No node group found for name: {name}.")
 
 
-def _describe_nodegroup(s: Eks, call: p.Call, base: str, cluster: str, name: str) -> Any:
+def _describe_nodegroup(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
     return {"nodegroup": _nodegroup(s, call.region, cluster, name).data}
 
 
-def _list_nodegroups(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _list_nodegroups(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     s._cluster(call.region, cluster)
     return {"nodegroups": children(s.nodegroups, call.region, cluster)}
 
 
-def _delete_nodegroup(s: Eks, call: p.Call, base: str, cluster: str, name: str) -> Any:
+def _delete_nodegroup(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
     item = _nodegroup(s, call.region, cluster, name)
     start_delete(s, item, "nodegroup-delete")
+    s.cordon(cluster, name)
     return {"nodegroup": item.data}
 
 
+def _update_nodegroup_config(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
+    """Scaling, labels, taints, update config; the nodes follow once it lands."""
+    q, region = call.params, call.region
+    item = _nodegroup(s, region, cluster, name)
+    ng = item.data
+    changes: dict[str, Any] = {}
+    params: list[tuple[str, Any]] = []
+    if "scalingConfig" in q:
+        scaling = {**ng["scalingConfig"], **q["scalingConfig"]}
+        low, high, want = scaling["minSize"], scaling["maxSize"], scaling["desiredSize"]
+        if not (0 <= low <= want <= high) or high < 1:
+            raise EksError(
+                400,
+                "InvalidParameterException",
+                "desired size must be between min and max size, and max size at least 1",
+            )
+        changes["scalingConfig"] = scaling
+        params += [("MinSize", low), ("MaxSize", high), ("DesiredSize", want)]
+    if "labels" in q:
+        labels = dict(ng.get("labels") or {})
+        labels.update(q["labels"].get("addOrUpdateLabels") or {})
+        for key in q["labels"].get("removeLabels") or []:
+            labels.pop(key, None)
+        changes["labels"] = labels
+        params.append(("LabelsToAdd", q["labels"].get("addOrUpdateLabels")))
+    if "taints" in q:
+        gone = {(t["key"], t["effect"]) for t in q["taints"].get("removeTaints") or []}
+        added = q["taints"].get("addOrUpdateTaints") or []
+        keys = {(t["key"], t["effect"]) for t in added}
+        taints = [t for t in ng.get("taints") or [] if (t["key"], t["effect"]) not in gone | keys]
+        changes["taints"] = taints + list(added)
+        params.append(("TaintsToAdd", added))
+    if "updateConfig" in q:
+        changes["updateConfig"] = q["updateConfig"]
+        params.append(("MaxUnavailable", q["updateConfig"].get("maxUnavailable")))
+    if not changes:
+        raise EksError(400, "InvalidParameterException", "no change requested")
+    update = start_update(
+        s,
+        item,
+        "ConfigUpdate",
+        params,
+        changes,
+        "nodegroup-config",
+        lambda: s.sync_nodes(region, ng),
+    )
+    return {"update": update}
+
+
+def _update_nodegroup_version(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
+    """A rolling update to a Kubernetes version or a launch template version: every node is
+    replaced once it lands."""
+    q, region = call.params, call.region
+    item = _nodegroup(s, region, cluster, name)
+    ng = item.data
+    changes: dict[str, Any] = {}
+    params: list[tuple[str, Any]] = []
+    cluster_version = s._cluster(region, cluster).data["version"]
+    if q.get("version"):
+        version = q["version"]
+        if minor(version) > minor(cluster_version) or minor(version) < minor(ng["version"]):
+            raise EksError(
+                400,
+                "InvalidParameterException",
+                f"Requested Nodegroup Kubernetes version {version} is not between the node "
+                f"group's {ng['version']} and the cluster's {cluster_version}",
+            )
+        changes["version"] = version
+        params.append(("Version", version))
+    if q.get("launchTemplate"):
+        asked = q["launchTemplate"]
+        current = ng.get("launchTemplate") or {}
+        if not current or asked.get("id", current.get("id")) != current.get("id"):
+            raise EksError(
+                400,
+                "InvalidParameterException",
+                "a node group updates to a version of the launch template it was made with",
+            )
+        template_data(region, {"id": current["id"], "version": asked.get("version")})
+        changes["launchTemplate"] = {**current, "version": str(asked.get("version"))}
+        params.append(("LaunchTemplateVersion", asked.get("version")))
+    if not changes:
+        changes["version"] = cluster_version  # the latest AMI of the cluster's version
+        params.append(("Version", cluster_version))
+    update = start_update(
+        s,
+        item,
+        "VersionUpdate",
+        params,
+        changes,
+        "nodegroup-version",
+        lambda: s.sync_nodes(region, ng, fresh=True),
+    )
+    return {"update": update}
+
+
 # -- add-ons -------------------------------------------------------------------------------
-def _addon_versions(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
+def _addon_versions(s: EksState, call: p.Call, base: str) -> dict[str, Any]:
     query = parse_qs(call.params.get("_query", ""))
     version = query.get("kubernetesVersion", [""])[0]
     only = query.get("addonName", [""])[0]
     out = []
-    for name, (versions, _) in sorted(ADDONS.items()):
+    for name in sorted(ADDONS):
         if only and name != only:
             continue
         clusters = [version] if version else list(VERSIONS)
@@ -133,17 +248,27 @@ def _addon_versions(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
                         "addonVersion": v,
                         "architecture": ["amd64", "arm64"],
                         "compatibilities": [
-                            {"clusterVersion": cv, "defaultVersion": i == 0} for cv in clusters
+                            {"clusterVersion": cv, "defaultVersion": addon_default(name, cv) == v}
+                            for cv in clusters
+                            if _compatible(name, v, cv)
                         ],
                     }
-                    for i, v in enumerate(versions)
+                    for v in addon_versions(name)
+                    if any(_compatible(name, v, cv) for cv in clusters)
                 ],
             }
         )
     return {"addons": out}
 
 
-def _create_addon(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _compatible(addon: str, version: str, cluster_version: str) -> bool:
+    """kube-proxy runs the cluster's own minor; the rest run on every supported version."""
+    if addon != "kube-proxy":
+        return True
+    return version.startswith(f"v{cluster_version}.")
+
+
+def _create_addon(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     q, region = call.params, call.region
     active(s, region, cluster)
     name = q["addonName"]
@@ -151,11 +276,9 @@ def _create_addon(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, An
         raise EksError(404, "ResourceNotFoundException", f"Addon {name} is not supported")
     if (region, cluster, name) in s.addons:
         raise EksError(409, "ResourceInUseException", f"Addon already exists: {name}")
-    version = q.get("addonVersion") or ADDONS[name][0][0]
-    if version not in ADDONS[name][0]:
-        raise EksError(
-            400, "InvalidParameterException", f"Addon version {version} is not supported for {name}"
-        )
+    cluster_version = s._cluster(region, cluster).data["version"]
+    version = q.get("addonVersion") or addon_default(name, cluster_version)
+    _check_addon_version(name, version, cluster_version)
     data = {
         "addonName": name,
         "clusterName": cluster,
@@ -173,20 +296,46 @@ def _create_addon(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, An
     return {"addon": data}
 
 
-def _addon(s: Eks, region: str, cluster: str, name: str) -> Item:
+def _check_addon_version(name: str, version: str, cluster_version: str) -> None:
+    if version not in addon_versions(name) or not _compatible(name, version, cluster_version):
+        raise EksError(
+            400,
+            "InvalidParameterException",
+            f"Addon version {version} is not supported for {name} on {cluster_version}",
+        )
+
+
+def _addon(s: EksState, region: str, cluster: str, name: str) -> Item:
     return child(s.addons, (region, cluster, name), f"No addon: {name} found in cluster")
 
 
-def _describe_addon(s: Eks, call: p.Call, base: str, cluster: str, name: str) -> Any:
+def _describe_addon(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
     return {"addon": _addon(s, call.region, cluster, name).data}
 
 
-def _list_addons(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _list_addons(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     s._cluster(call.region, cluster)
     return {"addons": children(s.addons, call.region, cluster)}
 
 
-def _delete_addon(s: Eks, call: p.Call, base: str, cluster: str, name: str) -> Any:
+def _update_addon(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
+    q, region = call.params, call.region
+    item = _addon(s, region, cluster, name)
+    cluster_version = s._cluster(region, cluster).data["version"]
+    version = q.get("addonVersion") or item.data["addonVersion"]
+    _check_addon_version(name, version, cluster_version)
+    changes: dict[str, Any] = {"addonVersion": version}
+    if "podIdentityAssociations" in q:
+        changes["podIdentityAssociations"] = [
+            a.get("roleArn", "") for a in q["podIdentityAssociations"]
+        ]
+    update = start_update(
+        s, item, "AddonUpdate", [("AddonVersion", version)], changes, "addon-update"
+    )
+    return {"update": update}
+
+
+def _delete_addon(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
     item = _addon(s, call.region, cluster, name)
     start_delete(s, item, "addon-delete")
     return {"addon": item.data}
@@ -209,7 +358,7 @@ def access_entry(
     }
 
 
-def _create_access(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _create_access(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     q, region = call.params, call.region
     s._cluster(region, cluster)
     key = (region, cluster, q["principalArn"])
@@ -230,7 +379,7 @@ def _public(entry: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry.items() if k != "policies"}
 
 
-def _access(s: Eks, region: str, cluster: str, principal: str) -> dict[str, Any]:
+def _access(s: EksState, region: str, cluster: str, principal: str) -> dict[str, Any]:
     entry = s.access.get((region, cluster, principal))
     if entry is None:
         raise EksError(
@@ -241,22 +390,22 @@ def _access(s: Eks, region: str, cluster: str, principal: str) -> dict[str, Any]
     return entry
 
 
-def _describe_access(s: Eks, call: p.Call, base: str, cluster: str, principal: str) -> Any:
+def _describe_access(s: EksState, call: p.Call, base: str, cluster: str, principal: str) -> Any:
     return {"accessEntry": _public(_access(s, call.region, cluster, principal))}
 
 
-def _list_access(s: Eks, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
+def _list_access(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any]:
     s._cluster(call.region, cluster)
     return {"accessEntries": children(s.access, call.region, cluster)}
 
 
-def _delete_access(s: Eks, call: p.Call, base: str, cluster: str, principal: str) -> Any:
+def _delete_access(s: EksState, call: p.Call, base: str, cluster: str, principal: str) -> Any:
     _access(s, call.region, cluster, principal)
     del s.access[(call.region, cluster, principal)]
     return {}
 
 
-def _associate(s: Eks, call: p.Call, base: str, cluster: str, principal: str) -> Any:
+def _associate(s: EksState, call: p.Call, base: str, cluster: str, principal: str) -> Any:
     entry = _access(s, call.region, cluster, principal)
     policy = {"policyArn": call.params["policyArn"], "accessScope": call.params["accessScope"]}
     if policy not in entry["policies"]:
@@ -264,7 +413,17 @@ def _associate(s: Eks, call: p.Call, base: str, cluster: str, principal: str) ->
     return {"clusterName": cluster, "principalArn": principal, "associatedAccessPolicy": policy}
 
 
-def _list_policies(s: Eks, call: p.Call, base: str, cluster: str, principal: str) -> Any:
+def _disassociate(
+    s: EksState, call: p.Call, base: str, cluster: str, principal: str, policy: str
+) -> Any:
+    from urllib.parse import unquote
+
+    entry = _access(s, call.region, cluster, principal)
+    entry["policies"] = [x for x in entry["policies"] if x["policyArn"] != unquote(policy)]
+    return {}
+
+
+def _list_policies(s: EksState, call: p.Call, base: str, cluster: str, principal: str) -> Any:
     entry = _access(s, call.region, cluster, principal)
     return {
         "clusterName": cluster,
@@ -278,11 +437,14 @@ HANDLERS: dict[str, Any] = {
     "CreateNodegroup": _create_nodegroup,
     "ListNodegroups": _list_nodegroups,
     "DescribeNodegroup": _describe_nodegroup,
+    "UpdateNodegroupConfig": _update_nodegroup_config,
+    "UpdateNodegroupVersion": _update_nodegroup_version,
     "DeleteNodegroup": _delete_nodegroup,
     "DescribeAddonVersions": _addon_versions,
     "CreateAddon": _create_addon,
     "ListAddons": _list_addons,
     "DescribeAddon": _describe_addon,
+    "UpdateAddon": _update_addon,
     "DeleteAddon": _delete_addon,
     "CreateAccessEntry": _create_access,
     "ListAccessEntries": _list_access,
@@ -290,4 +452,5 @@ HANDLERS: dict[str, Any] = {
     "DeleteAccessEntry": _delete_access,
     "AssociateAccessPolicy": _associate,
     "ListAssociatedAccessPolicies": _list_policies,
+    "DisassociateAccessPolicy": _disassociate,
 }

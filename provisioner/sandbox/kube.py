@@ -115,13 +115,21 @@ class KubeServer:
         with self.lock:
             self.clusters.pop(cluster, None)
 
-    def join(self, cluster: str, nodegroup: str, nodes: list[dict[str, Any]]) -> None:
-        """Nodes of a node group register: each {name, labels, taints, gpus, efa,
-        instance_type}."""
+    def sync(self, cluster: str, nodegroup: str, nodes: list[dict[str, Any]]) -> None:
+        """A node group's nodes are these (each {name, labels, taints, gpus, efa,
+        instance_type}): new ones register, ones no longer listed are drained and leave,
+        the rest take the group's labels and taints."""
         with self.lock:
             c = self.clusters.get(cluster)
             if c is None:
                 return
+            wanted = {n["name"] for n in nodes}
+            for key, obj in list(c.objects.items()):
+                labels = obj["metadata"].get("labels", {})
+                mine = labels.get("eks.amazonaws.com/nodegroup") == nodegroup
+                if key[0] == "nodes" and mine and key[2] not in wanted:
+                    del c.objects[key]
+                    c.hardware.pop(key[2], None)
             for n in nodes:
                 labels = {
                     **n["labels"],
@@ -129,15 +137,31 @@ class KubeServer:
                     "kubernetes.io/hostname": n["name"],
                     "node.kubernetes.io/instance-type": n["instance_type"],
                 }
+                existing = c.objects.get(("nodes", "", n["name"]))
+                status = (existing or {}).get("status") or {
+                    "conditions": [{"type": "Ready", "status": "True"}]
+                }
                 node = {
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": n["name"], "labels": labels},
                     "spec": {"taints": n["taints"]},
-                    "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                    "status": status,
                 }
-                self._put(c, "nodes", "", node)
+                self._put(c, "nodes", "", node, existing)
                 c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"])
+
+    def cordon(self, cluster: str, nodegroup: str) -> None:
+        """A node group's nodes take no new pods (EKS cordons them as it deletes the group,
+        then drains them)."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return
+            for key, obj in c.objects.items():
+                labels = obj["metadata"].get("labels", {})
+                if key[0] == "nodes" and labels.get("eks.amazonaws.com/nodegroup") == nodegroup:
+                    obj.setdefault("spec", {})["unschedulable"] = True
 
     def leave(self, cluster: str, nodegroup: str) -> None:
         """A node group's nodes are gone."""

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.sandbox import fsx_update
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks import Eks
 from provisioner.sandbox.kube import KubeServer
@@ -55,6 +56,8 @@ class Shims:
     file_systems: dict[str, Timed] = field(default_factory=dict)
     associations: dict[str, Timed] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
+    #: FSx updates on their way: id -> (when they land, the changes).
+    fsx_updates: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
     bucket_policies: dict[str, str] = field(default_factory=dict)
     kube: KubeServer = field(default_factory=KubeServer)
     ca_pem: bytes = b""
@@ -74,6 +77,11 @@ class Shims:
             return True
         if call.service == "s3":
             return call.action.endswith("?policy")
+        if call.service == "fsx" and call.action in fsx_update.HANDLERS:
+            return True
+        if call.service == "ec2" and call.action in ("CreateTags", "DeleteTags"):
+            ids = p.indexed(call.params, "ResourceId")
+            return bool(ids) and all(i.startswith("pg-") for i in ids)
         return call.action in _HANDLERS and (
             call.service in ("ec2", "fsx", "servicequotas") or call.protocol == "json"
         )
@@ -86,6 +94,10 @@ class Shims:
             self._advance(time.monotonic())
             if call.service == "s3":
                 return _bucket_policy(self, call)
+            if call.service == "fsx" and call.action in fsx_update.HANDLERS:
+                return fsx_update.HANDLERS[call.action](self, call)
+            if call.action in ("CreateTags", "DeleteTags"):
+                return _pg_tags(self, call)
             return _HANDLERS[call.action](self, call)
 
     def tick(self) -> None:
@@ -103,6 +115,7 @@ class Shims:
         return time.monotonic() + DURATIONS[key] * self.scale
 
     def _advance(self, now: float) -> None:
+        fsx_update.advance(self, now)
         for table in (self.file_systems, self.associations):
             for key, item in list(table.items()):
                 if item.gone_at is not None and now >= item.gone_at:
@@ -175,6 +188,30 @@ def _pg_out(group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _pg_tags(s: Shims, call: Call) -> Answer:
+    """CreateTags / DeleteTags on placement groups (EC2 tags them by their pg- id)."""
+    ids = set(p.indexed(call.params, "ResourceId"))
+    changes = p.query_tags(
+        {
+            k.replace("Tag.", "TagSpecification.1.Tag."): v
+            for k, v in call.params.items()
+            if k.startswith("Tag.")
+        }
+    )
+    for group in s.placement_groups.values():
+        if group["groupId"] not in ids:
+            continue
+        if call.action == "CreateTags":
+            group["tags"].update(changes)
+        else:
+            keys = [
+                call.params[k] for k in call.params if k.startswith("Tag.") and k.endswith(".Key")
+            ]
+            for key in keys:
+                group["tags"].pop(key, None)
+    return p.ec2_response(call.action, {"return": True})
+
+
 def _pg_describe(s: Shims, call: Call) -> Answer:
     names = p.indexed(call.params, "GroupName")
     filters = p.query_filters(call.params)
@@ -226,7 +263,7 @@ def _fsx_create(s: Shims, call: Call) -> Answer:
     fs_id = f"fs-{_hex()}"
     subnets = call.params.get("SubnetIds", [])
     vpc_id, enis = _fsx_interfaces(call, subnets, fs_id)
-    lustre = dict(call.params.get("LustreConfiguration", {}))
+    lustre = fsx_update.repository_configuration(dict(call.params.get("LustreConfiguration", {})))
     lustre["MountName"] = _hex(8)
     data = {
         "OwnerId": ACCOUNT,

@@ -17,7 +17,8 @@ import yaml
 
 from provisioner.drivers.aws import Aws
 from provisioner.drivers.kube import KubeClient
-from provisioner.plan.context import OWNER_TAG, Engine
+from provisioner.resources.context import Context
+from provisioner.resources.tags import OWNER_TAG
 from provisioner.sandbox import daemon
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,10 +103,10 @@ def region_of(path: Path) -> str:
 
 def owned(sandbox: Sandbox, name: str, region: str) -> list[tuple[str, str, str]]:
     """(kind, logical id, AWS id) of everything tagged as the cluster's."""
-    from provisioner.ops.engine import find_owned
+    from provisioner.ops.planner import find_owned
 
-    engine = Engine(aws=sandbox.aws(region), cluster=name, region=region, tags={})
-    return sorted((f.kind, f.logical_id, f.id) for f in find_owned(engine))
+    ctx = Context(aws=sandbox.aws(region), cluster=name, region=region)
+    return sorted((f.kind, f.resource, f.id) for f in find_owned(ctx))
 
 
 def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from provisioner.drivers.storage import bucket_name
+from provisioner.resources.storage import bucket_name
 from provisioner.sandbox import daemon
 from tests.check import fakes
 from tests.conftest import ROOT

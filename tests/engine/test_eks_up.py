@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from provisioner.drivers.kube import KubeClient
-from provisioner.plan.context import OWNER_TAG
-from provisioner.plan.eks import CNI_TAG, LB_TAG
+from provisioner.resources.network import CNI_TAG, LB_TAG
+from provisioner.resources.tags import OWNER_TAG
 from tests.engine.harness import (
     Sandbox,
     kube_client,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from provisioner.plan.context import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
+from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
 from tests.engine.harness import (
     Sandbox,
     created_calls,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from provisioner.plan.context import OWNER_TAG, RESOURCE_TAG
+from provisioner.resources.tags import OWNER_TAG, RESOURCE_TAG
 from tests.engine.harness import Sandbox, kill_after, raw_leftovers, region_of, spec_file
 from tests.reliability.campaign import tally
 

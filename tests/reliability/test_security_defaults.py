@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.blueprint.infra import INLINE, ROLES
 from provisioner.drivers.aws import SANDBOX_CREDENTIALS
-from provisioner.drivers.iam import INLINE, ROLES
 from tests.engine.harness import ROOT, Sandbox, owned, raw_leftovers, region_of, spec_file
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -15,7 +15,6 @@ import yaml
 
 from provisioner.catalog import load_catalog
 from provisioner.ops.validate import load_and_validate
-from provisioner.plan.infra import build_plan
 from provisioner.render.context import build_context
 from provisioner.render.slurm import render_slurm
 from tests.conftest import EXAMPLES
@@ -110,6 +109,10 @@ def test_grafana_provisioning_and_dashboards() -> None:
 def test_the_artifact_upload_carries_the_monitoring_files() -> None:
     validation = load_and_validate(str(EXAMPLES[0]), "slurm")
     assert validation.resolved is not None
-    plan = build_plan(build_context(validation.resolved, load_catalog()))
-    extra = plan.nodes["artifacts"].params["extra"]
+    from pathlib import Path
+
+    from provisioner.blueprint import Where, build
+
+    where = Where(Path("/nonexistent"), Path("/nonexistent/kubeconfig"))
+    extra = dict(build(validation.resolved, load_catalog(), where)["artifacts"].params.extra)
     assert "monitoring/prometheus.yml" in extra and "monitoring/grafana-datasources.yaml" in extra

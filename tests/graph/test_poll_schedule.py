@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from provisioner.plan.context import DENSE_MAX, MAX_LATE, MIN_POLL, poll_schedule
+from provisioner.graph.pacing import DENSE_MAX, MAX_LATE, MIN_POLL, poll_schedule
 
 
 def _until(expected: float, end: float, scale: float = 1.0) -> list[float]:

@@ -1,0 +1,410 @@
+"""The EKS side of a Kubernetes cluster, read off the files ``render`` writes under ``aws/``
+(the same files a user commits), so what `up` sends is what `render` shows.
+
+Each file is taken apart strictly: a key the resource model does not know is an error (a
+template and the model can never drift apart silently), and every ``<fmctl:...>``
+placeholder becomes a reference to the resource that fills it.
+
+Order, and why:
+- the secrets key, the control plane (10 minutes) as soon as its subnets, group and role
+  exist, in parallel with FSx (10 + 7 minutes);
+- the node role's access entry and the caller's admin entry once the cluster is ACTIVE;
+- launch templates early (seconds, no cost), node groups (5 minutes) in parallel once the
+  cluster and the network's NAT route exist (nodes need it to join);
+- add-ons once the system node group is ACTIVE (they run pods; GPU groups are tainted, so
+  they wait for no GPU group);
+- the in-cluster stack once everything it runs on and mounts exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from provisioner.blueprint import BlueprintError, Where
+from provisioner.blueprint.infra import Parts, amp_write_policy, placement_ref, way_out
+from provisioner.graph.ref import After, Ref
+from provisioner.render.placeholders import PATTERN
+from provisioner.resources.compute import SgOut
+from provisioner.resources.eks import (
+    ADMIN_POLICY,
+    AccessOut,
+    AccessParams,
+    EksOut,
+    EksParams,
+    KmsOut,
+    KmsParams,
+)
+from provisioner.resources.eks_addons import AddonOut, AddonParams, IdentityOut, IdentityParams
+from provisioner.resources.eks_nodes import (
+    Interface,
+    LtData,
+    LtOut,
+    LtParams,
+    NodegroupOut,
+    NodegroupParams,
+    Scaling,
+    Taint,
+    Volume,
+)
+from provisioner.resources.fsx import FsxOut
+from provisioner.resources.iam import RoleOut
+from provisioner.resources.kube_stack import PoolCheck, StackParams
+from provisioner.resources.network import SubnetOut
+from provisioner.resources.tags import OWNER_TAG
+
+#: Add-ons whose pods run on nodes, in the order EKS documents them.
+ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-fsx-csi-driver")
+#: Service account of the FSx CSI controller (its pod identity association).
+FSX_CSI_ACCOUNT = "fsx-csi-controller-sa"
+
+
+class Doc:
+    """A mapping of a rendered file, taken apart key by key; ``done`` says if any key was
+    left (the model does not know it)."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise BlueprintError(f"{where}: expected a mapping, found {type(data).__name__}")
+        self.data = dict(data)
+        self.where = where
+
+    def take(self, key: str, default: Any = ...) -> Any:
+        """The value of ``key`` (required unless a default is given)."""
+        if key in self.data:
+            return self.data.pop(key)
+        if default is ...:
+            raise BlueprintError(f"{self.where}: {key} is missing")
+        return default
+
+    def sub(self, key: str, default: Any = ...) -> Doc:
+        """The mapping under ``key``."""
+        return Doc(self.take(key, {} if default is not ... else default), f"{self.where}.{key}")
+
+    def done(self) -> None:
+        """Every key was taken."""
+        if self.data:
+            raise BlueprintError(
+                f"{self.where}: {', '.join(sorted(self.data))} not known to the resource model"
+            )
+
+
+class Refs:
+    """Placeholder names (and ids the spec names) -> the resources that fill them."""
+
+    def __init__(self, p: Parts) -> None:
+        self.by_name: dict[str, Ref[Any]] = {}
+        self.literal: dict[str, Ref[Any]] = {}
+        for name, rid, outputs in (
+            ("privateSubnetId", "subnet/private", SubnetOut),
+            ("publicSubnetId", "subnet/public", SubnetOut),
+            ("secondarySubnetId", "subnet/secondary", SubnetOut),
+            ("efaSecurityGroupId", "sg/efa", SgOut),
+            ("fsxSecurityGroupId", "sg/fsx", SgOut),
+            ("clusterRoleArn", "iam/eks-cluster", RoleOut),
+            ("nodeRoleArn", "iam/eks-node", RoleOut),
+        ):
+            if p.has(rid):
+                self.by_name[name] = Ref(rid, outputs)
+        for pool in p.c.pools:
+            self.by_name[f"launchTemplate.{pool.name}"] = Ref(f"launch-template/{pool.name}", LtOut)
+        net = p.spec.network
+        for value, rid in (
+            (net.subnet_id, "subnet/private"),
+            (net.public_subnet_id, "subnet/public"),
+            (net.secondary_subnet_id, "subnet/secondary"),
+        ):
+            if value and p.has(rid):
+                self.literal[value] = Ref(rid, SubnetOut)
+
+    def __call__(self, value: Any, where: str) -> Ref[Any]:
+        text = str(value)
+        match = PATTERN.fullmatch(text)
+        if match and match.group(1) in self.by_name:
+            return self.by_name[match.group(1)]
+        if text in self.literal:
+            return self.literal[text]
+        raise BlueprintError(
+            f"{where}: {text!r} is neither a placeholder fmctl fills nor a known id"
+        )
+
+
+def _load(files: dict[str, str], path: str) -> Doc:
+    return Doc(yaml.safe_load(files[path]), path)
+
+
+def _tags_match(p: Parts, doc: Doc, where: str) -> None:
+    """The file's tags are the spec's and the owner's: what DesiredTags adds per resource."""
+    tags = {str(k): str(v) for k, v in (doc.take("tags", {}) or {}).items()}
+    want = {**p.spec.metadata.tags, OWNER_TAG: p.c.name}
+    if tags != want:
+        raise BlueprintError(f"{where}: tags {tags} differ from the spec's {want}")
+
+
+def cluster(p: Parts, where: Where) -> None:
+    """The EKS control plane, its access, nodes, add-ons and the in-cluster stack."""
+    from provisioner.render.kubernetes import render_kubernetes
+
+    files = render_kubernetes(p.c)
+    refs = Refs(p)
+    _control_plane(p, files, refs)
+    eks = p.ref("eks", EksOut)
+    nodes = p.ref("iam/eks-node", RoleOut)
+    p.add(
+        "access/nodes",
+        "eks-access-entry",
+        AccessParams(eks, nodes, "EC2_LINUX", p.tags("access/nodes")),
+    )
+    admin = AccessParams(eks, None, "STANDARD", p.tags("access/admin"), ADMIN_POLICY)
+    p.add("access/admin", "eks-access-entry", admin)
+    _nodegroup(p, files, refs, "system", None)
+    for index, pool in enumerate(p.c.pools):
+        _launch_template(p, files, refs, pool.name)
+        _nodegroup(p, files, refs, pool.name, index)
+    _addons(p)
+    _stack(p, files, where)
+
+
+def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
+    path = "aws/eks-cluster.yaml"
+    doc = _load(files, path)
+    key_arn = p.spec.kubernetes.secrets_key_arn
+    key: Ref[KmsOut] | str
+    if key_arn is None:
+        p.add(
+            "kms/secrets",
+            "kms-key",
+            KmsParams(f"fmctl {p.c.name}: EKS secrets encryption", p.tags("kms/secrets")),
+        )
+        key = p.ref("kms/secrets", KmsOut)
+    else:
+        key = key_arn
+    vpc = doc.sub("resourcesVpcConfig")
+    access = doc.sub("accessConfig")
+    logging = doc.sub("logging")
+    enabled = [t for e in logging.take("clusterLogging") if e.get("enabled") for t in e["types"]]
+    logging.done()
+    encryption = doc.take("encryptionConfig")
+    if [e["resources"] for e in encryption] != [["secrets"]]:
+        raise BlueprintError(f"{path}: encryptionConfig is not the secrets key fmctl manages")
+    upgrade = doc.sub("upgradePolicy")
+    addons = doc.take("addons")
+    if [a for a in addons if a not in ADDONS]:
+        raise BlueprintError(f"{path}: add-ons {addons} beyond {ADDONS}")
+    _tags_match(p, doc, path)
+    params = EksParams(
+        cluster_name=str(doc.take("name")),
+        version=str(doc.take("version")),
+        role=refs(doc.take("roleArn"), f"{path}.roleArn"),
+        subnets=tuple(refs(s, f"{path}.subnetIds") for s in vpc.take("subnetIds")),
+        security_groups=tuple(
+            refs(g, f"{path}.securityGroupIds") for g in vpc.take("securityGroupIds")
+        ),
+        endpoint_private=bool(vpc.take("endpointPrivateAccess")),
+        endpoint_public=bool(vpc.take("endpointPublicAccess")),
+        public_cidrs=tuple(str(c) for c in vpc.take("publicAccessCidrs", [])),
+        logging=tuple(enabled),
+        key=key,
+        authentication_mode=str(access.take("authenticationMode")),
+        support_type=str(upgrade.take("supportType")),
+        tags=p.tags("eks"),
+    )
+    if access.take("bootstrapClusterCreatorAdminPermissions") is not True:
+        raise BlueprintError(f"{path}: fmctl's admin access entry expects the creator's")
+    for part in (vpc, access, upgrade, doc):
+        part.done()
+    p.add(
+        "eks",
+        "eks-cluster",
+        params,
+        version="kubernetes.version",
+        public_cidrs="network.apiCidrs",
+        endpoint_public="network.apiCidrs",
+        subnets="network.availabilityZone",
+        key="kubernetes.secretsKeyArn",
+    )
+
+
+def _launch_template(p: Parts, files: dict[str, str], refs: Refs, pool: str) -> None:
+    path = f"aws/launch-templates/{pool}.yaml"
+    doc = _load(files, path)
+    name = str(doc.take("LaunchTemplateName"))
+    doc.take("TagSpecifications")  # the template's own tags: DesiredTags, per resource
+    data = doc.sub("LaunchTemplateData")
+    meta = data.sub("MetadataOptions")
+    volumes = []
+    for index, mapping in enumerate(data.take("BlockDeviceMappings")):
+        m = Doc(mapping, f"{path}.BlockDeviceMappings[{index}]")
+        ebs = m.sub("Ebs")
+        volumes.append(
+            Volume(
+                str(m.take("DeviceName")),
+                int(ebs.take("VolumeSize")),
+                str(ebs.take("VolumeType")),
+                bool(ebs.take("Encrypted")),
+                bool(ebs.take("DeleteOnTermination", True)),
+            )
+        )
+        ebs.done()
+        m.done()
+    interfaces = []
+    for index, nic in enumerate(data.take("NetworkInterfaces")):
+        n = Doc(nic, f"{path}.NetworkInterfaces[{index}]")
+        interfaces.append(
+            Interface(
+                int(n.take("NetworkCardIndex")),
+                int(n.take("DeviceIndex")),
+                str(n.take("InterfaceType")),
+                tuple(refs(g, f"{n.where}.Groups") for g in n.take("Groups")),
+                bool(n.take("DeleteOnTermination", True)),
+            )
+        )
+        n.done()
+    market = data.take("InstanceMarketOptions", None)
+    reservation = data.take("CapacityReservationSpecification", None)
+    placement = data.take("Placement", None)
+    group = placement_ref(p, pool) if placement else None
+    if placement and (group is None or placement.get("GroupName") != f"{p.c.name}-{pool}"):
+        raise BlueprintError(f"{path}: placement group {placement} is not the pool's")
+    tag_specs = tuple(
+        (str(t["ResourceType"]), tuple((str(x["Key"]), str(x["Value"])) for x in t["Tags"]))
+        for t in data.take("TagSpecifications", [])
+    )
+    lt = LtData(
+        instance_type=str(data.take("InstanceType")),
+        http_tokens=str(meta.take("HttpTokens")),
+        http_endpoint=str(meta.take("HttpEndpoint")),
+        hop_limit=int(meta.take("HttpPutResponseHopLimit")),
+        volumes=tuple(volumes),
+        interfaces=tuple(interfaces),
+        user_data=str(data.take("UserData")),
+        market_type=market["MarketType"] if market else None,
+        reservation_id=(
+            reservation["CapacityReservationTarget"]["CapacityReservationId"]
+            if reservation
+            else None
+        ),
+        placement_group=group,
+        instance_tags=tag_specs,
+    )
+    meta.done()
+    data.done()
+    doc.done()
+    rid = f"launch-template/{pool}"
+    p.add(rid, "launch-template", LtParams(name, lt, p.tags(rid)))
+
+
+def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: int | None) -> None:
+    path = f"aws/nodegroups/{group}.yaml"
+    doc = _load(files, path)
+    if doc.take("clusterName") != p.c.name:
+        raise BlueprintError(f"{path}: clusterName is not {p.c.name}")
+    scaling = doc.sub("scalingConfig")
+    update = doc.sub("updateConfig")
+    template = doc.take("launchTemplate", None)
+    taints = tuple(
+        Taint(str(t["key"]), str(t.get("value", "")), str(t["effect"]))
+        for t in doc.take("taints", []) or []
+    )
+    _tags_match(p, doc, path)
+    pool = p.c.pools[index] if index is not None else None
+    routes, endpoint = way_out(p)
+    rid = f"nodegroup/{group}"
+    params = NodegroupParams(
+        cluster=p.ref("eks", EksOut),
+        nodegroup_name=str(doc.take("nodegroupName")),
+        ami_type=str(doc.take("amiType")),
+        capacity_type=str(doc.take("capacityType")),
+        scaling=Scaling(
+            int(scaling.take("minSize")),
+            int(scaling.take("maxSize")),
+            int(scaling.take("desiredSize")),
+        ),
+        subnets=tuple(refs(s, f"{path}.subnets") for s in doc.take("subnets")),
+        node_role=refs(doc.take("nodeRole"), f"{path}.nodeRole"),
+        labels=tuple(sorted((str(k), str(v)) for k, v in (doc.take("labels", {}) or {}).items())),
+        taints=taints,
+        max_unavailable=int(update.take("maxUnavailable")),
+        version=str(doc.take("version")),
+        tags=p.tags(rid),
+        access=p.ref("access/nodes", AccessOut),
+        instance_types=tuple(str(t) for t in doc.take("instanceTypes", [])),
+        launch_template=refs(template["id"], f"{path}.launchTemplate") if template else None,
+        instance_type=pool.instance_type if pool is not None else None,
+        routes=routes,
+        endpoint=endpoint,
+    )
+    for part in (scaling, update, doc):
+        part.done()
+    at = f"compute.gpuPools[{index}]" if index is not None else "compute.systemNodes"
+    p.add(
+        rid,
+        "eks-nodegroup",
+        params,
+        scaling=f"{at}.count",
+        instance_type=f"{at}.instanceType",
+        capacity_type=f"{at}.capacity.type",
+        ami_type=f"{at}.instanceType",
+        labels=f"{at}.labels",
+        version="kubernetes.version",
+        subnets="network.availabilityZone",
+    )
+
+
+def _addons(p: Parts) -> None:
+    pins = {str(k): v for k, v in p.spec.kubernetes.addon_versions.items()}
+    eks = p.ref("eks", EksOut)
+    system = After("nodegroup/system", NodegroupOut)
+    for addon in ADDONS:
+        if addon == "aws-fsx-csi-driver" and p.c.fsx is None:
+            continue
+        rid = f"addon/{addon}"
+        extra: dict[str, Any] = {}
+        if addon == "aws-fsx-csi-driver":
+            p.role("iam/fsx-csi", "fsx-csi")
+            extra = {
+                "role": p.ref("iam/fsx-csi", RoleOut),
+                "service_account": FSX_CSI_ACCOUNT,
+                "agent": p.ref("addon/eks-pod-identity-agent", AddonOut),
+            }
+        params = AddonParams(
+            eks, addon, p.c.kubernetes_version, system, p.tags(rid), pins.get(addon), **extra
+        )
+        p.add(rid, "eks-addon", params, version=f"kubernetes.addonVersions.{addon}")
+    if p.c.amp_workspace_arn:
+        # Prometheus's service account assumes a role that may write to the workspace: made
+        # before the stack, so Prometheus starts with credentials.
+        p.role("iam/prometheus-amp", "prometheus-amp", amp_write_policy(p.c.amp_workspace_arn))
+        identity = IdentityParams(
+            eks,
+            "monitoring",
+            "prometheus",
+            p.ref("iam/prometheus-amp", RoleOut),
+            p.ref("addon/eks-pod-identity-agent", AddonOut),
+            p.tags("pod-identity/prometheus"),
+        )
+        p.add("pod-identity/prometheus", "eks-pod-identity", identity)
+
+
+def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
+    c = p.c
+    pools = tuple(
+        PoolCheck(x.name, x.count, x.gpus, x.efa_devices if x.efa else 0) for x in c.pools
+    )
+    ids = [i.id for i in p.items]
+    params = StackParams(
+        cluster=p.ref("eks", EksOut),
+        files=tuple(sorted((k, v) for k, v in files.items() if k.startswith("kubernetes/"))),
+        pools=pools,
+        kubeconfig=str(where.kubeconfig),
+        private_subnet=p.ref("subnet/private", SubnetOut),
+        admin=p.ref("access/admin", AccessOut),
+        nodegroups=tuple(Ref(i, NodegroupOut) for i in ids if i.startswith("nodegroup/")),
+        addons=tuple(Ref(i, AddonOut) for i in ids if i.startswith("addon/")),
+        identities=tuple(Ref(i, IdentityOut) for i in ids if i.startswith("pod-identity/")),
+        fsx=p.maybe("fsx", FsxOut),
+        fsx_group=p.maybe("sg/fsx", SgOut),
+        sandbox_home=str(where.sandbox_home) if where.sandbox_home else None,
+    )
+    p.add("kube-stack", "kube-stack", params, nodes="compute.gpuPools")

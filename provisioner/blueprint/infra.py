@@ -1,0 +1,387 @@
+"""The infrastructure both schedulers share: network, security groups, placement groups, the
+artifact bucket, FSx for Lustre, and the IAM the schedulers' nodes need."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from provisioner.graph.ref import Ref
+from provisioner.render.context import ClusterContext
+from provisioner.resources.base import Planned
+from provisioner.resources.compute import (
+    ANYWHERE,
+    LUSTRE_PORTS,
+    PlacementGroupOut,
+    PlacementGroupParams,
+    Rule,
+    SgOut,
+    SgParams,
+)
+from provisioner.resources.fsx import (
+    DraParams,
+    ExistingFsxParams,
+    FsxOut,
+    FsxParams,
+)
+from provisioner.resources.gateways import (
+    EipOut,
+    EipParams,
+    EndpointOut,
+    EndpointParams,
+    IgwOut,
+    IgwParams,
+    NatOut,
+    NatParams,
+    RouteTableOut,
+    RouteTableParams,
+)
+from provisioner.resources.iam import PolicyParams, RoleOut, RoleParams, canonical, role_name
+from provisioner.resources.network import (
+    ExistingSubnetParams,
+    ExistingVpcParams,
+    SubnetOut,
+    SubnetParams,
+    VpcOut,
+    VpcParams,
+)
+from provisioner.resources.pcluster_check import CheckOut
+from provisioner.resources.storage import ArtifactsParams, BucketOut, BucketParams
+from provisioner.resources.tags import DesiredTags
+from provisioner.shipped import shipped_dir
+from provisioner.spec.model import ClusterSpec
+
+T = TypeVar("T")
+
+#: What each role may do: trusted service, AWS-managed policies. Nothing broader.
+ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "eks-cluster": ("eks.amazonaws.com", ("AmazonEKSClusterPolicy",)),
+    "eks-node": (
+        "ec2.amazonaws.com",
+        (
+            "AmazonEKSWorkerNodePolicy",
+            "AmazonEKS_CNI_Policy",
+            "AmazonEC2ContainerRegistryReadOnly",
+            "AmazonSSMManagedInstanceCore",
+        ),
+    ),
+    # EKS Pod Identity: the FSx CSI controller's service account (dynamic provisioning);
+    # an inline policy scoped to what the driver calls (AmazonFSxFullAccess is far wider).
+    "fsx-csi": ("pods.eks.amazonaws.com", ()),
+    # Prometheus on EKS remote-writing to Amazon Managed Service for Prometheus; its inline
+    # policy names the spec's workspace (``amp_write_policy``).
+    "prometheus-amp": ("pods.eks.amazonaws.com", ()),
+}
+#: Inline policies, by role: named actions only, never "*".
+INLINE: dict[str, dict[str, Any]] = {
+    "fsx-csi": {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "FileSystems",
+                "Effect": "Allow",
+                "Action": [
+                    "fsx:CreateFileSystem",
+                    "fsx:DeleteFileSystem",
+                    "fsx:DescribeFileSystems",
+                    "fsx:UpdateFileSystem",
+                    "fsx:TagResource",
+                ],
+                "Resource": "*",
+            },
+            {
+                "Sid": "LinkedRoles",
+                "Effect": "Allow",
+                "Action": ["iam:CreateServiceLinkedRole"],
+                "Resource": "*",
+                "Condition": {
+                    "StringLike": {
+                        "iam:AWSServiceName": [
+                            "fsx.amazonaws.com",
+                            "s3.data-source.lustre.fsx.amazonaws.com",
+                        ]
+                    }
+                },
+            },
+            {
+                "Sid": "LinkedRolePolicies",
+                "Effect": "Allow",
+                "Action": ["iam:AttachRolePolicy", "iam:PutRolePolicy"],
+                "Resource": "arn:aws:iam::*:role/aws-service-role/"
+                "s3.data-source.lustre.fsx.amazonaws.com/*",
+            },
+        ],
+    }
+}
+#: Pod Identity assumes roles with session tags.
+TAG_SESSION_SERVICES = ("pods.eks.amazonaws.com",)
+
+
+def amp_write_policy(workspace_arn: str) -> dict[str, Any]:
+    """aps:RemoteWrite on one workspace: all Prometheus needs to send samples."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "RemoteWrite",
+                "Effect": "Allow",
+                "Action": ["aps:RemoteWrite"],
+                "Resource": workspace_arn,
+            }
+        ],
+    }
+
+
+@dataclass
+class Parts:
+    """The resources planned so far, and what the builders share."""
+
+    spec: ClusterSpec
+    c: ClusterContext
+    items: list[Planned] = field(default_factory=list)
+
+    def add(self, rid: str, kind: str, params: Any, **origins: str) -> None:
+        """Plan a resource (``origins``: live field -> spec path it comes from)."""
+        self.items.append(Planned(rid, kind, params, origins))
+
+    def has(self, rid: str) -> bool:
+        """True when ``rid`` is planned."""
+        return any(i.id == rid for i in self.items)
+
+    def ref(self, rid: str, outputs: type[T]) -> Ref[T]:
+        """A reference to a planned resource."""
+        if not self.has(rid):
+            raise KeyError(f"{rid} is not planned")
+        return Ref(rid, outputs)
+
+    def maybe(self, rid: str, outputs: type[T]) -> Ref[T] | None:
+        """A reference, or None when ``rid`` is not planned."""
+        return Ref(rid, outputs) if self.has(rid) else None
+
+    def tags(self, rid: str) -> DesiredTags:
+        """The tags resource ``rid`` must carry."""
+        from provisioner.validate.rules.general import parse_ttl
+
+        meta = self.spec.metadata
+        ttl = parse_ttl(meta.ttl) if meta.ttl else None
+        return DesiredTags(tuple(sorted(meta.tags.items())), meta.name, rid, ttl)
+
+    def role(self, rid: str, role: str, inline: dict[str, Any] | None = None) -> None:
+        """Plan one of fmctl's IAM roles."""
+        service, managed = ROLES[role]
+        actions: Any = (
+            ["sts:AssumeRole", "sts:TagSession"]
+            if service in TAG_SESSION_SERVICES
+            else "sts:AssumeRole"
+        )
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+            ],
+        }
+        document = inline or INLINE.get(role)
+        self.add(
+            rid,
+            "iam-role",
+            RoleParams(
+                role_name=role_name(self.c.name, self.c.region, role),
+                trust=canonical(trust),
+                managed=managed,
+                inline_name=f"fmctl-{role}",
+                inline=canonical(document) if document else None,
+                instance_profile=service == "ec2.amazonaws.com",
+                description=f"fmctl {self.c.name} ({self.c.region}): {role}",
+                tags=self.tags(rid),
+            ),
+        )
+
+
+def _blocks(cidr: str) -> list[str]:
+    """Four equal blocks of the VPC: private (nodes), public, secondary AZ, spare."""
+    return [str(b) for b in ipaddress.ip_network(cidr).subnets(prefixlen_diff=2)]
+
+
+def network(p: Parts) -> None:
+    """The VPC, subnets and ways out; or the existing VPC and subnets the spec names."""
+    c, net = p.c, p.spec.network
+    if c.vpc_cidr is None:  # reuse: look the VPC and subnets up, never change them
+        p.add("vpc", "existing-vpc", ExistingVpcParams(net.vpc_id or ""))
+        vpc = p.ref("vpc", VpcOut)
+        p.add("subnet/private", "existing-subnet", ExistingSubnetParams(vpc, net.subnet_id or ""))
+        if net.public_subnet_id:
+            p.add(
+                "subnet/public", "existing-subnet", ExistingSubnetParams(vpc, net.public_subnet_id)
+            )
+        if c.scheduler == "kubernetes":  # looked up, so a wrong id stops `up` at once
+            p.add(
+                "subnet/secondary",
+                "existing-subnet",
+                ExistingSubnetParams(vpc, net.secondary_subnet_id or ""),
+            )
+        return
+    private, public, secondary, _ = _blocks(c.vpc_cidr)
+    cidr, az = "network.vpcCidr", "network.availabilityZone"
+    p.add("vpc", "vpc", VpcParams(c.vpc_cidr, p.tags("vpc")), cidr=cidr)
+    vpc = p.ref("vpc", VpcOut)
+    p.add("igw", "igw", IgwParams(vpc, p.tags("igw")))
+    for rid, block, public_ip in (
+        ("subnet/private", private, False),
+        ("subnet/public", public, True),
+    ):
+        params = SubnetParams(vpc, block, p.tags(rid), az=c.availability_zone, public=public_ip)
+        p.add(rid, "subnet", params, cidr=cidr, az=az)
+    if c.scheduler == "kubernetes":
+        params = SubnetParams(
+            vpc, secondary, p.tags("subnet/secondary"), avoid_az=c.availability_zone
+        )
+        p.add("subnet/secondary", "subnet", params, cidr=cidr, az=az)
+    p.add("eip/nat", "eip", EipParams(p.tags("eip/nat")))
+    igw = p.ref("igw", IgwOut)
+    nat = NatParams(
+        p.ref("subnet/public", SubnetOut), p.ref("eip/nat", EipOut), igw, p.tags("natgw")
+    )
+    p.add("natgw", "natgw", nat, subnet=az)
+    routes: tuple[tuple[str, Ref[IgwOut] | Ref[NatOut], str], ...] = (
+        ("route-table/public", igw, "subnet/public"),
+        ("route-table/private", p.ref("natgw", NatOut), "subnet/private"),
+    )
+    for rid, target, subnet in routes:
+        table = RouteTableParams(vpc, target, (p.ref(subnet, SubnetOut),), p.tags(rid))
+        p.add(rid, "route-table", table)
+    endpoint = EndpointParams(
+        vpc, (p.ref("route-table/private", RouteTableOut),), p.tags("s3-endpoint")
+    )
+    p.add("s3-endpoint", "s3-endpoint", endpoint)
+
+
+def way_out(p: Parts) -> tuple[tuple[Ref[RouteTableOut], ...], Ref[EndpointOut] | None]:
+    """What nodes in the private subnet need to download at bootstrap (none planned when the
+    spec reuses a VPC: its routes are the user's)."""
+    routes = tuple(p.ref(rid, RouteTableOut) for rid in ("route-table/private",) if p.has(rid))
+    return routes, p.maybe("s3-endpoint", EndpointOut)
+
+
+def shared(p: Parts) -> None:
+    """Security groups, placement groups, the bucket and its uploads, FSx, IAM."""
+    c = p.c
+    vpc = p.ref("vpc", VpcOut)
+    everything = Rule("-1")
+    efa = SgParams(
+        vpc,
+        f"{c.name}-efa",
+        f"fmctl {c.name}: efa",
+        ingress=(everything,),
+        egress=(everything, Rule("-1", cidr=ANYWHERE)),
+        tags=p.tags("sg/efa"),
+    )
+    p.add("sg/efa", "sg", efa)
+    for index, pool in enumerate(c.pools):
+        if pool.placement_group:
+            rid = f"placement-group/{pool.name}"
+            params = PlacementGroupParams(pool.placement_group_name, p.tags(rid))
+            p.add(
+                rid, "placement-group", params, strategy=f"compute.gpuPools[{index}].placementGroup"
+            )
+    p.add("bucket", "bucket", BucketParams(p.tags("bucket")))
+    if c.scheduler == "kubernetes":  # ParallelCluster makes its own, scoped by S3Access
+        p.role("iam/eks-cluster", "eks-cluster")
+        p.role("iam/eks-node", "eks-node")
+    if c.scheduler == "slurm":
+        _slurm_shared(p)
+
+
+def _slurm_shared(p: Parts) -> None:
+    from provisioner.render.slurm import monitoring_files
+
+    c = p.c
+    if c.amp_workspace_arn:
+        # aps:RemoteWrite on this workspace only, for the head node's Prometheus.
+        name = role_name(c.name, c.region, "amp-write")
+        policy = PolicyParams(
+            name,
+            canonical(amp_write_policy(c.amp_workspace_arn)),
+            f"fmctl {c.name} ({c.region}): amp-write",
+            p.tags("iam/amp-write"),
+        )
+        p.add("iam/amp-write", "iam-policy", policy)
+    extra = tuple(sorted((k.removeprefix("slurm/"), v) for k, v in monitoring_files(c).items()))
+    artifacts = ArtifactsParams(p.ref("bucket", BucketOut), str(shipped_dir("slurm")), extra)
+    p.add("artifacts", "artifacts", artifacts)
+
+
+def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
+    """FSx for Lustre (after ``gate``: ParallelCluster's early validators, on Slurm)."""
+    fsx = p.c.fsx
+    if fsx is None:
+        return
+    if fsx.existing_id:
+        p.add("fsx", "existing-fsx", ExistingFsxParams(fsx.existing_id))
+        return
+    efa = p.ref("sg/efa", SgOut)
+    rules = tuple(
+        Rule("tcp", low, high, group)
+        for low, high in LUSTRE_PORTS
+        for group in (efa, None)  # from the nodes, and to and from itself
+    )
+    group = SgParams(
+        p.ref("vpc", VpcOut),
+        f"{p.c.name}-fsx",
+        f"fmctl {p.c.name}: fsx",
+        ingress=rules,
+        egress=rules,
+        tags=p.tags("sg/fsx"),
+    )
+    p.add("sg/fsx", "sg", group)
+    at = "storage.fsxLustre"
+    params = FsxParams(
+        subnet=p.ref("subnet/private", SubnetOut),
+        security_group=p.ref("sg/fsx", SgOut),
+        capacity_gib=int(fsx.capacity_gib or 0),
+        deployment_type=str(fsx.deployment_type),
+        tags=p.tags("fsx"),
+        throughput_per_tib=fsx.throughput_per_tib,
+        import_path=fsx.import_path,
+        export_path=fsx.export_path,
+        gate=gate,
+    )
+    p.add(
+        "fsx",
+        "fsx",
+        params,
+        subnet="network.availabilityZone",
+        deployment_type=f"{at}.deploymentType",
+        capacity_gib=f"{at}.capacityGiB",
+        throughput_per_tib=f"{at}.throughputPerTiB",
+        import_path=f"{at}.s3.importPath",
+        export_path=f"{at}.s3.exportPath",
+    )
+    if fsx.uses_dra:
+        for link in fsx.links:
+            rid = f"dra/{link.name}"
+            dra = DraParams(
+                p.ref("fsx", FsxOut),
+                link.file_system_path,
+                link.s3_path,
+                link.auto_import,
+                link.auto_export,
+                p.tags(rid),
+            )
+            p.add(rid, "dra", dra, s3_path=f"{at}.s3", file_system_path=f"{at}.s3")
+
+
+def placement_ref(p: Parts, pool: str) -> Ref[PlacementGroupOut] | None:
+    """The pool's placement group, when it has one."""
+    return p.maybe(f"placement-group/{pool}", PlacementGroupOut)
+
+
+def role_ref(p: Parts, rid: str) -> Ref[RoleOut]:
+    """A planned role."""
+    return p.ref(rid, RoleOut)
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON (stable digests of what is sent)."""
+    return json.dumps(value, sort_keys=True)

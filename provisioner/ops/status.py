@@ -1,0 +1,192 @@
+"""`fmctl status`: what a cluster owns (from tags alone), and the scheduler's side — the
+ParallelCluster cluster and its head node, or the EKS cluster with its add-ons, nodes per pool
+(GPU and EFA allocatable) and the in-cluster stack — with how to reach it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from provisioner.ops.target import Target, kubeconfig_path, make_context, pcluster_command
+from provisioner.resources.base import Owned
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One Kubernetes node of a pool."""
+
+    name: str
+    ready: bool
+    gpus: str
+    efa: str
+
+
+@dataclass(frozen=True)
+class KubeStatus:
+    """The EKS side."""
+
+    status: str
+    version: str
+    addons: tuple[tuple[str, str, str], ...] = ()
+    pools: tuple[tuple[str, tuple[NodeRow, ...]], ...] = ()
+    stack: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlurmStatus:
+    """The ParallelCluster side."""
+
+    status: str
+    head_node: str
+    head_ip: str
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything `status` shows."""
+
+    cluster: str
+    region: str
+    resources: tuple[Owned, ...]
+    slurm: SlurmStatus | None = None
+    kube: KubeStatus | None = None
+    access: tuple[str, ...] = field(default=())
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "cluster": self.cluster,
+            "region": self.region,
+            "resources": [
+                {"kind": o.kind, "resource": o.resource, "id": o.id} for o in self.resources
+            ],
+        }
+
+
+def status(target: Target, name: str) -> Status:
+    """The cluster's status on ``target`` (read-only)."""
+    from provisioner.ops.planner import find_owned
+
+    ctx = make_context(target, name, read_only=True)
+    found = tuple(find_owned(ctx))
+    slurm = kube = None
+    access: list[str] = []
+    if any(o.kind == "parallelcluster" for o in found):
+        slurm, access = slurm_status(target, name)
+    if any(o.kind == "eks-cluster" for o in found):
+        kube = kube_status(target, name)
+        if kube is not None and kube.status == "ACTIVE":
+            access = kube_access(name, target.region, str(kubeconfig_path(target, name)))
+    return Status(name, target.region, found, slurm, kube, tuple(access))
+
+
+def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[str]]:
+    """The head node's state, login and Grafana, with the spec `up` saved (if there is one)."""
+    from provisioner.drivers.pcluster import ParallelCluster
+    from provisioner.spec.source import parse_source
+    from provisioner.state.store import ClusterState
+    from provisioner.validate import validate_document
+
+    command = pcluster_command(target)
+    found = (
+        ParallelCluster(command, target.region, env=target.aws().child_env()).describe(name)
+        if command
+        else None
+    )
+    if not found:
+        return None, []
+    head = found.get("headNode", {})
+    slurm = SlurmStatus(
+        str(found["clusterStatus"]),
+        head.get("instanceId", ""),
+        head.get("publicIpAddress") or head.get("privateIpAddress", ""),
+    )
+    text = ClusterState(target.home, name).spec_text()
+    spec = validate_document(parse_source(text)[0]).resolved if text else None
+    ssh = spec.network.ssh_cidr if spec else None
+    grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
+    return slurm, slurm_access(name, target.region, slurm.head_node, slurm.head_ip, ssh, grafana)
+
+
+def slurm_access(
+    name: str, region: str, head: str, head_ip: str, ssh: str | None, grafana: bool
+) -> list[str]:
+    """How to log in to the head node and reach Grafana on it (`up` and `status`)."""
+    how = f"ssh ec2-user@{head_ip}" if ssh else f"aws ssm start-session --target {head}"
+    lines = [f"log in: {how}   (Slurm head node of {name})"]
+    if grafana:
+        lines.append(
+            f"grafana: aws ssm start-session --target {head} --region {region} --document-name "
+            'AWS-StartPortForwardingSession --parameters \'{"portNumber":["3000"],'
+            '"localPortNumber":["3000"]}\'  then http://localhost:3000 (user admin; the '
+            "password is in /etc/fmctl/grafana-admin on the head node, never on this machine)"
+        )
+    return lines
+
+
+def kube_status(target: Target, name: str) -> KubeStatus | None:
+    """Nodes per pool (GPU/EFA allocatable), add-ons and the stack's health."""
+    from provisioner.resources.eks import EksCluster
+    from provisioner.resources.kube_stack import EFA, GPU, POOL_LABEL, connect
+
+    ctx = make_context(target, name, read_only=True)
+    cluster = EksCluster().describe(ctx)
+    if cluster is None:
+        return None
+    eks = ctx.aws.client("eks")
+    addons = []
+    for addon in eks.list_addons(clusterName=name)["addons"]:
+        item = eks.describe_addon(clusterName=name, addonName=addon)["addon"]
+        addons.append((addon, str(item["addonVersion"]), str(item["status"])))
+    status, version = str(cluster["status"]), str(cluster.get("version"))
+    if status != "ACTIVE":
+        return KubeStatus(status, version, tuple(addons))
+    api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+    try:
+        pools: dict[str, list[NodeRow]] = {}
+        for node in api.list("v1", "Node"):
+            labels = node["metadata"].get("labels", {})
+            pool = labels.get(POOL_LABEL) or labels.get("eks.amazonaws.com/nodegroup", "?")
+            alloc = node.get("status", {}).get("allocatable", {})
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in node.get("status", {}).get("conditions", [])
+            )
+            row = NodeRow(node["metadata"]["name"], ready, alloc.get(GPU, "0"), alloc.get(EFA, "0"))
+            pools.setdefault(pool, []).append(row)
+        stack = _stack_health(api)
+    finally:
+        api.close() if hasattr(api, "close") else None
+    rows = tuple((pool, tuple(nodes)) for pool, nodes in sorted(pools.items()))
+    return KubeStatus(status, version, tuple(addons), rows, tuple(stack))
+
+
+def _stack_health(api: Any) -> list[str]:
+    """DaemonSets and Deployments fmctl applied, ready or not."""
+    from provisioner.resources.tags import OWNER_TAG
+
+    rows = []
+    for api_version, kind in (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment")):
+        for obj in api.list(api_version, kind, selector="app.kubernetes.io/managed-by=fmctl"):
+            if OWNER_TAG not in obj["metadata"].get("labels", {}):
+                continue
+            status = obj.get("status", {})
+            want = status.get("desiredNumberScheduled", obj.get("spec", {}).get("replicas", 1))
+            ready = status.get("numberReady", status.get("readyReplicas", 0))
+            meta = obj["metadata"]
+            rows.append(f"{kind} {meta['namespace']}/{meta['name']}: {ready}/{want} ready")
+    return rows
+
+
+def kube_access(name: str, region: str, kubeconfig: str | None) -> list[str]:
+    """How to reach the cluster and its Grafana."""
+    from provisioner.drivers.eks_auth import context_name
+
+    where = f"KUBECONFIG={kubeconfig} " if kubeconfig else ""
+    context = context_name(name, region)
+    return [
+        f"kubectl: {where}kubectl --context {context} get nodes",
+        f"grafana: {where}kubectl --context {context} -n monitoring port-forward "
+        "svc/grafana 3000:3000  then http://localhost:3000 (user admin; the password is in "
+        "the grafana-admin Secret, never on this machine)",
+    ]

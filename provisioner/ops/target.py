@@ -1,0 +1,108 @@
+"""Where a command runs: a region of AWS, or the local sandbox emulator; and the run context
+resource kinds work with there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from provisioner.drivers.aws import Aws
+from provisioner.resources.context import Context, Event
+
+
+@dataclass
+class Target:
+    """The region, and the sandbox's endpoint when sandboxed."""
+
+    region: str
+    home: Path
+    sandbox: bool = False
+    endpoint: str | None = None
+    time_scale: float = 1.0
+    ca_bundle: str | None = None
+
+    def aws(self, read_only: bool = False) -> Aws:
+        """Clients for this target (``read_only``: every call but a read is refused)."""
+        return Aws(self.region, self.endpoint, self.sandbox, self.ca_bundle, read_only=read_only)
+
+    def folder(self, name: str) -> Path:
+        """The cluster's local folder."""
+        return self.home / "clusters" / name
+
+
+def target_for(region: str, home: Path, sandbox: bool) -> Target:
+    """A target; starts the sandbox emulator when asked and not running."""
+    if not sandbox:
+        return Target(region, home, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
+    from provisioner.sandbox import daemon
+
+    endpoint, scale, ca = daemon.ensure(home)
+    return Target(region, home, True, endpoint, scale, ca)
+
+
+def pcluster_command(target: Target) -> list[str] | None:
+    """ParallelCluster's command for this target, if installed (see ``find_pcluster``)."""
+    from provisioner.drivers.pcluster import find_pcluster
+
+    return find_pcluster(target.home)
+
+
+def sandbox_validates_only(target: Target) -> bool:
+    """In the sandbox a real ParallelCluster only validates (its create needs resources the
+    emulator lacks); a stand-in named by FMCTL_PCLUSTER (tests) creates."""
+    return target.sandbox and not os.environ.get("FMCTL_PCLUSTER")
+
+
+def kubeconfig_path(target: Target | None, name: str) -> Path:
+    """Where `up` writes the cluster's kubeconfig: merged into the user's (as `aws eks
+    update-kubeconfig` does) against AWS; the cluster's own folder in the sandbox."""
+    from provisioner.drivers.eks_auth import default_kubeconfig
+
+    if target is None or target.sandbox:
+        home = target.home if target else Path("~/.fmctl").expanduser()
+        return home / "clusters" / name / "kubeconfig"
+    return default_kubeconfig()
+
+
+def make_context(
+    target: Target,
+    name: str,
+    on_event: Callable[[Event], None] = lambda event: None,
+    read_only: bool = False,
+) -> Context:
+    """A run context for cluster ``name`` on ``target``."""
+    return Context(
+        aws=target.aws(read_only),
+        cluster=name,
+        region=target.region,
+        time_scale=target.time_scale,
+        on_event=on_event,
+        pcluster=pcluster_command(target),
+    )
+
+
+def home_of(state_dir: str | None) -> Path:
+    """``--state-dir``, else ``FMCTL_HOME``, else ``~/.fmctl``."""
+    from provisioner.state.store import fmctl_home
+
+    return fmctl_home(state_dir)
+
+
+def stop_sandbox(home: Path) -> bool:
+    """Stop the sandbox emulator of ``home`` (its state goes with it); False when none ran."""
+    from provisioner.sandbox.daemon import stop
+
+    return stop(home)
+
+
+def exec_credential(target: Target, cluster: str) -> dict[str, object]:
+    """The ExecCredential kubectl's exec plugin prints: a presigned STS call, valid ~15 min,
+    never written down."""
+    import time
+
+    from provisioner.drivers.eks_auth import exec_credential as credential
+    from provisioner.drivers.eks_auth import token
+
+    return credential(token(target.aws(), cluster), time.time())

@@ -1,0 +1,242 @@
+"""The contract every resource kind follows, and what the verbs exchange.
+
+A kind has typed ``Params`` (what the spec asks for; references to other resources are
+``Ref``s) and ``Outputs`` (what later resources may use), and a ``Live`` view: the fields
+AWS shows that fmctl manages. ``read`` finds the resource by its ownership tags and
+describes it, never writing; ``desired`` is the ``Live`` view the params ask for, given what
+was read; ``diff`` compares the two field by field and classifies each change by the kind's
+``policy``: changed in place, replaced, or immutable (refused) — with the reason, from AWS's
+API documentation. ``create`` / ``update`` / ``delete`` act; ``find_owned`` lists every
+resource of the kind the cluster owns, from tags alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.tags import Tags, tag_change
+
+if TYPE_CHECKING:
+    from provisioner.resources.context import Context
+
+P = TypeVar("P")
+Out = TypeVar("Out")
+L = TypeVar("L")
+
+
+class How(enum.StrEnum):
+    """How a change to a field is made."""
+
+    UPDATE = "update"  # changed in place
+    REPLACE = "replace"  # the resource is made again (what was on it is lost)
+    IMMUTABLE = "immutable"  # cannot change, and fmctl will not replace it: refused
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a change to one field is made, and why (from AWS's documentation)."""
+
+    how: How
+    reason: str
+
+
+def policies(**fields: Policy) -> Mapping[str, Policy]:
+    """A kind's policy table: live field (dotted path) -> how a change to it is made."""
+    return MappingProxyType(fields)
+
+
+class _Unknown:
+    """A value only known once what it refers to has been made (again)."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(known after apply)"
+
+
+UNKNOWN: Any = _Unknown()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field that differs between what AWS has and what the spec asks for."""
+
+    path: str
+    before: Any
+    after: Any
+    how: How
+    reason: str
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form (``from``/``to``, as `plan -o json` prints it)."""
+        return {
+            "path": self.path,
+            "from": jsonable(self.before),
+            "to": jsonable(self.after),
+            "how": str(self.how),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Observed(Generic[Out, L]):
+    """A resource as read: its outputs, its live view, and how far along it is."""
+
+    outputs: Out
+    live: L
+    #: The AWS id (what `down` deletes).
+    id: str
+    #: Not usable yet: made by an earlier run and still on its way (e.g. "CREATING").
+    pending: str | None = None
+
+
+@dataclass(frozen=True)
+class Owned:
+    """A resource found by the cluster's ownership tag."""
+
+    kind: str
+    resource: str  # logical id (fmctl.dev/resource)
+    id: str  # AWS id
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON data for a live or desired value."""
+    if value is UNKNOWN:
+        return repr(UNKNOWN)
+    if isinstance(value, Tags):
+        return dict(value.items)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list | frozenset | set):
+        items = [jsonable(v) for v in value]
+        return sorted(items, key=repr) if isinstance(value, frozenset | set) else items
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return value
+
+
+def changed_fields(want: Any, have: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(path, live, desired) for every field of two views that differs; nested dataclasses
+    are compared field by field (dotted paths), tags by ``tag_change``."""
+    out: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(want):
+        path = f"{prefix}{f.name}"
+        w, h = getattr(want, f.name), getattr(have, f.name)
+        if isinstance(w, Tags):
+            change = tag_change(w, h)
+            if change is not None:
+                out.append((path, change[0], change[1]))
+        elif dataclasses.is_dataclass(w) and dataclasses.is_dataclass(h) and w is not UNKNOWN:
+            out += changed_fields(w, h, f"{path}.")
+        elif w is UNKNOWN or w != h:
+            out.append((path, h, w))
+    return out
+
+
+class Kind(Generic[P, Out, L]):
+    """Base of every resource kind; subclasses set the class attributes and the verbs."""
+
+    name: ClassVar[str] = ""
+    params: ClassVar[type]
+    outputs: ClassVar[type]
+    #: False for what the spec names and fmctl only uses (an existing VPC): read, never
+    #: created, changed or deleted.
+    owned: ClassVar[bool] = True
+    #: Typical seconds, from AWS's documentation (critical path, pacing).
+    create_seconds: ClassVar[float] = 2.0
+    update_seconds: ClassVar[float] = 2.0
+    delete_seconds: ClassVar[float] = 2.0
+    #: Live field (or dotted path; the longest match wins) -> how a change is made.
+    policy: ClassVar[Mapping[str, Policy]] = {}
+    #: A replacement makes the new resource before deleting the old one (blue/green); the
+    #: default deletes first (most names and address ranges cannot be held twice).
+    create_before_delete: ClassVar[bool] = False
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, L] | None:
+        """The resource as AWS has it, or None when it does not exist. Never writes."""
+        raise NotImplementedError
+
+    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]) -> L:
+        """The live view ``params`` ask for (references resolved; ``UNKNOWN`` where they
+        point at something not made yet)."""
+        raise NotImplementedError
+
+    def diff(
+        self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]
+    ) -> list[FieldChange]:
+        """Each field that differs, with how it changes and why."""
+        want = self.desired(ctx, rid, params, observed)
+        return [
+            FieldChange(path, before, after, *self.rule(path))
+            for path, before, after in changed_fields(want, observed.live)
+        ]
+
+    def rule(self, path: str) -> tuple[How, str]:
+        """The policy of ``path`` (the longest matching prefix), update in place by default."""
+        if path == "tags" or path.endswith(".tags"):
+            return How.UPDATE, "tags change in place"
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):
+            found = self.policy.get(".".join(parts[:n]))
+            if found is not None:
+                return found.how, found.reason
+        return How.UPDATE, "changes in place"
+
+    # -- acting -------------------------------------------------------------------------
+    def create(self, ctx: Context, rid: str, params: P) -> Out:
+        """Make the resource and wait until it is usable (idempotent: client tokens, or a
+        look by tag before trying again)."""
+        raise NotImplementedError
+
+    def wait(self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]) -> Out:
+        """Wait for a resource an earlier run left on its way (``observed.pending``)."""
+        return observed.outputs
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: P,
+        observed: Observed[Out, L],
+        changes: Sequence[FieldChange],
+    ) -> Out:
+        """Make the in-place ``changes``; returns the outputs after."""
+        raise ResourceError(
+            f"{rid}: {self.name} has no in-place update for {', '.join(c.path for c in changes)}"
+        )
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        """Delete it and wait until it is gone; one already gone is not an error."""
+        raise NotImplementedError
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        """Every resource of this kind the cluster owns (by tag; no local state)."""
+        return []
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    def owned_item(self, resource: str, aws_id: str) -> Owned:
+        """An ``Owned`` of this kind."""
+        return Owned(self.name, resource, aws_id)
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A kind's resource in the desired graph: its logical id, params, and where in the
+    spec each live field comes from (for errors located on the spec's line)."""
+
+    id: str
+    kind: str
+    params: Any
+    origins: Mapping[str, str] = field(default_factory=dict)

@@ -1,0 +1,697 @@
+"""The compute side of an EKS cluster: launch templates and managed node groups.
+
+What may change in place is EKS's and EC2's (UpdateNodegroupConfig: scaling, labels, taints,
+update config; UpdateNodegroupVersion: the Kubernetes version and the launch template
+version, as a rolling update; CreateLaunchTemplateVersion). A node group's AMI type, capacity
+type, instance type, subnets and role are fixed at creation: changing one replaces the group
+blue/green — the new group is made and ACTIVE before the old one is deleted, and EKS cordons
+and drains the old nodes as it deletes them (respecting pod disruption budgets).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.drivers.aws import error_code
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import (
+    UNKNOWN,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
+from provisioner.resources.compute import PlacementGroupOut, SgOut
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import by_resource, owned_items, retag, tags_of
+from provisioner.resources.eks import (
+    AccessOut,
+    EksOut,
+    cluster_ours,
+    created_or_found,
+    eks_retag,
+    health,
+    unless_gone,
+)
+from provisioner.resources.errors import Foreign, ResourceError
+from provisioner.resources.gateways import EndpointOut, RouteTableOut
+from provisioner.resources.iam import RoleOut
+from provisioner.resources.network import SubnetOut
+from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+
+# -- launch templates --------------------------------------------------------------------
+@dataclass(frozen=True)
+class LtOut:
+    """A launch template: its id and default version."""
+
+    id: str
+    version: int
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One network interface of the template (EC2's multi-card layout)."""
+
+    card: int
+    device: int
+    interface_type: str
+    groups: tuple[Ref[SgOut], ...]
+    delete_on_termination: bool = True
+
+
+@dataclass(frozen=True)
+class Volume:
+    """An EBS volume of the template."""
+
+    device: str
+    size_gib: int
+    volume_type: str
+    encrypted: bool
+    delete_on_termination: bool = True
+
+
+@dataclass(frozen=True)
+class LtData:
+    """LaunchTemplateData, as ``render`` writes it in aws/launch-templates/POOL.yaml."""
+
+    instance_type: str
+    http_tokens: str
+    http_endpoint: str
+    hop_limit: int
+    volumes: tuple[Volume, ...]
+    interfaces: tuple[Interface, ...]
+    user_data: str
+    market_type: str | None = None
+    reservation_id: str | None = None
+    placement_group: Ref[PlacementGroupOut] | None = None
+    #: (resource type, tags) for what instances launched from it carry.
+    instance_tags: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class LtParams:
+    """A GPU pool's launch template."""
+
+    template_name: str
+    data: LtData
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class LtLive:
+    """The default version's data, flattened to (path, value) leaves; and the tags."""
+
+    data: tuple[tuple[str, Any], ...]
+    tags: Tags
+
+
+def launch_data(ctx: Context, data: LtData, encode: bool = True) -> dict[str, Any]:
+    """The LaunchTemplateData request (ids resolved; ``UNKNOWN`` where not made yet)."""
+    body: dict[str, Any] = {
+        "InstanceType": data.instance_type,
+        "MetadataOptions": {
+            "HttpTokens": data.http_tokens,
+            "HttpEndpoint": data.http_endpoint,
+            "HttpPutResponseHopLimit": data.hop_limit,
+        },
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": v.device,
+                "Ebs": {
+                    "VolumeSize": v.size_gib,
+                    "VolumeType": v.volume_type,
+                    "Encrypted": v.encrypted,
+                    "DeleteOnTermination": v.delete_on_termination,
+                },
+            }
+            for v in data.volumes
+        ],
+        "NetworkInterfaces": [
+            {
+                "NetworkCardIndex": i.card,
+                "DeviceIndex": i.device,
+                "InterfaceType": i.interface_type,
+                "Groups": [ctx.resolve(g) for g in i.groups],
+                "DeleteOnTermination": i.delete_on_termination,
+            }
+            for i in data.interfaces
+        ],
+    }
+    if data.market_type:
+        body["InstanceMarketOptions"] = {"MarketType": data.market_type}
+    if data.reservation_id:
+        body["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": data.reservation_id}
+        }
+    if data.placement_group is not None:
+        body["Placement"] = {"GroupName": ctx.resolve(data.placement_group)}
+    if data.instance_tags:
+        body["TagSpecifications"] = [
+            {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags]}
+            for kind, tags in data.instance_tags
+        ]
+    body["UserData"] = (
+        base64.b64encode(data.user_data.encode()).decode() if encode else (data.user_data)
+    )
+    return body
+
+
+def flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(path, leaf) pairs of JSON-like data, e.g. ("NetworkInterfaces[1].DeviceIndex", 1)."""
+    if isinstance(value, dict):
+        out: list[tuple[str, Any]] = []
+        for key in sorted(value):
+            out += flatten(value[key], f"{path}.{key}" if path else key)
+        return out
+    if isinstance(value, list):
+        out = []
+        for index, item in enumerate(value):
+            out += flatten(item, f"{path}[{index}]")
+        return out
+    return [(path, value)]
+
+
+class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
+    """A GPU pool's launch template: every EFA interface, IMDSv2, encrypted root volume,
+    capacity-block market options, NodeConfig user data. A change is a new version."""
+
+    name, params, outputs = "launch-template", LtParams, LtOut
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_launch_templates", "LaunchTemplates")
+
+    def read(self, ctx: Context, rid: str, params: LtParams) -> Observed[LtOut, LtLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        lt_id = item["LaunchTemplateId"]
+        version = int(item["DefaultVersionNumber"])
+        data = ctx.aws.client("ec2").describe_launch_template_versions(
+            LaunchTemplateId=lt_id, Versions=[str(version)]
+        )["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        if "UserData" in data:
+            data["UserData"] = base64.b64decode(data["UserData"]).decode()
+        # The template's own tags are not part of its data (EC2 refuses a "launch-template"
+        # tag specification inside LaunchTemplateData); moto files them there all the same.
+        specs = [
+            t
+            for t in data.get("TagSpecifications", [])
+            if t.get("ResourceType") != "launch-template"
+        ]
+        if "TagSpecifications" in data:
+            data["TagSpecifications"] = specs
+        live = LtLive(tuple(flatten(data)), tags_of(item))
+        return Observed(LtOut(lt_id, version), live, lt_id)
+
+    def desired(
+        self, ctx: Context, rid: str, params: LtParams, observed: Observed[LtOut, LtLive]
+    ) -> LtLive:
+        data = launch_data(ctx, params.data, encode=False)
+        tags = params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+        return LtLive(tuple(flatten(data)), tags)
+
+    def diff(
+        self, ctx: Context, rid: str, params: LtParams, observed: Observed[LtOut, LtLive]
+    ) -> list[FieldChange]:
+        want = self.desired(ctx, rid, params, observed)
+        changes = [c for c in super().diff(ctx, rid, params, observed) if c.path == "tags"]
+        have, need = dict(observed.live.data), dict(want.data)
+        for path in sorted(set(have) | set(need)):
+            if have.get(path) != need.get(path) or need.get(path) is UNKNOWN:
+                changes.append(
+                    FieldChange(
+                        f"data.{path}",
+                        have.get(path),
+                        need.get(path),
+                        How.UPDATE,
+                        "a new launch template version (CreateLaunchTemplateVersion)",
+                    )
+                )
+        return changes
+
+    def create(self, ctx: Context, rid: str, params: LtParams) -> LtOut:
+        ec2 = ctx.aws.client("ec2")
+        try:
+            made = ec2.create_launch_template(
+                LaunchTemplateName=params.template_name,
+                LaunchTemplateData=launch_data(ctx, params.data),
+                TagSpecifications=ctx.tag_spec("launch-template", params.tags),
+                ClientToken=ctx.token(rid),
+            )["LaunchTemplate"]
+        except Exception as exc:
+            if "AlreadyExists" not in (error_code(exc) or ""):
+                raise
+            ctx.forget("ec2:describe_launch_templates")
+            found = self.read(ctx, rid, params)
+            if found is None:
+                raise Foreign(
+                    f"launch template {params.template_name} exists and is not fmctl's",
+                    hint="delete it, or pick another cluster name",
+                ) from exc
+            return found.outputs
+        return LtOut(made["LaunchTemplateId"], int(made["DefaultVersionNumber"]))
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: LtParams,
+        observed: Observed[LtOut, LtLive],
+        changes: Sequence[FieldChange],
+    ) -> LtOut:
+        ec2 = ctx.aws.client("ec2")
+        out = observed.outputs
+        if any(c.path.startswith("data.") for c in changes):
+            version = ec2.create_launch_template_version(
+                LaunchTemplateId=observed.id,
+                LaunchTemplateData=launch_data(ctx, params.data),
+                ClientToken=ctx.token(f"{rid}/v{observed.outputs.version + 1}"),
+            )["LaunchTemplateVersion"]
+            number = int(version["VersionNumber"])
+            ec2.modify_launch_template(LaunchTemplateId=observed.id, DefaultVersion=str(number))
+            out = LtOut(observed.id, number)
+        for change in changes:
+            if change.path == "tags":
+                from provisioner.resources.tags import tag_updates
+
+                retag(ctx, observed.id, *tag_updates(change.before, change.after))
+        return out
+
+    def outputs_after(
+        self, observed: Observed[LtOut, LtLive], changes: Sequence[FieldChange]
+    ) -> Any:
+        """What dependents see once the planned update ran: a new version."""
+        if any(c.path.startswith("data.") for c in changes):
+            return LtOut(observed.id, UNKNOWN)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(tags_of(i).get(RESOURCE_TAG) or "?", i["LaunchTemplateId"])
+            for i in self._items(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        try:
+            ctx.aws.client("ec2").delete_launch_template(LaunchTemplateId=owned.id)
+        except Exception as exc:
+            from provisioner.resources.ec2 import is_gone
+
+            if not is_gone(exc):
+                raise
+
+
+# -- node groups -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodegroupOut:
+    """A node group by name."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """A node group's scaling configuration."""
+
+    min_size: int
+    max_size: int
+    desired_size: int
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A Kubernetes taint, as EKS spells it (NO_SCHEDULE, ...)."""
+
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class NodegroupParams:
+    """A managed node group, as ``render`` writes it in aws/nodegroups/NAME.yaml."""
+
+    cluster: Ref[EksOut]
+    nodegroup_name: str
+    ami_type: str
+    capacity_type: str
+    scaling: Scaling
+    subnets: tuple[Ref[SubnetOut], ...]
+    node_role: Ref[RoleOut]
+    labels: tuple[tuple[str, str], ...]
+    taints: tuple[Taint, ...]
+    max_unavailable: int
+    version: str
+    tags: DesiredTags
+    #: The nodes' access entry: without it they cannot join.
+    access: Ref[AccessOut]
+    instance_types: tuple[str, ...] = ()
+    launch_template: Ref[LtOut] | None = None
+    #: The pool's instance type when it lives in the launch template.
+    instance_type: str | None = None
+    #: The private subnet's route out (NAT) and the S3 endpoint: nodes pull images to join.
+    routes: tuple[Ref[RouteTableOut], ...] = ()
+    endpoint: Ref[EndpointOut] | None = None
+
+
+@dataclass(frozen=True)
+class NodegroupLive:
+    """What fmctl manages of a node group."""
+
+    ami_type: str
+    capacity_type: str
+    instance_type: Any
+    subnets: Any
+    node_role: Any
+    scaling: Scaling
+    labels: Any
+    taints: Any
+    max_unavailable: int
+    version: str
+    launch_template: Any
+    tags: Tags
+
+
+_FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
+
+
+class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
+    """A managed node group: the system group, or one per GPU pool."""
+
+    name, params, outputs = "eks-nodegroup", NodegroupParams, NodegroupOut
+    create_seconds, update_seconds, delete_seconds = 300.0, 600.0, 300.0
+    create_before_delete = True
+    policy = policies(
+        ami_type=Policy(How.REPLACE, f"the AMI type is {_FIXED}"),
+        capacity_type=Policy(How.REPLACE, f"the capacity type is {_FIXED}"),
+        instance_type=Policy(How.REPLACE, f"the instance type is {_FIXED}"),
+        subnets=Policy(How.REPLACE, f"the subnets are {_FIXED}"),
+        node_role=Policy(How.REPLACE, f"the node role is {_FIXED}"),
+        scaling=Policy(How.UPDATE, "UpdateNodegroupConfig scalingConfig"),
+        labels=Policy(How.UPDATE, "UpdateNodegroupConfig labels"),
+        taints=Policy(How.UPDATE, "UpdateNodegroupConfig taints"),
+        max_unavailable=Policy(How.UPDATE, "UpdateNodegroupConfig updateConfig"),
+        version=Policy(How.UPDATE, "UpdateNodegroupVersion: a rolling update of the nodes"),
+        launch_template=Policy(
+            How.UPDATE, "UpdateNodegroupVersion to the new template version: a rolling update"
+        ),
+    )
+
+    def _groups(self, ctx: Context) -> list[dict[str, Any]]:
+        """Every node group of the cluster carrying its tag (one list, one describe each)."""
+
+        def load() -> list[dict[str, Any]]:
+            if not cluster_ours(ctx):
+                return []
+            eks = ctx.aws.client("eks")
+            out = []
+            for name in eks.list_nodegroups(clusterName=ctx.cluster)["nodegroups"]:
+                found = unless_gone(
+                    functools.partial(
+                        eks.describe_nodegroup, clusterName=ctx.cluster, nodegroupName=name
+                    )
+                )
+                ng = found["nodegroup"] if found else None
+                if ng is not None and (ng.get("tags") or {}).get(OWNER_TAG) == ctx.cluster:
+                    out.append(ng)
+            return out
+
+        return ctx.cached("eks:nodegroups", load)
+
+    def _instance_type(self, ctx: Context, ng: dict[str, Any]) -> str | None:
+        template = ng.get("launchTemplate") or {}
+        if not template.get("id"):
+            types = ng.get("instanceTypes") or []
+            return str(types[0]) if types else None
+        versions = ctx.aws.client("ec2").describe_launch_template_versions(
+            LaunchTemplateId=template["id"], Versions=[str(template.get("version", "$Default"))]
+        )["LaunchTemplateVersions"]
+        return versions[0]["LaunchTemplateData"].get("InstanceType") if versions else None
+
+    def _observed(self, ctx: Context, ng: dict[str, Any]) -> Observed[NodegroupOut, NodegroupLive]:
+        scaling = ng.get("scalingConfig") or {}
+        template = ng.get("launchTemplate") or {}
+        live = NodegroupLive(
+            str(ng.get("amiType", "")),
+            str(ng.get("capacityType", "")),
+            self._instance_type(ctx, ng),
+            frozenset(ng.get("subnets", [])),
+            ng.get("nodeRole"),
+            Scaling(
+                int(scaling.get("minSize", 0)),
+                int(scaling.get("maxSize", 0)),
+                int(scaling.get("desiredSize", 0)),
+            ),
+            frozenset((ng.get("labels") or {}).items()),
+            frozenset((t["key"], t.get("value", ""), t["effect"]) for t in ng.get("taints") or []),
+            int((ng.get("updateConfig") or {}).get("maxUnavailable", 1)),
+            str(ng.get("version", "")),
+            f"{template['id']}:{template.get('version')}" if template.get("id") else None,
+            Tags.of(ng.get("tags") or {}),
+        )
+        status = str(ng["status"])
+        if status in ("CREATE_FAILED", "DELETE_FAILED", "DEGRADED"):
+            raise ResourceError(
+                f"node group {ng['nodegroupName']} is {status}: {health(ng)}",
+                hint=f"`fmctl down {ctx.cluster}` and `fmctl up` again",
+            )
+        pending = None if status == "ACTIVE" else status
+        name = str(ng["nodegroupName"])
+        return Observed(NodegroupOut(name), live, name, pending)
+
+    def read(
+        self, ctx: Context, rid: str, params: NodegroupParams
+    ) -> Observed[NodegroupOut, NodegroupLive] | None:
+        mine = [ng for ng in self._groups(ctx) if (ng.get("tags") or {}).get(RESOURCE_TAG) == rid]
+        mine = [ng for ng in mine if ng["status"] != "DELETING"]
+        if not mine:
+            return None
+        observed = [self._observed(ctx, ng) for ng in mine]
+        # During a blue/green replacement two groups carry the pool's tag: the one that
+        # already has what the spec asks for is the pool; the other is on its way out.
+        for candidate in observed:
+            want = self.desired(ctx, rid, params, candidate)
+            fixed = ("ami_type", "capacity_type", "instance_type")
+            if all(getattr(want, f) == getattr(candidate.live, f) for f in fixed):
+                return candidate
+        named = [o for o in observed if o.id == params.nodegroup_name]
+        return (named or observed)[0]
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+    ) -> NodegroupLive:
+        template = None
+        if params.launch_template is not None:
+            lt_id = ctx.resolve(params.launch_template)
+            lt_version = ctx.resolve(params.launch_template, "version")
+            template = UNKNOWN if UNKNOWN in (lt_id, lt_version) else f"{lt_id}:{lt_version}"
+        subnets = (
+            frozenset(ctx.resolve(s) for s in params.subnets)
+            if all(ctx.known(s) for s in params.subnets)
+            else UNKNOWN
+        )
+        return NodegroupLive(
+            params.ami_type,
+            params.capacity_type,
+            params.instance_type or (params.instance_types[0] if params.instance_types else None),
+            subnets,
+            ctx.resolve(params.node_role, "arn"),
+            params.scaling,
+            frozenset(params.labels),
+            frozenset((t.key, t.value, t.effect) for t in params.taints),
+            params.max_unavailable,
+            params.version,
+            template,
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def renamed(self, params: NodegroupParams, observed: Observed[Any, Any]) -> NodegroupParams:
+        """The params of a replacement: a name of its own (EKS names are unique per
+        cluster), stable for what it is made of, so a re-run finds it."""
+        fixed = f"{params.ami_type}/{params.capacity_type}/{params.instance_type}"
+        fixed += f"/{params.instance_types}"
+        digest = hashlib.sha256(fixed.encode()).hexdigest()[:5]
+        base = (
+            params.nodegroup_name.rsplit("-g", 1)[0]
+            if "-g" in params.nodegroup_name
+            else (params.nodegroup_name)
+        )
+        name = f"{base}-g{digest}"
+        if name == observed.id:
+            name = f"{base}-g{hashlib.sha256((fixed + '/again').encode()).hexdigest()[:5]}"
+        return dataclasses.replace(params, nodegroup_name=name[:63])
+
+    def create(self, ctx: Context, rid: str, params: NodegroupParams) -> NodegroupOut:
+        eks = ctx.aws.client("eks")
+        request: dict[str, Any] = {
+            "clusterName": ctx.cluster,
+            "nodegroupName": params.nodegroup_name,
+            "amiType": params.ami_type,
+            "capacityType": params.capacity_type,
+            "scalingConfig": {
+                "minSize": params.scaling.min_size,
+                "maxSize": params.scaling.max_size,
+                "desiredSize": params.scaling.desired_size,
+            },
+            "subnets": [ctx.get(s).id for s in params.subnets],
+            "nodeRole": ctx.get(params.node_role).arn,
+            "labels": dict(params.labels),
+            "updateConfig": {"maxUnavailable": params.max_unavailable},
+            "version": params.version,
+            "tags": params.tags.at_creation(),
+        }
+        if params.taints:
+            request["taints"] = [
+                {"key": t.key, "value": t.value, "effect": t.effect} for t in params.taints
+            ]
+        if params.instance_types:
+            request["instanceTypes"] = list(params.instance_types)
+        if params.launch_template is not None:
+            template = ctx.get(params.launch_template)
+            request["launchTemplate"] = {"id": template.id, "version": str(template.version)}
+
+        def again() -> NodegroupOut | None:
+            ng = unless_gone(
+                lambda: eks.describe_nodegroup(
+                    clusterName=ctx.cluster, nodegroupName=params.nodegroup_name
+                )["nodegroup"]
+            )
+            if ng is None or (ng.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
+                return None
+            return NodegroupOut(params.nodegroup_name)
+
+        created_or_found(
+            lambda: eks.create_nodegroup(**request, clientRequestToken=ctx.token(rid)), again
+        )
+        return self._active(ctx, rid, params.nodegroup_name, self.create_seconds)
+
+    def _active(self, ctx: Context, rid: str, name: str, expected: float) -> NodegroupOut:
+        eks = ctx.aws.client("eks")
+
+        def probe() -> NodegroupOut | None:
+            ng = unless_gone(
+                lambda: eks.describe_nodegroup(clusterName=ctx.cluster, nodegroupName=name)[
+                    "nodegroup"
+                ]
+            )
+            if ng is None:
+                raise ResourceError(f"node group {name} disappeared while it was being made")
+            if ng["status"] in ("CREATE_FAILED", "DEGRADED"):
+                raise ResourceError(f"node group {name} is {ng['status']}: {health(ng)}")
+            return NodegroupOut(name) if ng["status"] == "ACTIVE" else None
+
+        return ctx.wait_until(f"node group {name} to be ACTIVE", probe, expected, 3600, rid)
+
+    def wait(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+    ) -> NodegroupOut:
+        return self._active(ctx, rid, observed.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+        changes: Sequence[FieldChange],
+    ) -> NodegroupOut:
+        eks = ctx.aws.client("eks")
+        paths = {c.path.split(".")[0] for c in changes}
+        live = observed.live
+        config: dict[str, Any] = {}
+        if "scaling" in paths:
+            config["scalingConfig"] = {
+                "minSize": params.scaling.min_size,
+                "maxSize": params.scaling.max_size,
+                "desiredSize": params.scaling.desired_size,
+            }
+        if "labels" in paths:
+            want = dict(params.labels)
+            config["labels"] = {
+                "addOrUpdateLabels": {k: v for k, v in want.items() if (k, v) not in live.labels},
+                "removeLabels": sorted({k for k, _ in live.labels} - set(want)),
+            }
+        if "taints" in paths:
+            want_taints = {(t.key, t.value, t.effect) for t in params.taints}
+            config["taints"] = {
+                "addOrUpdateTaints": [
+                    {"key": k, "value": v, "effect": e} for k, v, e in sorted(want_taints)
+                ],
+                "removeTaints": [
+                    {"key": k, "value": v, "effect": e}
+                    for k, v, e in sorted(live.taints - want_taints)
+                    if k not in {t[0] for t in want_taints}
+                ],
+            }
+        if "max_unavailable" in paths:
+            config["updateConfig"] = {"maxUnavailable": params.max_unavailable}
+        if config:
+            ctx.emit(rid, "updating", ", ".join(sorted(config)))
+            eks.update_nodegroup_config(
+                clusterName=ctx.cluster, nodegroupName=observed.id, **config
+            )
+            self._active(ctx, rid, observed.id, self.update_seconds / 4)
+        version: dict[str, Any] = {}
+        if "launch_template" in paths and params.launch_template is not None:
+            template = ctx.get(params.launch_template)
+            version["launchTemplate"] = {"id": template.id, "version": str(template.version)}
+        if "version" in paths:
+            version["version"] = params.version
+        if version:
+            ctx.emit(rid, "updating", "rolling update: " + ", ".join(sorted(version)))
+            eks.update_nodegroup_version(
+                clusterName=ctx.cluster, nodegroupName=observed.id, **version
+            )
+            self._active(ctx, rid, observed.id, self.update_seconds)
+        if "tags" in paths:
+            arn = eks.describe_nodegroup(clusterName=ctx.cluster, nodegroupName=observed.id)[
+                "nodegroup"
+            ]["nodegroupArn"]
+            eks_retag(ctx, arn, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item((ng.get("tags") or {}).get(RESOURCE_TAG, "?"), ng["nodegroupName"])
+            for ng in self._groups(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        eks = ctx.aws.client("eks")
+        gone = unless_gone(
+            lambda: eks.delete_nodegroup(clusterName=ctx.cluster, nodegroupName=owned.id)
+        )
+        if gone is None:
+            return
+
+        def absent() -> bool | None:
+            ng = unless_gone(
+                lambda: eks.describe_nodegroup(clusterName=ctx.cluster, nodegroupName=owned.id)
+            )
+            return True if ng is None else None
+
+        ctx.wait_until(
+            f"node group {owned.id} to be deleted",
+            absent,
+            self.delete_seconds,
+            3600,
+            owned.resource,
+        )

@@ -1,0 +1,542 @@
+"""FSx for Lustre: the file system, an existing one the spec names, and S3 data-repository
+associations.
+
+What may change in place is AWS's (FSx for Lustre User Guide, "Managing storage capacity"
+and "Managing throughput capacity"; UpdateFileSystem, UpdateDataRepositoryAssociation):
+storage only grows (not at all for SCRATCH_1), throughput per TiB of a persistent SSD file
+system goes up or down, the auto-import policy and compression change; the deployment type,
+subnet and a file system's own import and export paths are fixed, so changing them means a
+new file system — and the data on the old one is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.compute import SgOut
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import is_gone, retry_dependency
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.network import NoLive, SubnetOut
+from provisioner.resources.pcluster_check import CheckOut
+from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
+
+EVENTS = ("NEW", "CHANGED", "DELETED")
+
+
+def _tags(item: dict[str, Any]) -> Tags:
+    return Tags.from_list(item.get("Tags"))
+
+
+def _await_available(
+    ctx: Context, what: str, fetch: Callable[[], dict[str, Any]], expected: float, rid: str
+) -> dict[str, Any]:
+    """Wait for an FSx lifecycle to reach AVAILABLE; FAILED or MISCONFIGURED is an error."""
+
+    def probe() -> dict[str, Any] | None:
+        item = fetch()
+        if item["Lifecycle"] in ("FAILED", "MISCONFIGURED"):
+            reason = item.get("FailureDetails", {}).get("Message", "")
+            raise ResourceError(f"{what} is {item['Lifecycle']}: {reason}".rstrip(": "))
+        return item if item["Lifecycle"] == "AVAILABLE" else None
+
+    return ctx.wait_until(f"{what} to be AVAILABLE", probe, expected, 3600, rid)
+
+
+def _delete_and_wait(
+    ctx: Context,
+    owned: Owned,
+    what: str,
+    delete: Callable[[], Any],
+    fetch: Callable[[], list[Any]],
+    expected: float,
+) -> None:
+    """Delete, then wait until describing it says it is gone (an error or an empty list)."""
+    retry_dependency(delete, owned.id, ctx)
+
+    def gone() -> bool | None:
+        try:
+            return None if fetch() else True
+        except Exception as exc:
+            if is_gone(exc):
+                return True
+            raise
+
+    ctx.wait_until(f"{what} to be deleted", gone, expected, 3600, owned.resource)
+
+
+def _retag(ctx: Context, arn: str, changes: Sequence[FieldChange]) -> None:
+    fsx = ctx.aws.client("fsx")
+    for change in changes:
+        if change.path != "tags":
+            continue
+        add, remove = tag_updates(change.before, change.after)
+        if add:
+            fsx.tag_resource(
+                ResourceARN=arn, Tags=[{"Key": k, "Value": v} for k, v in sorted(add.items())]
+            )
+        if remove:
+            fsx.untag_resource(ResourceARN=arn, TagKeys=remove)
+
+
+@dataclass(frozen=True)
+class FsxOut:
+    """A Lustre file system: what nodes mount."""
+
+    id: str
+    dns: str
+    mount_name: str
+
+
+@dataclass(frozen=True)
+class FsxParams:
+    """A new FSx for Lustre file system in the private subnet."""
+
+    subnet: Ref[SubnetOut]
+    security_group: Ref[SgOut]
+    capacity_gib: int
+    deployment_type: str
+    tags: DesiredTags
+    throughput_per_tib: int | None = None
+    #: Linked at creation (types other than PERSISTENT_2; PERSISTENT_2 uses associations).
+    import_path: str | None = None
+    export_path: str | None = None
+    #: Made only once this is done: on Slurm, ParallelCluster's validators (the file system
+    #: is the first resource that is slow and billed; a refused config stops `up` before it).
+    gate: Ref[CheckOut] | None = None
+
+
+@dataclass(frozen=True)
+class FsxLive:
+    """What fmctl manages of a file system."""
+
+    subnet: Any
+    deployment_type: str
+    capacity_gib: int
+    throughput_per_tib: int | None
+    import_path: str | None
+    export_path: str | None
+    auto_import: str | None
+    compression: str
+    tags: Tags
+
+
+class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
+    """FSx for Lustre, created in the private subnet with the FSx security group."""
+
+    name, params, outputs = "fsx", FsxParams, FsxOut
+    create_seconds, update_seconds, delete_seconds = 600.0, 600.0, 300.0
+    policy = policies(
+        subnet=Policy(How.REPLACE, "a file system's subnet is fixed at creation"),
+        deployment_type=Policy(
+            How.REPLACE, "the deployment type is fixed at creation (CreateFileSystem)"
+        ),
+        capacity_gib=Policy(How.UPDATE, "UpdateFileSystem StorageCapacity (it only grows)"),
+        throughput_per_tib=Policy(
+            How.UPDATE, "UpdateFileSystem PerUnitStorageThroughput (persistent SSD types)"
+        ),
+        import_path=Policy(How.REPLACE, "ImportPath is fixed at creation"),
+        export_path=Policy(How.REPLACE, "ExportPath is fixed at creation"),
+        auto_import=Policy(How.UPDATE, "UpdateFileSystem AutoImportPolicy"),
+        compression=Policy(How.UPDATE, "UpdateFileSystem DataCompressionType"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        def load() -> list[dict[str, Any]]:
+            fsx = ctx.aws.client("fsx")
+            items: list[dict[str, Any]] = []
+            for page in fsx.get_paginator("describe_file_systems").paginate():
+                items += [
+                    f
+                    for f in page["FileSystems"]
+                    if ctx.ours(_tags(f).as_dict())
+                    and f.get("Lifecycle") not in ("DELETING", "FAILED")
+                ]
+            return items
+
+        return ctx.cached("fsx:file-systems", load)
+
+    @staticmethod
+    def out_of(item: dict[str, Any]) -> FsxOut:
+        """The outputs of a described file system."""
+        return FsxOut(
+            item["FileSystemId"],
+            item.get("DNSName", ""),
+            item.get("LustreConfiguration", {}).get("MountName", ""),
+        )
+
+    def read(self, ctx: Context, rid: str, params: FsxParams) -> Observed[FsxOut, FsxLive] | None:
+        for item in self._items(ctx):
+            if _tags(item).get(RESOURCE_TAG) == rid:
+                return self._observed(item)
+        return None
+
+    def _observed(self, item: dict[str, Any]) -> Observed[FsxOut, FsxLive]:
+        lustre = item.get("LustreConfiguration", {})
+        repo = lustre.get("DataRepositoryConfiguration", {})
+        live = FsxLive(
+            (item.get("SubnetIds") or [None])[0],
+            str(lustre.get("DeploymentType", "")),
+            int(item.get("StorageCapacity", 0)),
+            lustre.get("PerUnitStorageThroughput"),
+            repo.get("ImportPath"),
+            repo.get("ExportPath"),
+            repo.get("AutoImportPolicy"),
+            str(lustre.get("DataCompressionType", "NONE")),
+            _tags(item),
+        )
+        pending = None if item.get("Lifecycle") == "AVAILABLE" else str(item.get("Lifecycle"))
+        return Observed(self.out_of(item), live, item["FileSystemId"], pending)
+
+    def desired(
+        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
+    ) -> FsxLive:
+        linked = params.import_path is not None and params.deployment_type != "PERSISTENT_2"
+        # Without an ExportPath, FSx picks s3://IMPORT-BUCKET/FSxLustre<creation time>: what
+        # it picked is what was asked for.
+        export = params.export_path or observed.live.export_path
+        return FsxLive(
+            ctx.resolve(params.subnet),
+            params.deployment_type,
+            params.capacity_gib,
+            params.throughput_per_tib,
+            params.import_path if linked else None,
+            export if linked else None,
+            "NEW_CHANGED_DELETED" if linked else None,
+            "LZ4",
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def diff(
+        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
+    ) -> list[FieldChange]:
+        out = []
+        for change in super().diff(ctx, rid, params, observed):
+            if change.path == "capacity_gib" and (
+                change.after < change.before or params.deployment_type == "SCRATCH_1"
+            ):
+                why = (
+                    "SCRATCH_1 file systems cannot grow"
+                    if params.deployment_type == "SCRATCH_1"
+                    else "FSx for Lustre storage only grows; it cannot shrink"
+                )
+                change = FieldChange(change.path, change.before, change.after, How.IMMUTABLE, why)
+            elif change.path == "throughput_per_tib" and not params.deployment_type.startswith(
+                "PERSISTENT"
+            ):
+                change = FieldChange(
+                    change.path,
+                    change.before,
+                    change.after,
+                    How.IMMUTABLE,
+                    "only persistent SSD file systems change their throughput",
+                )
+            out.append(change)
+        return out
+
+    def create(self, ctx: Context, rid: str, params: FsxParams) -> FsxOut:
+        lustre: dict[str, Any] = {
+            "DeploymentType": params.deployment_type,
+            "DataCompressionType": "LZ4",
+        }
+        if params.throughput_per_tib:
+            lustre["PerUnitStorageThroughput"] = params.throughput_per_tib
+        if params.import_path and params.deployment_type != "PERSISTENT_2":
+            lustre["ImportPath"] = params.import_path
+            if params.export_path:
+                lustre["ExportPath"] = params.export_path
+            lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
+        item = ctx.aws.client("fsx").create_file_system(
+            ClientRequestToken=ctx.token(rid),
+            FileSystemType="LUSTRE",
+            StorageCapacity=params.capacity_gib,
+            StorageType="SSD",
+            SubnetIds=[ctx.get(params.subnet).id],
+            SecurityGroupIds=[ctx.get(params.security_group).id],
+            LustreConfiguration=lustre,
+            FileSystemTypeVersion="2.15",
+            Tags=ctx.tag_list(params.tags),
+        )["FileSystem"]
+        return self._available(ctx, rid, item["FileSystemId"], self.create_seconds)
+
+    def _available(self, ctx: Context, rid: str, fs_id: str, expected: float) -> FsxOut:
+        fsx = ctx.aws.client("fsx")
+        item = _await_available(
+            ctx,
+            f"FSx for Lustre {fs_id}",
+            lambda: fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0],
+            expected,
+            rid,
+        )
+        return self.out_of(item)
+
+    def wait(
+        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
+    ) -> FsxOut:
+        return self._available(ctx, rid, observed.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: FsxParams,
+        observed: Observed[FsxOut, FsxLive],
+        changes: Sequence[FieldChange],
+    ) -> FsxOut:
+        paths = {c.path for c in changes}
+        request: dict[str, Any] = {}
+        lustre: dict[str, Any] = {}
+        if "capacity_gib" in paths:
+            request["StorageCapacity"] = params.capacity_gib
+        if "throughput_per_tib" in paths:
+            lustre["PerUnitStorageThroughput"] = params.throughput_per_tib
+        if "auto_import" in paths:
+            lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
+        if "compression" in paths:
+            lustre["DataCompressionType"] = "LZ4"
+        if lustre:
+            request["LustreConfiguration"] = lustre
+        if request:
+            ctx.aws.client("fsx").update_file_system(
+                FileSystemId=observed.id,
+                ClientRequestToken=ctx.token(f"{rid}/update/{sorted(request.items())!r}")[:63],
+                **request,
+            )
+        arn = self._arn(ctx, observed.id)
+        _retag(ctx, arn, changes)
+        if request:
+            return self._available(ctx, rid, observed.id, self.update_seconds)
+        return observed.outputs
+
+    def _arn(self, ctx: Context, fs_id: str) -> str:
+        fsx = ctx.aws.client("fsx")
+        return str(
+            fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]["ResourceARN"]
+        )
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(_tags(i).get(RESOURCE_TAG) or "?", i["FileSystemId"])
+            for i in self._items(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        fsx = ctx.aws.client("fsx")
+        _delete_and_wait(
+            ctx,
+            owned,
+            f"FSx {owned.id}",
+            lambda: fsx.delete_file_system(
+                FileSystemId=owned.id, ClientRequestToken=ctx.token(f"delete/{owned.id}")
+            ),
+            lambda: fsx.describe_file_systems(FileSystemIds=[owned.id])["FileSystems"],
+            self.delete_seconds,
+        )
+
+
+@dataclass(frozen=True)
+class ExistingFsxParams:
+    """A file system the spec names."""
+
+    file_system_id: str
+
+
+class ExistingFileSystem(Kind[ExistingFsxParams, FsxOut, NoLive]):
+    """A file system the spec names: looked up, never changed or deleted."""
+
+    name, params, outputs, owned = "existing-fsx", ExistingFsxParams, FsxOut, False
+
+    def read(
+        self, ctx: Context, rid: str, params: ExistingFsxParams
+    ) -> Observed[FsxOut, NoLive] | None:
+        try:
+            items = ctx.aws.client("fsx").describe_file_systems(
+                FileSystemIds=[params.file_system_id]
+            )["FileSystems"]
+        except Exception as exc:
+            if is_gone(exc):
+                return None
+            raise
+        if not items:
+            return None
+        return Observed(FileSystem.out_of(items[0]), NoLive(), params.file_system_id)
+
+    def desired(
+        self, ctx: Context, rid: str, params: ExistingFsxParams, observed: Observed[FsxOut, NoLive]
+    ) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: ExistingFsxParams) -> FsxOut:
+        raise ResourceError(
+            f"file system {params.file_system_id} (storage.fsxLustre.fileSystemId) does not "
+            f"exist in {ctx.region}",
+            hint="check the id and the region, or leave fileSystemId out for a new one",
+        )
+
+
+@dataclass(frozen=True)
+class DraOut:
+    """A data-repository association by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class DraParams:
+    """An S3 prefix at a file-system path, with automatic import and/or export."""
+
+    fsx: Ref[FsxOut]
+    file_system_path: str
+    s3_path: str
+    auto_import: bool
+    auto_export: bool
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class DraLive:
+    """What fmctl manages of an association."""
+
+    fsx: Any
+    file_system_path: str
+    s3_path: str
+    import_events: tuple[str, ...]
+    export_events: tuple[str, ...]
+    tags: Tags
+
+
+class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
+    """An FSx data-repository association: an S3 prefix with automatic import and export."""
+
+    name, params, outputs = "dra", DraParams, DraOut
+    create_seconds, update_seconds, delete_seconds = 420.0, 60.0, 180.0
+    policy = policies(
+        fsx=Policy(How.REPLACE, "an association's file system is fixed"),
+        file_system_path=Policy(How.REPLACE, "an association's FileSystemPath is fixed"),
+        s3_path=Policy(How.REPLACE, "an association's DataRepositoryPath is fixed"),
+        import_events=Policy(How.UPDATE, "UpdateDataRepositoryAssociation AutoImportPolicy"),
+        export_events=Policy(How.UPDATE, "UpdateDataRepositoryAssociation AutoExportPolicy"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        def load() -> list[dict[str, Any]]:
+            fsx = ctx.aws.client("fsx")
+            items = fsx.describe_data_repository_associations()["Associations"]
+            return [
+                a
+                for a in items
+                if ctx.ours(_tags(a).as_dict()) and a.get("Lifecycle") not in ("DELETING", "FAILED")
+            ]
+
+        return ctx.cached("fsx:associations", load)
+
+    def read(self, ctx: Context, rid: str, params: DraParams) -> Observed[DraOut, DraLive] | None:
+        for item in self._items(ctx):
+            if _tags(item).get(RESOURCE_TAG) == rid:
+                s3 = item.get("S3", {})
+                live = DraLive(
+                    item["FileSystemId"],
+                    item.get("FileSystemPath", ""),
+                    item.get("DataRepositoryPath", ""),
+                    tuple(s3.get("AutoImportPolicy", {}).get("Events", [])),
+                    tuple(s3.get("AutoExportPolicy", {}).get("Events", [])),
+                    _tags(item),
+                )
+                pending = None if item["Lifecycle"] == "AVAILABLE" else str(item["Lifecycle"])
+                aid = item["AssociationId"]
+                return Observed(DraOut(aid), live, aid, pending)
+        return None
+
+    def desired(
+        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
+    ) -> DraLive:
+        return DraLive(
+            ctx.resolve(params.fsx),
+            params.file_system_path,
+            params.s3_path,
+            EVENTS if params.auto_import else (),
+            EVENTS if params.auto_export else (),
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def _s3(self, params: DraParams) -> dict[str, Any]:
+        s3: dict[str, Any] = {}
+        if params.auto_import:
+            s3["AutoImportPolicy"] = {"Events": list(EVENTS)}
+        if params.auto_export:
+            s3["AutoExportPolicy"] = {"Events": list(EVENTS)}
+        return s3
+
+    def create(self, ctx: Context, rid: str, params: DraParams) -> DraOut:
+        item = ctx.aws.client("fsx").create_data_repository_association(
+            FileSystemId=ctx.get(params.fsx).id,
+            FileSystemPath=params.file_system_path,
+            DataRepositoryPath=params.s3_path,
+            BatchImportMetaDataOnCreate=params.auto_import,
+            S3=self._s3(params),
+            ClientRequestToken=ctx.token(rid),
+            Tags=ctx.tag_list(params.tags),
+        )["Association"]
+        return self._available(ctx, rid, item["AssociationId"], self.create_seconds)
+
+    def _available(self, ctx: Context, rid: str, aid: str, expected: float) -> DraOut:
+        fsx = ctx.aws.client("fsx")
+        _await_available(
+            ctx,
+            f"S3 association {aid}",
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[aid])["Associations"][
+                0
+            ],
+            expected,
+            rid,
+        )
+        return DraOut(aid)
+
+    def wait(
+        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
+    ) -> DraOut:
+        return self._available(ctx, rid, observed.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: DraParams,
+        observed: Observed[DraOut, DraLive],
+        changes: Sequence[FieldChange],
+    ) -> DraOut:
+        fsx = ctx.aws.client("fsx")
+        if any(c.path.endswith("_events") for c in changes):
+            fsx.update_data_repository_association(AssociationId=observed.id, S3=self._s3(params))
+        item = fsx.describe_data_repository_associations(AssociationIds=[observed.id])[
+            "Associations"
+        ][0]
+        _retag(ctx, item["ResourceARN"], changes)
+        if any(c.path.endswith("_events") for c in changes):
+            return self._available(ctx, rid, observed.id, self.update_seconds)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(_tags(a).get(RESOURCE_TAG) or "?", a["AssociationId"])
+            for a in self._items(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        fsx = ctx.aws.client("fsx")
+        _delete_and_wait(
+            ctx,
+            owned,
+            f"S3 association {owned.id}",
+            lambda: fsx.delete_data_repository_association(
+                AssociationId=owned.id, DeleteDataInFileSystem=False
+            ),
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[owned.id])[
+                "Associations"
+            ],
+            self.delete_seconds,
+        )

@@ -1,0 +1,605 @@
+"""The ways out of the VPC: internet gateway, the NAT gateway and its address, route tables,
+and the S3 gateway endpoint."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import (
+    by_resource,
+    create_or_adopt,
+    owned_items,
+    retag,
+    retry_dependency,
+    tags_of,
+)
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.network import SubnetOut, VpcOut
+from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
+
+
+def _tagged(ctx: Context, aws_id: str, changes: Sequence[FieldChange]) -> None:
+    for change in changes:
+        if change.path == "tags":
+            retag(ctx, aws_id, *tag_updates(change.before, change.after))
+
+
+def _found(kind: Kind[Any, Any, Any], items: list[dict[str, Any]], key: str) -> list[Owned]:
+    return [kind.owned_item(tags_of(i).get(RESOURCE_TAG) or "?", i[key]) for i in items]
+
+
+def _born(live_tags: Tags) -> str | None:
+    return live_tags.get(CREATED_TAG)
+
+
+@dataclass(frozen=True)
+class IgwOut:
+    """An internet gateway by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class EipOut:
+    """An Elastic IP by allocation id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class NatOut:
+    """A NAT gateway by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class EndpointOut:
+    """A VPC endpoint by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class IgwParams:
+    """The VPC's internet gateway."""
+
+    vpc: Ref[VpcOut]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class IgwLive:
+    """The VPC it is attached to (None: detached)."""
+
+    vpc: Any
+    tags: Tags
+
+
+class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
+    """The VPC's internet gateway."""
+
+    name, params, outputs = "igw", IgwParams, IgwOut
+    policy = policies(vpc=Policy(How.UPDATE, "AttachInternetGateway / DetachInternetGateway"))
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_internet_gateways", "InternetGateways")
+
+    def read(self, ctx: Context, rid: str, params: IgwParams) -> Observed[IgwOut, IgwLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        attached = [a["VpcId"] for a in item.get("Attachments", []) if a.get("VpcId")]
+        live = IgwLive(attached[0] if attached else None, tags_of(item))
+        gid = item["InternetGatewayId"]
+        return Observed(IgwOut(gid), live, gid)
+
+    def desired(
+        self, ctx: Context, rid: str, params: IgwParams, observed: Observed[IgwOut, IgwLive]
+    ) -> IgwLive:
+        return IgwLive(ctx.resolve(params.vpc), params.tags.resolve(_born(observed.live.tags)))
+
+    def create(self, ctx: Context, rid: str, params: IgwParams) -> IgwOut:
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> IgwOut:
+            igw = once.create_internet_gateway(
+                TagSpecifications=ctx.tag_spec("internet-gateway", params.tags)
+            )["InternetGateway"]
+            return IgwOut(igw["InternetGatewayId"])
+
+        def again() -> IgwOut | None:
+            ctx.forget("ec2:describe_internet_gateways")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        out = create_or_adopt(ctx, rid, make, again)
+        self._attach(ctx, out.id, ctx.get(params.vpc).id)
+        return out
+
+    def _attach(self, ctx: Context, gid: str, vpc_id: str) -> None:
+        ctx.aws.client("ec2").attach_internet_gateway(InternetGatewayId=gid, VpcId=vpc_id)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: IgwParams,
+        observed: Observed[IgwOut, IgwLive],
+        changes: Sequence[FieldChange],
+    ) -> IgwOut:
+        if any(c.path == "vpc" for c in changes):
+            ec2 = ctx.aws.client("ec2")
+            if observed.live.vpc:
+                ec2.detach_internet_gateway(InternetGatewayId=observed.id, VpcId=observed.live.vpc)
+            self._attach(ctx, observed.id, ctx.get(params.vpc).id)
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "InternetGatewayId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        try:
+            items = ec2.describe_internet_gateways(InternetGatewayIds=[owned.id])[
+                "InternetGateways"
+            ]
+        except Exception:
+            items = []
+        for attachment in items[0].get("Attachments", []) if items else []:
+            detach = functools.partial(
+                ec2.detach_internet_gateway, InternetGatewayId=owned.id, VpcId=attachment["VpcId"]
+            )
+            retry_dependency(detach, owned.id, ctx)
+        retry_dependency(
+            lambda: ec2.delete_internet_gateway(InternetGatewayId=owned.id), owned.id, ctx
+        )
+
+
+@dataclass(frozen=True)
+class EipParams:
+    """An Elastic IP for the NAT gateway."""
+
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class EipLive:
+    """What fmctl manages of an address."""
+
+    tags: Tags
+
+
+class ElasticIp(Kind[EipParams, EipOut, EipLive]):
+    """The NAT gateway's address."""
+
+    name, params, outputs = "eip", EipParams, EipOut
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_addresses", "Addresses")
+
+    def read(self, ctx: Context, rid: str, params: EipParams) -> Observed[EipOut, EipLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        return Observed(EipOut(item["AllocationId"]), EipLive(tags_of(item)), item["AllocationId"])
+
+    def desired(
+        self, ctx: Context, rid: str, params: EipParams, observed: Observed[EipOut, EipLive]
+    ) -> EipLive:
+        return EipLive(params.tags.resolve(_born(observed.live.tags)))
+
+    def create(self, ctx: Context, rid: str, params: EipParams) -> EipOut:
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> EipOut:
+            address = once.allocate_address(
+                Domain="vpc", TagSpecifications=ctx.tag_spec("elastic-ip", params.tags)
+            )
+            return EipOut(address["AllocationId"])
+
+        def again() -> EipOut | None:
+            ctx.forget("ec2:describe_addresses")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        return create_or_adopt(ctx, rid, make, again)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: EipParams,
+        observed: Observed[EipOut, EipLive],
+        changes: Sequence[FieldChange],
+    ) -> EipOut:
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "AllocationId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        retry_dependency(lambda: ec2.release_address(AllocationId=owned.id), owned.id, ctx)
+
+
+@dataclass(frozen=True)
+class NatParams:
+    """The NAT gateway: outbound internet for the private subnet (package installs, image
+    pulls). ``igw``: it only routes once the VPC's internet gateway is attached."""
+
+    subnet: Ref[SubnetOut]
+    eip: Ref[EipOut]
+    igw: Ref[IgwOut]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class NatLive:
+    """What fmctl manages of a NAT gateway."""
+
+    subnet: Any
+    eip: Any
+    tags: Tags
+
+
+class NatGateway(Kind[NatParams, NatOut, NatLive]):
+    """Outbound internet for the private subnet."""
+
+    name, params, outputs = "natgw", NatParams, NatOut
+    create_seconds, delete_seconds = 120.0, 60.0
+    policy = policies(
+        subnet=Policy(How.REPLACE, "a NAT gateway's subnet is fixed (CreateNatGateway)"),
+        eip=Policy(How.REPLACE, "a NAT gateway's address is fixed (CreateNatGateway)"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_nat_gateways", "NatGateways", "State")
+
+    def read(self, ctx: Context, rid: str, params: NatParams) -> Observed[NatOut, NatLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        addresses = [a.get("AllocationId") for a in item.get("NatGatewayAddresses", [])]
+        live = NatLive(item.get("SubnetId"), addresses[0] if addresses else None, tags_of(item))
+        nid = item["NatGatewayId"]
+        pending = None if item["State"] == "available" else str(item["State"])
+        return Observed(NatOut(nid), live, nid, pending)
+
+    def desired(
+        self, ctx: Context, rid: str, params: NatParams, observed: Observed[NatOut, NatLive]
+    ) -> NatLive:
+        return NatLive(
+            ctx.resolve(params.subnet),
+            ctx.resolve(params.eip),
+            params.tags.resolve(_born(observed.live.tags)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: NatParams) -> NatOut:
+        nat = ctx.aws.client("ec2").create_nat_gateway(
+            SubnetId=ctx.get(params.subnet).id,
+            AllocationId=ctx.get(params.eip).id,
+            ClientToken=ctx.token(rid),
+            TagSpecifications=ctx.tag_spec("natgateway", params.tags),
+        )["NatGateway"]
+        return self._available(ctx, rid, nat["NatGatewayId"])
+
+    def wait(
+        self, ctx: Context, rid: str, params: NatParams, observed: Observed[NatOut, NatLive]
+    ) -> NatOut:
+        return self._available(ctx, rid, observed.id)
+
+    def _available(self, ctx: Context, rid: str, nat_id: str) -> NatOut:
+        ec2 = ctx.aws.client("ec2")
+
+        def probe() -> NatOut | None:
+            nat = ec2.describe_nat_gateways(NatGatewayIds=[nat_id])["NatGateways"][0]
+            if nat["State"] == "failed":
+                raise ResourceError(
+                    f"NAT gateway {nat_id} failed: {nat.get('FailureMessage', '')}",
+                    hint="`fmctl down` and `fmctl up` again; check the Elastic IP quota",
+                )
+            return NatOut(nat_id) if nat["State"] == "available" else None
+
+        return ctx.wait_until(
+            f"NAT gateway {nat_id} to be available", probe, self.create_seconds, 900, rid
+        )
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NatParams,
+        observed: Observed[NatOut, NatLive],
+        changes: Sequence[FieldChange],
+    ) -> NatOut:
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "NatGatewayId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        retry_dependency(lambda: ec2.delete_nat_gateway(NatGatewayId=owned.id), owned.id, ctx)
+
+        def gone() -> bool | None:
+            nats = ec2.describe_nat_gateways(NatGatewayIds=[owned.id])["NatGateways"]
+            return True if not nats or nats[0]["State"] == "deleted" else None
+
+        ctx.wait_until(
+            f"NAT gateway {owned.id} to be deleted", gone, self.delete_seconds, 900, owned.resource
+        )
+
+
+@dataclass(frozen=True)
+class RouteTableOut:
+    """A route table by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class RouteTableParams:
+    """A route table: a default route to ``target`` (internet or NAT gateway), associated
+    with ``subnets``."""
+
+    vpc: Ref[VpcOut]
+    target: Ref[IgwOut] | Ref[NatOut]
+    subnets: tuple[Ref[SubnetOut], ...]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class RouteTableLive:
+    """What fmctl manages of a route table."""
+
+    vpc: Any
+    default_route: Any
+    subnets: Any
+    tags: Tags
+
+
+class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
+    """A route table with a default route and its subnets."""
+
+    name, params, outputs = "route-table", RouteTableParams, RouteTableOut
+    policy = policies(
+        vpc=Policy(How.REPLACE, "a route table's VPC is fixed (CreateRouteTable)"),
+        default_route=Policy(How.UPDATE, "CreateRoute / ReplaceRoute 0.0.0.0/0"),
+        subnets=Policy(How.UPDATE, "AssociateRouteTable / DisassociateRouteTable"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_route_tables", "RouteTables")
+
+    def read(
+        self, ctx: Context, rid: str, params: RouteTableParams
+    ) -> Observed[RouteTableOut, RouteTableLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        default = next(
+            (
+                r.get("GatewayId") or r.get("NatGatewayId")
+                for r in item.get("Routes", [])
+                if r.get("DestinationCidrBlock") == "0.0.0.0/0"
+            ),
+            None,
+        )
+        subnets = frozenset(
+            a["SubnetId"] for a in item.get("Associations", []) if a.get("SubnetId")
+        )
+        live = RouteTableLive(item["VpcId"], default, subnets, tags_of(item))
+        tid = item["RouteTableId"]
+        return Observed(RouteTableOut(tid), live, tid)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: RouteTableParams,
+        observed: Observed[RouteTableOut, RouteTableLive],
+    ) -> RouteTableLive:
+        return RouteTableLive(
+            ctx.resolve(params.vpc),
+            ctx.resolve(params.target),
+            frozenset(ctx.resolve(s) for s in params.subnets),
+            params.tags.resolve(_born(observed.live.tags)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: RouteTableParams) -> RouteTableOut:
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> RouteTableOut:
+            table = once.create_route_table(
+                VpcId=ctx.get(params.vpc).id,
+                TagSpecifications=ctx.tag_spec("route-table", params.tags),
+            )["RouteTable"]
+            return RouteTableOut(table["RouteTableId"])
+
+        def again() -> RouteTableOut | None:
+            ctx.forget("ec2:describe_route_tables")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        out = create_or_adopt(ctx, rid, make, again)
+        self._route(ctx, out.id, self._target(ctx, params), replace=False)
+        for subnet in params.subnets:
+            self._associate(ctx, out.id, ctx.get(subnet).id)
+        return out
+
+    @staticmethod
+    def _target(ctx: Context, params: RouteTableParams) -> str:
+        target: Ref[Any] = params.target
+        return str(ctx.get(target).id)
+
+    def _route(self, ctx: Context, table_id: str, target: str, replace: bool) -> None:
+        ec2 = ctx.aws.client("ec2")
+        key = "NatGatewayId" if target.startswith("nat-") else "GatewayId"
+        call = ec2.replace_route if replace else ec2.create_route
+        call(RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", **{key: target})
+
+    def _associate(self, ctx: Context, table_id: str, subnet_id: str) -> None:
+        ctx.aws.client("ec2").associate_route_table(RouteTableId=table_id, SubnetId=subnet_id)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: RouteTableParams,
+        observed: Observed[RouteTableOut, RouteTableLive],
+        changes: Sequence[FieldChange],
+    ) -> RouteTableOut:
+        paths = {c.path for c in changes}
+        if "default_route" in paths:
+            target = self._target(ctx, params)
+            self._route(ctx, observed.id, target, replace=observed.live.default_route is not None)
+        if "subnets" in paths:
+            want = {ctx.get(s).id for s in params.subnets}
+            for subnet in sorted(want - observed.live.subnets):
+                self._associate(ctx, observed.id, subnet)
+            self._disassociate(ctx, observed.id, observed.live.subnets - want)
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def _disassociate(self, ctx: Context, table_id: str, subnets: set[str] | None) -> None:
+        """Remove associations (of ``subnets``, or all but the main one for None)."""
+        ec2 = ctx.aws.client("ec2")
+        try:
+            tables = ec2.describe_route_tables(RouteTableIds=[table_id])["RouteTables"]
+        except Exception:
+            return
+        for association in tables[0].get("Associations", []) if tables else []:
+            if association.get("Main"):
+                continue
+            if subnets is not None and association.get("SubnetId") not in subnets:
+                continue
+            retry_dependency(
+                functools.partial(
+                    ec2.disassociate_route_table,
+                    AssociationId=association["RouteTableAssociationId"],
+                ),
+                table_id,
+                ctx,
+            )
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "RouteTableId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        self._disassociate(ctx, owned.id, None)
+        retry_dependency(lambda: ec2.delete_route_table(RouteTableId=owned.id), owned.id, ctx)
+
+
+@dataclass(frozen=True)
+class EndpointParams:
+    """The S3 gateway endpoint: data and artifacts reach S3 without the NAT gateway's
+    per-GB charge."""
+
+    vpc: Ref[VpcOut]
+    route_tables: tuple[Ref[RouteTableOut], ...]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class EndpointLive:
+    """What fmctl manages of a gateway endpoint."""
+
+    vpc: Any
+    service: str
+    route_tables: Any
+    tags: Tags
+
+
+class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
+    """The S3 gateway endpoint of the cluster's VPC."""
+
+    name, params, outputs = "s3-endpoint", EndpointParams, EndpointOut
+    policy = policies(
+        vpc=Policy(How.REPLACE, "an endpoint's VPC is fixed (CreateVpcEndpoint)"),
+        service=Policy(How.REPLACE, "an endpoint's service is fixed (CreateVpcEndpoint)"),
+        route_tables=Policy(How.UPDATE, "ModifyVpcEndpoint Add/RemoveRouteTableIds"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_vpc_endpoints", "VpcEndpoints", "State")
+
+    def read(
+        self, ctx: Context, rid: str, params: EndpointParams
+    ) -> Observed[EndpointOut, EndpointLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        live = EndpointLive(
+            item["VpcId"],
+            item["ServiceName"],
+            frozenset(item.get("RouteTableIds", [])),
+            tags_of(item),
+        )
+        eid = item["VpcEndpointId"]
+        return Observed(EndpointOut(eid), live, eid)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: EndpointParams,
+        observed: Observed[EndpointOut, EndpointLive],
+    ) -> EndpointLive:
+        return EndpointLive(
+            ctx.resolve(params.vpc),
+            f"com.amazonaws.{ctx.region}.s3",
+            frozenset(ctx.resolve(t) for t in params.route_tables),
+            params.tags.resolve(_born(observed.live.tags)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: EndpointParams) -> EndpointOut:
+        endpoint = ctx.aws.client("ec2").create_vpc_endpoint(
+            VpcEndpointType="Gateway",
+            VpcId=ctx.get(params.vpc).id,
+            ServiceName=f"com.amazonaws.{ctx.region}.s3",
+            RouteTableIds=[ctx.get(t).id for t in params.route_tables],
+            ClientToken=ctx.token(rid),
+            TagSpecifications=ctx.tag_spec("vpc-endpoint", params.tags),
+        )["VpcEndpoint"]
+        return EndpointOut(endpoint["VpcEndpointId"])
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: EndpointParams,
+        observed: Observed[EndpointOut, EndpointLive],
+        changes: Sequence[FieldChange],
+    ) -> EndpointOut:
+        if any(c.path == "route_tables" for c in changes):
+            want = {ctx.get(t).id for t in params.route_tables}
+            add, remove = (
+                sorted(want - observed.live.route_tables),
+                sorted(observed.live.route_tables - want),
+            )
+            extra: dict[str, Any] = {}
+            if add:
+                extra["AddRouteTableIds"] = add
+            if remove:
+                extra["RemoveRouteTableIds"] = remove
+            ctx.aws.client("ec2").modify_vpc_endpoint(VpcEndpointId=observed.id, **extra)
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "VpcEndpointId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        retry_dependency(lambda: ec2.delete_vpc_endpoints(VpcEndpointIds=[owned.id]), owned.id, ctx)

@@ -1,0 +1,503 @@
+"""The in-cluster stack as one resource: a kubeconfig for the user, everything ``render`` put
+under ``kubernetes/`` applied server-side, the wait until it runs, and the readiness check of
+every GPU node.
+
+Read is a list per kind (fmctl's label): what is missing, what differs from the rendered
+object (each applied object carries the digest of what fmctl sent), what fmctl applied and no
+longer renders, and how many nodes per pool are Ready with their GPUs and EFA devices.
+
+On `down` it goes first: Services of type LoadBalancer and Ingresses (their load balancers
+are made by controllers, outside fmctl's graph), and claims whose volumes were provisioned
+dynamically (the CSI driver deletes their file systems and volumes), each waited for, so
+nothing billed is orphaned when the nodes and the cluster go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.drivers.aws import AwsError
+from provisioner.drivers.kube import KubeApi, KubeClient, KubeError
+from provisioner.graph.ref import Ref
+from provisioner.render.placeholders import fill
+from provisioner.resources.base import (
+    UNKNOWN,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
+from provisioner.resources.compute import SgOut
+from provisioner.resources.context import Context
+from provisioner.resources.eks import AccessOut, EksCluster, EksOut, cluster_ours
+from provisioner.resources.eks_addons import AddonOut, IdentityOut
+from provisioner.resources.eks_nodes import NodegroupOut
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.fsx import FsxOut
+from provisioner.resources.network import SubnetOut
+from provisioner.resources.tags import OWNER_TAG
+
+GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
+POOL_LABEL = "fmctl.dev/pool"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+DIGEST = "fmctl.dev/applied-digest"
+#: Kinds applied first: what other objects need to exist (CRDs, namespaces, storage).
+FIRST = ("CustomResourceDefinition", "Namespace", "StorageClass", "PersistentVolume")
+#: Kinds whose readiness `up` waits for.
+WATCHED = (("apps/v1", "DaemonSet"), ("apps/v1", "Deployment"), ("v1", "PersistentVolumeClaim"))
+
+
+@dataclass(frozen=True)
+class PoolCheck:
+    """What every node of a pool must advertise."""
+
+    pool: str
+    count: int
+    gpus: int
+    efa: int
+
+
+@dataclass(frozen=True)
+class StackOut:
+    """The applied stack: how many objects, and the kubeconfig written for it."""
+
+    id: str
+    kubeconfig: str
+
+
+@dataclass(frozen=True)
+class StackParams:
+    """The rendered ``kubernetes/`` files and what their placeholders are filled from."""
+
+    cluster: Ref[EksOut]
+    files: tuple[tuple[str, str], ...]
+    pools: tuple[PoolCheck, ...]
+    kubeconfig: str
+    private_subnet: Ref[SubnetOut]
+    admin: Ref[AccessOut]
+    nodegroups: tuple[Ref[NodegroupOut], ...]
+    addons: tuple[Ref[AddonOut], ...]
+    identities: tuple[Ref[IdentityOut], ...] = ()
+    fsx: Ref[FsxOut] | None = None
+    fsx_group: Ref[SgOut] | None = None
+    #: The sandbox's home: its kubeconfig's credential runs `fmctl token --sandbox`.
+    sandbox_home: str | None = None
+
+
+@dataclass(frozen=True)
+class StackLive:
+    """The objects as applied (key -> digest), and Ready nodes per pool with the right
+    devices."""
+
+    objects: Any
+    nodes: Any
+
+
+def placeholder_values(ctx: Context, params: StackParams) -> dict[str, str]:
+    """Every placeholder the rendered manifests may hold, from the stack's references."""
+    values = {"privateSubnetId": str(ctx.resolve(params.private_subnet))}
+    if params.fsx is not None:
+        values.update(
+            fileSystemId=str(ctx.resolve(params.fsx)),
+            fsxDnsName=str(ctx.resolve(params.fsx, "dns")),
+            fsxMountName=str(ctx.resolve(params.fsx, "mount_name")),
+        )
+    if params.fsx_group is not None:
+        values["fsxSecurityGroupId"] = str(ctx.resolve(params.fsx_group))
+    return values
+
+
+def manifests(files: dict[str, str], values: dict[str, str], cluster: str) -> list[dict[str, Any]]:
+    """The objects of the rendered ``kubernetes/`` files, placeholders filled, labelled as
+    fmctl's and stamped with their digest, CRDs and namespaces first."""
+    objects: list[dict[str, Any]] = []
+    for path, text in files.items():
+        if not path.startswith("kubernetes/") or path.endswith("kustomization.yaml"):
+            continue
+        for doc in yaml.safe_load_all(fill(text, values)):
+            if not doc:
+                continue
+            meta = doc.setdefault("metadata", {})
+            labels = meta.setdefault("labels", {})
+            labels[MANAGED_BY] = "fmctl"
+            labels[OWNER_TAG] = cluster
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+            meta.setdefault("annotations", {})[DIGEST] = digest
+            objects.append(doc)
+    return sorted(objects, key=lambda o: FIRST.index(o["kind"]) if o["kind"] in FIRST else 9)
+
+
+def key_of(obj: dict[str, Any]) -> str:
+    """kind/namespace/name."""
+    meta = obj["metadata"]
+    return f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"
+
+
+def connect(ctx: Context, endpoint: str, ca: str) -> KubeApi:
+    """The cluster's API, authenticated with a fresh EKS token (never written down)."""
+    from provisioner.drivers.eks_auth import token
+
+    return KubeClient.for_eks(
+        endpoint, ca, lambda: token(ctx.aws, ctx.cluster), read_only=ctx.aws.read_only
+    )
+
+
+def not_ready(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
+    """What of the applied stack does not run yet, as readable lines (one list call per
+    kind, across namespaces, by fmctl's label)."""
+    wanted = {
+        (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objects
+    }
+    live: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for api_version, kind in WATCHED:
+        for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={cluster}"):
+            meta = obj["metadata"]
+            live[(kind, meta.get("namespace", ""), meta["name"])] = obj
+    waiting = []
+    for key in sorted(k for k in wanted if k[0] in {kind for _, kind in WATCHED}):
+        kind, namespace, name = key
+        where = f"{kind} {namespace}/{name}"
+        if key not in live:
+            waiting.append(f"{where}: missing")
+            continue
+        current = live[key]
+        status = current.get("status") or {}
+        if kind == "DaemonSet":
+            want, ready = status.get("desiredNumberScheduled", 0), status.get("numberReady", 0)
+            if ready < want:
+                waiting.append(f"{where}: {ready}/{want} ready")
+        elif kind == "Deployment":
+            want = current.get("spec", {}).get("replicas", 1)
+            ready = status.get("readyReplicas", 0)
+            if ready < want:
+                waiting.append(f"{where}: {ready}/{want} ready")
+        elif status.get("phase") != "Bound":
+            waiting.append(f"{where}: {status.get('phase', 'Pending')}")
+    return waiting
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+def node_problems(api: KubeApi, pools: Sequence[PoolCheck]) -> list[str]:
+    """Every GPU node Ready and advertising its type's GPUs and EFA devices, per pool."""
+    problems = []
+    for pool in pools:
+        nodes = [
+            n
+            for n in api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}")
+            if not n.get("spec", {}).get("unschedulable")
+        ]
+        if len(nodes) != pool.count:
+            problems.append(f"pool {pool.pool}: {len(nodes)} of {pool.count} nodes joined")
+        for n in nodes:
+            name = n["metadata"]["name"]
+            alloc = n.get("status", {}).get("allocatable", {})
+            gpus, efa = int(alloc.get(GPU, 0)), int(alloc.get(EFA, 0))
+            if not _ready(n):
+                problems.append(f"node {name} ({pool.pool}) is not Ready")
+            if gpus != pool.gpus:
+                problems.append(
+                    f"node {name} ({pool.pool}) advertises {gpus} {GPU}, expected {pool.gpus}"
+                )
+            if efa != pool.efa:
+                problems.append(
+                    f"node {name} ({pool.pool}) advertises {efa} {EFA}, expected {pool.efa}: "
+                    "NCCL would fall back to TCP; check the EFA device plugin there, or drain "
+                    f"and replace the node (`kubectl drain {name}`)"
+                )
+    return problems
+
+
+def healthy_nodes(api: KubeApi, pools: Sequence[PoolCheck]) -> frozenset[tuple[str, int]]:
+    """(pool, nodes Ready with the right GPUs and EFA devices), per pool."""
+    out = set()
+    for pool in pools:
+        nodes = api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}")
+        good = [
+            n
+            for n in nodes
+            if _ready(n)
+            and not n.get("spec", {}).get("unschedulable")
+            and int(n.get("status", {}).get("allocatable", {}).get(GPU, 0)) == pool.gpus
+            and int(n.get("status", {}).get("allocatable", {}).get(EFA, 0)) == pool.efa
+        ]
+        out.add((pool.pool, len(good)))
+    return frozenset(out)
+
+
+class KubeStack(Kind[StackParams, StackOut, StackLive]):
+    """Apply, wait for and check the in-cluster stack; clear load balancers and dynamic
+    volumes before `down` takes the nodes."""
+
+    name, params, outputs = "kube-stack", StackParams, StackOut
+    create_seconds, update_seconds, delete_seconds = 90.0, 90.0, 60.0
+    policy = policies(
+        objects=Policy(How.UPDATE, "server-side apply (field manager fmctl)"),
+        nodes=Policy(How.UPDATE, "waits for every pool's nodes to be Ready"),
+    )
+
+    def _objects(self, ctx: Context, params: StackParams) -> list[dict[str, Any]]:
+        return manifests(dict(params.files), placeholder_values(ctx, params), ctx.cluster)
+
+    def read(
+        self, ctx: Context, rid: str, params: StackParams
+    ) -> Observed[StackOut, StackLive] | None:
+        if not ctx.known(params.cluster) or not cluster_ours(ctx):
+            return None
+        cluster = ctx.get(params.cluster)
+        api = connect(ctx, cluster.endpoint, cluster.ca)
+        try:
+            kinds = sorted({(v, k) for v, k in self._kinds(params)})
+            applied: dict[str, str] = {}
+            for api_version, kind in kinds:
+                for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
+                    digest = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
+                    applied[key_of({"kind": kind, "metadata": obj["metadata"]})] = digest
+            nodes = healthy_nodes(api, params.pools)
+        finally:
+            _close(api)
+        if not applied:
+            return None
+        live = StackLive(frozenset(applied.items()), nodes)
+        out = StackOut(f"{len(applied)} objects", params.kubeconfig)
+        return Observed(out, live, ctx.cluster)
+
+    def _kinds(self, params: StackParams) -> set[tuple[str, str]]:
+        kinds = set()
+        for path, text in params.files:
+            if not path.startswith("kubernetes/") or path.endswith("kustomization.yaml"):
+                continue
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    kinds.add((str(doc["apiVersion"]), str(doc["kind"])))
+        return kinds
+
+    def desired(
+        self, ctx: Context, rid: str, params: StackParams, observed: Observed[StackOut, StackLive]
+    ) -> StackLive:
+        values = placeholder_values(ctx, params)
+        if any(v == repr(UNKNOWN) for v in values.values()):
+            objects: Any = UNKNOWN
+        else:
+            objects = frozenset(
+                (key_of(o), o["metadata"]["annotations"][DIGEST])
+                for o in self._objects(ctx, params)
+            )
+        return StackLive(objects, frozenset((p.pool, p.count) for p in params.pools))
+
+    def create(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
+        self._apply(ctx, rid, params, ())
+        return self._settle(ctx, rid, params)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: StackParams,
+        observed: Observed[StackOut, StackLive],
+        changes: Sequence[FieldChange],
+    ) -> StackOut:
+        stale = ()
+        if isinstance(observed.live.objects, frozenset):
+            wanted = {key_of(o) for o in self._objects(ctx, params)}
+            stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
+        self._apply(ctx, rid, params, stale)
+        return self._settle(ctx, rid, params)
+
+    def _apply(self, ctx: Context, rid: str, params: StackParams, stale: tuple[str, ...]) -> None:
+        from provisioner.drivers.eks_auth import kubeconfig_entry, merge_kubeconfig
+
+        cluster = ctx.get(params.cluster)
+        kubeconfig = Path(params.kubeconfig)
+        merge_kubeconfig(
+            kubeconfig,
+            kubeconfig_entry(
+                ctx.cluster,
+                ctx.region,
+                cluster.endpoint,
+                cluster.ca,
+                Path(params.sandbox_home) if params.sandbox_home else None,
+            ),
+        )
+        objects = self._objects(ctx, params)
+        api = connect(ctx, cluster.endpoint, cluster.ca)
+        try:
+            apply_all(api, objects)
+            if any(
+                o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects
+            ):
+                _grafana_secret(api, ctx.cluster)
+            kinds = {(o["kind"]): o["apiVersion"] for o in objects}
+            for key in stale:  # applied before, no longer rendered: pruned
+                kind, namespace, name = key.split("/", 2)
+                if kind in kinds:
+                    ctx.emit(rid, "deleting", key)
+                    api.delete(kinds[kind], kind, name, namespace)
+        finally:
+            _close(api)
+        ctx.emit(rid, "note", f"applied {len(objects)} objects; kubeconfig {kubeconfig}")
+
+    def _settle(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
+        cluster = ctx.get(params.cluster)
+        objects = self._objects(ctx, params)
+        api = connect(ctx, cluster.endpoint, cluster.ca)
+        last: list[str] = []
+
+        def probe() -> bool | None:
+            nonlocal last
+            last = not_ready(api, objects, ctx.cluster) + node_problems(api, params.pools)
+            return True if not last else None
+
+        try:
+            ctx.wait_until(
+                "the in-cluster stack and every GPU node", probe, self.create_seconds, 900, rid
+            )
+        except Exception as exc:
+            raise ResourceError("; ".join(last) or str(exc)) from exc
+        finally:
+            _close(api)
+        return StackOut(f"{len(objects)} objects", params.kubeconfig)
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        if not cluster_ours(ctx):
+            return []
+        return [self.owned_item("kube-stack", ctx.cluster)]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        if ctx.skip_kubernetes_cleanup:
+            ctx.emit("kube-stack", "note", SKIPPED_CLEANUP.format(cluster=ctx.cluster))
+            return
+        cluster = EksCluster().describe(ctx)
+        if cluster is None or cluster["status"] != "ACTIVE":
+            return
+        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        unreachable = _connection_errors()
+        try:
+            _delete_billed(ctx, api)
+        except unreachable as exc:
+            # A private-only endpoint seen from outside the VPC, most often. Stop here, before
+            # the node groups: a load balancer left behind costs more than a retry.
+            raise AwsError(
+                f"cannot reach the Kubernetes API of {ctx.cluster} ({cluster['endpoint']}) "
+                f"to delete its load balancers and dynamic volumes: {exc}",
+                "run `fmctl down` from inside the cluster's VPC (its endpoint may be private "
+                "only: network.apiCidrs opens it), or pass --skip-kubernetes-cleanup to go on "
+                "without that step: load balancers and volumes the cluster's controllers made "
+                "would then be left, tagged with the cluster's name.",
+            ) from exc
+        finally:
+            _close(api)
+
+
+#: What `down --skip-kubernetes-cleanup` says it did not do.
+SKIPPED_CLEANUP = (
+    "in-cluster cleanup skipped (--skip-kubernetes-cleanup): load balancers the AWS Load "
+    "Balancer Controller made (tag elbv2.k8s.aws/cluster={cluster}) and EBS volumes of dynamic "
+    "claims (tag kubernetes.io/cluster/{cluster}) are not deleted by fmctl; check for them"
+)
+
+
+def _connection_errors() -> tuple[type[Exception], ...]:
+    """The transport's failures (sockets, and the Kubernetes client's urllib3: imported when
+    needed)."""
+    from urllib3.exceptions import HTTPError
+
+    return (OSError, HTTPError)
+
+
+def _delete_billed(ctx: Context, api: KubeApi) -> None:
+    """Delete what controllers made that AWS bills, and wait until it is gone."""
+    doomed: list[tuple[str, str, str, str]] = []
+    for svc in api.list("v1", "Service"):
+        if svc.get("spec", {}).get("type") == "LoadBalancer":
+            doomed.append(("v1", "Service", svc["metadata"]["name"], svc["metadata"]["namespace"]))
+    for ing in api.list("networking.k8s.io/v1", "Ingress"):
+        meta = ing["metadata"]
+        doomed.append(("networking.k8s.io/v1", "Ingress", meta["name"], meta["namespace"]))
+    volumes = {pv["metadata"]["name"]: pv for pv in api.list("v1", "PersistentVolume")}
+    for pvc in api.list("v1", "PersistentVolumeClaim"):
+        pv = volumes.get(pvc.get("spec", {}).get("volumeName", ""), {})
+        dynamic = "pv.kubernetes.io/provisioned-by" in pv.get("metadata", {}).get("annotations", {})
+        if dynamic and pv.get("spec", {}).get("persistentVolumeReclaimPolicy") == "Delete":
+            meta = pvc["metadata"]
+            doomed.append(("v1", "PersistentVolumeClaim", meta["name"], meta["namespace"]))
+            doomed.append(("v1", "PersistentVolume", pv["metadata"]["name"], ""))
+    for api_version, kind, name, namespace in doomed:
+        if kind != "PersistentVolume":
+            ctx.emit("kube-stack", "deleting", f"{kind} {namespace}/{name}")
+            api.delete(api_version, kind, name, namespace)
+    ctx.wait_until(
+        f"{len(doomed)} load balancers and dynamic volumes to go",
+        lambda: True if all(api.get(v, k, n, ns) is None for v, k, n, ns in doomed) else None,
+        60.0,
+        1200,
+        "kube-stack",
+    )
+
+
+def apply_all(api: KubeApi, objects: list[dict[str, Any]], parallelism: int = 8) -> None:
+    """Apply what others need first (CRDs, namespaces, storage) in order, then the rest in
+    parallel: server-side apply of independent objects commutes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    first = [o for o in objects if o["kind"] in FIRST]
+    rest = [o for o in objects if o["kind"] not in FIRST]
+    for obj in first:
+        _apply(api, obj)
+    with ThreadPoolExecutor(parallelism, thread_name_prefix="fmctl-apply") as pool:
+        list(pool.map(lambda o: _apply(api, o), rest))
+
+
+def _apply(api: KubeApi, obj: dict[str, Any]) -> None:
+    """Apply one object; a field someone else took over is reported, never overwritten."""
+    try:
+        api.apply(obj)
+    except KubeError as err:
+        if err.status != 409:
+            raise
+        meta = obj["metadata"]
+        raise ResourceError(
+            f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']} was changed outside "
+            f"fmctl ({err.message}); fmctl does not overwrite it silently",
+            hint="undo the change, or hand the fields back with `kubectl apply --server-side "
+            "--force-conflicts --field-manager fmctl` on the rendered file",
+        ) from err
+
+
+def _grafana_secret(api: KubeApi, cluster: str) -> None:
+    """Grafana's admin password: random, made once in the cluster, never on this machine."""
+    import secrets
+
+    if api.get("v1", "Secret", "grafana-admin", "monitoring") is not None:
+        return
+    labels = {MANAGED_BY: "fmctl", OWNER_TAG: cluster}
+    api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "grafana-admin", "namespace": "monitoring", "labels": labels},
+            "type": "Opaque",
+            "stringData": {"password": secrets.token_urlsafe(24)},
+        }
+    )
+
+
+def _close(api: KubeApi) -> None:
+    close = getattr(api, "close", None)
+    if close is not None:
+        close()

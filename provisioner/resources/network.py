@@ -1,0 +1,426 @@
+"""The VPC and its subnets, and the existing VPC and subnets a spec may name (used, never
+changed)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import (
+    UNKNOWN,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import (
+    by_resource,
+    create_or_adopt,
+    is_gone,
+    owned_items,
+    retag,
+    retry_dependency,
+    tags_of,
+)
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
+
+#: Tags the VPC CNI and the AWS Load Balancer Controller put on what they make in the
+#: cluster's VPC (never fmctl): swept before the subnet or VPC that holds it is deleted.
+CNI_TAG = "cluster.k8s.amazonaws.com/name"
+LB_TAG = "elbv2.k8s.aws/cluster"
+
+
+@dataclass(frozen=True)
+class VpcOut:
+    """A VPC: its id and primary CIDR block."""
+
+    id: str
+    cidr: str
+
+
+@dataclass(frozen=True)
+class VpcParams:
+    """A new VPC."""
+
+    cidr: str
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class VpcLive:
+    """What fmctl manages of a VPC."""
+
+    cidr: str
+    dns_support: bool
+    dns_hostnames: bool
+    tags: Tags
+
+
+def _apply_tags(ctx: Context, aws_id: str, changes: Sequence[FieldChange]) -> None:
+    for change in changes:
+        if change.path == "tags":
+            retag(ctx, aws_id, *tag_updates(change.before, change.after))
+
+
+class Vpc(Kind[VpcParams, VpcOut, VpcLive]):
+    """The cluster's VPC, with DNS support and hostnames (FSx and EKS endpoints need both)."""
+
+    name, params, outputs = "vpc", VpcParams, VpcOut
+    policy = policies(
+        cidr=Policy(
+            How.REPLACE,
+            "a VPC's primary CIDR block is fixed at creation (CreateVpc; only secondary "
+            "blocks can be added)",
+        ),
+        dns_support=Policy(How.UPDATE, "ModifyVpcAttribute EnableDnsSupport"),
+        dns_hostnames=Policy(How.UPDATE, "ModifyVpcAttribute EnableDnsHostnames"),
+    )
+
+    def read(self, ctx: Context, rid: str, params: VpcParams) -> Observed[VpcOut, VpcLive] | None:
+        item = by_resource(owned_items(ctx, "describe_vpcs", "Vpcs", "State"), rid)
+        if item is None:
+            return None
+        ec2 = ctx.aws.client("ec2")
+        vpc_id = item["VpcId"]
+        support = ec2.describe_vpc_attribute(VpcId=vpc_id, Attribute="enableDnsSupport")
+        hostnames = ec2.describe_vpc_attribute(VpcId=vpc_id, Attribute="enableDnsHostnames")
+        live = VpcLive(
+            item["CidrBlock"],
+            bool(support["EnableDnsSupport"]["Value"]),
+            bool(hostnames["EnableDnsHostnames"]["Value"]),
+            tags_of(item),
+        )
+        pending = None if item.get("State") in (None, "available") else str(item["State"])
+        return Observed(VpcOut(vpc_id, item["CidrBlock"]), live, vpc_id, pending)
+
+    def desired(
+        self, ctx: Context, rid: str, params: VpcParams, observed: Observed[VpcOut, VpcLive]
+    ) -> VpcLive:
+        return VpcLive(
+            params.cidr, True, True, params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+        )
+
+    def create(self, ctx: Context, rid: str, params: VpcParams) -> VpcOut:
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> VpcOut:
+            vpc = once.create_vpc(
+                CidrBlock=params.cidr, TagSpecifications=ctx.tag_spec("vpc", params.tags)
+            )["Vpc"]
+            return VpcOut(vpc["VpcId"], vpc["CidrBlock"])
+
+        def again() -> VpcOut | None:
+            ctx.forget("ec2:describe_vpcs")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        out = create_or_adopt(ctx, rid, make, again)
+        self._dns(ctx, out.id)
+        return out
+
+    def _dns(self, ctx: Context, vpc_id: str) -> None:
+        ec2 = ctx.aws.client("ec2")
+        # One attribute per call (ModifyVpcAttribute takes one at a time).
+        for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
+            ec2.modify_vpc_attribute(VpcId=vpc_id, **{attribute: {"Value": True}})
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: VpcParams,
+        observed: Observed[VpcOut, VpcLive],
+        changes: Sequence[FieldChange],
+    ) -> VpcOut:
+        if any(c.path.startswith("dns_") for c in changes):
+            self._dns(ctx, observed.id)
+        _apply_tags(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(tags_of(i).get(RESOURCE_TAG) or "?", i["VpcId"])
+            for i in owned_items(ctx, "describe_vpcs", "Vpcs", "State")
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        _sweep_lb_groups(ctx, owned.id)
+        retry_dependency(lambda: ec2.delete_vpc(VpcId=owned.id), owned.id, ctx)
+
+
+def _sweep_lb_groups(ctx: Context, vpc_id: str) -> None:
+    """Security groups the load balancer controller left in the VPC, tagged with this
+    cluster's name (their load balancers went with the in-cluster cleanup)."""
+    ec2 = ctx.aws.client("ec2")
+    groups = ec2.describe_security_groups(
+        Filters=[
+            {"Name": f"tag:{LB_TAG}", "Values": [ctx.cluster]},
+            {"Name": "vpc-id", "Values": [vpc_id]},
+        ]
+    )["SecurityGroups"]
+    for group in groups:
+        if tags_of(group).get(LB_TAG) == ctx.cluster and group.get("VpcId") == vpc_id:
+            ctx.emit(
+                "vpc", "deleting", f"{group['GroupId']} (left by the load balancer controller)"
+            )
+            gid = group["GroupId"]
+            retry_dependency(functools.partial(ec2.delete_security_group, GroupId=gid), gid, ctx)
+
+
+def _sweep_cni_interfaces(ctx: Context, subnet_id: str) -> None:
+    """Network interfaces the VPC CNI left in the subnet (tagged with this cluster's name),
+    detached once their nodes are gone."""
+    ec2 = ctx.aws.client("ec2")
+    enis = ec2.describe_network_interfaces(
+        Filters=[
+            {"Name": f"tag:{CNI_TAG}", "Values": [ctx.cluster]},
+            {"Name": "subnet-id", "Values": [subnet_id]},
+        ]
+    )["NetworkInterfaces"]
+    for eni in enis:
+        if tags_of(eni, "TagSet").get(CNI_TAG) == ctx.cluster and eni.get("SubnetId") == subnet_id:
+            eid = eni["NetworkInterfaceId"]
+            ctx.emit("subnet", "deleting", f"{eid} (left by the VPC CNI)")
+            delete = functools.partial(ec2.delete_network_interface, NetworkInterfaceId=eid)
+            retry_dependency(delete, eid, ctx)
+
+
+@dataclass(frozen=True)
+class ExistingVpcParams:
+    """A VPC the spec names."""
+
+    vpc_id: str
+
+
+@dataclass(frozen=True)
+class NoLive:
+    """Nothing fmctl manages: the resource is only used."""
+
+
+class ExistingVpc(Kind[ExistingVpcParams, VpcOut, NoLive]):
+    """A VPC the spec names: looked up, never modified, never deleted."""
+
+    name, params, outputs, owned = "existing-vpc", ExistingVpcParams, VpcOut, False
+
+    def read(
+        self, ctx: Context, rid: str, params: ExistingVpcParams
+    ) -> Observed[VpcOut, NoLive] | None:
+        try:
+            vpcs = ctx.aws.client("ec2").describe_vpcs(VpcIds=[params.vpc_id])["Vpcs"]
+        except Exception as exc:
+            if is_gone(exc):
+                return None
+            raise
+        if not vpcs:
+            return None
+        return Observed(VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), NoLive(), params.vpc_id)
+
+    def desired(
+        self, ctx: Context, rid: str, params: ExistingVpcParams, observed: Observed[VpcOut, NoLive]
+    ) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: ExistingVpcParams) -> VpcOut:
+        raise ResourceError(
+            f"VPC {params.vpc_id} (network.vpcId) does not exist in {ctx.region}",
+            hint="check the id and the region, or leave vpcId out for a new VPC",
+        )
+
+
+@dataclass(frozen=True)
+class SubnetOut:
+    """A subnet: its id and availability zone."""
+
+    id: str
+    az: str
+
+
+@dataclass(frozen=True)
+class SubnetParams:
+    """A subnet of the cluster's VPC: in ``az``, or (``avoid_az``) in any other AZ."""
+
+    vpc: Ref[VpcOut]
+    cidr: str
+    tags: DesiredTags
+    az: str | None = None
+    avoid_az: str | None = None
+    public: bool = False
+
+
+@dataclass(frozen=True)
+class SubnetLive:
+    """What fmctl manages of a subnet."""
+
+    vpc: Any
+    cidr: str
+    az: Any
+    public: bool
+    tags: Tags
+
+
+class Subnet(Kind[SubnetParams, SubnetOut, SubnetLive]):
+    """A subnet of the cluster's VPC."""
+
+    name, params, outputs = "subnet", SubnetParams, SubnetOut
+    policy = policies(
+        vpc=Policy(How.REPLACE, "a subnet's VPC is fixed at creation (CreateSubnet)"),
+        cidr=Policy(How.REPLACE, "a subnet's CIDR block is fixed at creation (CreateSubnet)"),
+        az=Policy(How.REPLACE, "a subnet's availability zone is fixed at creation (CreateSubnet)"),
+        public=Policy(How.UPDATE, "ModifySubnetAttribute MapPublicIpOnLaunch"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_subnets", "Subnets", "State")
+
+    def read(
+        self, ctx: Context, rid: str, params: SubnetParams
+    ) -> Observed[SubnetOut, SubnetLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        live = SubnetLive(
+            item["VpcId"],
+            item["CidrBlock"],
+            item["AvailabilityZone"],
+            bool(item.get("MapPublicIpOnLaunch")),
+            tags_of(item),
+        )
+        out = SubnetOut(item["SubnetId"], item["AvailabilityZone"])
+        return Observed(out, live, item["SubnetId"])
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: SubnetParams,
+        observed: Observed[SubnetOut, SubnetLive],
+    ) -> SubnetLive:
+        az: Any = params.az
+        if az is None:  # any zone but the nodes' (EKS control planes need two)
+            az = observed.live.az if observed.live.az != params.avoid_az else UNKNOWN
+        return SubnetLive(
+            ctx.resolve(params.vpc),
+            params.cidr,
+            az,
+            params.public,
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: SubnetParams) -> SubnetOut:
+        az = params.az or _other_az(ctx, params.avoid_az or "")
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> SubnetOut:
+            subnet = once.create_subnet(
+                VpcId=ctx.get(params.vpc).id,
+                CidrBlock=params.cidr,
+                AvailabilityZone=az,
+                TagSpecifications=ctx.tag_spec("subnet", params.tags),
+            )["Subnet"]
+            return SubnetOut(subnet["SubnetId"], az)
+
+        def again() -> SubnetOut | None:
+            ctx.forget("ec2:describe_subnets")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        out = create_or_adopt(ctx, rid, make, again)
+        if params.public:
+            self._public(ctx, out.id)
+        return out
+
+    def _public(self, ctx: Context, subnet_id: str) -> None:
+        ctx.aws.client("ec2").modify_subnet_attribute(
+            SubnetId=subnet_id, MapPublicIpOnLaunch={"Value": True}
+        )
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: SubnetParams,
+        observed: Observed[SubnetOut, SubnetLive],
+        changes: Sequence[FieldChange],
+    ) -> SubnetOut:
+        if any(c.path == "public" for c in changes):
+            ctx.aws.client("ec2").modify_subnet_attribute(
+                SubnetId=observed.id, MapPublicIpOnLaunch={"Value": params.public}
+            )
+        _apply_tags(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(tags_of(i).get(RESOURCE_TAG) or "?", i["SubnetId"])
+            for i in self._items(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        _sweep_cni_interfaces(ctx, owned.id)
+        retry_dependency(lambda: ec2.delete_subnet(SubnetId=owned.id), owned.id, ctx)
+
+
+def _other_az(ctx: Context, avoid: str) -> str:
+    """Another AZ of the region (EKS control planes want subnets in two)."""
+    zones = ctx.aws.client("ec2").describe_availability_zones(
+        Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}]
+    )["AvailabilityZones"]
+    names = sorted(str(z["ZoneName"]) for z in zones if z["ZoneName"] != avoid)
+    if not names:
+        raise ResourceError(f"{ctx.region} has no availability zone besides {avoid}")
+    return names[0]
+
+
+@dataclass(frozen=True)
+class ExistingSubnetParams:
+    """A subnet the spec names."""
+
+    vpc: Ref[VpcOut]
+    subnet_id: str
+
+
+class ExistingSubnet(Kind[ExistingSubnetParams, SubnetOut, NoLive]):
+    """A subnet the spec names: looked up, never modified, never deleted."""
+
+    name, params, outputs, owned = "existing-subnet", ExistingSubnetParams, SubnetOut, False
+
+    def read(
+        self, ctx: Context, rid: str, params: ExistingSubnetParams
+    ) -> Observed[SubnetOut, NoLive] | None:
+        try:
+            subnets = ctx.aws.client("ec2").describe_subnets(SubnetIds=[params.subnet_id])[
+                "Subnets"
+            ]
+        except Exception as exc:
+            if is_gone(exc):
+                return None
+            raise
+        if not subnets:
+            return None
+        out = SubnetOut(subnets[0]["SubnetId"], subnets[0]["AvailabilityZone"])
+        return Observed(out, NoLive(), params.subnet_id)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: ExistingSubnetParams,
+        observed: Observed[SubnetOut, NoLive],
+    ) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: ExistingSubnetParams) -> SubnetOut:
+        raise ResourceError(
+            f"subnet {params.subnet_id} does not exist in {ctx.region}",
+            hint="check network.subnetId (and the other subnet ids) and the region",
+        )

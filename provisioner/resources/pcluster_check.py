@@ -1,0 +1,146 @@
+"""ParallelCluster's validators as a resource of the plan, run as early as they can be, and
+what the cluster's config is filled from (shared with the cluster kind)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner.drivers.pcluster import ParallelCluster, PclusterError
+from provisioner.graph.ref import Ref
+from provisioner.render.placeholders import fill
+from provisioner.resources.base import Kind, Observed
+from provisioner.resources.compute import PlacementGroupOut, SgOut
+from provisioner.resources.context import Context
+from provisioner.resources.gateways import EndpointOut, RouteTableOut
+from provisioner.resources.iam import PolicyOut
+from provisioner.resources.network import NoLive, SubnetOut, VpcOut
+from provisioner.resources.storage import ArtifactsOut, BucketOut
+
+#: Validators fmctl suppresses when the AWS behind the run is the sandbox's emulator, because
+#: moto's answers break them, not the config. Everything else runs.
+SANDBOX_SUPPRESSED = (
+    # Checks KeyName with DescribeKeyPairs; without one it warns, and a key pair a user names
+    # exists in their account, never in the emulator.
+    "KeyPairValidator",
+    # Both call RunInstances with DryRun=True on the whole launch specification; moto answers
+    # "The request must contain the parameter ebs" where EC2 answers DryRunOperation.
+    "HeadNodeLaunchTemplateValidator",
+    "ComputeResourceLaunchTemplateValidator",
+)
+
+
+@dataclass(frozen=True)
+class ConfigRefs:
+    """What a rendered ParallelCluster config's placeholders are filled from."""
+
+    vpc: Ref[VpcOut]
+    private_subnet: Ref[SubnetOut]
+    public_subnet: Ref[SubnetOut]
+    efa_group: Ref[SgOut]
+    bucket: Ref[BucketOut]
+    artifacts: Ref[ArtifactsOut]
+    placement_groups: tuple[Ref[PlacementGroupOut], ...] = ()
+    amp_policy: Ref[PolicyOut] | None = None
+    #: The way out: head and compute nodes download at bootstrap.
+    routes: tuple[Ref[RouteTableOut], ...] = ()
+    endpoint: Ref[EndpointOut] | None = None
+
+
+def config_values(ctx: Context, refs: ConfigRefs, fsx: Ref[Any] | None) -> dict[str, Any]:
+    """Placeholder -> value (``UNKNOWN`` for what is not made yet)."""
+    values = {
+        "privateSubnetId": ctx.resolve(refs.private_subnet),
+        "publicSubnetId": ctx.resolve(refs.public_subnet),
+        "efaSecurityGroupId": ctx.resolve(refs.efa_group),
+        "artifactBucket": ctx.resolve(refs.bucket),
+        "vpcCidr": ctx.resolve(refs.vpc, "cidr"),
+    }
+    if refs.amp_policy is not None:
+        values["ampWritePolicyArn"] = ctx.resolve(refs.amp_policy, "arn")
+    if fsx is not None:
+        values["fileSystemId"] = ctx.resolve(fsx)
+    return values
+
+
+def pcluster(ctx: Context) -> ParallelCluster:
+    if not ctx.pcluster:
+        raise PclusterError(
+            "ParallelCluster's `pcluster` command was not found; run "
+            "`fmctl setup parallelcluster` or put pcluster on PATH"
+        )
+    return ParallelCluster(ctx.pcluster, ctx.region, env=ctx.aws.child_env())
+
+
+def write_config(path: str, text: str) -> Path:
+    config = Path(path)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(text)
+    return config
+
+
+def validate_config(ctx: Context, config: Path) -> str:
+    """Run ParallelCluster's validators on ``config``; raise with their messages if they
+    refuse it. Returns the warnings, for the log."""
+    suppress = SANDBOX_SUPPRESSED if ctx.aws.sandbox else ()
+    dry = pcluster(ctx).dryrun(ctx.cluster, config, suppress)
+    if not dry.ok:
+        detail = "; ".join(f"{m.type}: {m.message}" for m in dry.messages if m.level == "ERROR")
+        raise PclusterError(
+            f"ParallelCluster's validators refused the config ({config}): {detail or dry.error}"
+        )
+    return "; ".join(f"{m.type}: {m.message}" for m in dry.messages)
+
+
+@dataclass(frozen=True)
+class CheckOut:
+    """The early validation: accepted (or the cluster exists already)."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class CheckParams:
+    """ParallelCluster's validators on the config with ParallelCluster's own FSx settings
+    (the file system does not exist yet when they run)."""
+
+    config: str
+    config_path: str
+    refs: ConfigRefs
+
+
+class ParallelClusterCheck(Kind[CheckParams, CheckOut, NoLive]):
+    """ParallelCluster's validators, as early as they can run: once the network, security
+    groups, placement groups and artifact bucket exist (seconds, no cost) and before the
+    file system and the cluster (tens of minutes, billed).
+
+    It cannot run before anything exists: loading a config, ParallelCluster looks its
+    subnets up (DescribeSubnets) and refuses one that does not exist, so stand-in ids fail.
+    """
+
+    name, params, outputs = "parallelcluster-check", CheckParams, CheckOut
+    create_seconds, delete_seconds = 5.0, 0.0
+
+    def read(
+        self, ctx: Context, rid: str, params: CheckParams
+    ) -> Observed[CheckOut, NoLive] | None:
+        if described(ctx) is not None:
+            return Observed(CheckOut("cluster exists"), NoLive(), ctx.cluster)
+        return None
+
+    def desired(
+        self, ctx: Context, rid: str, params: CheckParams, observed: Observed[CheckOut, NoLive]
+    ) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: CheckParams) -> CheckOut:
+        text = fill(params.config, config_values(ctx, params.refs, None))
+        warnings = validate_config(ctx, write_config(params.config_path, text))
+        if warnings:
+            ctx.emit(rid, "note", f"ParallelCluster warns: {warnings}")
+        return CheckOut("accepted")
+
+
+def described(ctx: Context) -> dict[str, Any] | None:
+    return ctx.cached("pcluster:describe", lambda: pcluster(ctx).describe(ctx.cluster))

@@ -1,0 +1,360 @@
+"""The artifact bucket and its uploads (the scripts ParallelCluster's custom actions fetch)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provisioner.drivers.aws import AwsError, error_code
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import is_gone
+from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+PUBLIC_ACCESS_BLOCK = {
+    "BlockPublicAcls": True,
+    "IgnorePublicAcls": True,
+    "BlockPublicPolicy": True,
+    "RestrictPublicBuckets": True,
+}
+
+
+def bucket_name(cluster: str, account: str, region: str) -> str:
+    """Globally unique and stable, so a re-run finds the same bucket."""
+    return f"fmctl-{cluster}-{account}-{region}"[:63].rstrip("-")
+
+
+def account_of(ctx: Context) -> str:
+    """The account of the credentials in use (one STS call per run)."""
+    return ctx.cached("sts:account", ctx.aws.account_id)
+
+
+def tls_only_policy(name: str) -> str:
+    """The bucket policy that denies every request not made over TLS."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
+
+
+@dataclass(frozen=True)
+class BucketOut:
+    """The artifact bucket by name."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class BucketParams:
+    """The cluster's artifact bucket (its name follows from cluster, account and region)."""
+
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class BucketLive:
+    """What fmctl manages of the bucket: its safety settings and tags."""
+
+    versioning: str
+    encryption: str
+    public_access_blocked: bool
+    tls_only: bool
+    tags: Tags
+
+
+class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
+    """The artifact bucket: versioned, encrypted, public access blocked, TLS only."""
+
+    name, params, outputs = "bucket", BucketParams, BucketOut
+    policy = policies(
+        versioning=Policy(How.UPDATE, "PutBucketVersioning"),
+        encryption=Policy(How.UPDATE, "PutBucketEncryption"),
+        public_access_blocked=Policy(How.UPDATE, "PutPublicAccessBlock"),
+        tls_only=Policy(How.UPDATE, "PutBucketPolicy"),
+    )
+
+    def bucket(self, ctx: Context) -> str:
+        """The bucket's name."""
+        return bucket_name(ctx.cluster, account_of(ctx), ctx.region)
+
+    def _tags(self, ctx: Context, name: str) -> Tags | None:
+        s3 = ctx.aws.client("s3")
+        try:
+            return Tags.from_list(s3.get_bucket_tagging(Bucket=name)["TagSet"])
+        except Exception as exc:
+            if error_code(exc) in ("NoSuchBucket", "404"):
+                return None
+            if error_code(exc) == "NoSuchTagSet":
+                return Tags()
+            raise
+
+    def read(
+        self, ctx: Context, rid: str, params: BucketParams
+    ) -> Observed[BucketOut, BucketLive] | None:
+        name = self.bucket(ctx)
+        tags = self._tags(ctx, name)
+        if tags is None or tags.get(OWNER_TAG) != ctx.cluster:
+            return None
+        s3 = ctx.aws.client("s3")
+        versioning = str(s3.get_bucket_versioning(Bucket=name).get("Status", "Disabled"))
+        live = BucketLive(
+            versioning,
+            self._encryption(s3, name),
+            self._blocked(s3, name),
+            self._policy(s3, name) == json.loads(tls_only_policy(name)),
+            tags,
+        )
+        return Observed(BucketOut(name), live, name)
+
+    @staticmethod
+    def _encryption(s3: Any, name: str) -> str:
+        try:
+            rules = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]
+        except Exception as exc:
+            if error_code(exc) == "ServerSideEncryptionConfigurationNotFoundError":
+                return "none"
+            raise
+        default = rules["Rules"][0].get("ApplyServerSideEncryptionByDefault", {})
+        return str(default.get("SSEAlgorithm", "none"))
+
+    @staticmethod
+    def _blocked(s3: Any, name: str) -> bool:
+        try:
+            config = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
+        except Exception as exc:
+            if error_code(exc) == "NoSuchPublicAccessBlockConfiguration":
+                return False
+            raise
+        return all(config.get(k) for k in PUBLIC_ACCESS_BLOCK)
+
+    @staticmethod
+    def _policy(s3: Any, name: str) -> Any:
+        try:
+            return json.loads(s3.get_bucket_policy(Bucket=name)["Policy"])
+        except Exception as exc:
+            if error_code(exc) == "NoSuchBucketPolicy":
+                return None
+            raise
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: BucketParams,
+        observed: Observed[BucketOut, BucketLive],
+    ) -> BucketLive:
+        tags = params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+        return BucketLive("Enabled", "aws:kms", True, True, tags)
+
+    def create(self, ctx: Context, rid: str, params: BucketParams) -> BucketOut:
+        s3 = ctx.aws.client("s3")
+        name = self.bucket(ctx)
+        kwargs: dict[str, Any] = {"Bucket": name}
+        if ctx.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": ctx.region}
+        try:
+            s3.create_bucket(**kwargs)
+        except Exception as exc:
+            if error_code(exc) != "BucketAlreadyOwnedByYou":
+                raise
+            tags = self._tags(ctx, name)
+            if tags and tags.get(OWNER_TAG) not in (None, ctx.cluster):
+                raise
+        s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": ctx.tag_list(params.tags)})
+        self._secure(s3, name)
+        return BucketOut(name)
+
+    def _secure(self, s3: Any, name: str) -> None:
+        s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
+        s3.put_bucket_encryption(
+            Bucket=name,
+            ServerSideEncryptionConfiguration={
+                "Rules": [
+                    {
+                        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"},
+                        "BucketKeyEnabled": True,
+                    }
+                ]
+            },
+        )
+        s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        s3.put_bucket_policy(Bucket=name, Policy=tls_only_policy(name))
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: BucketParams,
+        observed: Observed[BucketOut, BucketLive],
+        changes: Sequence[FieldChange],
+    ) -> BucketOut:
+        s3 = ctx.aws.client("s3")
+        if any(c.path != "tags" for c in changes):
+            self._secure(s3, observed.id)
+        if any(c.path == "tags" for c in changes):
+            # PutBucketTagging replaces the whole set: keep the tags others put there.
+            wanted = params.tags.resolve(observed.live.tags.get(CREATED_TAG)).as_dict()
+            merged = {**observed.live.tags.as_dict(), **wanted}
+            stale = [k for k in merged if k.startswith("fmctl.dev/") and k not in wanted]
+            for key in stale:
+                if key != CREATED_TAG:
+                    del merged[key]
+            s3.put_bucket_tagging(
+                Bucket=observed.id,
+                Tagging={"TagSet": [{"Key": k, "Value": v} for k, v in sorted(merged.items())]},
+            )
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        name = self.bucket(ctx)
+        tags = self._tags(ctx, name)
+        if tags is None or tags.get(OWNER_TAG) != ctx.cluster:
+            return []
+        return [self.owned_item(tags.get(RESOURCE_TAG) or "bucket", name)]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        s3 = ctx.aws.client("s3")
+        try:
+            for page in s3.get_paginator("list_object_versions").paginate(Bucket=owned.id):
+                victims = [
+                    {"Key": v["Key"], "VersionId": v["VersionId"]}
+                    for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
+                ]
+                if victims:
+                    s3.delete_objects(Bucket=owned.id, Delete={"Objects": victims})
+            s3.delete_bucket(Bucket=owned.id)
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
+
+
+def artifact_bucket(ctx: Context) -> str:
+    """The cluster's artifact bucket (by its name and tag), or an error saying to `up`."""
+    found = Bucket().find_owned(ctx)
+    if not found:
+        raise AwsError(
+            f"{ctx.cluster} has no artifact bucket in {ctx.region}", hint="run `fmctl up` first"
+        )
+    return found[0].id
+
+
+@dataclass(frozen=True)
+class ArtifactsOut:
+    """Where the uploads live (s3://bucket/cluster/slurm)."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class ArtifactsParams:
+    """The shipped slurm/ folder (``root``) and the files rendered for this cluster
+    (``extra``: path under slurm/ -> text), uploaded under ``<cluster>/slurm/``."""
+
+    bucket: Ref[BucketOut]
+    root: str
+    extra: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ArtifactsLive:
+    """The content hash of what is uploaded (from its manifest object)."""
+
+    digest: str | None
+
+
+MANIFEST = ".fmctl-manifest.json"
+
+
+class Artifacts(Kind[ArtifactsParams, ArtifactsOut, ArtifactsLive]):
+    """The slurm/ scripts and the cluster's rendered monitoring files in the artifact bucket.
+
+    A manifest object records the content hash, so a re-run uploads only when they changed.
+    """
+
+    name, params, outputs = "artifacts", ArtifactsParams, ArtifactsOut
+    delete_seconds = 0.0
+    policy = policies(digest=Policy(How.UPDATE, "the changed files are uploaded again"))
+
+    @staticmethod
+    def files(params: ArtifactsParams) -> dict[str, bytes]:
+        """Path under slurm/ -> content."""
+        root = Path(params.root)
+        files = {
+            str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        }
+        files.update({path: text.encode() for path, text in sorted(params.extra)})
+        return files
+
+    @staticmethod
+    def digest(files: dict[str, bytes]) -> str:
+        """One hash over names and contents."""
+        h = hashlib.sha256()
+        for path, data in files.items():
+            h.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
+        return h.hexdigest()
+
+    def read(
+        self, ctx: Context, rid: str, params: ArtifactsParams
+    ) -> Observed[ArtifactsOut, ArtifactsLive] | None:
+        bucket = Bucket().bucket(ctx)
+        s3 = ctx.aws.client("s3")
+        try:
+            body = s3.get_object(Bucket=bucket, Key=f"{ctx.cluster}/slurm/{MANIFEST}")["Body"]
+            manifest = json.loads(body.read())
+        except Exception as exc:
+            if error_code(exc) in ("NoSuchKey", "404", "NoSuchBucket"):
+                return None
+            raise
+        where = f"s3://{bucket}/{ctx.cluster}/slurm"
+        return Observed(ArtifactsOut(where), ArtifactsLive(manifest.get("digest")), where)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: ArtifactsParams,
+        observed: Observed[ArtifactsOut, ArtifactsLive],
+    ) -> ArtifactsLive:
+        return ArtifactsLive(self.digest(self.files(params)))
+
+    def create(self, ctx: Context, rid: str, params: ArtifactsParams) -> ArtifactsOut:
+        s3 = ctx.aws.client("s3")
+        bucket = ctx.get(params.bucket).id
+        files = self.files(params)
+        for path, data in files.items():
+            s3.put_object(Bucket=bucket, Key=f"{ctx.cluster}/slurm/{path}", Body=data)
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"{ctx.cluster}/slurm/{MANIFEST}",
+            Body=json.dumps({"digest": self.digest(files), "files": sorted(files)}),
+        )
+        return ArtifactsOut(f"s3://{bucket}/{ctx.cluster}/slurm")
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: ArtifactsParams,
+        observed: Observed[ArtifactsOut, ArtifactsLive],
+        changes: Sequence[FieldChange],
+    ) -> ArtifactsOut:
+        return self.create(ctx, rid, params)
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        return None  # the objects go with the bucket
