@@ -23,9 +23,7 @@ def _refs(p: Parts, nodes: bool) -> ConfigRefs:
     """What the config is filled from; with ``nodes``, also the private subnet's way out
     (the nodes download at bootstrap; the validators need none of it)."""
     routes, endpoint = way_out(p) if nodes else ((), None)
-    groups = tuple(
-        ref for pool in p.c.pools if (ref := placement_ref(p, pool.name)) is not None
-    )
+    groups = tuple(ref for pool in p.c.pools if (ref := placement_ref(p, pool.name)) is not None)
     return ConfigRefs(
         vpc=p.ref("vpc", VpcOut),
         private_subnet=p.ref("subnet/private", SubnetOut),

@@ -82,7 +82,7 @@ def _prepare(validation: Any, target: Any, sandbox: bool) -> None:
         from provisioner.ops.seed import seed_sandbox
 
         for line in seed_sandbox(validation.resolved, target):
-            click.echo(f"sandbox: {line}")
+            click.echo(f"sandbox: {line}", err=True)  # a notice: stdout stays data
     _online(validation, target)
 
 

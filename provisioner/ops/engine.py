@@ -137,9 +137,30 @@ def _path(dotted: str) -> SpecPath:
     return tuple(out)
 
 
+def _causes(plan: Plan) -> dict[str, str | None]:
+    """Per replaced resource, the spec path that forces it: its own change's, or (for one
+    replaced because what it refers to is) that of the first replaced resource it refers
+    to."""
+    from provisioner.ops.planner import references
+
+    replaced = {c.resource: c for c in plan.changes if c.action == Action.REPLACE}
+    out: dict[str, str | None] = {}
+    for wave in plan.blueprint.graph().waves():
+        for rid in wave:
+            if rid not in replaced:
+                continue
+            origin = replaced[rid].origin
+            if origin is None:
+                under = [out[t] for t in sorted(references(plan.blueprint[rid])) if out.get(t)]
+                origin = under[0] if under else None
+            out[rid] = origin
+    return out
+
+
 def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
     """What stops `up` before any call: unreadable resources, changes AWS cannot make, and
-    replacements without leave."""
+    replacements without leave (one problem per spec setting, naming all it replaces and
+    what is lost with them)."""
     problems = []
     for c in plan.unreadable:
         problems.append(Problem("plan-unreadable", f"{c.resource}: {c.reason}", hint=c.hint))
@@ -156,16 +177,22 @@ def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
             )
     if allow_replace:
         return problems
+    causes = _causes(plan)
+    by_origin: dict[str | None, list[Change]] = {}
     for c in plan.changes:
-        if c.action != Action.REPLACE or c.refused:
-            continue
-        lost = f" (lost: {c.loses})" if c.loses else ""
+        if c.action == Action.REPLACE and not c.refused:
+            by_origin.setdefault(causes.get(c.resource), []).append(c)
+    for origin, changes in by_origin.items():
+        first = changes[0]
+        names = ", ".join(c.resource for c in changes)
+        lost = "; ".join(c.loses for c in changes if c.loses)
         problems.append(
             Problem(
                 "replace-refused",
-                f"{c.resource} would be replaced: {c.reason}{lost}",
-                _path(c.origin) if c.origin else (),
-                hint="change it back, or run `fmctl up --allow-replace` to replace it",
+                f"this change replaces {names} ({first.resource}: {first.reason})"
+                + (f"; lost with them: {lost}" if lost else ""),
+                _path(origin) if origin else (),
+                hint="change it back, or run `fmctl up --allow-replace` to replace them",
             )
         )
     return problems

@@ -143,7 +143,13 @@ def _run(ctx: Context, plan: Plan, step: Step) -> str:
         if observed.pending:
             ctx.emit(rid, "waiting", observed.pending)
             kind.wait(ctx, rid, params, observed)
-        paths = ", ".join(f.path for f in change.fields)
+        shown = sorted(
+            {
+                f.path.split(".")[0] if f.path.startswith("objects.") else f.path
+                for f in change.fields
+            }
+        )
+        paths = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
         if change.action == Action.DRIFT:
             paths = f"{observed.id}: restored what was changed outside fmctl: {paths}"
         ctx.emit(rid, "updating", paths)

@@ -19,7 +19,16 @@ from provisioner.drivers.aws import translate
 from provisioner.graph.graph import Graph
 from provisioner.graph.ref import refs_in
 from provisioner.graph.runner import run
-from provisioner.resources.base import UNKNOWN, FieldChange, How, Observed, Owned, Planned, jsonable
+from provisioner.resources.base import (
+    UNKNOWN,
+    FieldChange,
+    How,
+    Observed,
+    Owned,
+    Planned,
+    has_unknown,
+    jsonable,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.registry import kinds
 from provisioner.resources.tags import Tags
@@ -220,8 +229,9 @@ class Planner:
         observed = self.observed.get(item.id)
         if observed is None:
             if not kind.owned:
-                missing = ResourceMissing(item)
-                return self._unreadable(item, missing), None
+                missing = kind.missing(item.id, item.params)
+                change = self._unreadable(item, missing)
+                return dataclasses.replace(change, reason=str(missing)), None
             return Change(item.id, item.kind, Action.CREATE), None
         if not kind.owned:
             return Change(item.id, item.kind, Action.USE, aws_id=observed.id), observed.outputs
@@ -287,7 +297,8 @@ class Planner:
         out = []
         for f in fields:
             old_value, new_value = _value_at(before, f.path), _value_at(now, f.path)
-            same = old_value is not UNKNOWN and _plain(old_value) == _plain(new_value)
+            known = not has_unknown(old_value) and not has_unknown(new_value)
+            same = known and _plain(old_value) == _plain(new_value)
             out.append(Drifted(f.path, f.before, f.after, f.how, f.reason) if same else f)
         return out
 
@@ -308,7 +319,25 @@ class Planner:
     def _deletes(self) -> list[Change]:
         wanted = {item.id: item for item in self.blueprint}
         out = []
-        for owned in find_owned(self.ctx, scheduler_kinds(self.blueprint)):
+        found: list[Owned] = []
+        only = scheduler_kinds(self.blueprint)
+        for name, kind in kinds().items():
+            if only is not None and name not in only:
+                continue
+            try:
+                found += kind.find_owned(self.ctx)
+            except Exception as exc:  # say so; the resources of the kind read already did
+                translated = translate(exc, f"listing the cluster's {name} resources")
+                out.append(
+                    Change(
+                        f"({name})",
+                        name,
+                        Action.UNREADABLE,
+                        reason=str(translated),
+                        hint=translated.hint or "check the credentials' read permissions",
+                    )
+                )
+        for owned in found:
             item = wanted.get(owned.resource)
             if item is None:
                 reason = "owned by the cluster, no longer in the spec"
@@ -340,13 +369,6 @@ class Drifted(FieldChange):
 
     def as_data(self) -> dict[str, Any]:
         return {**super().as_data(), "drift": True}
-
-
-class ResourceMissing(Exception):
-    """Something the spec names does not exist."""
-
-    def __init__(self, item: Planned) -> None:
-        super().__init__(f"{item.id} ({item.kind}) named by the spec does not exist")
 
 
 def _plain(value: Any) -> Any:

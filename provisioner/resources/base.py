@@ -139,9 +139,25 @@ def changed_fields(want: Any, have: Any, prefix: str = "") -> list[tuple[str, An
                 out.append((path, change[0], change[1]))
         elif dataclasses.is_dataclass(w) and dataclasses.is_dataclass(h) and w is not UNKNOWN:
             out += changed_fields(w, h, f"{path}.")
+        elif isinstance(w, frozenset) and isinstance(h, frozenset) and UNKNOWN not in w:
+            if w != h:  # sets: what goes and what comes, not the whole set twice
+                out.append((path, frozenset(h - w), frozenset(w - h)))
         elif w is UNKNOWN or w != h:
             out.append((path, h, w))
     return out
+
+
+def has_unknown(value: Any) -> bool:
+    """True when ``value`` is, or holds, a value not known yet."""
+    if value is UNKNOWN:
+        return True
+    if isinstance(value, tuple | list | frozenset | set):
+        return any(has_unknown(v) for v in value)
+    if isinstance(value, Mapping):
+        return any(has_unknown(v) for v in value.values())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return any(has_unknown(getattr(value, f.name)) for f in dataclasses.fields(value))
+    return False
 
 
 class Kind(Generic[P, Out, L]):
@@ -193,6 +209,10 @@ class Kind(Generic[P, Out, L]):
             if found is not None:
                 return found.how, found.reason
         return How.UPDATE, "changes in place"
+
+    def missing(self, rid: str, params: P) -> Exception:
+        """What to say when a resource the spec names (one fmctl does not own) is not there."""
+        return ResourceError(f"{rid} ({self.name}), named by the spec, does not exist")
 
     # -- acting -------------------------------------------------------------------------
     def create(self, ctx: Context, rid: str, params: P) -> Out:

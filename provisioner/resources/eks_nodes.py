@@ -181,6 +181,20 @@ def flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
     return [(path, value)]
 
 
+def _top(path: str) -> str:
+    return path.split(".")[0].split("[")[0]
+
+
+def _shown(leaves: dict[str, Any]) -> Any:
+    """A setting's leaves for people: the value itself, or a count for a list."""
+    if not leaves:
+        return None
+    if len(leaves) == 1:
+        return next(iter(leaves.values()))
+    items = {p.split("]")[0] for p in leaves if "[" in p}
+    return f"{len(items)} entries" if items else dict(sorted(leaves.items()))
+
+
 class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
     """A GPU pool's launch template: every EFA interface, IMDSv2, encrypted root volume,
     capacity-block market options, NodeConfig user data. A change is a new version."""
@@ -226,17 +240,23 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
         want = self.desired(ctx, rid, params, observed)
         changes = [c for c in super().diff(ctx, rid, params, observed) if c.path == "tags"]
         have, need = dict(observed.live.data), dict(want.data)
-        for path in sorted(set(have) | set(need)):
-            if have.get(path) != need.get(path) or need.get(path) is UNKNOWN:
-                changes.append(
-                    FieldChange(
-                        f"data.{path}",
-                        have.get(path),
-                        need.get(path),
-                        How.UPDATE,
-                        "a new launch template version (CreateLaunchTemplateVersion)",
-                    )
+        changed = sorted(
+            p for p in set(have) | set(need) if have.get(p) != need.get(p) or need.get(p) is UNKNOWN
+        )
+        # One change per top-level setting (NetworkInterfaces, not each interface's leaves).
+        tops = sorted({_top(p) for p in changed})
+        for top in tops:
+            before = {p: v for p, v in have.items() if _top(p) == top}
+            after = {p: v for p, v in need.items() if _top(p) == top}
+            changes.append(
+                FieldChange(
+                    f"data.{top}",
+                    _shown(before),
+                    _shown(after),
+                    How.UPDATE,
+                    "a new launch template version (CreateLaunchTemplateVersion)",
                 )
+            )
         return changes
 
     def create(self, ctx: Context, rid: str, params: LtParams) -> LtOut:
@@ -667,6 +687,15 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             ]["nodegroupArn"]
             eks_retag(ctx, arn, changes)
         return observed.outputs
+
+    def outputs_after(
+        self, observed: Observed[NodegroupOut, NodegroupLive], changes: Sequence[FieldChange]
+    ) -> Any:
+        """What dependents see once the planned update ran: nodes that changed (the stack
+        checks them all again), unless only tags change."""
+        if all(c.path == "tags" for c in changes):
+            return observed.outputs
+        return NodegroupOut(UNKNOWN)
 
     def find_owned(self, ctx: Context) -> list[Owned]:
         return [

@@ -370,12 +370,15 @@ class ExistingFileSystem(Kind[ExistingFsxParams, FsxOut, NoLive]):
     ) -> NoLive:
         return NoLive()
 
-    def create(self, ctx: Context, rid: str, params: ExistingFsxParams) -> FsxOut:
-        raise ResourceError(
+    def missing(self, rid: str, params: ExistingFsxParams) -> Exception:
+        return ResourceError(
             f"file system {params.file_system_id} (storage.fsxLustre.fileSystemId) does not "
-            f"exist in {ctx.region}",
+            "exist in this region",
             hint="check the id and the region, or leave fileSystemId out for a new one",
         )
+
+    def create(self, ctx: Context, rid: str, params: ExistingFsxParams) -> FsxOut:
+        raise self.missing(rid, params)
 
 
 @dataclass(frozen=True)

@@ -223,21 +223,21 @@ def node_problems(api: KubeApi, pools: Sequence[PoolCheck]) -> list[str]:
     return problems
 
 
-def healthy_nodes(api: KubeApi, pools: Sequence[PoolCheck]) -> frozenset[tuple[str, int]]:
-    """(pool, nodes Ready with the right GPUs and EFA devices), per pool."""
-    out = set()
+def pool_nodes(api: KubeApi, pools: Sequence[PoolCheck]) -> frozenset[tuple[str, int, int, int]]:
+    """(pool, nodes, GPUs, EFA devices) of the Ready, schedulable nodes of each pool, by what
+    they advertise (a pool whose nodes all look alike has one entry; an empty pool has one
+    with no nodes)."""
+    out: dict[tuple[str, int, int], int] = {}
     for pool in pools:
-        nodes = api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}")
-        good = [
-            n
-            for n in nodes
-            if _ready(n)
-            and not n.get("spec", {}).get("unschedulable")
-            and int(n.get("status", {}).get("allocatable", {}).get(GPU, 0)) == pool.gpus
-            and int(n.get("status", {}).get("allocatable", {}).get(EFA, 0)) == pool.efa
-        ]
-        out.add((pool.pool, len(good)))
-    return frozenset(out)
+        for n in api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}"):
+            if not _ready(n) or n.get("spec", {}).get("unschedulable"):
+                continue
+            alloc = n.get("status", {}).get("allocatable", {})
+            key = (pool.pool, int(alloc.get(GPU, 0)), int(alloc.get(EFA, 0)))
+            out[key] = out.get(key, 0) + 1
+        if not any(key[0] == pool.pool for key in out):
+            out[(pool.pool, pool.gpus, pool.efa)] = 0
+    return frozenset((pool, count, gpus, efa) for (pool, gpus, efa), count in out.items())
 
 
 class KubeStack(Kind[StackParams, StackOut, StackLive]):
@@ -268,7 +268,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
                     digest = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
                     applied[key_of({"kind": kind, "metadata": obj["metadata"]})] = digest
-            nodes = healthy_nodes(api, params.pools)
+            nodes = pool_nodes(api, params.pools)
         finally:
             _close(api)
         if not applied:
@@ -298,7 +298,46 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 (key_of(o), o["metadata"]["annotations"][DIGEST])
                 for o in self._objects(ctx, params)
             )
-        return StackLive(objects, frozenset((p.pool, p.count) for p in params.pools))
+        if any(ctx.resolve(ref) is UNKNOWN for ref in params.nodegroups):
+            nodes: Any = UNKNOWN  # a node group changes: every node is checked again after
+        else:
+            nodes = frozenset((p.pool, p.count, p.gpus, p.efa) for p in params.pools)
+        return StackLive(objects, nodes)
+
+    def diff(
+        self, ctx: Context, rid: str, params: StackParams, observed: Observed[StackOut, StackLive]
+    ) -> list[FieldChange]:
+        """Per object that is missing, differs from what is rendered, or is no longer
+        rendered; and the nodes per pool."""
+        want = self.desired(ctx, rid, params, observed)
+        out = []
+        if want.objects is UNKNOWN:
+            out.append(FieldChange("objects", "applied", UNKNOWN, How.UPDATE, "filled once made"))
+        else:
+            have, need = dict(observed.live.objects), dict(want.objects)
+            for key in sorted(set(have) | set(need)):
+                if have.get(key) != need.get(key):
+                    why = (
+                        "no longer rendered: deleted"
+                        if key not in need
+                        else "missing: applied"
+                        if key not in have
+                        else "differs from the rendered object: applied again"
+                    )
+                    out.append(
+                        FieldChange(f"objects.{key}", have.get(key), need.get(key), How.UPDATE, why)
+                    )
+        if want.nodes is UNKNOWN or want.nodes != observed.live.nodes:
+            out.append(
+                FieldChange(
+                    "nodes",
+                    observed.live.nodes,
+                    want.nodes,
+                    How.UPDATE,
+                    "every pool's nodes Ready with their GPUs and EFA devices: up waits for it",
+                )
+            )
+        return out
 
     def create(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
         self._apply(ctx, rid, params, ())
@@ -312,7 +351,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         observed: Observed[StackOut, StackLive],
         changes: Sequence[FieldChange],
     ) -> StackOut:
-        stale = ()
+        stale: tuple[str, ...] = ()
         if isinstance(observed.live.objects, frozenset):
             wanted = {key_of(o) for o in self._objects(ctx, params)}
             stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))

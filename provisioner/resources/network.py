@@ -229,11 +229,14 @@ class ExistingVpc(Kind[ExistingVpcParams, VpcOut, NoLive]):
     ) -> NoLive:
         return NoLive()
 
-    def create(self, ctx: Context, rid: str, params: ExistingVpcParams) -> VpcOut:
-        raise ResourceError(
-            f"VPC {params.vpc_id} (network.vpcId) does not exist in {ctx.region}",
+    def missing(self, rid: str, params: ExistingVpcParams) -> Exception:
+        return ResourceError(
+            f"VPC {params.vpc_id} (network.vpcId) does not exist in this region",
             hint="check the id and the region, or leave vpcId out for a new VPC",
         )
+
+    def create(self, ctx: Context, rid: str, params: ExistingVpcParams) -> VpcOut:
+        raise self.missing(rid, params)
 
 
 @dataclass(frozen=True)
@@ -419,8 +422,11 @@ class ExistingSubnet(Kind[ExistingSubnetParams, SubnetOut, NoLive]):
     ) -> NoLive:
         return NoLive()
 
-    def create(self, ctx: Context, rid: str, params: ExistingSubnetParams) -> SubnetOut:
-        raise ResourceError(
-            f"subnet {params.subnet_id} does not exist in {ctx.region}",
+    def missing(self, rid: str, params: ExistingSubnetParams) -> Exception:
+        return ResourceError(
+            f"subnet {params.subnet_id} ({rid}) does not exist in this region",
             hint="check network.subnetId (and the other subnet ids) and the region",
         )
+
+    def create(self, ctx: Context, rid: str, params: ExistingSubnetParams) -> SubnetOut:
+        raise self.missing(rid, params)

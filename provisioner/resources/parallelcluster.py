@@ -130,6 +130,13 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
         for change in plan.changes:
             parameter = str(change.get("parameter", "?"))
             reason = refused.get(parameter)
+            if reason and plan.needs_fleet_stop:
+                reason += (
+                    "; fmctl never stops the compute fleet itself (that ends running jobs): "
+                    f"`pcluster update-compute-fleet --cluster-name {ctx.cluster} --status "
+                    f"STOP_REQUESTED --region {ctx.region}`, then `fmctl up` again (and "
+                    "START_REQUESTED after)"
+                )
             out.append(
                 FieldChange(
                     parameter,

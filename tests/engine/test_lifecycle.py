@@ -122,7 +122,7 @@ def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> Non
     region = region_of(spec)
     result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "sandbox: seeded cr-0123456789abcdef0" in result.stdout
+    assert "sandbox: seeded cr-0123456789abcdef0" in result.stderr
     s3 = sandbox.aws(region).client("s3")
     bucket = next(i for k, _, i in owned(sandbox, "e2e-slurm", region) if k == "bucket")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}

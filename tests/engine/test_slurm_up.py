@@ -211,7 +211,8 @@ def test_changed_spec_updates_the_cluster_or_says_why_not(sandbox: Sandbox, tmp_
 
     updated = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
     assert updated.returncode == 0, updated.stdout + updated.stderr
-    assert "updating  ScaledownIdletime" in updated.stdout and "0 created" in updated.stdout
+    assert "updating  Scheduling.SlurmSettings.ScaledownIdletime" in updated.stdout
+    assert "0 created" in updated.stdout
     real_updates = [c for c in _calls(tmp_path) if c[0] == "update-cluster" and c[2] == "false"]
     assert len(real_updates) == 1
     state = json.loads((tmp_path / "pcluster-state.json").read_text())

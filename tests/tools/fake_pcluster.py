@@ -53,22 +53,41 @@ def _missing(name: str) -> dict:
 
 
 def _changes(old: str, new: str) -> list[dict]:
-    """A changeSet in ParallelCluster's shape: one entry per changed `Key: value` line."""
+    """A changeSet in ParallelCluster's shape: one entry per changed setting, named by its
+    YAML path as ParallelCluster names it (ConfigPatch.build_config_param_path: dotted keys,
+    list entries by their Name, e.g. Scheduling.SlurmQueues[train].ComputeResources[c].MaxCount).
+    """
+    import yaml
 
-    def values(text: str) -> dict[str, str]:
-        pairs = (line.strip().split(":", 1) for line in text.splitlines() if ":" in line)
-        return {k.strip("- "): v.strip() for k, v in pairs if v.strip()}
+    out: list[dict] = []
 
-    before, after = values(old), values(new)
-    return [
-        {
-            "parameter": key,
-            "currentValue": before.get(key, "-"),
-            "requestedValue": after.get(key, "-"),
-        }
-        for key in sorted(set(before) | set(after))
-        if before.get(key) != after.get(key)
-    ]
+    def shown(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    def walk(before: object, after: object, path: list[str]) -> None:
+        if isinstance(before, dict) and isinstance(after, dict):
+            for key in sorted(set(before) | set(after)):
+                walk(before.get(key), after.get(key), [*path, key])
+        elif (
+            isinstance(before, list)
+            and isinstance(after, list)
+            and all(isinstance(i, dict) and "Name" in i for i in before + after)
+        ):
+            old_items = {i["Name"]: i for i in before}
+            new_items = {i["Name"]: i for i in after}
+            for item in sorted(set(old_items) | set(new_items)):
+                walk(old_items.get(item), new_items.get(item), [*path[:-1], f"{path[-1]}[{item}]"])
+        elif before != after:
+            out.append(
+                {
+                    "parameter": ".".join(path),
+                    "currentValue": shown(before),
+                    "requestedValue": shown(after),
+                }
+            )
+
+    walk(yaml.safe_load(old), yaml.safe_load(new), [])
+    return out
 
 
 def main() -> None:
