@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from provisioner.blueprint import BlueprintError, Where
 from provisioner.blueprint.infra import Parts, amp_write_policy, placement_ref, way_out
+from provisioner.blueprint.model import BlueprintError, Where
 from provisioner.graph.ref import After, Ref
 from provisioner.render.placeholders import PATTERN
 from provisioner.resources.compute import SgOut

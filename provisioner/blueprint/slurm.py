@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from provisioner.blueprint import Where
 from provisioner.blueprint.infra import Parts, placement_ref, way_out
+from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
 from provisioner.render.placeholders import placeholder
 from provisioner.resources.compute import SgOut

@@ -8,7 +8,7 @@ import sys
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load
-from provisioner.estimate.models import MODELS
+from provisioner.ops.estimate import MODEL_NAMES
 
 
 def _tokens(text: str) -> float:
@@ -24,7 +24,7 @@ def _tokens(text: str) -> float:
 
 @click.command("estimate", cls=GuardedCommand)
 @click.option("-f", "--file", "path", required=True, help="The cluster spec (YAML).")
-@click.option("--model", type=click.Choice(sorted(MODELS)), required=True)
+@click.option("--model", type=click.Choice(MODEL_NAMES), required=True)
 @click.option("--seq", type=click.IntRange(1), default=8192, show_default=True)
 @click.option(
     "--global-batch",
@@ -73,24 +73,16 @@ def estimate(
 ) -> None:
     """Memory per GPU, compute and communication per step, what bounds it, tokens/s and days
     for a model on the spec's cluster, from the catalog's figures alone."""
-    from provisioner.catalog import load_catalog
-    from provisioner.estimate.calc import EstimateError, parse_parallel
-    from provisioner.estimate.calc import estimate as run
+    from provisioner.ops.estimate import EstimateError, size
 
     budget = _tokens(tokens)
     spec = _load(path, None).resolved
-    pools = {p.name: p for p in spec.compute.gpu_pools}
-    chosen = pools.get(pool) if pool else spec.compute.gpu_pools[0]
-    if chosen is None:
-        _fail(f"no GPU pool {pool!r}", f"pools: {', '.join(pools)}")
-    itype = load_catalog()[chosen.instance_type]
-    gpus = chosen.count * (itype.gpu.count if itype.gpu else 0)
     try:
-        e = run(
-            MODELS[model],
-            itype,
-            chosen.count,
-            parse_parallel(parallel, gpus),
+        sized = size(
+            spec,
+            model,
+            pool,
+            parallel,
             seq=seq,
             global_batch=global_batch,
             precision=precision,
@@ -99,13 +91,14 @@ def estimate(
         )
     except EstimateError as exc:
         _fail(str(exc), "see `fmctl estimate --help`")
+    e, itype = sized.estimate, sized.instance_type
     if output == "json":
         click.echo(
             json.dumps(
                 {
                     "model": e.model.name,
                     "params": e.model.params,
-                    "pool": chosen.name,
+                    "pool": sized.pool,
                     "gpus": e.gpus,
                     "parallel": e.parallel.text,
                     "memoryBytesPerGpu": e.memory,
@@ -124,7 +117,7 @@ def estimate(
         return
     gb = 1e9
     click.echo(
-        f"{e.model.name} on {chosen.name}: {chosen.count} x {itype.name} = {e.gpus} GPUs, "
+        f"{e.model.name} on {sized.pool}: {sized.count} x {itype.name} = {e.gpus} GPUs, "
         f"{e.parallel.text}, seq {seq}, global batch {global_batch}, {precision}, MFU {mfu:.0%}"
     )
     hbm = itype.gpu.hbm_gb if itype.gpu else 0

@@ -30,14 +30,13 @@ def gc(
     """Find every fmctl cluster in the region by tag and tear down those matched."""
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down
-    from provisioner.ops.gc import find_clusters, select
-    from provisioner.validate.rules.general import parse_ttl
+    from provisioner.ops.gc import find_clusters, parse_age, select
 
     if not expired and older_than is None:
         _fail("say which clusters to collect", "pass --expired, --older-than AGE, or both")
     limit = None
     if older_than is not None:
-        limit = parse_ttl(older_than)
+        limit = parse_age(older_than)
         if limit is None:
             _fail(f"--older-than {older_than!r} is not a duration", "write it like 6h or 2d")
     target = _target(region, state_dir, sandbox)

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import TextIO
 
-from provisioner.resources.context import Event
+from provisioner.ops.target import Event
 
 _SHOWN = {
     "creating": "creating",

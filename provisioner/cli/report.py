@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from provisioner.spec.problems import Problem
-from provisioner.validate import Validation
+
+if TYPE_CHECKING:
+    from provisioner.ops.validate import Validation
 
 _STOP = set(" \t,}]#")
 

@@ -18,9 +18,9 @@ def setup() -> None:
 def parallelcluster(version: str | None, state_dir: str | None) -> None:
     """ParallelCluster in a virtualenv of its own (it pins old libraries)."""
     from provisioner.ops.setup import PCLUSTER_VERSION, install
-    from provisioner.state.store import fmctl_home
+    from provisioner.ops.target import home_of
 
-    home = fmctl_home(state_dir)
+    home = home_of(state_dir)
     click.echo(
         f"installing aws-parallelcluster=={version or PCLUSTER_VERSION} into "
         f"{home / 'parallelcluster' / 'venv'} ..."

@@ -41,6 +41,24 @@ class After(Ref[T]):
     """A reference whose referrer is made after ``target`` and deleted after it too."""
 
 
+class _Unknown:
+    """A value only known once what it refers to has been made (again)."""
+
+    _instance: _Unknown | None = None
+
+    def __new__(cls) -> _Unknown:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "(known after apply)"
+
+
+#: What a reference resolves to while its target is not made (or made again) yet.
+UNKNOWN: Any = _Unknown()
+
+
 def refs_in(value: object) -> Iterator[Ref[Any]]:
     """Every reference held by ``value``: through dataclass fields, tuples, lists, sets and
     mapping values, in order."""

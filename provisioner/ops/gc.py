@@ -70,6 +70,13 @@ def _bucket_tags(s3: Any, name: str) -> dict[str, str]:
         return {}
 
 
+def parse_age(text: str) -> int | None:
+    """Seconds in an age such as ``6h`` or ``2d`` (a ttl's syntax); None when malformed."""
+    from provisioner.validate.rules.general import parse_ttl
+
+    return parse_ttl(text)
+
+
 def select(
     seen: dict[str, ClusterSeen], expired: bool, older_than: float | None, now: float | None = None
 ) -> list[ClusterSeen]:

@@ -17,10 +17,9 @@ from typing import Any
 from provisioner.blueprint import Blueprint
 from provisioner.drivers.aws import translate
 from provisioner.graph.graph import Graph
-from provisioner.graph.ref import refs_in
+from provisioner.graph.ref import UNKNOWN, refs_in
 from provisioner.graph.runner import run
 from provisioner.resources.base import (
-    UNKNOWN,
     FieldChange,
     How,
     Observed,

@@ -11,6 +11,8 @@ from pathlib import Path
 from provisioner.drivers.aws import Aws
 from provisioner.resources.context import Context, Event
 
+__all__ = ["Context", "Event", "Target"]
+
 
 @dataclass
 class Target:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from provisioner.ops.target import Target
 from provisioner.spec.source import SourceDoc, load_source, parse_source
 from provisioner.validate import Validation, validate_document
 
 __all__ = ["Validation", "check_online", "load_and_validate"]
+
+if TYPE_CHECKING:
+    from provisioner.ops.target import Target
 
 
 def load_and_validate(path: str, scheduler: str | None = None) -> Validation:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.catalog import Catalog, InstanceType
-from provisioner.render import images
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
+from provisioner.render.images import Images
 from provisioner.render.placeholders import placeholder
 from provisioner.spec.model import ClusterSpec, GpuPool, Network
 
@@ -189,7 +189,7 @@ class ClusterContext:
     topology_aware: bool
     scaledown_idletime: int
     tags: tuple[tuple[str, str], ...]
-    images: images.Images = field(default_factory=images.Images)
+    images: Images = field(default_factory=Images)
 
     @property
     def amp_region(self) -> str | None:
@@ -267,7 +267,7 @@ def _eks_subnets(net: Network) -> tuple[str, ...]:
 
 
 def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
-    """The render context of a resolved spec (``provisioner.spec.defaults.resolve``)."""
+    """The render context of a resolved spec (``provisioner.spec.resolve.resolve``)."""
     net = spec.network
     fsx_spec = spec.storage.fsx_lustre
     fsx = None
@@ -314,5 +314,5 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         topology_aware=spec.slurm.topology_aware,
         scaledown_idletime=spec.slurm.scaledown_idletime,
         tags=tuple(sorted(tags.items())),
-        images=images.Images.for_region(spec.metadata.region),
+        images=Images.for_region(spec.metadata.region),
     )

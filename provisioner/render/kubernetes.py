@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
-from provisioner.render.slurm import alert_rules
+from provisioner.render.monitoring import alert_rules, dashboards
 from provisioner.shipped import shipped_dir
 
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
@@ -124,15 +124,6 @@ def components(c: ClusterContext) -> list[Component]:
     if c.efa_pools or c.pools:
         out.append(Component("nccl-test", (("job.yaml.j2", "job.yaml"),), "training"))
     return out
-
-
-def dashboards(scheduler: str) -> dict[str, str]:
-    """Grafana dashboards shipped as JSON files, by file name: those of templates/dashboards/
-    (both schedulers) and of its ``scheduler`` folder (Slurm's jobs and queue, Kubernetes'
-    pods and nodes)."""
-    folder = shipped_dir("templates") / "dashboards"
-    paths = [*folder.glob("*.json"), *(folder / scheduler).glob("*.json")]
-    return {p.name: p.read_text() for p in sorted(paths, key=lambda p: p.name)}
 
 
 def _manifests(c: ClusterContext) -> dict[str, str]:

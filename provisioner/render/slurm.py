@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
-from provisioner.shipped import shipped_dir
+from provisioner.render.monitoring import alert_rules, dashboards
 
 #: slurm.conf parameters ParallelCluster 3.16 refuses in cluster-level CustomSlurmSettings
 #: (it manages them: its validators/slurm_settings_validator.py), compared lower-cased. fmctl
@@ -126,18 +126,11 @@ def scrape_jobs(c: ClusterContext) -> list[tuple[str, int, bool]]:
     return jobs
 
 
-def alert_rules() -> str:
-    """fmctl's Prometheus alert rules (the same for both schedulers)."""
-    return (shipped_dir("templates") / "monitoring" / "alert-rules.yml").read_text()
-
-
 def monitoring_files(c: ClusterContext) -> dict[str, str]:
     """slurm/monitoring/: the head node's Prometheus config, Grafana's provisioning and
     dashboards (uploaded with the scripts; on-node-configured.sh --monitoring installs them)."""
     if not c.prometheus:
         return {}
-    from provisioner.render.kubernetes import dashboards
-
     files = {
         "slurm/monitoring/prometheus.yml": render_template(
             "slurm/prometheus.yml.j2", c=c, jobs=scrape_jobs(c)

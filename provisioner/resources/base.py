@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from provisioner.graph.ref import UNKNOWN
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.tags import Tags, tag_change
 
@@ -49,23 +50,6 @@ class Policy:
 def policies(**fields: Policy) -> Mapping[str, Policy]:
     """A kind's policy table: live field (dotted path) -> how a change to it is made."""
     return MappingProxyType(fields)
-
-
-class _Unknown:
-    """A value only known once what it refers to has been made (again)."""
-
-    _instance: _Unknown | None = None
-
-    def __new__(cls) -> _Unknown:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "(known after apply)"
-
-
-UNKNOWN: Any = _Unknown()
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import error_code
-from provisioner.graph.ref import Ref
-from provisioner.resources.base import (
-    UNKNOWN,
-    FieldChange,
-    How,
-    Kind,
-    Observed,
-    Owned,
-    Policy,
-    policies,
-)
+from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, retry_dependency, tags_of
 from provisioner.resources.errors import Foreign

@@ -13,8 +13,7 @@ from typing import Any, TypeVar
 
 from provisioner.drivers.aws import Aws
 from provisioner.graph.pacing import poll_schedule
-from provisioner.graph.ref import Ref
-from provisioner.resources.base import UNKNOWN
+from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.errors import WaitTimeout
 from provisioner.resources.tags import OWNER_TAG, RESOURCE_TAG, DesiredTags
 

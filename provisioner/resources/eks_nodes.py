@@ -19,17 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import error_code
-from provisioner.graph.ref import Ref
-from provisioner.resources.base import (
-    UNKNOWN,
-    FieldChange,
-    How,
-    Kind,
-    Observed,
-    Owned,
-    Policy,
-    policies,
-)
+from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, tags_of

@@ -25,18 +25,9 @@ import yaml
 
 from provisioner.drivers.aws import AwsError
 from provisioner.drivers.kube import KubeApi, KubeClient, KubeError
-from provisioner.graph.ref import Ref
+from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import (
-    UNKNOWN,
-    FieldChange,
-    How,
-    Kind,
-    Observed,
-    Owned,
-    Policy,
-    policies,
-)
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.eks import AccessOut, EksCluster, EksOut, cluster_ours

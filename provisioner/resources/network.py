@@ -8,17 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.graph.ref import Ref
-from provisioner.resources.base import (
-    UNKNOWN,
-    FieldChange,
-    How,
-    Kind,
-    Observed,
-    Owned,
-    Policy,
-    policies,
-)
+from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.pcluster import PclusterError, failure_text
-from provisioner.graph.ref import Ref
+from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import UNKNOWN, FieldChange, How, Kind, Observed, Owned
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned
 from provisioner.resources.context import Context
 from provisioner.resources.fsx import DraOut, FsxOut
 from provisioner.resources.pcluster_check import (

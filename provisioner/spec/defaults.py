@@ -2,17 +2,13 @@
 
 Static defaults are the constants below (the model's field defaults point at them). Defaults
 that depend on other fields or on the catalog (EFA on where the type has it, placement groups
-off with reserved capacity, FSx sizing) are filled by ``resolve``; `fmctl validate
---show-defaults` prints its result.
+off with reserved capacity, FSx sizing) are filled by ``provisioner.spec.resolve`` from these;
+`fmctl validate --show-defaults` prints its result.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
-
-if TYPE_CHECKING:
-    from provisioner.catalog import Catalog
-    from provisioner.spec.model import ClusterSpec, FsxLustre, GpuPool
+from typing import Final
 
 SCHEDULER: Final = "slurm"
 VPC_CIDR = "10.0.0.0/16"
@@ -32,70 +28,3 @@ SLURM_SCALEDOWN_IDLETIME = 10
 #: EKS versions fmctl renders for and tests against (kubernetes-validate has schemas for all).
 KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 KUBERNETES_VERSION = "1.33"
-
-
-def pool_efa(pool: GpuPool, catalog: Catalog) -> bool:
-    """EFA defaults to on wherever the instance type supports it."""
-    if pool.efa is not None:
-        return pool.efa
-    itype = catalog.get(pool.instance_type)
-    return bool(itype and itype.efa_supported)
-
-
-def pool_placement_group(pool: GpuPool, catalog: Catalog) -> bool:
-    """Placement groups default to on, except with reserved capacity or where unsupported.
-
-    AWS places ODCRs and Capacity Blocks itself; adding a cluster placement group on top risks
-    insufficient-capacity errors, so the AWS samples leave it off there. UltraServer types
-    (p6e-gb200) take none: their NVLink domain is placed by AWS.
-    """
-    if pool.placement_group is not None:
-        return pool.placement_group
-    itype = catalog.get(pool.instance_type)
-    if itype is not None and not itype.placement_group:
-        return False
-    return pool.capacity.type not in ("reservation", "capacity-block")
-
-
-def _fsx(fsx: FsxLustre) -> FsxLustre:
-    if fsx.file_system_id:
-        return fsx
-    deployment = fsx.deployment_type or FSX_DEPLOYMENT_TYPE
-    throughput = fsx.throughput_per_tib
-    if throughput is None:
-        throughput = FSX_THROUGHPUT_PER_TIB.get(deployment)
-    return fsx.model_copy(
-        update={
-            "capacity_gib": fsx.capacity_gib if fsx.capacity_gib is not None else FSX_CAPACITY_GIB,
-            "deployment_type": deployment,
-            "throughput_per_tib": throughput,
-        }
-    )
-
-
-def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -> ClusterSpec:
-    """Return the spec with every derived default filled in (and ``scheduler`` applied)."""
-    pools = [
-        pool.model_copy(
-            update={
-                "min_count": pool.count if pool.min_count is None else pool.min_count,
-                "efa": pool_efa(pool, catalog),
-                "placement_group": pool_placement_group(pool, catalog),
-            }
-        )
-        for pool in spec.compute.gpu_pools
-    ]
-    network = spec.network
-    if network.vpc_id is None and network.vpc_cidr is None:
-        network = network.model_copy(update={"vpc_cidr": VPC_CIDR})
-    storage = spec.storage
-    if storage.fsx_lustre is not None:
-        storage = storage.model_copy(update={"fsx_lustre": _fsx(storage.fsx_lustre)})
-    return spec.model_copy(
-        update={
-            "scheduler": scheduler or spec.scheduler,
-            "network": network,
-            "compute": spec.compute.model_copy(update={"gpu_pools": pools}),
-            "storage": storage,
-        }
-    )

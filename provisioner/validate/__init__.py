@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.catalog import Catalog, load_catalog
-from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Position, Problem, has_errors
+from provisioner.spec.resolve import resolve
 from provisioner.spec.source import SourceDoc
 from provisioner.validate.rules import RuleContext, run_rules
 from provisioner.validate.structure import check_structure, suppressed
@@ -59,6 +59,6 @@ def validate_document(
         )
         result.spec = spec
         if result.ok:
-            result.resolved = defaults.resolve(spec, catalog, scheduler)
+            result.resolved = resolve(spec, catalog, scheduler)
     result.problems.sort(key=lambda p: (result.position(p).line, result.position(p).column))
     return result

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from provisioner.spec.defaults import pool_placement_group
 from provisioner.spec.model import ClusterSpec, GpuPool
 from provisioner.spec.problems import Problem, SpecPath, suggest
-from provisioner.validate.rules import RuleContext, rule
+from provisioner.spec.resolve import pool_placement_group
+from provisioner.validate.rules.registry import RuleContext, rule
 
 POOL_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
 #: ODCR and Capacity Block ids: cr- and 17 hex digits (8 for old reservations).

@@ -9,7 +9,7 @@ from provisioner.catalog.regions import REGIONS
 from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, suggest
-from provisioner.validate.rules import RuleContext, rule
+from provisioner.validate.rules.registry import RuleContext, rule
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
 TTL_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, SpecPath
-from provisioner.validate.rules import RuleContext, rule
+from provisioner.validate.rules.registry import RuleContext, rule
 
 VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")

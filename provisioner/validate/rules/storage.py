@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec, FsxLustre
 from provisioner.spec.problems import Problem, SpecPath
-from provisioner.validate.rules import RuleContext, rule
+from provisioner.validate.rules.registry import RuleContext, rule
 
 FS_ID_RE = re.compile(r"^fs-[0-9a-f]{17}$")  # as FSx (and ParallelCluster) require
 S3_URI_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?$")
