@@ -229,8 +229,7 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         if not ctx.pcluster:
             return []
-        found = pcluster(ctx).describe(ctx.cluster)
-        return [self.owned_item("parallelcluster", ctx.cluster)] if found else []
+        return [self.owned_item("parallelcluster", ctx.cluster)] if described(ctx) else []
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         pc = pcluster(ctx)

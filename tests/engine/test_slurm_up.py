@@ -266,3 +266,46 @@ def test_amp_remote_write_gets_a_policy_of_its_own(sandbox: Sandbox, tmp_path: P
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_a_queue_resize_is_planned_with_parallelclusters_policy(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A pool's count on Slurm: `plan` shows the setting ParallelCluster would change and
+    whether its update policy allows it now (update-cluster --dryrun, nothing written), and
+    the cluster's own place in the plan; `up` applies it through ParallelCluster."""
+    name = "e2e-pc-resize"
+    pools = [{"name": "train", "instanceType": "p5.48xlarge", "count": 2}]
+    spec = spec_file(
+        tmp_path, name, example="p5-slurm-capacity-block.yaml", compute={"gpuPools": pools}
+    )
+    region = region_of(spec)
+    env = _env(tmp_path)
+    assert sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env).returncode == 0
+    offline = sandbox.fmctl("plan", "-f", str(spec), "--offline", "-o", "json")
+    data = json.loads(offline.stdout)
+    assert "parallelcluster" in data["critical_path"]  # the longest step, planned too
+    pools[0]["count"] = 4
+    changed = yaml.safe_load(spec.read_text())
+    changed["compute"]["gpuPools"] = pools
+    spec.write_text(yaml.safe_dump(changed, sort_keys=False))
+
+    before = len(_calls(tmp_path))
+    planned = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json", **env)
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert [c[0] for c in _calls(tmp_path)[before:] if c[2] == "false"] == ["describe-cluster"]
+    changes = {c["resource"]: c for c in json.loads(planned.stdout)["changes"]}
+    cluster = changes["parallelcluster"]
+    assert cluster["action"] == "update"
+    resized = {f["path"]: f for f in cluster["fields"]}
+    key = "Scheduling.SlurmQueues[train].ComputeResources[p5-48xlarge].MaxCount"
+    assert (resized[key]["from"], resized[key]["to"], resized[key]["how"]) == ("2", "4", "update")
+    assert "update policy allows it" in resized[key]["reason"]
+
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    state = json.loads((tmp_path / "pcluster-state.json").read_text())
+    queue = yaml.safe_load(state["clusters"][name]["config"])["Scheduling"]["SlurmQueues"][0]
+    assert queue["ComputeResources"][0]["MaxCount"] == 4
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
+    assert down.returncode == 0 and raw_leftovers(sandbox, name, region) == []
