@@ -1,0 +1,538 @@
+"""Each kind's read and diff against AWS's recorded answers (see ``recorded``): what it
+calls to find and describe its resource (reads only: the stubber answers nothing else), the
+live view it makes of the answer, and how each difference from the spec is classified."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import How, Observed
+from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
+from provisioner.resources.context import Context
+from provisioner.resources.eks import EksCluster, EksParams, KmsOut
+from provisioner.resources.eks_addons import Addon, AddonParams
+from provisioner.resources.eks_nodes import (
+    LaunchTemplate,
+    LtData,
+    LtParams,
+    Nodegroup,
+    NodegroupOut,
+    NodegroupParams,
+    Scaling,
+    Volume,
+)
+from provisioner.resources.errors import Foreign
+from provisioner.resources.fsx import FileSystem, FsxParams
+from provisioner.resources.gateways import (
+    IgwParams,
+    InternetGateway,
+    NatGateway,
+    NatParams,
+    RouteTable,
+    RouteTableParams,
+)
+from provisioner.resources.iam import Role, RoleOut, RoleParams, canonical
+from provisioner.resources.network import Subnet, SubnetOut, SubnetParams, Vpc, VpcOut, VpcParams
+from provisioner.resources.storage import Bucket, BucketParams
+from provisioner.resources.tags import DesiredTags
+from tests.resources.recorded import ACCOUNT, RecordedAws, example, tags
+
+CLUSTER = "llm"
+
+
+def _ctx(aws: RecordedAws) -> Context:
+    return Context(aws=aws, cluster=CLUSTER, region=aws.region)  # type: ignore[arg-type]
+
+
+def _tags(rid: str) -> DesiredTags:
+    return DesiredTags((("team", "ml"),), CLUSTER, rid)
+
+
+def _fields(changes: list[Any]) -> dict[str, tuple[Any, Any, How]]:
+    return {c.path: (c.before, c.after, c.how) for c in changes}
+
+
+def test_vpc_reads_by_tag_and_puts_dns_hostnames_back() -> None:
+    aws = RecordedAws()
+    vpcs = example("ec2", "DescribeVpcs")
+    vpcs["Vpcs"][0]["Tags"] = tags(CLUSTER, "vpc", team="ml")
+    aws.answer("ec2", "DescribeVpcs", vpcs)
+    aws.answer("ec2", "DescribeVpcAttribute", example("ec2", "DescribeVpcAttribute", 0))
+    hostnames = example("ec2", "DescribeVpcAttribute", 1)
+    hostnames["EnableDnsHostnames"]["Value"] = False  # turned off by hand
+    aws.answer("ec2", "DescribeVpcAttribute", hostnames)
+    ctx = _ctx(aws)
+    params = VpcParams("10.0.0.0/16", _tags("vpc"))
+    observed = Vpc().read(ctx, "vpc", params)
+    aws.done()
+    assert observed is not None and observed.outputs == VpcOut("vpc-a01106c2", "10.0.0.0/16")
+    assert _fields(Vpc().diff(ctx, "vpc", params, observed)) == {
+        "dns_hostnames": (False, True, How.UPDATE)
+    }
+    other = VpcParams("10.9.0.0/16", _tags("vpc"))
+    changes = _fields(Vpc().diff(ctx, "vpc", other, observed))
+    assert changes["cidr"] == ("10.0.0.0/16", "10.9.0.0/16", How.REPLACE)
+
+
+def test_a_resource_of_another_cluster_is_not_read_as_ours() -> None:
+    aws = RecordedAws()
+    vpcs = example("ec2", "DescribeVpcs")
+    vpcs["Vpcs"][0]["Tags"] = tags("another", "vpc")  # a filter the API ignored
+    aws.answer("ec2", "DescribeVpcs", vpcs)
+    assert Vpc().read(_ctx(aws), "vpc", VpcParams("10.0.0.0/16", _tags("vpc"))) is None
+
+
+def test_subnet_zone_is_fixed_and_public_ips_change_in_place() -> None:
+    aws = RecordedAws()
+    subnets = example("ec2", "DescribeSubnets")
+    subnets["Subnets"][0]["Tags"] = tags(CLUSTER, "subnet/private", team="ml")
+    aws.answer("ec2", "DescribeSubnets", subnets)
+    ctx = _ctx(aws)
+    ctx.record("vpc", VpcOut("vpc-a01106c2", "10.0.0.0/16"))
+    params = SubnetParams(
+        Ref("vpc", VpcOut), "10.0.1.0/24", _tags("subnet/private"), az="us-east-1c"
+    )
+    observed = Subnet().read(ctx, "subnet/private", params)
+    assert observed is not None and observed.outputs == SubnetOut("subnet-9d4a7b6c", "us-east-1c")
+    assert Subnet().diff(ctx, "subnet/private", params, observed) == []
+    moved = SubnetParams(
+        Ref("vpc", VpcOut), "10.0.1.0/24", _tags("subnet/private"), az="us-east-1a", public=True
+    )
+    assert _fields(Subnet().diff(ctx, "subnet/private", moved, observed)) == {
+        "az": ("us-east-1c", "us-east-1a", How.REPLACE),
+        "public": (False, True, How.UPDATE),
+    }
+
+
+def test_nat_gateway_and_internet_gateway_and_route_table() -> None:
+    aws = RecordedAws()
+    nats = example("ec2", "DescribeNatGateways")
+    nats["NatGateways"][0]["Tags"] = tags(CLUSTER, "natgw", team="ml")
+    nats["NatGateways"][0]["State"] = "pending"  # an earlier run stopped while it was made
+    aws.answer("ec2", "DescribeNatGateways", nats)
+    igws = example("ec2", "DescribeInternetGateways")
+    igws["InternetGateways"][0]["Tags"] = tags(CLUSTER, "igw", team="ml")
+    igws["InternetGateways"][0]["Attachments"] = []  # a run stopped before attaching it
+    aws.answer("ec2", "DescribeInternetGateways", igws)
+    tables = example("ec2", "DescribeRouteTables")
+    tables["RouteTables"][0]["Tags"] = tags(CLUSTER, "route-table/private", team="ml")
+    aws.answer("ec2", "DescribeRouteTables", tables)
+    ctx = _ctx(aws)
+    from provisioner.resources.gateways import EipOut, IgwOut, NatOut
+
+    ctx.record("vpc", VpcOut("vpc-a01106c2", "10.0.0.0/16"))
+    ctx.record("subnet/public", SubnetOut("subnet-847e4dc2", "us-east-1a"))
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
+    ctx.record("eip/nat", EipOut("eipalloc-89c620ec"))
+    nat_params = NatParams(
+        Ref("subnet/public", SubnetOut), Ref("eip/nat", EipOut), Ref("igw", IgwOut), _tags("natgw")
+    )
+    nat = NatGateway().read(ctx, "natgw", nat_params)
+    assert nat is not None and nat.pending == "pending" and nat.id == "nat-05dba92075d71c408"
+    assert NatGateway().diff(ctx, "natgw", nat_params, nat) == []
+    igw_params = IgwParams(Ref("vpc", VpcOut), _tags("igw"))
+    igw = InternetGateway().read(ctx, "igw", igw_params)
+    assert igw is not None
+    assert _fields(InternetGateway().diff(ctx, "igw", igw_params, igw)) == {
+        "vpc": (None, "vpc-a01106c2", How.UPDATE)
+    }
+    ctx.record("natgw", NatOut("nat-05dba92075d71c408"))
+    table_params = RouteTableParams(
+        Ref("vpc", VpcOut),
+        Ref("natgw", NatOut),
+        (Ref("subnet/private", SubnetOut),),
+        _tags("route-table/private"),
+    )
+    table = RouteTable().read(ctx, "route-table/private", table_params)
+    assert table is not None
+    # Only the local route and the main association: the default route and the subnet are
+    # missing, both made in place.
+    assert _fields(RouteTable().diff(ctx, "route-table/private", table_params, table)) == {
+        "default_route": (None, "nat-05dba92075d71c408", How.UPDATE),
+        "subnets": (frozenset(), frozenset({"subnet-9d4a7b6c"}), How.UPDATE),
+    }
+    aws.done()
+
+
+def test_security_group_rules_revoked_by_hand_are_drift_to_restore() -> None:
+    aws = RecordedAws()
+    group = {
+        "GroupId": "sg-903004f8",
+        "GroupName": "llm-efa",
+        "Description": "fmctl llm: efa",
+        "VpcId": "vpc-a01106c2",
+        "OwnerId": ACCOUNT,
+        "IpPermissions": [],  # the self-referencing rule, revoked
+        "IpPermissionsEgress": [
+            {"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}], "UserIdGroupPairs": []},
+            {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": "sg-903004f8"}]},
+        ],
+        "Tags": tags(CLUSTER, "sg/efa", team="ml"),
+    }
+    aws.answer("ec2", "DescribeSecurityGroups", {"SecurityGroups": [group]})
+    ctx = _ctx(aws)
+    ctx.record("vpc", VpcOut("vpc-a01106c2", "10.0.0.0/16"))
+    params = SgParams(
+        Ref("vpc", VpcOut),
+        "llm-efa",
+        "fmctl llm: efa",
+        ingress=(Rule("-1"),),
+        egress=(Rule("-1"), Rule("-1", cidr="0.0.0.0/0")),
+        tags=_tags("sg/efa"),
+    )
+    observed = SecurityGroup().read(ctx, "sg/efa", params)
+    assert observed is not None and observed.outputs == SgOut("sg-903004f8")
+    assert _fields(SecurityGroup().diff(ctx, "sg/efa", params, observed)) == {
+        "ingress": (frozenset(), frozenset({("-1", None, None, "sg-903004f8")}), How.UPDATE)
+    }
+
+
+def _lt_params(instance_type: str) -> LtParams:
+    data = LtData(
+        instance_type=instance_type,
+        http_tokens="required",
+        http_endpoint="enabled",
+        hop_limit=2,
+        volumes=(Volume("/dev/xvda", 200, "gp3", True),),
+        interfaces=(),
+        user_data="",
+    )
+    return LtParams("my-template", data, _tags("launch-template/gpu"))
+
+
+def test_launch_template_changes_are_a_new_version() -> None:
+    aws = RecordedAws()
+    templates = example("ec2", "DescribeLaunchTemplates")
+    templates["LaunchTemplates"][0]["Tags"] = tags(CLUSTER, "launch-template/gpu", team="ml")
+    aws.answer("ec2", "DescribeLaunchTemplates", templates)
+    versions = example("ec2", "DescribeLaunchTemplateVersions")
+    versions["LaunchTemplateVersions"] = versions["LaunchTemplateVersions"][1:]  # the default
+    aws.answer("ec2", "DescribeLaunchTemplateVersions", versions)
+    ctx = _ctx(aws)
+    params = _lt_params("p5.48xlarge")
+    observed = LaunchTemplate().read(ctx, "launch-template/gpu", params)
+    assert observed is not None and observed.outputs.id == "lt-01238c059e3466abc"
+    changes = LaunchTemplate().diff(ctx, "launch-template/gpu", params, observed)
+    assert {c.how for c in changes} == {How.UPDATE}
+    by_path = _fields(changes)
+    assert by_path["data.InstanceType"][:2] == ("t2.medium", "p5.48xlarge")
+    assert by_path["data.MetadataOptions"][1] == {
+        "MetadataOptions.HttpEndpoint": "enabled",
+        "MetadataOptions.HttpPutResponseHopLimit": 2,
+        "MetadataOptions.HttpTokens": "required",
+    }
+    # The recorded template has a key pair and an AMI; fmctl's has neither: both go.
+    assert by_path["data.KeyName"][:2] == ("kp-us-east", None)
+    # Dependents see a new version once it is made.
+    assert LaunchTemplate().outputs_after(observed, changes).version is not None
+
+
+def _eks_params(version: str) -> EksParams:
+    from provisioner.resources.compute import SgOut as Sg
+
+    return EksParams(
+        cluster_name="devel",
+        version=version,
+        role=Ref("iam/eks-cluster", RoleOut),
+        subnets=(Ref("subnet/private", SubnetOut),),
+        security_groups=(Ref("sg/efa", Sg),),
+        endpoint_private=True,
+        endpoint_public=False,
+        public_cidrs=(),
+        logging=("api",),
+        key=Ref("kms/secrets", KmsOut),
+        authentication_mode="API",
+        support_type="STANDARD",
+        tags=_tags("eks"),
+    )
+
+
+def test_an_eks_cluster_without_the_owner_tag_is_refused() -> None:
+    aws = RecordedAws("us-west-2")
+    aws.answer("eks", "DescribeCluster", example("eks", "DescribeCluster"))
+    ctx = Context(aws=aws, cluster="devel", region="us-west-2")  # type: ignore[arg-type]
+    with pytest.raises(Foreign, match="not fmctl's"):
+        EksCluster().read(ctx, "eks", _eks_params("1.10"))
+
+
+def test_eks_version_goes_up_one_minor_at_a_time_never_down() -> None:
+    aws = RecordedAws("us-west-2")
+    cluster = example("eks", "DescribeCluster")
+    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": "devel", "fmctl.dev/resource": "eks"}
+    cluster["cluster"]["version"] = "1.33"
+    aws.answer("eks", "DescribeCluster", cluster)
+    ctx = Context(aws=aws, cluster="devel", region="us-west-2")  # type: ignore[arg-type]
+    observed = EksCluster().read(ctx, "eks", _eks_params("1.33"))
+    assert observed is not None and observed.outputs.version == "1.33"
+    up = _fields(EksCluster().diff(ctx, "eks", _eks_params("1.35"), observed))["version"]
+    assert up == ("1.33", "1.35", How.UPDATE)
+    reason = next(
+        c.reason
+        for c in EksCluster().diff(ctx, "eks", _eks_params("1.35"), observed)
+        if c.path == "version"
+    )
+    assert "1.33 -> 1.34 -> 1.35" in reason
+    down = _fields(EksCluster().diff(ctx, "eks", _eks_params("1.32"), observed))["version"]
+    assert down[2] == How.IMMUTABLE
+
+
+def _fsx_params(capacity: int, kind: str = "PERSISTENT_2") -> FsxParams:
+    from provisioner.resources.compute import SgOut as Sg
+
+    return FsxParams(
+        Ref("subnet/private", SubnetOut),
+        Ref("sg/fsx", Sg),
+        capacity,
+        kind,
+        _tags("fsx"),
+        throughput_per_tib=250,
+    )
+
+
+def test_fsx_grows_in_place_never_shrinks_and_a_new_type_is_a_new_file_system() -> None:
+    aws = RecordedAws()
+    systems = example("fsx", "DescribeFileSystems")
+    fs = systems["FileSystems"][0]
+    fs["Tags"] = tags(CLUSTER, "fsx", team="ml")
+    fs["FileSystemType"] = "LUSTRE"
+    fs["StorageCapacity"] = 1200
+    fs["SubnetIds"] = ["subnet-9d4a7b6c"]
+    fs["LustreConfiguration"] = {
+        "DeploymentType": "PERSISTENT_2",
+        "PerUnitStorageThroughput": 250,
+        "MountName": "abcd1234",
+        "DataCompressionType": "LZ4",
+    }
+    fs.pop("WindowsConfiguration", None)
+    aws.answer("fsx", "DescribeFileSystems", systems)
+    ctx = _ctx(aws)
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
+    observed = FileSystem().read(ctx, "fsx", _fsx_params(1200))
+    assert observed is not None and observed.pending is None
+    assert FileSystem().diff(ctx, "fsx", _fsx_params(1200), observed) == []
+    assert _fields(FileSystem().diff(ctx, "fsx", _fsx_params(2400), observed)) == {
+        "capacity_gib": (1200, 2400, How.UPDATE)
+    }
+    shrink = FileSystem().diff(ctx, "fsx", _fsx_params(600), observed)
+    assert shrink[0].how == How.IMMUTABLE and "cannot shrink" in shrink[0].reason
+    other = _fields(FileSystem().diff(ctx, "fsx", _fsx_params(1200, "PERSISTENT_1"), observed))
+    assert other["deployment_type"] == ("PERSISTENT_2", "PERSISTENT_1", How.REPLACE)
+
+
+def test_role_policies_attached_by_hand_go_and_missing_ones_come_back() -> None:
+    aws = RecordedAws()
+    role_tags = example("iam", "ListRoleTags")
+    role_tags["Tags"] += tags(CLUSTER, "iam/eks-node", team="ml")
+    aws.answer("iam", "ListRoleTags", role_tags)
+    role = example("iam", "GetRole")
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole"}],
+    }
+    # IAM sends the document URL-encoded (the example's placeholder says so).
+    role["Role"]["AssumeRolePolicyDocument"] = quote(json.dumps(trust))
+    aws.answer("iam", "GetRole", role)
+    aws.answer(
+        "iam",
+        "ListAttachedRolePolicies",
+        {
+            "AttachedPolicies": [
+                {
+                    "PolicyName": "AdministratorAccess",
+                    "PolicyArn": "arn:aws:iam::aws:policy/AdministratorAccess",
+                }
+            ]
+        },
+    )
+    aws.answer("iam", "ListRolePolicies", {"PolicyNames": []})
+    profile = example("iam", "GetInstanceProfile")
+    aws.answer("iam", "GetInstanceProfile", profile)
+    ctx = _ctx(aws)
+    params = RoleParams(
+        role_name="Test-Role",
+        trust=canonical(trust),
+        managed=("AmazonEKSWorkerNodePolicy",),
+        inline_name="fmctl-eks-node",
+        inline=None,
+        instance_profile=True,
+        description="",
+        tags=_tags("iam/eks-node"),
+    )
+    observed = Role().read(ctx, "iam/eks-node", params)
+    aws.done()
+    assert observed is not None
+    assert observed.outputs == RoleOut("Test-Role", "arn:aws:iam::123456789012:role/Test-Role")
+    changes = _fields(Role().diff(ctx, "iam/eks-node", params, observed))
+    assert changes["managed"] == (
+        frozenset({"AdministratorAccess"}),
+        frozenset({"AmazonEKSWorkerNodePolicy"}),
+        How.UPDATE,
+    )
+    # The recorded tags (Dept, Team: someone else's) stay theirs: no tags change.
+    assert "tags" not in changes
+
+
+def test_bucket_safety_settings_are_restored() -> None:
+    aws = RecordedAws()
+    bucket = f"fmctl-{CLUSTER}-{ACCOUNT}-us-east-1"
+    tagged = example("s3", "GetBucketTagging")
+    tagged["TagSet"] += tags(CLUSTER, "bucket", team="ml")
+    aws.answer("s3", "GetBucketTagging", tagged)
+    aws.answer("s3", "GetBucketVersioning", example("s3", "GetBucketVersioning"))
+    aws.answer(
+        "s3",
+        "GetBucketEncryption",
+        {
+            "ServerSideEncryptionConfiguration": {
+                "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]
+            }
+        },
+    )
+    aws.fail("s3", "GetPublicAccessBlock", "NoSuchPublicAccessBlockConfiguration", 404)
+    aws.answer("s3", "GetBucketPolicy", example("s3", "GetBucketPolicy"))  # not fmctl's
+    ctx = _ctx(aws)
+    observed = Bucket().read(ctx, "bucket", BucketParams(_tags("bucket")))
+    aws.done()
+    assert observed is not None and observed.id == bucket
+    assert _fields(Bucket().diff(ctx, "bucket", BucketParams(_tags("bucket")), observed)) == {
+        "public_access_blocked": (False, True, How.UPDATE),
+        "tls_only": (False, True, How.UPDATE),
+    }
+
+
+def _nodegroup(**changes: Any) -> dict[str, Any]:
+    """A DescribeNodegroup answer (AWS publishes no example: the shape is the model's)."""
+    ng = {
+        "nodegroupName": "gpu",
+        "nodegroupArn": f"arn:aws:eks:us-west-2:{ACCOUNT}:nodegroup/llm/gpu/1",
+        "clusterName": CLUSTER,
+        "version": "1.33",
+        "status": "ACTIVE",
+        "capacityType": "ON_DEMAND",
+        "amiType": "AL2023_x86_64_NVIDIA",
+        "instanceTypes": ["p5en.48xlarge"],
+        "scalingConfig": {"minSize": 2, "maxSize": 2, "desiredSize": 2},
+        "subnets": ["subnet-9d4a7b6c"],
+        "nodeRole": f"arn:aws:iam::{ACCOUNT}:role/node",
+        "labels": {"fmctl.dev/pool": "gpu"},
+        "updateConfig": {"maxUnavailable": 1},
+        "tags": {t["Key"]: t["Value"] for t in tags(CLUSTER, "nodegroup/gpu", team="ml")},
+    }
+    ng.update(changes)
+    return {"nodegroup": ng}
+
+
+def _ng_params(count: int, instance_type: str) -> NodegroupParams:
+    from provisioner.resources.eks import AccessOut, EksOut
+
+    return NodegroupParams(
+        cluster=Ref("eks", EksOut),
+        nodegroup_name="gpu",
+        ami_type="AL2023_x86_64_NVIDIA",
+        capacity_type="ON_DEMAND",
+        scaling=Scaling(count, count, count),
+        subnets=(Ref("subnet/private", SubnetOut),),
+        node_role=Ref("iam/eks-node", RoleOut),
+        labels=(("fmctl.dev/pool", "gpu"),),
+        taints=(),
+        max_unavailable=1,
+        version="1.33",
+        tags=_tags("nodegroup/gpu"),
+        access=Ref("access/nodes", AccessOut),
+        instance_types=(instance_type,),
+    )
+
+
+def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
+    aws = RecordedAws("us-west-2")
+    cluster = example("eks", "DescribeCluster")
+    cluster["cluster"]["name"] = CLUSTER
+    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    aws.answer("eks", "DescribeCluster", cluster)
+    aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
+    aws.answer("eks", "DescribeNodegroup", _nodegroup())
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
+    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    observed = Nodegroup().read(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
+    aws.done()
+    assert observed is not None and observed.outputs == NodegroupOut("gpu")
+    assert Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"), observed) == []
+    scaled = _fields(
+        Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(4, "p5en.48xlarge"), observed)
+    )
+    assert scaled == {
+        "scaling.min_size": (2, 4, How.UPDATE),
+        "scaling.max_size": (2, 4, How.UPDATE),
+        "scaling.desired_size": (2, 4, How.UPDATE),
+    }
+    other = _fields(Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(2, "p5.48xlarge"), observed))
+    assert other["instance_type"] == ("p5en.48xlarge", "p5.48xlarge", How.REPLACE)
+    assert Nodegroup.create_before_delete  # blue/green
+
+
+def test_addon_follows_the_default_of_the_spec_version() -> None:
+    aws = RecordedAws("us-west-2")
+    cluster = example("eks", "DescribeCluster")
+    cluster["cluster"]["name"] = CLUSTER
+    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    aws.answer("eks", "DescribeCluster", cluster)
+    aws.answer("eks", "ListAddons", {"addons": ["kube-proxy"]})
+    aws.answer(
+        "eks",
+        "DescribeAddon",
+        {
+            "addon": {
+                "addonName": "kube-proxy",
+                "clusterName": CLUSTER,
+                "status": "ACTIVE",
+                "addonVersion": "v1.33.3-eksbuild.6",
+                "tags": {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "addon/kube-proxy"},
+            }
+        },
+    )
+    aws.answer(
+        "eks",
+        "DescribeAddonVersions",
+        {
+            "addons": [
+                {
+                    "addonName": "kube-proxy",
+                    "addonVersions": [
+                        {
+                            "addonVersion": "v1.34.1-eksbuild.3",
+                            "compatibilities": [{"clusterVersion": "1.34", "defaultVersion": True}],
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    from provisioner.graph.ref import After
+    from provisioner.resources.eks import EksOut
+
+    params = AddonParams(
+        Ref("eks", EksOut),
+        "kube-proxy",
+        "1.34",
+        After("nodegroup/system", NodegroupOut),
+        _tags("addon/kube-proxy"),
+    )
+    observed = Addon().read(ctx, "addon/kube-proxy", params)
+    assert observed is not None
+    changes = _fields(Addon().diff(ctx, "addon/kube-proxy", params, observed))
+    aws.done()
+    assert changes["version"] == ("v1.33.3-eksbuild.6", "v1.34.1-eksbuild.3", How.UPDATE)
+
+
+def test_the_read_answers_used_here_are_awss_own() -> None:
+    """The fixtures are AWS's published examples (and not something fmctl wrote)."""
+    assert example("ec2", "DescribeVpcs")["Vpcs"][0]["VpcId"] == "vpc-a01106c2"
+    assert json.loads(example("s3", "GetBucketPolicy")["Policy"])["Id"] == "LogPolicy"
+    assert isinstance(Observed, type)
