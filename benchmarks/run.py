@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
+import day2
 import polling
 import scale
 import startup
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, polling, scale):
+    for module in (startup, up_sandbox, day2, polling, scale):
         found, text = module.collect()
         rows += found
         if detail:

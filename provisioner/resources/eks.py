@@ -538,7 +538,7 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         return out
 
     def find_owned(self, ctx: Context) -> list[Owned]:
-        c = self.describe(ctx)
+        c = self._described(ctx)
         if c is None or (c.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
             return []
         return [self.owned_item((c.get("tags") or {}).get(RESOURCE_TAG, "eks"), c["name"])]
@@ -606,21 +606,37 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
             return caller_principal(ctx)
         return ctx.resolve(params.principal, "arn")
 
+    def _entries(self, ctx: Context) -> dict[str, dict[str, Any]]:
+        """Principal -> the cluster's access entry (one listing, one describe each, per
+        run)."""
+
+        def load() -> dict[str, dict[str, Any]]:
+            if not cluster_ours(ctx):
+                return {}
+            eks = ctx.aws.client("eks")
+            out = {}
+            for principal in eks.list_access_entries(clusterName=ctx.cluster)["accessEntries"]:
+                entry = unless_gone(
+                    functools.partial(
+                        eks.describe_access_entry, clusterName=ctx.cluster, principalArn=principal
+                    )
+                )
+                if entry is not None:
+                    out[principal] = entry["accessEntry"]
+            return out
+
+        return ctx.cached("eks:access-entries", load)
+
     def read(
         self, ctx: Context, rid: str, params: AccessParams
     ) -> Observed[AccessOut, AccessLive] | None:
         principal = self._principal(ctx, params)
-        if principal is UNKNOWN or not cluster_ours(ctx):
+        if principal is UNKNOWN:
             return None
-        eks = ctx.aws.client("eks")
-        entry = unless_gone(
-            lambda: eks.describe_access_entry(clusterName=ctx.cluster, principalArn=principal)[
-                "accessEntry"
-            ]
-        )
+        entry = self._entries(ctx).get(principal)
         if entry is None:
             return None
-        listed = eks.list_associated_access_policies(
+        listed = ctx.aws.client("eks").list_associated_access_policies(
             clusterName=ctx.cluster, principalArn=principal
         )["associatedAccessPolicies"]
         policies = frozenset(p["policyArn"] for p in listed)
@@ -687,17 +703,9 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
-        if not cluster_ours(ctx):
-            return []
-        eks = ctx.aws.client("eks")
         out = []
-        for principal in eks.list_access_entries(clusterName=ctx.cluster)["accessEntries"]:
-            entry = unless_gone(
-                functools.partial(
-                    eks.describe_access_entry, clusterName=ctx.cluster, principalArn=principal
-                )
-            )
-            tags = ((entry or {}).get("accessEntry") or {}).get("tags") or {}
+        for principal, entry in sorted(self._entries(ctx).items()):
+            tags = entry.get("tags") or {}
             if tags.get(OWNER_TAG) == ctx.cluster:
                 out.append(self.owned_item(tags.get(RESOURCE_TAG, "?"), principal))
         return out

@@ -118,23 +118,31 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
             return params.version
         cluster_version = params.kubernetes_version
 
-        def load() -> str:
-            found = ctx.aws.client("eks").describe_addon_versions(
-                kubernetesVersion=cluster_version, addonName=params.addon_name
-            )["addons"]
-            for item in found:
-                for v in item["addonVersions"]:
-                    if any(
-                        c.get("defaultVersion") and c.get("clusterVersion") == cluster_version
-                        for c in v.get("compatibilities", [])
-                    ):
-                        return str(v["addonVersion"])
+        def load() -> dict[str, str]:
+            """Add-on -> its default version for ``cluster_version`` (one paged listing of
+            every add-on, not a call per add-on)."""
+            eks = ctx.aws.client("eks")
+            defaults: dict[str, str] = {}
+            pages = eks.get_paginator("describe_addon_versions").paginate(
+                kubernetesVersion=cluster_version
+            )
+            for page in pages:
+                for item in page["addons"]:
+                    for v in item["addonVersions"]:
+                        if any(
+                            c.get("defaultVersion") and c.get("clusterVersion") == cluster_version
+                            for c in v.get("compatibilities", [])
+                        ):
+                            defaults.setdefault(str(item["addonName"]), str(v["addonVersion"]))
+            return defaults
+
+        found = ctx.cached(f"eks:addon-defaults:{cluster_version}", load).get(params.addon_name)
+        if found is None:
             raise ResourceError(
                 f"EKS offers no default version of {params.addon_name} for {cluster_version}",
                 hint="pin one with kubernetes.addonVersions",
             )
-
-        return ctx.cached(f"eks:addon-default:{params.addon_name}:{cluster_version}", load)
+        return found
 
     def desired(
         self, ctx: Context, rid: str, params: AddonParams, observed: Observed[AddonOut, AddonLive]

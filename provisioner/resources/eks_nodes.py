@@ -157,6 +157,20 @@ def launch_data(ctx: Context, data: LtData, encode: bool = True) -> dict[str, An
     return body
 
 
+def template_version(ctx: Context, lt_id: str, version: str) -> dict[str, Any] | None:
+    """A launch template version's data (read once per run: the template and the node groups
+    that run it ask for the same one)."""
+
+    def load() -> dict[str, Any] | None:
+        found = ctx.aws.client("ec2").describe_launch_template_versions(
+            LaunchTemplateId=lt_id, Versions=[version]
+        )["LaunchTemplateVersions"]
+        data: dict[str, Any] | None = found[0]["LaunchTemplateData"] if found else None
+        return data
+
+    return ctx.cached(f"ec2:lt:{lt_id}:{version}", load)
+
+
 def flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
     """(path, leaf) pairs of JSON-like data, e.g. ("NetworkInterfaces[1].DeviceIndex", 1)."""
     if isinstance(value, dict):
@@ -201,9 +215,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
             return None
         lt_id = item["LaunchTemplateId"]
         version = int(item["DefaultVersionNumber"])
-        data = ctx.aws.client("ec2").describe_launch_template_versions(
-            LaunchTemplateId=lt_id, Versions=[str(version)]
-        )["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+        data = dict(template_version(ctx, lt_id, str(version)) or {})
         if "UserData" in data:
             data["UserData"] = base64.b64decode(data["UserData"]).decode()
         # The template's own tags are not part of its data (EC2 refuses a "launch-template"
@@ -401,6 +413,9 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
     name, params, outputs = "eks-nodegroup", NodegroupParams, NodegroupOut
     create_seconds, update_seconds, delete_seconds = 300.0, 600.0, 300.0
+    #: A config update (scaling, labels, taints): new instances boot and join, about as long
+    #: as a group's creation takes them; a version update replaces every node (update_seconds).
+    config_seconds = 240.0
     create_before_delete = True
     policy = policies(
         ami_type=Policy(How.REPLACE, f"the AMI type is {_FIXED}"),
@@ -444,10 +459,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         if not template.get("id"):
             types = ng.get("instanceTypes") or []
             return str(types[0]) if types else None
-        versions = ctx.aws.client("ec2").describe_launch_template_versions(
-            LaunchTemplateId=template["id"], Versions=[str(template.get("version", "$Default"))]
-        )["LaunchTemplateVersions"]
-        return versions[0]["LaunchTemplateData"].get("InstanceType") if versions else None
+        data = template_version(ctx, template["id"], str(template.get("version", "$Default")))
+        return None if data is None else data.get("InstanceType")
 
     def _observed(self, ctx: Context, ng: dict[str, Any]) -> Observed[NodegroupOut, NodegroupLive]:
         scaling = ng.get("scalingConfig") or {}
@@ -659,7 +672,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             eks.update_nodegroup_config(
                 clusterName=ctx.cluster, nodegroupName=observed.id, **config
             )
-            self._active(ctx, rid, observed.id, self.update_seconds / 4)
+            self._active(ctx, rid, observed.id, self.config_seconds)
         version: dict[str, Any] = {}
         if "launch_template" in paths and params.launch_template is not None:
             template = ctx.get(params.launch_template)

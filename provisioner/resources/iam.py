@@ -113,7 +113,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
     ) -> Observed[RoleOut, RoleLive] | None:
         iam = ctx.aws.client("iam")
         name = params.role_name
-        tags = _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"])
+        tags = self._tags(ctx, name)
         if not _claim(tags, f"IAM role {name}", ctx.cluster):
             return None
         assert tags is not None
@@ -285,8 +285,12 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         return sorted(out.values(), key=lambda o: o.id)
 
     def _tags(self, ctx: Context, name: str) -> Tags | None:
+        """The role's tags (None: no such role), read once per run."""
         iam = ctx.aws.client("iam")
-        return _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"])
+        return ctx.cached(
+            f"iam:role-tags:{name}",
+            lambda: _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"]),
+        )
 
     def _profile_tags(self, ctx: Context, name: str) -> Tags | None:
         iam = ctx.aws.client("iam")

@@ -342,11 +342,13 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         observed: Observed[StackOut, StackLive],
         changes: Sequence[FieldChange],
     ) -> StackOut:
-        stale: tuple[str, ...] = ()
-        if isinstance(observed.live.objects, frozenset):
-            wanted = {key_of(o) for o in self._objects(ctx, params)}
-            stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
-        self._apply(ctx, rid, params, stale)
+        if any(c.path.startswith("objects") for c in changes):
+            stale: tuple[str, ...] = ()
+            if isinstance(observed.live.objects, frozenset):
+                wanted = {key_of(o) for o in self._objects(ctx, params)}
+                stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
+            self._apply(ctx, rid, params, stale)
+        # Only the nodes changed (a pool scaled or rolled): nothing to apply, check them.
         return self._settle(ctx, rid, params)
 
     def _apply(self, ctx: Context, rid: str, params: StackParams, stale: tuple[str, ...]) -> None:

@@ -94,6 +94,10 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
         return bucket_name(ctx.cluster, account_of(ctx), ctx.region)
 
     def _tags(self, ctx: Context, name: str) -> Tags | None:
+        """The bucket's tags (None: no such bucket), read once per run."""
+        return ctx.cached(f"s3:tags:{name}", lambda: self._read_tags(ctx, name))
+
+    def _read_tags(self, ctx: Context, name: str) -> Tags | None:
         s3 = ctx.aws.client("s3")
         try:
             return Tags.from_list(s3.get_bucket_tagging(Bucket=name)["TagSet"])
@@ -173,7 +177,7 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
         except Exception as exc:
             if error_code(exc) != "BucketAlreadyOwnedByYou":
                 raise
-            tags = self._tags(ctx, name)
+            tags = self._read_tags(ctx, name)
             if tags and tags.get(OWNER_TAG) not in (None, ctx.cluster):
                 raise
         s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": ctx.tag_list(params.tags)})

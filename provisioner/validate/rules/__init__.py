@@ -16,6 +16,7 @@ from provisioner.validate.rules.registry import RULES, RuleContext, rule
 
 __all__ = ["RuleContext", "all_codes", "rule", "run_rules"]
 
+
 def run_rules(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Run every registered rule."""
     # Import the rule modules for their registrations (kept here so importing the package
