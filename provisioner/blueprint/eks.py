@@ -27,30 +27,15 @@ from provisioner.blueprint.model import BlueprintError, Where
 from provisioner.graph.ref import After, Ref
 from provisioner.render.placeholders import PATTERN
 from provisioner.resources.compute import SgOut
-from provisioner.resources.eks import (
-    ADMIN_POLICY,
-    AccessOut,
-    AccessParams,
-    EksOut,
-    EksParams,
-    KmsOut,
-    KmsParams,
-)
+from provisioner.resources.eks import EksOut, EksParams
+from provisioner.resources.eks_access import ADMIN_POLICY, AccessOut, AccessParams
 from provisioner.resources.eks_addons import AddonOut, AddonParams, IdentityOut, IdentityParams
-from provisioner.resources.eks_nodes import (
-    Interface,
-    LtData,
-    LtOut,
-    LtParams,
-    NodegroupOut,
-    NodegroupParams,
-    Scaling,
-    Taint,
-    Volume,
-)
+from provisioner.resources.eks_nodes import NodegroupOut, NodegroupParams, Scaling, Taint
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
+from provisioner.resources.kms import KmsOut, KmsParams
 from provisioner.resources.kube_stack import PoolCheck, StackParams
+from provisioner.resources.launch_template import Interface, LtData, LtOut, LtParams, Volume
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
 

@@ -26,18 +26,7 @@ from provisioner.resources.fsx import (
     FsxOut,
     FsxParams,
 )
-from provisioner.resources.gateways import (
-    EipOut,
-    EipParams,
-    EndpointOut,
-    EndpointParams,
-    IgwOut,
-    IgwParams,
-    NatOut,
-    NatParams,
-    RouteTableOut,
-    RouteTableParams,
-)
+from provisioner.resources.gateways import EipOut, EipParams, IgwOut, IgwParams, NatOut, NatParams
 from provisioner.resources.iam import PolicyParams, RoleOut, RoleParams, canonical, role_name
 from provisioner.resources.network import (
     ExistingSubnetParams,
@@ -48,6 +37,12 @@ from provisioner.resources.network import (
     VpcParams,
 )
 from provisioner.resources.pcluster_check import CheckOut
+from provisioner.resources.routes import (
+    EndpointOut,
+    EndpointParams,
+    RouteTableOut,
+    RouteTableParams,
+)
 from provisioner.resources.storage import ArtifactsParams, BucketOut, BucketParams
 from provisioner.resources.tags import DesiredTags
 from provisioner.shipped import shipped_dir

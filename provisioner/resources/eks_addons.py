@@ -18,14 +18,8 @@ from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import After, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
-from provisioner.resources.eks import (
-    EksOut,
-    cluster_ours,
-    created_or_found,
-    eks_retag,
-    health,
-    unless_gone,
-)
+from provisioner.resources.eks import EksOut, cluster_ours
+from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
 from provisioner.resources.eks_nodes import NodegroupOut
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut

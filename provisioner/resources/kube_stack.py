@@ -30,7 +30,8 @@ from provisioner.render.placeholders import fill
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
-from provisioner.resources.eks import AccessOut, EksCluster, EksOut, cluster_ours
+from provisioner.resources.eks import EksCluster, EksOut, cluster_ours
+from provisioner.resources.eks_access import AccessOut
 from provisioner.resources.eks_addons import AddonOut, IdentityOut
 from provisioner.resources.eks_nodes import NodegroupOut
 from provisioner.resources.errors import ResourceError

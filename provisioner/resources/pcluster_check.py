@@ -13,9 +13,9 @@ from provisioner.render.placeholders import fill
 from provisioner.resources.base import Kind, Observed
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
-from provisioner.resources.gateways import EndpointOut, RouteTableOut
 from provisioner.resources.iam import PolicyOut
 from provisioner.resources.network import NoLive, SubnetOut, VpcOut
+from provisioner.resources.routes import EndpointOut, RouteTableOut
 from provisioner.resources.storage import ArtifactsOut, BucketOut
 
 #: Validators fmctl suppresses when the AWS behind the run is the sandbox's emulator, because

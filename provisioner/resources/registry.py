@@ -10,22 +10,20 @@ from provisioner.graph.graph import Graph
 from provisioner.graph.ref import ref_types
 from provisioner.resources.base import Kind, Owned
 from provisioner.resources.compute import PlacementGroup, SecurityGroup
-from provisioner.resources.eks import AccessEntry, EksCluster, KmsKey
+from provisioner.resources.eks import EksCluster
+from provisioner.resources.eks_access import AccessEntry
 from provisioner.resources.eks_addons import Addon, PodIdentity
-from provisioner.resources.eks_nodes import LaunchTemplate, Nodegroup
+from provisioner.resources.eks_nodes import Nodegroup
 from provisioner.resources.fsx import ExistingFileSystem, FileSystem, RepositoryLink
-from provisioner.resources.gateways import (
-    ElasticIp,
-    InternetGateway,
-    NatGateway,
-    RouteTable,
-    S3Endpoint,
-)
+from provisioner.resources.gateways import ElasticIp, InternetGateway, NatGateway
 from provisioner.resources.iam import ManagedPolicy, Role
+from provisioner.resources.kms import KmsKey
 from provisioner.resources.kube_stack import KubeStack
+from provisioner.resources.launch_template import LaunchTemplate
 from provisioner.resources.network import ExistingSubnet, ExistingVpc, Subnet, Vpc
 from provisioner.resources.parallelcluster import ParallelClusterKind
 from provisioner.resources.pcluster_check import ParallelClusterCheck
+from provisioner.resources.routes import RouteTable, S3Endpoint
 from provisioner.resources.storage import Artifacts, Bucket
 
 AnyKind = Kind[Any, Any, Any]

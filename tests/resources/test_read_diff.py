@@ -14,30 +14,17 @@ from provisioner.graph.ref import Ref
 from provisioner.resources.base import How, Observed
 from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.context import Context
-from provisioner.resources.eks import EksCluster, EksParams, KmsOut
+from provisioner.resources.eks import EksCluster, EksParams
 from provisioner.resources.eks_addons import Addon, AddonParams
-from provisioner.resources.eks_nodes import (
-    LaunchTemplate,
-    LtData,
-    LtParams,
-    Nodegroup,
-    NodegroupOut,
-    NodegroupParams,
-    Scaling,
-    Volume,
-)
+from provisioner.resources.eks_nodes import Nodegroup, NodegroupOut, NodegroupParams, Scaling
 from provisioner.resources.errors import Foreign
 from provisioner.resources.fsx import FileSystem, FsxParams
-from provisioner.resources.gateways import (
-    IgwParams,
-    InternetGateway,
-    NatGateway,
-    NatParams,
-    RouteTable,
-    RouteTableParams,
-)
+from provisioner.resources.gateways import IgwParams, InternetGateway, NatGateway, NatParams
 from provisioner.resources.iam import Role, RoleOut, RoleParams, canonical
+from provisioner.resources.kms import KmsOut
+from provisioner.resources.launch_template import LaunchTemplate, LtData, LtParams, Volume
 from provisioner.resources.network import Subnet, SubnetOut, SubnetParams, Vpc, VpcOut, VpcParams
+from provisioner.resources.routes import RouteTable, RouteTableParams
 from provisioner.resources.storage import Bucket, BucketParams
 from provisioner.resources.tags import DesiredTags
 from tests.resources.recorded import ACCOUNT, RecordedAws, example, tags
@@ -428,7 +415,8 @@ def _nodegroup(**changes: Any) -> dict[str, Any]:
 
 
 def _ng_params(count: int, instance_type: str) -> NodegroupParams:
-    from provisioner.resources.eks import AccessOut, EksOut
+    from provisioner.resources.eks import EksOut
+    from provisioner.resources.eks_access import AccessOut
 
     return NodegroupParams(
         cluster=Ref("eks", EksOut),

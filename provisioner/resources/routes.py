@@ -1,0 +1,295 @@
+"""Route tables (a default route to the internet or NAT gateway, and their subnets) and the
+S3 gateway endpoint."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.context import Context
+from provisioner.resources.ec2 import (
+    by_resource,
+    create_or_adopt,
+    owned_items,
+    retry_dependency,
+    tags_of,
+)
+from provisioner.resources.gateways import IgwOut, NatOut, _born, _found, _tagged
+from provisioner.resources.network import SubnetOut, VpcOut
+from provisioner.resources.tags import DesiredTags, Tags
+
+
+@dataclass(frozen=True)
+class EndpointOut:
+    """A VPC endpoint by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class RouteTableOut:
+    """A route table by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class RouteTableParams:
+    """A route table: a default route to ``target`` (internet or NAT gateway), associated
+    with ``subnets``."""
+
+    vpc: Ref[VpcOut]
+    target: Ref[IgwOut] | Ref[NatOut]
+    subnets: tuple[Ref[SubnetOut], ...]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class RouteTableLive:
+    """What fmctl manages of a route table."""
+
+    vpc: Any
+    default_route: Any
+    subnets: Any
+    tags: Tags
+
+
+class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
+    """A route table with a default route and its subnets."""
+
+    name, params, outputs = "route-table", RouteTableParams, RouteTableOut
+    policy = policies(
+        vpc=Policy(How.REPLACE, "a route table's VPC is fixed (CreateRouteTable)"),
+        default_route=Policy(How.UPDATE, "CreateRoute / ReplaceRoute 0.0.0.0/0"),
+        subnets=Policy(How.UPDATE, "AssociateRouteTable / DisassociateRouteTable"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_route_tables", "RouteTables")
+
+    def read(
+        self, ctx: Context, rid: str, params: RouteTableParams
+    ) -> Observed[RouteTableOut, RouteTableLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        default = next(
+            (
+                r.get("GatewayId") or r.get("NatGatewayId")
+                for r in item.get("Routes", [])
+                if r.get("DestinationCidrBlock") == "0.0.0.0/0"
+            ),
+            None,
+        )
+        subnets = frozenset(
+            a["SubnetId"] for a in item.get("Associations", []) if a.get("SubnetId")
+        )
+        live = RouteTableLive(item["VpcId"], default, subnets, tags_of(item))
+        tid = item["RouteTableId"]
+        return Observed(RouteTableOut(tid), live, tid)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: RouteTableParams,
+        observed: Observed[RouteTableOut, RouteTableLive],
+    ) -> RouteTableLive:
+        return RouteTableLive(
+            ctx.resolve(params.vpc),
+            ctx.resolve(params.target),
+            frozenset(ctx.resolve(s) for s in params.subnets),
+            params.tags.resolve(_born(observed.live.tags)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: RouteTableParams) -> RouteTableOut:
+        once = ctx.aws.client("ec2", retries=False)
+
+        def make() -> RouteTableOut:
+            table = once.create_route_table(
+                VpcId=ctx.get(params.vpc).id,
+                TagSpecifications=ctx.tag_spec("route-table", params.tags),
+            )["RouteTable"]
+            return RouteTableOut(table["RouteTableId"])
+
+        def again() -> RouteTableOut | None:
+            ctx.forget("ec2:describe_route_tables")
+            found = self.read(ctx, rid, params)
+            return found.outputs if found else None
+
+        out = create_or_adopt(ctx, rid, make, again)
+        self._route(ctx, out.id, self._target(ctx, params), replace=False)
+        for subnet in params.subnets:
+            self._associate(ctx, out.id, ctx.get(subnet).id)
+        return out
+
+    @staticmethod
+    def _target(ctx: Context, params: RouteTableParams) -> str:
+        target: Ref[Any] = params.target
+        return str(ctx.get(target).id)
+
+    def _route(self, ctx: Context, table_id: str, target: str, replace: bool) -> None:
+        ec2 = ctx.aws.client("ec2")
+        key = "NatGatewayId" if target.startswith("nat-") else "GatewayId"
+        call = ec2.replace_route if replace else ec2.create_route
+        call(RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", **{key: target})
+
+    def _associate(self, ctx: Context, table_id: str, subnet_id: str) -> None:
+        ctx.aws.client("ec2").associate_route_table(RouteTableId=table_id, SubnetId=subnet_id)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: RouteTableParams,
+        observed: Observed[RouteTableOut, RouteTableLive],
+        changes: Sequence[FieldChange],
+    ) -> RouteTableOut:
+        paths = {c.path for c in changes}
+        if "default_route" in paths:
+            target = self._target(ctx, params)
+            self._route(ctx, observed.id, target, replace=observed.live.default_route is not None)
+        if "subnets" in paths:
+            want = {ctx.get(s).id for s in params.subnets}
+            for subnet in sorted(want - observed.live.subnets):
+                self._associate(ctx, observed.id, subnet)
+            self._disassociate(ctx, observed.id, observed.live.subnets - want)
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def _disassociate(self, ctx: Context, table_id: str, subnets: set[str] | None) -> None:
+        """Remove associations (of ``subnets``, or all but the main one for None)."""
+        ec2 = ctx.aws.client("ec2")
+        try:
+            tables = ec2.describe_route_tables(RouteTableIds=[table_id])["RouteTables"]
+        except Exception:
+            return
+        for association in tables[0].get("Associations", []) if tables else []:
+            if association.get("Main"):
+                continue
+            if subnets is not None and association.get("SubnetId") not in subnets:
+                continue
+            retry_dependency(
+                functools.partial(
+                    ec2.disassociate_route_table,
+                    AssociationId=association["RouteTableAssociationId"],
+                ),
+                table_id,
+                ctx,
+            )
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "RouteTableId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        self._disassociate(ctx, owned.id, None)
+        retry_dependency(lambda: ec2.delete_route_table(RouteTableId=owned.id), owned.id, ctx)
+
+
+@dataclass(frozen=True)
+class EndpointParams:
+    """The S3 gateway endpoint: data and artifacts reach S3 without the NAT gateway's
+    per-GB charge."""
+
+    vpc: Ref[VpcOut]
+    route_tables: tuple[Ref[RouteTableOut], ...]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class EndpointLive:
+    """What fmctl manages of a gateway endpoint."""
+
+    vpc: Any
+    service: str
+    route_tables: Any
+    tags: Tags
+
+
+class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
+    """The S3 gateway endpoint of the cluster's VPC."""
+
+    name, params, outputs = "s3-endpoint", EndpointParams, EndpointOut
+    policy = policies(
+        vpc=Policy(How.REPLACE, "an endpoint's VPC is fixed (CreateVpcEndpoint)"),
+        service=Policy(How.REPLACE, "an endpoint's service is fixed (CreateVpcEndpoint)"),
+        route_tables=Policy(How.UPDATE, "ModifyVpcEndpoint Add/RemoveRouteTableIds"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        return owned_items(ctx, "describe_vpc_endpoints", "VpcEndpoints", "State")
+
+    def read(
+        self, ctx: Context, rid: str, params: EndpointParams
+    ) -> Observed[EndpointOut, EndpointLive] | None:
+        item = by_resource(self._items(ctx), rid)
+        if item is None:
+            return None
+        live = EndpointLive(
+            item["VpcId"],
+            item["ServiceName"],
+            frozenset(item.get("RouteTableIds", [])),
+            tags_of(item),
+        )
+        eid = item["VpcEndpointId"]
+        return Observed(EndpointOut(eid), live, eid)
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: EndpointParams,
+        observed: Observed[EndpointOut, EndpointLive],
+    ) -> EndpointLive:
+        return EndpointLive(
+            ctx.resolve(params.vpc),
+            f"com.amazonaws.{ctx.region}.s3",
+            frozenset(ctx.resolve(t) for t in params.route_tables),
+            params.tags.resolve(_born(observed.live.tags)),
+        )
+
+    def create(self, ctx: Context, rid: str, params: EndpointParams) -> EndpointOut:
+        endpoint = ctx.aws.client("ec2").create_vpc_endpoint(
+            VpcEndpointType="Gateway",
+            VpcId=ctx.get(params.vpc).id,
+            ServiceName=f"com.amazonaws.{ctx.region}.s3",
+            RouteTableIds=[ctx.get(t).id for t in params.route_tables],
+            ClientToken=ctx.token(rid),
+            TagSpecifications=ctx.tag_spec("vpc-endpoint", params.tags),
+        )["VpcEndpoint"]
+        return EndpointOut(endpoint["VpcEndpointId"])
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: EndpointParams,
+        observed: Observed[EndpointOut, EndpointLive],
+        changes: Sequence[FieldChange],
+    ) -> EndpointOut:
+        if any(c.path == "route_tables" for c in changes):
+            want = {ctx.get(t).id for t in params.route_tables}
+            add, remove = (
+                sorted(want - observed.live.route_tables),
+                sorted(observed.live.route_tables - want),
+            )
+            extra: dict[str, Any] = {}
+            if add:
+                extra["AddRouteTableIds"] = add
+            if remove:
+                extra["RemoveRouteTableIds"] = remove
+            ctx.aws.client("ec2").modify_vpc_endpoint(VpcEndpointId=observed.id, **extra)
+        _tagged(ctx, observed.id, changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return _found(self, self._items(ctx), "VpcEndpointId")
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        ec2 = ctx.aws.client("ec2")
+        retry_dependency(lambda: ec2.delete_vpc_endpoints(VpcEndpointIds=[owned.id]), owned.id, ctx)
