@@ -211,6 +211,34 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     )
 
 
+def _volume(mapping: Any, where: str) -> Volume:
+    m = Doc(mapping, where)
+    ebs = m.sub("Ebs")
+    volume = Volume(
+        str(m.take("DeviceName")),
+        int(ebs.take("VolumeSize")),
+        str(ebs.take("VolumeType")),
+        bool(ebs.take("Encrypted")),
+        bool(ebs.take("DeleteOnTermination", True)),
+    )
+    ebs.done()
+    m.done()
+    return volume
+
+
+def _interface(nic: Any, where: str, refs: Refs) -> Interface:
+    n = Doc(nic, where)
+    interface = Interface(
+        int(n.take("NetworkCardIndex")),
+        int(n.take("DeviceIndex")),
+        str(n.take("InterfaceType")),
+        tuple(refs(g, f"{where}.Groups") for g in n.take("Groups")),
+        bool(n.take("DeleteOnTermination", True)),
+    )
+    n.done()
+    return interface
+
+
 def _launch_template(p: Parts, files: dict[str, str], refs: Refs, pool: str) -> None:
     path = f"aws/launch-templates/{pool}.yaml"
     doc = _load(files, path)
@@ -218,34 +246,14 @@ def _launch_template(p: Parts, files: dict[str, str], refs: Refs, pool: str) -> 
     doc.take("TagSpecifications")  # the template's own tags: DesiredTags, per resource
     data = doc.sub("LaunchTemplateData")
     meta = data.sub("MetadataOptions")
-    volumes = []
-    for index, mapping in enumerate(data.take("BlockDeviceMappings")):
-        m = Doc(mapping, f"{path}.BlockDeviceMappings[{index}]")
-        ebs = m.sub("Ebs")
-        volumes.append(
-            Volume(
-                str(m.take("DeviceName")),
-                int(ebs.take("VolumeSize")),
-                str(ebs.take("VolumeType")),
-                bool(ebs.take("Encrypted")),
-                bool(ebs.take("DeleteOnTermination", True)),
-            )
-        )
-        ebs.done()
-        m.done()
-    interfaces = []
-    for index, nic in enumerate(data.take("NetworkInterfaces")):
-        n = Doc(nic, f"{path}.NetworkInterfaces[{index}]")
-        interfaces.append(
-            Interface(
-                int(n.take("NetworkCardIndex")),
-                int(n.take("DeviceIndex")),
-                str(n.take("InterfaceType")),
-                tuple(refs(g, f"{n.where}.Groups") for g in n.take("Groups")),
-                bool(n.take("DeleteOnTermination", True)),
-            )
-        )
-        n.done()
+    volumes = [
+        _volume(m, f"{path}.BlockDeviceMappings[{i}]")
+        for i, m in enumerate(data.take("BlockDeviceMappings"))
+    ]
+    interfaces = [
+        _interface(nic, f"{path}.NetworkInterfaces[{i}]", refs)
+        for i, nic in enumerate(data.take("NetworkInterfaces"))
+    ]
     market = data.take("InstanceMarketOptions", None)
     reservation = data.take("CapacityReservationSpecification", None)
     placement = data.take("Placement", None)

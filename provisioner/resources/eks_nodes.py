@@ -325,17 +325,11 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
     ) -> NodegroupOut:
         return self._active(ctx, rid, observed.id, self.create_seconds)
 
-    def update(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodegroupParams,
-        observed: Observed[NodegroupOut, NodegroupLive],
-        changes: Sequence[FieldChange],
-    ) -> NodegroupOut:
-        eks = ctx.aws.client("eks")
-        paths = {c.path.split(".")[0] for c in changes}
-        live = observed.live
+    @staticmethod
+    def _config_change(
+        params: NodegroupParams, live: NodegroupLive, paths: set[str]
+    ) -> dict[str, Any]:
+        """The UpdateNodegroupConfig request for what changed (empty: nothing to send)."""
         config: dict[str, Any] = {}
         if "scaling" in paths:
             config["scalingConfig"] = {
@@ -363,6 +357,19 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             }
         if "max_unavailable" in paths:
             config["updateConfig"] = {"maxUnavailable": params.max_unavailable}
+        return config
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+        changes: Sequence[FieldChange],
+    ) -> NodegroupOut:
+        eks = ctx.aws.client("eks")
+        paths = {c.path.split(".")[0] for c in changes}
+        config = self._config_change(params, observed.live, paths)
         if config:
             ctx.emit(rid, "updating", ", ".join(sorted(config)))
             eks.update_nodegroup_config(
