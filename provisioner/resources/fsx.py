@@ -23,7 +23,13 @@ from provisioner.resources.ec2 import is_gone, retry_dependency
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.network import NoLive, SubnetOut
 from provisioner.resources.pcluster_check import CheckOut
-from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
+from provisioner.resources.tags import (
+    CREATED_TAG,
+    RESOURCE_TAG,
+    DesiredTags,
+    Tags,
+    apply_tag_change,
+)
 
 EVENTS = ("NEW", "CHANGED", "DELETED")
 
@@ -74,13 +80,11 @@ def _retag(ctx: Context, arn: str, changes: Sequence[FieldChange]) -> None:
     for change in changes:
         if change.path != "tags":
             continue
-        add, remove = tag_updates(change.before, change.after)
-        if add:
-            fsx.tag_resource(
-                ResourceARN=arn, Tags=[{"Key": k, "Value": v} for k, v in sorted(add.items())]
-            )
-        if remove:
-            fsx.untag_resource(ResourceARN=arn, TagKeys=remove)
+        apply_tag_change(
+            change.after,
+            lambda tags: fsx.tag_resource(ResourceARN=arn, Tags=tags),
+            lambda keys: fsx.untag_resource(ResourceARN=arn, TagKeys=keys),
+        )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from provisioner.resources.tags import (
     RESOURCE_TAG,
     DesiredTags,
     Tags,
+    apply_tag_change,
     tag_updates,
 )
 
@@ -446,14 +447,11 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
             if change.path == "document":
                 self._new_version(ctx, observed.id, params.document)
             if change.path == "tags":
-                add, remove = tag_updates(change.before, change.after)
-                if add:
-                    iam.tag_policy(
-                        PolicyArn=observed.id,
-                        Tags=[{"Key": k, "Value": v} for k, v in sorted(add.items())],
-                    )
-                if remove:
-                    iam.untag_policy(PolicyArn=observed.id, TagKeys=remove)
+                apply_tag_change(
+                    change.after,
+                    lambda tags: iam.tag_policy(PolicyArn=observed.id, Tags=tags),
+                    lambda keys: iam.untag_policy(PolicyArn=observed.id, TagKeys=keys),
+                )
         return observed.outputs
 
     def _tags(self, ctx: Context, arn: str) -> Tags | None:

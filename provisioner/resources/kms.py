@@ -14,7 +14,7 @@ from provisioner.resources.tags import (
     RESOURCE_TAG,
     DesiredTags,
     Tags,
-    tag_updates,
+    apply_tag_change,
 )
 
 
@@ -129,14 +129,12 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
             if change.path == "rotation":
                 kms.enable_key_rotation(KeyId=observed.id)
             if change.path == "tags":
-                add, remove = tag_updates(change.before, change.after)
-                if add:
-                    kms.tag_resource(
-                        KeyId=observed.id,
-                        Tags=[{"TagKey": k, "TagValue": v} for k, v in sorted(add.items())],
-                    )
-                if remove:
-                    kms.untag_resource(KeyId=observed.id, TagKeys=remove)
+                apply_tag_change(
+                    change.after,
+                    lambda tags: kms.tag_resource(KeyId=observed.id, Tags=tags),
+                    lambda keys: kms.untag_resource(KeyId=observed.id, TagKeys=keys),
+                    key="TagKey",
+                )
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

@@ -4,7 +4,7 @@ them is told apart from tags others put on the same resource (left alone)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,3 +115,19 @@ def tag_updates(before: Any, after: Any) -> tuple[dict[str, str], list[str]]:
     add = {k: v for k, v in changes.items() if v is not None}
     remove = sorted(k for k, v in changes.items() if v is None)
     return add, remove
+
+
+def apply_tag_change(
+    after: Any,
+    tag: Callable[[list[dict[str, str]]], object],
+    untag: Callable[[list[str]], object],
+    key: str = "Key",
+) -> None:
+    """Apply a tags FieldChange through a service's own tag and untag calls: ``tag`` gets
+    AWS's [{"Key": k, "Value": v}] list (``key`` "TagKey" for KMS), ``untag`` the keys."""
+    add, remove = tag_updates(None, after)
+    value = "TagValue" if key == "TagKey" else "Value"
+    if add:
+        tag([{key: k, value: v} for k, v in sorted(add.items())])
+    if remove:
+        untag(remove)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,24 @@ def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
     found = harness.duplicates(items)
     tally.add(duplicates_found=sum(n - 1 for n in found.values()))
     return found
+
+
+def run_points(
+    points: Sequence[int], attempt: Callable[[int], None], parallelism: int, name: str
+) -> dict[int, BaseException | None]:
+    """Run ``attempt`` at every point, ``parallelism`` at a time; what each one raised.
+
+    A module fixture runs them all up front (the sandbox is shared and each point takes
+    seconds of waiting, so threads overlap them); each point's own test then re-raises
+    its failure, so a report names the point that failed.
+    """
+
+    def run(point: int) -> BaseException | None:
+        try:
+            attempt(point)
+        except BaseException as exc:  # reported by the point's own test
+            return exc
+        return None
+
+    with ThreadPoolExecutor(parallelism, thread_name_prefix=name) as pool:
+        return dict(zip(points, pool.map(run, points), strict=True))

@@ -10,7 +10,7 @@ import pytest
 
 from tests.engine.harness import Sandbox, kill_after, owned, region_of, spec_file
 from tests.engine.test_lifecycle import P5EN_RESOURCES
-from tests.reliability.campaign import duplicates, raw_leftovers, tally
+from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
 
 #: Kill `up` after the Nth resource started being created, and `down` after the Nth started
 #: being deleted: every step of the plan in turn.
@@ -72,19 +72,10 @@ def crash_runs(
     sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, BaseException | None]:
     """Every crash point, CRASH_PARALLELISM at a time; what each one raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
     tmp = tmp_path_factory.mktemp("crashes")
-
-    def run(point: int) -> BaseException | None:
-        try:
-            _crash_point(sandbox, tmp, point)
-        except BaseException as exc:  # reported by the point's own test
-            return exc
-        return None
-
-    with ThreadPoolExecutor(CRASH_PARALLELISM, thread_name_prefix="crash") as pool:
-        return dict(zip(KILL_POINTS, pool.map(run, KILL_POINTS), strict=True))
+    return run_points(
+        KILL_POINTS, lambda point: _crash_point(sandbox, tmp, point), CRASH_PARALLELISM, "crash"
+    )
 
 
 @pytest.mark.timeout(1800)

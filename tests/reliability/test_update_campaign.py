@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.engine.harness import ROOT, Sandbox, owned
-from tests.reliability.campaign import duplicates, raw_leftovers, tally
+from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
 from tests.reliability.test_faults import FAULTS
 
 REGION = "us-west-2"
@@ -105,19 +105,10 @@ def crash_runs(
     sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, BaseException | None]:
     """Every kill point, PARALLELISM at a time; what each one raised."""
-    from concurrent.futures import ThreadPoolExecutor
-
     folder = tmp_path_factory.mktemp("update-crashes")
-
-    def run(point: int) -> BaseException | None:
-        try:
-            _crash_point(sandbox, folder, point)
-        except BaseException as exc:  # reported by the point's own test
-            return exc
-        return None
-
-    with ThreadPoolExecutor(PARALLELISM, thread_name_prefix="update-crash") as pool:
-        return dict(zip(KILL_POINTS, pool.map(run, KILL_POINTS), strict=True))
+    return run_points(
+        KILL_POINTS, lambda point: _crash_point(sandbox, folder, point), PARALLELISM, "update-crash"
+    )
 
 
 @pytest.mark.timeout(1200)
