@@ -172,7 +172,8 @@ def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
                     f"{c.resource}: {f.path} cannot change from {f.before} to {f.after}: "
                     f"{f.reason}",
                     _path(c.origin) if c.origin else (),
-                    hint="change it back in the spec, or make a new cluster with the new value",
+                    hint=f.hint
+                    or "change it back in the spec, or make a new cluster with the new value",
                 )
             )
     if allow_replace:

@@ -298,7 +298,7 @@ class Planner:
             old_value, new_value = _value_at(before, f.path), _value_at(now, f.path)
             known = not has_unknown(old_value) and not has_unknown(new_value)
             same = known and _plain(old_value) == _plain(new_value)
-            out.append(Drifted(f.path, f.before, f.after, f.how, f.reason) if same else f)
+            out.append(Drifted(f.path, f.before, f.after, f.how, f.reason, f.hint) if same else f)
         return out
 
     def _loses(self, item: Planned, observed: Observed[Any, Any]) -> str | None:

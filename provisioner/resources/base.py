@@ -61,16 +61,21 @@ class FieldChange:
     after: Any
     how: How
     reason: str
+    #: For a refused change, the way out when it is not "change it back" (e.g. "later").
+    hint: str | None = None
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form (``from``/``to``, as `plan -o json` prints it)."""
-        return {
+        data = {
             "path": self.path,
             "from": jsonable(self.before),
             "to": jsonable(self.after),
             "how": str(self.how),
             "reason": self.reason,
         }
+        if self.hint:
+            data["hint"] = self.hint
+        return data
 
 
 @dataclass(frozen=True)
@@ -112,9 +117,13 @@ def jsonable(value: Any) -> Any:
 
 def changed_fields(want: Any, have: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
     """(path, live, desired) for every field of two views that differs; nested dataclasses
-    are compared field by field (dotted paths), tags by ``tag_change``."""
+    are compared field by field (dotted paths), tags by ``tag_change``. A field declared
+    ``compare=False`` is a fact read to judge a change (when it was last made), not a
+    setting: it is never a change itself."""
     out: list[tuple[str, Any, Any]] = []
     for f in dataclasses.fields(want):
+        if not f.compare:
+            continue
         path = f"{prefix}{f.name}"
         w, h = getattr(want, f.name), getattr(have, f.name)
         if isinstance(w, Tags):

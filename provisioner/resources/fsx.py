@@ -6,13 +6,17 @@ and "Managing throughput capacity"; UpdateFileSystem, UpdateDataRepositoryAssoci
 storage only grows (not at all for SCRATCH_1), throughput per TiB of a persistent SSD file
 system goes up or down, the auto-import policy and compression change; the deployment type,
 subnet and a file system's own import and export paths are fixed, so changing them means a
-new file system — and the data on the old one is lost.
+new file system — and the data on the old one is lost. A further storage increase must wait
+until 6 hours after the last one was requested ("Managing storage capacity": time between
+increases); the last request is read from the file system's AdministrativeActions.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from provisioner.graph.ref import Ref
@@ -127,6 +131,48 @@ class FsxLive:
     auto_import: str | None
     compression: str
     tags: Tags
+    #: When the last storage increase was requested (epoch seconds), if FSx still lists it.
+    grown_at: float | None = field(default=None, compare=False)
+
+
+#: FSx for Lustre takes a storage increase no sooner than this after the last one's request.
+GROW_INTERVAL_S = 6 * 3600.0
+#: The AdministrativeAction states of an update FSx has not finished applying.
+UNFINISHED = ("PENDING", "IN_PROGRESS")
+
+
+def _epoch(value: Any) -> float:
+    # botocore parses RequestTime into a datetime; a recorded answer may hold a number.
+    return value.timestamp() if isinstance(value, datetime) else float(value)
+
+
+def _storage_actions(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """The file system's storage increases FSx lists, newest first, failed ones left out."""
+    actions = [
+        a
+        for a in item.get("AdministrativeActions") or []
+        if a.get("AdministrativeActionType") == "FILE_SYSTEM_UPDATE"
+        and "StorageCapacity" in (a.get("TargetFileSystemValues") or {})
+        and a.get("Status") != "FAILED"
+    ]
+    return sorted(actions, key=lambda a: _epoch(a.get("RequestTime", 0)), reverse=True)
+
+
+def _not_before(change: FieldChange, allowed_at: float) -> FieldChange:
+    """A storage increase refused until ``allowed_at``, or as it was once that has passed."""
+    if time.time() >= allowed_at:
+        return change
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(allowed_at))
+    return FieldChange(
+        change.path,
+        change.before,
+        change.after,
+        How.IMMUTABLE,
+        "FSx for Lustre takes another storage increase only 6 hours after the last one "
+        f"was requested: not before {when}",
+        hint=f"keep capacityGiB at {change.before} for now and run `fmctl up` again after "
+        f"{when} to grow it",
+    )
 
 
 class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
@@ -182,16 +228,22 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
     def _observed(self, item: dict[str, Any]) -> Observed[FsxOut, FsxLive]:
         lustre = item.get("LustreConfiguration", {})
         repo = lustre.get("DataRepositoryConfiguration", {})
+        grows = _storage_actions(item)
+        capacity = int(item.get("StorageCapacity", 0))
+        if grows and grows[0].get("Status") in UNFINISHED:
+            # An increase on its way (an earlier run's): the size asked for is the size.
+            capacity = int(grows[0]["TargetFileSystemValues"]["StorageCapacity"])
         live = FsxLive(
             (item.get("SubnetIds") or [None])[0],
             str(lustre.get("DeploymentType", "")),
-            int(item.get("StorageCapacity", 0)),
+            capacity,
             lustre.get("PerUnitStorageThroughput"),
             repo.get("ImportPath"),
             repo.get("ExportPath"),
             repo.get("AutoImportPolicy"),
             str(lustre.get("DataCompressionType", "NONE")),
             _tags(item),
+            _epoch(grows[0]["RequestTime"]) if grows and "RequestTime" in grows[0] else None,
         )
         pending = None if item.get("Lifecycle") == "AVAILABLE" else str(item.get("Lifecycle"))
         return Observed(self.out_of(item), live, item["FileSystemId"], pending)
@@ -229,6 +281,8 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
                     else "FSx for Lustre storage only grows; it cannot shrink"
                 )
                 change = FieldChange(change.path, change.before, change.after, How.IMMUTABLE, why)
+            elif change.path == "capacity_gib" and observed.live.grown_at is not None:
+                change = _not_before(change, observed.live.grown_at + GROW_INTERVAL_S)
             elif change.path == "throughput_per_tib" and not params.deployment_type.startswith(
                 "PERSISTENT"
             ):

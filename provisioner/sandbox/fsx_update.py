@@ -4,8 +4,11 @@ Association, TagResource and UntagResource, with what FSx refuses.
 From the FSx for Lustre User Guide ("Managing storage capacity", "Managing throughput
 capacity") and the API reference (UpdateFileSystem): storage only grows, in multiples of
 2400 GiB for SCRATCH_2 and persistent SSD file systems, never for SCRATCH_1; one storage
-update at a time; throughput per TiB changes on persistent SSD file systems only, to the
-values of their deployment type; while an update runs the file system is UPDATING.
+update at a time, and the next storage increase no sooner than 6 hours after the last one
+was requested (the wording of that refusal is ours: AWS documents the rule, not its
+message); throughput per TiB changes on persistent SSD file systems only, to the values of
+their deployment type; while an update runs the file system is UPDATING. Describe lists
+the recent AdministrativeActions, newest first, finished ones included.
 """
 
 from __future__ import annotations
@@ -19,6 +22,11 @@ Answer = tuple[int, dict[str, str], bytes]
 #: The sandbox's duration of an update (FSx documents "a few minutes" of UPDATING for a
 #: storage increase, up to an hour for a throughput change): seconds, before scaling.
 UPDATE_SECONDS = 600.0
+#: The time between storage increases FSx enforces: real seconds, not scaled (fmctl reads
+#: the last request's time and judges by the same clock).
+GROW_INTERVAL_S = 6 * 3600.0
+#: How many past administrative actions Describe keeps listing.
+HISTORY = 10
 THROUGHPUTS = {"PERSISTENT_1": (50, 100, 200), "PERSISTENT_2": (125, 250, 500, 1000)}
 
 
@@ -49,6 +57,17 @@ def advance(s: FsxState, now: float) -> None:
         item.data["Lifecycle"] = "AVAILABLE"
         for action in item.data.get("AdministrativeActions", []):
             action["Status"] = "COMPLETED"
+
+
+def _last_increase(data: dict[str, Any]) -> float | None:
+    """When the file system's last storage increase was requested, if it did not fail."""
+    times = [
+        float(a["RequestTime"])
+        for a in data.get("AdministrativeActions") or []
+        if "StorageCapacity" in (a.get("TargetFileSystemValues") or {})
+        and a.get("Status") != "FAILED"
+    ]
+    return max(times, default=None)
 
 
 def _error(code: str, message: str) -> Answer:
@@ -84,6 +103,13 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
                 "The storage capacity must be greater than the current one and a multiple of "
                 "2400 GiB.",
             )
+        last = _last_increase(data)
+        if last is not None and time.time() < last + GROW_INTERVAL_S:
+            return _error(
+                "BadRequest",
+                "Unable to perform the storage capacity update. The storage capacity of this "
+                "file system was increased less than 6 hours ago.",
+            )
         changes["StorageCapacity"] = size
         actions.append(("FILE_SYSTEM_UPDATE", {"StorageCapacity": size}))
     new_lustre: dict[str, Any] = {}
@@ -96,7 +122,9 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
                 f"PerUnitStorageThroughput {value} is not valid for {kind or 'this'} file systems.",
             )
         new_lustre["PerUnitStorageThroughput"] = value
-        actions.append(("FILE_SYSTEM_UPDATE", {"PerUnitStorageThroughput": value}))
+        # TargetFileSystemValues is a FileSystem: the throughput sits in its Lustre part.
+        target = {"LustreConfiguration": {"PerUnitStorageThroughput": value}}
+        actions.append(("FILE_SYSTEM_UPDATE", target))
     if "DataCompressionType" in asked:
         new_lustre["DataCompressionType"] = asked["DataCompressionType"]
     if "AutoImportPolicy" in asked:
@@ -116,7 +144,7 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
             "TargetFileSystemValues": target,
         }
         for kind_, target in actions
-    ]
+    ] + list(data.get("AdministrativeActions") or [])[:HISTORY]
     s.fsx_updates[data["FileSystemId"]] = (
         time.monotonic() + UPDATE_SECONDS * s.scale,
         changes,

@@ -123,7 +123,8 @@ class Shims:
                     del table[key]
                 elif item.deleting_at is not None:
                     item.data["Lifecycle"] = "DELETING"
-                elif now >= item.ready_at:
+                elif now >= item.ready_at and key not in self.fsx_updates:
+                    # An update on its way keeps it UPDATING until the update lands.
                     item.data["Lifecycle"] = "AVAILABLE"
 
     # --- seeding, for tests and the demo ------------------------------------------------

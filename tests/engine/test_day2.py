@@ -260,6 +260,37 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
     assert writes(calls) == []
     cluster.spec["storage"]["fsxLustre"]["capacityGiB"] = 2400
 
+    # Another increase so soon is refused before any call: FSx takes the next one 6 hours
+    # after the last was requested, and the way out says when.
+    cluster.spec["storage"]["fsxLustre"]["capacityGiB"] = 4800
+    out, calls = cluster.up(ok=False)
+    assert "capacityGiB" in out and "6 hours after the last" in out, out
+    assert "hint: keep capacityGiB at 2400 for now" in out and writes(calls) == []
+    cluster.spec["storage"]["fsxLustre"]["capacityGiB"] = 2400
+
+    # A run that fails part way: the pool scales, FSx refuses every try of its throughput
+    # change. `up` says what is still to change, keeps the last applied spec, and the next
+    # `up` finishes the job.
+    (recorded,) = sandbox.home.glob(f"**/clusters/{global_name}/spec.yaml")
+    applied = recorded.read_text()
+    cluster.spec["storage"]["fsxLustre"]["throughputPerTiB"] = 500
+    cluster.spec["compute"]["gpuPools"][0]["count"] = 3
+    refuse = {"kind": "error", "status": 400, "code": "BadRequest"}
+    sandbox.faults([{"action": "UpdateFileSystem", "times": 100, **refuse}])
+    try:
+        out, calls = cluster.up(ok=False)
+    finally:
+        sandbox.faults([])
+    assert "still to change: fsx" in out and "Traceback" not in out, out
+    assert "UpdateNodegroupConfig" in [c["action"] for c in calls]
+    assert recorded.read_text() == applied, "a failed run records nothing as applied"
+    assert acting(cluster.plan()) == {"fsx": "update"}
+    cluster.up()
+    assert yaml.safe_load(recorded.read_text()) == cluster.spec
+    (fs,) = fsx.describe_file_systems(FileSystemIds=[ids["fsx"]])["FileSystems"]
+    lustre = fs["LustreConfiguration"]
+    assert lustre["PerUnitStorageThroughput"] == 500 and fs["Lifecycle"] == "AVAILABLE"
+
     # Another AZ replaces the subnets and all in them: refused without --allow-replace,
     # located on network.availabilityZone, naming what is lost; nothing is called.
     cluster.spec["network"]["availabilityZone"] = "us-west-2c"

@@ -4,6 +4,7 @@ live view it makes of the answer, and how each difference from the spec is class
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 from urllib.parse import quote
@@ -309,6 +310,71 @@ def test_fsx_grows_in_place_never_shrinks_and_a_new_type_is_a_new_file_system() 
     assert shrink[0].how == How.IMMUTABLE and "cannot shrink" in shrink[0].reason
     other = _fields(FileSystem().diff(ctx, "fsx", _fsx_params(1200, "PERSISTENT_1"), observed))
     assert other["deployment_type"] == ("PERSISTENT_2", "PERSISTENT_1", How.REPLACE)
+
+
+def _grown(requested: datetime.datetime, status: str) -> dict[str, Any]:
+    """DescribeFileSystems' example, a PERSISTENT_2 file system of 2400 GiB whose last
+    storage increase (from 1200) was requested at ``requested``."""
+    systems = example("fsx", "DescribeFileSystems")
+    fs = systems["FileSystems"][0]
+    fs.pop("WindowsConfiguration", None)
+    fs.update(
+        Tags=tags(CLUSTER, "fsx", team="ml"),
+        FileSystemType="LUSTRE",
+        StorageCapacity=2400 if status == "COMPLETED" else 1200,
+        SubnetIds=["subnet-9d4a7b6c"],
+        LustreConfiguration={
+            "DeploymentType": "PERSISTENT_2",
+            "PerUnitStorageThroughput": 250,
+            "DataCompressionType": "LZ4",
+        },
+        AdministrativeActions=[
+            {
+                "AdministrativeActionType": "FILE_SYSTEM_UPDATE",
+                "RequestTime": requested,
+                "Status": status,
+                "TargetFileSystemValues": {"StorageCapacity": 2400},
+            }
+        ],
+    )
+    return systems
+
+
+def test_fsx_takes_the_next_storage_increase_six_hours_after_the_last() -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    aws = RecordedAws()
+    aws.answer("fsx", "DescribeFileSystems", _grown(now - datetime.timedelta(hours=1), "COMPLETED"))
+    ctx = _ctx(aws)
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
+    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    assert observed is not None
+    (soon,) = FileSystem().diff(ctx, "fsx", _fsx_params(4800), observed)
+    assert soon.how == How.IMMUTABLE and "6 hours after the last" in soon.reason
+    when = (now + datetime.timedelta(hours=5)).strftime("%Y-%m-%d %H:%M")
+    assert soon.hint is not None and when in soon.hint and "capacityGiB at 2400" in soon.hint
+
+    aws = RecordedAws()
+    aws.answer("fsx", "DescribeFileSystems", _grown(now - datetime.timedelta(hours=7), "COMPLETED"))
+    ctx = _ctx(aws)
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
+    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    assert observed is not None
+    assert _fields(FileSystem().diff(ctx, "fsx", _fsx_params(4800), observed)) == {
+        "capacity_gib": (2400, 4800, How.UPDATE)
+    }
+
+
+def test_an_fsx_increase_on_its_way_counts_as_asked() -> None:
+    """Killed after UpdateFileSystem: the size is still the old one, the action says where it
+    is going; the rerun has nothing to change (and nothing refused by the 6 hours)."""
+    aws = RecordedAws()
+    now = datetime.datetime.now(datetime.UTC)
+    aws.answer("fsx", "DescribeFileSystems", _grown(now, "IN_PROGRESS"))
+    ctx = _ctx(aws)
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
+    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    assert observed is not None and observed.live.capacity_gib == 2400
+    assert FileSystem().diff(ctx, "fsx", _fsx_params(2400), observed) == []
 
 
 def test_role_policies_attached_by_hand_go_and_missing_ones_come_back() -> None:
