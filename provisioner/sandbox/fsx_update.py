@@ -92,7 +92,7 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
     lustre = data.get("LustreConfiguration", {})
     kind = lustre.get("DeploymentType", "")
     changes: dict[str, Any] = {}
-    actions = []
+    actions: list[tuple[str, dict[str, Any]]] = []
     if "StorageCapacity" in q:
         size = int(q["StorageCapacity"])
         if kind == "SCRATCH_1":
