@@ -20,12 +20,8 @@ from provisioner.resources.compute import (
     SgOut,
     SgParams,
 )
-from provisioner.resources.fsx import (
-    DraParams,
-    ExistingFsxParams,
-    FsxOut,
-    FsxParams,
-)
+from provisioner.resources.fsx import ExistingFsxParams, FsxOut, FsxParams
+from provisioner.resources.fsx_dra import DraParams
 from provisioner.resources.gateways import EipOut, EipParams, IgwOut, IgwParams, NatOut, NatParams
 from provisioner.resources.iam import PolicyParams, RoleOut, RoleParams, canonical, role_name
 from provisioner.resources.network import (

@@ -11,7 +11,8 @@ from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
 from provisioner.render.placeholders import placeholder
 from provisioner.resources.compute import SgOut
-from provisioner.resources.fsx import DraOut, FsxOut
+from provisioner.resources.fsx import FsxOut
+from provisioner.resources.fsx_dra import DraOut
 from provisioner.resources.iam import PolicyOut
 from provisioner.resources.network import SubnetOut, VpcOut
 from provisioner.resources.parallelcluster import PclusterParams

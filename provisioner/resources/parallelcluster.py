@@ -21,7 +21,8 @@ from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned
 from provisioner.resources.context import Context
-from provisioner.resources.fsx import DraOut, FsxOut
+from provisioner.resources.fsx import FsxOut
+from provisioner.resources.fsx_dra import DraOut
 from provisioner.resources.pcluster_check import (
     CheckOut,
     ConfigRefs,

@@ -14,7 +14,8 @@ from provisioner.resources.eks import EksCluster
 from provisioner.resources.eks_access import AccessEntry
 from provisioner.resources.eks_addons import Addon, PodIdentity
 from provisioner.resources.eks_nodes import Nodegroup
-from provisioner.resources.fsx import ExistingFileSystem, FileSystem, RepositoryLink
+from provisioner.resources.fsx import ExistingFileSystem, FileSystem
+from provisioner.resources.fsx_dra import RepositoryLink
 from provisioner.resources.gateways import ElasticIp, InternetGateway, NatGateway
 from provisioner.resources.iam import ManagedPolicy, Role
 from provisioner.resources.kms import KmsKey

@@ -1,0 +1,190 @@
+"""FSx for Lustre data-repository associations: an S3 prefix linked to a path of a file
+system, with automatic import and export (PERSISTENT_2's way to reach S3).
+
+What may change in place is AWS's (UpdateDataRepositoryAssociation): the import and export
+event policies; the file system, its path and the S3 path are fixed, so changing them means a
+new association.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.graph.ref import Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.context import Context
+from provisioner.resources.fsx import (
+    EVENTS,
+    FsxOut,
+    _await_available,
+    _delete_and_wait,
+    _retag,
+    _tags,
+)
+from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+
+@dataclass(frozen=True)
+class DraOut:
+    """A data-repository association by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class DraParams:
+    """An S3 prefix at a file-system path, with automatic import and/or export."""
+
+    fsx: Ref[FsxOut]
+    file_system_path: str
+    s3_path: str
+    auto_import: bool
+    auto_export: bool
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class DraLive:
+    """What fmctl manages of an association."""
+
+    fsx: Any
+    file_system_path: str
+    s3_path: str
+    import_events: tuple[str, ...]
+    export_events: tuple[str, ...]
+    tags: Tags
+
+
+class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
+    """An FSx data-repository association: an S3 prefix with automatic import and export."""
+
+    name, params, outputs = "dra", DraParams, DraOut
+    create_seconds, update_seconds, delete_seconds = 420.0, 60.0, 180.0
+    policy = policies(
+        fsx=Policy(How.REPLACE, "an association's file system is fixed"),
+        file_system_path=Policy(How.REPLACE, "an association's FileSystemPath is fixed"),
+        s3_path=Policy(How.REPLACE, "an association's DataRepositoryPath is fixed"),
+        import_events=Policy(How.UPDATE, "UpdateDataRepositoryAssociation AutoImportPolicy"),
+        export_events=Policy(How.UPDATE, "UpdateDataRepositoryAssociation AutoExportPolicy"),
+    )
+
+    def _items(self, ctx: Context) -> list[dict[str, Any]]:
+        def load() -> list[dict[str, Any]]:
+            fsx = ctx.aws.client("fsx")
+            items = fsx.describe_data_repository_associations()["Associations"]
+            return [
+                a
+                for a in items
+                if ctx.ours(_tags(a).as_dict()) and a.get("Lifecycle") not in ("DELETING", "FAILED")
+            ]
+
+        return ctx.cached("fsx:associations", load)
+
+    def read(self, ctx: Context, rid: str, params: DraParams) -> Observed[DraOut, DraLive] | None:
+        for item in self._items(ctx):
+            if _tags(item).get(RESOURCE_TAG) == rid:
+                s3 = item.get("S3", {})
+                live = DraLive(
+                    item["FileSystemId"],
+                    item.get("FileSystemPath", ""),
+                    item.get("DataRepositoryPath", ""),
+                    tuple(s3.get("AutoImportPolicy", {}).get("Events", [])),
+                    tuple(s3.get("AutoExportPolicy", {}).get("Events", [])),
+                    _tags(item),
+                )
+                pending = None if item["Lifecycle"] == "AVAILABLE" else str(item["Lifecycle"])
+                aid = item["AssociationId"]
+                return Observed(DraOut(aid), live, aid, pending)
+        return None
+
+    def desired(
+        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
+    ) -> DraLive:
+        return DraLive(
+            ctx.resolve(params.fsx),
+            params.file_system_path,
+            params.s3_path,
+            EVENTS if params.auto_import else (),
+            EVENTS if params.auto_export else (),
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def _s3(self, params: DraParams) -> dict[str, Any]:
+        s3: dict[str, Any] = {}
+        if params.auto_import:
+            s3["AutoImportPolicy"] = {"Events": list(EVENTS)}
+        if params.auto_export:
+            s3["AutoExportPolicy"] = {"Events": list(EVENTS)}
+        return s3
+
+    def create(self, ctx: Context, rid: str, params: DraParams) -> DraOut:
+        item = ctx.aws.client("fsx").create_data_repository_association(
+            FileSystemId=ctx.get(params.fsx).id,
+            FileSystemPath=params.file_system_path,
+            DataRepositoryPath=params.s3_path,
+            BatchImportMetaDataOnCreate=params.auto_import,
+            S3=self._s3(params),
+            ClientRequestToken=ctx.token(rid),
+            Tags=ctx.tag_list(params.tags),
+        )["Association"]
+        return self._available(ctx, rid, item["AssociationId"], self.create_seconds)
+
+    def _available(self, ctx: Context, rid: str, aid: str, expected: float) -> DraOut:
+        fsx = ctx.aws.client("fsx")
+        _await_available(
+            ctx,
+            f"S3 association {aid}",
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[aid])["Associations"][
+                0
+            ],
+            expected,
+            rid,
+        )
+        return DraOut(aid)
+
+    def wait(
+        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
+    ) -> DraOut:
+        return self._available(ctx, rid, observed.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: DraParams,
+        observed: Observed[DraOut, DraLive],
+        changes: Sequence[FieldChange],
+    ) -> DraOut:
+        fsx = ctx.aws.client("fsx")
+        if any(c.path.endswith("_events") for c in changes):
+            fsx.update_data_repository_association(AssociationId=observed.id, S3=self._s3(params))
+        item = fsx.describe_data_repository_associations(AssociationIds=[observed.id])[
+            "Associations"
+        ][0]
+        _retag(ctx, item["ResourceARN"], changes)
+        if any(c.path.endswith("_events") for c in changes):
+            return self._available(ctx, rid, observed.id, self.update_seconds)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(_tags(a).get(RESOURCE_TAG) or "?", a["AssociationId"])
+            for a in self._items(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        fsx = ctx.aws.client("fsx")
+        _delete_and_wait(
+            ctx,
+            owned,
+            f"S3 association {owned.id}",
+            lambda: fsx.delete_data_repository_association(
+                AssociationId=owned.id, DeleteDataInFileSystem=False
+            ),
+            lambda: fsx.describe_data_repository_associations(AssociationIds=[owned.id])[
+                "Associations"
+            ],
+            self.delete_seconds,
+        )
