@@ -38,11 +38,12 @@ from provisioner.resources.tags import (
 EVENTS = ("NEW", "CHANGED", "DELETED")
 
 
-def _tags(item: dict[str, Any]) -> Tags:
+def fsx_tags(item: dict[str, Any]) -> Tags:
+    """The tags of a file system or association as FSx describes them."""
     return Tags.from_list(item.get("Tags"))
 
 
-def _await_available(
+def await_available(
     ctx: Context, what: str, fetch: Callable[[], dict[str, Any]], expected: float, rid: str
 ) -> dict[str, Any]:
     """Wait for an FSx lifecycle to reach AVAILABLE; FAILED or MISCONFIGURED is an error."""
@@ -57,7 +58,7 @@ def _await_available(
     return ctx.wait_until(f"{what} to be AVAILABLE", probe, expected, 3600, rid)
 
 
-def _delete_and_wait(
+def delete_and_wait(
     ctx: Context,
     owned: Owned,
     what: str,
@@ -79,7 +80,8 @@ def _delete_and_wait(
     ctx.wait_until(f"{what} to be deleted", gone, expected, 3600, owned.resource)
 
 
-def _retag(ctx: Context, arn: str, changes: Sequence[FieldChange]) -> None:
+def fsx_retag(ctx: Context, arn: str, changes: Sequence[FieldChange]) -> None:
+    """Apply a tags change to a file system or association (by ARN)."""
     fsx = ctx.aws.client("fsx")
     for change in changes:
         if change.path != "tags":
@@ -203,7 +205,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
                 items += [
                     f
                     for f in page["FileSystems"]
-                    if ctx.ours(_tags(f).as_dict())
+                    if ctx.ours(fsx_tags(f).as_dict())
                     and f.get("Lifecycle") not in ("DELETING", "FAILED")
                 ]
             return items
@@ -221,7 +223,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
 
     def read(self, ctx: Context, rid: str, params: FsxParams) -> Observed[FsxOut, FsxLive] | None:
         for item in self._items(ctx):
-            if _tags(item).get(RESOURCE_TAG) == rid:
+            if fsx_tags(item).get(RESOURCE_TAG) == rid:
                 return self._observed(item)
         return None
 
@@ -242,7 +244,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
             repo.get("ExportPath"),
             repo.get("AutoImportPolicy"),
             str(lustre.get("DataCompressionType", "NONE")),
-            _tags(item),
+            fsx_tags(item),
             _epoch(grows[0]["RequestTime"]) if grows and "RequestTime" in grows[0] else None,
         )
         pending = None if item.get("Lifecycle") == "AVAILABLE" else str(item.get("Lifecycle"))
@@ -323,7 +325,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
 
     def _available(self, ctx: Context, rid: str, fs_id: str, expected: float) -> FsxOut:
         fsx = ctx.aws.client("fsx")
-        item = _await_available(
+        item = await_available(
             ctx,
             f"FSx for Lustre {fs_id}",
             lambda: fsx.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0],
@@ -365,7 +367,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
                 **request,
             )
         arn = self._arn(ctx, observed.id)
-        _retag(ctx, arn, changes)
+        fsx_retag(ctx, arn, changes)
         if request:
             return self._available(ctx, rid, observed.id, self.update_seconds)
         return observed.outputs
@@ -378,13 +380,13 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
 
     def find_owned(self, ctx: Context) -> list[Owned]:
         return [
-            self.owned_item(_tags(i).get(RESOURCE_TAG) or "?", i["FileSystemId"])
+            self.owned_item(fsx_tags(i).get(RESOURCE_TAG) or "?", i["FileSystemId"])
             for i in self._items(ctx)
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         fsx = ctx.aws.client("fsx")
-        _delete_and_wait(
+        delete_and_wait(
             ctx,
             owned,
             f"FSx {owned.id}",

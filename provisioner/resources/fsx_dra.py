@@ -18,10 +18,10 @@ from provisioner.resources.context import Context
 from provisioner.resources.fsx import (
     EVENTS,
     FsxOut,
-    _await_available,
-    _delete_and_wait,
-    _retag,
-    _tags,
+    await_available,
+    delete_and_wait,
+    fsx_retag,
+    fsx_tags,
 )
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags
 
@@ -77,14 +77,15 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
             return [
                 a
                 for a in items
-                if ctx.ours(_tags(a).as_dict()) and a.get("Lifecycle") not in ("DELETING", "FAILED")
+                if ctx.ours(fsx_tags(a).as_dict())
+                and a.get("Lifecycle") not in ("DELETING", "FAILED")
             ]
 
         return ctx.cached("fsx:associations", load)
 
     def read(self, ctx: Context, rid: str, params: DraParams) -> Observed[DraOut, DraLive] | None:
         for item in self._items(ctx):
-            if _tags(item).get(RESOURCE_TAG) == rid:
+            if fsx_tags(item).get(RESOURCE_TAG) == rid:
                 s3 = item.get("S3", {})
                 live = DraLive(
                     item["FileSystemId"],
@@ -92,7 +93,7 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
                     item.get("DataRepositoryPath", ""),
                     tuple(s3.get("AutoImportPolicy", {}).get("Events", [])),
                     tuple(s3.get("AutoExportPolicy", {}).get("Events", [])),
-                    _tags(item),
+                    fsx_tags(item),
                 )
                 pending = None if item["Lifecycle"] == "AVAILABLE" else str(item["Lifecycle"])
                 aid = item["AssociationId"]
@@ -133,7 +134,7 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
 
     def _available(self, ctx: Context, rid: str, aid: str, expected: float) -> DraOut:
         fsx = ctx.aws.client("fsx")
-        _await_available(
+        await_available(
             ctx,
             f"S3 association {aid}",
             lambda: fsx.describe_data_repository_associations(AssociationIds=[aid])["Associations"][
@@ -163,20 +164,20 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
         item = fsx.describe_data_repository_associations(AssociationIds=[observed.id])[
             "Associations"
         ][0]
-        _retag(ctx, item["ResourceARN"], changes)
+        fsx_retag(ctx, item["ResourceARN"], changes)
         if any(c.path.endswith("_events") for c in changes):
             return self._available(ctx, rid, observed.id, self.update_seconds)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
         return [
-            self.owned_item(_tags(a).get(RESOURCE_TAG) or "?", a["AssociationId"])
+            self.owned_item(fsx_tags(a).get(RESOURCE_TAG) or "?", a["AssociationId"])
             for a in self._items(ctx)
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         fsx = ctx.aws.client("fsx")
-        _delete_and_wait(
+        delete_and_wait(
             ctx,
             owned,
             f"S3 association {owned.id}",
