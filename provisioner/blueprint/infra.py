@@ -285,7 +285,7 @@ def shared(p: Parts) -> None:
 
 
 def _slurm_shared(p: Parts) -> None:
-    from provisioner.render.slurm import monitoring_files
+    from provisioner.render.slurm import monitoring_files, topology_conf
 
     c = p.c
     if c.amp_workspace_arn:
@@ -298,7 +298,11 @@ def _slurm_shared(p: Parts) -> None:
             p.tags("iam/amp-write"),
         )
         p.add("iam/amp-write", "iam-policy", policy)
-    extra = tuple(sorted((k.removeprefix("slurm/"), v) for k, v in monitoring_files(c).items()))
+    uploads = monitoring_files(c)
+    if c.topology_aware:
+        # The provisional tree the head node's OnNodeStart puts in place before slurmctld.
+        uploads["slurm/topology.conf"] = topology_conf(c)
+    extra = tuple(sorted((k.removeprefix("slurm/"), v) for k, v in uploads.items()))
     artifacts = ArtifactsParams(p.ref("bucket", BucketOut), str(shipped_dir("slurm")), extra)
     p.add("artifacts", "artifacts", artifacts)
 

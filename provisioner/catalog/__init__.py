@@ -70,6 +70,10 @@ class NetworkInfo:
     efa_cards: tuple[int, ...]
     ena_only_cards: tuple[int, ...]
     source: str
+    #: EFA RDMA read, which libfabric's FI_EFA_USE_DEVICE_RDMA=1 requires (it aborts where
+    #: the device has none, as on g5); from ``rdma_source``.
+    rdma_read: bool = False
+    rdma_source: str = ""
 
     @property
     def efa_interfaces(self) -> int:
@@ -187,6 +191,8 @@ def _from_dict(name: str, raw: dict[str, Any]) -> InstanceType:
             tuple(net["efaCards"]),
             tuple(net["enaOnlyCards"]),
             net["source"],
+            rdma_read=net.get("rdmaRead", False),
+            rdma_source=net.get("rdmaSource", ""),
         ),
         local_nvme=NvmeInfo(nvme["count"], nvme["sizeGB"], nvme["source"]) if nvme else None,
         placement_group=raw.get("placementGroup", True),

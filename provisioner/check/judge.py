@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provisioner.check.outputs import LOST, DiagReport, EfaReport, GpuReport, NcclReport
+from provisioner.check.outputs import (
+    LOST,
+    DiagReport,
+    EfaReport,
+    ExporterState,
+    GpuReport,
+    NcclReport,
+)
 from provisioner.render.context import PoolContext as Pool
 
 #: A multi-node all-reduce must reach this share of the node's EFA bandwidth. Below it NCCL
@@ -47,14 +54,21 @@ def judge_node(
     smi: GpuReport | None,
     diag: DiagReport | None,
     efa: EfaReport | None,
+    exporters: list[ExporterState] | None = None,
 ) -> Verdict:
     """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic and the
-    EFA devices, for one node of ``pool``."""
+    EFA devices, for one node of ``pool``; optional exporters its bootstrap could not
+    install are shown (they never fail a node: its jobs run without them)."""
     verdict = Verdict(node, pool.name)
     verdict.findings.append(_gpus(pool, smi))
     verdict.findings.append(_dcgm(diag))
     if pool.efa:
         verdict.findings.append(_efa(pool, efa))
+    missing = [e for e in exporters or [] if not e.ok]
+    if missing:
+        names = ", ".join(e.name for e in missing)
+        reasons = "; ".join(f"{e.name}: {e.reason}" for e in missing)
+        verdict.findings.append(Finding("exporters", None, f"missing {names}", "", reasons))
     return verdict
 
 
@@ -99,7 +113,7 @@ def _dcgm(diag: DiagReport | None) -> Finding:
 def _efa(pool: Pool, efa: EfaReport | None) -> Finding:
     want = f"{pool.efa_devices} EFA devices"
     if efa is None:
-        return Finding("efa", False, "no fi_info output", want, "the node did not report")
+        return Finding("efa", False, "no EFA device list", want, "the node did not report")
     found = len(efa.domains)
     if found != pool.efa_devices:
         detail = efa.error or "an EFA device is missing (NCCL would fall back or fail)"

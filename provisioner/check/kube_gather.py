@@ -154,13 +154,15 @@ def node_manifests(
             (pool, n) for pool, nodes in sorted(selection.chosen.items()) for n in nodes
         )
     ]
-    script = (shipped_dir("slurm") / "lib" / "node-check.sh").read_text()
+    lib = shipped_dir("slurm") / "lib"
+    # node-check.sh sources efa-devices.sh from beside it: the ConfigMap holds both.
+    scripts = {name: (lib / name).read_text() for name in ("node-check.sh", "efa-devices.sh")}
     text = render_template(
         "kubernetes/check/node-check.yaml.j2",
         c=context,
         namespace=namespace,
         jobs=jobs,
-        script=script,
+        scripts=scripts,
         deadline=deadline,
     )
     return [d for d in yaml.safe_load_all(text) if d], {j.name: j for j in jobs}

@@ -1,5 +1,6 @@
-"""What the node tools print, as data: nvidia-smi's CSV query, `dcgmi diag -j`, `fi_info -p
-efa -t FI_EP_RDM` and nccl-tests' `all_reduce_perf` table. Parsers never raise on odd input:
+"""What the node tools print, as data: nvidia-smi's CSV query, `dcgmi diag -j`, the EFA
+devices (`fi_info -p efa -t FI_EP_RDM` as counted on the node), the optional exporters and
+nccl-tests' `all_reduce_perf` table. Parsers never raise on odd input:
 a tool that printed an error instead of its report is itself a finding."""
 
 from __future__ import annotations
@@ -150,27 +151,43 @@ def parse_dcgm_diag(text: str) -> DiagReport:
 
 @dataclass
 class EfaReport:
-    """`fi_info -p efa -t FI_EP_RDM`: one RDM domain per EFA device."""
+    """A node's EFA devices: the RDM domains its own efa-devices.sh counted, one per device."""
 
     domains: list[str] = field(default_factory=list)
     error: str | None = None
 
 
-def parse_fi_info(text: str) -> EfaReport:
-    """Counts distinct RDM domains of provider efa (``rdmapXsY-rdm``)."""
-    domains: list[str] = []
-    provider = None
+def efa_report(devices: str, fi_info: str | None) -> EfaReport:
+    """The node's efa-devices.txt (one domain per line, written on the node by
+    slurm/lib/efa-devices.sh — the prolog's counting rule, so fmctl and the prolog never
+    disagree) with fi_info's own text for the reason when it found none."""
+    domains = [line.strip() for line in devices.splitlines() if line.strip()]
+    if domains:
+        return EfaReport(domains=domains)
+    text = (fi_info or "").strip()
+    return EfaReport(error=text.splitlines()[-1] if text else "no output")
+
+
+@dataclass(frozen=True)
+class ExporterState:
+    """One optional exporter the node's bootstrap installed (``ok``) or could not."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+
+
+def parse_exporters(text: str) -> list[ExporterState]:
+    """node-check.sh's exporters.txt: ``NAME ok`` or ``NAME missing: why`` per line."""
+    states = []
     for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("provider:"):
-            provider = stripped.split(":", 1)[1].strip()
-        elif stripped.startswith("domain:") and provider == "efa":
-            domain = stripped.split(":", 1)[1].strip()
-            if domain not in domains:
-                domains.append(domain)
-    if not domains:
-        return EfaReport(error=text.strip().splitlines()[-1] if text.strip() else "no output")
-    return EfaReport(domains=domains)
+        name, _, state = line.strip().partition(" ")
+        if not name:
+            continue
+        ok = state.strip() == "ok"
+        reason = state.split(":", 1)[1].strip() if ":" in state else state.strip()
+        states.append(ExporterState(name, ok, "" if ok else reason))
+    return states
 
 
 @dataclass(frozen=True)

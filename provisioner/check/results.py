@@ -7,6 +7,8 @@ pool)::
     DIR/nodes/NODE/nvidia-smi.csv    nvidia-smi --query-gpu=... --format=csv,noheader,nounits
     DIR/nodes/NODE/dcgmi-diag.json   dcgmi diag -r 2 -j
     DIR/nodes/NODE/fi_info.txt       fi_info -p efa -t FI_EP_RDM
+    DIR/nodes/NODE/efa-devices.txt   its EFA RDM domains, as slurm/lib/efa-devices.sh counts
+    DIR/nodes/NODE/exporters.txt     optional exporters the bootstrap installed or not
     DIR/nccl/POOL.txt                all_reduce_perf's output across the pool's nodes
 
 A live check reads the same files from one stream (a pod's log, or what
@@ -120,10 +122,12 @@ def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
             report.verdicts.append(verdict)
             continue
         reported[pool.name] += 1
-        smi, diag, efa = (
+        smi, diag, fi_info, devices, exporters = (
             _read(node / "nvidia-smi.csv"),
             _read(node / "dcgmi-diag.json"),
             _read(node / "fi_info.txt"),
+            _read(node / "efa-devices.txt"),
+            _read(node / "exporters.txt"),
         )
         report.verdicts.append(
             judge_node(
@@ -131,7 +135,8 @@ def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
                 pool,
                 outputs.parse_nvidia_smi(smi) if smi is not None else None,
                 outputs.parse_dcgm_diag(diag) if diag is not None else None,
-                outputs.parse_fi_info(efa) if efa is not None else None,
+                outputs.efa_report(devices, fi_info) if devices is not None else None,
+                outputs.parse_exporters(exporters or ""),
             )
         )
     for name, pool in pools.items():

@@ -4,7 +4,7 @@ The head node (found by ParallelCluster's tags) runs slurm/lib/cluster-check.sh 
 Run Command (AWS-RunShellScript, as root), twice: node-check.sh on each partition's idle
 nodes in an exclusive allocation; then, once fmctl has judged them, nccl-tests.sbatch across
 each pool's nodes that passed. The command carries this
-fmctl's copies of the three scripts, so a cluster made by an older fmctl runs the same
+fmctl's copies of the scripts, so a cluster made by an older fmctl runs the same
 check. Run Command keeps only 24,000 characters of output in its answer, so the whole stream
 goes to the artifact bucket (under ``NAME-check/``, which the head node may write and nothing
 else), is read back, split into the results folder, and deleted.
@@ -64,6 +64,8 @@ def command_script(args: list[str]) -> str:
     files = {
         "cluster-check.sh": (slurm / "lib" / "cluster-check.sh").read_text(),
         "node-check.sh": (slurm / "lib" / "node-check.sh").read_text(),
+        # node-check.sh's EFA counting rule, sent along with it to the nodes.
+        "efa-devices.sh": (slurm / "lib" / "efa-devices.sh").read_text(),
         "nccl-tests.sbatch": (slurm / "jobs" / "nccl-tests.sbatch").read_text(),
     }
     lines = ["set -euo pipefail", "work=$(mktemp -d)", "trap 'rm -rf \"$work\"' EXIT"]

@@ -68,6 +68,11 @@ class PoolContext:
         return self.itype.gpu.model.lower() if self.itype.gpu else ""
 
     @property
+    def efa_rdma_read(self) -> bool:
+        """EFA with RDMA read (the catalog's): where FI_EFA_USE_DEVICE_RDMA=1 may be set."""
+        return self.efa and self.itype.network.rdma_read
+
+    @property
     def efa_devices(self) -> int:
         """EFA devices per node (what the EFA device plugin must advertise)."""
         return efa_device_count(list(self.interfaces))
@@ -188,6 +193,8 @@ class ClusterContext:
     slurm_os: str
     topology_aware: bool
     scaledown_idletime: int
+    #: ParallelCluster's HealthChecks/Gpu on every queue (opt-in: aws-parallelcluster#6777).
+    gpu_health_checks: bool
     tags: tuple[tuple[str, str], ...]
     images: Images = field(default_factory=Images)
 
@@ -313,6 +320,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         slurm_os=spec.slurm.os,
         topology_aware=spec.slurm.topology_aware,
         scaledown_idletime=spec.slurm.scaledown_idletime,
+        gpu_health_checks=spec.slurm.gpu_health_checks,
         tags=tuple(sorted(tags.items())),
         images=Images.for_region(spec.metadata.region),
     )

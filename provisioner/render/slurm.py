@@ -48,6 +48,9 @@ def cluster_slurm_settings(c: ClusterContext) -> list[tuple[str, str]]:
         # Run prolog.d scripts when the allocation starts (GPU/EFA checks before the job) and
         # keep every job process in the job's cgroup.
         ("PrologFlags", "Alloc,Contain"),
+        # Batch jobs read no /etc/profile.d: the task prolog gives every task the NCCL/EFA
+        # environment of its node (slurm/lib/task-prolog.sh; prints nothing off EFA nodes).
+        ("TaskProlog", "/opt/fmctl/slurm/lib/task-prolog.sh"),
     ]
     if c.topology_aware:
         settings.append(("TopologyPlugin", "topology/tree"))

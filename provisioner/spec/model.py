@@ -223,6 +223,12 @@ class SlurmSettings(SpecModel):
         description="Minutes before idle dynamic nodes stop (at least 1; for nodes that never "
         "stop, set minCount).",
     )
+    gpu_health_checks: bool = Field(
+        False,
+        description="ParallelCluster's GPU health check (DCGM) before each job. Off by default: "
+        "it can hang the prolog on p4d/p5 (aws-parallelcluster#6777); fmctl's own prolog "
+        "checks every GPU and EFA device in a few seconds either way.",
+    )
 
 
 class ClusterSpec(SpecModel):

@@ -1,9 +1,16 @@
 #!/bin/bash
-# ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node.
+# ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node, as root, from
+# cinc-client's environment (no login shell: /etc/profile.d is not read, so /opt/slurm/bin
+# is not on PATH; aws-parallelcluster-cookbook custom_action_executor.py).
 # Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
-#        [--efa-exporter=N] [--slurm-exporter] [--enroot-data=DIR] [--topology=tree|block]
+#        [--efa-exporter=N] [--slurm-exporter] [--containers[=DATA_DIR]] [--topology=tree|block]
 #        [--prometheus] [--grafana]   (head node: Prometheus, and Grafana beside it)
+# Exporters and the head node's Prometheus/Grafana are optional: one that cannot be installed is a warning, recorded in
+# /var/lib/fmctl/exporters/NAME for `fmctl check` to report, never a failed bootstrap (a
+# failed OnNodeConfigured makes ParallelCluster replace the node, again and again).
 set -euo pipefail
+# Where the ParallelCluster cookbook installs Slurm (attributes: cluster.slurm.install_dir).
+export PATH="/opt/slurm/bin:/opt/slurm/sbin:$PATH"
 
 role="${1:?usage: on-node-configured.sh head|compute S3_PREFIX [flags]}"
 prefix="${2:?S3 prefix of the uploaded slurm folder}"
@@ -23,6 +30,24 @@ if [ "$role" = compute ]; then
   install -m 0755 "$home"/prolog.d/*.sh "$scripts/prolog.d/"
   install -m 0755 "$home"/epilog.d/*.sh "$scripts/epilog.d/"
 fi
+
+# optional NAME COMMAND...: run an optional installer; its failure is a warning and a record.
+state=/var/lib/fmctl/exporters
+optional() {
+  local name="$1" log
+  shift
+  install -d -m 0755 "$state"
+  log="$(mktemp)"
+  if "$@" 2>"$log"; then
+    cat "$log" >&2
+    echo ok >"$state/$name"
+  else
+    cat "$log" >&2
+    printf 'missing: %s\n' "$(tail -n 1 "$log")" >"$state/$name"
+    echo "fmctl: warning: the $name exporter could not be installed: $(tail -n 1 "$log")" >&2
+  fi
+  rm -f "$log"
+}
 
 # Slurm's topology.conf, kept current from what `fmctl topology` publishes (head node only).
 install_topology() {
@@ -52,14 +77,15 @@ UNIT
 
 for flag in "$@"; do
   case "$flag" in
-    --node-exporter) "$home/lib/install-exporter.sh" node ;;
-    --efa-exporter=*) "$home/lib/install-exporter.sh" efa "${flag#--efa-exporter=}" ;;
-    --dcgm-exporter) "$home/lib/install-exporter.sh" dcgm ;;
-    --slurm-exporter) "$home/lib/install-exporter.sh" slurm ;;
-    --enroot-data=*) "$home/lib/enroot-pyxis.sh" "${flag#--enroot-data=}" ;;
+    --node-exporter) optional node "$home/lib/install-exporter.sh" node ;;
+    --efa-exporter=*) optional efa "$home/lib/install-exporter.sh" efa "${flag#--efa-exporter=}" ;;
+    --dcgm-exporter) optional dcgm "$home/lib/install-exporter.sh" dcgm ;;
+    --slurm-exporter) optional slurm "$home/lib/install-exporter.sh" slurm ;;
+    --containers) "$home/lib/enroot-pyxis.sh" "$role" ;;
+    --containers=*) "$home/lib/enroot-pyxis.sh" "$role" "${flag#--containers=}" ;;
     --topology=*) install_topology "${flag#--topology=}" ;;
-    --prometheus) "$home/lib/install-monitoring.sh" ;;
-    --grafana) "$home/lib/install-monitoring.sh" --grafana ;;
+    --prometheus) optional prometheus "$home/lib/install-monitoring.sh" ;;
+    --grafana) optional grafana "$home/lib/install-monitoring.sh" --grafana ;;
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done

@@ -4,8 +4,8 @@
 #   cluster-check.sh nodes [--include-busy] [--timeout SECONDS] POOL...
 #     node-check.sh on each partition's idle nodes, one task per node in an exclusive
 #     allocation (srun --exclusive: never beside a user's job; --immediate: give up rather
-#     than queue behind one). node-check.sh travels on srun's stdin (--input=all), so the
-#     nodes run this fmctl's copy.
+#     than queue behind one). efa-devices.sh and node-check.sh travel on srun's stdin
+#     (--input=all), so the nodes run this fmctl's copy.
 #   cluster-check.sh nccl [--timeout SECONDS] POOL:GPUS:COUNT:HOSTLIST...
 #     nccl-tests.sbatch across the given nodes of each pool (those that passed; HOSTLIST in
 #     Slurm's compressed form, e.g. train-st-p5-[1-4,9]).
@@ -14,6 +14,9 @@
 #   ==> fmctl-check-nccl POOL <==          the all_reduce_perf log of the pool
 #   ==> fmctl-check-skipped NODE POOL <==  followed by one line: why it was left out
 set -uo pipefail
+# SSM Run Command's shell reads no profile: Slurm's commands are where the ParallelCluster
+# cookbook installs them, not on its PATH.
+export PATH="/opt/slurm/bin:$PATH"
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 node_check="${FMCTL_NODE_CHECK:-$here/node-check.sh}"
@@ -62,7 +65,7 @@ check_nodes() {
   out=$(mktemp)
   srun --label --partition="$pool" --nodelist="$list" --nodes="$count" --ntasks-per-node=1 \
     --exclusive --immediate="$timeout" --time="$minutes" --input=all \
-    bash -s -- - "$pool" < "$node_check" > "$out" 2>&1
+    bash -s -- - "$pool" < <(cat "$here/efa-devices.sh" "$node_check") > "$out" 2>&1
   status=$?
   awk '{ task = $1; sub(/^ *[0-9]+: /, ""); lines[task] = lines[task] $0 "\n" }
        END { for (task in lines) printf "%s", lines[task] }' "$out"

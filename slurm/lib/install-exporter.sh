@@ -3,15 +3,21 @@
 #   node   node exporter on :9100 (host metrics)
 #   efa N  EFA counters on :9109: efa-metrics.sh writes the devices' sysfs hw_counters (and
 #          N, the devices expected) every 15 s for a node exporter's textfile collector
-#   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics), as a container
+#   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics): NVIDIA's dcgm-exporter binary against
+#          the node's DCGM host engine; a container only where a runtime exists
 #   slurm  Slurm exporter on :9341 (jobs, queue, nodes), head node only
-# Downloads are checked against the release's published SHA-256 sums before use.
+# Downloads are checked against the release's published SHA-256 sums before use. Exits
+# non-zero with the reason on its last stderr line when the exporter cannot be installed;
+# on-node-configured.sh treats every exporter as optional (a warning, never a failed node).
 set -euo pipefail
 
 kind="${1:?usage: install-exporter.sh node|efa N|dcgm|slurm}"
 NODE_EXPORTER_VERSION="${NODE_EXPORTER_VERSION:-1.10.2}"
 DCGM_EXPORTER_IMAGE="${DCGM_EXPORTER_IMAGE:-nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless}"
-SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.8.0}"
+# rivosinc/prometheus-slurm-exporter: v1.7.0 is the newest tag seen publicly (its
+# .goreleaser.yaml names the archives <project>_<os>_<arch>.tar.gz; GoReleaser's default
+# checksum file is <project>_<version>_checksums.txt).
+SLURM_EXPORTER_VERSION="${SLURM_EXPORTER_VERSION:-1.7.0}"
 
 # shellcheck source-path=SCRIPTDIR source=release.sh
 source "$(dirname "$0")/release.sh"
@@ -30,6 +36,60 @@ install_node_exporter() {
     /usr/local/bin/node_exporter
 }
 
+# dcgm-exporter talks to the node's DCGM host engine (nvidia-dcgm.service, which the
+# ParallelCluster cookbook installs and the driver AMIs run). ParallelCluster AMIs ship
+# neither Docker nor Podman, so the binary is the way: NVIDIA packages it as
+# datacenter-gpu-manager-exporter (/usr/bin/dcgm-exporter; its own unit runs
+# `dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv` after nvidia-dcgm.service).
+install_dcgm_exporter() {
+  local counters bin runtime
+  counters="$(dirname "$0")/dcgm-counters.csv"
+  bin="$(command -v dcgm-exporter || true)"
+  [ -n "$bin" ] || [ ! -x /usr/bin/dcgm-exporter ] || bin=/usr/bin/dcgm-exporter
+  if [ -n "$bin" ]; then
+    cat >/etc/systemd/system/fmctl-dcgm-exporter.service <<UNIT
+[Unit]
+Description=fmctl dcgm-exporter (GPU metrics on :9400)
+Wants=nvidia-dcgm.service
+After=nvidia-dcgm.service
+
+[Service]
+ExecStart=$bin -f $counters -a :9400 -r localhost:5555
+Restart=always
+RestartSec=10
+NoNewPrivileges=yes
+ProtectHome=yes
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  else
+    runtime="$(command -v docker || command -v podman || true)"
+    if [ -z "$runtime" ]; then
+      echo "no dcgm-exporter binary (package datacenter-gpu-manager-exporter) and no container runtime on this node" >&2
+      return 1
+    fi
+    "$runtime" pull "$DCGM_EXPORTER_IMAGE"
+    cat >/etc/systemd/system/fmctl-dcgm-exporter.service <<UNIT
+[Unit]
+Description=fmctl dcgm-exporter (GPU metrics on :9400), as a container
+After=network-online.target nvidia-dcgm.service
+
+[Service]
+ExecStartPre=-$runtime rm -f fmctl-dcgm-exporter
+ExecStart=$runtime run --rm --name fmctl-dcgm-exporter --gpus all --cap-add SYS_ADMIN -p 9400:9400 -v $counters:/etc/fmctl/dcgm-counters.csv:ro -e DCGM_EXPORTER_COLLECTORS=/etc/fmctl/dcgm-counters.csv $DCGM_EXPORTER_IMAGE
+ExecStop=$runtime stop fmctl-dcgm-exporter
+Restart=always
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+  fi
+  systemctl daemon-reload
+  systemctl enable --now fmctl-dcgm-exporter.service
+}
+
 case "$kind" in
   node)
     install_node_exporter
@@ -46,34 +106,13 @@ case "$kind" in
       --web.listen-address=:9109
     ;;
   dcgm)
-    runtime="$(command -v docker || command -v podman || true)"
-    if [ -z "$runtime" ]; then
-      echo "fmctl: no container runtime for the DCGM exporter on this node" >&2
-      exit 1
-    fi
-    "$runtime" pull "$DCGM_EXPORTER_IMAGE"
-    cat > /etc/systemd/system/fmctl-dcgm-exporter.service <<UNIT
-[Unit]
-Description=fmctl dcgm-exporter
-After=network-online.target
-
-[Service]
-ExecStartPre=-$runtime rm -f fmctl-dcgm-exporter
-ExecStart=$runtime run --rm --name fmctl-dcgm-exporter --gpus all --cap-add SYS_ADMIN -p 9400:9400 -v $(dirname "$0")/dcgm-counters.csv:/etc/fmctl/dcgm-counters.csv:ro -e DCGM_EXPORTER_COLLECTORS=/etc/fmctl/dcgm-counters.csv $DCGM_EXPORTER_IMAGE
-ExecStop=$runtime stop fmctl-dcgm-exporter
-Restart=always
-RestartSec=10
-
-[Install]
-WantedBy=multi-user.target
-UNIT
-    systemctl daemon-reload
-    systemctl enable --now fmctl-dcgm-exporter.service
+    install_dcgm_exporter
     ;;
   slurm)
     bin=/usr/local/bin/prometheus-slurm-exporter
     base="https://github.com/rivosinc/prometheus-slurm-exporter/releases/download/v$SLURM_EXPORTER_VERSION"
-    install_release "$base/prometheus-slurm-exporter_linux_$arch.tar.gz" "$base/checksums.txt" \
+    install_release "$base/prometheus-slurm-exporter_linux_$arch.tar.gz" \
+      "$base/prometheus-slurm-exporter_${SLURM_EXPORTER_VERSION}_checksums.txt" \
       prometheus-slurm-exporter "$bin"
     # The exporter shells out to squeue/sinfo: it needs Slurm's binaries on its PATH.
     unit fmctl-slurm-exporter /usr/bin/env PATH=/opt/slurm/bin:/usr/bin:/bin "$bin" \

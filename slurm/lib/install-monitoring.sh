@@ -41,8 +41,8 @@ home="/opt/grafana-$GRAFANA_VERSION"
 if [ ! -x "$home/bin/grafana" ]; then
   url="https://dl.grafana.com/oss/release/grafana-$GRAFANA_VERSION.linux-$arch.tar.gz"
   tmp="$(mktemp -d)"
-  curl -fsSL --retry 5 -o "$tmp/grafana.tar.gz" "$url"
-  echo "$(curl -fsSL --retry 5 "$url.sha256")  $tmp/grafana.tar.gz" | sha256sum -c -
+  curl -fsSL --retry 5 -o "$tmp/grafana.tar.gz" "$(mirrored "$url")"
+  echo "$(curl -fsSL --retry 5 "$(mirrored "$url.sha256")")  $tmp/grafana.tar.gz" | sha256sum -c -
   install -d "$home"
   tar -xzf "$tmp/grafana.tar.gz" -C "$home" --strip-components=1
   rm -rf "$tmp"

@@ -1,7 +1,9 @@
 #!/bin/bash
 # What `fmctl check` judges, gathered on one node: its GPUs (nvidia-smi), DCGM's level-2
-# diagnostic, its EFA devices (fi_info). Usage: node-check.sh DIR POOL
-# writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt}, NODE being
+# diagnostic, its EFA devices (fi_info, counted by efa-devices.sh: the prolog's rule) and
+# which optional exporters the bootstrap could not install. Usage: node-check.sh DIR POOL
+# writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt,efa-devices.txt,
+# exporters.txt}, NODE being
 # $NODE_NAME when set (a Kubernetes pod's hostname is the pod's, not the node's), else
 # Slurm's $SLURMD_NODENAME, else `hostname -s`. With DIR "-", the files go to stdout instead, each after a line
 # "==> fmctl-check NODE FILE <==" (what `fmctl check NAME` reads from a pod's log).
@@ -13,6 +15,14 @@
 # then, with slurm/jobs/nccl-tests.sbatch's log copied to /fsx/fmctl-check/nccl/POOL.txt:
 #   fmctl check -f cluster.yaml --from /fsx/fmctl-check
 set -uo pipefail
+# efa-devices.sh comes before this script on srun's stdin (cluster-check.sh) or beside it.
+if ! declare -F fmctl_efa_rdm_domains >/dev/null; then
+  # shellcheck source=efa-devices.sh
+  . "$(dirname "${BASH_SOURCE[0]:-$0}")/efa-devices.sh" || {
+    echo "node-check.sh: efa-devices.sh is missing beside it" >&2
+    exit 2
+  }
+fi
 
 dir="${1:?usage: node-check.sh DIR POOL}"
 pool="${2:?usage: node-check.sh DIR POOL}"
@@ -31,9 +41,14 @@ printf '%s\n' "$pool" > "$out/pool"
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total \
   --format=csv,noheader,nounits > "$out/nvidia-smi.csv" 2>&1
 
-fi_info=/opt/amazon/efa/bin/fi_info
-[ -x "$fi_info" ] || fi_info=fi_info
-"$fi_info" -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
+fmctl_fi_info -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
+fmctl_efa_rdm_domains < "$out/fi_info.txt" > "$out/efa-devices.txt"
+
+# What on-node-configured.sh recorded: NAME ok|missing: why (none on Kubernetes).
+: > "$out/exporters.txt"
+for record in /var/lib/fmctl/exporters/*; do
+  [ -f "$record" ] && printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")" >> "$out/exporters.txt"
+done
 
 if command -v dcgmi > /dev/null 2>&1; then
   # In a DCGM container (Kubernetes) no host engine runs yet; on a Slurm node the
@@ -47,7 +62,7 @@ else
 fi
 
 if [ "$dir" = - ]; then
-  for file in pool nvidia-smi.csv dcgmi-diag.json fi_info.txt; do
+  for file in pool nvidia-smi.csv dcgmi-diag.json fi_info.txt efa-devices.txt exporters.txt; do
     printf '==> fmctl-check %s %s <==\n' "$node" "$file"
     cat "$out/$file"
   done

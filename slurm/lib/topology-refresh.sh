@@ -3,6 +3,8 @@
 # keep it current (run by fmctl-topology.timer). Usage: topology-refresh.sh S3_PREFIX tree|block
 # Reconfigures slurmctld only when the file changed.
 set -euo pipefail
+# Run by a systemd timer: no profile, so Slurm's bin directory is not on PATH.
+export PATH="/opt/slurm/bin:$PATH"
 
 prefix="${1:?usage: topology-refresh.sh S3_PREFIX tree|block}"
 style="${2:-tree}"

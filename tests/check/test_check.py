@@ -24,6 +24,8 @@ from provisioner.check.judge import (
 )
 from provisioner.render.context import ClusterContext, PoolContext, build_context
 from tests.conftest import ROOT, validate_text
+from tests.tools.efa_rule import efa_devices
+from tests.tools.standin import recorded
 
 DATA = ROOT / "tests/data/check"
 P5_SPEC = ROOT / "examples/p5-slurm-capacity-block.yaml"
@@ -75,11 +77,37 @@ def test_dcgm_diag_both_layouts() -> None:
     assert down.results == [] and down.error and "host engine" in down.error.lower()
 
 
+def _efa(name: str) -> outputs.EfaReport:
+    """What fmctl reads from a node whose fi_info printed the recorded ``name``."""
+    text = _data(name)
+    return outputs.efa_report(efa_devices(text), text)
+
+
 def test_fi_info() -> None:
-    assert len(outputs.parse_fi_info(_data("fi_info-p5-healthy.txt")).domains) == 32
-    assert len(outputs.parse_fi_info(_data("fi_info-p5-one-missing.txt")).domains) == 31
-    none = outputs.parse_fi_info(_data("fi_info-no-efa.txt"))
+    assert len(_efa("fi_info-p5-healthy.txt").domains) == 32
+    assert len(_efa("fi_info-p5-one-missing.txt").domains) == 31
+    none = _efa("fi_info-no-efa.txt")
     assert none.domains == [] and none.error == "fi_getinfo: -61 (No data available)"
+
+
+@pytest.mark.parametrize("libfabric", [1, 2])
+def test_efa_counting_rule_counts_devices_not_entries(libfabric: int) -> None:
+    """libfabric 2.x lists each device under efa-direct and efa (and a DGRAM -dgrm entry):
+    a p5 prints 96 entries for its 32 devices; the rule the prolog, node-check and fmctl
+    share counts 32 (counting `provider: efa` lines, the prolog's old rule, gave 64 RDM)."""
+    text = recorded.fi_info(recorded.p5_domains(32), libfabric)
+    assert len(efa_devices(text).split()) == 32
+    assert text.count("provider: efa") == (96 if libfabric == 2 else 64)
+    real = (ROOT / "tests/data/real/fi_info-libfabric2-one-device.txt").read_text()
+    assert efa_devices(real).split() == ["rdmap49s0-rdm"]
+
+
+def test_exporters_record() -> None:
+    states = outputs.parse_exporters("node ok\ndcgm missing: no dcgm-exporter binary\n")
+    assert [(s.name, s.ok, s.reason) for s in states] == [
+        ("node", True, ""),
+        ("dcgm", False, "no dcgm-exporter binary"),
+    ]
 
 
 def test_nccl() -> None:
@@ -104,7 +132,7 @@ def _verdict(pool: PoolContext, smi: str, diag: str, efa: str) -> Verdict:
         pool,
         outputs.parse_nvidia_smi(_data(smi)),
         outputs.parse_dcgm_diag(_data(diag)),
-        outputs.parse_fi_info(_data(efa)),
+        _efa(efa),
     )
 
 

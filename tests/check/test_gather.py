@@ -29,6 +29,7 @@ from provisioner.check.slurm_gather import command_script, hostlist, nccl_step, 
 from provisioner.render.context import ClusterContext, build_context
 from tests.check import fakes
 from tests.conftest import ROOT, validate_text
+from tests.tools.efa_rule import efa_devices
 
 DATA = ROOT / "tests/data/check"
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
@@ -365,6 +366,7 @@ class _StuckApi:
             "nvidia-smi.csv": (DATA / "nvidia-smi-p5en.csv").read_text(),
             "dcgmi-diag.json": (DATA / "dcgmi-diag-healthy.json").read_text(),
             "fi_info.txt": (DATA / "fi_info-p5en-healthy.txt").read_text(),
+            "efa-devices.txt": efa_devices((DATA / "fi_info-p5en-healthy.txt").read_text()),
         }
         return "".join(f"==> fmctl-check {node} {name} <==\n{text}" for name, text in files.items())
 

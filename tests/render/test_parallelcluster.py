@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from provisioner.catalog import load_catalog
+from provisioner.render import render
 from provisioner.render.slurm import FORBIDDEN_NODE_SETTINGS, FORBIDDEN_SLURM_SETTINGS
+from tests.conftest import validate_text
 from tests.render.helpers import CASE_IDS, CASES, fill_all, rendered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,16 +100,19 @@ def test_queues(example: Path, scheduler: str) -> None:
             assert resource["CapacityReservationTarget"] == {
                 "CapacityReservationId": pool["capacity"]["reservationId"]
             }
-        assert resource["Efa"] == {"Enabled": True, "GdrSupport": True}
+        # GdrSupport has had no effect since ParallelCluster 3.0.2: not written.
+        assert resource["Efa"] == {"Enabled": True}
         settings = resource["CustomSlurmSettings"]
         assert (settings["Sockets"], settings["CoresPerSocket"]) == (
             itype.cpu.sockets,
             itype.cpu.cores_per_socket,
         )
         assert not {k.lower() for k in settings} & FORBIDDEN_NODE_SETTINGS
-        assert resource["HealthChecks"]["Gpu"]["Enabled"] is True
+        # ParallelCluster's GPU health check is opt-in (aws-parallelcluster#6777).
+        assert "HealthChecks" not in resource and "HealthChecks" not in queue
         start = queue["CustomActions"]["OnNodeStart"]["Sequence"][0]["Args"]
-        assert start == ["true", str(itype.gpu.count), str(itype.network.efa_interfaces)]
+        rdma = str(itype.network.rdma_read).lower()
+        assert start == ["true", str(itype.gpu.count), str(itype.network.efa_interfaces), rdma]
         assert queue["ComputeSettings"]["LocalStorage"]["RootVolume"]["Encrypted"] is True
 
 
@@ -155,3 +160,26 @@ def test_custom_action_scripts_exist(example: Path, scheduler: str) -> None:
         if "Script:" in line:
             relative = line.split("/slurm/", 1)[1].strip('"')
             assert (ROOT / "slurm" / relative).is_file(), relative
+
+
+def test_gpu_health_checks_are_opt_in() -> None:
+    example = ROOT / "examples" / "p5-slurm-capacity-block.yaml"
+    text = example.read_text().replace(
+        "slurm: {os: alinux2023,", "slurm: {gpuHealthChecks: true, os: alinux2023,"
+    )
+    assert "gpuHealthChecks" in text
+    spec = validate_text(text, "slurm").resolved
+    assert spec is not None
+    files = render(spec, load_catalog()).files
+    config = yaml.safe_load(files["parallelcluster/cluster-config.yaml"])
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    assert queue["HealthChecks"]["Gpu"]["Enabled"] is True
+    assert queue["ComputeResources"][0]["HealthChecks"]["Gpu"]["Enabled"] is True
+
+
+def test_topology_aware_head_node_has_its_topology_before_slurmctld() -> None:
+    """TopologyPlugin=topology/tree without topology.conf kills slurmctld: the head node's
+    OnNodeStart (before the cookbook starts slurmctld) puts the provisional tree in place."""
+    config = _config(ROOT / "examples" / "p5-slurm-capacity-block.yaml")
+    start = config["HeadNode"]["CustomActions"]["OnNodeStart"]["Sequence"][0]
+    assert start["Script"].endswith("/slurm/actions/on-head-node-start.sh")

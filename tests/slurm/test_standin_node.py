@@ -1,0 +1,306 @@
+"""slurm/ on stand-in ParallelCluster nodes (tests/tools/standin): the head node's and a
+compute node's custom actions run as cloud-init runs them (root, `env -i`, cinc's PATH), with
+releases from a loopback mirror that holds only the upstream file names; a real slurmctld and
+slurmd then run a job through the real prolog, epilog and task prolog; cluster-check.sh runs
+as SSM Run Command runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.check.slurm_gather import command_script
+from provisioner.render import render
+from provisioner.render.context import build_context
+from provisioner.render.placeholders import fill
+from provisioner.render.slurm import cluster_slurm_settings
+from provisioner.spec.source import load_source
+from provisioner.validate import validate_document
+from tests.tools.standin import recorded, rootfs
+from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
+from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+EXAMPLE = ROOT / "examples" / "p5-slurm-capacity-block.yaml"
+BUCKET = "fmctl-artifacts-standin"
+RELEASES = DATA / "real" / "releases.yaml"
+
+
+_WHY = rootfs.unavailable()
+# In CI (root, `make tools` ran) the stand-in must run: a skip there would hide the node tests.
+pytestmark = pytest.mark.skipif(
+    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
+)
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _tarball(members: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _mirror(folder: Path) -> None:
+    """The releases fmctl's scripts pin, under their upstream URLs' paths and file names (from
+    tests/data/real/releases.yaml), each binary a stand-in that runs until stopped, and the
+    sums files in the format each project publishes."""
+    stub = "#!/bin/sh\nexec sleep infinity\n"
+    for release in yaml.safe_load(RELEASES.read_text())["releases"]:
+        base = folder / release["url"].removeprefix("https://")
+        base.mkdir(parents=True, exist_ok=True)
+        blob = _tarball({m: stub for m in release["members"]})
+        (base / release["archive"]).write_bytes(blob)
+        digest = hashlib.sha256(blob).hexdigest()
+        sums = release["sums"]
+        if sums.endswith(".sha256"):
+            (base / sums).write_text(digest)
+        else:
+            (base / sums).write_text(
+                f"{'0' * 64}  other-file.tar.gz\n{digest}  {release['archive']}\n"
+            )
+
+
+@dataclass
+class Cluster:
+    head: StandinNode
+    compute: StandinNode
+    slurm: StandinSlurm
+    results: dict[str, Any]
+    config: dict[str, Any]
+
+
+def _action(actions: dict[str, Any], event: str) -> tuple[str, list[str]] | None:
+    """A custom action as rendered: its script (under slurm/) and Args."""
+    if event not in actions:
+        return None
+    step = actions[event]["Sequence"][0]
+    return step["Script"].split("/slurm/", 1)[1], [str(a) for a in step.get("Args", [])]
+
+
+def _run_action(node: StandinNode, action: tuple[str, list[str]] | None) -> Any:
+    """ParallelCluster downloads the action's Script and runs it with its Args (as root, from
+    cinc's environment)."""
+    assert action is not None
+    script, args = action
+    node.write("/var/tmp/action.sh", (ROOT / "slurm" / script).read_text(), 0o755)
+    return node.run(["/bin/bash", "/var/tmp/action.sh", *args], env=CLOUD_INIT_ENV, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    image = rootfs.ensure()
+    doc, _ = load_source(str(EXAMPLE))
+    spec = validate_document(doc, "slurm").resolved
+    assert spec is not None
+    context = build_context(spec, load_catalog())
+    files = render(spec, load_catalog()).files
+    config_text = fill(
+        files["parallelcluster/cluster-config.yaml"],
+        {
+            "artifactBucket": BUCKET,
+            "efaSecurityGroupId": "sg-0123456789abcdef0",
+            "privateSubnetId": "subnet-0123456789abcdef0",
+            "publicSubnetId": "subnet-0fedcba9876543210",
+        },
+    )
+    config = yaml.safe_load(config_text)
+    mirror_dir = tmp_path_factory.mktemp("mirror")
+    _mirror(mirror_dir)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(mirror_dir)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    head = StandinNode(image, "ip-10-0-0-10")
+    compute = StandinNode(image, "ip-10-0-16-20", shared_from=head)
+    try:
+        for node in (head, compute):
+            # What `fmctl up` uploads: slurm/ and the rendered monitoring files.
+            prefix = f"/var/lib/standin-s3/{BUCKET}/{context.name}/slurm"
+            shutil.copytree(ROOT / "slurm", node.path(prefix), dirs_exist_ok=True)
+            for path, text in files.items():
+                if path.startswith("slurm/monitoring/") or path == "slurm/topology.conf":
+                    node.write(f"{prefix}/{path.removeprefix('slurm/')}", text)
+            node.write("/etc/fmctl/release-mirror", f"http://127.0.0.1:{server.server_port}\n")
+        compute.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+        compute.write(
+            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+        compute.write(
+            "/etc/standin/dcgmi-diag.json", (DATA / "check/dcgmi-diag-healthy.json").read_text()
+        )
+        name = f"{context.pools[0].name}-st-{context.pools[0].compute_resource_name}-1"
+        pool = context.pools[0]
+        head_actions = config["HeadNode"]["CustomActions"]
+        queue_actions = config["Scheduling"]["SlurmQueues"][0]["CustomActions"]
+        results = {"head-start": _run_action(head, _action(head_actions, "OnNodeStart"))}
+        slurm = StandinSlurm(
+            head,
+            [
+                ComputeNode(
+                    compute,
+                    name,
+                    pool.name,
+                    pool.itype.cpu.sockets,
+                    pool.itype.cpu.cores_per_socket,
+                    pool.itype.cpu.threads_per_core,
+                )
+            ],
+            cluster_slurm_settings(context),
+        )
+        results["head"] = _run_action(head, _action(head_actions, "OnNodeConfigured"))
+        results["start"] = _run_action(compute, _action(queue_actions, "OnNodeStart"))
+        results["compute"] = _run_action(compute, _action(queue_actions, "OnNodeConfigured"))
+        slurm.start_slurmd()
+        yield Cluster(head, compute, slurm, results, config)
+    finally:
+        server.shutdown()
+        head.stop()
+        compute.stop()
+
+
+def _ok(result: Any) -> None:
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+
+
+def test_head_and_compute_bootstrap_exit_0(cluster: Cluster) -> None:
+    for result in cluster.results.values():
+        _ok(result)
+
+
+def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> None:
+    """Every download hit a name the upstream release has (the mirror holds nothing else), and
+    its unit passed systemd-analyze verify."""
+    head = cluster.head.path("/var/lib/fmctl/exporters")
+    compute = cluster.compute.path("/var/lib/fmctl/exporters")
+    assert (head / "slurm").read_text().strip() == "ok"
+    assert (head / "grafana").read_text().strip() == "ok"
+    assert (compute / "node").read_text().strip() == "ok"
+    assert (compute / "efa").read_text().strip() == "ok"
+    for unit in ("fmctl-slurm-exporter", "fmctl-prometheus", "fmctl-grafana"):
+        ok = cluster.head.run(["systemctl", "is-active", "--quiet", unit], env=SSM_ENV)
+        assert ok.returncode == 0, unit
+    for unit in ("fmctl-node-exporter", "fmctl-efa-exporter", "fmctl-efa-metrics"):
+        assert (
+            cluster.compute.run(["systemctl", "is-active", "--quiet", unit], env=SSM_ENV).returncode
+            == 0
+        )
+
+
+def test_dcgm_exporter_missing_is_a_warning_not_a_failed_node(cluster: Cluster) -> None:
+    """The AMI has DCGM but no dcgm-exporter and no Docker/Podman: bootstrap goes on and says
+    so; node-check.sh then reports it to `fmctl check`."""
+    record = cluster.compute.path("/var/lib/fmctl/exporters/dcgm").read_text()
+    assert record.startswith("missing: no dcgm-exporter binary")
+    assert "warning: the dcgm exporter could not be installed" in cluster.results["compute"].stderr
+
+
+def test_containers_enabled_on_head_and_compute(cluster: Cluster) -> None:
+    for node in (cluster.head, cluster.compute):
+        plugstack = node.path("/opt/slurm/etc/plugstack.conf").read_text()
+        assert "include /opt/slurm/etc/plugstack.conf.d/*" in plugstack
+        pyxis = node.path("/opt/slurm/etc/plugstack.conf.d/pyxis.conf").read_text()
+        assert pyxis.startswith("required /usr/local/lib/slurm/spank_pyxis.so")
+        mode = node.run(["stat", "-c", "%a", "/run/enroot"], env=SSM_ENV).stdout.strip()
+        assert mode == "1777"
+    # srun on the head node loads plugstack.conf: pyxis's option is there for users.
+    help_text = cluster.head.run(["/opt/slurm/bin/srun", "--help"], env=SSM_ENV).stdout
+    assert "--container-image" in help_text
+    conf = cluster.compute.path("/etc/enroot/enroot.conf").read_text()
+    assert "ENROOT_DATA_PATH /scratch/enroot/data/user-$(id -u)" in conf
+
+
+def test_healthy_node_runs_a_job_with_the_nccl_environment(cluster: Cluster) -> None:
+    """sbatch as the default user: the real prolog passes on a healthy node (libfabric 2.x:
+    96 fi_info entries, 32 devices) and the task prolog gives the batch job FI_PROVIDER."""
+    cluster.head.write("/home/ubuntu/env.sh", "#!/bin/bash\nenv | sort\n", 0o755)
+    submit = cluster.head.run(
+        [
+            "/opt/slurm/bin/sbatch",
+            "--wait",
+            "--chdir=/home/ubuntu",
+            "-o",
+            "/home/ubuntu/env.out",
+            "/home/ubuntu/env.sh",
+        ],
+        user="ubuntu",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/ubuntu"},
+        timeout=90,
+    )
+    assert submit.returncode == 0, submit.stderr + cluster.slurm.log()
+    out = cluster.compute.path("/home/ubuntu/env.out").read_text()
+    assert "FI_PROVIDER=efa" in out
+    assert "FI_EFA_USE_DEVICE_RDMA=1" in out  # p5: RDMA read (the catalog's)
+    assert cluster.slurm.node_state(_node(cluster)).startswith("IDLE")
+
+
+def test_cluster_check_through_the_ssm_path(cluster: Cluster) -> None:
+    """cluster-check.sh as Run Command runs it on the head node (sh, the agent's PATH): it
+    finds the partition's node and brings back its files, 32 EFA devices counted."""
+    pool = cluster.config["Scheduling"]["SlurmQueues"][0]["Name"]
+    result = cluster.head.run(
+        ["/bin/sh", "-c", command_script(["nodes", "--timeout", "60", pool])],
+        env=SSM_ENV,
+        timeout=120,
+    )
+    _ok(result)
+    frames = re.findall(r"==> fmctl-check (\S+) (\S+) <==", result.stdout)
+    assert (_node(cluster), "efa-devices.txt") in frames, result.stdout[-3000:]
+    devices = result.stdout.split(f"==> fmctl-check {_node(cluster)} efa-devices.txt <==\n")[1]
+    assert len(devices.split("==>")[0].split()) == 32, result.stdout[-4000:]
+    assert "dcgm missing: no dcgm-exporter binary" in result.stdout
+
+
+def test_broken_node_is_drained_with_the_reason(cluster: Cluster) -> None:
+    """One EFA device gone: the prolog refuses the job, drains the node and says why (runs
+    last: the node stays drained)."""
+    cluster.compute.write(
+        "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
+    )
+    cluster.head.write("/home/ubuntu/true.sh", "#!/bin/bash\ntrue\n", 0o755)
+    submit = cluster.head.run(
+        ["/opt/slurm/bin/sbatch", "--parsable", "--chdir=/home/ubuntu", "/home/ubuntu/true.sh"],
+        user="ubuntu",
+        env={"PATH": "/usr/bin:/bin", "HOME": "/home/ubuntu"},
+    )
+    assert submit.returncode == 0, submit.stderr
+    state = cluster.slurm.wait_state(
+        _node(cluster), ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"), timeout=60
+    )
+    assert "DRAIN" in state
+    reason = cluster.slurm.scontrol("show", "node", _node(cluster))
+    assert "sees 31 EFA devices, expected 32" in reason, reason
+    job = submit.stdout.strip().split(";")[0]
+    assert "COMPLETED" not in cluster.slurm.scontrol("show", "job", job)
+
+
+def _node(cluster: Cluster) -> str:
+    return cluster.slurm.computes[0].name
+
+
+def test_the_stand_in_is_reused(cluster: Cluster) -> None:
+    assert (rootfs.ensure() / ".standin-complete").exists()
+    assert os.path.isdir(rootfs.cache_root())
