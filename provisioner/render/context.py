@@ -242,7 +242,9 @@ class ClusterContext:
 def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
     itype = catalog[pool.instance_type]
     efa = bool(pool.efa)
-    labels = {**pool.labels, POOL_LABEL: pool.name, "node.kubernetes.io/instance-type": itype.name}
+    # Not node.kubernetes.io/instance-type: the kubelet sets it (a well-known label under the
+    # reserved kubernetes.io prefix), and a managed node group must not.
+    labels = {**pool.labels, POOL_LABEL: pool.name}
     if efa:
         labels[EFA_LABEL] = "true"
     return PoolContext(

@@ -133,3 +133,16 @@ def test_family_filter() -> None:
         "p5e.48xlarge",
         "p5en.48xlarge",
     }
+
+
+def test_rdma_read_and_capacity_block_facts() -> None:
+    """FI_EFA_USE_DEVICE_RDMA=1 aborts libfabric where EFA has no RDMA read (g5): the catalog
+    says where it has, with its source; p4de is sold as Capacity Blocks."""
+    catalog = load_catalog()
+    assert not catalog["g5.48xlarge"].network.rdma_read
+    for name in ("p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge", "p6-b300.48xlarge"):
+        assert catalog[name].network.rdma_read, name
+        assert catalog[name].network.rdma_source == "ec2-efa-rdma"
+    assert catalog["p4de.24xlarge"].capacity_blocks
+    gb200 = catalog["p6e-gb200.36xlarge"].local_nvme
+    assert gb200 is not None and gb200.total_gb == 22500

@@ -293,3 +293,12 @@ def test_prometheus_config_and_remote_write(example: Path, scheduler: str) -> No
         assert "remote_write" not in prometheus
     jobs = {j["job_name"]: j for j in prometheus["scrape_configs"]}
     assert jobs["kube-state-metrics"]["honor_labels"] is True
+
+
+def test_node_groups_do_not_set_the_kubelets_labels() -> None:
+    """node.kubernetes.io/instance-type is the kubelet's (reserved kubernetes.io prefix): a
+    managed node group that sets it is refused or overridden; fmctl leaves it out."""
+    for example, scheduler in CASES:
+        for path, text in rendered(example, scheduler).files.items():
+            if path.startswith("aws/") and "nodegroup" in path:
+                assert "node.kubernetes.io/instance-type" not in text, path
