@@ -5,8 +5,8 @@
 # Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
 #        [--efa-exporter=N] [--slurm-exporter] [--containers[=DATA_DIR]] [--topology=tree|block]
 #        [--prometheus] [--grafana]   (head node: Prometheus, and Grafana beside it)
-# Exporters and the head node's Prometheus/Grafana are optional: one that cannot be installed is a warning, recorded in
-# /var/lib/fmctl/exporters/NAME for `fmctl check` to report, never a failed bootstrap (a
+# Exporters and the head node's Prometheus/Grafana are optional: one that cannot be
+# installed is a warning, recorded in /var/lib/fmctl/exporters/NAME for `fmctl check` to report, never a failed bootstrap (a
 # failed OnNodeConfigured makes ParallelCluster replace the node, again and again).
 set -euo pipefail
 # Where the ParallelCluster cookbook installs Slurm (attributes: cluster.slurm.install_dir).
@@ -39,13 +39,12 @@ optional() {
   install -d -m 0755 "$state"
   log="$(mktemp)"
   if "$@" 2>"$log"; then
-    cat "$log" >&2
     echo ok >"$state/$name"
   else
-    cat "$log" >&2
     printf 'missing: %s\n' "$(tail -n 1 "$log")" >"$state/$name"
-    echo "fmctl: warning: the $name exporter could not be installed: $(tail -n 1 "$log")" >&2
+    echo "fmctl: warning: the $name exporter could not be installed: $(tail -n 1 "$log")" >>"$log"
   fi
+  cat "$log" >&2
   rm -f "$log"
 }
 

@@ -11,12 +11,12 @@
 # `-dgrm` domain without a -t filter. libfabric 1.x lists each device once, `fabric: efa`.
 # A p5.48xlarge thus shows 32 devices on either, not 64.
 
-# The fi_info libfabric's EFA installer puts on the node (/opt/amazon/efa/bin), else PATH's.
-fmctl_fi_info() {
+# The fi_info the EFA installer puts on the node (/opt/amazon/efa/bin), else PATH's.
+fmctl_fi_info_path() {
   if [ -x /opt/amazon/efa/bin/fi_info ]; then
-    /opt/amazon/efa/bin/fi_info "$@"
+    echo /opt/amazon/efa/bin/fi_info
   else
-    fi_info "$@"
+    echo fi_info
   fi
 }
 

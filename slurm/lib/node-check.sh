@@ -41,7 +41,7 @@ printf '%s\n' "$pool" > "$out/pool"
 nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total \
   --format=csv,noheader,nounits > "$out/nvidia-smi.csv" 2>&1
 
-fmctl_fi_info -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
+"$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
 fmctl_efa_rdm_domains < "$out/fi_info.txt" > "$out/efa-devices.txt"
 
 # What on-node-configured.sh recorded: NAME ok|missing: why (none on Kubernetes).

@@ -38,7 +38,7 @@ fi
 if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "${FMCTL_EXPECTED_EFA:-0}" -gt 0 ]; then
   # shellcheck source=../lib/efa-devices.sh
   . "$lib/efa-devices.sh" || fail "$lib/efa-devices.sh is missing"
-  out=$(timeout "$deadline" bash -c ". '$lib/efa-devices.sh'; fmctl_fi_info -p efa -t FI_EP_RDM" 2>/dev/null)
+  out=$(timeout "$deadline" "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM 2>/dev/null)
   [ $? -ne 124 ] || fail "fi_info did not answer within ${deadline}s"
   efa=$(printf '%s\n' "$out" | fmctl_efa_rdm_domains | wc -l)
   [ "$efa" -eq "$FMCTL_EXPECTED_EFA" ] ||

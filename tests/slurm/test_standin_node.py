@@ -301,6 +301,8 @@ def _node(cluster: Cluster) -> str:
     return cluster.slurm.computes[0].name
 
 
-def test_the_stand_in_is_reused(cluster: Cluster) -> None:
-    assert (rootfs.ensure() / ".standin-complete").exists()
-    assert os.path.isdir(rootfs.cache_root())
+def test_the_stand_in_is_built_once_and_reused(cluster: Cluster) -> None:
+    marker = rootfs.ensure() / ".standin-complete"
+    built = marker.stat().st_mtime_ns
+    assert rootfs.ensure() / ".standin-complete" == marker
+    assert marker.stat().st_mtime_ns == built

@@ -28,7 +28,8 @@ def missing_binaries() -> list[str]:
     return [b for b in BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A port no one listens on now (tests never take fixed ones)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -117,7 +118,7 @@ def start(c: ClusterContext, gres_types: bool = True) -> SlurmCluster:
     key.chmod(0o400)
     for sub in ("state", "spool"):
         (folder / sub).mkdir()
-    ports = (_free_port(), _free_port())
+    ports = (free_port(), free_port())
     conf = folder / "slurm.conf"
     conf.write_text(slurm_conf(c, folder, ports, gres_types=gres_types))
     _, gres = pcluster_node_lines(c)

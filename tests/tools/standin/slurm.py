@@ -15,18 +15,11 @@ not declared as GRES (no /dev/nvidia* to point gres.conf at).
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass
 
+from tests.tools.slurm_cluster import free_port
 from tests.tools.standin.node import SSM_ENV, StandinNode
-
-
-def free_port() -> int:
-    """A port no one listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
