@@ -1,7 +1,7 @@
 """Container images fmctl deploys, pinned in one place.
 
 Versions from shared/FACTS.md (checked November 2026): the NVIDIA device plugin and DCGM
-exporter from NGC, the EFA device plugin from the EKS ECR account of the partition (it must
+exporter from NGC, the EFA device plugin from the region's EKS add-on registry (it must
 be >= v0.5.10 so p6-b200's NVLink ``ibp*`` devices are not counted as EFA).
 """
 
@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: EKS's ECR account for add-on images, by partition (us-east-1 and most commercial regions).
-EKS_ECR_ACCOUNT = {"aws": "602401143452", "aws-cn": "918309763551", "aws-us-gov": "013241004608"}
+from provisioner.catalog.registries import dlc_registry, eks_addon_registry
+
+EFA_DEVICE_PLUGIN = "eks/aws-efa-k8s-device-plugin:v0.5.20"
+PYTORCH_DLC = "pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
 
 
 def partition(region: str) -> str:
@@ -27,9 +29,7 @@ class Images:
     """Every image a rendered manifest or chart uses."""
 
     nvidia_device_plugin: str = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-    efa_device_plugin: str = (
-        "602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.20"
-    )
+    efa_device_plugin: str = f"{eks_addon_registry('us-east-1')}/{EFA_DEVICE_PLUGIN}"
     dcgm_exporter: str = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
     node_exporter: str = "quay.io/prometheus/node-exporter:v1.10.2"
     kube_state_metrics: str = "registry.k8s.io/kube-state-metrics/kube-state-metrics:v2.17.0"
@@ -39,19 +39,13 @@ class Images:
     #: DCGM release as the exporter's.
     dcgm: str = "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04"
     #: AWS Deep Learning Container: PyTorch with NCCL, aws-ofi-nccl and the EFA libraries.
-    pytorch: str = (
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:"
-        "2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
-    )
+    pytorch: str = f"{dlc_registry('us-east-1')}/{PYTORCH_DLC}"
 
     @classmethod
     def for_region(cls, region: str) -> Images:
-        """The same images, with ECR addresses in ``region`` (ECR is regional)."""
-        suffix = ".com.cn" if partition(region) == "aws-cn" else ".com"
-        account = EKS_ECR_ACCOUNT[partition(region)]
-        base = cls()
+        """The same images, from the ECR registry that serves them in ``region`` (ECR is
+        regional, and opt-in regions use accounts of their own: catalog/registries.py)."""
         return cls(
-            efa_device_plugin=f"{account}.dkr.ecr.{region}.amazonaws{suffix}/eks/"
-            "aws-efa-k8s-device-plugin:v0.5.20",
-            pytorch=base.pytorch.replace("us-east-1", region).replace(".com", suffix),
+            efa_device_plugin=f"{eks_addon_registry(region)}/{EFA_DEVICE_PLUGIN}",
+            pytorch=f"{dlc_registry(region)}/{PYTORCH_DLC}",
         )
