@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from provisioner.catalog.nccl_baselines import NcclBaseline, nearest, published
 from provisioner.check.outputs import (
     LOST,
     DiagReport,
@@ -15,10 +16,16 @@ from provisioner.check.outputs import (
 )
 from provisioner.render.context import PoolContext as Pool
 
-#: A multi-node all-reduce must reach this share of the node's EFA bandwidth. Below it NCCL
-#: has most likely left EFA (sockets over ENA give a few GB/s) or an EFA device is missing;
-#: healthy P5-class runs reach 80-95% at the largest sizes.
+#: Without a measured baseline for the pool's type and node count, a multi-node all-reduce
+#: must reach this share of the node's EFA bandwidth: below it NCCL has most likely left EFA
+#: (sockets over ENA give a few GB/s). Coarse: a run well below healthy can pass it.
 NCCL_FLOOR = 0.7
+#: With a baseline (published, or the user's own), a run below this share of it fails: run
+#: to run, healthy all-reduce figures vary by a few percent.
+BASELINE_FRACTION = 0.85
+#: The largest message must be at least this big for the figure to mean something (small
+#: messages measure latency, not bandwidth).
+MIN_JUDGED_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -127,9 +134,13 @@ def expected_busbw_gbs(pool: Pool) -> float:
     return pool.itype.network.bandwidth_gbps / 8
 
 
-def judge_nccl(pool: Pool, report: NcclReport) -> Verdict:
-    """The pool's all_reduce_perf run: the largest message's bus bandwidth against
-    ``NCCL_FLOOR`` of what EFA can carry, and no wrong results."""
+def judge_nccl(
+    pool: Pool, report: NcclReport, saved: tuple[NcclBaseline, ...] = ()
+) -> Verdict:
+    """The pool's all_reduce_perf run: no wrong results, and the largest message's bus
+    bandwidth against the baseline for the pool's type and node count measured nearest that
+    size (the user's saved one first, then the published ones): at least
+    ``BASELINE_FRACTION`` of it. Without one, against ``NCCL_FLOOR`` of EFA's line rate."""
     verdict = Verdict(f"nccl all-reduce ({pool.name})", pool.name)
     largest = report.largest
     if largest is None:
@@ -141,18 +152,47 @@ def judge_nccl(pool: Pool, report: NcclReport) -> Verdict:
         verdict.findings.append(
             Finding("nccl", False, f"{wrong} wrong values", "0", "data corruption: a GPU or link")
         )
-    figure = f"{largest.busbw_gbs:.1f} GB/s at {largest.size_bytes / 2**30:g} GiB"
+    figure = f"{largest.busbw_gbs:.1f} GB/s at {_size(largest.size_bytes)}"
     nodes = len(report.hosts)
     if nodes < 2:
         verdict.findings.append(
             Finding("nccl", None, figure, "", "one node: NVLink only, EFA not exercised")
         )
         return verdict
-    floor = NCCL_FLOOR * expected_busbw_gbs(pool)
-    passed = largest.busbw_gbs >= floor
     detail = f"{nodes} nodes, {report.ranks} ranks"
+    if largest.size_bytes < MIN_JUDGED_BYTES:
+        verdict.findings.append(
+            Finding(
+                "nccl",
+                False,
+                figure,
+                f"messages up to at least {_size(MIN_JUDGED_BYTES)}",
+                detail + "; small messages measure latency: run all_reduce_perf with -e 16G",
+            )
+        )
+        return verdict
+    mine = [b for b in saved if b.pool == pool.name and b.nodes == nodes]
+    row = nearest(mine or published(pool.instance_type, nodes), largest.size_bytes)
+    if row is not None:
+        floor = BASELINE_FRACTION * row.busbw_gbs
+        at = f" at {_size(row.size_bytes)}" if row.size_bytes else ""
+        want = (
+            f">= {floor:.0f} GB/s ({BASELINE_FRACTION:.0%} of {row.busbw_gbs:.0f}{at} on "
+            f"{row.nodes} x {row.instance_type}: {row.source})"
+        )
+    else:
+        floor = NCCL_FLOOR * expected_busbw_gbs(pool)
+        want = f">= {floor:.0f} GB/s ({NCCL_FLOOR:.0%} of EFA's {expected_busbw_gbs(pool):.0f})"
+        detail += (
+            f"; no measured baseline for {nodes} x {pool.instance_type}: "
+            "`fmctl check --save-baseline` records this pool's from a healthy run"
+        )
+    passed = largest.busbw_gbs >= floor
     if not passed:
-        detail += "; NCCL may not be on EFA (NCCL_DEBUG=INFO says which transport it chose)"
-    want = f">= {floor:.0f} GB/s ({NCCL_FLOOR:.0%} of EFA's {expected_busbw_gbs(pool):.0f})"
+        detail += "; NCCL may not be on EFA, or a link is slow (NCCL_DEBUG=INFO says which)"
     verdict.findings.append(Finding("nccl", passed, figure, want, detail))
     return verdict
+
+
+def _size(size_bytes: int) -> str:
+    return f"{size_bytes / 2**30:g} GiB"

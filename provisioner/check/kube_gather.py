@@ -5,8 +5,9 @@
    the user asks for it; even then the check's pod waits for the node to be free, since it
    asks for all of the node's devices.
 2. In a namespace of its own (``fmctl-check-RUN``), a Job per chosen node runs
-   slurm/lib/node-check.sh in the DCGM image, pinned to its node and holding every GPU and
-   EFA device there. Their pods' logs go into the results folder.
+   slurm/lib/node-check.sh, pinned to its node and holding every GPU and EFA device there:
+   the GPU part in DCGM's image, the EFA part in a container whose image has the EFA user
+   space (the Deep Learning Container). Both containers' logs go into the results folder.
 3. Per pool with two or more nodes that passed their own checks, the rendered NCCL
    all-reduce job across exactly those nodes (a broken node would only drag the pool's
    figure down); rank 0's log goes into the folder.
@@ -243,7 +244,8 @@ def _read_node(
             "image could not be pulled, or the diagnostic hung)"
         )
         return [(job.node, job.pool, why)]
-    log = api.logs(namespace, pod)
+    containers = ("gpu", "efa") if job.efa else ("gpu",)
+    log = "".join(api.logs(namespace, pod, container) for container in containers)
     skipped = split_stream(log, folder)
     if not (folder / "nodes" / job.node).is_dir():
         last = (log.strip().splitlines() or ["no output"])[-1]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner.catalog.nccl_baselines import NcclBaseline
 from provisioner.check import outputs
 from provisioner.check.judge import Finding, Verdict, judge_nccl, judge_node
 from provisioner.render.context import ClusterContext
@@ -70,7 +71,8 @@ def split_stream(text: str, folder: Path) -> list[tuple[str, str, str]]:
     """Write a framed stream into ``folder``'s layout; return the (node, pool, why) of the
     nodes it says were skipped. Lines before the first frame are dropped, and so is a
     section whose frame names anything but plain names (the stream comes from the cluster:
-    it never writes outside ``folder``)."""
+    it never writes outside ``folder``). A file framed again starts over: on EKS both of a
+    node's check containers say which pool it is in."""
     skipped: list[tuple[str, str, str]] = []
     parts: dict[Path, list[str]] = {}
     current: list[str] | None = None
@@ -82,9 +84,9 @@ def split_stream(text: str, folder: Path) -> list[tuple[str, str, str]]:
         if match:
             kind, first, second = match.groups()
             if kind == "fmctl-check" and second:
-                current = parts.setdefault(folder / "nodes" / first / second, [])
+                current = parts[folder / "nodes" / first / second] = []
             elif kind == "fmctl-check-nccl":
-                current = parts.setdefault(folder / "nccl" / f"{first}.txt", [])
+                current = parts[folder / "nccl" / f"{first}.txt"] = []
             elif kind == "fmctl-check-skipped" and second:
                 skipped.append((first, second, ""))
                 current = None
@@ -104,8 +106,11 @@ def _read(path: Path) -> str | None:
     return path.read_text(errors="replace") if path.is_file() else None
 
 
-def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
-    """Judge every node and NCCL log under ``folder`` against the spec's pools."""
+def check_folder(
+    context: ClusterContext, folder: Path, saved: tuple[NcclBaseline, ...] = ()
+) -> CheckReport:
+    """Judge every node and NCCL log under ``folder`` against the spec's pools (NCCL against
+    the user's ``saved`` baselines where there are some)."""
     pools = {p.name: p for p in context.pools}
     report = CheckReport()
     reported = dict.fromkeys(pools, 0)
@@ -142,7 +147,7 @@ def check_folder(context: ClusterContext, folder: Path) -> CheckReport:
     for name, pool in pools.items():
         log = _read(folder / "nccl" / f"{name}.txt")
         if log is not None:
-            report.verdicts.append(judge_nccl(pool, outputs.parse_nccl(log)))
+            report.verdicts.append(judge_nccl(pool, outputs.parse_nccl(log), saved))
         report.coverage[name] = (reported[name], pool.count)
     return report
 
@@ -156,3 +161,25 @@ def passed_nodes(context: ClusterContext, folder: Path) -> dict[str, list[str]]:
         if verdict.ok and verdict.pool in pools and verdict.findings[0].check != "nccl":
             passed.setdefault(verdict.pool, []).append(verdict.subject)
     return passed
+
+
+def measured_baselines(context: ClusterContext, folder: Path, when: str) -> list[NcclBaseline]:
+    """Each pool's multi-node NCCL figure under ``folder`` (its largest message), as the
+    pool's own baseline: what `fmctl check --save-baseline` keeps from a healthy run."""
+    rows = []
+    for pool in context.pools:
+        log = _read(folder / "nccl" / f"{pool.name}.txt")
+        report = outputs.parse_nccl(log) if log is not None else None
+        if report is None or report.largest is None or len(report.hosts) < 2:
+            continue
+        rows.append(
+            NcclBaseline(
+                pool.instance_type,
+                len(report.hosts),
+                report.largest.size_bytes,
+                report.largest.busbw_gbs,
+                f"saved by fmctl check --save-baseline on {when}",
+                pool=pool.name,
+            )
+        )
+    return rows

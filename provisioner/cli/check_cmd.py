@@ -7,7 +7,7 @@ import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,12 @@ NODE_CHECKS = ("gpus", "dcgm", "efa")
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep what the nodes reported in this folder (for `--from` later, or a bug report).",
 )
+@click.option(
+    "--save-baseline",
+    is_flag=True,
+    help="Keep each pool's NCCL bus bandwidth from this run (every check passed) as the "
+    "pool's baseline: later checks fail below 85% of it.",
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("--json", "as_json", is_flag=True, help="Same as -o json (for CI).")
 @target_options
@@ -60,6 +66,7 @@ def check(
     no_nccl: bool,
     timeout: int,
     keep: Path | None,
+    save_baseline: bool,
     output: str,
     as_json: bool,
     sandbox: bool,
@@ -70,11 +77,19 @@ def check(
     the catalog's network figures predict. Runs on cluster NAME's idle nodes only (a node
     with a user's job is left out and said so, unless --include-busy); or judges a folder
     with --from. Exit 1 when anything failed."""
-    from provisioner.ops.check import CheckUnavailable, gather_and_judge, judge_folder, saved_spec
+    from provisioner.ops.check import (
+        CheckUnavailable,
+        baselines_to_save,
+        gather_and_judge,
+        judge_folder,
+        keep_baselines,
+        saved_spec,
+    )
     from provisioner.ops.target import home_of
 
     if folder is None and name is None:
         _fail("say what to check", "fmctl check NAME (a running cluster), or --from DIR -f SPEC")
+    baseline: list[Any] | CheckUnavailable = []
     try:
         if folder is not None:
             if path is None:
@@ -86,7 +101,9 @@ def check(
                     "storage) as its output, see `fmctl check --help`",
                 )
             spec = _load(path, None).resolved
-            report = judge_folder(spec, folder)
+            report = judge_folder(spec, folder, home_of(state_dir))
+            if save_baseline:
+                baseline = _to_save(lambda: baselines_to_save(spec, folder, report))
         else:
             assert name is not None
             spec = _load(path, None).resolved if path else saved_spec(home_of(state_dir), name)
@@ -106,6 +123,8 @@ def check(
                     timeout,
                     lambda line: click.echo(f"check: {line}", err=True),
                 )
+                if save_baseline:
+                    baseline = _to_save(lambda: baselines_to_save(spec, where, report))
     except CheckUnavailable as exc:
         _fail(str(exc), exc.hint)
     if output == "json" or as_json:
@@ -117,8 +136,32 @@ def check(
         click.echo(
             "error: no node was checked" + (" (see why above)" if report.skipped else ""), err=True
         )
+    if isinstance(baseline, CheckUnavailable):
+        _fail(str(baseline), baseline.hint)
+    if baseline:
+        keep_baselines(home_of(state_dir), spec.metadata.name, baseline)
+        _saved(baseline)
     if not report.ok or not checked:
         sys.exit(1)
+
+
+def _to_save(measure: Callable[[], list[Any]]) -> list[Any] | Any:
+    """The baselines to keep, or why none (reported after the check's own report)."""
+    from provisioner.ops.check import CheckUnavailable
+
+    try:
+        return measure()
+    except CheckUnavailable as exc:
+        return exc
+
+
+def _saved(rows: list[Any]) -> None:
+    for row in rows:
+        click.echo(
+            f"check: baseline saved for pool {row.pool}: {row.busbw_gbs:.1f} GB/s at "
+            f"{row.size_bytes / 2**30:g} GiB across {row.nodes} nodes",
+            err=True,
+        )
 
 
 @contextlib.contextmanager

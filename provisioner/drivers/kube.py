@@ -51,8 +51,9 @@ class KubeApi(Protocol):
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         """Delete the object; False when it was already gone."""
 
-    def logs(self, namespace: str, pod: str) -> str:
-        """What the pod's (first) container printed."""
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        """What the pod's container printed (``container`` may be left out when the pod has
+        only one)."""
 
 
 class _Bearer:
@@ -216,9 +217,10 @@ class KubeClient:
         ).get("items", [])
         return items
 
-    def logs(self, namespace: str, pod: str) -> str:
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
-        text: str = self._call("GET", path, raw=True)
+        query = [("container", container)] if container else None
+        text: str = self._call("GET", path, query=query, raw=True)
         return text
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:

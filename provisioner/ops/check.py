@@ -20,13 +20,66 @@ class CheckUnavailable(Exception):
         self.hint = hint
 
 
-def judge_folder(spec: ClusterSpec, folder: Path) -> Any:
-    """The report of results gathered into ``folder`` (slurm/lib/node-check.sh's layout)."""
+def judge_folder(spec: ClusterSpec, folder: Path, home: Path | None = None) -> Any:
+    """The report of results gathered into ``folder`` (slurm/lib/node-check.sh's layout),
+    NCCL judged against the baselines saved in ``home`` for the cluster, if any."""
     from provisioner.catalog import load_catalog
     from provisioner.check.results import check_folder
     from provisioner.render.context import build_context
 
-    return check_folder(build_context(spec, load_catalog()), folder)
+    saved = saved_baselines(home, spec.metadata.name) if home is not None else ()
+    return check_folder(build_context(spec, load_catalog()), folder, saved)
+
+
+def saved_baselines(home: Path, name: str) -> tuple[Any, ...]:
+    """The NCCL baselines `fmctl check --save-baseline` kept for cluster ``name``."""
+    from provisioner.catalog.nccl_baselines import NcclBaseline
+    from provisioner.state.store import ClusterState
+
+    rows = []
+    for row in ClusterState(home, name).nccl_baselines():
+        try:
+            rows.append(NcclBaseline(**row))
+        except TypeError:
+            continue  # a row of another fmctl's shape: not a baseline this one can use
+    return tuple(rows)
+
+
+def baselines_to_save(spec: ClusterSpec, folder: Path, report: Any) -> list[Any]:
+    """Each pool's NCCL figure under ``folder``, as its baseline; only from a run where every
+    check passed (else CheckUnavailable says what failed)."""
+    import datetime
+
+    from provisioner.catalog import load_catalog
+    from provisioner.check.results import measured_baselines
+    from provisioner.render.context import build_context
+
+    failed = [v.subject for v in report.verdicts if not v.ok]
+    if failed:
+        raise CheckUnavailable(
+            f"no baseline saved: a baseline comes from a healthy run, and {', '.join(failed)} "
+            "failed",
+            "fix what failed (or leave those nodes out), then run the check again",
+        )
+    when = datetime.date.today().isoformat()
+    measured = measured_baselines(build_context(spec, load_catalog()), folder, when)
+    if not measured:
+        raise CheckUnavailable(
+            "no baseline saved: no multi-node NCCL run in these results",
+            "run the check with NCCL (no --no-nccl) on a pool of two or more idle nodes",
+        )
+    return measured
+
+
+def keep_baselines(home: Path, name: str, rows: list[Any]) -> None:
+    """Save ``rows`` for cluster ``name``, replacing those for the same pool and node count."""
+    import dataclasses
+
+    from provisioner.state.store import ClusterState
+
+    new = {(b.pool, b.nodes) for b in rows}
+    kept = [b for b in saved_baselines(home, name) if (b.pool, b.nodes) not in new]
+    ClusterState(home, name).save_nccl_baselines([dataclasses.asdict(b) for b in [*kept, *rows]])
 
 
 def saved_spec(home: Path, name: str) -> ClusterSpec:
@@ -98,6 +151,6 @@ def gather_and_judge(
         from provisioner.check.slurm_gather import gather_slurm
 
         skipped = gather_slurm(ctx, context, folder, include_busy, timeout, nccl, progress)
-    report = check_folder(context, folder)
+    report = check_folder(context, folder, saved_baselines(target.home, name))
     report.skipped = skipped
     return report

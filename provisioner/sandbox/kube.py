@@ -215,7 +215,7 @@ class KubeServer:
         if discovery is not None:
             return discovery
         if method == "GET" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "log":
-            return self._log(c, parts[3], parts[5])
+            return self._log(c, parts[3], parts[5], query.get("container", [""])[0])
         plural, namespace, name = _target(parts)
         if method == "GET" and name:
             return self._get(c, plural, namespace, name)
@@ -241,11 +241,26 @@ class KubeServer:
         if plural in JOBS:
             step(c, lambda p, ns, obj: self._put(c, p, ns, obj), self.node_tools)
 
-    def _log(self, c: Cluster, namespace: str, name: str) -> str:
+    def _log(self, c: Cluster, namespace: str, name: str, container: str) -> str:
+        """A container's log; with more than one container the API server wants it named."""
         self._settle(c, "pods")
-        if ("pods", namespace, name) not in c.objects:
+        pod = c.objects.get(("pods", namespace, name))
+        if pod is None:
             raise ApiError(404, "NotFound", f'pods "{name}" not found')
-        return c.logs.get((namespace, name), "")
+        names = [k["name"] for k in pod["spec"].get("containers", [])]
+        if not container and len(names) > 1:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"a container name must be specified for pod {name}, choose one of: "
+                f"[{' '.join(names)}]",
+            )
+        container = container or names[0]
+        if container not in names:
+            raise ApiError(
+                400, "BadRequest", f"container {container} is not valid for pod {name}"
+            )
+        return c.logs.get((namespace, name), {}).get(container, "")
 
     def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
         self._settle(c, plural)

@@ -7,13 +7,14 @@ accounting and a kubelet, enough for `fmctl check` to be run end to end.
   the GPUs and EFA devices it asks for: what other live pods hold is taken off the node's
   allocatable, as the scheduler does. A pod that fits nowhere stays Pending; a Job past its
   ``activeDeadlineSeconds`` fails with ``DeadlineExceeded``.
-- Once all of a Job's pods are bound, the kubelet runs each: the container's command, with
+- Once all of a Job's pods are bound, the kubelet runs each: every container's command, with
   its env (``fieldRef: spec.nodeName`` included, ``$(VAR)`` expanded), its ConfigMap volumes
   written to a scratch folder and paths under their mount points pointed there. The sandbox's
   nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are what
   the folder given to the sandbox as the nodes' tools holds (``/_fmctl/seed/node-tools``; a
   test puts fakes there that print recorded outputs). Without one, the pod fails and its log
-  says why. Its output is the pod's log; its exit status, Succeeded or Failed.
+  says why. Each container's output is its log (the API wants the container named when a pod
+  has several, as the real one does); the pod is Succeeded when every container exited 0.
 """
 
 from __future__ import annotations
@@ -159,17 +160,29 @@ def _condition(kind: str, reason: str) -> dict[str, str]:
 
 
 def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
-    """The kubelet: run the pod's first container, keep its output as the pod's log."""
+    """The kubelet: run each of the pod's containers (one after another: the sandbox's
+    commands are short), keep each one's output as its log; the pod succeeds when all do."""
     key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
     node = pod["spec"]["nodeName"]
+    containers = pod["spec"]["containers"]
     if tools is None:
-        c.logs[key] = (
+        why = (
             f"sandbox: node {node} has no GPUs or tools to run this pod's command; a test "
             "gives the sandbox's nodes their tools (POST /_fmctl/seed/node-tools)\n"
         )
+        c.logs[key] = {k["name"]: why for k in containers}
         pod["status"] = {"phase": "Failed"}
         return
-    container = pod["spec"]["containers"][0]
+    results = [_run_container(c, pod, container, tools) for container in containers]
+    c.logs[key] = {k["name"]: log for k, (log, _) in zip(containers, results, strict=True)}
+    pod["status"] = {"phase": "Succeeded" if all(ok for _, ok in results) else "Failed"}
+
+
+def _run_container(
+    c: Cluster, pod: dict[str, Any], container: dict[str, Any], tools: str
+) -> tuple[str, bool]:
+    """One container's command with its env and ConfigMap mounts: (its output, succeeded)."""
+    node = pod["spec"]["nodeName"]
     env = {"PATH": f"{tools}:/usr/bin:/bin"}
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
     if index is not None:
@@ -193,11 +206,9 @@ def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
                 timeout=RUN_TIMEOUT,
                 check=False,
             )
-            c.logs[key] = done.stdout + done.stderr
-            ok = done.returncode == 0
         except (OSError, subprocess.TimeoutExpired) as err:
-            c.logs[key], ok = f"sandbox kubelet: {err}\n", False
-    pod["status"] = {"phase": "Succeeded" if ok else "Failed"}
+            return f"sandbox kubelet: {err}\n", False
+    return done.stdout + done.stderr, done.returncode == 0
 
 
 def _mount(

@@ -39,4 +39,5 @@ class Cluster:
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     hardware: dict[str, Hardware] = field(default_factory=dict)
     #: What each pod's container printed: (namespace, pod) -> text.
-    logs: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: (namespace, pod) -> container -> what it printed
+    logs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)

@@ -71,6 +71,20 @@ class ClusterState:
         except (OSError, ValueError):
             return {}
 
+    def save_nccl_baselines(self, rows: list[dict[str, Any]]) -> None:
+        """Keep the pools' NCCL baselines (`fmctl check --save-baseline`)."""
+        write_private(self.folder / "nccl-baselines.json", json.dumps(rows, indent=1))
+
+    def nccl_baselines(self) -> list[dict[str, Any]]:
+        """The saved NCCL baselines, or [] when there are none."""
+        try:
+            rows: list[dict[str, Any]] = json.loads(
+                (self.folder / "nccl-baselines.json").read_text()
+            )
+            return rows
+        except (OSError, ValueError):
+            return []
+
     def log(self, event: dict[str, Any]) -> None:
         """Append to the event log."""
         _private_dir(self.folder)

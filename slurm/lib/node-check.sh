@@ -3,7 +3,7 @@
 # diagnostic, its EFA devices (fi_info, counted by efa-devices.sh: the prolog's rule) and
 # which optional exporters the bootstrap could not install. Usage: node-check.sh DIR POOL
 # writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt,efa-devices.txt,
-# exporters.txt}, NODE being
+# exporters.txt} (those of FMCTL_CHECK_PARTS: gpu, efa; both unless told), NODE being
 # $NODE_NAME when set (a Kubernetes pod's hostname is the pod's, not the node's), else
 # Slurm's $SLURMD_NODENAME, else `hostname -s`. With DIR "-", the files go to stdout instead, each after a line
 # "==> fmctl-check NODE FILE <==" (what `fmctl check NAME` reads from a pod's log).
@@ -37,32 +37,41 @@ fi
 mkdir -p "$out"
 printf '%s\n' "$pool" > "$out/pool"
 
+# What to look at: FMCTL_CHECK_PARTS, "gpu efa" unless told. On Kubernetes each part runs in
+# the container whose image has its tools (DCGM's for GPUs; the EFA user space for fi_info).
+parts=" ${FMCTL_CHECK_PARTS:-gpu efa} "
+files=(pool)
+
 # A failing tool is a finding, not a reason to stop: its error text is what fmctl reads.
-nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total \
-  --format=csv,noheader,nounits > "$out/nvidia-smi.csv" 2>&1
-
-"$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
-fmctl_efa_rdm_domains < "$out/fi_info.txt" > "$out/efa-devices.txt"
-
-# What on-node-configured.sh recorded: NAME ok|missing: why (none on Kubernetes).
-: > "$out/exporters.txt"
-for record in /var/lib/fmctl/exporters/*; do
-  [ -f "$record" ] && printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")" >> "$out/exporters.txt"
-done
-
-if command -v dcgmi > /dev/null 2>&1; then
-  # In a DCGM container (Kubernetes) no host engine runs yet; on a Slurm node the
-  # nvidia-dcgm service is one. Start one only where asked.
-  if [ "${FMCTL_START_HOSTENGINE:-0}" = 1 ] && command -v nv-hostengine > /dev/null 2>&1; then
-    nv-hostengine > /dev/null 2>&1 || true
+if [[ "$parts" == *" gpu "* ]]; then
+  nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total \
+    --format=csv,noheader,nounits > "$out/nvidia-smi.csv" 2>&1
+  if command -v dcgmi > /dev/null 2>&1; then
+    # In a DCGM container (Kubernetes) no host engine runs yet; on a Slurm node the
+    # nvidia-dcgm service is one. Start one only where asked.
+    if [ "${FMCTL_START_HOSTENGINE:-0}" = 1 ] && command -v nv-hostengine > /dev/null 2>&1; then
+      nv-hostengine > /dev/null 2>&1 || true
+    fi
+    dcgmi diag -r 2 -j > "$out/dcgmi-diag.json" 2>&1
+  else
+    echo "dcgmi not installed on $node" > "$out/dcgmi-diag.json"
   fi
-  dcgmi diag -r 2 -j > "$out/dcgmi-diag.json" 2>&1
-else
-  echo "dcgmi not installed on $node" > "$out/dcgmi-diag.json"
+  # What on-node-configured.sh recorded: NAME ok|missing: why (none on Kubernetes).
+  : > "$out/exporters.txt"
+  for record in /var/lib/fmctl/exporters/*; do
+    [ -f "$record" ] && printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")" >> "$out/exporters.txt"
+  done
+  files+=(nvidia-smi.csv dcgmi-diag.json exporters.txt)
+fi
+
+if [[ "$parts" == *" efa "* ]]; then
+  "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM > "$out/fi_info.txt" 2>&1
+  fmctl_efa_rdm_domains < "$out/fi_info.txt" > "$out/efa-devices.txt"
+  files+=(fi_info.txt efa-devices.txt)
 fi
 
 if [ "$dir" = - ]; then
-  for file in pool nvidia-smi.csv dcgmi-diag.json fi_info.txt efa-devices.txt exporters.txt; do
+  for file in "${files[@]}"; do
     printf '==> fmctl-check %s %s <==\n' "$node" "$file"
     cat "$out/$file"
   done

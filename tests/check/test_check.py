@@ -9,11 +9,13 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from provisioner.catalog import load_catalog
+from provisioner.catalog.nccl_baselines import NcclBaseline
 from provisioner.check import outputs
 from provisioner.check.judge import (
     NCCL_FLOOR,
@@ -111,7 +113,7 @@ def test_exporters_record() -> None:
 
 
 def test_nccl() -> None:
-    healthy = outputs.parse_nccl(_data("nccl-p5-2nodes-healthy.txt"))
+    healthy = outputs.parse_nccl(_data("nccl-p5-2nodes-degraded.txt"))
     assert healthy.ranks == 16 and healthy.hosts == ["ip-10-1-32-11", "ip-10-1-32-57"]
     largest = healthy.largest
     assert largest is not None and largest.size_bytes == 16 * 2**30
@@ -186,13 +188,19 @@ def test_a_broken_node_fails_on_what_is_broken(
 
 
 def test_nccl_against_the_efa_bandwidth(pool: PoolContext) -> None:
-    # p5.48xlarge: 3,200 Gbps of EFA = 400 GB/s; a healthy 2-node all-reduce reaches ~360.
+    # p5.48xlarge: 3,200 Gbps of EFA = 400 GB/s, and AWS's measured 2-node figures.
     assert expected_busbw_gbs(pool) == 400.0
-    healthy = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-healthy.txt")))
+    healthy = judge_nccl(pool, outputs.parse_nccl(recorded.nccl_p5_2nodes()))
     assert healthy.ok and healthy.findings[0].ok is True
     sockets = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-sockets.txt")))
-    assert not sockets.ok and f">= {NCCL_FLOOR * 400:.0f} GB/s" in sockets.findings[0].expected
+    assert not sockets.ok and ">= 408 GB/s" in sockets.findings[0].expected
     assert "NCCL_DEBUG=INFO" in sockets.findings[0].detail
+    # Where nothing was measured (2 x p5en), EFA's line rate is the yardstick.
+    p5en = replace(pool, itype=load_catalog()["p5en.48xlarge"])
+    assert expected_busbw_gbs(p5en) == 400.0
+    coarse = judge_nccl(p5en, outputs.parse_nccl(_data("nccl-p5-2nodes-sockets.txt")))
+    assert not coarse.ok and f">= {NCCL_FLOOR * 400:.0f} GB/s" in coarse.findings[0].expected
+    assert "--save-baseline" in coarse.findings[0].detail
     one = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-1node.txt")))
     assert one.ok and one.findings[0].ok is None and "EFA not exercised" in one.findings[0].detail
     wrong = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-wrong.txt")))
@@ -245,12 +253,38 @@ def test_node_check_script_asks_nvidia_smi_for_the_parsed_fields() -> None:
     assert asked is not None and asked.group(1) == ",".join(outputs.NVIDIA_SMI_FIELDS)
 
 
+def test_save_a_baseline_and_be_judged_by_it(tmp_path: Path) -> None:
+    """--save-baseline keeps a healthy run's figure (private to the user); a later, slower
+    run of the pool is judged against it; an unhealthy run is never kept."""
+    state = tmp_path / "state"
+    healthy = tmp_path / "healthy"
+    for node in ("train-st-p5-1", "train-st-p5-2"):
+        _gather(healthy, tmp_path, node, HEALTHY)
+    (healthy / "nccl").mkdir()
+    (healthy / "nccl/train.txt").write_text(recorded.nccl_p5_2nodes())
+    common = ("-f", str(P5_SPEC), "--state-dir", str(state))
+    done = _fmctl("check", *common, "--from", str(healthy), "--save-baseline")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "baseline saved for pool train: 444.3 GB/s at 2 GiB across 2 nodes" in done.stderr
+    saved = state / "clusters/llm-pretrain/nccl-baselines.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    # The same nodes later, at 362 GB/s: below 85% of this pool's own 444.
+    slower = tmp_path / "slower"
+    shutil.copytree(healthy, slower)
+    shutil.copy(DATA / "nccl-p5-2nodes-degraded.txt", slower / "nccl/train.txt")
+    done = _fmctl("check", *common, "--from", str(slower), "--save-baseline")
+    assert done.returncode == 1
+    assert "85% of 444 at 2 GiB on 2 x p5.48xlarge: saved by fmctl check" in done.stderr
+    assert "no baseline saved: a baseline comes from a healthy run" in done.stderr
+    assert json.loads(saved.read_text())[0]["busbw_gbs"] == 444.31  # kept as it was
+
+
 def test_check_a_healthy_cluster(tmp_path: Path) -> None:
     folder = tmp_path / "results"
     for node in ("train-st-p5-1", "train-st-p5-2"):
         _gather(folder, tmp_path, node, HEALTHY)
     (folder / "nccl").mkdir()
-    shutil.copy(DATA / "nccl-p5-2nodes-healthy.txt", folder / "nccl/train.txt")
+    (folder / "nccl/train.txt").write_text(recorded.nccl_p5_2nodes())
     done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(folder))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed, 0 failed: fit for a training run" in done.stdout
@@ -317,3 +351,34 @@ def test_a_folder_with_no_node_is_not_a_pass(tmp_path: Path) -> None:
     done = _fmctl("check", "-f", str(P5_SPEC), "--from", str(tmp_path))
     assert done.returncode == 1 and "error: no node was checked" in done.stderr
     assert "fit for a training run" not in done.stdout
+
+
+def test_nccl_against_the_measured_baseline(pool: PoolContext) -> None:
+    """p5.48xlarge x 2 has AWS's measured figures (480 GB/s at 8-16 GiB): a real healthy run
+    (444 GB/s at 2 GiB, judged against the 4 GiB row) passes; a run at 362 GB/s at 16 GiB,
+    75% of healthy, which the line-rate floor let through, now fails."""
+    healthy = judge_nccl(pool, outputs.parse_nccl(recorded.nccl_p5_2nodes()))
+    assert healthy.ok, healthy.findings
+    assert "85% of 465 at 4 GiB on 2 x p5.48xlarge" in healthy.findings[0].expected
+    degraded = judge_nccl(pool, outputs.parse_nccl(_data("nccl-p5-2nodes-degraded.txt")))
+    assert not degraded.ok
+    assert degraded.findings[0].expected.startswith(">= 408 GB/s (85% of 480 at 16 GiB")
+    assert NCCL_FLOOR * expected_busbw_gbs(pool) < 362  # what used to let it pass
+
+
+def test_nccl_small_messages_are_not_judged(pool: PoolContext) -> None:
+    big = ("1073741824", "2147483648")
+    text = "\n".join(
+        line for line in recorded.nccl_p5_2nodes().splitlines() if not line.strip().startswith(big)
+    )
+    verdict = judge_nccl(pool, outputs.parse_nccl(text))
+    assert not verdict.ok and "-e 16G" in verdict.findings[0].detail
+
+
+def test_a_saved_baseline_comes_first(pool: PoolContext) -> None:
+    report = outputs.parse_nccl(_data("nccl-p5-2nodes-degraded.txt"))
+    mine = NcclBaseline("p5.48xlarge", 2, 16 * 2**30, 370.0, "saved", pool=pool.name)
+    verdict = judge_nccl(pool, report, (mine,))
+    assert verdict.ok and "85% of 370" in verdict.findings[0].expected
+    other_pool = NcclBaseline("p5.48xlarge", 2, 16 * 2**30, 370.0, "saved", pool="other")
+    assert not judge_nccl(pool, report, (other_pool,)).ok

@@ -30,6 +30,7 @@ from provisioner.render.context import ClusterContext, build_context
 from tests.check import fakes
 from tests.conftest import ROOT, validate_text
 from tests.tools.efa_rule import efa_devices
+from tests.tools.standin import recorded
 
 DATA = ROOT / "tests/data/check"
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
@@ -129,9 +130,12 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
         node = jobs[job["metadata"]["name"]].node
         term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [node]
-        limits = pod["containers"][0]["resources"]["limits"]
+        held = {
+            kind: sum(c["resources"]["limits"].get(kind, 0) for c in pod["containers"])
+            for kind in (GPU, EFA)
+        }
         # All 8 GPUs and 16 EFA devices: the scheduler can place it only on a free node.
-        assert (limits[GPU], limits[EFA]) == (8, 16)
+        assert (held[GPU], held[EFA]) == (8, 16)
         assert job["spec"]["activeDeadlineSeconds"] == 900 and job["spec"]["backoffLimit"] == 0
         assert pod["containers"][0]["command"] == ["bash", "/opt/fmctl/node-check.sh", "-", "gpu"]
     script = next(o for o in objects if o["kind"] == "ConfigMap")["data"]["node-check.sh"]
@@ -207,7 +211,7 @@ def test_the_rendered_job_prints_what_the_parser_reads() -> None:
 def _fake_slurm(tmp: Path, sinfo: str, broken: str) -> Path:
     (tmp / "sinfo.txt").write_text(sinfo)
     (tmp / "broken").write_text(broken + "\n")
-    (tmp / "nccl.txt").write_text((DATA / "nccl-p5-2nodes-healthy.txt").read_text())
+    (tmp / "nccl.txt").write_text(recorded.nccl_p5_2nodes())
     return fakes.install(tmp / "bin", fakes.SLURM)
 
 
@@ -330,6 +334,7 @@ class _StuckApi:
         self.nodes, self.stuck = nodes, stuck
         self.applied: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str]] = []
+        self.log_reads: list[str | None] = []
 
     def apply(self, obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
         self.applied.append(obj)
@@ -359,15 +364,19 @@ class _StuckApi:
             ]
         return []
 
-    def logs(self, namespace: str, pod: str) -> str:
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        """A check pod's container's log: the GPU part (DCGM's image) or the EFA part."""
         node = self._node_of(pod.removesuffix("-x")) or ""
-        files = {
-            "pool": "gpu\n",
-            "nvidia-smi.csv": (DATA / "nvidia-smi-p5en.csv").read_text(),
-            "dcgmi-diag.json": (DATA / "dcgmi-diag-healthy.json").read_text(),
-            "fi_info.txt": (DATA / "fi_info-p5en-healthy.txt").read_text(),
-            "efa-devices.txt": efa_devices((DATA / "fi_info-p5en-healthy.txt").read_text()),
+        fi_info = (DATA / "fi_info-p5en-healthy.txt").read_text()
+        parts = {
+            "gpu": {
+                "nvidia-smi.csv": (DATA / "nvidia-smi-p5en.csv").read_text(),
+                "dcgmi-diag.json": (DATA / "dcgmi-diag-healthy.json").read_text(),
+            },
+            "efa": {"fi_info.txt": fi_info, "efa-devices.txt": efa_devices(fi_info)},
         }
+        self.log_reads.append(container)
+        files = {"pool": "gpu\n", **parts[container or "gpu"]}
         return "".join(f"==> fmctl-check {node} {name} <==\n{text}" for name, text in files.items())
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
@@ -389,6 +398,8 @@ def test_what_does_not_finish_is_said_and_everything_is_deleted(tmp_path: Path) 
     report = check_folder(context, tmp_path)
     verdicts = {v.subject: v for v in report.verdicts}
     assert verdicts["n1"].ok and verdicts["n2"].ok and "n3" not in verdicts
+    # Each node's GPU and EFA parts come from their own containers' logs.
+    assert api.log_reads.count("gpu") == api.log_reads.count("efa") == 2
     failed = verdicts["nccl all-reduce (gpu)"].failed()[0]
     assert "did not finish" in failed.detail
     assert api.deleted == [("Namespace", f"fmctl-check-{got.run}")]

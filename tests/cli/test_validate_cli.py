@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from provisioner.spec import defaults
 from tests.cli.helpers import ROOT, fmctl
 from tests.conftest import EXAMPLES
 
@@ -93,7 +94,7 @@ def test_scheduler_override_and_show_defaults() -> None:
     pool = resolved["compute"]["gpuPools"][0]
     assert pool["minCount"] == pool["count"] == 16
     assert pool["efa"] is True and pool["placementGroup"] is False
-    assert resolved["kubernetes"]["version"] == "1.33"
+    assert resolved["kubernetes"]["version"] == defaults.KUBERNETES_VERSION == "1.35"
     assert resolved["compute"]["systemNodes"] == {"instanceType": "m7i.2xlarge", "count": 2}
 
 

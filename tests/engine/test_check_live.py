@@ -26,6 +26,7 @@ from provisioner.sandbox import daemon
 from tests.check import fakes
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, owned, region_of
+from tests.tools.standin import recorded
 
 DATA = ROOT / "tests/data/check"
 ACCOUNT = "123456789012"
@@ -54,7 +55,7 @@ def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
     folder.mkdir()
     (tmp_path / "broken").write_text("\n")
     (tmp_path / "sinfo.txt").write_text("")
-    (tmp_path / "nccl.txt").write_text((DATA / "nccl-p5-2nodes-healthy.txt").read_text())
+    (tmp_path / "nccl.txt").write_text(recorded.nccl_p5_2nodes())
     for name in TOOLS:
         wrapper = folder / name
         wrapper.write_text(

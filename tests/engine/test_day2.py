@@ -25,6 +25,8 @@ def _base(name: str) -> dict[str, Any]:
     data = yaml.safe_load((ROOT / "examples" / "p5en-eks-fsx-s3.yaml").read_text())
     data["metadata"]["name"] = name
     data["metadata"]["ttl"] = "1h"
+    # A cluster made a while ago: upgrades have minor versions to go through.
+    data["kubernetes"]["version"] = "1.33"
     data["compute"]["gpuPools"][0]["count"] = 2
     data["storage"]["fsxLustre"].update(capacityGiB=1200, throughputPerTiB=250)
     return data

@@ -7,12 +7,20 @@ without cases of both kinds.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import pytest
+import yaml
 
+from provisioner.catalog import load_catalog
+from provisioner.catalog.eks_versions import CALENDAR
+from provisioner.spec import defaults
+from provisioner.spec.problems import Problem
 from provisioner.validate.rules import all_codes
-from tests.conftest import DELETE, set_path, validate_data
+from provisioner.validate.rules.general import kubernetes_version
+from provisioner.validate.rules.registry import RuleContext
+from tests.conftest import DELETE, ROOT, set_path, validate_data
 
 Edit = tuple[tuple[Any, ...], Any]
 POOL = ("compute", "gpuPools", 0)
@@ -673,3 +681,38 @@ def test_every_rule_has_cases() -> None:
 
 def test_base_spec_is_clean(base: dict[str, Any]) -> None:
     assert validate_data(base).problems == []
+
+
+# -- EKS's release calendar ---------------------------------------------------------------
+
+
+def _version_problems(version: str, today: date) -> list[Problem]:
+    """The version rule alone, on the EKS example at ``version``, judged on ``today``."""
+    doc = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    spec = validate_data(doc, "kubernetes").resolved
+    assert spec is not None
+    spec = spec.model_copy(
+        update={"kubernetes": spec.kubernetes.model_copy(update={"version": version})}
+    )
+    ctx = RuleContext(catalog=load_catalog(), scheduler="kubernetes", today=today)
+    return list(kubernetes_version(spec, ctx))
+
+
+def test_eks_versions_by_the_calendar() -> None:
+    """Standard support: nothing to say; extended: a warning with the cost; past it: refused."""
+    assert _version_problems("1.35", date(2026, 12, 1)) == []
+    (warning,) = _version_problems("1.33", date(2026, 12, 1))
+    assert warning.level == "warning" and "2026-07-29" in warning.message
+    assert "$0.60" in (warning.hint or "")
+    (error,) = _version_problems("1.30", date(2026, 12, 1))
+    assert error.level == "error" and "2026-07-23" in error.message
+    assert _version_problems("1.33", date(2026, 7, 28)) == []
+
+
+def test_the_default_version_is_in_standard_support_today() -> None:
+    """Fails on the day the default leaves standard support: move it, with the calendar."""
+    release = CALENDAR[defaults.KUBERNETES_VERSION]
+    assert release.support(date.today()) == "standard", (
+        f"default {release.version} left standard support on {release.end_of_standard}: "
+        "pick a newer default in provisioner/spec/defaults.py"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.regions import REGIONS
 from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec
@@ -105,6 +106,36 @@ def kubernetes_version(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]
             f"Kubernetes {version} is outside the supported range {span}",
             ("kubernetes", "version"),
             hint=f'use a supported version, e.g. "{defaults.KUBERNETES_VERSION}"',
+        )
+    elif ctx.scheduler == "kubernetes":
+        yield from _eks_support(version, ctx)
+
+
+def _eks_support(version: str, ctx: RuleContext) -> Iterator[Problem]:
+    """EKS's release calendar: extended support costs six times as much; past it, AWS
+    upgrades the cluster itself (catalog/eks_versions.py)."""
+    release = CALENDAR.get(version)
+    if release is None:
+        return
+    support = release.support(ctx.today)
+    where = ("kubernetes", "version")
+    if support == "ended":
+        yield Problem(
+            "kubernetes-version",
+            f"Kubernetes {version} left EKS extended support on {release.end_of_extended}",
+            where,
+            hint=f'EKS creates no cluster on it; use "{defaults.KUBERNETES_VERSION}"',
+        )
+    elif support == "extended":
+        yield Problem(
+            "kubernetes-version",
+            f"Kubernetes {version} is in EKS extended support since {release.end_of_standard} "
+            f"(until {release.end_of_extended})",
+            where,
+            level="warning",
+            hint="the control plane costs $0.60 an hour instead of $0.10, and with "
+            f'upgradePolicy STANDARD AWS upgrades it itself; "{defaults.KUBERNETES_VERSION}" is '
+            "in standard support",
         )
 
 

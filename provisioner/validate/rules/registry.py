@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import date
 
 from provisioner.catalog import Catalog
 from provisioner.spec.model import ClusterSpec
@@ -18,6 +19,8 @@ class RuleContext:
 
     catalog: Catalog
     scheduler: str
+    #: The day dated facts are judged on (EKS version support): today, unless a test says.
+    today: date = field(default_factory=date.today)
 
 
 @dataclass(frozen=True)

@@ -32,3 +32,14 @@ def fi_info(domains: list[str], libfabric: int = 2) -> str:
 def p5_domains(count: int = 32) -> list[str]:
     """EFA device names of the p5.48xlarge kind (rdmapNNs0, one per PCIe bus)."""
     return [f"rdmap{16 + 8 * i}s0" for i in range(count)]
+
+
+def nccl_p5_2nodes() -> str:
+    """A whole all_reduce_perf log of 2 x p5.48xlarge: nccl-tests' header naming the 16 ranks
+    on their two hosts (its format, from tests/data/check's hand-written logs) above the
+    real measured table of tests/data/real/nccl-p5-2nodes-eks-blueprints.txt (444 GB/s at
+    2 GiB)."""
+    degraded = (REAL.parent / "check" / "nccl-p5-2nodes-degraded.txt").read_text()
+    # Everything before the table's first heading line (the one naming out-of-place).
+    header = degraded[: degraded.index("out-of-place")].rsplit("\n", 1)[0] + "\n"
+    return header + (REAL / "nccl-p5-2nodes-eks-blueprints.txt").read_text()

@@ -1,0 +1,61 @@
+"""What a healthy NCCL all-reduce reaches, measured: bus bandwidth per instance type, node
+count and message size, each row with where it was measured. `fmctl check` judges a pool's
+run against the row nearest its largest message (or against the user's own, saved with
+`fmctl check --save-baseline` from a healthy run of that pool).
+
+Bus bandwidth exceeds the EFA line rate at small node counts (NVLink carries part of the
+reduction: tree and NVLS algorithms), so the line rate is no yardstick where a measurement
+exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 2**30
+AWS_SAMPLES = (
+    "aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/README.md "
+    "(all_reduce_perf over EFA, Slurm)"
+)
+
+
+@dataclass(frozen=True)
+class NcclBaseline:
+    """A healthy all_reduce_perf figure: busbw at one message size (None: the source gives
+    the run's plateau without its size) across ``nodes`` nodes of ``instance_type``."""
+
+    instance_type: str
+    nodes: int
+    size_bytes: int | None
+    busbw_gbs: float
+    source: str
+    #: The pool a user's own baseline was saved for (None: a published measurement).
+    pool: str | None = None
+
+
+BASELINES: tuple[NcclBaseline, ...] = (
+    NcclBaseline("p5.48xlarge", 2, 4 * GIB, 465.0, AWS_SAMPLES),
+    NcclBaseline("p5.48xlarge", 2, 8 * GIB, 480.0, AWS_SAMPLES),
+    NcclBaseline("p5.48xlarge", 2, 16 * GIB, 480.0, AWS_SAMPLES),
+    NcclBaseline("p4de.24xlarge", 2, None, 78.0, AWS_SAMPLES),
+)
+
+
+def published(instance_type: str, nodes: int) -> list[NcclBaseline]:
+    """The published rows for ``nodes`` nodes of ``instance_type`` (none: no measurement)."""
+    return [b for b in BASELINES if b.instance_type == instance_type and b.nodes == nodes]
+
+
+def nearest(rows: list[NcclBaseline], size_bytes: int) -> NcclBaseline | None:
+    """The row measured at the size closest to ``size_bytes`` (by ratio); a row without a
+    size stands for every size."""
+    if not rows:
+        return None
+
+    def distance(row: NcclBaseline) -> float:
+        if row.size_bytes is None:
+            return 0.0
+        big, small = max(row.size_bytes, size_bytes), min(row.size_bytes, size_bytes)
+        return big / small
+
+    return min(rows, key=distance)
