@@ -12,6 +12,7 @@ import sys
 import time
 
 import day2
+import node
 import polling
 import scale
 import startup
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, day2, polling, scale):
+    for module in (startup, up_sandbox, day2, polling, scale, node):
         found, text = module.collect()
         rows += found
         if detail:
