@@ -79,7 +79,7 @@ def test_matches_describe_instance_types(itype: InstanceType) -> None:
         ("p5en.48xlarge", 16, 16, ()),
         ("p6-b200.48xlarge", 8, 8, ()),
         ("p6-b300.48xlarge", 16, 17, (0,)),
-        ("p6e-gb200.36xlarge", 4, 17, (0,)),
+        ("p6e-gb200.36xlarge", 16, 17, (0,)),
     ],
 )
 def test_efa_layouts(name: str, efa: int, cards: int, ena_only: tuple[int, ...]) -> None:

@@ -120,7 +120,7 @@ def _launch_templates(example: Path) -> list[tuple[str, dict[str, Any]]]:
         ("p5en.48xlarge", 16, False),
         ("p6-b200.48xlarge", 8, False),
         ("p6-b300.48xlarge", 16, True),
-        ("p6e-gb200.36xlarge", 4, True),
+        ("p6e-gb200.36xlarge", 16, True),
         ("p4d.24xlarge", 4, False),
     ],
 )
