@@ -413,6 +413,14 @@ def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | 
         click.echo(f"  {o.kind:<16} {o.resource:<24} {o.id}")
     if seen.slurm is not None:
         click.echo(f"ParallelCluster {name}: {seen.slurm.status}, head node {seen.slurm.head_node}")
+        if seen.slurm.exporters:
+            states = ", ".join(f"{n} {state}" for n, state in seen.slurm.exporters)
+            click.echo(f"  head node exporters: {states}")
+            if any(state != "ok" for _, state in seen.slurm.exporters):
+                click.echo(
+                    "  (an exporter that could not be installed leaves its dashboards empty; "
+                    f"`fmctl check {name}` reports the compute nodes')"
+                )
     if seen.kube is not None:
         _print_kube(seen.kube)
     for line in seen.access:

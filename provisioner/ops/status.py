@@ -39,6 +39,9 @@ class SlurmStatus:
     status: str
     head_node: str
     head_ip: str
+    #: The head node's optional exporters and monitoring, as its bootstrap recorded them:
+    #: (name, "ok" or "missing: why"); empty when it published nothing (yet).
+    exporters: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,35 @@ def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[st
         str(found["clusterStatus"]),
         head.get("instanceId", ""),
         head.get("publicIpAddress") or head.get("privateIpAddress", ""),
+        head_exporters(target, name),
     )
     text = ClusterState(target.home, name).spec_text()
     spec = validate_document(parse_source(text)[0]).resolved if text else None
     ssh = spec.network.ssh_cidr if spec else None
     grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
     return slurm, slurm_access(name, target.region, slurm.head_node, slurm.head_ip, ssh, grafana)
+
+
+def head_exporters(target: Target, name: str) -> tuple[tuple[str, str], ...]:
+    """What the head node's on-node-configured.sh published of its exporters (read-only)."""
+    from provisioner.check.outputs import parse_exporters
+    from provisioner.drivers.aws import AwsError, error_code
+    from provisioner.resources.storage import artifact_bucket
+
+    ctx = make_context(target, name, read_only=True)
+    key = f"{name}-check/exporters/head.txt"
+    try:
+        body = ctx.aws.client("s3").get_object(Bucket=artifact_bucket(ctx), Key=key)
+        text = body["Body"].read().decode(errors="replace")
+    except AwsError:
+        return ()  # no artifact bucket: nothing was bootstrapped
+    except Exception as exc:  # the SDK's error family, unknown to this layer
+        if error_code(exc) is None:
+            raise
+        return ()  # not published (yet), or not readable: status shows the rest
+    return tuple(
+        (e.name, "ok" if e.ok else f"missing: {e.reason}") for e in parse_exporters(text)
+    )
 
 
 def slurm_access(

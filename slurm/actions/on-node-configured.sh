@@ -88,4 +88,16 @@ for flag in "$@"; do
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done
+# The head node's records go where `fmctl status` reads them: the one prefix of the artifact
+# bucket it may write (S3_PREFIX is s3://BUCKET/NAME/slurm: NAME-check/ beside it). Compute
+# nodes may not write there; `fmctl check` reads theirs from the nodes.
+if [ "$role" = head ] && [ -d "$state" ]; then
+  summary="$(mktemp)"
+  for record in "$state"/*; do
+    printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")"
+  done >"$summary"
+  aws s3 cp --only-show-errors "$summary" "${prefix%/*}-check/exporters/head.txt" ||
+    echo "fmctl: warning: could not publish the exporters' state for fmctl status" >&2
+  rm -f "$summary"
+fi
 echo "fmctl on-node-configured: $role done"

@@ -66,6 +66,20 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
         f"ParallelCluster {name}: CREATE_COMPLETE, head node i-0123456789abcdef0" in status.stdout
     )
     assert "grafana: aws ssm start-session --target i-0123456789abcdef0" in status.stdout
+    assert "head node exporters" not in status.stdout  # the head node published nothing yet
+    # What the head node's on-node-configured.sh publishes (tests/slurm/test_standin_node.py
+    # shows it writes this key): status says which exporter is missing and why.
+    sandbox.aws(region).client("s3").put_object(
+        Bucket=items["bucket"],
+        Key=f"{name}-check/exporters/head.txt",
+        Body=b"grafana missing: download failed: https://dl.grafana.com/oss/release/x\n"
+        b"prometheus ok\nslurm ok\n",
+    )
+    status = sandbox.fmctl("status", name, "--region", region, "--sandbox", **env)
+    assert "head node exporters: grafana missing: download failed: https://dl.grafana.com" in (
+        status.stdout
+    )
+    assert "prometheus ok, slurm ok" in status.stdout
     assert [c[0] for c in _calls(tmp_path)].count("create-cluster") == 3  # no new create
 
     ec2 = sandbox.aws(region).client("ec2")

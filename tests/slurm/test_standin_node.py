@@ -200,6 +200,12 @@ def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> 
     assert (head / "grafana").read_text().strip() == "ok"
     assert (compute / "node").read_text().strip() == "ok"
     assert (compute / "efa").read_text().strip() == "ok"
+    # Published where `fmctl status` reads it: NAME-check/ in the artifact bucket.
+    published = cluster.head.path(
+        f"/var/lib/standin-s3/{BUCKET}/llm-pretrain-check/exporters/head.txt"
+    )
+    # (--grafana installs Prometheus too: one record for both.)
+    assert published.read_text().splitlines() == ["grafana ok", "slurm ok"]
     for unit in ("fmctl-slurm-exporter", "fmctl-prometheus", "fmctl-grafana"):
         ok = cluster.head.run(["systemctl", "is-active", "--quiet", unit], env=SSM_ENV)
         assert ok.returncode == 0, unit
