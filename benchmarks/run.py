@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
+import check_scale
 import day2
 import node
 import polling
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, day2, polling, scale, node):
+    for module in (startup, up_sandbox, day2, polling, scale, check_scale, node):
         found, text = module.collect()
         rows += found
         if detail:

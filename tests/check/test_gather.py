@@ -12,6 +12,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from provisioner.catalog import load_catalog
 from provisioner.check import outputs
@@ -352,8 +353,20 @@ class _StuckApi:
         return {"status": {"conditions": [{"type": "Complete", "status": "True"}]} if done else {}}
 
     def list(self, api_version: str, kind: str, namespace: str = "", selector: str = "") -> Any:
+        if kind == "Job":
+            return [
+                {**o, **self.get("batch/v1", "Job", o["metadata"]["name"])}
+                for o in self.applied
+                if o["kind"] == "Job"
+            ]
         if kind == "Node":
             return [_node(n) for n in self.nodes]
+        if kind == "Pod" and not selector:  # the namespace's pods, each labelled by its Job
+            jobs = [o["metadata"]["name"] for o in self.applied if o["kind"] == "Job"]
+            pods = [self.list("v1", "Pod", namespace, f"x={job}")[0] for job in jobs]
+            for pod, job in zip(pods, jobs, strict=True):
+                pod["metadata"]["labels"] = {"batch.kubernetes.io/job-name": job}
+            return pods
         if kind == "Pod" and selector:
             job = selector.split(",")[0].split("=")[1]
             node = self._node_of(job)
@@ -403,3 +416,30 @@ def test_what_does_not_finish_is_said_and_everything_is_deleted(tmp_path: Path) 
     failed = verdicts["nccl all-reduce (gpu)"].failed()[0]
     assert "did not finish" in failed.detail
     assert api.deleted == [("Namespace", f"fmctl-check-{got.run}")]
+
+
+def test_node_jobs_are_what_the_template_renders_for_each_node() -> None:
+    """node_manifests renders one Job per shape and copies it per node: every copy equals the
+    template rendered for that node itself (mixed shapes: with and without EFA)."""
+    from provisioner.render.engine import render_template
+
+    context = _context("p5en-eks-fsx-s3.yaml")
+    pool = context.pools[0].name
+    nodes = [
+        NodeState("n1", pool, True, False, 8, 16),
+        NodeState("n2", pool, True, False, 8, 16),
+        NodeState("n3", pool, True, False, 8, 0),
+    ]
+    objects, jobs = node_manifests(context, Selection(chosen={pool: nodes}), "fmctl-check-x", 900)
+    scripts = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    direct = yaml.safe_load_all(
+        render_template(
+            "kubernetes/check/node-check.yaml.j2",
+            c=context,
+            namespace="fmctl-check-x",
+            jobs=list(jobs.values()),
+            scripts=scripts,
+            deadline=900,
+        )
+    )
+    assert objects == [d for d in direct if d]
