@@ -312,3 +312,25 @@ def test_the_stand_in_is_built_once_and_reused(cluster: Cluster) -> None:
     built = marker.stat().st_mtime_ns
     assert rootfs.ensure() / ".standin-complete" == marker
     assert marker.stat().st_mtime_ns == built
+
+
+def test_the_nccl_job_calls_all_reduce_perf_by_its_path_in_the_image(cluster: Cluster) -> None:
+    """No nccl-tests on the node: the job runs the image's binary by its full path (it is
+    not on that image's PATH), with the node's NCCL environment. srun is a recorder here."""
+    recorder = (
+        '#!/bin/sh\necho "srun $*"\necho "FI_PROVIDER=$FI_PROVIDER RDMA=$FI_EFA_USE_DEVICE_RDMA"\n'
+    )
+    cluster.compute.write("/usr/local/bin/srun", recorder, 0o755)
+    try:
+        done = cluster.compute.run(
+            ["/bin/bash", "/opt/fmctl/slurm/jobs/nccl-tests.sbatch"],
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"},
+        )
+    finally:
+        cluster.compute.path("/usr/local/bin/srun").unlink()
+    _ok(done)
+    assert (
+        "--container-image=public.ecr.aws/hpc-cloud/nccl-tests:latest "
+        "/opt/nccl-tests/build/all_reduce_perf -b 8 -e 16G" in done.stdout
+    ), done.stdout
+    assert "FI_PROVIDER=efa RDMA=1" in done.stdout
