@@ -82,12 +82,21 @@ for flag in "$@"; do
     --slurm-exporter) optional slurm "$home/lib/install-exporter.sh" slurm ;;
     --containers) "$home/lib/enroot-pyxis.sh" "$role" ;;
     --containers=*) "$home/lib/enroot-pyxis.sh" "$role" "${flag#--containers=}" ;;
+    # What clusters made by an earlier fmctl pass: their nodes run this script with their old
+    # Args until (and unless) the cluster's update lands.
+    --enroot-data=*) "$home/lib/enroot-pyxis.sh" "$role" "${flag#--enroot-data=}" ;;
     --topology=*) install_topology "${flag#--topology=}" ;;
     --prometheus) optional prometheus "$home/lib/install-monitoring.sh" ;;
     --grafana) optional grafana "$home/lib/install-monitoring.sh" --grafana ;;
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done
+# The head node always gets enroot and pyxis (srun there registers --container-image): not a
+# flag, since its Args cannot change on a cluster update (ParallelCluster: UNSUPPORTED).
+if [ "$role" = head ]; then
+  "$home/lib/enroot-pyxis.sh" head
+fi
+
 # The head node's records go where `fmctl status` reads them: the one prefix of the artifact
 # bucket it may write (S3_PREFIX is s3://BUCKET/NAME/slurm: NAME-check/ beside it). Compute
 # nodes may not write there; `fmctl check` reads theirs from the nodes.

@@ -183,3 +183,16 @@ def test_topology_aware_head_node_has_its_topology_before_slurmctld() -> None:
     config = _config(ROOT / "examples" / "p5-slurm-capacity-block.yaml")
     start = config["HeadNode"]["CustomActions"]["OnNodeStart"]["Sequence"][0]
     assert start["Script"].endswith("/slurm/actions/on-head-node-start.sh")
+
+
+def test_head_node_actions_keep_the_args_existing_clusters_have() -> None:
+    """HeadNode CustomActions are UNSUPPORTED on update in ParallelCluster (its
+    HeadNodeCustomActionsSchema): Args that changed would block every later `up` of a
+    cluster made earlier. These are the Args fmctl has always rendered for the p5 example."""
+    config = _config(ROOT / "examples" / "p5-slurm-capacity-block.yaml")
+    (action,) = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Sequence"]
+    assert action["Args"][0] == "head" and action["Args"][2:] == [
+        "--slurm-exporter",
+        "--grafana",
+        "--topology=tree",
+    ]

@@ -334,3 +334,15 @@ def test_the_nccl_job_calls_all_reduce_perf_by_its_path_in_the_image(cluster: Cl
         "/opt/nccl-tests/build/all_reduce_perf -b 8 -e 16G" in done.stdout
     ), done.stdout
     assert "FI_PROVIDER=efa RDMA=1" in done.stdout
+
+
+def test_a_node_of_an_earlier_cluster_still_bootstraps(cluster: Cluster) -> None:
+    """`up` uploads this script before ParallelCluster's update lands (or when it is
+    refused): compute nodes launched meanwhile run it with the Args an earlier fmctl rendered
+    (--enroot-data=DIR, three OnNodeStart arguments). They must still come up."""
+    prefix = f"s3://{BUCKET}/llm-pretrain/slurm"
+    start = _run_action(cluster.compute, ("actions/on-node-start.sh", ["true", "8", "32"]))
+    _ok(start)
+    old = ["compute", prefix, "--node-exporter", "--efa-exporter=32", "--enroot-data=/scratch"]
+    _ok(_run_action(cluster.compute, ("actions/on-node-configured.sh", old)))
+    assert "FMCTL_EFA_RDMA_READ=false" in cluster.compute.path("/etc/fmctl/node.env").read_text()
