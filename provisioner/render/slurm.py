@@ -42,6 +42,10 @@ FORBIDDEN_NODE_SETTINGS = frozenset(
 )
 
 
+#: Where the head node installs slurm/lib/task-prolog.sh (shared with the compute nodes).
+TASK_PROLOG = "/opt/slurm/etc/scripts/fmctl-task-prolog.sh"
+
+
 def cluster_slurm_settings(c: ClusterContext) -> list[tuple[str, str]]:
     """Cluster-wide slurm.conf settings fmctl adds (SlurmSettings.CustomSlurmSettings)."""
     settings = [
@@ -50,7 +54,9 @@ def cluster_slurm_settings(c: ClusterContext) -> list[tuple[str, str]]:
         ("PrologFlags", "Alloc,Contain"),
         # Batch jobs read no /etc/profile.d: the task prolog gives every task the NCCL/EFA
         # environment of its node (slurm/lib/task-prolog.sh; prints nothing off EFA nodes).
-        ("TaskProlog", "/opt/fmctl/slurm/lib/task-prolog.sh"),
+        # It lives in /opt/slurm, which the head node shares with every compute node: a
+        # cluster that gains this setting on update has it on its running nodes too.
+        ("TaskProlog", TASK_PROLOG),
     ]
     if c.topology_aware:
         settings.append(("TopologyPlugin", "topology/tree"))

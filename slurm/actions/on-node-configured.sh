@@ -25,6 +25,9 @@ aws s3 sync --only-show-errors "$prefix" "$home"
 find "$home" -name '*.sh' -exec chmod 0755 {} +
 
 scripts=/opt/slurm/etc/scripts
+# The task prolog slurm.conf names, in /opt/slurm (shared with every compute node).
+install -d -m 0755 "$scripts"
+install -m 0755 "$home/lib/task-prolog.sh" "$scripts/fmctl-task-prolog.sh"
 if [ "$role" = compute ]; then
   install -d -m 0755 "$scripts/prolog.d" "$scripts/epilog.d"
   install -m 0755 "$home"/prolog.d/*.sh "$scripts/prolog.d/"

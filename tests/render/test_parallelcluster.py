@@ -196,3 +196,18 @@ def test_head_node_actions_keep_the_args_existing_clusters_have() -> None:
         "--grafana",
         "--topology=tree",
     ]
+
+
+def test_the_task_prolog_is_where_every_node_sees_it() -> None:
+    """TaskProlog names a file in /opt/slurm (the head node's, mounted by every compute
+    node), put there at creation and again after every update (OnNodeUpdated, which
+    ParallelCluster allows to change)."""
+    config = _config(ROOT / "examples" / "p5-slurm-capacity-block.yaml")
+    settings = {
+        k: v
+        for d in config["Scheduling"]["SlurmSettings"]["CustomSlurmSettings"]
+        for k, v in d.items()
+    }
+    assert settings["TaskProlog"] == "/opt/slurm/etc/scripts/fmctl-task-prolog.sh"
+    (updated,) = config["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Sequence"]
+    assert updated["Script"].endswith("/slurm/actions/on-head-node-updated.sh")

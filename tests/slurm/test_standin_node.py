@@ -346,3 +346,20 @@ def test_a_node_of_an_earlier_cluster_still_bootstraps(cluster: Cluster) -> None
     old = ["compute", prefix, "--node-exporter", "--efa-exporter=32", "--enroot-data=/scratch"]
     _ok(_run_action(cluster.compute, ("actions/on-node-configured.sh", old)))
     assert "FMCTL_EFA_RDMA_READ=false" in cluster.compute.path("/etc/fmctl/node.env").read_text()
+
+
+def test_an_update_brings_the_task_prolog_to_running_nodes(cluster: Cluster) -> None:
+    """A cluster that gains TaskProlog on update: the head node's OnNodeUpdated puts it in
+    /opt/slurm, which the compute nodes that were already running mount."""
+    shared = "/opt/slurm/etc/scripts/fmctl-task-prolog.sh"
+    cluster.head.path(shared).unlink()  # as on a cluster made by an earlier fmctl
+    assert not cluster.compute.path(shared).exists()
+    updated = _action(cluster.config["HeadNode"]["CustomActions"], "OnNodeUpdated")
+    _ok(_run_action(cluster.head, updated))
+    assert (
+        cluster.compute.path(shared).read_text() == (ROOT / "slurm/lib/task-prolog.sh").read_text()
+    )
+    # As slurmstepd runs it: the job's user, its environment, on the compute node.
+    out = cluster.compute.run([shared], user="ubuntu", env={"PATH": "/usr/bin:/bin"})
+    _ok(out)
+    assert "export FI_PROVIDER=efa" in out.stdout
