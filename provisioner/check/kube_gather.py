@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 import uuid
@@ -183,17 +182,18 @@ def node_manifests(
     objects = [d for d in docs if d["kind"] != "Job"]
     for job in jobs:
         shape = by_shape[(job.pool, job.gpus, job.efa)]
-        objects.append(_fill(copy.deepcopy(shape), {_NAME: job.name, _NODE: job.node}))
+        objects.append(_fill(shape, {_NAME: job.name, _NODE: job.node}))
     return objects, {j.name: j for j in jobs}
 
 
-#: Stand-ins for a node Job's name and node in the rendered shape (never valid names, so
-#: never a real value).
+#: Stand-ins for a node Job's name and node in the rendered shape (no Job or node is named
+#: so: node Jobs are node-N, nodes are EC2 host names).
 _NAME, _NODE = "fmctl-job-name-standin", "fmctl-node-name-standin"
 
 
 def _fill(value: Any, names: dict[str, str]) -> Any:
-    """``value`` with every stand-in in its strings replaced."""
+    """A copy of ``value`` with every stand-in in its strings replaced (dicts and lists are
+    new; the shape itself is left as it is for the next node)."""
     if isinstance(value, str):
         for standin, real in names.items():
             value = value.replace(standin, real)
