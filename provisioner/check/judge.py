@@ -134,9 +134,7 @@ def expected_busbw_gbs(pool: Pool) -> float:
     return pool.itype.network.bandwidth_gbps / 8
 
 
-def judge_nccl(
-    pool: Pool, report: NcclReport, saved: tuple[NcclBaseline, ...] = ()
-) -> Verdict:
+def judge_nccl(pool: Pool, report: NcclReport, saved: tuple[NcclBaseline, ...] = ()) -> Verdict:
     """The pool's all_reduce_perf run: no wrong results, and the largest message's bus
     bandwidth against the baseline for the pool's type and node count measured nearest that
     size (the user's saved one first, then the published ones): at least

@@ -8,7 +8,13 @@ from typing import Any, NoReturn
 
 import click
 
-from provisioner.cli.options import region_option, spec_options, target_options
+from provisioner.cli.options import (
+    region_option,
+    spec_options,
+    state_option,
+    target_options,
+    wait_option,
+)
 from provisioner.cli.report import print_problems
 
 
@@ -52,14 +58,26 @@ def _load(path: str, scheduler: str | None) -> Any:
     return result
 
 
-def _target(region: str, state_dir: str | None, sandbox: bool) -> Any:
-    from provisioner.ops.errors import SandboxError
+def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | None = None) -> Any:
+    from provisioner.ops.errors import BadStateUrl, SandboxError
     from provisioner.ops.target import home_of, target_for
+    from provisioner.ops.team import parse_state_url
 
     try:
-        return target_for(region, home_of(state_dir), sandbox)
+        state = parse_state_url(state_url) if state_url else None
+    except BadStateUrl as exc:
+        _fail(f"--state/FMCTL_STATE: {exc}", "write it as s3://BUCKET/PREFIX")
+    try:
+        target = target_for(region, home_of(state_dir), sandbox)
     except SandboxError as exc:
         _fail(str(exc))
+    target.state = state
+    return target
+
+
+def _notice(line: str) -> None:
+    """A notice for the user (stderr: stdout stays data)."""
+    click.echo(line, err=True)
 
 
 def _online(validation: Any, target: Any) -> None:
@@ -151,6 +169,7 @@ def _short(value: Any) -> str:
     help="Exit 2 when there are changes (0: none, 1: an error).",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@state_option
 @target_options
 def plan(
     path: str,
@@ -158,6 +177,7 @@ def plan(
     offline: bool,
     detailed_exitcode: bool,
     output: str,
+    state_url: str | None,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
@@ -169,7 +189,7 @@ def plan(
     if offline:
         view = PlanView(offline_plan(spec), offline=True)
     else:
-        target = _target(spec.metadata.region, state_dir, sandbox)
+        target = _target(spec.metadata.region, state_dir, sandbox, state_url)
         _prepare(validation, target, sandbox)
         view = PlanView(plan_cluster(spec, target))
     data = view.as_data()
@@ -191,12 +211,16 @@ def plan(
     is_flag=True,
     help="Replace what AWS cannot change in place (named, with what is lost, before asking).",
 )
+@wait_option
+@state_option
 @target_options
 def up(
     path: str,
     scheduler: str | None,
     yes: bool,
     allow_replace: bool,
+    wait: bool,
+    state_url: str | None,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
@@ -211,7 +235,7 @@ def up(
 
     validation = _load(path, scheduler)
     spec = validation.resolved
-    target = _target(spec.metadata.region, state_dir, sandbox)
+    target = _target(spec.metadata.region, state_dir, sandbox, state_url)
     if spec.scheduler == "slurm" and not sandbox and not pcluster_command(target):
         _fail(
             "a Slurm cluster needs ParallelCluster's `pcluster` command, and none was found",
@@ -241,9 +265,18 @@ def up(
         return True
 
     try:
-        outcome = run_up(spec, validation.doc.text, target, Progress(), confirm, allow_replace)
+        outcome = run_up(
+            spec,
+            validation.doc.text,
+            target,
+            Progress(),
+            confirm,
+            allow_replace,
+            wait,
+            _notice,
+        )
     except LockHeld as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.hint)
     except Refused as exc:
         print_problems(Validation(validation.doc, exc.problems), sys.stderr)
         _fail(
@@ -358,12 +391,16 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     "controllers made (for an API this machine cannot reach; they may be left behind).",
 )
 @region_option
+@wait_option
+@state_option
 @target_options
 def down(
     name: str,
     yes: bool,
     skip_kubernetes_cleanup: bool,
     region: str,
+    wait: bool,
+    state_url: str | None,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
@@ -373,7 +410,7 @@ def down(
     from provisioner.ops.engine import owned_by
     from provisioner.ops.errors import LockHeld
 
-    target = _target(region, state_dir, sandbox)
+    target = _target(region, state_dir, sandbox, state_url)
     found = owned_by(target, name)
     if not found:
         click.echo(f"{name}: nothing tagged fmctl.dev/cluster={name} in {region}")
@@ -384,9 +421,9 @@ def down(
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
     click.echo(f"down {name}:")
     try:
-        result, found = run_down(name, target, Progress(), skip_kubernetes_cleanup)
+        result, found = run_down(name, target, Progress(), skip_kubernetes_cleanup, wait, _notice)
     except LockHeld as exc:
-        _fail(str(exc))
+        _fail(str(exc), exc.hint)
     _report(result, f"down {name}")
     click.echo(f"{name}: {len(found)} resources deleted in {result.wall:.1f}s")
 
@@ -395,12 +432,20 @@ def down(
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @region_option
+@state_option
 @target_options
-def status(name: str, output: str, region: str, sandbox: bool, state_dir: str | None) -> None:
+def status(
+    name: str,
+    output: str,
+    region: str,
+    state_url: str | None,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
     """What cluster NAME has in AWS, from its tags (local state not needed)."""
     from provisioner.ops.status import status as read_status
 
-    target = _target(region, state_dir, sandbox)
+    target = _target(region, state_dir, sandbox, state_url)
     seen = read_status(target, name)
     if output == "json":
         click.echo(json.dumps(seen.as_data(), indent=2))

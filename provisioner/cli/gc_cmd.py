@@ -8,7 +8,7 @@ import time
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _report, _target
-from provisioner.cli.options import region_option, target_options
+from provisioner.cli.options import region_option, state_option, target_options
 
 
 @click.command("gc", cls=GuardedCommand)
@@ -17,6 +17,7 @@ from provisioner.cli.options import region_option, target_options
 @click.option("--dry-run", is_flag=True, help="List what would go; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @region_option
+@state_option
 @target_options
 def gc(
     expired: bool,
@@ -24,13 +25,16 @@ def gc(
     dry_run: bool,
     yes: bool,
     region: str,
+    state_url: str | None,
     sandbox: bool,
     state_dir: str | None,
 ) -> None:
-    """Find every fmctl cluster in the region by tag and tear down those matched."""
+    """Find every fmctl cluster in the region by tag and tear down those matched (never one
+    a run holds the lock of)."""
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down
-    from provisioner.ops.gc import find_clusters, parse_age, select
+    from provisioner.ops.errors import LockHeld
+    from provisioner.ops.gc import find_clusters, lock_holder, parse_age, select
 
     if not expired and older_than is None:
         _fail("say which clusters to collect", "pass --expired, --older-than AGE, or both")
@@ -39,12 +43,16 @@ def gc(
         limit = parse_age(older_than)
         if limit is None:
             _fail(f"--older-than {older_than!r} is not a duration", "write it like 6h or 2d")
-    target = _target(region, state_dir, sandbox)
+    target = _target(region, state_dir, sandbox, state_url)
     seen = find_clusters(target.aws())
     chosen = select(seen, expired, limit)
+    held = {c.name: who for c in chosen if (who := lock_holder(target, c.name))}
+    for name, who in held.items():
+        click.echo(f"skip {name}: locked by {who}", err=True)
+    chosen = [c for c in chosen if c.name not in held]
     now = time.time()
     for cluster in sorted(seen.values(), key=lambda c: c.name):
-        mark = "collect" if cluster in chosen else "keep"
+        mark = "collect" if cluster in chosen else "locked" if cluster.name in held else "keep"
         age = f"{(now - cluster.created_at) / 3600:.1f}h old" if cluster.created_at else "age ?"
         ttl = ("expired" if cluster.expired(now) else "ttl ok") if cluster.expires_at else "no ttl"
         click.echo(f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}")
@@ -57,6 +65,10 @@ def gc(
         click.confirm(f"tear down {len(chosen)} cluster(s)?", abort=True)
     for cluster in chosen:
         click.echo(f"down {cluster.name}:")
-        result, found = down(cluster.name, target, Progress())
+        try:
+            result, found = down(cluster.name, target, Progress())
+        except LockHeld as exc:  # a run took the lock since the listing
+            click.echo(f"skip {cluster.name}: {exc}", err=True)
+            continue
         _report(result, f"down {cluster.name}")
         click.echo(f"{cluster.name}: {len(found)} resources deleted")

@@ -48,3 +48,23 @@ def spec_options(fn: F) -> F:
     return click.option(
         "-f", "--file", "path", required=True, metavar="FILE", help="The cluster spec."
     )(fn)
+
+
+def state_option(fn: F) -> F:
+    """--state s3://BUCKET/PREFIX (env FMCTL_STATE): where the cluster's state and lock live."""
+    return click.option(
+        "--state",
+        "state_url",
+        envvar="FMCTL_STATE",
+        metavar="URL",
+        help="Team state: s3://BUCKET/PREFIX (env FMCTL_STATE; a spec's `state:` says it too).",
+    )(fn)
+
+
+def wait_option(fn: F) -> F:
+    """--wait: wait for another run's lock instead of refusing."""
+    return click.option(
+        "--wait",
+        is_flag=True,
+        help="When another run holds the cluster's lock, wait for it (or its lease to end).",
+    )(fn)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class Aws:
     max_attempts: int = 10
     #: Refuse every call that is not a read (``READ_PREFIXES``), before it is sent.
     read_only: bool = False
+    #: Called before every attempt of a call that is not a read; raises to stop it unsent
+    #: (a run whose lease on the cluster's lock is gone).
+    fence: Callable[[], None] | None = None
     _clients: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: Any = field(default=None, repr=False)
@@ -108,6 +112,8 @@ class Aws:
         client = self._session.client(service, **kwargs)
         if self.read_only:
             client.meta.events.register("before-call", _refuse_writes)
+        if self.fence is not None:
+            client.meta.events.register("before-send", _Fenced(self.fence))
         return client
 
     def child_env(self) -> dict[str, str]:
@@ -142,6 +148,18 @@ def _refuse_writes(model: Any, **_: Any) -> None:
     here, unsent."""
     if not str(model.name).startswith(READ_PREFIXES):
         raise WriteRefused(f"{model.name} is not a read, and this run only reads")
+
+
+class _Fenced:
+    """botocore's before-send hook (every attempt, retries too): reads pass; anything else
+    is sent only if the fence lets it."""
+
+    def __init__(self, fence: Callable[[], None]) -> None:
+        self.fence = fence
+
+    def __call__(self, event_name: str = "", **_: Any) -> None:
+        if not event_name.rsplit(".", 1)[-1].startswith(READ_PREFIXES):
+            self.fence()
 
 
 THROTTLING = {

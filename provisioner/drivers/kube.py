@@ -79,6 +79,7 @@ class KubeClient:
         manager: str = MANAGER,
         ca_file: str | None = None,
         read_only: bool = False,
+        fence: Callable[[], None] | None = None,
     ) -> None:
         from kubernetes import client
 
@@ -87,6 +88,8 @@ class KubeClient:
         self._ca_file = ca_file
         #: Refuse anything but GET, before it is sent (what `plan` reads with).
         self._read_only = read_only
+        #: Called before anything but a GET is sent; raises to stop it (a lost lease).
+        self._fence = fence
         self._paths: dict[tuple[str, str], tuple[str, bool]] = {}
 
     @classmethod
@@ -97,6 +100,7 @@ class KubeClient:
         token: Callable[[], str],
         manager: str = MANAGER,
         read_only: bool = False,
+        fence: Callable[[], None] | None = None,
     ) -> KubeClient:
         """A client for an EKS endpoint, authenticated by ``token()`` (called again before
         the token expires)."""
@@ -112,7 +116,7 @@ class KubeClient:
         bearer = _Bearer(token)
         config.api_key = {"authorization": bearer()}
         config.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=bearer())
-        return cls(config, manager, ca_file, read_only)
+        return cls(config, manager, ca_file, read_only, fence)
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None) -> KubeClient:
@@ -142,6 +146,8 @@ class KubeClient:
     ) -> Any:
         if self._read_only and method != "GET":
             raise KubeError(0, "ReadOnly", f"{method} {path}: this run only reads")
+        if self._fence is not None and method != "GET":
+            self._fence()
         method_, url, headers, payload, post = self._api.param_serialize(
             method,
             path,

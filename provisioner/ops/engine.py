@@ -29,6 +29,9 @@ from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, SpecPath
 from provisioner.state.store import ClusterState
 
+#: How a waiting or taking-over run tells its user (a line on stderr).
+Notice = Callable[[str], None]
+
 
 class Refused(Exception):
     """`up` will not make these changes; each problem is located in the spec."""
@@ -61,12 +64,16 @@ def blueprint_of(spec: ClusterSpec, target: Target | None) -> Blueprint:
     return build(spec, load_catalog(), where_for(spec, target))
 
 
-def _last_blueprint(spec: ClusterSpec, target: Target) -> Blueprint | None:
+def _last_blueprint(
+    spec: ClusterSpec, target: Target, state: ClusterState | None = None
+) -> Blueprint | None:
     """The blueprint of the spec `up` last applied (to tell drift from a change), if any."""
+    from provisioner.ops.team import open_state
     from provisioner.spec.source import parse_source
     from provisioner.validate import validate_document
 
-    text = ClusterState(target.home, spec.metadata.name).spec_text()
+    state = state or open_state(target, spec.metadata.name, spec)
+    text = state.spec_text()
     if not text:
         return None
     try:
@@ -117,10 +124,16 @@ def offline_plan(spec: ClusterSpec) -> Plan:
     return Plan(spec.metadata.name, spec.metadata.region, blueprint, changes)
 
 
-def plan_cluster(spec: ClusterSpec, target: Target, ctx: Context | None = None) -> Plan:
-    """Read and compare (read-only clients: no write call can leave this machine)."""
+def plan_cluster(
+    spec: ClusterSpec,
+    target: Target,
+    ctx: Context | None = None,
+    state: ClusterState | None = None,
+) -> Plan:
+    """Read and compare (read-only clients: no write call can leave this machine; the
+    state is read, never locked)."""
     ctx = ctx or make_context(target, spec.metadata.name, read_only=True)
-    planner = Planner(blueprint_of(spec, target), ctx, _last_blueprint(spec, target))
+    planner = Planner(blueprint_of(spec, target), ctx, _last_blueprint(spec, target, state))
     return planner.plan()
 
 
@@ -217,15 +230,22 @@ def up(
     on_event: Callable[[Event], None],
     confirm: Callable[[Plan], bool] = lambda plan: True,
     allow_replace: bool = False,
+    wait: bool = False,
+    notice: Notice = print,
 ) -> UpOutcome | None:
     """Plan under the cluster's lock, refuse or ask, apply; None when ``confirm`` declined.
 
     The spec is recorded as applied only when every step succeeded; otherwise the last
-    applied spec stays, and the outcome lists the changes still pending."""
-    state = ClusterState(target.home, spec.metadata.name)
-    lock = state.lock()
+    applied spec stays, and the outcome lists the changes still pending. The audit log gets
+    the run before its first change and its result after; a run whose lease is lost stops
+    (LeaseLost) and writes nothing more."""
+    from provisioner.ops.team import holder, note_location, open_state
+
+    state = open_state(target, spec.metadata.name, spec)
+    state.lock(holder(target, "up", spec_text), wait, notice)
+    note_location(target, state)
     try:
-        plan = plan_cluster(spec, target)
+        plan = plan_cluster(spec, target, state=state)
         problems = refusals(plan, allow_replace)
         if problems:
             raise Refused(problems)
@@ -236,7 +256,11 @@ def up(
             state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
             on_event(event)
 
-        ctx = make_context(target, spec.metadata.name, record)
+        # The plan was read against the state as the lock found it: if the lease lapsed
+        # while the user read the plan, another run may have changed both since.
+        state.fence()
+        state.audit_start(tuple(c.summary() for c in plan.acting))
+        ctx = make_context(target, spec.metadata.name, record, fence=state.fence)
         result = apply(plan, ctx)
         outcome = UpOutcome(plan, result, ctx)
         state.save_outputs({k: _plain(v) for k, v in ctx.outputs.items()})
@@ -250,9 +274,10 @@ def up(
                 for c in plan.acting
                 if c.resource not in finished and f"delete:{c.kind}:{c.aws_id}" not in finished
             ]
+        state.audit_finish("ok" if result.ok else "failed")
         return outcome
     finally:
-        lock.close()
+        state.unlock()
 
 
 def _plain(outputs: Any) -> Any:
@@ -273,30 +298,36 @@ def down(
     target: Target,
     on_event: Callable[[Event], None],
     skip_kubernetes_cleanup: bool = False,
+    wait: bool = False,
+    notice: Notice = print,
 ) -> tuple[RunResult, list[Owned]]:
     """Delete everything tagged as the cluster's, dependents first (``skip_kubernetes_cleanup``:
-    see ``Context.skip_kubernetes_cleanup``)."""
-    state = ClusterState(target.home, name)
-    lock = state.lock()
+    see ``Context.skip_kubernetes_cleanup``), under its lock, audited as `up` is."""
+    from provisioner.ops.team import holder, open_state
+
+    state = open_state(target, name)
+    state.lock(holder(target, "down"), wait, notice)
     try:
 
         def record(event: Event) -> None:
             state.log({"resource": event.resource, "state": event.state, "detail": event.detail})
             on_event(event)
 
-        ctx = make_context(target, name, record)
+        ctx = make_context(target, name, record, fence=state.fence)
         ctx.skip_kubernetes_cleanup = skip_kubernetes_cleanup
         found = find_owned(ctx)
         plan = Plan(name, target.region, Blueprint(()))
         plan.changes = [
             Change(o.resource, o.kind, Action.DELETE, aws_id=o.id, owned=o) for o in found
         ]
+        state.audit_start(tuple(c.summary() for c in plan.changes))
         result = apply(plan, ctx)
         if result.ok:
             state.save_outputs({})
+        state.audit_finish("ok" if result.ok else "failed")
         return result, found
     finally:
-        lock.close()
+        state.unlock()
 
 
 def refused_fields(plan: Plan) -> list[tuple[Change, Any]]:

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from provisioner.drivers.aws import AwsError, translate
 from provisioner.sandbox.daemon import SandboxError
-from provisioner.state.store import LockHeld
+from provisioner.state.errors import LeaseLost, LockHeld, StateConflict, StateError
+from provisioner.state.location import BadStateUrl
 
-__all__ = ["AwsError", "LockHeld", "SandboxError", "explain"]
+__all__ = [
+    "AwsError",
+    "BadStateUrl",
+    "LeaseLost",
+    "LockHeld",
+    "SandboxError",
+    "StateConflict",
+    "StateError",
+    "explain",
+]
 
 
 def explain(exc: BaseException, doing: str) -> tuple[str, str | None]:
     """(message, hint) for ``exc`` met while ``doing``."""
+    if isinstance(exc, StateError):
+        return str(exc), exc.hint
     error = translate(exc, doing)
     return str(error), error.hint

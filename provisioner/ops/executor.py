@@ -118,6 +118,7 @@ def apply(
 
 
 def _run(ctx: Context, plan: Plan, step: Step) -> str:
+    ctx.fence()  # a step of a run whose lease is gone never starts (pcluster included)
     change = step.change
     kind = kinds()[change.kind]
     rid = change.resource

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws
+from provisioner.ops.target import Target
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG, parse_stamp
 
 
@@ -91,3 +92,18 @@ def select(
         ),
         key=lambda c: c.name,
     )
+
+
+def lock_holder(target: Target, name: str) -> str | None:
+    """Who holds cluster ``name``'s lock, described; None when it is free (reads only).
+
+    gc never tears down a cluster some run is changing: it skips it and says so."""
+    from provisioner.ops.team import open_state
+
+    seen = open_state(target, name).peek_lock()
+    if seen is None:
+        return None
+    who = seen.holder.describe() if seen.holder else "a run fmctl cannot read"
+    if seen.remaining_s is not None and seen.remaining_s <= 0:
+        return f"{who} (its lease ended; `fmctl unlock {name}` if that run is gone)"
+    return who

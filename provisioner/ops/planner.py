@@ -74,6 +74,13 @@ class Change:
         """Changes AWS cannot make (and fmctl will not replace around)."""
         return [f for f in self.fields if f.how == How.IMMUTABLE]
 
+    def summary(self) -> str:
+        """One line for the audit log: ``update nodegroup/p5en: scaling.desiredSize``."""
+        paths = ", ".join(f.path for f in self.fields[:8])
+        more = f" and {len(self.fields) - 8} more" if len(self.fields) > 8 else ""
+        target = f" {self.aws_id}" if self.action == Action.DELETE and self.aws_id else ""
+        return f"{self.action} {self.resource}{target}" + (f": {paths}{more}" if paths else "")
+
     def as_data(self) -> dict[str, Any]:
         """JSON-able form."""
         data: dict[str, Any] = {

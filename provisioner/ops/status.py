@@ -86,8 +86,8 @@ def status(target: Target, name: str) -> Status:
 def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[str]]:
     """The head node's state, login and Grafana, with the spec `up` saved (if there is one)."""
     from provisioner.drivers.pcluster import ParallelCluster
+    from provisioner.ops.team import open_state
     from provisioner.spec.source import parse_source
-    from provisioner.state.store import ClusterState
     from provisioner.validate import validate_document
 
     command = pcluster_command(target)
@@ -105,7 +105,7 @@ def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[st
         head.get("publicIpAddress") or head.get("privateIpAddress", ""),
         head_exporters(target, name),
     )
-    text = ClusterState(target.home, name).spec_text()
+    text = open_state(target, name).spec_text()
     spec = validate_document(parse_source(text)[0]).resolved if text else None
     ssh = spec.network.ssh_cidr if spec else None
     grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
@@ -129,9 +129,7 @@ def head_exporters(target: Target, name: str) -> tuple[tuple[str, str], ...]:
         if error_code(exc) is None:
             raise
         return ()  # not published (yet), or not readable: status shows the rest
-    return tuple(
-        (e.name, "ok" if e.ok else f"missing: {e.reason}") for e in parse_exporters(text)
-    )
+    return tuple((e.name, "ok" if e.ok else f"missing: {e.reason}") for e in parse_exporters(text))
 
 
 def slurm_access(

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from provisioner.drivers.aws import Aws
 from provisioner.resources.context import Context, Event
+from provisioner.state.location import StateLocation
 
 __all__ = ["Context", "Event", "Target"]
 
@@ -24,10 +25,20 @@ class Target:
     endpoint: str | None = None
     time_scale: float = 1.0
     ca_bundle: str | None = None
+    #: ``--state`` / FMCTL_STATE, when given (see ``ops.team.location_of``).
+    state: StateLocation | None = None
 
-    def aws(self, read_only: bool = False) -> Aws:
-        """Clients for this target (``read_only``: every call but a read is refused)."""
-        return Aws(self.region, self.endpoint, self.sandbox, self.ca_bundle, read_only=read_only)
+    def aws(self, read_only: bool = False, fence: Callable[[], None] | None = None) -> Aws:
+        """Clients for this target (``read_only``: every call but a read is refused;
+        ``fence``: called before each one that is not, to stop it)."""
+        return Aws(
+            self.region,
+            self.endpoint,
+            self.sandbox,
+            self.ca_bundle,
+            read_only=read_only,
+            fence=fence,
+        )
 
     def folder(self, name: str) -> Path:
         """The cluster's local folder."""
@@ -73,10 +84,12 @@ def make_context(
     name: str,
     on_event: Callable[[Event], None] = lambda event: None,
     read_only: bool = False,
+    fence: Callable[[], None] | None = None,
 ) -> Context:
-    """A run context for cluster ``name`` on ``target``."""
+    """A run context for cluster ``name`` on ``target`` (``fence``: see ``Target.aws``)."""
     return Context(
-        aws=target.aws(read_only),
+        aws=target.aws(read_only, fence),
+        fence=fence or (lambda: None),
         cluster=name,
         region=target.region,
         time_scale=target.time_scale,

@@ -48,6 +48,9 @@ class Context:
     #: `down --skip-kubernetes-cleanup`: do not reach into the cluster's API to clear load
     #: balancers and volumes (the way out when the API cannot be reached from here).
     skip_kubernetes_cleanup: bool = False
+    #: Raises when this run may no longer change anything (its lease on the cluster's lock
+    #: is gone); checked before each step and, through ``aws``, before each write call.
+    fence: Callable[[], None] = lambda: None
     lock: threading.Lock = field(default_factory=threading.Lock)
     poll_calls: dict[str, int] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict)

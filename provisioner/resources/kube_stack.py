@@ -140,7 +140,11 @@ def connect(ctx: Context, endpoint: str, ca: str) -> KubeApi:
     from provisioner.drivers.eks_auth import token
 
     return KubeClient.for_eks(
-        endpoint, ca, lambda: token(ctx.aws, ctx.cluster), read_only=ctx.aws.read_only
+        endpoint,
+        ca,
+        lambda: token(ctx.aws, ctx.cluster),
+        read_only=ctx.aws.read_only,
+        fence=ctx.aws.fence,
     )
 
 

@@ -257,9 +257,7 @@ class KubeServer:
             )
         container = container or names[0]
         if container not in names:
-            raise ApiError(
-                400, "BadRequest", f"container {container} is not valid for pod {name}"
-            )
+            raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
         return c.logs.get((namespace, name), {}).get(container, "")
 
     def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:

@@ -82,6 +82,8 @@ class Middleware:
     log: list[dict[str, Any]] = field(default_factory=list)
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Serialises S3's conditional writes (see ``_conditional_write``).
+    conditional: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
@@ -141,6 +143,13 @@ class Middleware:
             entry["status"] = int(status.split()[0])
             return start(status, headers, exc_info) if exc_info else start(status, headers)
 
+        if _conditional_write(call.service, environ):
+            # S3 checks a write's If-Match / If-None-Match and makes it as one step: of
+            # concurrent conditional writes to a key one wins, the others get 412 or 409
+            # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html).
+            # moto checks, then writes: done one at a time here, as S3 does it.
+            with self.conditional:
+                return list(self.moto(environ, recording_start))
         return self.moto(environ, recording_start)
 
     def _execute(self, environ: dict[str, Any], body: bytes, call: protocol.Call) -> None:
@@ -229,6 +238,15 @@ class Middleware:
         return _answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
 
 
+def _conditional_write(service: str, environ: dict[str, Any]) -> bool:
+    """An S3 PUT or DELETE carrying If-Match or If-None-Match."""
+    return (
+        service == "s3"
+        and environ.get("REQUEST_METHOD") in ("PUT", "DELETE", "POST")
+        and bool(environ.get("HTTP_IF_MATCH") or environ.get("HTTP_IF_NONE_MATCH"))
+    )
+
+
 def _base_url(environ: dict[str, Any]) -> str:
     """The emulator's own https://host:port, as the client reached it."""
     return f"https://{environ.get('HTTP_HOST', '127.0.0.1')}"
@@ -299,7 +317,17 @@ def serve(port: int, scale: float, ready_file: str | None) -> None:
     os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
     folder = Path(ready_file).parent if ready_file else Path.cwd()
     cert, key = make_certificate(folder)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    class LazyHandshake(ssl.SSLContext):
+        """TLS handshakes in each connection's own thread, on its first read: werkzeug's
+        listening socket would otherwise shake hands inside accept(), in the one serving
+        thread, and a single client that stalls mid-handshake (a process stopped with
+        SIGSTOP) would freeze the emulator for every other caller."""
+
+        def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+            kwargs["do_handshake_on_connect"] = False
+            return super().wrap_socket(*args, **kwargs)
+
+    context = LazyHandshake(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
 
     class KeepAliveHandler(MotoRequestHandler):

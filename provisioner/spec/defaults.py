@@ -30,3 +30,6 @@ KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 #: The newest version in EKS standard support whose end is furthest away (catalog/eks_versions.py
 #: dates it; a test fails once the default has left standard support).
 KUBERNETES_VERSION = "1.35"
+#: Where state lives unless the spec or FMCTL_STATE says otherwise.
+STATE_BACKEND: Final = "local"
+STATE_PREFIX = "fmctl"

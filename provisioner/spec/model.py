@@ -231,6 +231,18 @@ class SlurmSettings(SpecModel):
     )
 
 
+class StateSettings(SpecModel):
+    """Where the cluster's state and run lock live: this machine, or S3 for a team."""
+
+    backend: Literal["local", "s3"] = Field(
+        d.STATE_BACKEND, description="local (this machine's FMCTL_HOME) | s3 (shared)."
+    )
+    bucket: str | None = Field(
+        None, description="The state bucket (backend s3; `fmctl state init s3://BUCKET/PREFIX`)."
+    )
+    prefix: str = Field(d.STATE_PREFIX, description="Key prefix in the bucket.")
+
+
 class ClusterSpec(SpecModel):
     """A whole cluster: ``apiVersion: fmctl.dev/v1alpha1``, ``kind: Cluster``."""
 
@@ -246,3 +258,7 @@ class ClusterSpec(SpecModel):
     observability: Observability = Field(default_factory=Observability)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    state: StateSettings = Field(
+        default_factory=StateSettings,
+        description="Where state and lock live; FMCTL_STATE=s3://B/P when the spec says none.",
+    )

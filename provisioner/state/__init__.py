@@ -1,4 +1,5 @@
-"""Local state: a cache per cluster (spec used, outputs, event log) and the run lock.
+"""A cluster's state (spec applied, outputs, event log, audit log) and its run lock, kept on
+this machine or, for a team, in S3 with a leased lock.
 
-AWS tags are the truth; losing this folder loses nothing (`status` and `down` work from tags).
+AWS tags are the truth; losing the state loses nothing (`status` and `down` work from tags).
 """

@@ -1,14 +1,32 @@
-"""The per-cluster folder under FMCTL_HOME (default ~/.fmctl): files 0600, folders 0700."""
+"""A cluster's state: the spec `up` applied, the outputs, the NCCL baselines, the event log,
+the audit log and the run lock, kept in a backend (the local folder, or S3 for a team).
+
+Writes go through the held lock's fence: a run whose lease is gone writes nothing more.
+This machine's folder (``HOME/clusters/NAME``) always exists too, for what is this
+machine's only: the kubeconfig, its own copy of the event log.
+"""
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+from provisioner.state.backend import Backend, LockView, RunLock
+from provisioner.state.errors import LockHeld
+from provisioner.state.local import LocalBackend, append_private, write_private
+from provisioner.state.records import AuditEntry, Holder, stamp
+
+__all__ = ["ClusterState", "LockHeld", "fmctl_home", "write_private"]
+
+#: The objects a run replaces (compare-and-swap against what it saw when it took the lock).
+REPLACED = ("spec.yaml", "outputs.json", "nccl-baselines.json")
 
 
 def fmctl_home(explicit: str | None = None) -> Path:
@@ -16,103 +34,161 @@ def fmctl_home(explicit: str | None = None) -> Path:
     return Path(explicit or os.environ.get("FMCTL_HOME") or Path.home() / ".fmctl")
 
 
-def _private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
-    return path
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read, atomically."""
-    _private_dir(path.parent)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-class LockHeld(Exception):
-    """Another fmctl run holds the cluster's lock."""
-
-
-@dataclass
 class ClusterState:
-    """The local cache of one cluster."""
+    """One cluster's state in ``backend`` (local by default), and this machine's folder."""
 
-    home: Path
-    name: str
+    def __init__(self, home: Path, name: str, backend: Backend | None = None) -> None:
+        self.home = home
+        self.name = name
+        self.folder = home / "clusters" / name
+        self.backend: Backend = backend or LocalBackend(self.folder)
+        self._held: RunLock | None = None
+        self._holder: Holder | None = None
+        self._audit: AuditEntry | None = None
+        self._events: list[str] = []
+        self._events_lock = threading.Lock()
 
     @property
-    def folder(self) -> Path:
-        """``HOME/clusters/NAME``."""
-        return self.home / "clusters" / self.name
+    def shared(self) -> bool:
+        """True when the state is not this machine's folder."""
+        return not isinstance(self.backend, LocalBackend)
+
+    # -- objects ------------------------------------------------------------------------
+    def _write(self, name: str, text: str) -> None:
+        if self._held is not None:
+            self._held.fence()
+        self.backend.write(name, text)
+
+    def _json(self, name: str, empty: Any) -> Any:
+        stored = self.backend.read(name)
+        try:
+            return json.loads(stored.text) if stored else empty
+        except ValueError:
+            return empty
 
     def save_spec(self, text: str) -> None:
-        """Keep the spec `up` ran with."""
-        write_private(self.folder / "spec.yaml", text)
+        """Keep the spec `up` applied."""
+        self._write("spec.yaml", text)
 
     def spec_text(self) -> str | None:
-        """The spec `up` last ran with, or None."""
-        try:
-            return (self.folder / "spec.yaml").read_text()
-        except OSError:
-            return None
+        """The spec `up` last applied, or None."""
+        stored = self.backend.read("spec.yaml")
+        return stored.text if stored else None
 
     def save_outputs(self, outputs: dict[str, Any]) -> None:
         """Keep the outputs of the last run."""
-        write_private(self.folder / "outputs.json", json.dumps(outputs, indent=1, sort_keys=True))
+        self._write("outputs.json", json.dumps(outputs, indent=1, sort_keys=True))
 
     def outputs(self) -> dict[str, Any]:
         """Outputs of the last run, or {} when there are none."""
-        try:
-            data: dict[str, Any] = json.loads((self.folder / "outputs.json").read_text())
-            return data
-        except (OSError, ValueError):
-            return {}
+        data: dict[str, Any] = self._json("outputs.json", {})
+        return data
 
     def save_nccl_baselines(self, rows: list[dict[str, Any]]) -> None:
         """Keep the pools' NCCL baselines (`fmctl check --save-baseline`)."""
-        write_private(self.folder / "nccl-baselines.json", json.dumps(rows, indent=1))
+        self._write("nccl-baselines.json", json.dumps(rows, indent=1))
 
     def nccl_baselines(self) -> list[dict[str, Any]]:
         """The saved NCCL baselines, or [] when there are none."""
-        try:
-            rows: list[dict[str, Any]] = json.loads(
-                (self.folder / "nccl-baselines.json").read_text()
-            )
-            return rows
-        except (OSError, ValueError):
-            return []
+        rows: list[dict[str, Any]] = self._json("nccl-baselines.json", [])
+        return rows
 
+    # -- the event log ------------------------------------------------------------------
     def log(self, event: dict[str, Any]) -> None:
-        """Append to the event log."""
-        _private_dir(self.folder)
-        path = self.folder / "events.log"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a") as fh:
-            fh.write(json.dumps({"time": time.time(), **event}) + "\n")
+        """Append to the event log (this machine's file; the shared state's at each lease
+        renewal and at the end of the run)."""
+        line = json.dumps({"time": time.time(), **event})
+        append_private(self.folder / "events.log", line)
+        if self.shared and self._holder is not None:
+            with self._events_lock:
+                self._events.append(line)
 
-    def lock(self) -> TextIO:
-        """Take the run lock (released when the returned file is closed, or the process dies).
+    def flush_events(self) -> None:
+        """Write this run's events to the shared state (its own object: no condition)."""
+        if not self.shared or self._holder is None or self._held is None:
+            return
+        with self._events_lock:
+            text = "".join(line + "\n" for line in self._events)
+        if text:
+            self._held.fence()
+            since = stamp(self._holder.since).replace(":", "")
+            self.backend.add(f"events/{since}-{self._holder.run}.jsonl", text)
 
-        Raises LockHeld naming the holder when another `up`/`down` runs on this cluster.
-        """
-        _private_dir(self.folder)
-        path = self.folder / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        fh = os.fdopen(fd, "r+")
+    # -- the lock -----------------------------------------------------------------------
+    def lock(
+        self, holder: Holder, wait: bool = False, notice: Callable[[str], None] = print
+    ) -> RunLock:
+        """Take the run lock (LockHeld naming the holder when another run has it), and note
+        the versions of the objects this run may replace."""
+        held = self.backend.lock(holder, wait, notice)
+        self._held, self._holder = held, holder
+        self.backend.remember(REPLACED)
+        held.on_renew = self._flush_quietly
+        return held
+
+    def _flush_quietly(self) -> None:
+        # A failure here is retried at the next renewal, or at the end of the run.
+        with contextlib.suppress(Exception):
+            self.flush_events()
+
+    def fence(self) -> None:
+        """Raise LeaseLost when the lock may no longer be this run's."""
+        if self._held is not None:
+            self._held.fence()
+
+    def unlock(self) -> None:
+        """Flush the events and release the lock (a lost lock is left alone)."""
+        held = self._held
+        if held is None:
+            return
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = fh.read().strip() or "another process"
-            fh.close()
-            raise LockHeld(
-                f"cluster {self.name} is being changed by {holder}; wait for it to "
-                "finish (or stop it) and run again"
-            ) from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"fmctl pid {os.getpid()}")
-        fh.flush()
-        return fh
+            if not held.lost:
+                self._flush_quietly()
+        finally:
+            self._held = None
+            held.release()
+
+    def peek_lock(self) -> LockView | None:
+        """Who holds the lock now (reads only)."""
+        return self.backend.peek()
+
+    def break_lock(self, seen: LockView) -> bool:
+        """Remove the lock ``seen`` (only if it is still that one)."""
+        return self.backend.break_lock(seen)
+
+    # -- the audit log ------------------------------------------------------------------
+    def audit_start(self, changes: tuple[str, ...]) -> None:
+        """Record, before the first change, who changes what (the held lock's run)."""
+        assert self._holder is not None and self._held is not None
+        took = self._held.took_over
+        entry = AuditEntry.start(
+            self._holder, changes, f"{took.run} ({took.describe()})" if took else None
+        )
+        self._held.fence()
+        self.backend.add(entry.key, entry.text())
+        self._audit = entry
+
+    def audit_finish(self, result: str) -> None:
+        """Record how the run ended (nothing when its lease was lost: it writes nothing)."""
+        if self._audit is None or self._held is None:
+            return
+        entry, self._audit = self._audit.finish(result), None
+        self._held.fence()
+        self.backend.add(entry.key, entry.text())
+
+    def history(self) -> list[AuditEntry]:
+        """Every recorded run, oldest first; a run that never finished and was not taken
+        over is shown as it was left ("running")."""
+        entries = []
+        for name in self.backend.names("audit/"):
+            stored = self.backend.read(name)
+            entry = AuditEntry.parse(stored.text) if stored else None
+            if entry is not None:
+                entries.append(entry)
+        taken = {e.took_over.split(" ")[0]: e.run for e in entries if e.took_over}
+        out = []
+        for e in sorted(entries, key=lambda e: e.started):
+            if e.result == "running" and e.run in taken:
+                e = replace(e, result=f"interrupted (taken over by {taken[e.run]})")
+            out.append(e)
+        return out

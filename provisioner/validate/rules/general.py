@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.regions import REGIONS
+from provisioner.catalog.s3_names import bucket_problem
 from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, suggest
@@ -62,6 +63,36 @@ def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             f"ttl {spec.metadata.ttl!r} is not a duration",
             ("metadata", "ttl"),
             hint="write it like 8h, 3d or 1h30m",
+        )
+
+
+@rule("state-location")
+def state_location(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """An S3 state needs a valid bucket name; a local one takes none."""
+    state = spec.state
+    if state.backend == "s3" and not state.bucket:
+        yield Problem(
+            "state-location",
+            "state.backend s3 needs a bucket",
+            ("state",),
+            hint="add `bucket: NAME` (create it with `fmctl state init s3://NAME/PREFIX`)",
+        )
+    elif state.backend == "s3" and state.bucket and (problem := bucket_problem(state.bucket)):
+        yield Problem("state-location", problem, ("state", "bucket"), hint="fix the name")
+    elif state.backend == "local" and state.bucket:
+        yield Problem(
+            "state-location",
+            "state.bucket is set but state.backend is local",
+            ("state", "backend"),
+            hint="write `backend: s3` to keep the state in the bucket, or drop `bucket`",
+        )
+    if state.prefix.strip("/") != state.prefix or not state.prefix:
+        yield Problem(
+            "state-location",
+            f"state.prefix {state.prefix!r} must be a non-empty key prefix without leading "
+            "or trailing '/'",
+            ("state", "prefix"),
+            hint="write it like teams/ml",
         )
 
 
