@@ -120,7 +120,9 @@ class LocalBackend:
         return FileLock(handle)
 
     def peek(self) -> LockView | None:
-        """The holder when a live process has the flock."""
+        """The holder when a live process has the flock (creates nothing)."""
+        if not (self.folder / "lock").exists():
+            return None
         handle = self._open()
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -15,7 +15,7 @@ from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.state.backend import LockView, Stored
-from provisioner.state.errors import StateConflict
+from provisioner.state.errors import StateConflict, StateError
 from provisioner.state.lease import Lease, acquire, view
 from provisioner.state.location import StateLocation
 from provisioner.state.records import Holder
@@ -25,6 +25,8 @@ from provisioner.state.records import Holder
 CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict"}
 #: A missing object: GetObject's NoSuchKey, HeadObject's bare 404.
 MISSING = {"NoSuchKey", "404", "NotFound"}
+#: A bucket that is not there: GetObject's NoSuchBucket, HeadBucket's bare 404.
+NO_BUCKET = {"NoSuchBucket", "404", "NotFound"}
 _UNSEEN = "?"
 
 
@@ -48,6 +50,14 @@ class S3Backend:
         """The object key of ``name``."""
         return self.location.key(self.cluster, name)
 
+    def _no_bucket(self, exc: BaseException) -> None:
+        """Raise StateError for a bucket that does not exist (what to run instead)."""
+        if error_code(exc) in NO_BUCKET:
+            raise StateError(
+                f"the state bucket {self.bucket} does not exist",
+                f"create it with `fmctl state init {self.location.url}` (or fix the name)",
+            ) from None
+
     def read(self, name: str) -> Stored | None:
         """GetObject; remembers its ETag for the next write."""
         try:
@@ -56,6 +66,7 @@ class S3Backend:
             if error_code(exc) in MISSING:
                 self._versions[name] = None
                 return None
+            self._no_bucket(exc)
             raise
         text = answer["Body"].read().decode()
         self._versions[name] = answer["ETag"]
@@ -110,6 +121,11 @@ class S3Backend:
 
     def lock(self, holder: Holder, wait: bool, notice: Callable[[str], None]) -> Lease:
         """A leased lock on ``lock.json`` (see ``state.lease``)."""
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except Exception as exc:
+            self._no_bucket(exc)
+            raise
         return acquire(
             self.client, self.bucket, self.key("lock.json"), self.cluster, holder, wait, notice
         )
