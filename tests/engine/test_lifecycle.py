@@ -225,7 +225,8 @@ def test_two_concurrent_ups(sandbox: Sandbox, tmp_path: Path) -> None:
     out, _ = first.communicate(timeout=120)
     assert first.returncode == 0, out
     assert second.returncode == 1
-    assert "is being changed by fmctl pid" in second.stderr
+    assert "is being changed by arn:aws:sts::123456789012:user/moto on" in second.stderr
+    assert f"(pid {first.pid}, `fmctl up`" in second.stderr and "--wait" in second.stderr
     items = owned(sandbox, "e2e-concurrent", region)
     assert duplicates(items) == {} and {i[1] for i in items} == P5EN_RESOURCES
     sandbox.fmctl("down", "e2e-concurrent", "--region", region, "--sandbox", "--yes")

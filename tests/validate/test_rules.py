@@ -37,6 +37,28 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ("region-unknown", "typo", [(("metadata", "region"), "us-esat-1")], "metadata.region", "error"),
     ("ttl-format", "words", [(("metadata", "ttl"), "8 hours")], "metadata.ttl", "error"),
     ("ttl-format", "zero", [(("metadata", "ttl"), "0h")], "metadata.ttl", "error"),
+    ("state-location", "s3-no-bucket", [(("state",), {"backend": "s3"})], "state", "error"),
+    (
+        "state-location",
+        "bad-bucket",
+        [(("state",), {"backend": "s3", "bucket": "Team_State"})],
+        "state.bucket",
+        "error",
+    ),
+    (
+        "state-location",
+        "bucket-but-local",
+        [(("state",), {"bucket": "team-state"})],
+        "state.backend",
+        "error",
+    ),
+    (
+        "state-location",
+        "slashed-prefix",
+        [(("state",), {"backend": "s3", "bucket": "team-state", "prefix": "/ml/"})],
+        "state.prefix",
+        "error",
+    ),
     (
         "tag-reserved",
         "aws-prefix",
@@ -514,6 +536,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
+    (
+        "state-location",
+        "s3",
+        [(("state",), {"backend": "s3", "bucket": "team-state", "prefix": "teams/ml"})],
+    ),
     ("tag-reserved", "plain", [(("metadata", "tags"), {"cost-center": "42"})]),
     ("kubernetes-version", "newest", [(("kubernetes",), {"version": "1.36"})]),
     (
