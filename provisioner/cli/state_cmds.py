@@ -48,38 +48,35 @@ def state_init(url: str, region: str, sandbox: bool, state_dir: str | None) -> N
         click.echo(line)
 
 
-@state.command("push", cls=GuardedCommand)
-@click.argument("name")
-@region_option
-@state_option
-@target_options
-def state_push(
-    name: str, region: str, state_url: str | None, sandbox: bool, state_dir: str | None
-) -> None:
-    """Move this machine's state of cluster NAME to --state (FMCTL_STATE)."""
-    from provisioner.ops.team import push
+def _move_command(verb: str, doc: str, done: str) -> None:
+    """`fmctl state push|pull NAME`: the same options, ops.team's function of that name."""
 
-    location = _location(state_url)
-    target = _target(region, state_dir, sandbox)
-    copied = push(target, name, location)
-    click.echo(f"{name}: {', '.join(copied)} moved to {state_url}; runs here use it from now on")
+    @state.command(verb, cls=GuardedCommand, help=doc)
+    @click.argument("name")
+    @region_option
+    @state_option
+    @target_options
+    def command(
+        name: str, region: str, state_url: str | None, sandbox: bool, state_dir: str | None
+    ) -> None:
+        from provisioner.ops import team
+
+        location = _location(state_url)
+        target = _target(region, state_dir, sandbox)
+        copied = getattr(team, verb)(target, name, location)
+        click.echo(f"{name}: {', '.join(copied)} {done.format(url=state_url)}")
 
 
-@state.command("pull", cls=GuardedCommand)
-@click.argument("name")
-@region_option
-@state_option
-@target_options
-def state_pull(
-    name: str, region: str, state_url: str | None, sandbox: bool, state_dir: str | None
-) -> None:
-    """Copy cluster NAME's state from --state (FMCTL_STATE) to this machine, and use it."""
-    from provisioner.ops.team import pull
-
-    location = _location(state_url)
-    target = _target(region, state_dir, sandbox)
-    copied = pull(target, name, location)
-    click.echo(f"{name}: {', '.join(copied)} copied here; runs here use the local state now")
+_move_command(
+    "push",
+    "Move this machine's state of cluster NAME to --state (FMCTL_STATE).",
+    "moved to {url}; runs here use it from now on",
+)
+_move_command(
+    "pull",
+    "Copy cluster NAME's state from --state (FMCTL_STATE) to this machine, and use it.",
+    "copied here; runs here use the local state now",
+)
 
 
 @click.command("unlock", cls=GuardedCommand)

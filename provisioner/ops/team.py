@@ -9,7 +9,6 @@ location this machine last used for the cluster, else this machine's folder.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import socket
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provisioner.ops.target import Target
+from provisioner.resources.storage import PUBLIC_ACCESS_BLOCK, tls_only_policy
 from provisioner.spec.model import ClusterSpec
 from provisioner.state.errors import StateError
 from provisioner.state.lease import lease_seconds
@@ -155,16 +155,8 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
             ]
         },
     )
-    s3.put_public_access_block(
-        Bucket=bucket,
-        PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True,
-            "IgnorePublicAcls": True,
-            "BlockPublicPolicy": True,
-            "RestrictPublicBuckets": True,
-        },
-    )
-    s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(tls_only_policy(bucket)))
+    s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
+    s3.put_bucket_policy(Bucket=bucket, Policy=tls_only_policy(bucket))
     s3.put_bucket_lifecycle_configuration(
         Bucket=bucket,
         LifecycleConfiguration={
@@ -188,23 +180,6 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
         f"in the spec, or FMCTL_STATE={location.url}",
     ]
     return BucketReport(location, tuple(lines))
-
-
-def tls_only_policy(bucket: str) -> dict[str, object]:
-    """Deny every request that does not use TLS (aws:SecureTransport false)."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "DenyWithoutTLS",
-                "Effect": "Deny",
-                "Principal": "*",
-                "Action": "s3:*",
-                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
-                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-            }
-        ],
-    }
 
 
 #: The objects `push` and `pull` copy (the event and audit logs stay where they were made).

@@ -317,6 +317,7 @@ def serve(port: int, scale: float, ready_file: str | None) -> None:
     os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
     folder = Path(ready_file).parent if ready_file else Path.cwd()
     cert, key = make_certificate(folder)
+
     class LazyHandshake(ssl.SSLContext):
         """TLS handshakes in each connection's own thread, on its first read: werkzeug's
         listening socket would otherwise shake hands inside accept(), in the one serving

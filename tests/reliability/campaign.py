@@ -14,10 +14,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.engine import harness
 from tests.engine.harness import Sandbox
+
+P = TypeVar("P")
 
 #: What must be 0 for the campaign to pass.
 MUST_BE_ZERO = ("orphans found", "duplicates found", "foreign resources touched")
@@ -69,8 +71,8 @@ def duplicates(items: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
 
 
 def run_points(
-    points: Sequence[int], attempt: Callable[[int], None], parallelism: int, name: str
-) -> dict[int, BaseException | None]:
+    points: Sequence[P], attempt: Callable[[P], None], parallelism: int, name: str
+) -> dict[P, BaseException | None]:
     """Run ``attempt`` at every point, ``parallelism`` at a time; what each one raised.
 
     A module fixture runs them all up front (the sandbox is shared and each point takes
@@ -78,7 +80,7 @@ def run_points(
     its failure, so a report names the point that failed.
     """
 
-    def run(point: int) -> BaseException | None:
+    def run(point: P) -> BaseException | None:
         try:
             attempt(point)
         except BaseException as exc:  # reported by the point's own test

@@ -1,9 +1,12 @@
 """The crash campaign: `up` and `down` SIGKILLed at every step of the plan in turn and run
 again. The end state must equal a clean run's, with no duplicate and nothing left after down.
+Every point runs with the state on this machine and again with it in S3 (team state), where
+the killed run leaves its lock behind: the rerun must wait out the lease and take it over.
 (Its own file: `make test` gives each file to one worker, and this is the longest.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from tests.reliability.campaign import duplicates, raw_leftovers, run_points, ta
 KILL_POINTS = list(range(1, len(P5EN_RESOURCES) + 1))
 #: Crash points run this many at a time (each one its own cluster): the runs mostly wait on
 #: the emulator's clock, and one after another they took longer than the rest of the suite.
-CRASH_PARALLELISM = 4
+CRASH_PARALLELISM = 6
 
 
 #: Tries at killing a run at its step: the kill follows the run's output, and on a loaded
@@ -25,65 +28,102 @@ CRASH_PARALLELISM = 4
 KILL_TRIES = 3
 
 
+#: The S3 rounds' state, and a lease short enough that waiting one out stays quick, long
+#: enough that a run starved of CPU among the campaign's others still renews in time.
+STATE = {"FMCTL_STATE": "s3://fmctl-crash-state/crash", "FMCTL_LOCK_LEASE": "8"}
+#: Every point runs with local state; every other one with S3 state too (what a crash
+#: leaves of the resources does not depend on where the state is; what it leaves of the
+#: lock and the state does not depend on the step: half the points keep the file's time
+#: within the suite's).
+POINTS = [(point, "local") for point in KILL_POINTS] + [(point, "s3") for point in KILL_POINTS[::2]]
+
+
 def _killed(
-    sandbox: Sandbox, args: tuple[str, ...], marker: str, point: int, undo: tuple[str, ...]
+    sandbox: Sandbox,
+    args: tuple[str, ...],
+    marker: str,
+    point: int,
+    undo: tuple[str, ...],
+    env: dict[str, str],
 ) -> None:
     """Run fmctl ``args`` and SIGKILL it once ``point`` output lines show ``marker``. When
     the run finished before the kill landed, ``undo`` it and try again: a crash at that step
     must have happened before this returns."""
     for _ in range(KILL_TRIES):
-        proc = sandbox.spawn(*args, "--sandbox", "--yes")
+        proc = sandbox.spawn(*args, "--sandbox", "--yes", **env)
         lines = kill_after(proc, marker, point)
         if proc.returncode != 0:
             break
-        again = sandbox.fmctl(*undo, "--sandbox", "--yes")
+        again = sandbox.fmctl(*undo, "--sandbox", "--yes", *_wait(env), timeout=300, **env)
         assert again.returncode == 0, again.stdout + again.stderr
     assert proc.returncode == -9, "".join(lines)
     tally.add(crashes_tried=1)
 
 
-def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int) -> None:
+def _wait(env: dict[str, str]) -> tuple[str, ...]:
+    """A rerun after a crash with S3 state waits out the killed run's lease."""
+    return ("--wait",) if env else ()
+
+
+def _rerun(sandbox: Sandbox, env: dict[str, str], *args: str) -> None:
+    """Run again after the crash; with S3 state it must take the dead run's lock over."""
+    again = sandbox.fmctl(*args, "--sandbox", "--yes", *_wait(env), timeout=300, **env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    if env:
+        assert "took over the lock" in again.stderr, again.stderr
+
+
+def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> None:
     """`up` SIGKILLed after the Nth create started, run again: the clean run's resources,
     none twice, none replaced. Then `down` SIGKILLed after the Nth delete started, run again:
-    nothing left. (One cluster per step serves both crashes.)"""
-    name = f"e2e-crash-{point}"
+    nothing left. (One cluster per step and backend serves both crashes.)"""
+    env = STATE if backend == "s3" else {}
+    name = f"e2e-{'s3crash' if env else 'crash'}-{point}"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
     up, down = ("up", "-f", str(spec)), ("down", name, "--region", region)
-    _killed(sandbox, up, " creating", point, undo=down)
+    _killed(sandbox, up, " creating", point, down, env)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
-    rerun = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
-    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    _rerun(sandbox, env, *up)
     items = owned(sandbox, name, region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
     # What existed before the crash was kept, not replaced.
     assert {i[2] for i in partial} <= {i[2] for i in items}
 
-    _killed(sandbox, down, " deleting", point, undo=up)
-    again = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert again.returncode == 0, again.stdout + again.stderr
+    _killed(sandbox, down, " deleting", point, up, env)
+    _rerun(sandbox, env, *down)
     assert raw_leftovers(sandbox, name, region) == []
+    if env:
+        runs = sandbox.fmctl("history", name, "-o", "json", "--sandbox", timeout=60, **env)
+        results = [r["result"] for r in json.loads(runs.stdout)]
+        # The killed up and down, each taken over by the run after it.
+        assert results.count("ok") >= 2 and sum(r.startswith("interrupted") for r in results) >= 2
 
 
 @pytest.fixture(scope="module")
 def crash_runs(
     sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
-) -> dict[int, BaseException | None]:
-    """Every crash point, CRASH_PARALLELISM at a time; what each one raised."""
+) -> dict[tuple[int, str], BaseException | None]:
+    """Every crash point with each backend, CRASH_PARALLELISM at a time; what each raised."""
     tmp = tmp_path_factory.mktemp("crashes")
+    made = sandbox.fmctl("state", "init", STATE["FMCTL_STATE"], "--sandbox")
+    assert made.returncode == 0, made.stderr
     return run_points(
-        KILL_POINTS, lambda point: _crash_point(sandbox, tmp, point), CRASH_PARALLELISM, "crash"
+        POINTS,
+        lambda key: _crash_point(sandbox, tmp, *key),
+        CRASH_PARALLELISM,
+        "crash",
     )
 
 
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("point", KILL_POINTS)
+@pytest.mark.timeout(2400)
+@pytest.mark.parametrize(("point", "backend"), POINTS)
 def test_killed_at_each_step_then_rerun(
-    crash_runs: dict[int, BaseException | None], point: int
+    crash_runs: dict[tuple[int, str], BaseException | None], point: int, backend: str
 ) -> None:
     """See ``_crash_point``: killed at step ``point`` of `up`, then of `down`."""
-    error = crash_runs[point]
+    error = crash_runs[(point, backend)]
     if error is not None:
         raise error

@@ -31,8 +31,9 @@ from tests.reliability.campaign import duplicates, raw_leftovers
 
 BUCKET = "acme-fmctl-state"
 STATE = f"s3://{BUCKET}/team"
-#: Short leases keep the test quick; the protocol is the same at 120 s.
-LEASE = "4"
+#: Short leases keep the test quick (the protocol is the same at 120 s); long enough that
+#: a run starved of CPU by the suite's other worker still renews in time.
+LEASE = "8"
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +52,11 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def _run(sandbox: Sandbox, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return sandbox.fmctl(*args, "--sandbox", **_env(home))
+    return sandbox.fmctl(*args, "--sandbox", timeout=300, **_env(home))
 
 
-def _spawn(sandbox: Sandbox, home: Path, *args: str) -> subprocess.Popen[str]:
-    return sandbox.spawn(*args, "--sandbox", **_env(home))
+def _spawn(sandbox: Sandbox, home: Path, *args: str, lease: str = LEASE) -> subprocess.Popen[str]:
+    return sandbox.spawn(*args, "--sandbox", **{**_env(home), "FMCTL_LOCK_LEASE": lease})
 
 
 def _drain(proc: subprocess.Popen[str], into: list[str]) -> threading.Thread:
@@ -166,7 +167,7 @@ def test_two_concurrent_ups_one_proceeds(
     pid = (a if winner == "a" else b).pid
     assert " creating" in out[winner]
     assert " creating" not in out[loser], "the refused run changed nothing"
-    assert f"is being changed by" in out[loser] and f"(pid {pid}, `fmctl up`" in out[loser]
+    assert "is being changed by" in out[loser] and f"(pid {pid}, `fmctl up`" in out[loser]
     assert "--wait" in out[loser]
     region = region_of(spec)
     items = owned(sandbox, name, region)
@@ -188,7 +189,8 @@ def test_killed_holder_is_waited_out_and_taken_over(
     name = "e2e-team-killed"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
-    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes")
+    # A's lease outlasts B's start, however loaded the machine: B first finds it live.
+    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="20")
     kill_after(a, " creating", 3)
     assert a.returncode == -9
     refused = _run(sandbox, team["b"], "up", "-f", str(spec), "--yes")
@@ -201,7 +203,7 @@ def test_killed_holder_is_waited_out_and_taken_over(
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
     runs = _history(sandbox, team["a"], name)
-    assert [r["pid"] for r in runs][0] == a.pid
+    assert runs[0]["pid"] == a.pid
     assert runs[0]["result"].startswith("interrupted (taken over by")
     assert runs[1]["result"] == "ok" and runs[1]["took_over"].startswith(runs[0]["run"])
     down = _run(sandbox, team["a"], "down", name, "--region", region, "--yes")
@@ -267,8 +269,11 @@ def test_paused_holder_writes_nothing_after_a_takeover(
     items = owned(sandbox, name, region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES and duplicates(items) == {}
     runs = _history(sandbox, team["b"], name)
-    assert [r["result"] for r in runs] == ["interrupted (taken over by " + runs[1]["run"] + ")",
-                                           "ok", "ok"]
+    assert [r["result"] for r in runs] == [
+        "interrupted (taken over by " + runs[1]["run"] + ")",
+        "ok",
+        "ok",
+    ]
     down = _run(sandbox, team["b"], "down", name, "--region", region, "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, region) == []
@@ -302,7 +307,7 @@ def test_push_moves_a_local_state_and_pull_brings_it_back(
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
     local = {"FMCTL_HOME": str(team["a"]), "FMCTL_STATE": ""}
-    made = sandbox.fmctl("up", "-f", str(spec), "--yes", "--sandbox", **local)
+    made = sandbox.fmctl("up", "-f", str(spec), "--yes", "--sandbox", timeout=300, **local)
     assert made.returncode == 0, made.stderr
     pushed = _run(sandbox, team["a"], "state", "push", name)
     assert pushed.returncode == 0, pushed.stderr
