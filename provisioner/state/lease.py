@@ -90,6 +90,7 @@ class Lease:
         self._etag = etag
         self._safe_until = sent + _safe_for(holder.lease_s)
         self._lost = False
+        self._released = False
         self._stop = threading.Event()
         self._guard = threading.Lock()
         #: Called after each renewal (the state flushes its event log then).
@@ -107,6 +108,11 @@ class Lease:
 
     def fence(self) -> None:
         """Raise LeaseLost unless the lease surely still runs."""
+        if self._released:
+            raise LeaseLost(
+                "this run released the cluster's lock: it makes no more changes",
+                "run the command again to finish what it did not",
+            )
         if self.lost:
             raise LeaseLost(
                 f"this run's lease on the lock ended (last renewed more than "
@@ -139,10 +145,14 @@ class Lease:
             self.on_renew()
 
     def release(self) -> None:
-        """Stop renewing; delete the lock if it is still this run's."""
+        """Stop renewing; delete the lock if it is still this run's. From here on the
+        fence refuses every change: threads of a run stopped by Ctrl-C may still be going."""
         self._stop.set()
         self._thread.join(timeout=5)
-        if self._lost:
+        self._released = True
+        with self._guard:
+            was_lost, self._lost = self._lost, True
+        if was_lost:
             return
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from provisioner.state.backend import LockView, Stored
-from provisioner.state.errors import LockHeld
+from provisioner.state.errors import LeaseLost, LockHeld
 from provisioner.state.records import Holder
 
 
@@ -51,10 +51,18 @@ class FileLock:
         self.on_renew: Callable[[], None] = lambda: None
 
     def fence(self) -> None:
-        """Nothing: the kernel keeps the lock while this process lives."""
+        """Nothing while held (the kernel keeps the lock while this process lives); once
+        released, every change is refused: threads of a run stopped by Ctrl-C may still
+        be going."""
+        if self.lost:
+            raise LeaseLost(
+                "this run released the cluster's lock: it makes no more changes",
+                "run the command again to finish what it did not",
+            )
 
     def release(self) -> None:
         """Close the file (the kernel drops the lock)."""
+        self.lost = True
         self._handle.close()
 
 

@@ -121,8 +121,12 @@ class ClusterState:
         """Take the run lock (LockHeld naming the holder when another run has it), and note
         the versions of the objects this run may replace."""
         held = self.backend.lock(holder, wait, notice)
+        try:
+            self.backend.remember(REPLACED)
+        except BaseException:
+            held.release()  # a lock nobody will use would block the team for a lease
+            raise
         self._held, self._holder = held, holder
-        self.backend.remember(REPLACED)
         held.on_renew = self._flush_quietly
         return held
 

@@ -147,3 +147,31 @@ def test_history_marks_a_run_that_was_taken_over(
         ("second", "ok"),
     ]
     assert runs[1].took_over is not None and runs[1].took_over.startswith("first (")
+
+
+def test_a_released_lock_fences_what_is_still_running(s3: Any, tmp_path: Path) -> None:
+    """After Ctrl-C the lock is released while the run's threads may still be going: from
+    then on the fence refuses their changes, with either backend."""
+    for backend in (None, _backend(s3)):
+        state = ClusterState(tmp_path, "c1", backend)
+        state.lock(_holder("ctrl-c"))
+        state.fence()
+        held = state._held
+        state.unlock()
+        assert held is not None
+        with pytest.raises(LeaseLost, match="released"):
+            held.fence()
+
+
+def test_a_local_lock_names_its_live_holder(tmp_path: Path) -> None:
+    first = ClusterState(tmp_path, "c1")
+    first.lock(_holder("here"))
+    try:
+        with pytest.raises(LockHeld, match=r"user/here on host \(pid 4242"):
+            ClusterState(tmp_path, "c1").lock(_holder("there"))
+        seen = ClusterState(tmp_path, "c1").peek_lock()
+        assert seen is not None and seen.remaining_s is None  # lasts as long as its process
+        assert seen.holder is not None and seen.holder.run == "here"
+    finally:
+        first.unlock()
+    assert ClusterState(tmp_path, "c1").peek_lock() is None
