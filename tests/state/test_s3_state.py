@@ -39,7 +39,8 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         yield client
 
 
-def _holder(run: str, lease_s: float = 2.0) -> Holder:
+def _holder(run: str, lease_s: float = 30.0) -> Holder:
+    """A holder whose lease outlasts the test (expiry is tested by moving S3's clock)."""
     return Holder(
         run, f"arn:aws:iam::123456789012:user/{run}", "host", 4242, "up", "", time.time(), lease_s
     )
@@ -103,13 +104,13 @@ def test_fence_stops_a_run_whose_lease_ran_out(s3: Any) -> None:
 
 
 def test_renewal_keeps_the_lease_and_notices_a_takeover(s3: Any) -> None:
-    held = _backend(s3).lock(_holder("long", lease_s=2.0), False, print)
+    held = _backend(s3).lock(_holder("long", lease_s=6.0), False, print)
     first = s3.head_object(Bucket=BUCKET, Key="team/c1/lock.json")["ETag"]
-    time.sleep(1.6)  # three renewals at 0.5 s, well past the 0.8 s the first one was safe
+    time.sleep(5.0)  # past the 4.4 s the first put was safe for: renewals (each 1.5 s) kept it
     held.fence()
     assert s3.head_object(Bucket=BUCKET, Key="team/c1/lock.json")["ETag"] != first
     s3.put_object(Bucket=BUCKET, Key="team/c1/lock.json", Body=b"{}")  # someone else's now
-    time.sleep(1.0)
+    time.sleep(3.5)  # the next renewal's If-Match fails (or, late, the lease runs out)
     with pytest.raises(LeaseLost):
         held.fence()
     held.release()
