@@ -52,7 +52,14 @@ class Sandbox:
 
     def env(self, **extra: str) -> dict[str, str]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-        return {**clean, "FMCTL_HOME": str(self.home), "AWS_EC2_METADATA_DISABLED": "true", **extra}
+        return {
+            **clean,
+            "FMCTL_HOME": str(self.home),
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # A run that dies of a signal (a segfault seen once in CI) prints where it was.
+            "PYTHONFAULTHANDLER": "1",
+            **extra,
+        }
 
     def fmctl(
         self, *args: str, timeout: float = 180, **env: str
