@@ -102,7 +102,7 @@ def unlock(
     if seen is None:
         click.echo(f"{name}: not locked ({cluster.backend.where})")
         return
-    who = seen.holder.describe() if seen.holder else "a run fmctl cannot read"
+    who = seen.who
     if seen.remaining_s is None:
         _fail(
             f"{name} is locked by {who}, a live process on this machine",

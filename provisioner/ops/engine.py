@@ -257,8 +257,8 @@ def up(
             on_event(event)
 
         # The plan was read against the state as the lock found it: if the lease lapsed
-        # while the user read the plan, another run may have changed both since.
-        state.fence()
+        # while the user read the plan, another run may have changed both since, and
+        # audit_start (fenced, as every state write) stops here.
         state.audit_start(tuple(c.summary() for c in plan.acting))
         ctx = make_context(target, spec.metadata.name, record, fence=state.fence)
         result = apply(plan, ctx)

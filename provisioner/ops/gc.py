@@ -103,7 +103,7 @@ def lock_holder(target: Target, name: str) -> str | None:
     seen = open_state(target, name).peek_lock()
     if seen is None:
         return None
-    who = seen.holder.describe() if seen.holder else "a run fmctl cannot read"
+    who = seen.who
     if seen.remaining_s is not None and seen.remaining_s <= 0:
         return f"{who} (its lease ended; `fmctl unlock {name}` if that run is gone)"
     return who

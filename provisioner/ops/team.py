@@ -14,10 +14,13 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from provisioner.ops.target import Target
-from provisioner.resources.storage import PUBLIC_ACCESS_BLOCK, tls_only_policy
+from provisioner.resources.storage import (
+    PUBLIC_ACCESS_BLOCK,
+    default_encryption,
+    tls_only_policy,
+)
 from provisioner.spec.model import ClusterSpec
 from provisioner.state.errors import StateError
 from provisioner.state.lease import lease_seconds
@@ -25,7 +28,7 @@ from provisioner.state.local import write_private
 from provisioner.state.location import LOCAL, StateLocation, parse_state_url
 from provisioner.state.records import AuditEntry, Holder
 from provisioner.state.s3 import S3Backend
-from provisioner.state.store import ClusterState
+from provisioner.state.store import REPLACED, ClusterState
 
 __all__ = [
     "StateLocation",
@@ -145,15 +148,7 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
         lines.append(f"created bucket {bucket} in {target.region}")
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.put_bucket_encryption(
-        Bucket=bucket,
-        ServerSideEncryptionConfiguration={
-            "Rules": [
-                {
-                    "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"},
-                    "BucketKeyEnabled": True,
-                }
-            ]
-        },
+        Bucket=bucket, ServerSideEncryptionConfiguration=default_encryption("AES256")
     )
     s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
     s3.put_bucket_policy(Bucket=bucket, Policy=tls_only_policy(bucket))
@@ -182,10 +177,6 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
     return BucketReport(location, tuple(lines))
 
 
-#: The objects `push` and `pull` copy (the event and audit logs stay where they were made).
-MOVED = ("spec.yaml", "outputs.json", "nccl-baselines.json")
-
-
 def move(target: Target, name: str, source: ClusterState, dest: ClusterState) -> list[str]:
     """Copy a cluster's state from ``source`` to ``dest`` under both locks; the names
     copied. Refuses (StateConflict) to overwrite a destination that already has a spec."""
@@ -200,7 +191,8 @@ def move(target: Target, name: str, source: ClusterState, dest: ClusterState) ->
         dest.lock(me)
         try:
             copied = []
-            for obj in MOVED:
+            # The objects a run replaces; the event and audit logs stay where they were made.
+            for obj in REPLACED:
                 stored = source.backend.read(obj)
                 if stored is not None:
                     dest.fence()
@@ -232,7 +224,7 @@ def pull(target: Target, name: str, location: StateLocation) -> list[str]:
     if shared.spec_text() is None:
         raise StateError(f"{shared.backend.where} holds no state of {name}")
     copied = move(target, name, shared, ClusterState(target.home, name))
-    Path(target.folder(name) / POINTER).unlink(missing_ok=True)
+    (target.folder(name) / POINTER).unlink(missing_ok=True)
     return copied
 
 

@@ -24,6 +24,19 @@ PUBLIC_ACCESS_BLOCK = {
 }
 
 
+def default_encryption(algorithm: str) -> dict[str, Any]:
+    """PutBucketEncryption's configuration: ``algorithm`` (AES256 or aws:kms) with S3
+    bucket keys."""
+    return {
+        "Rules": [
+            {
+                "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": algorithm},
+                "BucketKeyEnabled": True,
+            }
+        ]
+    }
+
+
 def bucket_name(cluster: str, account: str, region: str) -> str:
     """Globally unique and stable, so a re-run finds the same bucket."""
     return f"fmctl-{cluster}-{account}-{region}"[:63].rstrip("-")
@@ -187,15 +200,7 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
     def _secure(self, s3: Any, name: str) -> None:
         s3.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=PUBLIC_ACCESS_BLOCK)
         s3.put_bucket_encryption(
-            Bucket=name,
-            ServerSideEncryptionConfiguration={
-                "Rules": [
-                    {
-                        "ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"},
-                        "BucketKeyEnabled": True,
-                    }
-                ]
-            },
+            Bucket=name, ServerSideEncryptionConfiguration=default_encryption("aws:kms")
         )
         s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
         s3.put_bucket_policy(Bucket=name, Policy=tls_only_policy(name))

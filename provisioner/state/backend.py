@@ -27,6 +27,11 @@ class LockView:
     remaining_s: float | None
     version: str | None = None
 
+    @property
+    def who(self) -> str:
+        """The holder, described (or that its lock cannot be read)."""
+        return self.holder.describe() if self.holder else "a run fmctl cannot read"
+
 
 class RunLock(Protocol):
     """A held lock: the fence every change passes, and its release."""

@@ -32,8 +32,11 @@ from provisioner.state.records import Holder, stamp
 DEFAULT_LEASE_S = 120.0
 #: How often a waiting run says it still waits.
 WAIT_NOTICE_S = 30.0
-_CONDITION = {"PreconditionFailed", "ConditionalRequestConflict"}
-_MISSING = {"NoSuchKey", "404", "NotFound"}
+#: What S3 answers when a condition fails, or when another conditional write to the key
+#: is in flight.
+CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict"}
+#: A missing object: GetObject's NoSuchKey, HeadObject's bare 404.
+MISSING = {"NoSuchKey", "404", "NotFound"}
 
 
 def lease_seconds() -> float:
@@ -63,7 +66,7 @@ def view(client: Any, bucket: str, key: str) -> LockView | None:
     try:
         answer = client.get_object(Bucket=bucket, Key=key)
     except Exception as exc:
-        if error_code(exc) in _MISSING:
+        if error_code(exc) in MISSING:
             return None
         raise
     holder = Holder.parse(answer["Body"].read().decode())
@@ -134,7 +137,7 @@ class Lease:
                     IfMatch=self._etag,
                 )
             except Exception as exc:
-                if error_code(exc) in _CONDITION | _MISSING:
+                if error_code(exc) in CONDITION_FAILED | MISSING:
                     with self._guard:
                         self._lost = True  # taken over (or removed by `unlock --force`)
                     return
@@ -157,7 +160,7 @@ class Lease:
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
         except Exception as exc:
-            if error_code(exc) not in _CONDITION | _MISSING:
+            if error_code(exc) not in CONDITION_FAILED | MISSING:
                 raise
 
 
@@ -180,19 +183,19 @@ def acquire(
             answer = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
             return Lease(client, bucket, key, holder, answer["ETag"], sent, None)
         except Exception as exc:
-            if error_code(exc) not in _CONDITION:
+            if error_code(exc) not in CONDITION_FAILED:
                 raise
         seen = view(client, bucket, key)
         if seen is None:
             continue  # released since: try again
         assert seen.remaining_s is not None
-        who = seen.holder.describe() if seen.holder else "a run fmctl cannot read"
+        who = seen.who
         if seen.remaining_s <= 0:
             sent = time.monotonic()
             try:
                 answer = client.put_object(Bucket=bucket, Key=key, Body=body, IfMatch=seen.version)
             except Exception as exc:
-                if error_code(exc) in _CONDITION | _MISSING:
+                if error_code(exc) in CONDITION_FAILED | MISSING:
                     continue  # another run took it first, or it was released
                 raise
             notice(

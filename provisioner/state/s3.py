@@ -16,15 +16,10 @@ from typing import Any
 from provisioner.drivers.aws import error_code
 from provisioner.state.backend import LockView, Stored
 from provisioner.state.errors import StateConflict, StateError
-from provisioner.state.lease import Lease, acquire, view
+from provisioner.state.lease import CONDITION_FAILED, MISSING, Lease, acquire, view
 from provisioner.state.location import StateLocation
 from provisioner.state.records import Holder
 
-#: What S3 answers when a condition fails, or when another conditional write to the key
-#: is in flight.
-CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict"}
-#: A missing object: GetObject's NoSuchKey, HeadObject's bare 404.
-MISSING = {"NoSuchKey", "404", "NotFound"}
 #: A bucket that is not there: GetObject's NoSuchBucket, HeadBucket's bare 404.
 NO_BUCKET = {"NoSuchBucket", "404", "NotFound"}
 _UNSEEN = "?"
