@@ -65,12 +65,16 @@ def _wait(env: dict[str, str]) -> tuple[str, ...]:
     return ("--wait",) if env else ()
 
 
-def _rerun(sandbox: Sandbox, env: dict[str, str], *args: str) -> None:
-    """Run again after the crash; with S3 state it must take the dead run's lock over."""
+def _rerun(sandbox: Sandbox, env: dict[str, str], *args: str) -> bool:
+    """Run again after the crash; with S3 state it must take the dead run's lock over,
+    unless nothing was left to do (a `down` killed after its last delete finds nothing
+    tagged and takes no lock). True when it took a lock over."""
     again = sandbox.fmctl(*args, "--sandbox", "--yes", *_wait(env), timeout=300, **env)
     assert again.returncode == 0, again.stdout + again.stderr
-    if env:
-        assert "took over the lock" in again.stderr, again.stderr
+    if not env or "nothing tagged" in again.stdout:
+        return False
+    assert "took over the lock" in again.stderr, again.stderr
+    return True
 
 
 def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> None:
@@ -85,7 +89,7 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     _killed(sandbox, up, " creating", point, down, env)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
-    _rerun(sandbox, env, *up)
+    took = [_rerun(sandbox, env, *up)]
     items = owned(sandbox, name, region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -93,13 +97,15 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     assert {i[2] for i in partial} <= {i[2] for i in items}
 
     _killed(sandbox, down, " deleting", point, up, env)
-    _rerun(sandbox, env, *down)
+    took.append(_rerun(sandbox, env, *down))
     assert raw_leftovers(sandbox, name, region) == []
     if env:
         runs = sandbox.fmctl("history", name, "-o", "json", "--sandbox", timeout=60, **env)
         results = [r["result"] for r in json.loads(runs.stdout)]
-        # The killed up and down, each taken over by the run after it.
-        assert results.count("ok") >= 2 and sum(r.startswith("interrupted") for r in results) >= 2
+        # The killed up and down, each taken over by the run after it (a down left
+        # nothing to do stays "running": its lock just ends with its lease).
+        assert results.count("ok") >= sum(took)
+        assert sum(r.startswith("interrupted") for r in results) >= sum(took)
 
 
 @pytest.fixture(scope="module")
