@@ -76,9 +76,10 @@ def collect() -> tuple[list[Row], str]:
     from provisioner.sandbox.eks_model import DURATIONS
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-day2-"))
-    daemon.ensure(home, SCALE)
-    info = daemon.running(home)
-    assert info is not None
+    from tests.tools import sandbox_doubles as doubles
+
+    # The tests' double of the emulator: the product's, with the request log counted here.
+    doubles.start(home, SCALE)
     spec = home / "day2.yaml"
     data = yaml.safe_load((ROOT / "examples" / "p5en-eks-fsx-s3.yaml").read_text())
     data["compute"]["gpuPools"][0]["count"] = 2
@@ -87,11 +88,11 @@ def collect() -> tuple[list[Row], str]:
     lines = []
     try:
         run(home, "up", "-f", str(spec), "--sandbox", "--yes")
-        before = len(daemon.control(info, "/_fmctl/requests"))
+        before = len(doubles.control(home, "/_fmctl/requests"))
         start = time.perf_counter()
         run(home, "plan", "-f", str(spec), "--sandbox")
         plan_wall = time.perf_counter() - start
-        calls = daemon.control(info, "/_fmctl/requests")[before:]
+        calls = doubles.control(home, "/_fmctl/requests")[before:]
         writes = [c for c in calls if not c["action"].startswith(READS)]
         per_kind = collections.Counter(_kind(c) for c in calls if c["service"] != "kubernetes")
         kinds = [k for k in per_kind if not k.startswith("(")]
@@ -103,12 +104,12 @@ def collect() -> tuple[list[Row], str]:
 
         data["compute"]["gpuPools"][0]["count"] = 4
         spec.write_text(yaml.safe_dump(data, sort_keys=False))
-        before = len(daemon.control(info, "/_fmctl/requests"))
+        before = len(doubles.control(home, "/_fmctl/requests"))
         _, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes")
         found = re.search(r" in ([0-9.]+)s", done.stdout)
         assert found is not None, done.stdout
         scale_wall = float(found.group(1))
-        scaled = daemon.control(info, "/_fmctl/requests")[before:]
+        scaled = doubles.control(home, "/_fmctl/requests")[before:]
         others = [
             c["action"]
             for c in scaled

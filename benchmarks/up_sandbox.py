@@ -106,8 +106,16 @@ def _down_floor(home: Path, info: dict, name: str, region: str) -> tuple[float, 
     from provisioner.ops.planner import find_owned
     from provisioner.resources.context import Context
     from provisioner.resources.registry import deletion_graph, kinds
+    from provisioner.sandbox import daemon
 
-    aws = Aws(region, f"https://127.0.0.1:{info['port']}", sandbox=True, ca_bundle=info["ca"])
+    creds = daemon.credentials(home)
+    aws = Aws(
+        region,
+        f"https://127.0.0.1:{info['port']}",
+        sandbox=True,
+        ca_bundle=info["ca"],
+        credentials=(creds.access_key, creds.secret_key),
+    )
     found = find_owned(Context(aws, name, region))
     graph = deletion_graph(found)
     by_key = {f"{o.kind}:{o.id}": o for o in found}
@@ -121,9 +129,10 @@ def collect() -> tuple[list[Row], str]:
     from provisioner.sandbox import daemon
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-"))
-    daemon.ensure(home, SCALE)
-    info = daemon.running(home)
-    assert info is not None
+    from tests.tools import sandbox_doubles as doubles
+
+    # The tests' double of the emulator: the product's, with the request log counted here.
+    info = doubles.start(home, SCALE)
     runs: list[Run] = []
     try:
         for example in EXAMPLES:
@@ -134,14 +143,14 @@ def collect() -> tuple[list[Row], str]:
             plan = json.loads(planned.stdout)
             critical = plan["critical_path_s"] * SCALE
             serial = plan["serial_s"] * SCALE
-            calls_before = len(daemon.control(info, "/_fmctl/requests"))
+            calls_before = len(doubles.control(home, "/_fmctl/requests"))
             wall, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes")
-            calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
+            calls = len(doubles.control(home, "/_fmctl/requests")) - calls_before
             runs.append(Run(example, "up", wall, _engine(done), critical, serial, calls))
             calls_before += calls
             d_critical, d_serial = _down_floor(home, info, name, region)
             wall, done = run(home, "down", name, "--region", region, "--sandbox", "--yes")
-            calls = len(daemon.control(info, "/_fmctl/requests")) - calls_before
+            calls = len(doubles.control(home, "/_fmctl/requests")) - calls_before
             runs.append(Run(example, "down", wall, _engine(done), d_critical, d_serial, calls))
     finally:
         daemon.stop(home)

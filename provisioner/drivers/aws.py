@@ -3,8 +3,9 @@
 boto3 is imported here (lazily, on first client) and nowhere else but other drivers.
 Retries of throttling and 5xx are botocore's own ("adaptive" mode: exponential backoff with
 client-side rate limiting), not a loop of ours. In the sandbox every client points at the
-local emulator with fake credentials and instance metadata disabled, whatever the
-environment holds, so nothing can reach real AWS.
+local emulator with the sandbox's own credentials (random per sandbox; the emulator accepts
+no others) and instance metadata disabled, whatever the environment holds, so nothing can
+reach real AWS.
 """
 
 from __future__ import annotations
@@ -14,13 +15,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-#: The emulator's fake credentials (moto accepts any).
-SANDBOX_CREDENTIALS = {
-    "aws_access_key_id": "fmctl-sandbox",
-    "aws_secret_access_key": "fmctl-sandbox-secret",
-}
-
 
 #: Operations that only read (what `plan` may call): by name prefix, for every service.
 READ_PREFIXES = ("Describe", "List", "Get", "Head", "Lookup", "Search")
@@ -48,6 +42,8 @@ class Aws:
     sandbox: bool = False
     #: CA bundle to verify the endpoint with (the sandbox's own certificate).
     ca_bundle: str | None = None
+    #: The sandbox's key pair (access key id, secret): the only one its emulator accepts.
+    credentials: tuple[str, str] | None = None
     max_attempts: int = 10
     #: Refuse every call that is not a read (``READ_PREFIXES``), before it is sent.
     read_only: bool = False
@@ -99,8 +95,12 @@ class Aws:
                         "credentials_file": (None, None, os.devnull, None),
                     }
                 )
+                key, secret = self._sandbox_credentials()
                 self._session = boto3.session.Session(
-                    botocore_session=isolated, region_name=self.region, **SANDBOX_CREDENTIALS
+                    botocore_session=isolated,
+                    region_name=self.region,
+                    aws_access_key_id=key,
+                    aws_secret_access_key=secret,
                 )
             else:
                 self._session = boto3.session.Session(region_name=self.region)
@@ -116,17 +116,23 @@ class Aws:
             client.meta.events.register("before-send", _Fenced(self.fence))
         return client
 
+    def _sandbox_credentials(self) -> tuple[str, str]:
+        if self.credentials is None:
+            raise AwsError("a sandbox client needs the sandbox's credentials")
+        return self.credentials
+
     def child_env(self) -> dict[str, str]:
         """The environment for a subprocess that must reach the same AWS as these clients
         (ParallelCluster's `pcluster`): in the sandbox, the emulator with its certificate
-        and fake credentials, and nothing of the caller's profile, config or metadata."""
+        and credentials, and nothing of the caller's profile, config or metadata."""
         env = dict(os.environ)
         if self.sandbox:
             for key in [k for k in env if k.startswith("AWS_")]:
                 del env[key]
+            key, secret = self._sandbox_credentials()
             env.update(
-                AWS_ACCESS_KEY_ID=SANDBOX_CREDENTIALS["aws_access_key_id"],
-                AWS_SECRET_ACCESS_KEY=SANDBOX_CREDENTIALS["aws_secret_access_key"],
+                AWS_ACCESS_KEY_ID=key,
+                AWS_SECRET_ACCESS_KEY=secret,
                 AWS_CONFIG_FILE=os.devnull,
                 AWS_SHARED_CREDENTIALS_FILE=os.devnull,
                 AWS_EC2_METADATA_DISABLED="true",

@@ -1,6 +1,9 @@
 """What the sandbox needs before it can stand in for an account: the reservations a spec
-names (matching it), the S3 bucket its file system links, and ParallelCluster's official
-images. Each is said aloud, so nobody mistakes it for the real thing."""
+names (matching it, in its region), the S3 bucket its file system links (in its region), and
+ParallelCluster's official images. Each is said aloud, so nobody mistakes it for the real
+thing. What an earlier spec seeded never makes the next one fail: a reservation that no
+longer matches is seeded again as this spec needs it, and a seeded data bucket in another
+region moves (with what it holds) to this spec's."""
 
 from __future__ import annotations
 
@@ -9,6 +12,10 @@ from typing import Any
 from provisioner.ops.target import Target, pcluster_command, sandbox_validates_only
 from provisioner.spec.model import ClusterSpec
 
+#: Tag on the data buckets and reservations the sandbox made for a spec (so it knows which
+#: are its own to move or seed again).
+SEEDED_TAG = "fmctl.dev/sandbox-seeded"
+
 
 def seed_sandbox(spec: ClusterSpec, target: Target) -> list[str]:
     """Seed the sandbox for ``spec``; what was seeded, one line each."""
@@ -16,43 +23,65 @@ def seed_sandbox(spec: ClusterSpec, target: Target) -> list[str]:
 
     info = daemon.running(target.home)
     assert info is not None, "the sandbox was started moments ago"
-    said = _reservations(spec, target, info)
+    seed = Seeder(info, target)
+    said = _reservations(spec, target, seed)
     said += _data_bucket(spec, target)
-    _parallelcluster_images(spec, target, info)
+    _parallelcluster_images(spec, target, seed)
     return said
 
 
-def _reservations(spec: ClusterSpec, target: Target, info: dict[str, Any]) -> list[str]:
-    from provisioner.sandbox import daemon
+class Seeder:
+    """Calls to the sandbox's own seeding operations, signed with its credentials."""
 
+    def __init__(self, info: dict[str, Any], target: Target) -> None:
+        from provisioner.sandbox import daemon
+
+        self.info, self.target = info, target
+        self.creds = daemon.credentials(target.home)
+
+    def __call__(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        from provisioner.sandbox import daemon
+
+        return daemon.call(self.info, self.creds, action, body, self.target.region)
+
+
+def _reservations(spec: ClusterSpec, target: Target, seed: Seeder) -> list[str]:
     ec2 = target.aws().client("ec2")
     said = []
     for pool in spec.compute.gpu_pools:
         rid = pool.capacity.reservation_id
         if rid is None:
             continue
+        wanted = {
+            "capacityReservationId": rid,
+            "instanceType": pool.instance_type,
+            "availabilityZone": spec.network.availability_zone,
+            "totalInstanceCount": pool.count,
+            "availableInstanceCount": pool.count,
+            "state": "active",
+            "reservationType": "capacity-block"
+            if pool.capacity.type == "capacity-block"
+            else "default",
+            "tagSet": [{"key": SEEDED_TAG, "value": "true"}],
+        }
         try:
-            ec2.describe_capacity_reservations(CapacityReservationIds=[rid])
+            found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])
+            have = found["CapacityReservations"][0]
+        except Exception:  # not in this region yet: seed it
+            have = None
+        seeded = {"Key": SEEDED_TAG, "Value": "true"} in (have or {}).get("Tags", [])
+        if have is not None and not seeded:
+            continue  # the account's own (a test's): the online check judges it
+        if have is not None and (
+            have.get("InstanceType"),
+            have.get("AvailabilityZone"),
+            have.get("TotalInstanceCount"),
+        ) == (pool.instance_type, spec.network.availability_zone, pool.count):
             continue
-        except Exception:  # not there yet: seed it
-            pass
-        daemon.control(
-            info,
-            "/_fmctl/seed/reservation",
-            {
-                "capacityReservationId": rid,
-                "instanceType": pool.instance_type,
-                "availabilityZone": spec.network.availability_zone,
-                "totalInstanceCount": pool.count,
-                "availableInstanceCount": pool.count,
-                "state": "active",
-                "reservationType": "capacity-block"
-                if pool.capacity.type == "capacity-block"
-                else "default",
-            },
-        )
+        seed("SeedCapacityReservation", wanted)
+        again = "seeded again" if have is not None else "seeded"
         said.append(
-            f"seeded {rid} ({pool.count} x {pool.instance_type} in "
+            f"{again} {rid} ({pool.count} x {pool.instance_type} in "
             f"{spec.network.availability_zone})"
         )
     return said
@@ -68,23 +97,25 @@ def _data_bucket(spec: ClusterSpec, target: Target) -> list[str]:
         return []
     s3 = target.aws().client("s3")
     said = []
+    where = spec.metadata.region
     for uri in (fsx.s3.import_path, fsx.s3.export_path):
         bucket = str(uri or "").removeprefix("s3://").split("/", 1)[0]
         if not bucket:
             continue
         try:
             s3.head_bucket(Bucket=bucket)
-            continue
+            now_in = _bucket_region(s3, bucket)
         except Exception:  # not there yet: make it
-            pass
-        where = spec.metadata.region
-        extra = (
-            {}
-            if where == "us-east-1"
-            else {"CreateBucketConfiguration": {"LocationConstraint": where}}
-        )
+            now_in = None
+        if now_in == where:
+            continue
+        if now_in is not None:
+            moved = _move_seeded(s3, bucket, now_in, where)
+            if moved is not None:
+                said.append(moved)
+            continue
         try:
-            s3.create_bucket(Bucket=bucket, **extra)
+            _create_seeded(s3, bucket, where)
         except Exception as exc:  # another sandbox run made it meanwhile
             if error_code(exc) != "BucketAlreadyOwnedByYou":
                 raise
@@ -93,11 +124,52 @@ def _data_bucket(spec: ClusterSpec, target: Target) -> list[str]:
     return said
 
 
-def _parallelcluster_images(spec: ClusterSpec, target: Target, info: dict[str, Any]) -> None:
+def _bucket_region(s3: Any, bucket: str) -> str:
+    """A bucket's region (S3 answers None for us-east-1)."""
+    answer = s3.get_bucket_location(Bucket=bucket)
+    return str(answer.get("LocationConstraint") or "us-east-1")
+
+
+def _create_seeded(s3: Any, bucket: str, region: str) -> None:
+    extra = (
+        {}
+        if region == "us-east-1"
+        else {"CreateBucketConfiguration": {"LocationConstraint": region}}
+    )
+    s3.create_bucket(Bucket=bucket, **extra)
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": SEEDED_TAG, "Value": "true"}]})
+
+
+def _move_seeded(s3: Any, bucket: str, old: str, new: str) -> str | None:
+    """Move a data bucket the sandbox seeded for a spec in another region to ``new``, with
+    its objects (a bucket's region is fixed, so: copy out, delete, make it again, copy in).
+    A bucket the sandbox did not make is left where it is: the spec's check then says so."""
+    try:
+        tags = s3.get_bucket_tagging(Bucket=bucket).get("TagSet", [])
+    except Exception:  # no tags: not one the sandbox seeded
+        tags = []
+    if {"Key": SEEDED_TAG, "Value": "true"} not in tags:
+        return None
+    held = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for item in page.get("Contents", []):
+            body = s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            held.append((item["Key"], body))
+            s3.delete_object(Bucket=bucket, Key=item["Key"])
+    s3.delete_bucket(Bucket=bucket)
+    _create_seeded(s3, bucket, new)
+    for key, body in held:
+        s3.put_object(Bucket=bucket, Key=key, Body=body)
+    return (
+        f"moved data bucket {bucket} from {old} to {new} with its {len(held)} object(s) "
+        "(the sandbox seeded it for a spec in another region)"
+    )
+
+
+def _parallelcluster_images(spec: ClusterSpec, target: Target, seed: Seeder) -> None:
     """ParallelCluster's validators look its official AMI up among Amazon's images, by its
     version; the emulator has none, so the sandbox registers one per architecture."""
     from provisioner.drivers.pcluster import IMAGE_OS_PART, ParallelCluster
-    from provisioner.sandbox import daemon
 
     command = pcluster_command(target)
     if spec.scheduler != "slurm" or command is None or not sandbox_validates_only(target):
@@ -105,8 +177,4 @@ def _parallelcluster_images(spec: ClusterSpec, target: Target, info: dict[str, A
     version = ParallelCluster(command, spec.metadata.region).version()
     for arch in ("x86_64", "arm64"):
         name = f"aws-parallelcluster-{version}-{IMAGE_OS_PART[spec.slurm.os]}-{arch}-fmctl-sandbox"
-        daemon.control(
-            info,
-            "/_fmctl/seed/image",
-            {"region": spec.metadata.region, "name": name, "architecture": arch},
-        )
+        seed("SeedImage", {"name": name, "architecture": arch})

@@ -27,6 +27,8 @@ class Target:
     ca_bundle: str | None = None
     #: ``--state`` / FMCTL_STATE, when given (see ``ops.team.location_of``).
     state: StateLocation | None = None
+    #: The sandbox's key pair (its emulator accepts no other).
+    credentials: tuple[str, str] | None = None
 
     def aws(self, read_only: bool = False, fence: Callable[[], None] | None = None) -> Aws:
         """Clients for this target (``read_only``: every call but a read is refused;
@@ -36,6 +38,7 @@ class Target:
             self.endpoint,
             self.sandbox,
             self.ca_bundle,
+            self.credentials,
             read_only=read_only,
             fence=fence,
         )
@@ -52,7 +55,10 @@ def target_for(region: str, home: Path, sandbox: bool) -> Target:
     from provisioner.sandbox import daemon
 
     endpoint, scale, ca = daemon.ensure(home)
-    return Target(region, home, True, endpoint, scale, ca)
+    creds = daemon.credentials(home)
+    return Target(
+        region, home, True, endpoint, scale, ca, credentials=(creds.access_key, creds.secret_key)
+    )
 
 
 def pcluster_command(target: Target) -> list[str] | None:

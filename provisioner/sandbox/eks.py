@@ -34,7 +34,6 @@ from typing import Any
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks_identity import HANDLERS as IDENTITY_HANDLERS
 from provisioner.sandbox.eks_model import (
-    ACCOUNT,
     ADDONS,
     DURATIONS,
     VERSIONS,
@@ -63,6 +62,12 @@ class Eks:
     scale: float
     kube: KubeServer
     ca_pem: bytes = b""
+    #: The account whose EKS this is (ARNs name it).
+    account: str = "123456789012"
+    #: (region, cluster) -> the id of its Kubernetes API's endpoint (``/k8s/ID``): unique
+    #: per cluster, as EKS's endpoint hosts are, so two regions' clusters of one name and a
+    #: cluster made again after a delete never share an API.
+    endpoints: dict[tuple[str, str], str] = field(default_factory=dict)
     clusters: dict[tuple[str, str], Item] = field(default_factory=dict)  # (region, name)
     nodegroups: dict[tuple[str, str, str], Item] = field(default_factory=dict)
     addons: dict[tuple[str, str, str], Item] = field(default_factory=dict)
@@ -93,14 +98,14 @@ class Eks:
         for ckey, item in list(self.clusters.items()):
             if item.gone_at is not None and now >= item.gone_at:
                 del self.clusters[ckey]
-                self.kube.drop(ckey[1])
+                self.kube.drop(self.endpoints.pop(ckey, ""))
             elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
             land(item, now)
         for key, item in list(self.nodegroups.items()):
             if item.gone_at is not None and now >= item.gone_at:
                 del self.nodegroups[key]
-                self.kube.leave(key[1], key[2])
+                self.kube.leave(self.endpoints.get(key[:2], ""), key[2])
             elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
                 self.sync_nodes(key[0], item.data)
@@ -134,16 +139,16 @@ class Eks:
             raise EksError(404, "ResourceNotFoundException", f"No cluster found for name: {name}.")
         return item
 
-    def cordon(self, cluster: str, nodegroup: str) -> None:
+    def cordon(self, region: str, cluster: str, nodegroup: str) -> None:
         """The node group's nodes take no new pods (it is being deleted)."""
-        self.kube.cordon(cluster, nodegroup)
+        self.kube.cordon(self.endpoints.get((region, cluster), ""), nodegroup)
 
     def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None:
         """Make a node group's nodes in its cluster's API what its config says: as many as
         its desired size, with its labels and taints, the GPUs of its instance type (moto's
         DescribeInstanceTypes) and one EFA device per EFA interface of its launch template;
         ``fresh``: every node replaced (a rolling update)."""
-        itype, efa = hardware(region, ng)
+        itype, efa = hardware(self.account, region, ng)
         taints = [
             {
                 "key": t["key"],
@@ -171,7 +176,8 @@ class Eks:
             }
             for i in range(ng["scalingConfig"]["desiredSize"])
         ]
-        self.kube.sync(ng["clusterName"], ng["nodegroupName"], nodes)
+        endpoint = self.endpoints.get((region, ng["clusterName"]), "")
+        self.kube.sync(endpoint, ng["nodegroupName"], nodes)
 
 
 # -- clusters ------------------------------------------------------------------------------
@@ -184,15 +190,16 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     if version not in VERSIONS:
         raise EksError(400, "InvalidParameterException", f"unsupported version {version}")
     vpc_config = q.get("resourcesVpcConfig", {})
-    vpc_id = _check_subnets(region, vpc_config.get("subnetIds", []))
+    vpc_id = _check_subnets(s.account, region, vpc_config.get("subnetIds", []))
+    endpoint = uuid.uuid4().hex.upper()
     if not re.fullmatch(r"arn:aws:iam::\d{12}:role/.+", q.get("roleArn", "")):
         raise EksError(400, "InvalidParameterException", "roleArn is not an IAM role ARN")
     data = {
         "name": name,
-        "arn": f"arn:aws:eks:{region}:{ACCOUNT}:cluster/{name}",
+        "arn": f"arn:aws:eks:{region}:{s.account}:cluster/{name}",
         "createdAt": now(),
         "version": version,
-        "endpoint": f"{base}/_fmctl/kube/{name}",
+        "endpoint": f"{base}/k8s/{endpoint}",
         "roleArn": q["roleArn"],
         "resourcesVpcConfig": {
             **vpc_config,
@@ -213,17 +220,20 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
         },
     }
     s.clusters[(region, name)] = Item(data, s._after("cluster-create"))
-    s.kube.ensure(name)
+    s.endpoints[(region, name)] = endpoint
+    s.kube.ensure(endpoint, name)
     if q.get("accessConfig", {}).get("bootstrapClusterCreatorAdminPermissions", True):
-        creator = f"arn:aws:iam::{ACCOUNT}:user/sandbox"
-        s.access[(region, name, creator)] = access_entry(region, name, creator, "STANDARD", {})
+        creator = f"arn:aws:iam::{s.account}:user/sandbox"
+        s.access[(region, name, creator)] = access_entry(
+            s.account, region, name, creator, "STANDARD", {}
+        )
     return {"cluster": data}
 
 
-def _check_subnets(region: str, subnet_ids: list[str]) -> str:
+def _check_subnets(account: str, region: str, subnet_ids: list[str]) -> str:
     from moto.ec2.models import ec2_backends
 
-    backend = ec2_backends[ACCOUNT][region]
+    backend = ec2_backends[account][region]
     try:
         subnets = [backend.get_subnet(i) for i in subnet_ids]
     except Exception as exc:
@@ -276,7 +286,7 @@ def _update_config(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]
     if "resourcesVpcConfig" in q:
         vpc = {**item.data["resourcesVpcConfig"], **q["resourcesVpcConfig"]}
         if "subnetIds" in q["resourcesVpcConfig"]:
-            _check_subnets(call.region, vpc["subnetIds"])
+            _check_subnets(s.account, call.region, vpc["subnetIds"])
         changes["resourcesVpcConfig"] = vpc
         kinds.append("EndpointAccessUpdate")
     if "logging" in q:

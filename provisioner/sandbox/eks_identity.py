@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from provisioner.sandbox import protocol as p
-from provisioner.sandbox.eks_model import ACCOUNT, EksError, EksState, now
+from provisioner.sandbox.eks_model import EksError, EksState, now
 
 
 def _missing() -> EksError:
@@ -46,7 +46,7 @@ def _create(s: EksState, call: p.Call, base: str, cluster: str) -> dict[str, Any
         "roleArn": q["roleArn"],
         "associationId": association,
         "associationArn": (
-            f"arn:aws:eks:{region}:{ACCOUNT}:podidentityassociation/{cluster}/{association}"
+            f"arn:aws:eks:{region}:{s.account}:podidentityassociation/{cluster}/{association}"
         ),
         "tags": q.get("tags", {}),
         "createdAt": now(),

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-ACCOUNT = "123456789012"
-
 #: Documented durations, seconds (before scaling). Creation and deletion as before; updates:
 #: a control-plane version update and a rolling node update take the longest (EKS's docs
 #: give no figure; these are the sandbox's), a scaling or config change a few minutes.
@@ -135,6 +133,7 @@ class EksState(Protocol):
     """What the handlers reach of ``sandbox.eks.Eks``."""
 
     scale: float
+    account: str
     clusters: dict[tuple[str, str], Item]
     nodegroups: dict[tuple[str, str, str], Item]
     addons: dict[tuple[str, str, str], Item]
@@ -147,7 +146,7 @@ class EksState(Protocol):
 
     def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None: ...
 
-    def cordon(self, cluster: str, nodegroup: str) -> None: ...
+    def cordon(self, region: str, cluster: str, nodegroup: str) -> None: ...
 
 
 def start_update(
@@ -195,9 +194,9 @@ def land(item: Item, at: float) -> None:
         pending.done()
 
 
-def hardware(region: str, ng: dict[str, Any]) -> tuple[str, int]:
+def hardware(account: str, region: str, ng: dict[str, Any]) -> tuple[str, int]:
     """Instance type and EFA interfaces of a node group (from its launch template)."""
-    data = template_data(region, ng.get("launchTemplate")) or {}
+    data = template_data(account, region, ng.get("launchTemplate")) or {}
     itype = data.get("InstanceType") or (ng.get("instanceTypes") or ["m7i.2xlarge"])[0]
     efa = sum(
         1
@@ -207,13 +206,13 @@ def hardware(region: str, ng: dict[str, Any]) -> tuple[str, int]:
     return itype, efa
 
 
-def template_data(region: str, spec: dict[str, Any] | None) -> dict[str, Any] | None:
+def template_data(account: str, region: str, spec: dict[str, Any] | None) -> dict[str, Any] | None:
     """The launch template a node group names, as moto's EC2 stored it (None for none)."""
     if not spec:
         return None
     from moto.ec2.models import ec2_backends
 
-    backend = ec2_backends[ACCOUNT][region]
+    backend = ec2_backends[account][region]
     lt_id = spec.get("id") or backend.launch_template_name_to_ids.get(spec.get("name", ""))
     template = backend.launch_templates.get(str(lt_id))
     if template is None:

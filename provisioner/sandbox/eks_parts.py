@@ -9,7 +9,6 @@ from urllib.parse import parse_qs
 
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks_model import (
-    ACCOUNT,
     ADDONS,
     AMI_TYPES,
     CAPACITY_TYPES,
@@ -41,7 +40,7 @@ def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dic
     capacity = q.get("capacityType", "ON_DEMAND")
     if capacity not in CAPACITY_TYPES or q.get("amiType", AMI_TYPES[0]) not in AMI_TYPES:
         raise EksError(400, "InvalidParameterException", "capacityType or amiType not supported")
-    data = template_data(region, q.get("launchTemplate"))
+    data = template_data(s.account, region, q.get("launchTemplate"))
     if data is not None:
         _check_template(data, q, capacity)
     elif capacity == "CAPACITY_BLOCK":
@@ -65,7 +64,9 @@ def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dic
             if k in q
         },
         "clusterName": cluster,
-        "nodegroupArn": f"arn:aws:eks:{region}:{ACCOUNT}:nodegroup/{cluster}/{name}/{uuid.uuid4()}",
+        "nodegroupArn": (
+            f"arn:aws:eks:{region}:{s.account}:nodegroup/{cluster}/{name}/{uuid.uuid4()}"
+        ),
         "capacityType": capacity,
         "amiType": q.get("amiType", "AL2023_x86_64_STANDARD"),
         # EKS: "If you don't specify a Kubernetes version, the cluster's is used"; a node
@@ -128,7 +129,7 @@ def _list_nodegroups(s: EksState, call: p.Call, base: str, cluster: str) -> dict
 def _delete_nodegroup(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
     item = _nodegroup(s, call.region, cluster, name)
     start_delete(s, item, "nodegroup-delete")
-    s.cordon(cluster, name)
+    s.cordon(call.region, cluster, name)
     return {"nodegroup": item.data}
 
 
@@ -210,7 +211,7 @@ def _update_nodegroup_version(s: EksState, call: p.Call, base: str, cluster: str
                 "InvalidParameterException",
                 "a node group updates to a version of the launch template it was made with",
             )
-        template_data(region, {"id": current["id"], "version": asked.get("version")})
+        template_data(s.account, region, {"id": current["id"], "version": asked.get("version")})
         changes["launchTemplate"] = {**current, "version": str(asked.get("version"))}
         params.append(("LaunchTemplateVersion", asked.get("version")))
     if not changes:
@@ -285,7 +286,7 @@ def _create_addon(s: EksState, call: p.Call, base: str, cluster: str) -> dict[st
         "status": "CREATING",
         "addonVersion": version,
         "health": {"issues": []},
-        "addonArn": f"arn:aws:eks:{region}:{ACCOUNT}:addon/{cluster}/{name}/{uuid.uuid4()}",
+        "addonArn": f"arn:aws:eks:{region}:{s.account}:addon/{cluster}/{name}/{uuid.uuid4()}",
         "createdAt": now(),
         "tags": q.get("tags", {}),
         "podIdentityAssociations": [
@@ -343,7 +344,7 @@ def _delete_addon(s: EksState, call: p.Call, base: str, cluster: str, name: str)
 
 # -- access entries ------------------------------------------------------------------------
 def access_entry(
-    region: str, cluster: str, principal: str, kind: str, tags: dict[str, str]
+    account: str, region: str, cluster: str, principal: str, kind: str, tags: dict[str, str]
 ) -> dict[str, Any]:
     """An access entry as EKS describes it (and the policies associated with it)."""
     return {
@@ -353,7 +354,7 @@ def access_entry(
         "kubernetesGroups": [],
         "createdAt": now(),
         "tags": tags,
-        "accessEntryArn": f"arn:aws:eks:{region}:{ACCOUNT}:access-entry/{cluster}/{uuid.uuid4()}",
+        "accessEntryArn": f"arn:aws:eks:{region}:{account}:access-entry/{cluster}/{uuid.uuid4()}",
         "policies": [],
     }
 
@@ -371,7 +372,9 @@ def _create_access(s: EksState, call: p.Call, base: str, cluster: str) -> dict[s
     kind = q.get("type", "STANDARD")
     if kind not in ("STANDARD", "EC2_LINUX", "EC2_WINDOWS", "FARGATE_LINUX"):
         raise EksError(400, "InvalidParameterException", f"type {kind} is not supported")
-    s.access[key] = access_entry(region, cluster, q["principalArn"], kind, q.get("tags", {}))
+    s.access[key] = access_entry(
+        s.account, region, cluster, q["principalArn"], kind, q.get("tags", {})
+    )
     return {"accessEntry": _public(s.access[key])}
 
 

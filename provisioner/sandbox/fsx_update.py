@@ -34,10 +34,11 @@ class FsxState(Protocol):
     """What these handlers reach of the shims' state."""
 
     scale: float
-    file_systems: dict[str, Any]
-    associations: dict[str, Any]
-    #: id -> (when the update lands, the changes it makes).
-    fsx_updates: dict[str, tuple[float, dict[str, Any]]]
+    #: (region, id) -> a file system / an association.
+    file_systems: dict[tuple[str, str], Any]
+    associations: dict[tuple[str, str], Any]
+    #: (region, id) -> (when the update lands, the changes it makes).
+    fsx_updates: dict[tuple[str, str], tuple[float, dict[str, Any]]]
 
 
 def advance(s: FsxState, now: float) -> None:
@@ -77,13 +78,13 @@ def _error(code: str, message: str) -> Answer:
 def update_file_system(s: FsxState, call: p.Call) -> Answer:
     """UpdateFileSystem: storage capacity, throughput per TiB, auto-import, compression."""
     q = call.params
-    fs = s.file_systems.get(q.get("FileSystemId", ""))
+    fs = s.file_systems.get((call.region, q.get("FileSystemId", "")))
     if fs is None:
         return _error(
             "FileSystemNotFound", f"File system '{q.get('FileSystemId')}' does not exist."
         )
     data = fs.data
-    if data["Lifecycle"] != "AVAILABLE" or data["FileSystemId"] in s.fsx_updates:
+    if data["Lifecycle"] != "AVAILABLE" or (call.region, data["FileSystemId"]) in s.fsx_updates:
         return _error(
             "BadRequest",
             "Unable to perform the update. There is an update already in progress or the "
@@ -145,7 +146,7 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
         }
         for kind_, target in actions
     ] + list(data.get("AdministrativeActions") or [])[:HISTORY]
-    s.fsx_updates[data["FileSystemId"]] = (
+    s.fsx_updates[(call.region, data["FileSystemId"])] = (
         time.monotonic() + UPDATE_SECONDS * s.scale,
         changes,
     )
@@ -155,24 +156,24 @@ def update_file_system(s: FsxState, call: p.Call) -> Answer:
 def update_association(s: FsxState, call: p.Call) -> Answer:
     """UpdateDataRepositoryAssociation: the S3 import and export policies."""
     q = call.params
-    assoc = s.associations.get(q.get("AssociationId", ""))
+    assoc = s.associations.get((call.region, q.get("AssociationId", "")))
     if assoc is None:
         return _error("DataRepositoryAssociationNotFound", "No such association.")
     if assoc.data["Lifecycle"] != "AVAILABLE":
         return _error("BadRequest", "The association is not AVAILABLE.")
     changes = {"S3": q.get("S3", assoc.data.get("S3", {}))}
     assoc.data["Lifecycle"] = "UPDATING"
-    s.fsx_updates[assoc.data["AssociationId"]] = (
+    s.fsx_updates[(call.region, assoc.data["AssociationId"])] = (
         time.monotonic() + 60.0 * s.scale,
         changes,
     )
     return p.json_response({"Association": {**assoc.data, **changes}})
 
 
-def _by_arn(s: FsxState, arn: str) -> dict[str, Any] | None:
+def _by_arn(s: FsxState, region: str, arn: str) -> dict[str, Any] | None:
     for table in (s.file_systems, s.associations):
-        for item in table.values():
-            if item.data.get("ResourceARN") == arn:
+        for (where, _), item in table.items():
+            if where == region and item.data.get("ResourceARN") == arn:
                 data: dict[str, Any] = item.data
                 return data
     return None
@@ -180,7 +181,7 @@ def _by_arn(s: FsxState, arn: str) -> dict[str, Any] | None:
 
 def tag(s: FsxState, call: p.Call) -> Answer:
     """TagResource on a file system or an association."""
-    data = _by_arn(s, call.params.get("ResourceARN", ""))
+    data = _by_arn(s, call.region, call.params.get("ResourceARN", ""))
     if data is None:
         return _error("ResourceNotFound", "The resource does not exist.")
     tags = {t["Key"]: t["Value"] for t in data.get("Tags", [])}
@@ -191,7 +192,7 @@ def tag(s: FsxState, call: p.Call) -> Answer:
 
 def untag(s: FsxState, call: p.Call) -> Answer:
     """UntagResource on a file system or an association."""
-    data = _by_arn(s, call.params.get("ResourceARN", ""))
+    data = _by_arn(s, call.region, call.params.get("ResourceARN", ""))
     if data is None:
         return _error("ResourceNotFound", "The resource does not exist.")
     gone = set(call.params.get("TagKeys", []))

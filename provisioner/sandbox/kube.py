@@ -12,7 +12,8 @@ emulator speaks, to the real ``kubernetes`` client:
 - get, list (``labelSelector`` equality terms), delete, a pod's ``log``; namespaced objects
   need their namespace, and deleting a namespace deletes what is in it;
 - authentication as EKS does it: a bearer token ``k8s-aws-v1.`` + base64url of a presigned
-  STS GetCallerIdentity URL that signs the ``x-k8s-aws-id`` header; anything else is 401.
+  STS GetCallerIdentity URL that signs the ``x-k8s-aws-id`` header with the cluster's name,
+  checked by the caller's ``authenticate`` (``sigv4.check_token``); anything else is 401.
 
 It also plays the controllers and kubelets fmctl waits on, simply: nodes join when their
 node group becomes ACTIVE (``join``); a node advertises ``nvidia.com/gpu`` and
@@ -30,16 +31,16 @@ watches, and objects go at once on delete (no finalizers).
 
 from __future__ import annotations
 
-import base64
 import copy
 import itertools
 import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote
 
 from provisioner.sandbox.kube_apply import fields_v1, merge, owned
 from provisioner.sandbox.kube_controllers import reconcile
@@ -96,12 +97,13 @@ class KubeServer:
     node_tools: str | None = None
 
     # -- what the EKS shim calls -------------------------------------------------------
-    def ensure(self, cluster: str) -> None:
-        """Create a cluster's API with the namespaces every cluster starts with."""
+    def ensure(self, cluster: str, name: str) -> None:
+        """Create the API at endpoint ``cluster`` of the EKS cluster ``name``, with the
+        namespaces every cluster starts with."""
         with self.lock:
             if cluster in self.clusters:
                 return
-            c = self.clusters[cluster] = Cluster()
+            c = self.clusters[cluster] = Cluster(name)
             for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
                 self._put(
                     c,
@@ -177,13 +179,23 @@ class KubeServer:
 
     # -- HTTP ------------------------------------------------------------------------------
     def handle(
-        self, cluster: str, method: str, path: str, query: str, headers: dict[str, str], body: bytes
+        self,
+        cluster: str,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: bytes,
+        authenticate: Callable[[str], str | None],
     ) -> Answer:
-        """Answer one request to ``cluster``'s API (``path`` below its endpoint)."""
+        """Answer one request to the API at endpoint ``cluster`` (``path`` below it);
+        ``authenticate`` is given the cluster's name and says why the caller is refused."""
         try:
-            _authenticate(headers.get("authorization", ""))
             with self.lock:
                 c = self.clusters.get(cluster)
+                refused = authenticate(c.name if c is not None else "")
+                if refused is not None:
+                    raise ApiError(401, "Unauthorized", refused)
                 if c is None:
                     raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
@@ -380,36 +392,6 @@ class KubeServer:
 
 
 # -- protocol helpers --------------------------------------------------------------------
-def _authenticate(header: str) -> None:
-    """Accept only what EKS accepts: a presigned STS GetCallerIdentity URL that signs the
-    x-k8s-aws-id header, base64url-encoded behind ``k8s-aws-v1.``."""
-    prefix = "Bearer k8s-aws-v1."
-    if not header.startswith(prefix):
-        raise ApiError(401, "Unauthorized", "a bearer token k8s-aws-v1.* is required")
-    raw = header[len(prefix) :]
-    try:
-        url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-    except ValueError as exc:
-        raise ApiError(401, "Unauthorized", "token is not base64url") from exc
-    query = parse_qs(urlparse(url).query)
-    signed = query.get("X-Amz-SignedHeaders", [""])[0].split(";")
-    if query.get("Action") != ["GetCallerIdentity"] or "x-k8s-aws-id" not in signed:
-        raise ApiError(
-            401, "Unauthorized", "token is not a presigned GetCallerIdentity signing x-k8s-aws-id"
-        )
-
-
-def token_access_key(header: str) -> str | None:
-    """The access key an EKS bearer token was signed with (for the request log), if any."""
-    try:
-        raw = header.removeprefix("Bearer k8s-aws-v1.")
-        url = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)).decode()
-    except ValueError:
-        return None
-    credential = parse_qs(urlparse(url).query).get("X-Amz-Credential", [""])[0]
-    return credential.split("/", 1)[0] or None
-
-
 def _load(body: bytes) -> dict[str, Any]:
     import yaml
 

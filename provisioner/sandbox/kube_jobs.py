@@ -11,10 +11,11 @@ accounting and a kubelet, enough for `fmctl check` to be run end to end.
   its env (``fieldRef: spec.nodeName`` included, ``$(VAR)`` expanded), its ConfigMap volumes
   written to a scratch folder and paths under their mount points pointed there. The sandbox's
   nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are what
-  the folder given to the sandbox as the nodes' tools holds (``/_fmctl/seed/node-tools``; a
-  test puts fakes there that print recorded outputs). Without one, the pod fails and its log
-  says why. Each container's output is its log (the API wants the container named when a pod
-  has several, as the real one does); the pod is Succeeded when every container exited 0.
+  the folder given to the sandbox as the nodes' tools holds (``KubeServer.node_tools``; a
+  test's double of the emulator sets it to fakes that print recorded outputs). Without one,
+  the pod fails and its log says why. Each container's output is its log (the API wants the
+  container named when a pod has several, as the real one does); the pod is Succeeded when
+  every container exited 0.
 """
 
 from __future__ import annotations
@@ -167,8 +168,8 @@ def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
     containers = pod["spec"]["containers"]
     if tools is None:
         why = (
-            f"sandbox: node {node} has no GPUs or tools to run this pod's command; a test "
-            "gives the sandbox's nodes their tools (POST /_fmctl/seed/node-tools)\n"
+            f"sandbox: node {node} has no GPUs and no node tools installed (nvidia-smi, "
+            "dcgmi, ...), so this pod's command did not run\n"
         )
         c.logs[key] = {k["name"]: why for k in containers}
         pod["status"] = {"phase": "Failed"}

@@ -36,6 +36,8 @@ class Hardware:
 class Cluster:
     """One cluster's objects, keyed by (plural, namespace, name)."""
 
+    #: The EKS cluster's name (its tokens sign it).
+    name: str = ""
     objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     hardware: dict[str, Hardware] = field(default_factory=dict)
     #: What each pod's container printed: (namespace, pod) -> text.

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, unquote
 from xml.sax.saxutils import escape
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+#: The signing name of the sandbox's own service (``server``'s docstring).
+SANDBOX_SERVICE = "fmctl-sandbox"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,9 @@ class Call:
     params: dict[str, Any]
     protocol: str  # "query" | "json" | "rest" | "rest-json"
     region: str = "us-east-1"
+    #: The account the signing key belongs to (``account_of``); AWS keeps each account's
+    #: resources apart, and so does every shim.
+    account: str = "123456789012"
 
 
 def _scope(environ: dict[str, Any]) -> list[str]:
@@ -57,8 +62,20 @@ def access_key_of(environ: dict[str, Any]) -> str:
     return ""
 
 
+def account_of(access_key: str) -> str:
+    """The account an access key belongs to, as moto decides it (its IAM's keys, else its
+    default account): the shims and moto's own services must agree on whose a resource is."""
+    from moto.iam.models import get_account_id_from
+
+    return str(get_account_id_from(access_key))
+
+
 def parse(environ: dict[str, Any], body: bytes) -> Call:
-    """Identify the call a request makes."""
+    """Identify the call a request makes, and whose account it is made in."""
+    return replace(_parse(environ, body), account=account_of(access_key_of(environ)))
+
+
+def _parse(environ: dict[str, Any], body: bytes) -> Call:
     service, region = service_of(environ), region_of(environ)
     target = environ.get("HTTP_X_AMZ_TARGET", "")
     if target:

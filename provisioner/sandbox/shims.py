@@ -27,7 +27,6 @@ Answer = tuple[int, dict[str, str], bytes]
 
 #: Documented creation and deletion times, seconds (before scaling).
 DURATIONS = {"fsx-create": 600.0, "fsx-delete": 300.0, "dra-create": 420.0, "dra-delete": 180.0}
-ACCOUNT = "123456789012"
 
 
 def _hex(n: int = 17) -> str:
@@ -46,30 +45,85 @@ class Timed:
 
 
 @dataclass
+class World:
+    """One account's shim state. AWS keeps each account's resources apart and each region's
+    too: every table is keyed by region first, so a name or an id in one region is unknown in
+    another (DescribeFileSystems in us-east-1 does not list us-east-2's)."""
+
+    account: str
+    scale: float
+    eks: Eks
+    ssm: Agent
+    #: (region, group name) -> the group.
+    placement_groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (region, reservation id) -> the reservation.
+    reservations: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (region, id) -> a file system / an association.
+    file_systems: dict[tuple[str, str], Timed] = field(default_factory=dict)
+    associations: dict[tuple[str, str], Timed] = field(default_factory=dict)
+    #: (region, client token) -> the id it created.
+    tokens: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: FSx updates on their way: (region, id) -> (when they land, the changes).
+    fsx_updates: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    #: S3 bucket names are global; a bucket's policy is its owner's.
+    bucket_policies: dict[str, str] = field(default_factory=dict)
+    #: Quotas changed from their defaults: (region, service, code) -> value.
+    quota_values: dict[tuple[str, str, str], float] = field(default_factory=dict)
+
+    def _after(self, key: str) -> float:
+        return time.monotonic() + DURATIONS[key] * self.scale
+
+    def quota(self, region: str, service: str, code: str) -> float | None:
+        """A quota's value in a region (each region has its own, starting at the default)."""
+        value = self.quota_values.get((region, service, code))
+        return value if value is not None else QUOTAS.get((service, code))
+
+    def _advance(self, now: float) -> None:
+        fsx_update.advance(self, now)
+        for table in (self.file_systems, self.associations):
+            for key, item in list(table.items()):
+                if item.gone_at is not None and now >= item.gone_at:
+                    _release_interfaces(self.account, item)
+                    del table[key]
+                elif item.deleting_at is not None:
+                    item.data["Lifecycle"] = "DELETING"
+                elif now >= item.ready_at and key not in self.fsx_updates:
+                    # An update on its way keeps it UPDATING until the update lands.
+                    item.data["Lifecycle"] = "AVAILABLE"
+
+
+#: Default quotas, every region alike (Service Quotas' defaults for a new account are lower;
+#: the sandbox's stand for an account that asked for GPU capacity).
+QUOTAS: dict[tuple[str, str], float] = {
+    ("ec2", "L-417A185B"): 6144.0,  # Running On-Demand P instances (vCPUs)
+    ("ec2", "L-7212CCBC"): 6144.0,  # All P Spot Instance Requests (vCPUs)
+    ("fsx", "L-1216C47A"): 1_000_000.0,  # Lustre persistent storage capacity (GiB)
+}
+
+
+@dataclass
 class Shims:
-    """All shim state; one instance per sandbox server."""
+    """All shim state of one sandbox server: a ``World`` per account, and the Kubernetes API
+    every account's EKS clusters share (each cluster at an endpoint of its own)."""
 
     scale: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
-    placement_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    reservations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    file_systems: dict[str, Timed] = field(default_factory=dict)
-    associations: dict[str, Timed] = field(default_factory=dict)
-    tokens: dict[str, str] = field(default_factory=dict)
-    #: FSx updates on their way: id -> (when they land, the changes).
-    fsx_updates: dict[str, tuple[float, dict[str, Any]]] = field(default_factory=dict)
-    bucket_policies: dict[str, str] = field(default_factory=dict)
     kube: KubeServer = field(default_factory=KubeServer)
     ca_pem: bytes = b""
-    eks: Eks = field(init=False)
-    ssm: Agent = field(init=False)
-    quotas: dict[tuple[str, str], float] = field(
-        default_factory=lambda: {
-            ("ec2", "L-417A185B"): 6144.0,  # Running On-Demand P instances (vCPUs)
-            ("ec2", "L-7212CCBC"): 6144.0,  # All P Spot Instance Requests (vCPUs)
-            ("fsx", "L-1216C47A"): 1_000_000.0,  # Lustre persistent storage capacity (GiB)
-        }
-    )
+    worlds: dict[str, World] = field(default_factory=dict)
+
+    def world(self, account: str) -> World:
+        """The state of ``account``, made on first use (call under the lock)."""
+        found = self.worlds.get(account)
+        if found is None:
+            found = self.worlds[account] = World(
+                account,
+                self.scale,
+                Eks(self.scale, self.kube, self.ca_pem, account),
+                # Instances run commands with the same tools as the Kubernetes nodes' pods.
+                Agent(lambda: self.kube.node_tools, account),
+            )
+        return found
 
     def handles(self, call: Call) -> bool:
         """True when the call is one of the shims'."""
@@ -89,53 +143,35 @@ class Shims:
     def handle(self, call: Call, base_url: str = "") -> Answer:
         """Answer a call (under the shim lock); ``base_url`` is the emulator's own address."""
         with self.lock:
+            world = self.world(call.account)
             if call.service == "eks":
-                return self.eks.handle(call, base_url)
-            self._advance(time.monotonic())
+                return world.eks.handle(call, base_url)
+            world._advance(time.monotonic())
             if call.service == "s3":
-                return _bucket_policy(self, call)
+                return _bucket_policy(world, call)
             if call.service == "fsx" and call.action in fsx_update.HANDLERS:
-                return fsx_update.HANDLERS[call.action](self, call)
+                return fsx_update.HANDLERS[call.action](world, call)
             if call.action in ("CreateTags", "DeleteTags"):
-                return _pg_tags(self, call)
-            return _HANDLERS[call.action](self, call)
+                return _pg_tags(world, call)
+            return _HANDLERS[call.action](world, call)
 
     def tick(self) -> None:
         """Let lifecycles move on with the clock (EKS node groups join their nodes even
         while only the Kubernetes API is being asked)."""
         with self.lock:
-            self.eks.advance(time.monotonic())
+            for world in self.worlds.values():
+                world.eks.advance(time.monotonic())
 
-    def __post_init__(self) -> None:
-        self.eks = Eks(self.scale, self.kube, self.ca_pem)
-        # Instances run commands with the same tools as the Kubernetes nodes' pods.
-        self.ssm = Agent(lambda: self.kube.node_tools, ACCOUNT)
-
-    def _after(self, key: str) -> float:
-        return time.monotonic() + DURATIONS[key] * self.scale
-
-    def _advance(self, now: float) -> None:
-        fsx_update.advance(self, now)
-        for table in (self.file_systems, self.associations):
-            for key, item in list(table.items()):
-                if item.gone_at is not None and now >= item.gone_at:
-                    _release_interfaces(item)
-                    del table[key]
-                elif item.deleting_at is not None:
-                    item.data["Lifecycle"] = "DELETING"
-                elif now >= item.ready_at and key not in self.fsx_updates:
-                    # An update on its way keeps it UPDATING until the update lands.
-                    item.data["Lifecycle"] = "AVAILABLE"
-
-    # --- seeding, for tests and the demo ------------------------------------------------
-    def seed_reservation(self, data: dict[str, Any]) -> None:
-        """Add a capacity reservation or block (``capacityReservationId`` required); the
-        fields a test leaves out get the values of an ordinary Linux reservation."""
-        usual = {"instancePlatform": "Linux/UNIX", "tenancy": "default", "ownerId": ACCOUNT}
+    # --- seeding: what a spec needs that no API can make ---------------------------------
+    def seed_reservation(self, account: str, region: str, data: dict[str, Any]) -> None:
+        """Add a capacity reservation or block (``capacityReservationId`` required) in
+        ``region``; the fields left out get the values of an ordinary Linux reservation."""
+        usual = {"instancePlatform": "Linux/UNIX", "tenancy": "default", "ownerId": account}
         with self.lock:
-            self.reservations[data["capacityReservationId"]] = {**usual, **data}
+            world = self.world(account)
+            world.reservations[(region, data["capacityReservationId"])] = {**usual, **data}
 
-    def seed_image(self, data: dict[str, Any]) -> str:
+    def seed_image(self, account: str, data: dict[str, Any]) -> str:
         """Add an Amazon-owned AMI to moto's EC2 in ``region`` (``name`` required).
 
         ParallelCluster looks its official AMI up by name among Amazon's images
@@ -146,7 +182,7 @@ class Shims:
         from moto.ec2.models.amis import Ami
         from moto.ec2.utils import random_ami_id
 
-        backend = ec2_backends[ACCOUNT][data.get("region", "us-east-1")]
+        backend = ec2_backends[account][data.get("region", "us-east-1")]
         image_id = random_ami_id()
         backend.amis[image_id] = Ami(
             backend,
@@ -163,9 +199,9 @@ class Shims:
         return image_id
 
 
-def _pg_create(s: Shims, call: Call) -> Answer:
+def _pg_create(s: World, call: Call) -> Answer:
     name = call.params.get("GroupName", "")
-    if name in s.placement_groups:
+    if (call.region, name) in s.placement_groups:
         return p.ec2_error(
             400, "InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists."
         )
@@ -174,10 +210,10 @@ def _pg_create(s: Shims, call: Call) -> Answer:
         "state": "available",
         "strategy": call.params.get("Strategy", "cluster"),
         "groupId": f"pg-{_hex()}",
-        "groupArn": f"arn:aws:ec2:{call.region}:{ACCOUNT}:placement-group/{name}",
+        "groupArn": f"arn:aws:ec2:{call.region}:{s.account}:placement-group/{name}",
         "tags": p.query_tags(call.params),
     }
-    s.placement_groups[name] = group
+    s.placement_groups[(call.region, name)] = group
     return p.ec2_response(
         "CreatePlacementGroup", {"return": True, "placementGroup": _pg_out(group)}
     )
@@ -189,7 +225,12 @@ def _pg_out(group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _pg_tags(s: Shims, call: Call) -> Answer:
+def _in_region(table: dict[tuple[str, str], Any], region: str) -> dict[str, Any]:
+    """One region's part of a table, by name or id."""
+    return {key: item for (where, key), item in table.items() if where == region}
+
+
+def _pg_tags(s: World, call: Call) -> Answer:
     """CreateTags / DeleteTags on placement groups (EC2 tags them by their pg- id)."""
     ids = set(p.indexed(call.params, "ResourceId"))
     changes = p.query_tags(
@@ -199,7 +240,7 @@ def _pg_tags(s: Shims, call: Call) -> Answer:
             if k.startswith("Tag.")
         }
     )
-    for group in s.placement_groups.values():
+    for group in _in_region(s.placement_groups, call.region).values():
         if group["groupId"] not in ids:
             continue
         if call.action == "CreateTags":
@@ -213,17 +254,18 @@ def _pg_tags(s: Shims, call: Call) -> Answer:
     return p.ec2_response(call.action, {"return": True})
 
 
-def _pg_describe(s: Shims, call: Call) -> Answer:
+def _pg_describe(s: World, call: Call) -> Answer:
     names = p.indexed(call.params, "GroupName")
     filters = p.query_filters(call.params)
-    missing = [n for n in names if n not in s.placement_groups]
+    here = _in_region(s.placement_groups, call.region)
+    missing = [n for n in names if n not in here]
     if missing:
         return p.ec2_error(
             400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{missing[0]}' is unknown."
         )
     groups = [
         g
-        for g in s.placement_groups.values()
+        for g in here.values()
         if (not names or g["groupName"] in names) and p.matches(g["tags"], filters)
     ]
     return p.ec2_response(
@@ -231,25 +273,26 @@ def _pg_describe(s: Shims, call: Call) -> Answer:
     )
 
 
-def _pg_delete(s: Shims, call: Call) -> Answer:
+def _pg_delete(s: World, call: Call) -> Answer:
     name = call.params.get("GroupName", "")
-    if s.placement_groups.pop(name, None) is None:
+    if s.placement_groups.pop((call.region, name), None) is None:
         return p.ec2_error(
             400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown."
         )
     return p.ec2_response("DeletePlacementGroup", {"return": True})
 
 
-def _cr_describe(s: Shims, call: Call) -> Answer:
+def _cr_describe(s: World, call: Call) -> Answer:
     ids = p.indexed(call.params, "CapacityReservationId")
-    unknown = [i for i in ids if i not in s.reservations]
+    here = _in_region(s.reservations, call.region)
+    unknown = [i for i in ids if i not in here]
     if unknown:
         return p.ec2_error(
             400,
             "InvalidCapacityReservationId.NotFound",
             f"The capacity reservation ID '{unknown[0]}' does not exist",
         )
-    items = [r for key, r in s.reservations.items() if not ids or key in ids]
+    items = [r for key, r in here.items() if not ids or key in ids]
     return p.ec2_response("DescribeCapacityReservations", {"capacityReservationSet": items})
 
 
@@ -257,17 +300,18 @@ def _fsx_out(fs: Timed) -> dict[str, Any]:
     return fs.data
 
 
-def _fsx_create(s: Shims, call: Call) -> Answer:
+def _fsx_create(s: World, call: Call) -> Answer:
     token = call.params.get("ClientRequestToken")
-    if token and token in s.tokens and s.tokens[token] in s.file_systems:
-        return p.json_response({"FileSystem": _fsx_out(s.file_systems[s.tokens[token]])})
+    known = s.tokens.get((call.region, token)) if token else None
+    if known is not None and (call.region, known) in s.file_systems:
+        return p.json_response({"FileSystem": _fsx_out(s.file_systems[(call.region, known)])})
     fs_id = f"fs-{_hex()}"
     subnets = call.params.get("SubnetIds", [])
-    vpc_id, enis = _fsx_interfaces(call, subnets, fs_id)
+    vpc_id, enis = _fsx_interfaces(s.account, call, subnets, fs_id)
     lustre = fsx_update.repository_configuration(dict(call.params.get("LustreConfiguration", {})))
     lustre["MountName"] = _hex(8)
     data = {
-        "OwnerId": ACCOUNT,
+        "OwnerId": s.account,
         "CreationTime": time.time(),
         "FileSystemId": fs_id,
         "FileSystemType": call.params.get("FileSystemType", "LUSTRE"),
@@ -278,28 +322,30 @@ def _fsx_create(s: Shims, call: Call) -> Answer:
         "VpcId": vpc_id,
         "NetworkInterfaceIds": enis,
         "DNSName": f"{fs_id}.fsx.{call.region}.amazonaws.com",
-        "ResourceARN": f"arn:aws:fsx:{call.region}:{ACCOUNT}:file-system/{fs_id}",
+        "ResourceARN": f"arn:aws:fsx:{call.region}:{s.account}:file-system/{fs_id}",
         "Tags": call.params.get("Tags", []),
         "LustreConfiguration": lustre,
-        "KmsKeyId": f"arn:aws:kms:{call.region}:{ACCOUNT}:key/aws-fsx",
+        "KmsKeyId": f"arn:aws:kms:{call.region}:{s.account}:key/aws-fsx",
     }
-    s.file_systems[fs_id] = Timed(data, s._after("fsx-create"), region=call.region)
+    s.file_systems[(call.region, fs_id)] = Timed(data, s._after("fsx-create"), region=call.region)
     if token:
-        s.tokens[token] = fs_id
+        s.tokens[(call.region, token)] = fs_id
     return p.json_response({"FileSystem": data})
 
 
-def _ec2_backend(region: str) -> Any:
+def _ec2_backend(account: str, region: str) -> Any:
     from moto.ec2.models import ec2_backends
 
-    return ec2_backends[ACCOUNT][region]
+    return ec2_backends[account][region]
 
 
-def _fsx_interfaces(call: Call, subnets: list[str], fs_id: str) -> tuple[str, list[str]]:
+def _fsx_interfaces(
+    account: str, call: Call, subnets: list[str], fs_id: str
+) -> tuple[str, list[str]]:
     """The file system's VPC and its network interface, made in moto's EC2 with the
     security groups asked for, as FSx does: ParallelCluster's networking validator reads
     those groups to check that the nodes can reach ports 988 and 1018-1023."""
-    backend = _ec2_backend(call.region)
+    backend = _ec2_backend(account, call.region)
     try:
         subnet = backend.get_subnet(subnets[0])
     except Exception:  # unknown subnet: FSx would refuse; the answer keeps a stand-in
@@ -313,32 +359,34 @@ def _fsx_interfaces(call: Call, subnets: list[str], fs_id: str) -> tuple[str, li
     return str(subnet.vpc_id), [str(eni.id)]
 
 
-def _release_interfaces(item: Timed) -> None:
+def _release_interfaces(account: str, item: Timed) -> None:
     """A deleted file system's interfaces go with it."""
-    backend = _ec2_backend(item.region)
+    backend = _ec2_backend(account, item.region)
     for eni in item.data.get("NetworkInterfaceIds", []):
         with contextlib.suppress(Exception):
             backend.delete_network_interface(eni)
 
 
-def _fsx_describe(s: Shims, call: Call) -> Answer:
+def _fsx_describe(s: World, call: Call) -> Answer:
     ids = call.params.get("FileSystemIds")
+    here = _in_region(s.file_systems, call.region)
     if ids:
-        missing = [i for i in ids if i not in s.file_systems]
+        missing = [i for i in ids if i not in here]
         if missing:
             return p.json_error(
                 400, "FileSystemNotFound", f"File system '{missing[0]}' does not exist."
             )
-    items = [_fsx_out(fs) for key, fs in s.file_systems.items() if not ids or key in ids]
+    items = [_fsx_out(fs) for key, fs in here.items() if not ids or key in ids]
     return p.json_response({"FileSystems": items})
 
 
-def _fsx_delete(s: Shims, call: Call) -> Answer:
+def _fsx_delete(s: World, call: Call) -> Answer:
     fs_id = call.params.get("FileSystemId", "")
-    fs = s.file_systems.get(fs_id)
+    fs = s.file_systems.get((call.region, fs_id))
     if fs is None:
         return p.json_error(400, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
-    if any(a.data["FileSystemId"] == fs_id for a in s.associations.values()):
+    here = _in_region(s.associations, call.region)
+    if any(a.data["FileSystemId"] == fs_id for a in here.values()):
         return p.json_error(
             400,
             "BadRequest",
@@ -351,22 +399,23 @@ def _fsx_delete(s: Shims, call: Call) -> Answer:
     return p.json_response({"FileSystemId": fs_id, "Lifecycle": "DELETING"})
 
 
-def _dra_create(s: Shims, call: Call) -> Answer:
+def _dra_create(s: World, call: Call) -> Answer:
     fs_id = call.params.get("FileSystemId", "")
-    fs = s.file_systems.get(fs_id)
+    fs = s.file_systems.get((call.region, fs_id))
     if fs is None:
         return p.json_error(400, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
     if fs.data["Lifecycle"] != "AVAILABLE":
         return p.json_error(400, "BadRequest", f"File system '{fs_id}' is not AVAILABLE.")
     token = call.params.get("ClientRequestToken")
-    if token and token in s.tokens and s.tokens[token] in s.associations:
-        return p.json_response({"Association": s.associations[s.tokens[token]].data})
+    known = s.tokens.get((call.region, token)) if token else None
+    if known is not None and (call.region, known) in s.associations:
+        return p.json_response({"Association": s.associations[(call.region, known)].data})
     assoc_id = f"dra-{_hex()}"
     data = {
         "AssociationId": assoc_id,
         "FileSystemId": fs_id,
         "Lifecycle": "CREATING",
-        "ResourceARN": f"arn:aws:fsx:{call.region}:{ACCOUNT}:association/{fs_id}/{assoc_id}",
+        "ResourceARN": f"arn:aws:fsx:{call.region}:{s.account}:association/{fs_id}/{assoc_id}",
         "FileSystemPath": call.params.get("FileSystemPath", "/"),
         "DataRepositoryPath": call.params.get("DataRepositoryPath", ""),
         "BatchImportMetaDataOnCreate": call.params.get("BatchImportMetaDataOnCreate", False),
@@ -374,19 +423,21 @@ def _dra_create(s: Shims, call: Call) -> Answer:
         "Tags": call.params.get("Tags", []),
         "CreationTime": time.time(),
     }
-    s.associations[assoc_id] = Timed(data, s._after("dra-create"))
+    s.associations[(call.region, assoc_id)] = Timed(
+        data, s._after("dra-create"), region=call.region
+    )
     if token:
-        s.tokens[token] = assoc_id
+        s.tokens[(call.region, token)] = assoc_id
     return p.json_response({"Association": data})
 
 
-def _dra_describe(s: Shims, call: Call) -> Answer:
+def _dra_describe(s: World, call: Call) -> Answer:
     ids = call.params.get("AssociationIds")
     filters = {f["Name"]: f["Values"] for f in call.params.get("Filters", [])}
     fs_ids = filters.get("file-system-id")
     items = [
         a.data
-        for key, a in s.associations.items()
+        for key, a in _in_region(s.associations, call.region).items()
         if (not ids or key in ids) and (not fs_ids or a.data["FileSystemId"] in fs_ids)
     ]
     if ids and not items:
@@ -394,9 +445,9 @@ def _dra_describe(s: Shims, call: Call) -> Answer:
     return p.json_response({"Associations": items})
 
 
-def _dra_delete(s: Shims, call: Call) -> Answer:
+def _dra_delete(s: World, call: Call) -> Answer:
     assoc_id = call.params.get("AssociationId", "")
-    assoc = s.associations.get(assoc_id)
+    assoc = s.associations.get((call.region, assoc_id))
     if assoc is None:
         return p.json_error(400, "DataRepositoryAssociationNotFound", "No such association.")
     if assoc.deleting_at is None:
@@ -407,7 +458,7 @@ def _dra_delete(s: Shims, call: Call) -> Answer:
     )
 
 
-def _bucket_policy(s: Shims, call: Call) -> Answer:
+def _bucket_policy(s: World, call: Call) -> Answer:
     """S3 bucket policies, kept but not enforced.
 
     moto 5.2 evaluates a condition on a key it never supplies (aws:SecureTransport) as
@@ -431,19 +482,13 @@ def _bucket_policy(s: Shims, call: Call) -> Answer:
     return 200, {"Content-Type": "application/json"}, s.bucket_policies[bucket].encode()
 
 
-def _quota(s: Shims, call: Call) -> Answer:
-    key = (call.params.get("ServiceCode", ""), call.params.get("QuotaCode", ""))
-    if key not in s.quotas:
+def _quota(s: World, call: Call) -> Answer:
+    service, code = call.params.get("ServiceCode", ""), call.params.get("QuotaCode", "")
+    value = s.quota(call.region, service, code)
+    if value is None:
         return p.json_error(400, "NoSuchResourceException", "The quota does not exist.")
     return p.json_response(
-        {
-            "Quota": {
-                "ServiceCode": key[0],
-                "QuotaCode": key[1],
-                "Value": s.quotas[key],
-                "Adjustable": True,
-            }
-        }
+        {"Quota": {"ServiceCode": service, "QuotaCode": code, "Value": value, "Adjustable": True}}
     )
 
 
@@ -477,12 +522,12 @@ def _network_nodes(az: str, instance_id: str) -> list[str]:
     return [nn(f"{az}/1"), nn(f"{az}/2/{leaf // 4}"), nn(f"{az}/3/{leaf}")]
 
 
-def _topology(s: Shims, call: Call) -> Answer:
+def _topology(s: World, call: Call) -> Answer:
     """DescribeInstanceTopology (moto lacks it) over moto's running instances."""
     ids = set(p.indexed(call.params, "InstanceId"))
     filters = p.query_filters(call.params)
     items = []
-    for reservation in _ec2_backend(call.region).all_reservations():
+    for reservation in _ec2_backend(s.account, call.region).all_reservations():
         for inst in reservation.instances:
             family = inst.instance_type.split(".")[0]
             if (ids and inst.id not in ids) or family not in TOPOLOGY_FAMILIES:
@@ -506,11 +551,11 @@ def _topology(s: Shims, call: Call) -> Answer:
     return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})
 
 
-def _ssm_send(s: Shims, call: Call) -> Answer:
+def _ssm_send(s: World, call: Call) -> Answer:
     return s.ssm.send(call)
 
 
-def _ssm_get(s: Shims, call: Call) -> Answer:
+def _ssm_get(s: World, call: Call) -> Answer:
     return s.ssm.get(call)
 
 

@@ -4,9 +4,9 @@ writes no output).
 ``SendCommand`` with AWS-RunShellScript is checked as SSM checks it (the instances must
 exist in the region) and then run, as the agent on each instance would, in a thread: the
 ``commands`` as one bash script, with the tools folder the sandbox was given for its nodes
-first on PATH (``/_fmctl/seed/node-tools``; a test puts a fake Slurm there: sinfo, srun,
-sbatch). Without one, the invocation fails and says why. The invocation goes Pending,
-InProgress, then Success or Failed by the script's exit status (TimedOut past
+first on PATH (``KubeServer.node_tools``; a test's double of the emulator puts a fake Slurm
+there: sinfo, srun, sbatch). Without one, the invocation fails and says why. The invocation
+goes Pending, InProgress, then Success or Failed by the script's exit status (TimedOut past
 ``executionTimeout``); stdout and stderr are kept (24,000 characters in the answer, as SSM
 does) and, when the command names ``OutputS3BucketName``, written whole to
 ``PREFIX/COMMAND/INSTANCE/awsrunShellScript/0.awsrunShellScript/{stdout,stderr}`` in the
@@ -123,8 +123,8 @@ class Agent:
         if tools is None:
             out, err, code, status = (
                 "",
-                "sandbox: instances run commands only with the tools a test gives them "
-                "(POST /_fmctl/seed/node-tools)\n",
+                "sandbox: this instance has no node tools installed (nvidia-smi, dcgmi, "
+                "...), so the command did not run\n",
                 1,
                 "Failed",
             )

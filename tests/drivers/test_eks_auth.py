@@ -21,7 +21,7 @@ from provisioner.drivers.eks_auth import (
 )
 
 # Presigning is local (no call is made); the endpoint is a loopback address all the same.
-AWS = Aws("us-west-2", "https://127.0.0.1:9", sandbox=True)
+AWS = Aws("us-west-2", "https://127.0.0.1:9", sandbox=True, credentials=("AKIDEXAMPLE", "s3cr3t"))
 
 
 def _url(text: str) -> str:

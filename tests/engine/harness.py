@@ -20,6 +20,7 @@ from provisioner.drivers.kube import KubeClient
 from provisioner.resources.context import Context
 from provisioner.resources.tags import OWNER_TAG
 from provisioner.sandbox import daemon
+from tests.tools import sandbox_doubles as doubles
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Documented durations x this: FSx's 10 minutes take 1.2 s.
@@ -37,18 +38,37 @@ class Sandbox:
     def endpoint(self) -> str:
         return f"https://127.0.0.1:{self.info['port']}"
 
+    @property
+    def credentials(self) -> tuple[str, str]:
+        creds = daemon.credentials(self.home)
+        return creds.access_key, creds.secret_key
+
     def aws(self, region: str) -> Aws:
-        return Aws(region, self.endpoint, sandbox=True, ca_bundle=self.info["ca"])
+        return Aws(
+            region,
+            self.endpoint,
+            sandbox=True,
+            ca_bundle=self.info["ca"],
+            credentials=self.credentials,
+        )
 
     def requests(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = daemon.control(self.info, "/_fmctl/requests")
+        result: list[dict[str, Any]] = doubles.control(self.home, "/_fmctl/requests")
         return result
 
     def faults(self, rules: list[dict[str, Any]]) -> None:
-        daemon.control(self.info, "/_fmctl/faults", {"rules": rules})
+        doubles.control(self.home, "/_fmctl/faults", {"rules": rules})
+
+    def node_tools(self, path: Path | None) -> None:
+        """The folder the nodes' pods and Run Command scripts find their tools in."""
+        doubles.control(self.home, "/_fmctl/seed/node-tools", {"path": path and str(path)})
 
     def seed(self, reservation: dict[str, Any]) -> None:
-        daemon.control(self.info, "/_fmctl/seed/reservation", reservation)
+        """A capacity reservation in the region of its availability zone, as `up` seeds one."""
+        region = str(reservation["availabilityZone"])[:-1]
+        daemon.call(
+            self.info, daemon.credentials(self.home), "SeedCapacityReservation", reservation, region
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -87,10 +107,7 @@ class Sandbox:
 
 def start(home: Path) -> Sandbox:
     os.environ["FMCTL_SANDBOX_SCALE"] = str(SCALE)
-    daemon.ensure(home, SCALE)
-    info = daemon.running(home)
-    assert info is not None
-    return Sandbox(home, info)
+    return Sandbox(home, doubles.start(home, SCALE))
 
 
 def spec_file(tmp: Path, name: str, example: str = "p5en-eks-fsx-s3.yaml", **changes: Any) -> Path:

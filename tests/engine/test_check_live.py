@@ -22,7 +22,6 @@ import pytest
 import yaml
 
 from provisioner.resources.storage import bucket_name
-from provisioner.sandbox import daemon
 from tests.check import fakes
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, owned, region_of
@@ -64,9 +63,9 @@ def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
             f'exec "{real / name}" "$@"\n'
         )
         wrapper.chmod(0o755)
-    daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(folder)})
+    sandbox.node_tools(folder)
     yield tmp_path
-    daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
+    sandbox.node_tools(None)
 
 
 def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_path: Path) -> None:
@@ -131,14 +130,14 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
             )
 
         # Nodes whose check prints nothing (here: the sandbox given no tools) are not a pass.
-        daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": None})
+        sandbox.node_tools(None)
         blind = sandbox.fmctl(
             "check", name, "-f", str(spec), "--sandbox", "--timeout", "120", "-o", "json"
         )
         assert blind.returncode == 1 and "error: no node was checked" in blind.stderr
         reasons = {s["node"]: s["why"] for s in json.loads(blind.stdout)["skipped"]}
         assert "its check printed no results: sandbox: node" in reasons[idle]
-        daemon.control(sandbox.info, "/_fmctl/seed/node-tools", {"path": str(tools / "tools")})
+        sandbox.node_tools(tools / "tools")
 
         done = sandbox.fmctl(
             "check", name, "-f", str(spec), "--sandbox", "--timeout", "120", "-o", "json"

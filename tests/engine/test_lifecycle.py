@@ -306,5 +306,6 @@ def test_sandbox_ignores_real_credentials(sandbox: Sandbox, tmp_path: Path) -> N
     )
     assert result.returncode == 0, result.stdout + result.stderr
     seen = sandbox.requests()[before:]
-    assert seen and {r.get("access_key") for r in seen} == {"fmctl-sandbox"}
+    # Every call (the Kubernetes API's tokens included) signed with the sandbox's own key.
+    assert seen and {r.get("access_key") for r in seen} == {sandbox.credentials[0]}
     sandbox.fmctl("down", "e2e-creds", "--region", region, "--sandbox", "--yes")

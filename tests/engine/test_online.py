@@ -73,7 +73,7 @@ def test_sandbox_child_env_carries_no_real_credentials(
     assert env["AWS_ENDPOINT_URL"] == sandbox.endpoint
     assert env["AWS_CA_BUNDLE"] == sandbox.info["ca"]
     assert env["AWS_EC2_METADATA_DISABLED"] == "true"
-    assert env["AWS_ACCESS_KEY_ID"] == "fmctl-sandbox"
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == sandbox.credentials
 
 
 def test_plan_in_the_sandbox_stands_in_for_what_the_spec_names(

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from provisioner.blueprint.infra import INLINE, ROLES
-from provisioner.drivers.aws import SANDBOX_CREDENTIALS
 from tests.engine.harness import ROOT, Sandbox, owned, raw_leftovers, region_of, spec_file
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -40,7 +39,6 @@ SECRET_PATTERNS = [
     re.compile(r"AKIA[0-9A-Z]{16}"),
     re.compile(r"aws_secret_access_key", re.I),
     re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
-    re.compile(re.escape(SANDBOX_CREDENTIALS["aws_secret_access_key"])),
 ]
 
 
@@ -168,7 +166,8 @@ def test_live_defaults_after_up(sandbox: Sandbox, tmp_path: Path) -> None:
     fs = aws.client("fsx").describe_file_systems(FileSystemIds=[ids["fsx"]])["FileSystems"][0]
     assert fs["KmsKeyId"]
 
-    # State: private files, no secret in state or logs.
+    # State: private files, no secret in state or logs (nor the sandbox's own secret key).
+    patterns = [*SECRET_PATTERNS, re.compile(re.escape(sandbox.credentials[1]))]
     folder = sandbox.home / "clusters" / name
     assert folder.exists()
     for path in [folder, *folder.rglob("*")]:
@@ -176,7 +175,7 @@ def test_live_defaults_after_up(sandbox: Sandbox, tmp_path: Path) -> None:
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
         if path.is_file():
             text = path.read_text(errors="replace")
-            assert not any(p.search(text) for p in SECRET_PATTERNS), path
+            assert not any(p.search(text) for p in patterns), path
 
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0 and raw_leftovers(sandbox, name, region) == []

@@ -1,0 +1,230 @@
+"""The tests' double of the sandbox emulator: the product's application
+(``provisioner.sandbox.server.Emulator``) wrapped with what only tests need, so that none of
+it ships in the wheel.
+
+- a request log: every call seen, with its service, action, signing key, status and fault;
+- fault injection (``FaultRule``): errors, dropped connections, answers lost after the call
+  was carried out, slow answers — for AWS calls and for the clusters' Kubernetes APIs;
+- the nodes' tools folder: the programs the sandbox's pods and Run Command scripts find
+  first on PATH (``kube_jobs``, ``ssm_agent``).
+
+Control endpoints, for the test that started it only (each request carries the sandbox's
+secret key in ``X-Fmctl-Secret``; anyone else gets 403):
+  GET  /_fmctl/requests          -> the request log
+  POST /_fmctl/faults            <- {"rules": [...]}: replaces the rules
+  POST /_fmctl/seed/node-tools   <- {"path": DIR or null}
+
+Run by ``daemon.ensure(home, scale, server=MODULE, cwd=ROOT)`` (see ``harness.start``), with
+the product server's command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import random
+import socket
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.sandbox import daemon, protocol, sigv4
+from provisioner.sandbox.server import (
+    KUBE_PREFIX,
+    Emulator,
+    StartResponse,
+    answer,
+    arguments,
+    read_body,
+    serve,
+)
+
+MODULE = "tests.tools.sandbox_doubles"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class FaultRule:
+    """Inject a failure into matching calls.
+
+    ``action``: an operation name or "*" (AWS calls), or "kubernetes" (every call to a sandbox
+    cluster's Kubernetes API, which "*" leaves alone; "reset" makes the API unreachable, as a
+    private endpoint is from outside its VPC); ``share``: the fraction of matching calls hit
+    (seeded, so runs repeat); ``times``: hit at most this many (None: no limit); ``kind``:
+    "error" (``status`` + ``code``), "reset" (drop the connection), "reset-after" (carry the
+    call out, then drop the connection: the answer is lost) or "slow" (``delay`` s).
+    """
+
+    action: str = "*"
+    share: float = 1.0
+    times: int | None = None
+    kind: str = "error"
+    status: int = 503
+    code: str = "ServiceUnavailable"
+    delay: float = 0.0
+    hits: int = 0
+
+    def applies(self, action: str, rng: random.Random) -> bool:
+        """Whether this call is hit (and count it)."""
+        if self.action not in ("*", action):
+            return False
+        if self.times is not None and self.hits >= self.times:
+            return False
+        if rng.random() >= self.share:
+            return False
+        self.hits += 1
+        return True
+
+
+class ConnectionDropped(Exception):
+    """Raised to make werkzeug drop the connection (a connection reset for the client)."""
+
+
+def _drop_connection(environ: dict[str, Any], action: str) -> None:
+    """Close the socket under the request: the client sees a connection reset."""
+    sock = environ.get("werkzeug.socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    raise ConnectionDropped(action)
+
+
+@dataclass
+class Doubles:
+    """WSGI app: control endpoints, the log and faults, then the product's emulator."""
+
+    app: Emulator
+    rules: list[FaultRule] = field(default_factory=list)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=lambda: random.Random(7))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        body = read_body(environ)
+        if path.startswith("/_fmctl/"):
+            return self._control(environ, path, body, start)
+        kube = path.startswith(KUBE_PREFIX)
+        auth = str(environ.get("HTTP_AUTHORIZATION", ""))
+        if kube:
+            rest = path.split("/", 3)[3] if path.count("/") >= 3 else ""
+            service, action = "kubernetes", f"{environ.get('REQUEST_METHOD')} /{rest}"
+            key = sigv4.token_key(auth)
+            call = None
+        else:
+            call = protocol.parse(environ, body)
+            service, action, key = call.service, call.action, protocol.access_key_of(environ)
+        if service == protocol.SANDBOX_SERVICE:  # the sandbox's own, not an AWS call
+            return self.app(environ, start)
+        entry: dict[str, Any] = {
+            "service": service,
+            "action": action,
+            "access_key": key,
+            "time": time.time(),
+            "fault": None,
+            "status": 0,
+        }
+        with self.lock:
+            self.log.append(entry)
+            rule = next(
+                (
+                    r
+                    for r in self.rules
+                    if (r.action == "kubernetes") == kube
+                    and r.applies("kubernetes" if kube else action, self.rng)
+                ),
+                None,
+            )
+        if rule is not None:
+            entry["fault"] = rule.kind
+            if rule.kind == "reset":
+                _drop_connection(environ, action)
+            if rule.kind == "reset-after":
+                # The call is carried out, then the answer is lost: what makes a retried
+                # create without a client token produce a duplicate.
+                for _ in self.app(environ, lambda *args: lambda data: None):
+                    pass
+                entry["status"] = "executed"
+                _drop_connection(environ, action)
+            if rule.kind == "slow":
+                time.sleep(rule.delay)
+            elif call is None:
+                failure = json.dumps({"kind": "Status", "code": rule.status}).encode()
+                entry["status"] = rule.status
+                return answer(start, rule.status, {"Content-Type": "application/json"}, failure)
+            else:
+                status, headers, payload = protocol.error_for(
+                    call, rule.status, rule.code, f"injected by the sandbox: {rule.code}"
+                )
+                entry["status"] = status
+                return answer(start, status, headers, payload)
+
+        def recording_start(
+            status: str, headers: list[tuple[str, str]], exc_info: Any = None
+        ) -> Any:
+            entry["status"] = int(status.split()[0])
+            return start(status, headers, exc_info) if exc_info else start(status, headers)
+
+        return self.app(environ, recording_start)
+
+    def _control(
+        self, environ: dict[str, Any], path: str, body: bytes, start: StartResponse
+    ) -> Iterable[bytes]:
+        given = str(environ.get("HTTP_X_FMCTL_SECRET", ""))
+        if not hmac.compare_digest(given, self.app.credentials.secret_key):
+            return answer(start, 403, {"Content-Type": "application/json"}, b'{"error":"no"}')
+        method = environ.get("REQUEST_METHOD", "GET")
+        if path == "/_fmctl/requests":
+            with self.lock:
+                data: Any = list(self.log)
+        elif path == "/_fmctl/faults" and method == "POST":
+            rules = json.loads(body or b"{}").get("rules", [])
+            with self.lock:
+                self.rules = [FaultRule(**r) for r in rules]
+            data = {"rules": len(rules)}
+        elif path == "/_fmctl/seed/node-tools" and method == "POST":
+            self.app.shims.kube.node_tools = json.loads(body).get("path")
+            data = {"ok": True}
+        else:
+            return answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
+        return answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
+
+
+def control(home: Path, path: str, body: Any = None) -> Any:
+    """Call a control endpoint of the double running for ``home``; JSON in and out."""
+    info = daemon.running(home)
+    assert info is not None, f"no sandbox runs for {home}"
+    context = ssl.create_default_context(cafile=info["ca"])
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"https://127.0.0.1:{info['port']}{path}",
+        data=data,
+        method="POST" if data is not None else "GET",
+        headers={"X-Fmctl-Secret": daemon.credentials(home).secret_key},
+    )
+    with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+        return json.loads(reply.read())
+
+
+def start(home: Path, scale: float) -> dict[str, Any]:
+    """Start the double for ``home`` (the product's commands then find it running)."""
+    daemon.ensure(home, scale, server=MODULE, cwd=ROOT)
+    info = daemon.running(home)
+    assert info is not None
+    return info
+
+
+def main() -> None:
+    """Command-line entry: the product server's arguments, the doubles around its app."""
+    args = arguments()
+    serve(args.port, args.scale, args.ready_file, args.credentials, wrap=Doubles)
+
+
+if __name__ == "__main__":
+    main()
