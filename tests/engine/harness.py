@@ -190,10 +190,14 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         for p in iam.list_policies(Scope="Local")["Policies"]
         if p["PolicyName"].startswith(prefix)
     ]
+    s3 = aws.client("s3")
     left += [
         f"s3:{b['Name']}"
-        for b in aws.client("s3").list_buckets()["Buckets"]
+        for b in s3.list_buckets()["Buckets"]
         if b["Name"].startswith(f"fmctl-{name}-")
+        # Bucket names are global; one in another region is that region's.
+        and (s3.get_bucket_location(Bucket=b["Name"])["LocationConstraint"] or "us-east-1")
+        == region
     ]
     return left
 
