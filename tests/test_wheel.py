@@ -13,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SANDBOX_FILES = {
     "__init__.py",
     "daemon.py",
+    "ec2_mend.py",
     "eks.py",
     "eks_identity.py",
     "eks_model.py",
+    "eks_network.py",
     "eks_parts.py",
     "fsx_update.py",
     "kube.py",

@@ -14,7 +14,7 @@ from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, 
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, retry_dependency, tags_of
 from provisioner.resources.errors import Foreign
-from provisioner.resources.network import VpcOut
+from provisioner.resources.network import VpcOut, sweep_cni_interfaces
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
 
 #: Lustre's ports: 988 and 1018-1023
@@ -224,6 +224,7 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             item = ec2.describe_security_groups(GroupIds=[owned.id])["SecurityGroups"][0]
         except Exception:
             return  # gone
+        sweep_cni_interfaces(ctx, "sg", "group-id", owned.id)
         # Rules naming other groups block their deletion: empty this group first.
         for key, revoke in (
             ("IpPermissions", ec2.revoke_security_group_ingress),

@@ -167,20 +167,28 @@ def _sweep_lb_groups(ctx: Context, vpc_id: str) -> None:
             retry_dependency(functools.partial(ec2.delete_security_group, GroupId=gid), gid, ctx)
 
 
-def _sweep_cni_interfaces(ctx: Context, subnet_id: str) -> None:
-    """Network interfaces the VPC CNI left in the subnet (tagged with this cluster's name),
-    detached once their nodes are gone."""
+def sweep_cni_interfaces(ctx: Context, kind: str, where: str, ident: str) -> None:
+    """Network interfaces the VPC CNI left (tagged with this cluster's name), detached once
+    their nodes are gone, in the subnet or using the security group ``ident`` (``where``:
+    "subnet-id" or "group-id"). An existing VPC's subnets are not fmctl's to delete, so its
+    node groups' leftovers are swept by group too, or the group could never go."""
     ec2 = ctx.aws.client("ec2")
     enis = ec2.describe_network_interfaces(
         Filters=[
             {"Name": f"tag:{CNI_TAG}", "Values": [ctx.cluster]},
-            {"Name": "subnet-id", "Values": [subnet_id]},
+            {"Name": where, "Values": [ident]},
         ]
     )["NetworkInterfaces"]
     for eni in enis:
-        if tags_of(eni, "TagSet").get(CNI_TAG) == ctx.cluster and eni.get("SubnetId") == subnet_id:
+        mine = tags_of(eni, "TagSet").get(CNI_TAG) == ctx.cluster
+        here = (
+            eni.get("SubnetId") == ident
+            if where == "subnet-id"
+            else ident in {g["GroupId"] for g in eni.get("Groups", [])}
+        )
+        if mine and here:
             eid = eni["NetworkInterfaceId"]
-            ctx.emit("subnet", "deleting", f"{eid} (left by the VPC CNI)")
+            ctx.emit(kind, "deleting", f"{eid} (left by the VPC CNI)")
             delete = functools.partial(ec2.delete_network_interface, NetworkInterfaceId=eid)
             retry_dependency(delete, eid, ctx)
 
@@ -360,7 +368,7 @@ class Subnet(Kind[SubnetParams, SubnetOut, SubnetLive]):
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         ec2 = ctx.aws.client("ec2")
-        _sweep_cni_interfaces(ctx, owned.id)
+        sweep_cni_interfaces(ctx, "subnet", "subnet-id", owned.id)
         retry_dependency(lambda: ec2.delete_subnet(SubnetId=owned.id), owned.id, ctx)
 
 

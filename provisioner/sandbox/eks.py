@@ -31,6 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.sandbox import eks_network
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks_identity import HANDLERS as IDENTITY_HANDLERS
 from provisioner.sandbox.eks_model import (
@@ -44,6 +45,7 @@ from provisioner.sandbox.eks_model import (
     hardware,
     land,
     minor,
+    node_groups,
     now,
     start_delete,
     start_update,
@@ -53,6 +55,8 @@ from provisioner.sandbox.eks_parts import access_entry
 from provisioner.sandbox.kube import KubeServer
 
 Answer = tuple[int, dict[str, str], bytes]
+#: The Deployment (in kube-system) of the AWS Load Balancer Controller's Helm chart.
+LB_CONTROLLER = "aws-load-balancer-controller"
 
 
 @dataclass
@@ -68,6 +72,8 @@ class Eks:
     #: per cluster, as EKS's endpoint hosts are, so two regions' clusters of one name and a
     #: cluster made again after a delete never share an API.
     endpoints: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: (region, cluster) -> what it has in its VPC (``eks_network``).
+    networks: dict[tuple[str, str], eks_network.ClusterNetwork] = field(default_factory=dict)
     clusters: dict[tuple[str, str], Item] = field(default_factory=dict)  # (region, name)
     nodegroups: dict[tuple[str, str, str], Item] = field(default_factory=dict)
     addons: dict[tuple[str, str, str], Item] = field(default_factory=dict)
@@ -99,6 +105,9 @@ class Eks:
             if item.gone_at is not None and now >= item.gone_at:
                 del self.clusters[ckey]
                 self.kube.drop(self.endpoints.pop(ckey, ""))
+                net = self.networks.pop(ckey, None)
+                if net is not None:
+                    eks_network.delete_cluster(self.account, ckey[0], net)
             elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
             land(item, now)
@@ -106,6 +115,9 @@ class Eks:
             if item.gone_at is not None and now >= item.gone_at:
                 del self.nodegroups[key]
                 self.kube.leave(self.endpoints.get(key[:2], ""), key[2])
+                net = self.networks.get(key[:2])
+                if net is not None:
+                    eks_network.leave(self.account, key[0], net, key[2])
             elif item.gone_at is None and now >= item.ready_at and creating(item):
                 item.data["status"] = "ACTIVE"
                 self.sync_nodes(key[0], item.data)
@@ -126,6 +138,25 @@ class Eks:
                             }
                         ]
                     }
+        self._balancers()
+
+    def _balancers(self) -> None:
+        """The load balancer controller, in each cluster where it runs."""
+        for ckey, item in self.clusters.items():
+            net = self.networks.get(ckey)
+            endpoint = self.endpoints.get(ckey, "")
+            if net is None or item.data["status"] != "ACTIVE" or not self._has_nodes(*ckey):
+                continue
+            if not self.kube.has(endpoint, "deployments", "kube-system", LB_CONTROLLER):
+                continue
+            eks_network.sync_balancers(
+                self.account,
+                ckey[0],
+                ckey[1],
+                item.data["resourcesVpcConfig"]["vpcId"],
+                net,
+                self.kube.load_balancers(endpoint),
+            )
 
     def _has_nodes(self, region: str, cluster: str) -> bool:
         return any(
@@ -178,6 +209,18 @@ class Eks:
         ]
         endpoint = self.endpoints.get((region, ng["clusterName"]), "")
         self.kube.sync(endpoint, ng["nodegroupName"], nodes)
+        net = self.networks.get((region, ng["clusterName"]))
+        if net is not None and ng.get("subnets"):
+            eks_network.sync_nodes(
+                self.account,
+                region,
+                ng["clusterName"],
+                net,
+                ng["nodegroupName"],
+                [str(n["name"]) for n in nodes],
+                ng["subnets"][0],
+                node_groups(self.account, region, ng),
+            )
 
 
 # -- clusters ------------------------------------------------------------------------------
@@ -192,6 +235,15 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     vpc_config = q.get("resourcesVpcConfig", {})
     vpc_id = _check_subnets(s.account, region, vpc_config.get("subnetIds", []))
     endpoint = uuid.uuid4().hex.upper()
+    net = eks_network.create_cluster(
+        s.account,
+        region,
+        name,
+        vpc_id,
+        vpc_config.get("subnetIds", []),
+        vpc_config.get("securityGroupIds", []),
+    )
+    s.networks[(region, name)] = net
     if not re.fullmatch(r"arn:aws:iam::\d{12}:role/.+", q.get("roleArn", "")):
         raise EksError(400, "InvalidParameterException", "roleArn is not an IAM role ARN")
     data = {
@@ -204,7 +256,7 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
         "resourcesVpcConfig": {
             **vpc_config,
             "vpcId": vpc_id,
-            "clusterSecurityGroupId": f"sg-eks{uuid.uuid4().hex[:13]}",
+            "clusterSecurityGroupId": net.group,
         },
         "kubernetesNetworkConfig": {"serviceIpv4Cidr": "172.20.0.0/16", "ipFamily": "ipv4"},
         "logging": q.get("logging", {}),

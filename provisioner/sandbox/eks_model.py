@@ -206,6 +206,16 @@ def hardware(account: str, region: str, ng: dict[str, Any]) -> tuple[str, int]:
     return itype, efa
 
 
+def node_groups(account: str, region: str, ng: dict[str, Any]) -> list[str]:
+    """The security groups a node group's nodes have: its launch template's (on the first
+    interface, or the template's own), else none named (EKS then gives the cluster's)."""
+    data = template_data(account, region, ng.get("launchTemplate")) or {}
+    interfaces = data.get("NetworkInterfaces") or []
+    if interfaces and interfaces[0].get("Groups"):
+        return [str(g) for g in interfaces[0]["Groups"]]
+    return [str(g) for g in data.get("SecurityGroupIds") or []]
+
+
 def template_data(account: str, region: str, spec: dict[str, Any] | None) -> dict[str, Any] | None:
     """The launch template a node group names, as moto's EC2 stored it (None for none)."""
     if not spec:

@@ -177,6 +177,26 @@ class KubeServer:
                     del c.objects[key]
                     c.hardware.pop(key[2], None)
 
+    def has(self, cluster: str, plural: str, namespace: str, name: str) -> bool:
+        """Whether the object exists in the API at endpoint ``cluster``."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            return c is not None and (plural, namespace, name) in c.objects
+
+    def load_balancers(self, cluster: str) -> set[tuple[str, str, str]]:
+        """(namespace, kind, name) of what asks for a load balancer: Services of type
+        LoadBalancer and Ingresses."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return set()
+            return {
+                (ns, "Ingress" if plural == "ingresses" else "Service", name)
+                for (plural, ns, name), obj in c.objects.items()
+                if plural == "ingresses"
+                or (plural == "services" and (obj.get("spec") or {}).get("type") == "LoadBalancer")
+            }
+
     # -- HTTP ------------------------------------------------------------------------------
     def handle(
         self,

@@ -158,26 +158,14 @@ def answer(
     return [payload]
 
 
-def _mend_moto() -> None:
-    """Where moto answers unlike AWS in a way fmctl depends on, the sandbox mends it.
-
-    moto 5.2 copies a launch template's tags once, at creation, and describes that copy:
-    tags set later with CreateTags (EC2 tags launch templates like any resource) match tag
-    filters but never show in DescribeLaunchTemplates. The template's tags are read live."""
-    from moto.ec2.models.launch_templates import LaunchTemplate
-
-    if not isinstance(getattr(LaunchTemplate, "tags", None), property):
-        LaunchTemplate.tags = property(  # type: ignore[assignment]
-            lambda self: self.get_tags(), lambda self, value: None
-        )
-
-
 def build_app(scale: float, credentials: sigv4.Credentials, ca_pem: bytes = b"") -> Emulator:
     """moto's application behind fmctl's (``ca_pem``: the certificate EKS clusters present
     as their certificate authority)."""
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
-    _mend_moto()
+    from provisioner.sandbox import ec2_mend
+
+    ec2_mend.mend()
     return Emulator(
         DomainDispatcherApplication(create_backend_app),
         Shims(scale=scale, ca_pem=ca_pem),

@@ -1,0 +1,124 @@
+"""Where moto's EC2 answers unlike AWS in a way that would hide a bug in fmctl's teardown,
+the sandbox mends it (once per process, on moto's backend class).
+
+AWS refuses to delete what something still depends on, with ``DependencyViolation`` (the
+EC2 API reference's error codes: "The specified object has dependent resources"); moto 5.2
+refuses a VPC only while it has subnets. Here, as in AWS:
+
+- a subnet that still holds a network interface (an instance's, a NAT gateway's, an EKS
+  control-plane ENI, one the VPC CNI or a load balancer left) cannot be deleted;
+- a security group that a network interface uses, or that another group's rule names,
+  cannot be deleted;
+- a VPC that still has subnets, security groups besides its default, an attached internet
+  gateway or network interfaces cannot be deleted.
+
+And a deleted NAT gateway takes its network interface with it and lets go of its Elastic IP
+(moto 5.2 marks it deleted and keeps both, which would block its subnet for ever); the
+interfaces RunInstances creates are deleted when their instance terminates unless the call
+said otherwise (the EC2 User Guide, "Network interface attributes": delete on termination
+is the default for interfaces created with the instance; moto 5.2 keeps them).
+
+moto 5.2 also copies a launch template's tags once, at creation, and describes that copy:
+tags set later with CreateTags (EC2 tags launch templates like any resource) match tag
+filters but never show in DescribeLaunchTemplates. The template's tags are read live.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _dependency(message: str) -> Exception:
+    from moto.ec2.exceptions import DependencyViolationError
+
+    return DependencyViolationError(message)
+
+
+def _interfaces(backend: Any) -> list[Any]:
+    return list(backend.enis.values())
+
+
+def _group_ids(eni: Any) -> set[str]:
+    return {g.id for g in eni.group_set}
+
+
+def _referenced(backend: Any, group_id: str) -> bool:
+    """Another group's rule names ``group_id`` as its source or destination."""
+    for groups in backend.groups.values():
+        for group in groups.values():
+            if group.id == group_id:
+                continue
+            for rule in [*group.ingress_rules, *group.egress_rules]:
+                if (rule.source_group or {}).get("GroupId") == group_id:
+                    return True
+    return False
+
+
+def mend() -> None:
+    """Apply the mends above to moto's EC2 (idempotent)."""
+    from moto.ec2.models import EC2Backend
+    from moto.ec2.models.instances import Instance
+    from moto.ec2.models.launch_templates import LaunchTemplate
+
+    if getattr(EC2Backend, "_fmctl_mended", False):
+        return
+    EC2Backend._fmctl_mended = True  # type: ignore[attr-defined]
+
+    if not isinstance(getattr(LaunchTemplate, "tags", None), property):
+        LaunchTemplate.tags = property(  # type: ignore[assignment]
+            lambda self: self.get_tags(), lambda self, value: None
+        )
+
+    delete_subnet = EC2Backend.delete_subnet
+    delete_group = EC2Backend.delete_security_group
+    delete_vpc = EC2Backend.delete_vpc
+    delete_nat = EC2Backend.delete_nat_gateway
+
+    def subnet(self: Any, subnet_id: str) -> Any:
+        if any(e.subnet.id == subnet_id for e in _interfaces(self)):
+            raise _dependency(f"The subnet '{subnet_id}' has dependencies and cannot be deleted.")
+        return delete_subnet(self, subnet_id)
+
+    def group(self: Any, name: str | None = None, group_id: str | None = None) -> Any:
+        found = self.get_security_group_from_id(group_id) if group_id else None
+        if found is not None and (
+            any(found.id in _group_ids(e) for e in _interfaces(self)) or _referenced(self, found.id)
+        ):
+            raise _dependency(f"resource {found.id} has a dependent object")
+        return delete_group(self, name=name, group_id=group_id)
+
+    def vpc(self: Any, vpc_id: str) -> Any:
+        groups = [g for g in self.groups.get(vpc_id, {}).values() if g.name != "default"]
+        gateways = [
+            g for g in self.internet_gateways.values() if g.vpc is not None and g.vpc.id == vpc_id
+        ]
+        interfaces = [e for e in _interfaces(self) if e.subnet.vpc_id == vpc_id]
+        if groups or gateways or interfaces:
+            raise _dependency(f"The vpc '{vpc_id}' has dependencies and cannot be deleted.")
+        return delete_vpc(self, vpc_id)
+
+    def nat(self: Any, nat_gateway_id: str) -> Any:
+        gateway = delete_nat(self, nat_gateway_id)
+        eni = getattr(gateway, "_eni", None)
+        if eni is not None and eni.id in self.enis:
+            for address in list(self.addresses):
+                if address.eni is eni:
+                    address.eni = None
+            eni.delete()
+        return gateway
+
+    prep_nics = Instance.prep_nics
+
+    def nics(self: Any, nic_spec: list[dict[str, Any]], *args: Any, **kwargs: Any) -> None:
+        before = set(self.ec2_backend.enis)
+        prep_nics(self, nic_spec, *args, **kwargs)
+        asked = {int(n.get("DeviceIndex") or 0): n.get("DeleteOnTermination") for n in nic_spec}
+        for index, eni in self.nics.items():
+            if eni.id not in before and asked.get(index) is not False:
+                eni.delete_on_termination = True
+
+    Instance.prep_nics = nics  # type: ignore[method-assign]
+    EC2Backend.delete_subnet = subnet  # type: ignore[method-assign]
+    EC2Backend.delete_security_group = group  # type: ignore[method-assign]
+    EC2Backend.delete_vpc = vpc  # type: ignore[method-assign]
+    EC2Backend.delete_nat_gateway = nat  # type: ignore[method-assign]
