@@ -25,6 +25,8 @@ SANDBOX_FILES = {
     "kube_controllers.py",
     "kube_jobs.py",
     "kube_model.py",
+    "kube_patch.py",
+    "kube_workloads.py",
     "protocol.py",
     "server.py",
     "shims.py",

@@ -9,6 +9,8 @@ emulator speaks, to the real ``kubernetes`` client:
   ``force``): creates, merges, removes fields the manager stopped applying, and refuses
   (409 Conflict) to take a field another manager owns with a different value unless forced;
   ``metadata.managedFields``, ``uid``, ``resourceVersion``, ``generation``;
+- create (``POST``), JSON merge patch and strategic merge patch (``kube_patch``), with the
+  field ownership of an ``Update``; discovery with kubectl's short names;
 - get, list (``labelSelector`` equality terms), delete, a pod's ``log``; namespaced objects
   need their namespace, and deleting a namespace deletes what is in it;
 - authentication as EKS does it: a bearer token ``k8s-aws-v1.`` + base64url of a presigned
@@ -20,7 +22,8 @@ node group becomes ACTIVE (``join``); a node advertises ``nvidia.com/gpu`` and
 ``vpc.amazonaws.com/efa`` only while a DaemonSet running the NVIDIA or EFA device plugin
 covers it (its node selector, affinity and tolerations admit the node), as on EKS, where the
 AL2023 NVIDIA AMI has no device plugin; DaemonSets and Deployments report ready from the
-nodes that admit them; a claim naming an existing volume is Bound; Jobs get pods, bound to
+nodes that admit them, and have pods (``kube_workloads``), which move when a node is drained;
+a claim naming an existing volume is Bound; Jobs get pods, bound to
 nodes with devices to spare and run by a kubelet whose output is the pod's log
 (``kube_jobs``).
 
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from provisioner.sandbox.kube_apply import fields_v1, merge, owned
+from provisioner.sandbox.kube_apply import fields_v1, merge, owned, owners_of
 from provisioner.sandbox.kube_controllers import reconcile
 from provisioner.sandbox.kube_jobs import step
 from provisioner.sandbox.kube_model import (
@@ -52,6 +55,8 @@ from provisioner.sandbox.kube_model import (
     Cluster,
     Hardware,
 )
+from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_owners
+from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
 
 #: Kinds whose objects the Job controller and kubelet move on (``kube_jobs``).
 JOBS = {"jobs", "pods"}
@@ -84,6 +89,28 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
         False,
     ),
 }
+
+
+#: plural -> the short names discovery gives (`kubectl api-resources`, Kubernetes 1.33).
+SHORT_NAMES: dict[str, list[str]] = {
+    "namespaces": ["ns"],
+    "nodes": ["no"],
+    "persistentvolumes": ["pv"],
+    "configmaps": ["cm"],
+    "services": ["svc"],
+    "serviceaccounts": ["sa"],
+    "persistentvolumeclaims": ["pvc"],
+    "pods": ["po"],
+    "daemonsets": ["ds"],
+    "deployments": ["deploy"],
+    "statefulsets": ["sts"],
+    "networkpolicies": ["netpol"],
+    "ingresses": ["ing"],
+    "storageclasses": ["sc"],
+    "customresourcedefinitions": ["crd", "crds"],
+}
+#: What the server does with each resource.
+VERBS = ["create", "delete", "get", "list", "patch"]
 
 
 @dataclass
@@ -130,8 +157,7 @@ class KubeServer:
                 labels = obj["metadata"].get("labels", {})
                 mine = labels.get("eks.amazonaws.com/nodegroup") == nodegroup
                 if key[0] == "nodes" and mine and key[2] not in wanted:
-                    del c.objects[key]
-                    c.hardware.pop(key[2], None)
+                    self._drain(c, key[2])
             for n in nodes:
                 labels = {
                     **n["labels"],
@@ -174,8 +200,24 @@ class KubeServer:
             for key, obj in list(c.objects.items()):
                 labels = obj["metadata"].get("labels", {})
                 if key[0] == "nodes" and labels.get("eks.amazonaws.com/nodegroup") == nodegroup:
-                    del c.objects[key]
-                    c.hardware.pop(key[2], None)
+                    self._drain(c, key[2])
+
+    def _drain(self, c: Cluster, node: str) -> None:
+        """A node leaves: its pods are evicted (a workload's go, and their controller makes
+        them again elsewhere; a Job's fail as evicted), then the node goes."""
+        for key, pod in list(c.objects.items()):
+            if key[0] != "pods" or pod["spec"].get("nodeName") != node:
+                continue
+            if pod["metadata"].get("labels", {}).get(OWNER_LABEL):
+                del c.objects[key]
+            elif (pod.get("status") or {}).get("phase") in (None, "Pending", "Running"):
+                pod["status"] = {
+                    "phase": "Failed",
+                    "reason": "Evicted",
+                    "message": f"The node {node} was drained.",
+                }
+        c.objects.pop(("nodes", "", node), None)
+        c.hardware.pop(node, None)
 
     def has(self, cluster: str, plural: str, namespace: str, name: str) -> bool:
         """Whether the object exists in the API at endpoint ``cluster``."""
@@ -221,7 +263,7 @@ class KubeServer:
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
                 if isinstance(answer, str):  # a pod's log
                     return 200, {"Content-Type": "text/plain"}, answer.encode()
-                return _json(200, answer)
+                return _json(201 if method == "POST" else 200, answer)
         except ApiError as err:
             status = {
                 "kind": "Status",
@@ -253,14 +295,19 @@ class KubeServer:
             return self._get(c, plural, namespace, name)
         if method == "GET":
             return self._list(c, plural, namespace, query.get("labelSelector", [""])[0])
-        if method == "PATCH" and name:
-            if "apply-patch" not in headers.get("content-type", ""):
-                raise ApiError(415, "UnsupportedMediaType", "only server-side apply is served")
+        ctype = headers.get("content-type", "")
+        if method == "PATCH" and name and "apply-patch" in ctype:
             manager = query.get("fieldManager", [""])[0]
             if not manager:
                 raise ApiError(422, "Invalid", "fieldManager is required for apply patch")
             force = query.get("force", ["false"])[0] == "true"
             return self._apply(c, plural, namespace, name, _load(body), manager, force)
+        if method == "PATCH" and name:
+            manager = query.get("fieldManager", ["kubectl-patch"])[0]
+            return self._patch(c, plural, namespace, name, ctype, _load(body), manager)
+        if method == "POST" and not name:
+            manager = query.get("fieldManager", ["kubectl-create"])[0]
+            return self._create(c, plural, namespace, _load(body), manager)
         if method == "DELETE" and name:
             return self._delete(c, plural, namespace, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
@@ -270,6 +317,8 @@ class KubeServer:
         """Bring what ``plural``'s objects report up to now."""
         if plural in RECONCILED or plural in JOBS:
             reconcile(c)
+        if plural in JOBS or plural in OWNER_KIND:
+            reconcile_pods(c, lambda p, ns, obj: self._put(c, p, ns, obj))
         if plural in JOBS:
             step(c, lambda p, ns, obj: self._put(c, p, ns, obj), self.node_tools)
 
@@ -326,6 +375,7 @@ class KubeServer:
         applied: dict[str, Any],
         manager: str,
         force: bool,
+        operation: str = "Apply",
     ) -> dict[str, Any]:
         group, version, kind, namespaced = RESOURCES[plural]
         want = f"{group}/{version}".lstrip("/")
@@ -353,21 +403,60 @@ class KubeServer:
             obj, owners = merge(live, body, manager, force)
             if obj == live:
                 return copy.deepcopy(live)
-        obj["metadata"]["managedFields"] = [
-            {
-                "manager": m,
-                "operation": "Apply",
-                "apiVersion": want,
-                "fieldsType": "FieldsV1",
-                "fieldsV1": fields_v1(paths),
-            }
-            for m, paths in sorted(owners.items())
-            if paths
-        ]
-        if live is not None and obj.get("spec") != live.get("spec"):
-            obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
+        _record(obj, live, owners, {manager: operation}, want)
         self._put(c, plural, namespace, obj, live)
         return copy.deepcopy(c.objects[(plural, namespace, name)])
+
+    def _patch(
+        self,
+        c: Cluster,
+        plural: str,
+        namespace: str,
+        name: str,
+        ctype: str,
+        patch: dict[str, Any],
+        manager: str,
+    ) -> dict[str, Any]:
+        """A JSON merge or strategic merge patch of an existing object (``kube_patch``)."""
+        live = c.objects.get((plural, namespace, name))
+        if live is None:
+            raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        if "strategic-merge-patch" in ctype:
+            obj = strategic_patch(live, patch)
+        elif "merge-patch" in ctype:
+            obj = merge_patch(live, patch)
+        else:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"the body of the request was in an unknown format ({ctype}); accepted: "
+                "application/apply-patch+yaml, application/merge-patch+json, "
+                "application/strategic-merge-patch+json",
+            )
+        meta = obj["metadata"]
+        if (meta.get("name"), meta.get("namespace", "")) != (
+            name,
+            live["metadata"].get("namespace", ""),
+        ):
+            raise ApiError(400, "BadRequest", "a patch may not change the name or namespace")
+        if obj == live:
+            return copy.deepcopy(live)
+        group, version, _, _ = RESOURCES[plural]
+        owners = update_owners(live, obj, owners_of(live), manager)
+        _record(obj, live, owners, {manager: "Update"}, f"{group}/{version}".lstrip("/"))
+        self._put(c, plural, namespace, obj, live)
+        return copy.deepcopy(c.objects[(plural, namespace, name)])
+
+    def _create(
+        self, c: Cluster, plural: str, namespace: str, body: dict[str, Any], manager: str
+    ) -> dict[str, Any]:
+        """POST to a collection: a new object, or AlreadyExists."""
+        name = (body.get("metadata") or {}).get("name", "")
+        if not name:
+            raise ApiError(422, "Invalid", "metadata.name: Required value")
+        if (plural, namespace, name) in c.objects:
+            raise ApiError(409, "AlreadyExists", f'{plural} "{name}" already exists')
+        return self._apply(c, plural, namespace, name, body, manager, False, "Update")
 
     def _delete(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
         obj = c.objects.pop((plural, namespace, name), None)
@@ -409,6 +498,35 @@ class KubeServer:
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = str(next(self.versions))
         c.objects[(plural, namespace, meta["name"])] = obj
+
+
+def _record(
+    obj: dict[str, Any],
+    live: dict[str, Any] | None,
+    owners: dict[str, set[tuple[str, ...]]],
+    now: dict[str, str],
+    api_version: str,
+) -> None:
+    """Write ``managedFields`` (each manager's operation as before, ``now``'s as given) and
+    bump ``generation`` when the spec changed."""
+    before = {
+        e["manager"]: e.get("operation", "Apply")
+        for e in (live or {}).get("metadata", {}).get("managedFields", [])
+    }
+    operations = {**before, **now}
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": m,
+            "operation": operations.get(m, "Apply"),
+            "apiVersion": api_version,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(paths),
+        }
+        for m, paths in sorted(owners.items())
+        if paths
+    ]
+    if live is not None and obj.get("spec") != live.get("spec"):
+        obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
 
 
 # -- protocol helpers --------------------------------------------------------------------
@@ -463,8 +581,9 @@ def _discovery(parts: list[str]) -> dict[str, Any] | None:
                     "name": plural,
                     "kind": kind,
                     "namespaced": ns,
-                    "singularName": "",
-                    "verbs": ["get", "list", "patch", "delete"],
+                    "singularName": kind.lower(),
+                    "verbs": VERBS,
+                    **({"shortNames": SHORT_NAMES[plural]} if plural in SHORT_NAMES else {}),
                 }
                 for plural, (g, _, kind, ns) in RESOURCES.items()
                 if g == group

@@ -26,7 +26,7 @@ def owned(obj: dict[str, Any], prefix: Path = ()) -> dict[Path, Any]:
     return out
 
 
-def _owners(live: dict[str, Any]) -> dict[str, set[Path]]:
+def owners_of(live: dict[str, Any]) -> dict[str, set[Path]]:
     """Paths each manager owns, read back from managedFields."""
     out: dict[str, set[Path]] = {}
     for entry in live["metadata"].get("managedFields", []):
@@ -39,7 +39,7 @@ def merge(
 ) -> tuple[dict[str, Any], dict[str, set[Path]]]:
     """Apply ``body`` for ``manager`` onto ``live``: conflicts, removal of fields the manager
     no longer applies, merge; returns the object and the new ownership."""
-    owners = _owners(live)
+    owners = owners_of(live)
     applied = owned(body)
     current = owned(live)
     conflicts = [

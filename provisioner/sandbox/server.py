@@ -144,6 +144,7 @@ def answer(
     """Start and carry one answer."""
     reason = {
         200: "OK",
+        201: "Created",
         204: "No Content",
         403: "Forbidden",
         412: "Precondition Failed",

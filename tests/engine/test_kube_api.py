@@ -212,3 +212,208 @@ def test_device_plugins_make_nodes_advertise_devices(
     node = api.list("v1", "Node", selector="pool=gpu")[0]
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
     assert "vpc.amazonaws.com/efa" not in node["status"]["allocatable"]  # no EFA plugin
+
+
+def _raw(
+    sandbox: Sandbox,
+    cluster: dict[str, Any],
+    method: str,
+    path: str,
+    body: Any = None,
+    ctype: str = "application/json",
+) -> tuple[int, Any]:
+    """One request as kubectl makes it (its own content types), with the cluster's token."""
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{cluster['endpoint']}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={
+            "Authorization": f"Bearer {token(sandbox.aws(REGION), cluster['name'])}",
+            "Content-Type": ctype,
+        },
+    )
+    context = ssl.create_default_context(cafile=sandbox.info["ca"])
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_discovery_gives_kubectls_short_names(sandbox: Sandbox, cluster: dict[str, Any]) -> None:
+    _, core = _raw(sandbox, cluster, "GET", "/api/v1")
+    _, apps = _raw(sandbox, cluster, "GET", "/apis/apps/v1")
+    short = {r["name"]: r.get("shortNames") for r in [*core["resources"], *apps["resources"]]}
+    assert short["pods"] == ["po"] and short["services"] == ["svc"]
+    assert short["deployments"] == ["deploy"] and short["daemonsets"] == ["ds"]
+    assert short["secrets"] is None  # Kubernetes gives secrets none
+    assert {r["singularName"] for r in core["resources"]} >= {"pod", "namespace"}
+
+
+def _deployment(ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns, "labels": {"tier": "web", "old": "yes"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "nodeSelector": {"pool": "nowhere"},
+                    "containers": [
+                        {"name": "app", "image": "web:1", "env": [{"name": "A", "value": "1"}]},
+                        {"name": "sidecar", "image": "side:1"},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def test_create_merge_patch_and_strategic_merge_patch(
+    sandbox: Sandbox, cluster: dict[str, Any], api: KubeClient
+) -> None:
+    ns = _ns(api)
+    base = f"/apis/apps/v1/namespaces/{ns}/deployments"
+    status, made = _raw(sandbox, cluster, "POST", base, _deployment(ns))
+    assert status == 201 and made["metadata"]["uid"]
+    status, again = _raw(sandbox, cluster, "POST", base, _deployment(ns))
+    assert (status, again["reason"]) == (409, "AlreadyExists")
+
+    merge = "application/merge-patch+json"
+    status, patched = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"{base}/web?fieldManager=kubectl-edit",
+        {"metadata": {"labels": {"old": None}}, "spec": {"replicas": 3}},
+        merge,
+    )
+    assert status == 200
+    assert patched["spec"]["replicas"] == 3 and patched["metadata"]["labels"] == {"tier": "web"}
+    assert patched["metadata"]["generation"] == 2
+    # A merge patch replaces lists whole: only the container given is left.
+    _, replaced = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"{base}/web",
+        {"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "web:2"}]}}}},
+        merge,
+    )
+    assert [c["name"] for c in replaced["spec"]["template"]["spec"]["containers"]] == ["app"]
+
+    _raw(sandbox, cluster, "DELETE", f"{base}/web")
+    _raw(sandbox, cluster, "POST", base, _deployment(ns))
+    strategic = "application/strategic-merge-patch+json"
+    status, patched = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"{base}/web",
+        {
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "app", "env": [{"name": "B", "value": "2"}]},
+                            {"name": "sidecar", "$patch": "delete"},
+                        ]
+                    }
+                }
+            }
+        },
+        strategic,
+    )
+    assert status == 200
+    (app,) = patched["spec"]["template"]["spec"]["containers"]
+    assert app["image"] == "web:1"  # merged by name, not replaced
+    assert app["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    managers = {e["manager"]: e["operation"] for e in patched["metadata"]["managedFields"]}
+    assert managers["kubectl-patch"] == "Update"
+
+    # The patcher now owns what it changed: fmctl's apply of another value conflicts.
+    with pytest.raises(KubeError) as err:
+        api.apply(_deployment(ns))
+    assert err.value.status == 409
+    status, _ = _raw(sandbox, cluster, "PATCH", f"{base}/nothere", {"a": 1}, merge)
+    assert status == 404
+    status, _ = _raw(sandbox, cluster, "PATCH", f"{base}/web", {"a": 1}, "text/plain")
+    assert status == 415
+
+
+def test_workload_pods_follow_their_nodes(
+    sandbox: Sandbox, cluster: dict[str, Any], api: KubeClient
+) -> None:
+    """DaemonSets and Deployments have pods; scaling a node group in drains a node: its
+    DaemonSet pod goes, the Deployment's pods move to a node that remains."""
+    eks = sandbox.aws(REGION).client("eks")
+    eks.create_nodegroup(
+        clusterName=cluster["name"],
+        nodegroupName="cpu",
+        nodeRole="arn:aws:iam::123456789012:role/node",
+        subnets=cluster["resourcesVpcConfig"]["subnetIds"][:1],
+        instanceTypes=["m7i.2xlarge"],
+        scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 2},
+        labels={"pool": "cpu"},
+    )
+    while len(api.list("v1", "Node", selector="pool=cpu")) < 2:
+        time.sleep(0.05)
+    ns = _ns(api)
+    select = {"nodeSelector": {"pool": "cpu"}}
+    template = {
+        "metadata": {"labels": {"app": "w"}},
+        "spec": {**select, "containers": [{"name": "c", "image": "w:1"}]},
+    }
+    api.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": ns},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "w"}},
+                "template": template,
+            },
+        }
+    )
+    api.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": "w"}}, "template": template},
+        }
+    )
+
+    def pods() -> dict[str, list[tuple[str, str]]]:
+        out: dict[str, list[tuple[str, str]]] = {"ReplicaSet": [], "DaemonSet": []}
+        for pod in api.list("v1", "Pod", ns):
+            kind = pod["metadata"]["ownerReferences"][0]["kind"]
+            out[kind].append((pod["spec"].get("nodeName", ""), pod["status"]["phase"]))
+        return out
+
+    nodes = {n["metadata"]["name"] for n in api.list("v1", "Node", selector="pool=cpu")}
+    now = pods()
+    assert sorted(n for n, _ in now["DaemonSet"]) == sorted(nodes)
+    assert len(now["ReplicaSet"]) == 2 and {p for _, p in now["ReplicaSet"]} == {"Running"}
+    eks.update_nodegroup_config(
+        clusterName=cluster["name"],
+        nodegroupName="cpu",
+        scalingConfig={"minSize": 1, "maxSize": 2, "desiredSize": 1},
+    )
+    deadline = time.monotonic() + 30
+    while len(api.list("v1", "Node", selector="pool=cpu")) != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (left,) = {n["metadata"]["name"] for n in api.list("v1", "Node", selector="pool=cpu")}
+    now = pods()
+    assert now["DaemonSet"] == [(left, "Running")]
+    assert now["ReplicaSet"] == [(left, "Running"), (left, "Running")]
