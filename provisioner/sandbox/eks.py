@@ -47,6 +47,7 @@ from provisioner.sandbox.eks_model import (
     minor,
     node_groups,
     now,
+    offered,
     start_delete,
     start_update,
 )
@@ -230,7 +231,7 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     if (region, name) in s.clusters:
         raise EksError(409, "ResourceInUseException", f"Cluster already exists with name: {name}")
     version = q.get("version") or VERSIONS[-3]
-    if version not in VERSIONS:
+    if version not in offered():
         raise EksError(400, "InvalidParameterException", f"unsupported version {version}")
     vpc_config = q.get("resourcesVpcConfig", {})
     vpc_id = _check_subnets(s.account, region, vpc_config.get("subnetIds", []))
@@ -311,7 +312,7 @@ def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any
     """One minor version at a time, as EKS allows (InvalidParameterException otherwise)."""
     item = s._cluster(call.region, name)
     current, asked = item.data["version"], call.params.get("version", "")
-    if asked not in VERSIONS or minor(asked) != (minor(current)[0], minor(current)[1] + 1):
+    if asked not in offered() or minor(asked) != (minor(current)[0], minor(current)[1] + 1):
         raise EksError(
             400,
             "InvalidParameterException",

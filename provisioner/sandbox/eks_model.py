@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, Protocol
 
 #: Documented durations, seconds (before scaling). Creation and deletion as before; updates:
@@ -33,8 +34,27 @@ DURATIONS = {
     "addon-update": 60.0,
     "addon-delete": 30.0,
 }
-#: Kubernetes versions the sandbox's EKS offers.
+#: Kubernetes versions the sandbox's EKS has known.
 VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+#: When EKS stops offering a version: the end of its extended support (endoflife.date's
+#: amazon-eks table, read 2026-02; EKS's release calendar in its User Guide gives the same).
+#: 1.36 was not in that table: no end known. A source of its own, not fmctl's catalog, so a
+#: mistake in fmctl's calendar shows against it.
+END_OF_EXTENDED = {
+    "1.30": date(2026, 7, 23),
+    "1.31": date(2026, 11, 26),
+    "1.32": date(2027, 3, 23),
+    "1.33": date(2027, 7, 29),
+    "1.34": date(2027, 12, 2),
+    "1.35": date(2028, 3, 27),
+}
+
+
+def offered(today: date | None = None) -> tuple[str, ...]:
+    """The versions a new cluster or an upgrade may ask for on ``today`` (EKS refuses a
+    version past its extended support)."""
+    day = today or date.today()
+    return tuple(v for v in VERSIONS if v not in END_OF_EXTENDED or day < END_OF_EXTENDED[v])
 #: Add-on -> (versions, newest first, each with the cluster versions it is the default for
 #: (None: every version); does it run pods that need a node).
 ADDONS: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], bool]] = {

@@ -1,0 +1,62 @@
+"""The sandbox's facts are its own: what it offers comes from its own tables and sources, not
+from fmctl's catalog, so a mistake in fmctl's shows against it."""
+
+from __future__ import annotations
+
+import ast
+from datetime import date
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+
+from provisioner.sandbox.eks_model import END_OF_EXTENDED, gpus_of, offered
+from tests.engine.harness import ROOT, Sandbox
+
+REGION = "sa-east-1"
+
+
+def test_the_sandbox_imports_nothing_of_fmctl() -> None:
+    for path in (ROOT / "provisioner" / "sandbox").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("provisioner"):
+                    assert name.startswith("provisioner.sandbox"), (path.name, name)
+
+
+def test_versions_past_extended_support_are_not_offered() -> None:
+    assert "1.31" in offered(date(2026, 11, 25)) and "1.31" not in offered(date(2026, 11, 26))
+    assert set(END_OF_EXTENDED) <= set(offered(date(2024, 1, 1)))
+    assert "1.36" in offered(date(2030, 1, 1))  # no end recorded for it yet
+
+
+def test_gpus_come_from_motos_instance_data() -> None:
+    assert gpus_of("p5.48xlarge") == 8 and gpus_of("m7i.2xlarge") == 0
+
+
+def test_eks_refuses_a_version_it_no_longer_offers(sandbox: Sandbox, tmp_path: Path) -> None:
+    aws = sandbox.aws(REGION)
+    ec2 = aws.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.91.0.0/16")["Vpc"]["VpcId"]
+    subnets = [
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.91.{i}.0/24", AvailabilityZone=f"{REGION}{z}")[
+            "Subnet"
+        ]["SubnetId"]
+        for i, z in enumerate("ab")
+    ]
+    gone = [v for v in END_OF_EXTENDED if v not in offered()]
+    assert gone, "the sandbox's table should have a retired version today"
+    with pytest.raises(ClientError) as caught:
+        aws.client("eks").create_cluster(
+            name="too-old",
+            version=gone[-1],
+            roleArn="arn:aws:iam::123456789012:role/eks",
+            resourcesVpcConfig={"subnetIds": subnets},
+        )
+    assert caught.value.response["Error"]["Code"] == "InvalidParameterException"
