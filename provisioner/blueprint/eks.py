@@ -398,6 +398,6 @@ def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
         identities=tuple(Ref(i, IdentityOut) for i in ids if i.startswith("pod-identity/")),
         fsx=p.maybe("fsx", FsxOut),
         fsx_group=p.maybe("sg/fsx", SgOut),
-        sandbox_home=str(where.sandbox_home) if where.sandbox_home else None,
+        token_args=where.token_args,
     )
     p.add("kube-stack", "kube-stack", params, nodes="compute.gpuPools")

@@ -23,8 +23,9 @@ class Where:
     folder: Path
     #: Where `up` writes the kubeconfig entry.
     kubeconfig: Path
-    #: The sandbox's home, when the target is the sandbox.
-    sandbox_home: Path | None = None
+    #: What the kubeconfig's `fmctl token` needs besides cluster and region to reach this
+    #: target (``Target.token_args``).
+    token_args: tuple[str, ...] = ()
     #: Include the ParallelCluster cluster (False: the sandbox without ParallelCluster).
     parallelcluster: bool = True
     #: The sandbox with ParallelCluster installed: its create is validated, not run.

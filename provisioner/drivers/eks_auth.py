@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,12 @@ def context_name(cluster: str, region: str) -> str:
 
 
 def kubeconfig_entry(
-    cluster: str, region: str, endpoint: str, ca_data: str, sandbox_home: Path | None = None
+    cluster: str, region: str, endpoint: str, ca_data: str, token_args: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """The cluster, user and context fmctl adds to a kubeconfig (``sandbox_home``: the
-    sandbox's state folder, for clusters in the emulator)."""
+    """The cluster, user and context fmctl adds to a kubeconfig (``token_args``: what
+    `fmctl token` needs besides cluster and region to reach the same target)."""
     name = context_name(cluster, region)
-    args = ["token", "--cluster", cluster, "--region", region]
-    if sandbox_home is not None:
-        args += ["--sandbox", "--state-dir", str(sandbox_home)]
+    args = ["token", "--cluster", cluster, "--region", region, *token_args]
     return {
         "cluster": {
             "name": name,

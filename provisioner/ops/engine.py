@@ -51,7 +51,7 @@ def where_for(spec: ClusterSpec, target: Target | None) -> Where:
     return Where(
         folder=home / "clusters" / spec.metadata.name,
         kubeconfig=kubeconfig_path(target, spec.metadata.name),
-        sandbox_home=home if sandbox else None,
+        token_args=target.token_args() if target is not None else (),
         parallelcluster=not sandbox or has_pcluster,
         validate_only=sandbox and target is not None and sandbox_validates_only(target),
     )

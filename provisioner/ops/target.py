@@ -43,6 +43,11 @@ class Target:
             fence=fence,
         )
 
+    def token_args(self) -> tuple[str, ...]:
+        """What a kubeconfig's `fmctl token` needs besides cluster and region to sign for
+        this target: the sandbox's folder (its key pair), nothing against AWS."""
+        return ("--sandbox", "--state-dir", str(self.home)) if self.sandbox else ()
+
     def folder(self, name: str) -> Path:
         """The cluster's local folder."""
         return self.home / "clusters" / name

@@ -82,8 +82,8 @@ class StackParams:
     identities: tuple[Ref[IdentityOut], ...] = ()
     fsx: Ref[FsxOut] | None = None
     fsx_group: Ref[SgOut] | None = None
-    #: The sandbox's home: its kubeconfig's credential runs `fmctl token --sandbox`.
-    sandbox_home: str | None = None
+    #: Arguments of the kubeconfig's `fmctl token` besides cluster and region (the target's).
+    token_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -368,7 +368,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 ctx.region,
                 cluster.endpoint,
                 cluster.ca,
-                Path(params.sandbox_home) if params.sandbox_home else None,
+                params.token_args,
             ),
         )
         objects = self._objects(ctx, params)

@@ -55,6 +55,8 @@ def offered(today: date | None = None) -> tuple[str, ...]:
     version past its extended support)."""
     day = today or date.today()
     return tuple(v for v in VERSIONS if v not in END_OF_EXTENDED or day < END_OF_EXTENDED[v])
+
+
 #: Add-on -> (versions, newest first, each with the cluster versions it is the default for
 #: (None: every version); does it run pods that need a node).
 ADDONS: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], bool]] = {

@@ -75,6 +75,9 @@ class Backend(Protocol):
     def remember(self, names: tuple[str, ...]) -> None:
         """Note the versions of ``names`` now, so later writes compare against them."""
 
+    def guard(self, fence: Callable[[], None]) -> None:
+        """Check ``fence`` as each later write is sent (see ``S3Backend.guard``)."""
+
     def lock(self, holder: Holder, wait: bool, notice: Callable[[str], None]) -> RunLock:
         """Take the lock (LockHeld when another run has it and ``wait`` is False)."""
 

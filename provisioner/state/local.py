@@ -102,6 +102,9 @@ class LocalBackend:
     def remember(self, names: tuple[str, ...]) -> None:
         """Nothing: files have no versions to compare."""
 
+    def guard(self, fence: Callable[[], None]) -> None:
+        """Nothing: a local lock is held until its process ends, it has no lease to lose."""
+
     def _open(self) -> TextIO:
         private_dir(self.folder)
         fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)

@@ -100,6 +100,22 @@ class S3Backend:
             raise
         self._versions[name] = answer["ETag"]
 
+    def guard(self, fence: Callable[[], None]) -> None:
+        """Run ``fence`` as each state write is sent (botocore's ``before-send``, every
+        attempt), not only before it is built: a run paused between its check and its call
+        (SIGSTOP, a long GC pause) must not write once its lease has ended. The lock's own
+        writes are the lease's business (``state.lease``) and pass."""
+        from urllib.parse import unquote, urlsplit
+
+        lock = f"/{self.key('lock.json')}"  # path-style or virtual-hosted, the key ends it
+
+        def check(request: Any, **_: Any) -> None:
+            if not unquote(urlsplit(request.url).path).endswith(lock):
+                fence()
+
+        for operation in ("PutObject", "DeleteObject"):
+            self.client.meta.events.register(f"before-send.s3.{operation}", check)
+
     def add(self, name: str, text: str) -> None:
         """PutObject of an object only this run writes."""
         self.client.put_object(Bucket=self.bucket, Key=self.key(name), Body=text.encode())

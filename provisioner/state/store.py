@@ -127,6 +127,7 @@ class ClusterState:
             held.release()  # a lock nobody will use would block the team for a lease
             raise
         self._held, self._holder = held, holder
+        self.backend.guard(held.fence)
         held.on_renew = self._flush_quietly
         return held
 

@@ -93,7 +93,9 @@ def test_kubeconfig_merge_keeps_others_and_replaces_its_own(tmp_path: Path) -> N
 
 
 def test_sandbox_entry_names_the_emulator_state(tmp_path: Path) -> None:
-    entry = kubeconfig_entry("c", "us-east-1", "https://127.0.0.1:1", "", tmp_path)
+    entry = kubeconfig_entry(
+        "c", "us-east-1", "https://127.0.0.1:1", "", ("--sandbox", "--state-dir", str(tmp_path))
+    )
     args = entry["user"]["user"]["exec"]["args"]
     assert args[-3:] == ["--sandbox", "--state-dir", str(tmp_path)]
     json.dumps(entry)  # plain data
