@@ -7,6 +7,7 @@ write answers in exactly the shapes botocore parses.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -62,9 +63,12 @@ def access_key_of(environ: dict[str, Any]) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=256)
 def account_of(access_key: str) -> str:
     """The account an access key belongs to, as moto decides it (its IAM's keys, else its
-    default account): the shims and moto's own services must agree on whose a resource is."""
+    default account): the shims and moto's own services must agree on whose a resource is.
+    Cached: moto's lookup walks every account's IAM (0.2 ms a call), and a key's account
+    never changes once it signs requests."""
     from moto.iam.models import get_account_id_from
 
     return str(get_account_id_from(access_key))

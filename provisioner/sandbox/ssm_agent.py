@@ -49,7 +49,8 @@ class Agent:
 
     tools: Callable[[], str | None]
     account: str
-    invocations: dict[tuple[str, str], Invocation] = field(default_factory=dict)
+    #: (region, command, instance) -> its invocation: a command is its region's.
+    invocations: dict[tuple[str, str, str], Invocation] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, call: Call) -> Answer:
@@ -75,7 +76,7 @@ class Agent:
         for instance in instances:
             item = Invocation(command, instance, params.get("Comment", ""))
             with self.lock:
-                self.invocations[(command, instance)] = item
+                self.invocations[(call.region, command, instance)] = item
             threading.Thread(
                 target=self._run, args=(item, script, timeout, where), daemon=True
             ).start()
@@ -95,7 +96,7 @@ class Agent:
 
     def get(self, call: Call) -> Answer:
         """GetCommandInvocation."""
-        key = (call.params.get("CommandId", ""), call.params.get("InstanceId", ""))
+        key = (call.region, call.params.get("CommandId", ""), call.params.get("InstanceId", ""))
         with self.lock:
             item = self.invocations.get(key)
             if item is None:

@@ -110,6 +110,19 @@ def start(home: Path) -> Sandbox:
     return Sandbox(home, doubles.start(home, SCALE))
 
 
+def subnets(sandbox: Sandbox, region: str, octet: int) -> list[str]:
+    """A new VPC 10.OCTET.0.0/16 in ``region`` and a subnet in each of its first two zones
+    (what an EKS cluster asks for)."""
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.create_vpc(CidrBlock=f"10.{octet}.0.0/16")["Vpc"]["VpcId"]
+    return [
+        ec2.create_subnet(
+            VpcId=vpc, CidrBlock=f"10.{octet}.{i}.0/24", AvailabilityZone=f"{region}{zone}"
+        )["Subnet"]["SubnetId"]
+        for i, zone in enumerate("ab")
+    ]
+
+
 def spec_file(tmp: Path, name: str, example: str = "p5en-eks-fsx-s3.yaml", **changes: Any) -> Path:
     """An example spec renamed to ``name`` (and other top-level sections changed)."""
     data = yaml.safe_load((ROOT / "examples" / example).read_text())

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import ast
 from datetime import date
-from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
 from provisioner.sandbox.eks_model import END_OF_EXTENDED, gpus_of, offered
-from tests.engine.harness import ROOT, Sandbox
+from tests.engine.harness import ROOT, Sandbox, subnets
 
 REGION = "sa-east-1"
 
@@ -40,16 +39,8 @@ def test_gpus_come_from_motos_instance_data() -> None:
     assert gpus_of("p5.48xlarge") == 8 and gpus_of("m7i.2xlarge") == 0
 
 
-def test_eks_refuses_a_version_it_no_longer_offers(sandbox: Sandbox, tmp_path: Path) -> None:
+def test_eks_refuses_a_version_it_no_longer_offers(sandbox: Sandbox) -> None:
     aws = sandbox.aws(REGION)
-    ec2 = aws.client("ec2")
-    vpc = ec2.create_vpc(CidrBlock="10.91.0.0/16")["Vpc"]["VpcId"]
-    subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.91.{i}.0/24", AvailabilityZone=f"{REGION}{z}")[
-            "Subnet"
-        ]["SubnetId"]
-        for i, z in enumerate("ab")
-    ]
     gone = [v for v in END_OF_EXTENDED if v not in offered()]
     assert gone, "the sandbox's table should have a retired version today"
     with pytest.raises(ClientError) as caught:
@@ -57,6 +48,6 @@ def test_eks_refuses_a_version_it_no_longer_offers(sandbox: Sandbox, tmp_path: P
             name="too-old",
             version=gone[-1],
             roleArn="arn:aws:iam::123456789012:role/eks",
-            resourcesVpcConfig={"subnetIds": subnets},
+            resourcesVpcConfig={"subnetIds": subnets(sandbox, REGION, 91)},
         )
     assert caught.value.response["Error"]["Code"] == "InvalidParameterException"

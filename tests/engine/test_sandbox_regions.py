@@ -14,20 +14,13 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
-from tests.engine.harness import Sandbox, owned, raw_leftovers, spec_file
+from tests.engine.harness import Sandbox, owned, raw_leftovers, spec_file, subnets
 
 EAST, WEST = "us-east-2", "us-west-2"
 
 
 def _subnets(sandbox: Sandbox, region: str) -> list[str]:
-    ec2 = sandbox.aws(region).client("ec2")
-    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
-    return [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.77.{i}.0/24", AvailabilityZone=f"{region}{z}")[
-            "Subnet"
-        ]["SubnetId"]
-        for i, z in enumerate("ab")
-    ]
+    return subnets(sandbox, region, 77)
 
 
 def _code(call: Any) -> str:
@@ -70,13 +63,18 @@ def test_placement_groups_and_reservations_are_per_region(sandbox: Sandbox) -> N
 def test_file_systems_and_associations_are_per_region(sandbox: Sandbox) -> None:
     fsx_east, fsx_west = sandbox.aws(EAST).client("fsx"), sandbox.aws(WEST).client("fsx")
     token = uuid.uuid4().hex
-    made = fsx_east.create_file_system(
-        FileSystemType="LUSTRE",
-        StorageCapacity=1200,
-        SubnetIds=_subnets(sandbox, EAST)[:1],
-        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
-        ClientRequestToken=token,
-    )["FileSystem"]
+
+    def lustre(client: Any, region: str) -> dict[str, Any]:
+        made: dict[str, Any] = client.create_file_system(
+            FileSystemType="LUSTRE",
+            StorageCapacity=1200,
+            SubnetIds=_subnets(sandbox, region)[:1],
+            LustreConfiguration={"DeploymentType": "SCRATCH_2"},
+            ClientRequestToken=token,
+        )["FileSystem"]
+        return made
+
+    made = lustre(fsx_east, EAST)
     fs_id = made["FileSystemId"]
     assert fs_id not in {f["FileSystemId"] for f in fsx_west.describe_file_systems()["FileSystems"]}
     assert _code(lambda: fsx_west.describe_file_systems(FileSystemIds=[fs_id])) == (
@@ -96,13 +94,7 @@ def test_file_systems_and_associations_are_per_region(sandbox: Sandbox) -> None:
         == "ResourceNotFound"
     )
     # A client token is per region too: the same token in the west makes a new one there.
-    again = fsx_west.create_file_system(
-        FileSystemType="LUSTRE",
-        StorageCapacity=1200,
-        SubnetIds=_subnets(sandbox, WEST)[:1],
-        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
-        ClientRequestToken=token,
-    )["FileSystem"]
+    again = lustre(fsx_west, WEST)
     assert again["FileSystemId"] != fs_id and f":{WEST}:" in again["ResourceARN"]
     assert fsx_east.describe_file_systems(FileSystemIds=[fs_id])["FileSystems"][0]
     for client, ident in ((fsx_east, fs_id), (fsx_west, again["FileSystemId"])):

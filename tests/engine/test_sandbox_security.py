@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from provisioner.drivers.aws import Aws
 from provisioner.drivers.eks_auth import token
 from provisioner.sandbox import daemon
-from tests.engine.harness import Sandbox
+from tests.engine.harness import Sandbox, subnets
 
 REGION = "eu-central-1"
 
@@ -128,6 +128,11 @@ def test_a_run_command_from_a_stranger_runs_nothing(sandbox: Sandbox, tmp_path: 
                 CommandId=command, InstanceId=instance
             )
             time.sleep(0.2)
+        # A command is its region's: another region does not know it.
+        elsewhere = sandbox.aws("us-east-2").client("ssm")
+        with pytest.raises(ClientError) as caught:
+            elsewhere.get_command_invocation(CommandId=command, InstanceId=instance)
+        assert caught.value.response["Error"]["Code"] == "InvocationDoesNotExist"
         ec2.terminate_instances(InstanceIds=[instance])
     finally:
         sandbox.node_tools(None)
@@ -135,19 +140,12 @@ def test_a_run_command_from_a_stranger_runs_nothing(sandbox: Sandbox, tmp_path: 
 
 def test_the_kubernetes_api_wants_the_clusters_own_token(sandbox: Sandbox) -> None:
     aws = sandbox.aws(REGION)
-    ec2, eks = aws.client("ec2"), aws.client("eks")
-    vpc = ec2.create_vpc(CidrBlock="10.67.0.0/16")["Vpc"]["VpcId"]
-    subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.67.{i}.0/24", AvailabilityZone=f"{REGION}{z}")[
-            "Subnet"
-        ]["SubnetId"]
-        for i, z in enumerate("ab")
-    ]
+    eks = aws.client("eks")
     name = f"guarded-{uuid.uuid4().hex[:6]}"
     eks.create_cluster(
         name=name,
         roleArn="arn:aws:iam::123456789012:role/eks",
-        resourcesVpcConfig={"subnetIds": subnets},
+        resourcesVpcConfig={"subnetIds": subnets(sandbox, REGION, 67)},
     )
     endpoint = eks.describe_cluster(name=name)["cluster"]["endpoint"]
     context = ssl.create_default_context(cafile=sandbox.info["ca"])
