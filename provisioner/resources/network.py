@@ -188,9 +188,17 @@ def sweep_cni_interfaces(ctx: Context, kind: str, where: str, ident: str) -> Non
         )
         if mine and here:
             eid = eni["NetworkInterfaceId"]
-            ctx.emit(kind, "deleting", f"{eid} (left by the VPC CNI)")
-            delete = functools.partial(ec2.delete_network_interface, NetworkInterfaceId=eid)
+            deleted: list[str] = []
+
+            def delete(eid: str = eid, deleted: list[str] = deleted) -> None:
+                ec2.delete_network_interface(NetworkInterfaceId=eid)
+                deleted.append(eid)
+
             retry_dependency(delete, eid, ctx)
+            # The subnet's sweep and its group's may meet the same interface: one deletes
+            # it, the other finds it gone and says nothing.
+            if deleted:
+                ctx.emit(kind, "deleted", f"{eid} (left by the VPC CNI)")
 
 
 @dataclass(frozen=True)
