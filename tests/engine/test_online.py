@@ -99,3 +99,44 @@ def test_plan_in_the_sandbox_stands_in_for_what_the_spec_names(
     assert done.returncode == 0, done.stdout + done.stderr
     names = [b["Name"] for b in sandbox.aws("us-west-2").client("s3").list_buckets()["Buckets"]]
     assert "acme-ml-data" in names
+
+
+def test_what_one_spec_seeded_never_fails_the_next(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A spec in us-west-2 has the sandbox seed its data bucket and its reservation; the next
+    spec names the same bucket in us-east-2, and the same reservation for other instances:
+    the bucket moves there (with what it holds), the reservation is seeded again, both said
+    aloud, and the online checks pass. A reservation the sandbox did not seed is left as it
+    is for the checks to judge (test_lifecycle's reservation that does not fit)."""
+    bucket, rid = "fmctl-test-seeded-data", "cr-0cccccccccccccccc"
+
+    def spec(name: str, region: str, itype: str, count: int) -> Path:
+        path = _with_bucket(tmp_path / name, name, bucket)
+        data = yaml.safe_load(path.read_text())
+        data["metadata"]["region"] = region
+        data["network"]["availabilityZone"] = f"{region}a"
+        pool = data["compute"]["gpuPools"][0]
+        pool.update(instanceType=itype, count=count)
+        pool["capacity"] = {"type": "capacity-block", "reservationId": rid}
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    def plan(path: Path) -> str:
+        done = sandbox.fmctl("plan", "-f", str(path), "--sandbox")
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stderr
+
+    (tmp_path / "seed-west").mkdir()
+    (tmp_path / "seed-east").mkdir()
+    first = plan(spec("seed-west", "us-west-2", "p5en.48xlarge", 8))
+    assert f"created data bucket {bucket}" in first and f"seeded {rid}" in first
+    s3 = sandbox.aws("us-west-2").client("s3")
+    s3.put_object(Bucket=bucket, Key="data/shard-0", Body=b"tokens")
+
+    second = plan(spec("seed-east", "us-east-2", "p5.48xlarge", 4))
+    assert f"moved data bucket {bucket} from us-west-2 to us-east-2" in second, second
+    assert f"seeded {rid}" in second  # in us-east-2: a reservation is its region's
+    assert s3.get_bucket_location(Bucket=bucket)["LocationConstraint"] == "us-east-2"
+    assert s3.get_object(Bucket=bucket, Key="data/shard-0")["Body"].read() == b"tokens"
+
+    third = plan(spec("seed-east", "us-east-2", "p5.48xlarge", 2))
+    assert f"seeded again {rid} (2 x p5.48xlarge" in third
