@@ -1,6 +1,6 @@
 """The sandbox keeps regions apart, as AWS does: what one region holds is unknown in another,
-for every shim (placement groups, reservations, FSx and its associations, quotas, EKS and
-its Kubernetes APIs), and `down` in one region leaves the same name in another whole.
+for every shim (placement groups, reservations, FSx and its associations, EKS and its
+Kubernetes APIs), and `down` in one region leaves the same name in another whole.
 """
 
 from __future__ import annotations
@@ -167,16 +167,6 @@ def test_eks_clusters_of_one_name_have_apis_of_their_own(sandbox: Sandbox) -> No
     assert (get_map(EAST), get_map(WEST)) == (EAST, WEST)
     for region in (EAST, WEST):
         sandbox.aws(region).client("eks").delete_cluster(name=name)
-
-
-def test_quotas_are_per_region(sandbox: Sandbox) -> None:
-    for region in (EAST, WEST):
-        quota = (
-            sandbox.aws(region)
-            .client("service-quotas")
-            .get_service_quota(ServiceCode="ec2", QuotaCode="L-417A185B")["Quota"]
-        )
-        assert quota["Value"] > 0
 
 
 def test_down_in_one_region_leaves_the_same_name_in_another_whole(
