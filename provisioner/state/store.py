@@ -47,6 +47,8 @@ class ClusterState:
         self._audit: AuditEntry | None = None
         self._events: list[str] = []
         self._events_lock = threading.Lock()
+        #: How many events the shared state has (a flush with nothing new writes nothing).
+        self._flushed = 0
 
     @property
     def shared(self) -> bool:
@@ -108,11 +110,13 @@ class ClusterState:
         if not self.shared or self._holder is None or self._held is None:
             return
         with self._events_lock:
+            count = len(self._events)
             text = "".join(line + "\n" for line in self._events)
-        if text:
+        if text and count != self._flushed:
             self._held.fence()
             since = stamp(self._holder.since).replace(":", "")
             self.backend.add(f"events/{since}-{self._holder.run}.jsonl", text)
+            self._flushed = count
 
     # -- the lock -----------------------------------------------------------------------
     def lock(
