@@ -50,6 +50,7 @@ from provisioner.sandbox.eks_model import (
     offered,
     start_delete,
     start_update,
+    template_data,
 )
 from provisioner.sandbox.eks_parts import HANDLERS as PART_HANDLERS
 from provisioner.sandbox.eks_parts import access_entry
@@ -180,7 +181,8 @@ class Eks:
         its desired size, with its labels and taints, the GPUs of its instance type (moto's
         DescribeInstanceTypes) and one EFA device per EFA interface of its launch template;
         ``fresh``: every node replaced (a rolling update)."""
-        itype, efa = hardware(self.account, region, ng)
+        template = template_data(self.account, region, ng.get("launchTemplate")) or {}
+        itype, efa = hardware(template, ng)
         taints = [
             {
                 "key": t["key"],
@@ -220,7 +222,7 @@ class Eks:
                 ng["nodegroupName"],
                 [str(n["name"]) for n in nodes],
                 ng["subnets"][0],
-                node_groups(self.account, region, ng),
+                node_groups(template),
             )
 
 

@@ -216,9 +216,8 @@ def land(item: Item, at: float) -> None:
         pending.done()
 
 
-def hardware(account: str, region: str, ng: dict[str, Any]) -> tuple[str, int]:
-    """Instance type and EFA interfaces of a node group (from its launch template)."""
-    data = template_data(account, region, ng.get("launchTemplate")) or {}
+def hardware(data: dict[str, Any], ng: dict[str, Any]) -> tuple[str, int]:
+    """Instance type and EFA interfaces of a node group (``data``: its launch template's)."""
     itype = data.get("InstanceType") or (ng.get("instanceTypes") or ["m7i.2xlarge"])[0]
     efa = sum(
         1
@@ -228,10 +227,9 @@ def hardware(account: str, region: str, ng: dict[str, Any]) -> tuple[str, int]:
     return itype, efa
 
 
-def node_groups(account: str, region: str, ng: dict[str, Any]) -> list[str]:
-    """The security groups a node group's nodes have: its launch template's (on the first
-    interface, or the template's own), else none named (EKS then gives the cluster's)."""
-    data = template_data(account, region, ng.get("launchTemplate")) or {}
+def node_groups(data: dict[str, Any]) -> list[str]:
+    """The security groups a node group's nodes have: its launch template's (``data``; on
+    the first interface, or the template's own), else none named (EKS gives the cluster's)."""
     interfaces = data.get("NetworkInterfaces") or []
     if interfaces and interfaces[0].get("Groups"):
         return [str(g) for g in interfaces[0]["Groups"]]
