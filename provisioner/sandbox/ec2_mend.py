@@ -16,7 +16,10 @@ And a deleted NAT gateway takes its network interface with it and lets go of its
 (moto 5.2 marks it deleted and keeps both, which would block its subnet for ever); the
 interfaces RunInstances creates are deleted when their instance terminates unless the call
 said otherwise (the EC2 User Guide, "Network interface attributes": delete on termination
-is the default for interfaces created with the instance; moto 5.2 keeps them).
+is the default for interfaces created with the instance; moto 5.2 keeps them). Terminating
+an instance again succeeds, as in AWS (TerminateInstances is idempotent: "terminated
+instances remain visible ... for approximately one hour"); its interfaces are not deleted
+twice.
 
 moto 5.2 also copies a launch template's tags once, at creation, and describes that copy:
 tags set later with CreateTags (EC2 tags launch templates like any resource) match tag
@@ -57,6 +60,7 @@ def _referenced(backend: Any, group_id: str) -> bool:
 def mend() -> None:
     """Apply the mends above to moto's EC2 (idempotent)."""
     from moto.ec2.models import EC2Backend
+    from moto.ec2.models.elastic_network_interfaces import NetworkInterface
     from moto.ec2.models.instances import Instance
     from moto.ec2.models.launch_templates import LaunchTemplate
 
@@ -117,6 +121,14 @@ def mend() -> None:
             if eni.id not in before and asked.get(index) is not False:
                 eni.delete_on_termination = True
 
+    delete_eni = NetworkInterface.delete
+
+    def eni_gone(self: Any) -> None:
+        # An instance terminated again deletes its interfaces again (moto's terminate).
+        if self.id in self.ec2_backend.enis:
+            delete_eni(self)
+
+    NetworkInterface.delete = eni_gone  # type: ignore[method-assign]
     Instance.prep_nics = nics  # type: ignore[method-assign]
     EC2Backend.delete_subnet = subnet  # type: ignore[method-assign]
     EC2Backend.delete_security_group = group  # type: ignore[method-assign]

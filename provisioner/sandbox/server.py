@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 from typing import Any
@@ -36,19 +37,32 @@ App = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 KUBE_PREFIX = "/k8s/"
 
 
+#: What the emulator writes to its log before the traceback of a failure of its own (tests
+#: look for it: a request the sandbox could not handle is a bug in the sandbox).
+INTERNAL_ERROR = "fmctl sandbox: internal error"
+
+
+class ClientGone(ConnectionError):
+    """The client went away mid-request (a killed process's half-sent upload): werkzeug
+    drops a connection on a ``ConnectionError`` without answering or logging a failure."""
+
+
 def read_body(environ: dict[str, Any]) -> bytes:
     """The request's body, read once; the environ is left for the next reader."""
     length = int(environ.get("CONTENT_LENGTH") or 0)
-    if length:
-        body: bytes = environ["wsgi.input"].read(length)
-    elif environ.get("wsgi.input_terminated"):
-        # Chunked uploads (botocore streams S3 bodies this way over HTTPS) carry no
-        # Content-Length; the server has de-chunked the stream, so read to its end.
-        body = environ["wsgi.input"].read()
-        environ.pop("HTTP_TRANSFER_ENCODING", None)
-        environ.pop("wsgi.input_terminated", None)
-    else:
-        body = b""
+    try:
+        if length:
+            body: bytes = environ["wsgi.input"].read(length)
+        elif environ.get("wsgi.input_terminated"):
+            # Chunked uploads (botocore streams S3 bodies this way over HTTPS) carry no
+            # Content-Length; the server has de-chunked the stream, so read to its end.
+            body = environ["wsgi.input"].read()
+            environ.pop("HTTP_TRANSFER_ENCODING", None)
+            environ.pop("wsgi.input_terminated", None)
+        else:
+            body = b""
+    except OSError as e:  # werkzeug: "Invalid chunk header" when the stream just stops
+        raise ClientGone(str(e)) from e
     environ["wsgi.input"] = BytesIO(body)
     environ["CONTENT_LENGTH"] = str(len(body))
     return body
@@ -56,13 +70,22 @@ def read_body(environ: dict[str, Any]) -> bytes:
 
 @dataclass
 class Emulator:
-    """WSGI app: the signature check, then the sandbox's service, the shims, then moto."""
+    """WSGI app: the signature check, then the sandbox's service, the shims, then moto.
+
+    Every AWS call is carried out under the shims' lock, one at a time. moto's backends are
+    plain dicts and lists that its handlers iterate and change without a lock, and the shims
+    change the same backends (EKS launches instances and network interfaces): concurrent
+    callers (several `fmctl up` at once) otherwise see "dictionary changed size during
+    iteration" and the like, as 500s no retry cures. AWS answers each call as one step;
+    so does this. It also makes S3's conditional writes one step, as S3 does them: of
+    concurrent writes to a key with If-Match / If-None-Match one wins, the others get 412 or
+    409 (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html);
+    moto alone checks, then writes.
+    """
 
     moto: App
     shims: Shims
     credentials: sigv4.Credentials
-    #: Serialises S3's conditional writes (see ``_conditional_write``).
-    conditional: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         body = read_body(environ)
@@ -75,18 +98,29 @@ class Emulator:
             return answer(
                 start, *protocol.error_for(call, refused.status, refused.code, refused.message)
             )
-        if call.service == protocol.SANDBOX_SERVICE:
-            return answer(start, *self._own(call))
-        if self.shims.handles(call):
-            return answer(start, *self.shims.handle(call, _base_url(environ)))
-        if _conditional_write(call.service, environ):
-            # S3 checks a write's If-Match / If-None-Match and makes it as one step: of
-            # concurrent conditional writes to a key one wins, the others get 412 or 409
-            # (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html).
-            # moto checks, then writes: done one at a time here, as S3 does it.
-            with self.conditional:
+        try:
+            if call.service == protocol.SANDBOX_SERVICE:
+                return answer(start, *self._own(call))
+            if self.shims.handles(call):
+                return answer(start, *self.shims.handle(call, _base_url(environ)))
+            with self.shims.lock:
+                # moto's Flask apps run in debug mode: their failures propagate to here.
                 return list(self.moto(environ, start))
-        return self.moto(environ, start)
+        except Exception:
+            # AWS answers a failure of its own with a 500 in the service's protocol, which
+            # clients retry; werkzeug's HTML page would only fail to parse.
+            print(f"{INTERNAL_ERROR} on {call.service} {call.action}", file=sys.stderr)
+            traceback.print_exc()
+            sys.stderr.flush()
+            return answer(
+                start,
+                *protocol.error_for(
+                    call,
+                    500,
+                    "InternalError",
+                    "the sandbox failed to handle this request (its server.log has the cause)",
+                ),
+            )
 
     def _own(self, call: protocol.Call) -> tuple[int, dict[str, str], bytes]:
         """The sandbox's own operations (see the module's docstring)."""
@@ -122,15 +156,6 @@ class Emulator:
             ),
         )
         return answer(start, status, out_headers, payload)
-
-
-def _conditional_write(service: str, environ: dict[str, Any]) -> bool:
-    """An S3 PUT or DELETE carrying If-Match or If-None-Match."""
-    return (
-        service == "s3"
-        and environ.get("REQUEST_METHOD") in ("PUT", "DELETE", "POST")
-        and bool(environ.get("HTTP_IF_MATCH") or environ.get("HTTP_IF_NONE_MATCH"))
-    )
 
 
 def _base_url(environ: dict[str, Any]) -> str:

@@ -107,7 +107,8 @@ class Shims:
     every account's EKS clusters share (each cluster at an endpoint of its own)."""
 
     scale: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Held over every change to AWS's state: the shims' and moto's (see ``server.Emulator``).
+    lock: threading.RLock = field(default_factory=threading.RLock)
     kube: KubeServer = field(default_factory=KubeServer)
     ca_pem: bytes = b""
     worlds: dict[str, World] = field(default_factory=dict)
@@ -121,7 +122,7 @@ class Shims:
                 self.scale,
                 Eks(self.scale, self.kube, self.ca_pem, account),
                 # Instances run commands with the same tools as the Kubernetes nodes' pods.
-                Agent(lambda: self.kube.node_tools, account),
+                Agent(lambda: self.kube.node_tools, account, aws_state=self.lock),
             )
         return found
 
@@ -179,12 +180,19 @@ class Shims:
         image as Amazon's, so this reaches into moto's backend.
         """
         from moto.ec2.models import ec2_backends
-        from moto.ec2.models.amis import Ami
         from moto.ec2.utils import random_ami_id
 
         backend = ec2_backends[account][data.get("region", "us-east-1")]
         image_id = random_ami_id()
-        backend.amis[image_id] = Ami(
+        with self.lock:
+            backend.amis[image_id] = self._ami(backend, image_id, data)
+        return image_id
+
+    @staticmethod
+    def _ami(backend: Any, image_id: str, data: dict[str, Any]) -> Any:
+        from moto.ec2.models.amis import Ami
+
+        return Ami(
             backend,
             image_id,
             name=data["name"],
@@ -196,7 +204,6 @@ class Shims:
             root_device_name="/dev/xvda",
             platform="Linux/UNIX",
         )
-        return image_id
 
 
 def _pg_create(s: World, call: Call) -> Answer:

@@ -52,6 +52,8 @@ class Agent:
     #: (region, command, instance) -> its invocation: a command is its region's.
     invocations: dict[tuple[str, str, str], Invocation] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The lock over AWS's state (the shims' and moto's): uploads to S3 happen under it.
+    aws_state: threading.RLock = field(default_factory=threading.RLock)
 
     def send(self, call: Call) -> Answer:
         """SendCommand: check, record, start each instance's run."""
@@ -163,6 +165,7 @@ class Agent:
 
         s3 = s3_backends[self.account]["global"]
         step = "awsrunShellScript/0.awsrunShellScript"
-        for name, text in (("stdout", out), ("stderr", err)):
-            if text:
-                s3.put_object(bucket, f"{base.lstrip('/')}/{step}/{name}", text.encode())
+        with self.aws_state:
+            for name, text in (("stdout", out), ("stderr", err)):
+                if text:
+                    s3.put_object(bucket, f"{base.lstrip('/')}/{step}/{name}", text.encode())

@@ -21,6 +21,11 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
 
 @pytest.fixture(autouse=True)
 def no_faults(sandbox: Sandbox) -> Iterator[None]:
+    """No injected fault outlives its test, and a test in which the emulator failed to
+    handle a request fails, with the emulator's traceback."""
     sandbox.faults([])
+    since = sandbox.log_size()
     yield
     sandbox.faults([])
+    failures = sandbox.failures(since)
+    assert not failures, "the sandbox failed on a request:\n" + "\n\n".join(failures)

@@ -19,7 +19,7 @@ from provisioner.drivers.aws import Aws
 from provisioner.drivers.kube import KubeClient
 from provisioner.resources.context import Context
 from provisioner.resources.tags import OWNER_TAG
-from provisioner.sandbox import daemon
+from provisioner.sandbox import daemon, server
 from tests.tools import sandbox_doubles as doubles
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +55,24 @@ class Sandbox:
     def requests(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = doubles.control(self.home, "/_fmctl/requests")
         return result
+
+    def log_size(self) -> int:
+        """How far the emulator's log has got (for ``failures``)."""
+        log = self.home / "sandbox" / "server.log"
+        return log.stat().st_size if log.exists() else 0
+
+    def failures(self, since: int) -> list[str]:
+        """The emulator's own failures logged after offset ``since``: a request it could not
+        handle (its internal error) or one werkzeug had to answer for it. Either is a bug in
+        the sandbox, which would reach fmctl as a 500 no retry cures."""
+        with open(self.home / "sandbox" / "server.log", "rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode(errors="replace")
+        found, lines = [], text.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith((server.INTERNAL_ERROR, "Error on request")):
+                found.append("\n".join(lines[i : i + 40]))
+        return found
 
     def faults(self, rules: list[dict[str, Any]]) -> None:
         doubles.control(self.home, "/_fmctl/faults", {"rules": rules})

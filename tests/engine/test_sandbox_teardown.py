@@ -73,6 +73,9 @@ def test_nat_gateways_and_instances_take_their_interfaces_with_them(sandbox: San
     ec2.delete_nat_gateway(NatGatewayId=nat["NatGatewayId"])
     ec2.terminate_instances(InstanceIds=[instance])
     assert ec2.describe_network_interfaces(Filters=here)["NetworkInterfaces"] == []
+    # Terminating again is no error, as in AWS (TerminateInstances is idempotent).
+    again = ec2.terminate_instances(InstanceIds=[instance])["TerminatingInstances"]
+    assert [i["InstanceId"] for i in again] == [instance]
     ec2.release_address(AllocationId=address)
     ec2.delete_subnet(SubnetId=subnet)
     ec2.delete_vpc(VpcId=vpc)

@@ -82,8 +82,9 @@ class FaultRule:
         return True
 
 
-class ConnectionDropped(Exception):
-    """Raised to make werkzeug drop the connection (a connection reset for the client)."""
+class ConnectionDropped(ConnectionError):
+    """Raised to make werkzeug drop the connection (a connection reset for the client); a
+    ``ConnectionError``, so werkzeug does not log it as a failure of the server's."""
 
 
 def _drop_connection(environ: dict[str, Any], action: str) -> None:
