@@ -16,6 +16,7 @@ from provisioner.resources.base import FieldChange, Kind, Observed, Owned
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone, retry_dependency
 from provisioner.resources.errors import Foreign
+from provisioner.resources.names import ROLE_NAME_LIMIT, bounded, head_of
 from provisioner.resources.storage import account_of
 from provisioner.resources.tags import (
     CREATED_TAG,
@@ -34,8 +35,15 @@ POLICY_PATH = "/parallelcluster/"
 
 
 def role_name(cluster: str, region: str, role: str) -> str:
-    """Stable and unique per cluster and region (IAM names are global to the account)."""
-    return f"fmctl-{cluster}-{region}-{role}"[:64]
+    """Stable and unique per cluster, region and role (IAM names are global to the
+    account), within IAM's limit (``names.bounded``)."""
+    return bounded(f"fmctl-{cluster}-{region}-{role}", ROLE_NAME_LIMIT)
+
+
+def role_prefix(cluster: str, region: str) -> str:
+    """What the names of a cluster's roles, profiles and policies in a region start with
+    (so does another cluster's whose name starts the same: the ownership tag decides)."""
+    return head_of(f"fmctl-{cluster}-{region}-", ROLE_NAME_LIMIT)
 
 
 def canonical(document: Any) -> str:
@@ -265,7 +273,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         """The cluster's roles, and instance profiles whose role is already gone (a `down`
         stopped between the two), by fmctl's naming, with the ownership tag checked."""
         iam = ctx.aws.client("iam")
-        prefix = role_name(ctx.cluster, ctx.region, "")
+        prefix = role_prefix(ctx.cluster, ctx.region)
         out: dict[str, Owned] = {}
         for page in iam.get_paginator("list_roles").paginate():
             for role in page["Roles"]:
@@ -460,7 +468,7 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
 
     def find_owned(self, ctx: Context) -> list[Owned]:
         iam = ctx.aws.client("iam")
-        prefix = role_name(ctx.cluster, ctx.region, "")
+        prefix = role_prefix(ctx.cluster, ctx.region)
         out = []
         pages = iam.get_paginator("list_policies").paginate(Scope="Local", PathPrefix=POLICY_PATH)
         for page in pages:

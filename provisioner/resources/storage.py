@@ -14,6 +14,7 @@ from provisioner.graph.ref import Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone
+from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
 
 PUBLIC_ACCESS_BLOCK = {
@@ -38,8 +39,9 @@ def default_encryption(algorithm: str) -> dict[str, Any]:
 
 
 def bucket_name(cluster: str, account: str, region: str) -> str:
-    """Globally unique and stable, so a re-run finds the same bucket."""
-    return f"fmctl-{cluster}-{account}-{region}"[:63].rstrip("-")
+    """Globally unique and stable, so a re-run finds the same bucket; within S3's limit
+    (``names.bounded``: a long cluster name in a long region keeps its region apart)."""
+    return bounded(f"fmctl-{cluster}-{account}-{region}", BUCKET_NAME_LIMIT)
 
 
 def account_of(ctx: Context) -> str:
