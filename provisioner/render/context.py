@@ -144,13 +144,16 @@ class FsxContext:
 
     @property
     def links(self) -> tuple[RepositoryLink, ...]:
-        """The associations: one when the export prefix lies under the import prefix (files
-        written under it flow back by themselves), else a second, export-only one."""
+        """The associations: one, two-way, when the export prefix is the import prefix
+        (what the user asked: deletes flow back too), else an import-only one and a second,
+        export-only one. (An export prefix inside the import prefix is refused at
+        validation, rule fsx-export-under-import: it could only be one two-way link over the
+        whole dataset.)"""
         if not self.import_path:
             return ()
         source = self.import_path.rstrip("/")
         export = self.export_path.rstrip("/") if self.export_path else None
-        if export is None or export == source or export.startswith(source + "/"):
+        if export is None or export == source:
             return (RepositoryLink("s3", source, "/s3", True, export is not None),)
         return (
             RepositoryLink("s3", source, "/s3", True, False),

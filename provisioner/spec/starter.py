@@ -70,7 +70,7 @@ storage:
     deploymentType: {defaults.FSX_DEPLOYMENT_TYPE}
     throughputPerTiB: {throughput}         # 125 | 250 | 500 | 1000
     mountPath: {defaults.FSX_MOUNT_PATH}
-    # s3: {{importPath: s3://bucket/data, exportPath: s3://bucket/data/checkpoints}}
+    # s3: {{importPath: s3://bucket/data, exportPath: s3://bucket/checkpoints}}
 {nvme}observability: {{prometheus: true, grafana: true, gpuMetrics: true, efaMetrics: true}}
 kubernetes: {{version: "{defaults.KUBERNETES_VERSION}"}}
 """

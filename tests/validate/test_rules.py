@@ -482,6 +482,23 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     ("fsx-s3", "empty", [((*FSX, "s3"), {})], "storage.fsxLustre.s3", "error"),
     (
+        "fsx-export-under-import",
+        "checkpoints-in-dataset",
+        [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm/checkpoints")],
+        "storage.fsxLustre.s3.exportPath",
+        "error",
+    ),
+    (
+        "fsx-export-under-import",
+        "trailing-slashes",
+        [
+            ((*FSX, "s3", "importPath"), "s3://my-datasets/llm/"),
+            ((*FSX, "s3", "exportPath"), "s3://my-datasets/llm/out/"),
+        ],
+        "storage.fsxLustre.s3.exportPath",
+        "error",
+    ),
+    (
         "fsx-existing",
         "with-capacity",
         [((*FSX, "fileSystemId"), "fs-0123456789abcdef0")],
@@ -661,6 +678,14 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     ("fsx-throughput", "p2-1000", [((*FSX, "throughputPerTiB"), 1000)]),
     ("fsx-s3", "import-only", [((*FSX, "s3"), {"importPath": "s3://my-datasets/llm"})]),
+    # Beside the data, or a prefix that only starts the same: a second, export-only link.
+    (
+        "fsx-export-under-import",
+        "beside",
+        [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm-checkpoints")],
+    ),
+    # The same prefix both ways is what the user asked for.
+    ("fsx-export-under-import", "same", [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm")]),
     ("fsx-existing", "id-only", [((*FSX,), {"fileSystemId": "fs-0123456789abcdef0"})]),
     ("mount-path", "nested", [((*FSX, "mountPath"), "/mnt/fsx")]),
     ("local-nvme", "p5", []),

@@ -147,6 +147,36 @@ def fsx_s3(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+@rule("fsx-export-under-import")
+def fsx_export_under_import(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """An export prefix inside the import prefix can only be one association over the whole
+    import prefix, exporting new, changed and deleted files (FSx API reference,
+    AutoExportPolicy: with DELETED, files deleted on the file system are deleted in the
+    data repository); two associations cannot share a prefix (CreateDataRepositoryAssociation:
+    each has "a unique S3 bucket or prefix"). So `rm` on the file system would delete the
+    source data: refused, with where to put the export instead."""
+    fsx = spec.storage.fsx_lustre
+    if fsx is None or fsx.s3 is None or not fsx.s3.import_path or not fsx.s3.export_path:
+        return
+    base: SpecPath = (*FSX, "s3")
+    source, export = fsx.s3.import_path, fsx.s3.export_path
+    src, dst = source.rstrip("/"), export.rstrip("/")
+    bucket = _bucket(source)
+    if bucket is None or _bucket(export) != bucket or not dst.startswith(src + "/"):
+        return
+    beside = f"s3://{bucket}/{dst[len(src) + 1 :]}"
+    yield Problem(
+        "fsx-export-under-import",
+        f"exportPath {export!r} is inside importPath {source!r}: exporting there links the "
+        "whole import prefix both ways, so deleting a file on the file system deletes it "
+        "from your dataset in S3",
+        (*base, "exportPath"),
+        hint=f"export beside the data, e.g. exportPath: {beside} (fmctl links it as a "
+        "second, export-only association), or drop exportPath",
+        related=((*base, "importPath"),),
+    )
+
+
 def _creation_keys(fsx: FsxLustre) -> list[str]:
     keys = [
         ("capacityGiB", fsx.capacity_gib),
