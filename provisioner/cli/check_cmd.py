@@ -14,14 +14,14 @@ from typing import Any
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load, _target
-from provisioner.cli.options import target_options
+from provisioner.cli.options import name_argument, target_options
 
 #: Checks that fail on a node itself: draining it is the remedy.
 NODE_CHECKS = ("gpus", "dcgm", "efa")
 
 
 @click.command("check", cls=GuardedCommand)
-@click.argument("name", required=False)
+@name_argument(required=False)
 @click.option("-f", "--file", "path", help="The cluster spec (default: the one `up` saved).")
 @click.option(
     "--from",

@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 import click
 
 from provisioner.cli.options import (
+    name_argument,
     region_option,
     spec_options,
     state_option,
@@ -382,7 +383,7 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
 
 
 @click.command("down", cls=GuardedCommand)
-@click.argument("name")
+@name_argument()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option(
     "--skip-kubernetes-cleanup",
@@ -429,7 +430,7 @@ def down(
 
 
 @click.command("status", cls=GuardedCommand)
-@click.argument("name")
+@name_argument()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @region_option
 @state_option
@@ -473,7 +474,7 @@ def status(
 
 
 @click.command("topology", cls=GuardedCommand)
-@click.argument("name")
+@name_argument()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @click.option("--no-publish", is_flag=True, help="Only show it; do not upload topology.json.")
 @region_option

@@ -68,3 +68,20 @@ def wait_option(fn: F) -> F:
         is_flag=True,
         help="When another run holds the cluster's lock, wait for it (or its lease to end).",
     )(fn)
+
+
+def _cluster_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from provisioner.ops.validate import name_refusal
+
+    refused = None if value is None else name_refusal(value)
+    if refused is not None:
+        message, rule = refused
+        # Exit 1 with the error and the rule, as for a bad spec (click's usage errors exit 2).
+        click.echo(f"error: NAME: {message}\nhint: {rule}", err=True)
+        ctx.exit(1)
+    return value
+
+
+def name_argument(required: bool = True) -> Callable[[F], F]:
+    """The cluster NAME argument, checked before anything reaches AWS."""
+    return click.argument("name", required=required, callback=_cluster_name)

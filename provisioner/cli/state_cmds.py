@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _fail, _target
-from provisioner.cli.options import region_option, state_option, target_options
+from provisioner.cli.options import name_argument, region_option, state_option, target_options
 
 
 def _location(url: str | None) -> Any:
@@ -52,7 +52,7 @@ def _move_command(verb: str, doc: str, done: str) -> None:
     """`fmctl state push|pull NAME`: the same options, ops.team's function of that name."""
 
     @state.command(verb, cls=GuardedCommand, help=doc)
-    @click.argument("name")
+    @name_argument()
     @region_option
     @state_option
     @target_options
@@ -80,7 +80,7 @@ _move_command(
 
 
 @click.command("unlock", cls=GuardedCommand)
-@click.argument("name")
+@name_argument()
 @click.option("--force", is_flag=True, help="Do not ask.")
 @region_option
 @state_option
@@ -128,7 +128,7 @@ def unlock(
 
 
 @click.command("history", cls=GuardedCommand)
-@click.argument("name")
+@name_argument()
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @region_option
 @state_option

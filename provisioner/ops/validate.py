@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from provisioner.spec.source import SourceDoc, load_source, parse_source
 from provisioner.validate import Validation, validate_document
 
-__all__ = ["Validation", "check_online", "load_and_validate"]
+__all__ = ["Validation", "check_online", "load_and_validate", "name_refusal"]
 
 if TYPE_CHECKING:
     from provisioner.ops.target import Target
@@ -31,6 +31,15 @@ def load_and_validate(path: str, scheduler: str | None = None) -> Validation:
     if problems:
         return Validation(doc, problems)
     return validate_document(doc, scheduler)
+
+
+def name_refusal(name: str) -> tuple[str, str] | None:
+    """Why ``name`` (a command's NAME) cannot be a cluster's, and the rule, or None."""
+    from provisioner.validate.rules.general import NAME_RULE, is_cluster_name
+
+    if is_cluster_name(name):
+        return None
+    return f"{name!r} is not a cluster name: no fmctl cluster can have it", NAME_RULE
 
 
 def check_online(validation: Validation, target: Target) -> Validation:

@@ -120,3 +120,34 @@ def test_schema_accepts_examples_and_rejects_typos() -> None:
     bad = yaml.safe_load(EXAMPLES[0].read_text())
     bad["compute"]["gpuPools"][0]["efaa"] = True
     assert list(validator.iter_errors(bad))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("down", "Bad Name!", "--yes"),
+        ("status", "Bad Name!"),
+        ("topology", "a"),
+        ("check", "9lives"),
+        ("history", "UPPER"),
+        ("unlock", "two--dashes"),
+        ("down", "ends-with-", "--sandbox", "--yes"),
+    ],
+)
+def test_a_name_no_cluster_can_have_is_refused_before_any_call(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    # Any AWS call would go to a closed port (or start a sandbox under FMCTL_HOME).
+    env = {
+        "FMCTL_HOME": str(tmp_path / "home"),
+        "AWS_ENDPOINT_URL": "https://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "AKIAFAKEFAKEFAKEFAKE",
+        "AWS_SECRET_ACCESS_KEY": "fake",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    result = fmctl(*args, env=env)
+    assert result.returncode == 1, result.stderr
+    assert f"error: NAME: {args[1]!r} is not a cluster name" in result.stderr
+    assert "hint: 3-40 characters" in result.stderr
+    assert "Traceback" not in result.stderr and "report it" not in result.stderr
+    assert not (tmp_path / "home").exists()

@@ -18,17 +18,29 @@ TTL_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")
 K8S_VERSION_RE = re.compile(r"^1\.(\d+)$")
 
 
+#: What a cluster name may be, said as the hint wherever a name is refused.
+NAME_RULE = (
+    "3-40 characters: lowercase letters, digits and single '-', starting with a letter and "
+    "not ending with '-'"
+)
+
+
+def is_cluster_name(name: str) -> bool:
+    """True for a name fmctl gives clusters (the spec's rule; commands taking a NAME check
+    it before any call, so a name no cluster can have never reaches AWS)."""
+    return bool(NAME_RE.match(name)) and not name.endswith("-") and "--" not in name
+
+
 @rule("name-format")
 def cluster_name(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Names become AWS resource names and DNS labels: keep them short and plain."""
     name = spec.metadata.name
-    if not NAME_RE.match(name) or name.endswith("-") or "--" in name:
+    if not is_cluster_name(name):
         yield Problem(
             "name-format",
             f"cluster name {name!r} is not allowed",
             ("metadata", "name"),
-            hint="3-40 characters: lowercase letters, digits and single '-', starting with a "
-            "letter and not ending with '-'",
+            hint=NAME_RULE,
         )
 
 
