@@ -483,7 +483,8 @@ def topology(
     name: str, output: str, no_publish: bool, region: str, sandbox: bool, state_dir: str | None
 ) -> None:
     """Read where NAME's running compute nodes sit in the network and publish it for the head
-    node, which rewrites Slurm's topology.conf from it (every 2 minutes)."""
+    node, which rewrites Slurm's topology.conf from it (every 2 minutes). Nothing is
+    published when no node is placed; on EKS, nodes carry their place as labels."""
     target = _target(region, state_dir, sandbox)
     _print_topology(name, target, output, not no_publish)
 

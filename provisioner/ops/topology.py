@@ -6,6 +6,12 @@ node's fmctl-topology timer maps the instances' addresses to Slurm node names an
 topology.conf (slurm/lib/topology.py), so Slurm keeps a job's nodes under as few spines as it
 can. fmctl cannot write topology.conf itself: which instance is which Slurm node is known on
 the head node only.
+
+Two things it never does: publish an empty topology over one the head node is using (with
+no running compute instance, or none EC2 places, a good topology.conf would be rewritten
+as flat; the file published before stays), and speak of a head node on an EKS cluster,
+where EKS itself labels each node with its place (``topology.k8s.aws/network-node-layer-N``,
+the EKS User Guide, "Place distributed AI/ML workloads with network topology labels").
 """
 
 from __future__ import annotations
@@ -126,15 +132,49 @@ class Published:
     where: str | None
 
 
+#: EKS's node labels for the network layers (the EKS User Guide, "Place distributed AI/ML
+#: workloads with network topology labels"; a fourth layer on types that have one).
+EKS_LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3, 4))
+
+
+def is_eks(aws: Aws, cluster: str) -> bool:
+    """An EKS cluster of this name is fmctl's cluster ``cluster``."""
+    from provisioner.drivers.aws import error_code
+    from provisioner.resources.tags import OWNER_TAG
+
+    try:
+        found = aws.client("eks").describe_cluster(name=cluster)["cluster"]
+    except Exception as exc:
+        # No such cluster; or a Slurm user whose policy has no EKS at all.
+        if error_code(exc) in ("ResourceNotFoundException", "AccessDeniedException"):
+            return False
+        raise
+    return bool(found.get("tags", {}).get(OWNER_TAG) == cluster)
+
+
 def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
     """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
     from provisioner.ops.target import make_context
     from provisioner.resources.storage import artifact_bucket
 
     aws = target.aws()
+    if not compute_instances(aws, name) and is_eks(aws, name):
+        labels = ",".join(EKS_LAYER_LABELS)
+        return Published(
+            document(name, []),
+            (
+                f"{name} is an EKS cluster: EKS labels each node with its place in the network "
+                f"(kubectl get nodes -L {labels}); nothing to publish",
+            ),
+            None,
+        )
     placed = read_topology(aws, name)
     doc = document(name, placed)
+    lines = summary(placed)
     where = None
-    if upload:
+    if upload and placed:
         where = publish(aws, artifact_bucket(make_context(target, name)), name, doc)
-    return Published(doc, tuple(summary(placed)), where)
+    elif upload:
+        # An empty topology would make the head node's topology.conf flat.
+        lines.append("nothing published: the topology published before, if any, stays")
+    return Published(doc, tuple(lines), where)

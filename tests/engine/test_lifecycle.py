@@ -109,6 +109,14 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     rows = json.loads(status.stdout)["resources"]
     assert {r["resource"] for r in rows} == P5EN_RESOURCES
 
+    # On EKS the nodes carry their place as labels: no head node, nothing published.
+    topo = sandbox.fmctl("topology", "e2e-lifecycle", "--region", region, "--sandbox")
+    assert topo.returncode == 0, topo.stdout + topo.stderr
+    assert "is an EKS cluster" in topo.stdout and "topology.k8s.aws/network-node-layer-1" in (
+        topo.stdout
+    )
+    assert "head node" not in topo.stdout and "published s3://" not in topo.stdout
+
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "33 resources deleted" in down.stdout

@@ -103,6 +103,10 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
         )["Instances"][0]["InstanceId"]
         return instance
 
+    # With no compute instance running, nothing is published (and nothing overwritten).
+    bare = sandbox.fmctl("topology", name, "--region", region, "--sandbox", **env)
+    assert bare.returncode == 0, bare.stdout + bare.stderr
+    assert "nothing published" in bare.stdout and "head node installs" not in bare.stdout
     leftover, foreign = launch(name), launch(f"{name}x")
     # Where the running compute nodes sit, published for the head node's topology.conf.
     topo = sandbox.fmctl("topology", name, "--region", region, "--sandbox", "-o", "json", **env)
@@ -111,14 +115,17 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     (placed,) = published["instances"]  # ours only: not the other cluster's instance
     assert placed["instanceId"] == leftover and placed["ip"].startswith("10.")
     assert len(placed["networkNodes"]) == 3
-    body = (
-        sandbox.aws(region)
-        .client("s3")
-        .get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"]
-        .read()
-    )
+    s3 = sandbox.aws(region).client("s3")
+    body = s3.get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"].read()
     assert json.loads(body)["instances"] == published["instances"]
     assert published["publishedTo"] == f"s3://{items['bucket']}/{name}/slurm/topology.json"
+    # The instance goes: the topology published from it stays as it was.
+    ec2.stop_instances(InstanceIds=[leftover])
+    again = sandbox.fmctl("topology", name, "--region", region, "--sandbox", "-o", "json", **env)
+    assert json.loads(again.stdout)["publishedTo"] is None
+    kept = s3.get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"]
+    assert json.loads(kept.read())["instances"] == published["instances"]
+    ec2.start_instances(InstanceIds=[leftover])
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", **env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "leftover compute instances" in down.stdout
