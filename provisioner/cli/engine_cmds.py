@@ -28,7 +28,14 @@ class GuardedCommand(click.Command):
 
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (
+            click.exceptions.Exit,
+            click.ClickException,
+            click.exceptions.Abort,
+            SystemExit,
+            KeyboardInterrupt,
+            BrokenPipeError,  # `| head`: main ends quietly
+        ):
             raise
         except Exception as exc:
             if os.environ.get("FMCTL_DEBUG"):

@@ -108,14 +108,50 @@ def _no_plugin_loader() -> None:
         sys.modules[name] = loader
 
 
+#: Commands that a second run resumes where an interrupted one stopped.
+RESUMABLE = ("up", "down", "gc")
+
+
 def main(argv: list[str] | None = None) -> Any:
-    """Console-script entry point."""
+    """Console-script entry point: click's own error handling, except that Ctrl-C exits 130
+    and says whether running again resumes, a declined prompt says nothing changed, and a
+    closed pipe (``fmctl ... | head``) ends quietly."""
     # pydantic looks for third-party plugins through package entry points on first use,
     # which costs more start-up than validating a spec; fmctl uses none.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _no_plugin_loader()
+    args = sys.argv[1:] if argv is None else argv
     try:
-        return cli.main(args=argv, prog_name="fmctl", standalone_mode=True)
-    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        code = cli.main(args=args, prog_name="fmctl", standalone_mode=False)
+    except click.exceptions.Abort as abort:
+        if isinstance(abort.__cause__, KeyboardInterrupt):
+            _interrupted(args)
+        # click.confirm(abort=True) answered no (or its input ended).
+        click.echo("nothing changed", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        _interrupted(args)
+    except click.exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        _quiet_pipe()
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupted(args: list[str]) -> None:
+    """Ctrl-C: exit 130 (128 + SIGINT, as shells report it)."""
+    verb = next((a for a in args if not a.startswith("-")), "")
+    if verb in RESUMABLE:
+        click.echo(f"interrupted: `fmctl {verb}` again resumes where this stopped", err=True)
+    else:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+    sys.exit(130)
+
+
+def _quiet_pipe() -> None:
+    """The reader went away: nothing more to say to it, and no traceback at exit when
+    Python flushes standard output (its documented way, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(141)  # 128 + SIGPIPE, as a tool killed by the signal reports it

@@ -151,3 +151,24 @@ def test_a_name_no_cluster_can_have_is_refused_before_any_call(
     assert "hint: 3-40 characters" in result.stderr
     assert "Traceback" not in result.stderr and "report it" not in result.stderr
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("args", [("catalog", "-o", "json"), ("history", "nothing-here")])
+def test_a_closed_pipe_is_quiet(tmp_path: Path, args: tuple[str, ...]) -> None:
+    # `fmctl ... | head` with the reader gone before the first write: no traceback, and no
+    # "please report it" (history, a guarded command, once said that of EPIPE).
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "provisioner", *args],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env={**os.environ, "FMCTL_HOME": str(tmp_path)},
+    )
+    os.close(write)
+    _, err = proc.communicate(timeout=60)
+    assert err == b""
+    assert proc.returncode != 0

@@ -18,7 +18,7 @@ NO_AWS = {
 
 def test_a_bad_state_url_is_refused_with_how_to_write_it(tmp_path: Path) -> None:
     env = {**NO_AWS, "FMCTL_HOME": str(tmp_path), "FMCTL_STATE": "s3://Bad_Bucket/x"}
-    result = fmctl("down", "c1", "--yes", env=env)
+    result = fmctl("down", "c01", "--yes", env=env)
     assert result.returncode == 1
     assert "not an S3 bucket name" in result.stderr and "s3://BUCKET/PREFIX" in result.stderr
     assert "Traceback" not in result.stderr
@@ -27,15 +27,15 @@ def test_a_bad_state_url_is_refused_with_how_to_write_it(tmp_path: Path) -> None
 def test_state_init_needs_an_s3_url(tmp_path: Path) -> None:
     result = fmctl("state", "init", "team-state", env={**NO_AWS, "FMCTL_HOME": str(tmp_path)})
     assert result.returncode == 1 and "s3://BUCKET/PREFIX" in result.stderr
-    push = fmctl("state", "push", "c1", env={**NO_AWS, "FMCTL_HOME": str(tmp_path)})
+    push = fmctl("state", "push", "c01", env={**NO_AWS, "FMCTL_HOME": str(tmp_path)})
     assert push.returncode == 1 and "FMCTL_STATE" in push.stderr
 
 
 def test_local_history_and_unlock_of_a_cluster_never_run(tmp_path: Path) -> None:
     env = {**NO_AWS, "FMCTL_HOME": str(tmp_path)}
-    shown = fmctl("history", "c1", env=env)
+    shown = fmctl("history", "c01", env=env)
     assert shown.returncode == 0 and "no recorded runs" in shown.stdout
-    free = fmctl("unlock", "c1", env=env)
+    free = fmctl("unlock", "c01", env=env)
     assert free.returncode == 0 and "not locked" in free.stdout
     assert not (tmp_path / "clusters").exists(), "reads wrote nothing"
 
