@@ -398,6 +398,11 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     help="EKS: do not reach into the cluster to delete load balancers and volumes its "
     "controllers made (for an API this machine cannot reach; they may be left behind).",
 )
+@click.option(
+    "--keep-state",
+    is_flag=True,
+    help="Keep the cluster's local folder (saved spec, state, event log); down removes it.",
+)
 @region_option
 @wait_option
 @state_option
@@ -406,6 +411,7 @@ def down(
     name: str,
     yes: bool,
     skip_kubernetes_cleanup: bool,
+    keep_state: bool,
     region: str,
     wait: bool,
     state_url: str | None,
@@ -417,11 +423,15 @@ def down(
     from provisioner.ops.engine import down as run_down
     from provisioner.ops.engine import owned_by
     from provisioner.ops.errors import LockHeld
+    from provisioner.ops.kubeconfig import forget_locally
 
     target = _target(region, state_dir, sandbox, state_url)
     found = owned_by(target, name)
     if not found:
         click.echo(f"{name}: nothing tagged fmctl.dev/cluster={name} in {region}")
+        # A down stopped after its last delete left these.
+        for line in forget_locally(target, name, keep_state):
+            click.echo(f"{name}: {line}")
         return
     if not yes:
         if not sys.stdin.isatty():
@@ -434,6 +444,8 @@ def down(
         _fail(str(exc), exc.hint)
     _report(result, f"down {name}")
     click.echo(f"{name}: {len(found)} resources deleted in {result.wall:.1f}s")
+    for line in forget_locally(target, name, keep_state):
+        click.echo(f"{name}: {line}")
 
 
 @click.command("status", cls=GuardedCommand)

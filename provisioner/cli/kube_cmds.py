@@ -1,4 +1,5 @@
-"""`fmctl token`: the kubeconfig's credential plugin (kubectl runs it)."""
+"""`fmctl token`: the kubeconfig's credential plugin (kubectl runs it); `fmctl kubeconfig`:
+the entry that runs it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _target
-from provisioner.cli.options import region_option, target_options
+from provisioner.cli.options import name_argument, region_option, target_options
 
 
 @click.command("token", cls=GuardedCommand)
@@ -20,3 +21,23 @@ def token(cluster: str, region: str, sandbox: bool, state_dir: str | None) -> No
 
     target = _target(region, state_dir, sandbox)
     click.echo(json.dumps(exec_credential(target, cluster)))
+
+
+@click.command("kubeconfig", cls=GuardedCommand)
+@name_argument()
+@click.option("--print", "print_only", is_flag=True, help="Print it instead; write nothing.")
+@region_option
+@target_options
+def kubeconfig(
+    name: str, print_only: bool, region: str, sandbox: bool, state_dir: str | None
+) -> None:
+    """Write EKS cluster NAME's kubeconfig entry again (merged, 0600, its context current),
+    as `up` wrote it: an exec credential that runs `fmctl token`, no secret in the file."""
+    from provisioner.ops.kubeconfig import kubeconfig_text, write_kubeconfig
+
+    target = _target(region, state_dir, sandbox)
+    if print_only:
+        click.echo(kubeconfig_text(target, name), nl=False)
+        return
+    path = write_kubeconfig(target, name)
+    click.echo(f"{name}: kubeconfig entry written to {path} (context now current)")

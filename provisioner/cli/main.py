@@ -29,6 +29,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Publish where a Slurm cluster's nodes sit in the network (topology.conf).",
     ),
     "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
+    "kubeconfig": (
+        "kube_cmds",
+        "kubeconfig",
+        "Write (or print) an EKS cluster's kubeconfig entry.",
+    ),
     "token": ("kube_cmds", "token", "Print a token for an EKS cluster's API (kubectl runs it)."),
     "history": ("state_cmds", "history", "Show who changed a cluster, when, and what changed."),
     "unlock": ("state_cmds", "unlock", "Show a cluster's lock holder and remove its lock."),

@@ -97,22 +97,23 @@ def _fmctl_command() -> str:
     return shutil.which("fmctl") or "fmctl"
 
 
-def merge_kubeconfig(path: Path, entry: dict[str, Any], make_current: bool = True) -> None:
-    """Add or replace ``entry`` in the kubeconfig at ``path`` (others' entries kept), written
-    atomically with mode 0600, as ``aws eks update-kubeconfig`` does."""
+#: A kubeconfig's sections and the key of each one's entries.
+SECTIONS = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
+
+
+def _read_kubeconfig(path: Path) -> dict[str, Any]:
     import yaml
 
-    config: dict[str, Any] = {}
-    if path.exists():
-        config = yaml.safe_load(path.read_text()) or {}
-    config.setdefault("apiVersion", "v1")
-    config.setdefault("kind", "Config")
-    config.setdefault("preferences", {})
-    for section, key in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
-        items = [i for i in config.get(section) or [] if i.get("name") != entry[key]["name"]]
-        config[section] = [*items, entry[key]]
-    if make_current or not config.get("current-context"):
-        config["current-context"] = entry["context"]["name"]
+    if not path.exists():
+        return {}
+    config: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    return config
+
+
+def _write_kubeconfig(path: Path, config: dict[str, Any]) -> None:
+    """Atomically, mode 0600 (it names how to get credentials for the cluster)."""
+    import yaml
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.fmctl-tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -120,6 +121,53 @@ def merge_kubeconfig(path: Path, entry: dict[str, Any], make_current: bool = Tru
         yaml.safe_dump(config, fh, sort_keys=False)
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def kubeconfig_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """A kubeconfig holding ``entry`` alone, its context current (`kubeconfig --print`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        **{section: [entry[key]] for section, key in SECTIONS},
+        "current-context": entry["context"]["name"],
+    }
+
+
+def merge_kubeconfig(path: Path, entry: dict[str, Any], make_current: bool = True) -> None:
+    """Add or replace ``entry`` in the kubeconfig at ``path`` (others' entries kept), written
+    atomically with mode 0600, as ``aws eks update-kubeconfig`` does."""
+    config = _read_kubeconfig(path)
+    config.setdefault("apiVersion", "v1")
+    config.setdefault("kind", "Config")
+    config.setdefault("preferences", {})
+    for section, key in SECTIONS:
+        items = [i for i in config.get(section) or [] if i.get("name") != entry[key]["name"]]
+        config[section] = [*items, entry[key]]
+    if make_current or not config.get("current-context"):
+        config["current-context"] = entry["context"]["name"]
+    _write_kubeconfig(path, config)
+
+
+def remove_kubeconfig_entry(path: Path, cluster: str, region: str) -> bool:
+    """Take the cluster, user and context fmctl added for ``cluster`` out of the kubeconfig
+    at ``path`` (the user's others untouched; the current context unset when it was this
+    one, as ``kubectl config delete-context`` leaves it). True when there was one."""
+    config = _read_kubeconfig(path)
+    name = context_name(cluster, region)
+    found = False
+    for section, _ in SECTIONS:
+        items = config.get(section) or []
+        kept = [i for i in items if i.get("name") != name]
+        found = found or len(kept) != len(items)
+        if section in config:
+            config[section] = kept
+    if config.get("current-context") == name:
+        config["current-context"] = ""
+        found = True
+    if found:
+        _write_kubeconfig(path, config)
+    return found
 
 
 def default_kubeconfig() -> Path:

@@ -16,7 +16,9 @@ from provisioner.drivers.eks_auth import (
     PREFIX,
     exec_credential,
     kubeconfig_entry,
+    kubeconfig_of,
     merge_kubeconfig,
+    remove_kubeconfig_entry,
     token,
 )
 
@@ -90,6 +92,24 @@ def test_kubeconfig_merge_keeps_others_and_replaces_its_own(tmp_path: Path) -> N
     # No credential of fmctl's is in the file: only how to get one.
     assert "token" not in config["users"][1]["user"]
     assert PREFIX not in path.read_text()
+
+
+def test_removing_the_entry_leaves_the_users_own(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    theirs = kubeconfig_of(kubeconfig_entry("dev", "eu-west-1", "https://dev.example", ""))
+    path.write_text(yaml.safe_dump(theirs))
+    merge_kubeconfig(path, kubeconfig_entry("train", "us-west-2", "https://new.example", "Q0E="))
+    assert remove_kubeconfig_entry(path, "train", "us-west-2") is True
+    config = yaml.safe_load(path.read_text())
+    for section in ("clusters", "users", "contexts"):
+        assert config[section] == theirs[section]
+    # It was the current context: unset, not pointed at the user's other cluster.
+    assert config["current-context"] == ""
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # Gone already, or never written: nothing to do, nothing written.
+    assert remove_kubeconfig_entry(path, "train", "us-west-2") is False
+    assert remove_kubeconfig_entry(tmp_path / "absent", "train", "us-west-2") is False
+    assert not (tmp_path / "absent").exists()
 
 
 def test_sandbox_entry_names_the_emulator_state(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import calendar
 import json
+import stat
 import time
 from pathlib import Path
 
@@ -117,9 +118,29 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     )
     assert "head node" not in topo.stdout and "published s3://" not in topo.stdout
 
+    # The kubeconfig entry, deleted by hand, is written again; --print writes nothing.
+    folder = sandbox.home / "clusters" / "e2e-lifecycle"
+    kubeconfig, context = folder / "kubeconfig", f"fmctl-e2e-lifecycle-{region}"
+    kubeconfig.unlink()
+    wrote = sandbox.fmctl("kubeconfig", "e2e-lifecycle", "--region", region, "--sandbox")
+    assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+    config = yaml.safe_load(kubeconfig.read_text())
+    assert [c["name"] for c in config["contexts"]] == [context]
+    assert config["current-context"] == context
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    before = kubeconfig.read_text()
+    shown = sandbox.fmctl("kubeconfig", "e2e-lifecycle", "--region", region, "--sandbox", "--print")
+    assert yaml.safe_load(shown.stdout)["users"] == config["users"]
+    assert kubeconfig.read_text() == before
+    missing = sandbox.fmctl("kubeconfig", "e2e-nothing", "--region", region, "--sandbox")
+    assert missing.returncode == 1 and "no EKS cluster e2e-nothing" in missing.stderr
+
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
     assert "33 resources deleted" in down.stdout
+    # What it left on this machine goes too: the kubeconfig entry and the local state.
+    assert f"removed e2e-lifecycle's entry from {kubeconfig}" in down.stdout
+    assert not folder.exists()
     assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
     assert gone.returncode == 1 and "no resources" in gone.stdout
@@ -141,8 +162,11 @@ def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> Non
     block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
     assert all(block.values())
     assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
-    down = sandbox.fmctl("down", "e2e-slurm", "--region", region, "--sandbox", "--yes")
+    down = sandbox.fmctl(
+        "down", "e2e-slurm", "--region", region, "--sandbox", "--yes", "--keep-state"
+    )
     assert down.returncode == 0, down.stderr
+    assert (sandbox.home / "clusters" / "e2e-slurm" / "spec.yaml").exists()
     assert raw_leftovers(sandbox, "e2e-slurm", region) == []
 
 
