@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "render": ("render_cmd", "render", "Write the deployment folder (configs, manifests)."),
     "plan": ("engine_cmds", "plan", "Show what `up` would create, in which order, in parallel."),
     "up": ("engine_cmds", "up", "Create the cluster (re-running creates only what is missing)."),
+    "list": ("list_cmd", "list_", "List the clusters fmctl owns in a region, from AWS tags."),
     "status": ("engine_cmds", "status", "Show a cluster's resources, from AWS tags."),
     "topology": (
         "engine_cmds",

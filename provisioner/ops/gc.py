@@ -59,9 +59,23 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
         _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})
     s3 = aws.client("s3")
     for bucket in s3.list_buckets().get("Buckets", []):
-        if bucket["Name"].startswith("fmctl-"):
+        # ListBuckets lists every region's: a bucket counts in its own region only (or a
+        # cluster in us-east-2 would be found, and torn down, from us-east-1).
+        if bucket["Name"].startswith("fmctl-") and _bucket_region(s3, bucket) == aws.region:
             _note(seen, _bucket_tags(s3, bucket["Name"]))
     return seen
+
+
+def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
+    """A listed bucket's region: ListBuckets gives BucketRegion (since 2024), else
+    GetBucketLocation, whose empty LocationConstraint means us-east-1."""
+    if bucket.get("BucketRegion"):
+        return str(bucket["BucketRegion"])
+    try:
+        where = s3.get_bucket_location(Bucket=bucket["Name"]).get("LocationConstraint")
+    except Exception:  # gone since it was listed, or not ours to read
+        return None
+    return str(where or "us-east-1")
 
 
 def _bucket_tags(s3: Any, name: str) -> dict[str, str]:

@@ -5,6 +5,7 @@ Kubernetes APIs), and `down` in one region leaves the same name in another whole
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -178,6 +179,7 @@ def test_down_in_one_region_leaves_the_same_name_in_another_whole(
     west = spec_file(tmp_path, name)
     data = yaml.safe_load(west.read_text())
     data["metadata"]["region"] = EAST
+    data["metadata"]["ttl"] = "24h"
     data["network"]["availabilityZone"] = f"{EAST}a"
     data["storage"]["fsxLustre"]["s3"] = {
         "importPath": "s3://acme-ml-data-east/corpora",
@@ -201,6 +203,21 @@ def test_down_in_one_region_leaves_the_same_name_in_another_whole(
     status = sandbox.fmctl("status", name, "--region", WEST, "--sandbox", "-o", "json")
     assert status.returncode == 0, status.stderr
     assert f":{EAST}:" not in status.stdout
+
+    # `list`, from tags alone (each user's home has only its own state): both, each in its
+    # region; one region's list shows only its own.
+    listed = sandbox.fmctl("list", "--all-regions", "--sandbox", "-o", "json", timeout=300)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    twins = [r for r in json.loads(listed.stdout) if r["name"] == name]
+    assert [(r["region"], r["scheduler"], r["provider"], r["state"]) for r in twins] == sorted(
+        [(EAST, "kubernetes", "eks", "ACTIVE"), (WEST, "kubernetes", "eks", "ACTIVE")]
+    )
+    assert all(r["ageSeconds"] >= 0 and not r["expired"] for r in twins), twins
+    # The east one has a ttl, the west one (the example) none.
+    assert [r["expiresAt"] is not None for r in twins] == [True, False]
+    west_only = sandbox.fmctl("list", "--region", WEST, "--sandbox")
+    rows = [line.split() for line in west_only.stdout.splitlines()[1:]]
+    assert [(r[1], r[2]) for r in rows if r[0] == name] == [(WEST, "kubernetes")]
 
     down = sandbox.fmctl(
         "down", name, "--region", EAST, "--sandbox", "--yes", timeout=300, FMCTL_HOME=str(other)
