@@ -225,6 +225,9 @@ def test_down_in_one_region_leaves_the_same_name_in_another_whole(
     assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, EAST) == []
     assert owned(sandbox, name, WEST) == before
+    # Gone from the east, though its twin's bucket is in the one global bucket listing.
+    east_list = sandbox.fmctl("list", "--region", EAST, "--sandbox", "-o", "json")
+    assert name not in {r["name"] for r in json.loads(east_list.stdout)}
     fsx = [aws_id for kind, _, aws_id in before if kind == "fsx"]
     assert fsx
     (fs,) = sandbox.aws(WEST).client("fsx").describe_file_systems(FileSystemIds=fsx)["FileSystems"]
