@@ -469,7 +469,8 @@ def status(
     seen = read_status(target, name)
     if output == "json":
         click.echo(json.dumps(seen.as_data(), indent=2))
-        return
+        # As the text: a cluster that does not exist is a failed status.
+        sys.exit(0 if seen.resources else 1)
     if not seen.resources:
         click.echo(f"{name}: no resources in {region}")
         sys.exit(1)

@@ -20,6 +20,44 @@ class NodeRow:
     gpus: str
     efa: str
 
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form (counts as numbers)."""
+        return {
+            "name": self.name,
+            "ready": self.ready,
+            "gpus": _count(self.gpus),
+            "efa": _count(self.efa),
+        }
+
+
+def _count(quantity: str) -> int | str:
+    """An allocatable count as a number (Kubernetes gives quantities as strings)."""
+    return int(quantity) if quantity.isdigit() else quantity
+
+
+@dataclass(frozen=True)
+class StackRow:
+    """A DaemonSet or Deployment fmctl applied, and how many of its pods are ready."""
+
+    kind: str
+    namespace: str
+    name: str
+    ready: int
+    desired: int
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}: {self.ready}/{self.desired} ready"
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "ready": self.ready,
+            "desired": self.desired,
+        }
+
 
 @dataclass(frozen=True)
 class KubeStatus:
@@ -29,7 +67,24 @@ class KubeStatus:
     version: str
     addons: tuple[tuple[str, str, str], ...] = ()
     pools: tuple[tuple[str, tuple[NodeRow, ...]], ...] = ()
-    stack: tuple[str, ...] = ()
+    stack: tuple[StackRow, ...] = ()
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form: what the text shows, and whether all of it is healthy."""
+        nodes = [n for _, rows in self.pools for n in rows]
+        return {
+            "status": self.status,
+            "version": self.version,
+            "addons": [{"name": a, "version": v, "status": st} for a, v, st in self.addons],
+            "pools": [
+                {"pool": pool, "nodes": [n.as_data() for n in rows]} for pool, rows in self.pools
+            ],
+            "stack": [row.as_data() for row in self.stack],
+            "healthy": self.status == "ACTIVE"
+            and all(n.ready for n in nodes)
+            and all(r.ready >= r.desired for r in self.stack)
+            and all(st == "ACTIVE" for _, _, st in self.addons),
+        }
 
 
 @dataclass(frozen=True)
@@ -42,6 +97,15 @@ class SlurmStatus:
     #: The head node's optional exporters and monitoring, as its bootstrap recorded them:
     #: (name, "ok" or "missing: why"); empty when it published nothing (yet).
     exporters: tuple[tuple[str, str], ...] = ()
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "provider": "parallelcluster",
+            "status": self.status,
+            "headNode": {"instanceId": self.head_node, "ip": self.head_ip},
+            "exporters": [{"name": n, "state": st} for n, st in self.exporters],
+        }
 
 
 @dataclass(frozen=True)
@@ -56,13 +120,17 @@ class Status:
     access: tuple[str, ...] = field(default=())
 
     def as_data(self) -> dict[str, Any]:
-        """JSON-able form."""
+        """JSON-able form: everything the text shows."""
         return {
             "cluster": self.cluster,
             "region": self.region,
+            "exists": bool(self.resources),
             "resources": [
                 {"kind": o.kind, "resource": o.resource, "id": o.id} for o in self.resources
             ],
+            "slurm": self.slurm.as_data() if self.slurm else None,
+            "kubernetes": self.kube.as_data() if self.kube else None,
+            "access": list(self.access),
         }
 
 
@@ -185,7 +253,7 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
     return KubeStatus(status, version, tuple(addons), rows, tuple(stack))
 
 
-def _stack_health(api: Any) -> list[str]:
+def _stack_health(api: Any) -> list[StackRow]:
     """DaemonSets and Deployments fmctl applied, ready or not."""
     from provisioner.resources.tags import OWNER_TAG
 
@@ -198,7 +266,7 @@ def _stack_health(api: Any) -> list[str]:
             want = status.get("desiredNumberScheduled", obj.get("spec", {}).get("replicas", 1))
             ready = status.get("numberReady", status.get("readyReplicas", 0))
             meta = obj["metadata"]
-            rows.append(f"{kind} {meta['namespace']}/{meta['name']}: {ready}/{want} ready")
+            rows.append(StackRow(kind, meta["namespace"], meta["name"], int(ready), int(want)))
     return rows
 
 

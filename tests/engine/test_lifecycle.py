@@ -107,8 +107,18 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     status = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox", "-o", "json")
     assert status.returncode == 0
-    rows = json.loads(status.stdout)["resources"]
-    assert {r["resource"] for r in rows} == P5EN_RESOURCES
+    seen = json.loads(status.stdout)
+    assert {r["resource"] for r in seen["resources"]} == P5EN_RESOURCES
+    # Everything the text shows: EKS, add-ons, each pool's nodes with what they advertise,
+    # the stack's health, how to reach it.
+    kube = seen["kubernetes"]
+    assert kube["status"] == "ACTIVE" and kube["healthy"] is True
+    assert {a["name"] for a in kube["addons"]} >= {"vpc-cni", "coredns", "kube-proxy"}
+    (gpu,) = [p for p in kube["pools"] if p["pool"] == "gpu"]
+    assert len(gpu["nodes"]) == 8
+    assert {(n["ready"], n["gpus"], n["efa"]) for n in gpu["nodes"]} == {(True, 8, 16)}
+    assert any(r["name"] == "efa-device-plugin" and r["ready"] >= 1 for r in kube["stack"])
+    assert any(line.startswith("kubectl:") for line in seen["access"]) and seen["slurm"] is None
 
     # On EKS the nodes carry their place as labels: no head node, nothing published.
     topo = sandbox.fmctl("topology", "e2e-lifecycle", "--region", region, "--sandbox")
@@ -144,6 +154,8 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
     assert gone.returncode == 1 and "no resources" in gone.stdout
+    gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox", "-o", "json")
+    assert gone.returncode == 1 and json.loads(gone.stdout)["exists"] is False
 
 
 def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -67,6 +67,12 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     )
     assert "grafana: aws ssm start-session --target i-0123456789abcdef0" in status.stdout
     assert "head node exporters" not in status.stdout  # the head node published nothing yet
+    seen = json.loads(
+        sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json", **env).stdout
+    )
+    assert seen["slurm"]["status"] == "CREATE_COMPLETE" and seen["kubernetes"] is None
+    assert seen["slurm"]["headNode"]["instanceId"] == "i-0123456789abcdef0"
+    assert any("start-session --target i-0123456789abcdef0" in a for a in seen["access"])
     # What the head node's on-node-configured.sh publishes (tests/slurm/test_standin_node.py
     # shows it writes this key): status says which exporter is missing and why.
     sandbox.aws(region).client("s3").put_object(
