@@ -81,6 +81,7 @@ def catalog(family: str | None, output: str, show_all: bool) -> None:
     from provisioner.catalog import load_catalog
 
     cat = load_catalog()
+    family = family.lower() if family else None  # P5 as p5: instance types are lowercase
     types = cat.family(family) if family else list(cat.types.values())
     if not show_all and not family:
         types = [t for t in types if t.is_gpu]

@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
+    "completion": ("completion_cmd", "completion", "Print the shell completion script."),
 }
 
 

@@ -172,3 +172,28 @@ def test_a_closed_pipe_is_quiet(tmp_path: Path, args: tuple[str, ...]) -> None:
     _, err = proc.communicate(timeout=60)
     assert err == b""
     assert proc.returncode != 0
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_call_fmctl_back(shell: str) -> None:
+    script = fmctl("completion", shell)
+    assert script.returncode == 0, script.stderr
+    assert f"_FMCTL_COMPLETE={shell}_" in script.stdout.replace('"', "")
+
+
+def test_completion_answers_commands_and_options() -> None:
+    def complete(words: str) -> list[str]:
+        env = {"_FMCTL_COMPLETE": "bash_complete", "COMP_WORDS": words}
+        env["COMP_CWORD"] = str(len(words.split()) - 1)
+        done = fmctl(env=env)
+        assert done.returncode == 0, done.stderr
+        return [line.split(",", 1)[1] for line in done.stdout.splitlines()]
+
+    assert complete("fmctl sta") == ["status", "state"]
+    assert complete("fmctl status --ou") == ["--output"]
+    assert "kubeconfig" in complete("fmctl k")
+
+
+def test_catalog_family_is_case_insensitive() -> None:
+    upper, lower = fmctl("catalog", "--family", "P5EN"), fmctl("catalog", "--family", "p5en")
+    assert upper.returncode == 0 and upper.stdout == lower.stdout
