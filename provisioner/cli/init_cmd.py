@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from provisioner.spec.defaults import MAX_POOL_COUNT
+
 
 @click.command("init")
 @click.option("--scheduler", type=click.Choice(["slurm", "kubernetes"]), required=True)
@@ -18,7 +20,7 @@ import click
 )
 @click.option(
     "--count",
-    type=click.IntRange(min=1, max=4096),
+    type=click.IntRange(min=1, max=MAX_POOL_COUNT),
     default=2,
     show_default=True,
     help="Number of GPU instances.",

@@ -16,6 +16,8 @@ HEAD_NODE_INSTANCE_TYPE = "m7i.4xlarge"
 HEAD_NODE_ROOT_GIB = 100
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.2xlarge"
 SYSTEM_NODE_COUNT = 2
+#: Most instances a GPU pool may ask for: a larger count is taken for a typo.
+MAX_POOL_COUNT = 4096
 CAPACITY_TYPE: Final = "on-demand"
 FSX_MOUNT_PATH = "/fsx"
 FSX_CAPACITY_GIB = 1200

@@ -41,6 +41,13 @@ def starter_spec(
         else f"  systemNodes: {{instanceType: {defaults.SYSTEM_NODE_INSTANCE_TYPE}, "
         f"count: {defaults.SYSTEM_NODE_COUNT}}}   # controllers, Prometheus, Grafana\n"
     )
+    access = (
+        "  # sshCidr: 198.51.100.0/24    # who may SSH to the head node; absent = nobody "
+        "(use SSM)\n"
+        if scheduler == "slurm"
+        else "  apiCidrs: []                  # who may reach the Kubernetes API, e.g. your VPN's\n"
+        "                                # range; [] = private: fmctl runs inside the VPC\n"
+    )
     return f"""\
 # fmctl cluster spec: `fmctl validate -f FILE` checks it, `fmctl validate -f FILE
 # --show-defaults` prints it with every default, `fmctl schema` gives editors its schema.
@@ -55,8 +62,7 @@ scheduler: {scheduler}              # slurm | kubernetes; `--scheduler` override
 network:
   availabilityZone: {az}    # one AZ: EFA and cluster placement groups need it
   vpcCidr: {defaults.VPC_CIDR}        # a new VPC; or vpcId + subnetId to reuse existing ones
-  # sshCidr: 198.51.100.0/24    # who may SSH to the head node; absent = nobody (use SSM)
-compute:
+{access}compute:
 {nodes_block}  gpuPools:
     - name: train
       instanceType: {itype.name}   # {gpus}, {efa_note}

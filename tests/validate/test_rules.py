@@ -223,6 +223,20 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "cidr-invalid",
+        "bare-address",
+        [(("network", "sshCidr"), "198.51.100.7")],
+        "network.sshCidr",
+        "error",
+    ),
+    (
+        "api-private",
+        "no-api-cidrs",
+        [(("scheduler",), "kubernetes")],
+        "network",
+        "warning",
+    ),
+    (
         "cidr-world-open",
         "ssh",
         [(("network", "sshCidr"), "0.0.0.0/0")],
@@ -325,6 +339,14 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     ("pool-count", "zero", [((*POOL, "count"), 0)], "compute.gpuPools[0].count", "error"),
+    ("pool-count", "typo", [((*POOL, "count"), 40000)], "compute.gpuPools[0].count", "error"),
+    (
+        "node-instance-type",
+        "gpu-head",
+        [(("compute", "headNode", "instanceType"), "p5.48xlarge")],
+        "compute.headNode.instanceType",
+        "warning",
+    ),
     (
         "pool-count",
         "min-above-max",
@@ -678,6 +700,18 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     ("fsx-throughput", "p2-1000", [((*FSX, "throughputPerTiB"), 1000)]),
     ("fsx-s3", "import-only", [((*FSX, "s3"), {"importPath": "s3://my-datasets/llm"})]),
+    (
+        "api-private",
+        "api-cidrs",
+        [(("scheduler",), "kubernetes"), (("network", "apiCidrs"), ["198.51.100.0/24"])],
+    ),
+    ("api-private", "slurm", []),
+    # Written out empty: private on purpose (fmctl runs inside the VPC).
+    (
+        "api-private",
+        "said-private",
+        [(("scheduler",), "kubernetes"), (("network", "apiCidrs"), [])],
+    ),
     # Beside the data, or a prefix that only starts the same: a second, export-only link.
     (
         "fsx-export-under-import",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec, GpuPool
 from provisioner.spec.problems import Problem, SpecPath, suggest
 from provisioner.spec.resolve import pool_placement_group
@@ -17,6 +18,10 @@ INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[0-9a-z-]+$")
 SIZE_RE = re.compile(r"^(?:nano|micro|small|medium|large|\d*xlarge|metal(?:-\d+xl)?)$")
 #: ParallelCluster's head-node root volume must hold its AMI.
 MIN_ROOT_GIB = 40
+#: Instances per pool beyond which a count is taken for a typo (`fmctl init` has the same).
+MAX_POOL_COUNT = defaults.MAX_POOL_COUNT
+#: The CPU nodes' roles, by spec key.
+ROLES = {"headNode": "Slurm head node", "systemNodes": "system node group"}
 RESERVED = ("reservation", "capacity-block")
 
 
@@ -105,12 +110,29 @@ def node_instance_types(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem
                 hint=suggest(name, ctx.catalog.names())
                 or "sizes look like large, xlarge, 4xlarge or metal",
             )
+        elif (known := ctx.catalog.get(name)) is not None and known.is_gpu:
+            yield Problem(
+                "node-instance-type",
+                f"{name} is a GPU instance type: the {ROLES[path[1]]} does no GPU work and "
+                "bills as one",
+                path,
+                level="warning",
+                hint="a CPU type such as m7i.4xlarge does the job",
+            )
 
 
 @rule("pool-count")
 def counts(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Counts are positive and minCount lies between 0 and count."""
     for path, pool in _pools(spec):
+        if pool.count > MAX_POOL_COUNT:
+            yield Problem(
+                "pool-count",
+                f"count {pool.count} is more than fmctl's limit of {MAX_POOL_COUNT} per pool",
+                (*path, "count"),
+                hint="a typo? split a larger fleet into pools (`fmctl init --count` has the "
+                "same limit)",
+            )
         if pool.count < 1:
             yield Problem(
                 "pool-count",

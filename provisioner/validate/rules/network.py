@@ -29,6 +29,16 @@ def availability_zone(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
 
 
 def _cidr(text: str, path: SpecPath) -> tuple[ipaddress.IPv4Network | None, Problem | None]:
+    if "/" not in text:
+        # ipaddress reads a bare address as a /32: say so rather than guess what was meant.
+        try:
+            ipaddress.ip_address(text)
+            hint = f"write {text}/32 for this address alone, or the range's prefix"
+        except ValueError:
+            hint = "write it as address/prefix, e.g. 10.0.0.0/16"
+        return None, Problem(
+            "cidr-invalid", f"{text!r} is not a CIDR block (no /prefix)", path, hint=hint
+        )
     try:
         net = ipaddress.ip_network(text, strict=True)
     except ValueError as exc:
@@ -49,6 +59,28 @@ def _cidr(text: str, path: SpecPath) -> tuple[ipaddress.IPv4Network | None, Prob
             hint="fmctl's VPCs are IPv4; write an IPv4 block",
         )
     return net, None
+
+
+@rule("api-private")
+def private_api(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Without apiCidrs the EKS API endpoint is private: `up` applies the in-cluster stack
+    through it, so a machine outside the VPC gets as far as that step and no further.
+    ``apiCidrs: []`` written out says it is meant (fmctl runs inside the VPC): no warning."""
+    network = spec.network
+    if (
+        ctx.scheduler == "kubernetes"
+        and not network.api_cidrs
+        and "api_cidrs" not in network.model_fields_set
+    ):
+        yield Problem(
+            "api-private",
+            "the EKS API endpoint will be private (no network.apiCidrs): `up` must reach it "
+            "to apply the in-cluster stack, and cannot from outside the VPC",
+            ("network",),
+            level="warning",
+            hint="add apiCidrs: [YOUR.RANGE/NN] (your office or VPN); or, running fmctl "
+            "inside the VPC, write apiCidrs: [] to say so",
+        )
 
 
 @rule("cidr-invalid", "cidr-world-open")
