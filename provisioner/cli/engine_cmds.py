@@ -424,6 +424,7 @@ def down(
     from provisioner.ops.engine import owned_by
     from provisioner.ops.errors import LockHeld
     from provisioner.ops.kubeconfig import forget_locally
+    from provisioner.ops.teardown import data_notes
 
     target = _target(region, state_dir, sandbox, state_url)
     found = owned_by(target, name)
@@ -433,9 +434,17 @@ def down(
         for line in forget_locally(target, name, keep_state):
             click.echo(f"{name}: {line}")
         return
+    notes = data_notes(target, found)
     if not yes:
         if not sys.stdin.isatty():
             _fail("`down` asks before deleting", "pass --yes to run without asking")
+        click.echo(f"down {name} in {region} deletes:")
+        for o in sorted(found, key=lambda o: (o.kind, o.resource)):
+            click.echo(f"  {o.kind:<16} {o.resource:<24} {o.id}")
+    # Said with --yes too: the one thing a teardown cannot give back.
+    for line in notes:
+        click.echo(f"warning: {line}" if not line.startswith("  ") else line, err=True)
+    if not yes:
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
     click.echo(f"down {name}:")
     try:

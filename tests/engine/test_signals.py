@@ -81,5 +81,10 @@ def test_ctrl_c_exits_130_and_a_declined_prompt_changes_nothing(
     assert code == 1, text
     assert "nothing changed" in text and "report it" not in text and "Aborted" not in text
     assert owned(sandbox, name, region) != []
+    # Before asking, it said what it deletes, and plainly which data goes and which stays.
+    assert f"down {name} in {region} deletes:" in text and " vpc " in text
+    assert "warning: the FSx file system fs-" in text
+    assert "(9,600 GiB of capacity) are deleted: what was not exported to S3 is lost" in text
+    assert "stays: s3://acme-ml-data/" in text
     down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
