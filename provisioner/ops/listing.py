@@ -59,11 +59,12 @@ def _iso(stamp: float | None) -> str | None:
     return None if stamp is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
 
 
-def _eks_state(aws: Aws, name: str) -> str | None:
+def eks_state(aws: Aws, name: str) -> str | None:
     """The status of fmctl's EKS cluster ``name``, or None when there is none."""
     try:
         found = aws.client("eks").describe_cluster(name=name)["cluster"]
     except Exception as exc:
+        # No such cluster; or a Slurm user whose policy has no EKS at all.
         if error_code(exc) in ("ResourceNotFoundException", "AccessDeniedException"):
             return None
         raise
@@ -85,7 +86,7 @@ def _stack_state(aws: Aws, name: str) -> str | None:
 
 
 def _row(aws: Aws, seen: ClusterSeen) -> ClusterRow:
-    eks = _eks_state(aws, seen.name)
+    eks = eks_state(aws, seen.name)
     if eks is not None:
         scheduler, provider, state = "kubernetes", "eks", eks
     else:

@@ -137,28 +137,14 @@ class Published:
 EKS_LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1, 2, 3, 4))
 
 
-def is_eks(aws: Aws, cluster: str) -> bool:
-    """An EKS cluster of this name is fmctl's cluster ``cluster``."""
-    from provisioner.drivers.aws import error_code
-    from provisioner.resources.tags import OWNER_TAG
-
-    try:
-        found = aws.client("eks").describe_cluster(name=cluster)["cluster"]
-    except Exception as exc:
-        # No such cluster; or a Slurm user whose policy has no EKS at all.
-        if error_code(exc) in ("ResourceNotFoundException", "AccessDeniedException"):
-            return False
-        raise
-    return bool(found.get("tags", {}).get(OWNER_TAG) == cluster)
-
-
 def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
     """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
+    from provisioner.ops.listing import eks_state
     from provisioner.ops.target import make_context
     from provisioner.resources.storage import artifact_bucket
 
     aws = target.aws()
-    if not compute_instances(aws, name) and is_eks(aws, name):
+    if not compute_instances(aws, name) and eks_state(aws, name) is not None:
         labels = ",".join(EKS_LAYER_LABELS)
         return Published(
             document(name, []),
