@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 
@@ -14,6 +15,19 @@ from provisioner.cli.options import region_option, state_option, target_options
 @click.command("gc", cls=GuardedCommand)
 @click.option("--expired", is_flag=True, help="Clusters whose metadata.ttl has passed.")
 @click.option("--older-than", metavar="AGE", help="Clusters created longer ago, e.g. 6h or 2d.")
+@click.option(
+    "--ignore-ttl",
+    is_flag=True,
+    help="With --older-than: collect by age even a cluster whose ttl has not passed.",
+)
+@click.option(
+    "--tag",
+    "tag_filters",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only clusters whose resources carry this tag (repeatable; e.g. team=research).",
+)
+@click.option("--all-regions", is_flag=True, help="Every region fmctl accepts, not just one.")
 @click.option("--dry-run", is_flag=True, help="List what would go; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @region_option
@@ -22,6 +36,9 @@ from provisioner.cli.options import region_option, state_option, target_options
 def gc(
     expired: bool,
     older_than: str | None,
+    ignore_ttl: bool,
+    tag_filters: tuple[str, ...],
+    all_regions: bool,
     dry_run: bool,
     yes: bool,
     region: str,
@@ -31,6 +48,7 @@ def gc(
 ) -> None:
     """Find every fmctl cluster in the region by tag and tear down those matched (never one
     a run holds the lock of)."""
+    from provisioner.catalog.regions import REGIONS
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down
     from provisioner.ops.errors import LockHeld
@@ -43,19 +61,37 @@ def gc(
         limit = parse_age(older_than)
         if limit is None:
             _fail(f"--older-than {older_than!r} is not a duration", "write it like 6h or 2d")
+    tags = []
+    for text in tag_filters:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            _fail(f"--tag {text!r} is not KEY=VALUE", "write it like --tag team=research")
+        tags.append((key, value))
     target = _target(region, state_dir, sandbox, state_url)
-    seen = find_clusters(target.aws())
-    chosen = select(seen, expired, limit)
-    held = {c.name: who for c in chosen if (who := lock_holder(target, c.name))}
-    for name, who in held.items():
-        click.echo(f"skip {name}: locked by {who}", err=True)
-    chosen = [c for c in chosen if c.name not in held]
+    regions = REGIONS if all_regions else (region,)
+    targets = {r: dataclasses.replace(target, region=r) for r in regions}
+    seen = {
+        (r, name): cluster
+        for r, t in targets.items()
+        for name, cluster in find_clusters(t.aws()).items()
+    }
+    chosen = select(seen, expired, limit, ignore_ttl=ignore_ttl, tags=tuple(tags))
+    held = {
+        (c.region, c.name): who for c in chosen if (who := lock_holder(targets[c.region], c.name))
+    }
+    for (where, name), who in held.items():
+        click.echo(f"skip {name} ({where}): locked by {who}", err=True)
+    chosen = [c for c in chosen if (c.region, c.name) not in held]
     now = time.time()
-    for cluster in sorted(seen.values(), key=lambda c: c.name):
-        mark = "collect" if cluster in chosen else "locked" if cluster.name in held else "keep"
+    for cluster in sorted(seen.values(), key=lambda c: (c.region, c.name)):
+        locked = (cluster.region, cluster.name) in held
+        mark = "collect" if cluster in chosen else "locked" if locked else "keep"
         age = f"{(now - cluster.created_at) / 3600:.1f}h old" if cluster.created_at else "age ?"
         ttl = ("expired" if cluster.expired(now) else "ttl ok") if cluster.expires_at else "no ttl"
-        click.echo(f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}")
+        where = f" ({cluster.region})" if all_regions else ""
+        click.echo(
+            f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}" + where
+        )
     if not chosen or dry_run:
         click.echo(f"{len(chosen)} cluster(s) to collect" + (" (dry run)" if dry_run else ""))
         return
@@ -66,7 +102,7 @@ def gc(
     for cluster in chosen:
         click.echo(f"down {cluster.name}:")
         try:
-            result, found = down(cluster.name, target, Progress())
+            result, found = down(cluster.name, targets[cluster.region], Progress())
         except LockHeld as exc:  # a run took the lock since the listing
             click.echo(f"skip {cluster.name}: {exc}", err=True)
             continue

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.drivers.aws import Aws
@@ -20,6 +21,14 @@ class ClusterSeen:
     resources: int = 0
     created_at: float | None = None
     expires_at: float | None = None
+    #: Every tag its resources carry: key -> the values seen (for ``--tag`` filters).
+    tags: dict[str, set[str]] = field(default_factory=dict)
+    #: The region it was found in.
+    region: str = ""
+
+    def has_tag(self, key: str, value: str) -> bool:
+        """True when one of its resources carries ``key=value``."""
+        return value in self.tags.get(key, set())
 
     def expired(self, now: float) -> bool:
         """True when the cluster's ttl has passed."""
@@ -36,6 +45,8 @@ def _note(seen: dict[str, ClusterSeen], tags: dict[str, str]) -> None:
         return
     entry = seen.setdefault(name, ClusterSeen(name))
     entry.resources += 1
+    for key, text in tags.items():
+        entry.tags.setdefault(key, set()).add(text)
     for key, attr in ((CREATED_TAG, "created_at"), (EXPIRES_TAG, "expires_at")):
         value = parse_stamp(tags.get(key))
         current = getattr(entry, attr)
@@ -49,9 +60,16 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
     Each EC2 kind is listed with a ``tag-key`` filter rather than through DescribeTags, which
     (in moto at least) still reports the tags of deleted resources.
     """
+    seen: dict[str, ClusterSeen] = {}
+    _gather(aws, seen)
+    for entry in seen.values():
+        entry.region = aws.region
+    return seen
+
+
+def _gather(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     from provisioner.resources.ec2 import tagged_anywhere
 
-    seen: dict[str, ClusterSeen] = {}
     for tags in tagged_anywhere(aws, OWNER_TAG):
         _note(seen, tags.as_dict())
     fsx = aws.client("fsx")
@@ -63,7 +81,6 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
         # cluster in us-east-2 would be found, and torn down, from us-east-1).
         if bucket["Name"].startswith("fmctl-") and _bucket_region(s3, bucket) == aws.region:
             _note(seen, _bucket_tags(s3, bucket["Name"]))
-    return seen
 
 
 def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
@@ -93,18 +110,30 @@ def parse_age(text: str) -> int | None:
 
 
 def select(
-    seen: dict[str, ClusterSeen], expired: bool, older_than: float | None, now: float | None = None
+    seen: Mapping[Any, ClusterSeen],
+    expired: bool,
+    older_than: float | None,
+    now: float | None = None,
+    ignore_ttl: bool = False,
+    tags: tuple[tuple[str, str], ...] = (),
 ) -> list[ClusterSeen]:
-    """The clusters a gc run tears down."""
+    """The clusters a gc run tears down: expired, or older than ``older_than`` — but never
+    by age one whose ttl says it is still wanted (unless ``ignore_ttl``); and only those
+    carrying every ``tags`` pair."""
     now = time.time() if now is None else now
+
+    def by_age(c: ClusterSeen) -> bool:
+        if older_than is None or not c.older_than(older_than, now):
+            return False
+        return ignore_ttl or c.expires_at is None or c.expired(now)
+
     return sorted(
         (
             c
             for c in seen.values()
-            if (expired and c.expired(now))
-            or (older_than is not None and c.older_than(older_than, now))
+            if ((expired and c.expired(now)) or by_age(c)) and all(c.has_tag(k, v) for k, v in tags)
         ),
-        key=lambda c: c.name,
+        key=lambda c: (c.region, c.name),
     )
 
 

@@ -204,10 +204,39 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
     created = calendar.timegm(time.strptime(tags[CREATED_TAG], "%Y-%m-%dT%H:%M:%SZ"))
     expires = calendar.timegm(time.strptime(tags[EXPIRES_TAG], "%Y-%m-%dT%H:%M:%SZ"))
     assert expires - created == 60
+    # Both made two minutes ago (gc takes a cluster's earliest created-at): by age, the
+    # short one's ttl (not passed: it ends a minute after its real creation) keeps it; the
+    # other has none.
+    before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 120))
+    for cluster in ("e2e-gc-short", "e2e-gc-keep"):
+        (first,) = ec2.describe_vpcs(Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": [cluster]}])[
+            "Vpcs"
+        ]
+        ec2.create_tags(Resources=[first["VpcId"]], Tags=[{"Key": CREATED_TAG, "Value": before}])
+    aged = sandbox.fmctl("gc", "--older-than", "1m", "--dry-run", "--region", region, "--sandbox")
+    assert "keep     e2e-gc-short" in aged.stdout and "collect  e2e-gc-keep" in aged.stdout
+    forced = sandbox.fmctl(
+        "gc", "--older-than", "1m", "--ignore-ttl", "--dry-run", "--region", region, "--sandbox"
+    )
+    assert "collect  e2e-gc-short" in forced.stdout
+    nobody = sandbox.fmctl(
+        "gc",
+        "--older-than",
+        "1m",
+        "--tag",
+        "team=nobody",
+        "--dry-run",
+        "--region",
+        region,
+        "--sandbox",
+    )
+    assert "0 cluster(s) to collect" in nobody.stdout
     past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
     ec2.create_tags(Resources=[vpc["VpcId"]], Tags=[{"Key": EXPIRES_TAG, "Value": past}])
     listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
     assert "collect  e2e-gc-short" in listed.stdout and "keep     e2e-gc-keep" in listed.stdout
+    everywhere = sandbox.fmctl("gc", "--expired", "--dry-run", "--all-regions", "--sandbox")
+    assert "collect  e2e-gc-short" in everywhere.stdout and f"({region})" in everywhere.stdout
     assert owned(sandbox, "e2e-gc-short", region), "a dry run deletes nothing"
     collected = sandbox.fmctl("gc", "--expired", "--yes", "--region", region, "--sandbox")
     assert collected.returncode == 0, collected.stdout + collected.stderr
