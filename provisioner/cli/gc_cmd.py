@@ -80,7 +80,8 @@ def gc(
         (c.region, c.name): who for c in chosen if (who := lock_holder(targets[c.region], c.name))
     }
     for (where, name), who in held.items():
-        click.echo(f"skip {name} ({where}): locked by {who}", err=True)
+        place = f" ({where})" if all_regions else ""
+        click.echo(f"skip {name}{place}: locked by {who}", err=True)
     chosen = [c for c in chosen if (c.region, c.name) not in held]
     now = time.time()
     for cluster in sorted(seen.values(), key=lambda c: (c.region, c.name)):
