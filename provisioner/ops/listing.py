@@ -12,7 +12,6 @@ an `up` stopped before the scheduler's step).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 
 from provisioner.drivers.aws import Aws, error_code
 from provisioner.ops.gc import ClusterSeen, find_clusters
-from provisioner.resources.tags import OWNER_TAG
+from provisioner.resources.tags import OWNER_TAG, stamp
 
 #: Regions listed at once under --all-regions (each is a handful of calls).
 REGIONS_IN_FLIGHT = 8
@@ -55,8 +54,8 @@ class ClusterRow:
         }
 
 
-def _iso(stamp: float | None) -> str | None:
-    return None if stamp is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+def _iso(at: float | None) -> str | None:
+    return None if at is None else stamp(at)
 
 
 def eks_state(aws: Aws, name: str) -> str | None:

@@ -59,10 +59,9 @@ def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def read_topology(aws: Aws, cluster: str) -> list[Placed]:
-    """Each running compute instance with its network nodes (instances EC2 does not place,
-    types without topology support, are left out)."""
-    instances = compute_instances(aws, cluster)
+def read_topology(aws: Aws, instances: dict[str, dict[str, Any]]) -> list[Placed]:
+    """Each of the running compute ``instances`` (``compute_instances``) with its network
+    nodes (instances EC2 does not place, types without topology support, are left out)."""
     ec2 = aws.client("ec2")
     ids = sorted(instances)
     placed = []
@@ -144,7 +143,8 @@ def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
     from provisioner.resources.storage import artifact_bucket
 
     aws = target.aws()
-    if not compute_instances(aws, name) and eks_state(aws, name) is not None:
+    instances = compute_instances(aws, name)
+    if not instances and eks_state(aws, name) is not None:
         labels = ",".join(EKS_LAYER_LABELS)
         return Published(
             document(name, []),
@@ -154,7 +154,7 @@ def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
             ),
             None,
         )
-    placed = read_topology(aws, name)
+    placed = read_topology(aws, instances)
     doc = document(name, placed)
     lines = summary(placed)
     where = None
