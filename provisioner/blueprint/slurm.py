@@ -4,12 +4,9 @@ on the final config (the file system by its id)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 from provisioner.blueprint.infra import Parts, placement_ref, way_out
 from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
-from provisioner.render.placeholders import placeholder
 from provisioner.resources.compute import SgOut
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.fsx_dra import DraOut
@@ -44,7 +41,7 @@ def check(p: Parts, where: Where) -> Ref[CheckOut]:
     in ParallelCluster's own settings: it does not exist yet)."""
     from provisioner.render.slurm import render_slurm
 
-    early = render_slurm(p.c)["parallelcluster/cluster-config.yaml"]
+    early = render_slurm(p.c, early=True)["parallelcluster/cluster-config.yaml"]
     params = CheckParams(early, str(where.folder / "cluster-config.checked.yaml"), _refs(p, False))
     p.add("parallelcluster/check", "parallelcluster-check", params)
     return p.ref("parallelcluster/check", CheckOut)
@@ -54,12 +51,8 @@ def cluster(p: Parts, where: Where) -> None:
     """The cluster, on the final config: the file system fmctl made, by id."""
     from provisioner.render.slurm import render_slurm
 
-    c = p.c
-    if c.fsx is not None and not c.fsx.existing_id:
-        # ParallelCluster mounts the file system and never owns it.
-        fsx = dataclasses.replace(c.fsx, existing_id=placeholder("fileSystemId"))
-        c = dataclasses.replace(c, fsx=fsx)
-    final = render_slurm(c)["parallelcluster/cluster-config.yaml"]
+    # ParallelCluster mounts the file system fmctl made, by id, and never owns it.
+    final = render_slurm(p.c)["parallelcluster/cluster-config.yaml"]
     links = tuple(p.ref(i.id, DraOut) for i in p.items if i.id.startswith("dra/"))
     params = PclusterParams(
         config=final,

@@ -1,4 +1,5 @@
-"""`fmctl render -f FILE -o OUT`: the deployment folder, for review and GitOps."""
+"""`fmctl render -f FILE -o OUT [--from-cluster]`: the deployment folder, for review and
+GitOps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from provisioner.cli.options import target_options
 from provisioner.cli.report import print_problems
 
 
@@ -24,18 +26,44 @@ from provisioner.cli.report import print_problems
 @click.option(
     "--scheduler", type=click.Choice(["slurm", "kubernetes"]), help="Override the spec's scheduler."
 )
-def render(path: str, out: Path, scheduler: str | None) -> None:
+@click.option(
+    "--from-cluster",
+    is_flag=True,
+    help="Fill every placeholder with the live cluster's values (read-only; found by tag), "
+    "so the folder can be committed as it is.",
+)
+@target_options
+def render(
+    path: str,
+    out: Path,
+    scheduler: str | None,
+    from_cluster: bool,
+    sandbox: bool,
+    state_dir: str | None,
+) -> None:
     """Render ParallelCluster/Slurm configs or EKS/Kubernetes manifests, without credentials.
 
     The same spec always gives the same bytes. Values only known once `fmctl up` has created
-    them appear as <fmctl:NAME> placeholders, listed in OUT/PLACEHOLDERS.md.
+    them appear as <fmctl:NAME> placeholders, listed in OUT/PLACEHOLDERS.md; --from-cluster
+    reads them from the cluster instead (credentials needed, nothing is changed).
     """
     import os
 
+    from provisioner.ops.errors import AwsError, explain
     from provisioner.ops.render import render_to
 
+    target = None
+    if from_cluster:
+        from provisioner.cli.engine_cmds import _load, _target
+
+        spec = _load(path, scheduler).resolved
+        target = _target(spec.metadata.region, state_dir, sandbox)
     try:
-        outcome = render_to(path, out, scheduler)
+        outcome = render_to(path, out, scheduler, target=target)
+    except AwsError as exc:  # the live cluster could not fill it: nothing was written
+        message, hint = explain(exc, "fmctl render --from-cluster")
+        click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
+        sys.exit(1)
     except Exception as exc:  # a template bug, never the user's input: say so plainly
         if os.environ.get("FMCTL_DEBUG"):
             raise
@@ -55,8 +83,18 @@ def render(path: str, out: Path, scheduler: str | None) -> None:
         f"wrote {len(outcome.written)} files to {out}"
         + (f", removed {len(outcome.removed)} stale" if outcome.removed else "")
     )
+    if outcome.filled:
+        click.echo(
+            f"filled {outcome.filled} value(s) from the live cluster (see "
+            f"{out / 'PLACEHOLDERS.md'}): the folder holds no placeholder"
+        )
+    for rid in outcome.pending:
+        click.echo(
+            f"note: {rid} differs from the spec (`fmctl plan` shows how); its id is the live one",
+            err=True,
+        )
     if pending:
         click.echo(
             f"{len(pending)} placeholder(s) `fmctl up` fills: {', '.join(pending)} "
-            f"(see {out / 'PLACEHOLDERS.md'})"
+            f"(see {out / 'PLACEHOLDERS.md'}; --from-cluster fills them from the live cluster)"
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner.ops.target import Target
 from provisioner.ops.validate import load_and_validate
 from provisioner.validate import Validation
 
@@ -17,10 +19,27 @@ class RenderOutcome:
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     placeholders: dict[str, set[str]] = field(default_factory=dict)
+    #: How many values came from the live cluster (``--from-cluster``).
+    filled: int = 0
+    #: Resources that differ from the spec (their ids were still filled in).
+    pending: tuple[str, ...] = ()
 
 
-def render_to(path: str, out: Path, scheduler: str | None = None) -> RenderOutcome:
-    """Render the spec at ``path`` into ``out`` (nothing is written when it is invalid)."""
+def path_in_repository(out: Path) -> str | None:
+    """``out``'s path from the root of the Git work tree holding it ("." for the root),
+    or None outside one: where Argo CD and Flux find the folder once it is committed."""
+    folder = Path(os.path.abspath(out))
+    for parent in (folder, *folder.parents):
+        if (parent / ".git").exists():
+            return folder.relative_to(parent).as_posix() or "."
+    return None
+
+
+def render_to(
+    path: str, out: Path, scheduler: str | None = None, target: Target | None = None
+) -> RenderOutcome:
+    """Render the spec at ``path`` into ``out`` (nothing is written when it is invalid, or
+    when ``target`` is given and the live cluster cannot fill every placeholder)."""
     from provisioner.catalog import load_catalog
     from provisioner.render import render, write
 
@@ -28,7 +47,16 @@ def render_to(path: str, out: Path, scheduler: str | None = None) -> RenderOutco
     outcome = RenderOutcome(validation)
     if not validation.ok or validation.resolved is None:
         return outcome
-    rendered = render(validation.resolved, load_catalog())
+    spec, catalog = validation.resolved, load_catalog()
+    repo_path = path_in_repository(out)
+    rendered = render(spec, catalog, repo_path=repo_path)
+    if target is not None:
+        from provisioner.ops.fill import from_cluster
+
+        names = {n for names in rendered.placeholders().values() for n in names}
+        live = from_cluster(spec, target, names)
+        rendered = render(spec, catalog, repo_path=repo_path, filled=live.filled)
+        outcome.filled, outcome.pending = len(live.filled.values), live.pending
     outcome.removed = write(rendered, out)
     outcome.written = list(rendered.files)
     outcome.placeholders = rendered.placeholders()

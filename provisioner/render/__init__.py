@@ -7,6 +7,7 @@ same bytes. Writing is the only I/O (``write``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,15 @@ class Rendered:
         return {path: names for path, names in out.items() if names}
 
 
+@dataclass(frozen=True)
+class Filled:
+    """The live cluster's values for the placeholders (``render --from-cluster``), and where
+    each was read from (said in PLACEHOLDERS.md)."""
+
+    values: tuple[tuple[str, str], ...]
+    sources: tuple[tuple[str, str], ...]
+
+
 def _check_parses(files: dict[str, str]) -> None:
     import yaml
 
@@ -56,24 +66,41 @@ def _check_parses(files: dict[str, str]) -> None:
             raise RenderError(f"rendered {path} does not parse: {exc}") from exc
 
 
-def _folder_docs(c: ClusterContext, files: dict[str, str]) -> dict[str, str]:
+def _folder_docs(
+    c: ClusterContext, files: dict[str, str], used: dict[str, list[str]], filled: Filled | None
+) -> dict[str, str]:
     from provisioner.render.engine import render_template
 
-    used: dict[str, list[str]] = {}
-    for path, text in sorted(files.items()):
-        for name in sorted(placeholders.find(text)):
-            used.setdefault(name, []).append(path)
     return {
         "README.md": render_template("README.md.j2", c=c, files=sorted(files)),
         "PLACEHOLDERS.md": render_template(
-            "PLACEHOLDERS.md.j2", c=c, used=sorted(used.items()), known=placeholders.KNOWN
+            "PLACEHOLDERS.md.j2",
+            c=c,
+            used=sorted(used.items()),
+            known=placeholders.KNOWN,
+            values=dict(filled.values) if filled else {},
+            sources=dict(filled.sources) if filled else {},
         ),
     }
 
 
-def render(spec: ClusterSpec, catalog: Catalog) -> Rendered:
-    """Render a resolved spec for its scheduler."""
+def render(
+    spec: ClusterSpec,
+    catalog: Catalog,
+    *,
+    repo_path: str | None = None,
+    filled: Filled | None = None,
+) -> Rendered:
+    """Render a resolved spec for its scheduler.
+
+    ``repo_path`` is the folder's path in its Git repository when the spec does not say
+    (gitops.path); ``filled`` writes the live cluster's values instead of placeholders (a
+    placeholder without a value is an error, never left in)."""
     context = build_context(spec, catalog)
+    if repo_path is not None and not context.git_path:
+        context = dataclasses.replace(context, git_path=repo_path)
+    if filled is not None:
+        context = dataclasses.replace(context, filled=True)
     if context.scheduler == "slurm":
         from provisioner.render.slurm import render_slurm
 
@@ -82,7 +109,14 @@ def render(spec: ClusterSpec, catalog: Catalog) -> Rendered:
         from provisioner.render.kubernetes import render_kubernetes
 
         files = render_kubernetes(context)
-    files.update(_folder_docs(context, files))
+    used: dict[str, list[str]] = {}
+    for path, text in sorted(files.items()):
+        for name in sorted(placeholders.find(text)):
+            used.setdefault(name, []).append(path)
+    if filled is not None:
+        values = dict(filled.values)
+        files = {path: placeholders.fill(text, values) for path, text in files.items()}
+    files.update(_folder_docs(context, files, used, filled))
     _check_parses(files)
     return Rendered(dict(sorted(files.items())))
 

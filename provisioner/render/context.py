@@ -200,6 +200,24 @@ class ClusterContext:
     gpu_health_checks: bool
     tags: tuple[tuple[str, str], ...]
     images: Images = field(default_factory=Images)
+    #: The repository and revision Argo CD and Flux read this folder from (gitops.*).
+    git_repo_url: str | None = None
+    git_revision: str = "main"
+    #: The folder's path inside that repository ("." for its root).
+    git_path: str = ""
+    #: Rendered with the live cluster's values (``render --from-cluster``): no placeholders.
+    filled: bool = False
+
+    @property
+    def repo_url(self) -> str:
+        """The repository, or its placeholder."""
+        return self.git_repo_url or placeholder("gitRepoUrl")
+
+    @property
+    def stack_path(self) -> str:
+        """Where kubernetes/ is, from the repository's root (Argo CD's form: no ./)."""
+        base = (self.git_path or self.name).strip("/")
+        return "kubernetes" if base in ("", ".") else f"{base}/kubernetes"
 
     @property
     def amp_region(self) -> str | None:
@@ -328,4 +346,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         gpu_health_checks=spec.slurm.gpu_health_checks,
         tags=tuple(sorted(tags.items())),
         images=Images.for_region(spec.metadata.region),
+        git_repo_url=spec.gitops.repo_url,
+        git_revision=spec.gitops.revision,
+        git_path=spec.gitops.path or "",
     )

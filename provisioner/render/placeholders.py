@@ -23,7 +23,6 @@ KNOWN: dict[str, str] = {
     "publicSubnetId": "the public subnet in the cluster's AZ (head node, load balancers)",
     "efaSecurityGroupId": "the EFA security group (all traffic to and from itself)",
     "fsxSecurityGroupId": "the FSx security group (TCP 988 and 1018-1023 from the nodes)",
-    "headNodeSecurityGroupId": "the head node's security group (SSH from sshCidr only)",
     "fileSystemId": "the FSx for Lustre file system (created, or storage.fsxLustre.fileSystemId)",
     "fsxDnsName": "the file system's DNS name (DescribeFileSystems DNSName)",
     "fsxMountName": "the file system's Lustre mount name (LustreConfiguration.MountName)",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
+from provisioner.render.placeholders import placeholder
 
 #: slurm.conf parameters ParallelCluster 3.16 refuses in cluster-level CustomSlurmSettings
 #: (it manages them: its validators/slurm_settings_validator.py), compared lower-cased. fmctl
@@ -111,8 +114,17 @@ def slurm_settings_text(c: ClusterContext) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_slurm(c: ClusterContext) -> dict[str, str]:
-    """Files of a Slurm (ParallelCluster) deployment folder."""
+def render_slurm(c: ClusterContext, *, early: bool = False) -> dict[str, str]:
+    """Files of a Slurm (ParallelCluster) deployment folder.
+
+    The config is the one `up` deploys: a file system fmctl makes is mounted by its id
+    (FileSystemId), so a config committed from this folder never makes ParallelCluster
+    create a second one. ``early`` writes it in ParallelCluster's own FSx settings instead,
+    for its validators to run before the file system exists."""
+    if c.fsx is not None and not c.fsx.existing_id and not early:
+        c = dataclasses.replace(
+            c, fsx=dataclasses.replace(c.fsx, existing_id=placeholder("fileSystemId"))
+        )
     files = {
         "parallelcluster/cluster-config.yaml": render_template(
             "parallelcluster/cluster-config.yaml.j2", c=c, slurm_settings=cluster_slurm_settings(c)

@@ -32,6 +32,11 @@ KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 #: The newest version in EKS standard support whose end is furthest away (catalog/eks_versions.py
 #: dates it; a test fails once the default has left standard support).
 KUBERNETES_VERSION = "1.35"
+#: Who applies the in-cluster stack (kubernetes/): fmctl, or Argo CD / Flux.
+IN_CLUSTER_STACK: Final = "fmctl"
+#: CloudWatch retention of the EKS control-plane logs (days; CloudWatch accepts a fixed set).
+CONTROL_PLANE_LOG_DAYS = 30
+GITOPS_REVISION = "main"
 #: Where state lives unless the spec or FMCTL_STATE says otherwise.
 STATE_BACKEND: Final = "local"
 STATE_PREFIX = "fmctl"

@@ -201,6 +201,18 @@ class KubernetesSettings(SpecModel):
         description="KMS key (ARN) that encrypts Kubernetes secrets; without it fmctl creates "
         "one for the cluster (and schedules its deletion on down).",
     )
+    in_cluster_stack: Literal["fmctl", "gitops"] = Field(
+        d.IN_CLUSTER_STACK,
+        description="Who applies kubernetes/: fmctl (`up` applies and waits for it) | "
+        "gitops (`up` makes everything on the AWS side and writes the filled folder; Argo CD "
+        "or Flux applies it).",
+    )
+    control_plane_log_days: int = Field(
+        d.CONTROL_PLANE_LOG_DAYS,
+        ge=1,
+        description="Days CloudWatch keeps the EKS control-plane logs (fmctl creates their "
+        "log group with this retention; `down` deletes it unless --keep-logs).",
+    )
     addon_versions: dict[EksAddon, str] = Field(
         default_factory=dict,
         description="Pinned EKS add-on versions (e.g. coredns: v1.12.3-eksbuild.1); others "
@@ -231,6 +243,23 @@ class SlurmSettings(SpecModel):
     )
 
 
+class GitopsSettings(SpecModel):
+    """Where the deployment folder is committed, for the Argo CD and Flux files ``render``
+    writes (scheduler: kubernetes)."""
+
+    repo_url: str | None = Field(
+        None,
+        description="The Git repository Argo CD and Flux read the folder from "
+        "(https://... or ssh://...); without it the files hold <fmctl:gitRepoUrl>.",
+    )
+    revision: str = Field(d.GITOPS_REVISION, description="The branch (or tag) they follow.")
+    path: str | None = Field(
+        None,
+        description="The folder's path inside the repository; by default the `render -o` "
+        "folder's path from the root of the Git work tree that holds it.",
+    )
+
+
 class StateSettings(SpecModel):
     """Where the cluster's state and run lock live: this machine, or S3 for a team."""
 
@@ -258,6 +287,7 @@ class ClusterSpec(SpecModel):
     observability: Observability = Field(default_factory=Observability)
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    gitops: GitopsSettings = Field(default_factory=GitopsSettings)
     state: StateSettings = Field(
         default_factory=StateSettings,
         description="Where state and lock live; FMCTL_STATE=s3://B/P when the spec says none.",

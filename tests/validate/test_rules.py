@@ -562,6 +562,38 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "compute.gpuPools[0].instanceType",
         "error",
     ),
+    (
+        "log-retention",
+        "not-cloudwatch",
+        [(("kubernetes", "controlPlaneLogDays"), 45)],
+        "kubernetes.controlPlaneLogDays",
+        "error",
+    ),
+    (
+        "gitops-repo",
+        "bare-name",
+        [(("gitops",), {"repoUrl": "my-clusters"})],
+        "gitops.repoUrl",
+        "error",
+    ),
+    (
+        "gitops-repo",
+        "path-escapes",
+        [(("gitops",), {"repoUrl": "https://github.com/acme/c.git", "path": "../c"})],
+        "gitops.path",
+        "error",
+    ),
+    (
+        "gitops-repo",
+        "gitops-without-repo",
+        [
+            (("scheduler",), "kubernetes"),
+            (("network", "apiCidrs"), []),
+            (("kubernetes", "inClusterStack"), "gitops"),
+        ],
+        "kubernetes.inClusterStack",
+        "error",
+    ),
 ]
 
 # (code, case id, edits): valid edge cases the rule must accept.
@@ -722,6 +754,22 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("fsx-export-under-import", "same", [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm")]),
     ("fsx-existing", "id-only", [((*FSX,), {"fileSystemId": "fs-0123456789abcdef0"})]),
     ("mount-path", "nested", [((*FSX, "mountPath"), "/mnt/fsx")]),
+    ("log-retention", "two-weeks", [(("kubernetes", "controlPlaneLogDays"), 14)]),
+    (
+        "gitops-repo",
+        "forms",
+        [(("gitops",), {"repoUrl": "git@github.com:acme/clusters.git", "path": "eks/a"})],
+    ),
+    (
+        "gitops-repo",
+        "gitops-with-repo",
+        [
+            (("scheduler",), "kubernetes"),
+            (("network", "apiCidrs"), []),
+            (("kubernetes", "inClusterStack"), "gitops"),
+            (("gitops",), {"repoUrl": "https://github.com/acme/clusters.git"}),
+        ],
+    ),
     ("local-nvme", "p5", []),
 ]
 

