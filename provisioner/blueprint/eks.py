@@ -36,6 +36,7 @@ from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams
 from provisioner.resources.kube_stack import PoolCheck, StackParams
 from provisioner.resources.launch_template import Interface, LtData, LtOut, LtParams, Volume
+from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plane_group
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
 
@@ -170,6 +171,21 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     logging = doc.sub("logging")
     enabled = [t for e in logging.take("clusterLogging") if e.get("enabled") for t in e["types"]]
     logging.done()
+    log_group = None
+    if enabled:
+        # Made first, so EKS writes to a group with a retention that `down` deletes.
+        group = LogGroupParams(
+            control_plane_group(p.c.name),
+            p.spec.kubernetes.control_plane_log_days,
+            p.tags("log-group/control-plane"),
+        )
+        p.add(
+            "log-group/control-plane",
+            "log-group",
+            group,
+            retention_days="kubernetes.controlPlaneLogDays",
+        )
+        log_group = p.ref("log-group/control-plane", LogGroupOut)
     encryption = doc.take("encryptionConfig")
     if [e["resources"] for e in encryption] != [["secrets"]]:
         raise BlueprintError(f"{path}: encryptionConfig is not the secrets key fmctl manages")
@@ -190,6 +206,7 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
         endpoint_public=bool(vpc.take("endpointPublicAccess")),
         public_cidrs=tuple(str(c) for c in vpc.take("publicAccessCidrs", [])),
         logging=tuple(enabled),
+        log_group=log_group,
         key=key,
         authentication_mode=str(access.take("authenticationMode")),
         support_type=str(upgrade.take("supportType")),

@@ -403,6 +403,12 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     is_flag=True,
     help="Keep the cluster's local folder (saved spec, state, event log); down removes it.",
 )
+@click.option(
+    "--keep-logs",
+    is_flag=True,
+    help="Keep the EKS control-plane log group (untagged from the cluster, its retention "
+    "still applies); down deletes it.",
+)
 @region_option
 @wait_option
 @state_option
@@ -412,6 +418,7 @@ def down(
     yes: bool,
     skip_kubernetes_cleanup: bool,
     keep_state: bool,
+    keep_logs: bool,
     region: str,
     wait: bool,
     state_url: str | None,
@@ -434,13 +441,15 @@ def down(
         for line in forget_locally(target, name, keep_state):
             click.echo(f"{name}: {line}")
         return
-    notes = data_notes(target, found)
+    notes = data_notes(target, found, keep_logs)
+    keep = frozenset({"log-group"} if keep_logs else ())
     if not yes:
         if not sys.stdin.isatty():
             _fail("`down` asks before deleting", "pass --yes to run without asking")
         click.echo(f"down {name} in {region} deletes:")
         for o in sorted(found, key=lambda o: (o.kind, o.resource)):
-            click.echo(f"  {o.kind:<16} {o.resource:<24} {o.id}")
+            verb = "keeps " if o.kind in keep else ""
+            click.echo(f"  {verb}{o.kind:<16} {o.resource:<24} {o.id}")
     # Said with --yes too: the one thing a teardown cannot give back.
     for line in notes:
         click.echo(f"warning: {line}" if not line.startswith("  ") else line, err=True)
@@ -448,7 +457,9 @@ def down(
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
     click.echo(f"down {name}:")
     try:
-        result, found = run_down(name, target, Progress(), skip_kubernetes_cleanup, wait, _notice)
+        result, found = run_down(
+            name, target, Progress(), skip_kubernetes_cleanup, wait, _notice, keep
+        )
     except LockHeld as exc:
         _fail(str(exc), exc.hint)
     _report(result, f"down {name}")

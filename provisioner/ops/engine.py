@@ -23,6 +23,7 @@ from provisioner.ops.target import (
     pcluster_command,
     sandbox_validates_only,
 )
+from provisioner.resources import registry
 from provisioner.resources.base import How, Owned
 from provisioner.resources.context import Context, Event
 from provisioner.spec.model import ClusterSpec
@@ -300,9 +301,12 @@ def down(
     skip_kubernetes_cleanup: bool = False,
     wait: bool = False,
     notice: Notice = print,
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[RunResult, list[Owned]]:
     """Delete everything tagged as the cluster's, dependents first (``skip_kubernetes_cleanup``:
-    see ``Context.skip_kubernetes_cleanup``), under its lock, audited as `up` is."""
+    see ``Context.skip_kubernetes_cleanup``), under its lock, audited as `up` is. Resources
+    of the kinds in ``keep`` (``down --keep-logs``: log groups) are released instead: no
+    longer tagged as the cluster's, named to ``notice`` with how to delete them later."""
     from provisioner.ops.team import holder, open_state
 
     state = open_state(target, name)
@@ -316,6 +320,10 @@ def down(
         ctx = make_context(target, name, record, fence=state.fence)
         ctx.skip_kubernetes_cleanup = skip_kubernetes_cleanup
         found = find_owned(ctx)
+        kept = [o for o in found if o.kind in keep]
+        found = [o for o in found if o.kind not in keep]
+        for o in kept:
+            notice(registry.kinds()[o.kind].release(ctx, o))
         plan = Plan(name, target.region, Blueprint(()))
         plan.changes = [
             Change(o.resource, o.kind, Action.DELETE, aws_id=o.id, owned=o) for o in found

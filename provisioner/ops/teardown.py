@@ -4,7 +4,8 @@ FSx for Lustre's data lives on the file system: deleting it deletes every file o
 was not exported (the FSx for Lustre User Guide, "Deleting a file system": data not yet
 exported to the linked repository is lost). What the data repository associations link in
 S3 is not deleted: S3's objects stay in the user's bucket. The artifact bucket is fmctl's
-own (node scripts, check results): it goes with the cluster.
+own (node scripts, check results): it goes with the cluster. So do the EKS control-plane
+logs, unless `down --keep-logs` keeps their group.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from provisioner.ops.target import Target
 from provisioner.resources.base import Owned
 
 
-def data_notes(target: Target, found: list[Owned]) -> list[str]:
+def data_notes(target: Target, found: list[Owned], keep_logs: bool = False) -> list[str]:
     """Lines on the data `down` deletes and the data it leaves (read-only calls)."""
+    lines = [
+        f"the control-plane logs in {o.id} are deleted (--keep-logs keeps them)"
+        for o in found
+        if o.kind == "log-group" and not keep_logs
+    ]
     fsx = [o for o in found if o.kind == "fsx"]
     if not fsx:
-        return []
+        return lines
     client = target.aws(read_only=True).client("fsx")
-    lines = []
     described = client.describe_file_systems(FileSystemIds=[o.id for o in fsx])["FileSystems"]
     for item in described:
         size = int(item.get("StorageCapacity", 0))

@@ -238,6 +238,12 @@ class Kind(Generic[P, Out, L]):
         """Every resource of this kind the cluster owns (by tag; no local state)."""
         return []
 
+    def release(self, ctx: Context, owned: Owned) -> str:
+        """Keep it past `down`: no longer tagged as the cluster's (so no later `down` or `gc`
+        finds it); returns the line that names it and how to delete it. Only kinds a user
+        may keep implement it."""
+        raise NotImplementedError(f"{self.name} resources are not kept by down")
+
     # -- helpers for subclasses ---------------------------------------------------------
     def owned_item(self, resource: str, aws_id: str) -> Owned:
         """An ``Owned`` of this kind."""

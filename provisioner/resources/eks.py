@@ -22,6 +22,7 @@ from provisioner.resources.eks_api import created_or_found, eks_retag, health, u
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut
+from provisioner.resources.logs import LogGroupOut
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import (
     CREATED_TAG,
@@ -57,6 +58,8 @@ class EksParams:
     endpoint_public: bool
     public_cidrs: tuple[str, ...]
     logging: tuple[str, ...]
+    #: The group the enabled log types go to, made before the cluster, deleted after it.
+    log_group: Ref[LogGroupOut] | None
     #: The key fmctl made, or the ARN of the spec's (kubernetes.secretsKeyArn).
     key: Ref[KmsOut] | str
     authentication_mode: str

@@ -21,6 +21,7 @@ from provisioner.resources.iam import ManagedPolicy, Role
 from provisioner.resources.kms import KmsKey
 from provisioner.resources.kube_stack import KubeStack
 from provisioner.resources.launch_template import LaunchTemplate
+from provisioner.resources.logs import LogGroup
 from provisioner.resources.network import ExistingSubnet, ExistingVpc, Subnet, Vpc
 from provisioner.resources.parallelcluster import ParallelClusterKind
 from provisioner.resources.pcluster_check import ParallelClusterCheck
@@ -53,6 +54,7 @@ def kinds() -> dict[str, AnyKind]:
         Role(),
         ManagedPolicy(),
         KmsKey(),
+        LogGroup(),
         EksCluster(),
         AccessEntry(),
         LaunchTemplate(),

@@ -275,6 +275,7 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
         },
     }
     s.clusters[(region, name)] = Item(data, s._after("cluster-create"))
+    _log_group_for(s.account, region, name, data["logging"])
     s.endpoints[(region, name)] = endpoint
     s.kube.ensure(endpoint, name)
     if q.get("accessConfig", {}).get("bootstrapClusterCreatorAdminPermissions", True):
@@ -283,6 +284,20 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
             s.account, region, name, creator, "STANDARD", {}
         )
     return {"cluster": data}
+
+
+def _log_group_for(account: str, region: str, name: str, logging: dict[str, Any]) -> None:
+    """As EKS does once a log type is on: the logs go to /aws/eks/NAME/cluster, which it
+    creates when missing, untagged and without a retention (EKS User Guide, "Send control
+    plane logs to CloudWatch Logs"; eksctl sets a retention on it only afterwards)."""
+    from moto.logs.models import logs_backends
+
+    if not any(e.get("enabled") and e.get("types") for e in logging.get("clusterLogging", [])):
+        return
+    backend = logs_backends[account][region]
+    group = f"/aws/eks/{name}/cluster"
+    if group not in backend.groups:
+        backend.create_log_group(group, {})
 
 
 def _check_subnets(account: str, region: str, subnet_ids: list[str]) -> str:
@@ -347,6 +362,7 @@ def _update_config(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]
     if "logging" in q:
         changes["logging"] = q["logging"]
         kinds.append("LoggingUpdate")
+        _log_group_for(s.account, call.region, name, q["logging"])
     if "accessConfig" in q:
         changes["accessConfig"] = {**item.data["accessConfig"], **q["accessConfig"]}
         kinds.append("AccessConfigUpdate")

@@ -1,7 +1,8 @@
 """Online checks, run by `plan` and `up` before anything is created: the AZ offers each
 instance type; each reservation or capacity block exists, is active (or says when it starts),
-matches type, platform and AZ and is large enough; the P-instance vCPU quota leaves room; the
-file system's S3 data bucket exists in the cluster's region.
+matches type, platform, kind and AZ and is large enough; the P-instance vCPU quota leaves room;
+the file system's S3 data bucket exists in the cluster's region; the VPC, subnets and file
+system the spec names exist, fit together and sit in the cluster's AZ.
 
 Problems carry spec paths, so they print located in the file like the offline ones.
 """
@@ -85,6 +86,24 @@ def _reservation_fit(
     res: dict[str, Any], itype: str, count: int, az: str, path: tuple[Any, ...], block: bool
 ) -> Iterator[Problem]:
     rid = res["CapacityReservationId"]
+    # botocore's ec2 model: CapacityReservation.ReservationType is default | capacity-block.
+    # Declared the wrong way, the launch template gets the wrong market type and EC2
+    # refuses every launch into it.
+    kind = res.get("ReservationType")
+    if kind == "capacity-block" and not block:
+        yield Problem(
+            "reservation-mismatch",
+            f"{rid} is a Capacity Block, declared as type: reservation",
+            (*path[:-1], "type"),
+            hint="write capacity: {type: capacity-block, reservationId: " + rid + "}",
+        )
+    elif kind == "default" and block:
+        yield Problem(
+            "reservation-mismatch",
+            f"{rid} is an On-Demand Capacity Reservation, not a Capacity Block",
+            (*path[:-1], "type"),
+            hint="write capacity: {type: reservation, reservationId: " + rid + "}",
+        )
     if res.get("InstanceType") != itype:
         yield Problem(
             "reservation-mismatch",
@@ -212,6 +231,181 @@ def _data_bucket(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             )
 
 
+def _existing_network(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The VPC and subnets the spec names exist in the region, the subnets are in that VPC,
+    and each is in the AZ it stands for (the secondary one in another AZ)."""
+    net = spec.network
+    ec2 = aws.client("ec2")
+    region, az = spec.metadata.region, net.availability_zone
+    if net.vpc_id is not None:
+        try:
+            ec2.describe_vpcs(VpcIds=[net.vpc_id])
+        except Exception as exc:
+            if "NotFound" not in (error_code(exc) or ""):
+                raise
+            yield Problem(
+                "existing-missing",
+                f"{net.vpc_id} does not exist in {region}",
+                ("network", "vpcId"),
+                hint="check the id and the region (aws ec2 describe-vpcs)",
+            )
+            return
+    for key, field, same_az in (
+        ("subnetId", net.subnet_id, True),
+        ("publicSubnetId", net.public_subnet_id, True),
+        ("secondarySubnetId", net.secondary_subnet_id, False),
+    ):
+        if field is None:
+            continue
+        path = ("network", key)
+        try:
+            (subnet,) = ec2.describe_subnets(SubnetIds=[field])["Subnets"]
+        except Exception as exc:
+            if "NotFound" not in (error_code(exc) or ""):
+                raise
+            yield Problem(
+                "existing-missing",
+                f"{field} does not exist in {region}",
+                path,
+                hint="check the id and the region (aws ec2 describe-subnets)",
+            )
+            continue
+        if net.vpc_id is not None and subnet.get("VpcId") != net.vpc_id:
+            yield Problem(
+                "existing-mismatch",
+                f"{field} is in {subnet.get('VpcId')}, not in {net.vpc_id}",
+                path,
+                hint="name a subnet of network.vpcId",
+            )
+        where = subnet.get("AvailabilityZone")
+        if same_az and where != az:
+            yield Problem(
+                "existing-mismatch",
+                f"{field} is in {where}, not in {az}",
+                path,
+                hint=f"name a subnet in {az}, or set network.availabilityZone to {where}",
+            )
+        elif not same_az and where == az:
+            yield Problem(
+                "existing-mismatch",
+                f"{field} is in {az}, the nodes' own AZ; EKS needs a second one",
+                path,
+                hint="name a subnet of the VPC in another availability zone",
+            )
+
+
+def _existing_file_system(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The file system the spec names exists, is Lustre and available, and sits in the
+    cluster's VPC and AZ (a client mounts it over TCP 988 from there)."""
+    fsx = spec.storage.fsx_lustre
+    fs_id = fsx.file_system_id if fsx is not None else None
+    if fs_id is None:
+        return
+    path = ("storage", "fsxLustre", "fileSystemId")
+    try:
+        (fs,) = aws.client("fsx").describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
+    except Exception as exc:
+        if error_code(exc) != "FileSystemNotFound":
+            raise
+        yield Problem(
+            "existing-missing",
+            f"{fs_id} does not exist in {spec.metadata.region}",
+            path,
+            hint="check the id and the region (aws fsx describe-file-systems)",
+        )
+        return
+    if fs.get("FileSystemType") != "LUSTRE":
+        yield Problem(
+            "existing-mismatch",
+            f"{fs_id} is an FSx for {fs.get('FileSystemType')} file system, not Lustre",
+            path,
+            hint="name an FSx for Lustre file system",
+        )
+        return
+    if fs.get("Lifecycle") not in ("AVAILABLE", "UPDATING"):
+        yield Problem(
+            "existing-mismatch",
+            f"{fs_id} is {fs.get('Lifecycle')}",
+            path,
+            hint="only an AVAILABLE file system can be mounted",
+        )
+    if not (fs.get("LustreConfiguration") or {}).get("MountName"):
+        yield Problem(
+            "existing-mismatch",
+            f"{fs_id} has no Lustre mount name",
+            path,
+            hint="FSx gives every Lustre file system one; check the id",
+        )
+    vpc = spec.network.vpc_id
+    if vpc is not None and fs.get("VpcId") != vpc:
+        yield Problem(
+            "existing-mismatch",
+            f"{fs_id} is in {fs.get('VpcId')}, not in {vpc}",
+            path,
+            hint="name a file system in network.vpcId (or peer the VPCs yourself)",
+        )
+    elif vpc is None:
+        yield Problem(
+            "existing-mismatch",
+            f"{fs_id} is in {fs.get('VpcId')}; fmctl would make the cluster a VPC of its own",
+            path,
+            hint="set network.vpcId (and subnetId) to the file system's VPC",
+            related=(("network",),),
+        )
+    subnets = fs.get("SubnetIds") or []
+    if subnets:
+        (subnet,) = aws.client("ec2").describe_subnets(SubnetIds=subnets[:1])["Subnets"]
+        if subnet.get("AvailabilityZone") != spec.network.availability_zone:
+            yield Problem(
+                "existing-mismatch",
+                f"{fs_id} is in {subnet.get('AvailabilityZone')}; the nodes are in "
+                f"{spec.network.availability_zone}",
+                path,
+                level="warning",
+                hint="traffic across AZs is slower and billed; put the nodes in the file "
+                "system's AZ",
+            )
+
+
+def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """EKS writes the control-plane logs to /aws/eks/NAME/cluster: a group of that name
+    that is not this cluster's (tagged for another, or left by an earlier EKS cluster of the
+    same name) holds someone's logs, which fmctl neither adopts nor deletes."""
+    if spec.scheduler != "kubernetes":
+        return
+    from provisioner.resources.logs import control_plane_group
+    from provisioner.resources.tags import OWNER_TAG
+
+    name = spec.metadata.name
+    group = control_plane_group(name)
+    logs = aws.client("logs")
+    listed = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]
+    found = [g for g in listed if g["logGroupName"] == group]
+    if not found:
+        return
+    arn = found[0].get("logGroupArn") or str(found[0]["arn"]).removesuffix(":*")
+    owner = logs.list_tags_for_resource(resourceArn=arn).get("tags", {}).get(OWNER_TAG)
+    if owner == name:
+        return
+    if owner is None:
+        try:
+            cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
+        except Exception as exc:
+            if error_code(exc) != "ResourceNotFoundException":
+                raise
+            cluster = {}
+        if cluster.get("tags", {}).get(OWNER_TAG) == name:
+            return  # EKS made it for this cluster, before fmctl made the group itself
+    yield Problem(
+        "log-group-foreign",
+        f"log group {group} exists and is not this cluster's: it holds the control-plane "
+        f"logs of {'fmctl cluster ' + owner if owner else 'an earlier EKS cluster named ' + name}",
+        ("metadata", "name"),
+        hint="keep those logs elsewhere and delete the group (aws logs delete-log-group "
+        f"--log-group-name {group}), or pick another cluster name",
+    )
+
+
 def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every online problem of a resolved spec."""
     return [
@@ -219,4 +413,7 @@ def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Probl
         *_reservations(aws, spec),
         *_quota(aws, spec, catalog),
         *_data_bucket(aws, spec),
+        *_existing_network(aws, spec),
+        *_existing_file_system(aws, spec),
+        *_log_group(aws, spec),
     ]

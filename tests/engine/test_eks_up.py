@@ -201,6 +201,15 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
     actions = {a for st in inline["PolicyDocument"]["Statement"] for a in st["Action"]}
     assert "fsx:CreateFileSystem" in actions and not any(a.endswith("*") for a in actions)
 
+    # The control-plane logs go to a group fmctl made first: tagged, with a retention (EKS
+    # would have made it untagged, keeping logs forever).
+    logs = sandbox.aws(region).client("logs")
+    (group,) = logs.describe_log_groups(logGroupNamePrefix=f"/aws/eks/{name}/")["logGroups"]
+    assert group["logGroupName"] == f"/aws/eks/{name}/cluster"
+    assert group["retentionInDays"] == 30
+    group_tags = logs.list_tags_for_resource(resourceArn=group["logGroupArn"])["tags"]
+    assert group_tags[OWNER_TAG] == name
+
     # The kubeconfig: mode 0600, an exec credential, and that credential works.
     kubeconfig = sandbox.home / "clusters" / name / "kubeconfig"
     assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600

@@ -3,6 +3,7 @@ reservation's platform."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,142 @@ def test_what_one_spec_seeded_never_fails_the_next(sandbox: Sandbox, tmp_path: P
 
     third = plan(spec("seed-east", "us-east-2", "p5.48xlarge", 2))
     assert f"seeded again {rid} (2 x p5.48xlarge" in third
+
+
+@pytest.mark.parametrize(
+    ("declared", "actual", "said"),
+    [
+        ("reservation", "capacity-block", "is a Capacity Block, declared as type: reservation"),
+        ("capacity-block", "default", "is an On-Demand Capacity Reservation, not a Capacity"),
+    ],
+)
+def test_reservation_declared_as_the_other_type(
+    sandbox: Sandbox, tmp_path: Path, declared: str, actual: str, said: str
+) -> None:
+    """EC2 says which a reservation is (ReservationType); a spec that declares the other
+    kind would launch with the wrong market type, so it is refused at the pool's type."""
+    rid = "cr-0ddddddddddddddd" + ("1" if declared == "reservation" else "2")
+    spec = spec_file(tmp_path, f"online-{declared}")
+    data = yaml.safe_load(spec.read_text())
+    pool = data["compute"]["gpuPools"][0]
+    pool["capacity"] = {"type": declared, "reservationId": rid}
+    spec.write_text(yaml.safe_dump(data))
+    sandbox.seed(
+        {
+            "capacityReservationId": rid,
+            "instanceType": pool["instanceType"],
+            "availabilityZone": data["network"]["availabilityZone"],
+            "totalInstanceCount": pool["count"],
+            "availableInstanceCount": pool["count"],
+            "state": "active",
+            "reservationType": actual,
+        }
+    )
+    message, path = _problems(sandbox, spec)["reservation-mismatch"]
+    assert said in message and rid in message
+    assert path == "compute.gpuPools.0.capacity.type"
+
+
+def test_existing_vpc_subnets_and_file_system_are_checked(sandbox: Sandbox, tmp_path: Path) -> None:
+    """What the spec names but fmctl does not make is read before anything is created:
+    missing ids, a subnet of another VPC or AZ, a secondary subnet in the nodes' own AZ, and
+    a file system in another VPC are each refused at their own line."""
+    region = "us-west-2"
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.78.0.0/16")["Vpc"]["VpcId"]
+    other = ec2.create_vpc(CidrBlock="10.79.0.0/16")["Vpc"]["VpcId"]
+
+    def subnet(in_vpc: str, cidr: str, az: str) -> str:
+        made = ec2.create_subnet(VpcId=in_vpc, CidrBlock=cidr, AvailabilityZone=az)
+        return str(made["Subnet"]["SubnetId"])
+
+    wrong_az = subnet(vpc, "10.78.0.0/20", "us-west-2c")
+    same_az = subnet(vpc, "10.78.16.0/20", "us-west-2a")
+    second = subnet(vpc, "10.78.32.0/20", "us-west-2b")
+    foreign = subnet(other, "10.79.0.0/20", "us-west-2a")
+    foreign_second = subnet(other, "10.79.16.0/20", "us-west-2b")
+    fs = (
+        sandbox.aws(region)
+        .client("fsx")
+        .create_file_system(
+            FileSystemType="LUSTRE",
+            StorageCapacity=1200,
+            SubnetIds=[foreign],
+            LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
+        )["FileSystem"]["FileSystemId"]
+    )
+    for _ in range(600):  # the emulator's file systems take their (shortened) time
+        (described,) = (
+            sandbox.aws(region)
+            .client("fsx")
+            .describe_file_systems(FileSystemIds=[fs])["FileSystems"]
+        )
+        if described["Lifecycle"] == "AVAILABLE":
+            break
+        time.sleep(0.1)
+
+    def problems(network: dict[str, str], fsx: dict[str, str]) -> dict[str, list[str]]:
+        spec = spec_file(
+            tmp_path,
+            "online-existing",
+            network={"availabilityZone": "us-west-2a", "apiCidrs": [], **network},
+            storage={"fsxLustre": fsx},
+        )
+        validation = load_and_validate(str(spec))
+        assert validation.resolved is not None, validation.problems
+        found = online_problems(sandbox.aws(region), validation.resolved, load_catalog())
+        out: dict[str, list[str]] = {}
+        for p in found:
+            if p.code.startswith("existing-"):
+                out.setdefault(".".join(map(str, p.path)), []).append(p.message)
+        return out
+
+    bad = problems(
+        {"vpcId": vpc, "subnetId": wrong_az, "secondarySubnetId": same_az},
+        {"fileSystemId": fs},
+    )
+    assert bad["network.subnetId"] == [f"{wrong_az} is in us-west-2c, not in us-west-2a"]
+    assert "the nodes' own AZ" in bad["network.secondarySubnetId"][0]
+    assert bad["storage.fsxLustre.fileSystemId"] == [f"{fs} is in {other}, not in {vpc}"]
+
+    foreign_subnet = problems(
+        {"vpcId": vpc, "subnetId": foreign, "secondarySubnetId": second}, {"fileSystemId": fs}
+    )
+    assert foreign_subnet["network.subnetId"] == [f"{foreign} is in {other}, not in {vpc}"]
+
+    missing = problems(
+        {"vpcId": "vpc-0123456789abcdef0", "subnetId": same_az, "secondarySubnetId": second},
+        {"fileSystemId": "fs-0123456789abcdef0"},
+    )
+    assert missing["network.vpcId"] == ["vpc-0123456789abcdef0 does not exist in us-west-2"]
+    assert "fs-0123456789abcdef0 does not exist" in missing["storage.fsxLustre.fileSystemId"][0]
+
+    fits = problems(
+        {"vpcId": other, "subnetId": foreign, "secondarySubnetId": foreign_second},
+        {"fileSystemId": fs},
+    )
+    assert fits == {}
+
+
+def test_a_control_plane_log_group_left_by_another_cluster_is_refused(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """An untagged /aws/eks/NAME/cluster with no EKS cluster of fmctl's behind it holds an
+    earlier cluster's logs: refused before anything is made, never adopted or deleted. One
+    tagged as this cluster's is fmctl's own."""
+    spec = spec_file(tmp_path, "online-logs")
+    region = region_of(spec)
+    logs = sandbox.aws(region).client("logs")
+    group = "/aws/eks/online-logs/cluster"
+    logs.create_log_group(logGroupName=group)
+    try:
+        message, path = _problems(sandbox, spec)["log-group-foreign"]
+        assert "an earlier EKS cluster named online-logs" in message and path == "metadata.name"
+        arn = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"][0]["logGroupArn"]
+        logs.tag_resource(resourceArn=arn, tags={"fmctl.dev/cluster": "someone-else"})
+        message, _ = _problems(sandbox, spec)["log-group-foreign"]
+        assert "fmctl cluster someone-else" in message
+        logs.tag_resource(resourceArn=arn, tags={"fmctl.dev/cluster": "online-logs"})
+        assert "log-group-foreign" not in _problems(sandbox, spec)
+    finally:
+        logs.delete_log_group(logGroupName=group)

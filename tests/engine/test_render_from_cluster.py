@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, owned, region_of, spec_file
+from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
 from tests.engine.test_day2 import writes
 
 NAME = "e2e-gitops"
@@ -97,5 +97,18 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
         kinds = {d["kind"] for d in yaml.safe_load_all(built.stdout) if d}
         assert {"Namespace", "DaemonSet", "PersistentVolume", "StorageClass"} <= kinds
     finally:
-        down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
+        # --keep-logs: the control-plane log group stays, released (no longer the cluster's,
+        # so no later down or gc takes it), named with how to delete it.
+        down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes", "--keep-logs")
         assert down.returncode == 0, down.stdout + down.stderr
+    group = f"/aws/eks/{NAME}/cluster"
+    assert f"kept log group {group}" in down.stderr
+    assert f"aws logs delete-log-group --log-group-name {group}" in down.stderr
+    logs = sandbox.aws(region).client("logs")
+    (kept,) = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]
+    tags = logs.list_tags_for_resource(resourceArn=kept["logGroupArn"])["tags"]
+    # The spec's own tags stay; none of fmctl's but where it came from.
+    assert tags == {"team": "applied-ml", "fmctl.dev/retained-from": NAME}
+    assert raw_leftovers(sandbox, NAME, region) == []
+    again = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
+    assert "nothing tagged" in again.stdout, again.stdout + again.stderr
