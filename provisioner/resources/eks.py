@@ -58,13 +58,13 @@ class EksParams:
     endpoint_public: bool
     public_cidrs: tuple[str, ...]
     logging: tuple[str, ...]
-    #: The group the enabled log types go to, made before the cluster, deleted after it.
-    log_group: Ref[LogGroupOut] | None
     #: The key fmctl made, or the ARN of the spec's (kubernetes.secretsKeyArn).
     key: Ref[KmsOut] | str
     authentication_mode: str
     support_type: str
     tags: DesiredTags
+    #: The group the enabled log types go to, made before the cluster, deleted after it.
+    log_group: Ref[LogGroupOut] | None = None
 
 
 @dataclass(frozen=True)

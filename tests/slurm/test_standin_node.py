@@ -124,6 +124,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         files["parallelcluster/cluster-config.yaml"],
         {
             "artifactBucket": BUCKET,
+            "fileSystemId": "fs-0123456789abcdef0",
             "efaSecurityGroupId": "sg-0123456789abcdef0",
             "privateSubnetId": "subnet-0123456789abcdef0",
             "publicSubnetId": "subnet-0fedcba9876543210",
