@@ -8,11 +8,22 @@ import json
 import click
 
 from provisioner.cli.engine_cmds import GuardedCommand, _target
-from provisioner.cli.options import name_argument, region_option, target_options
+from provisioner.cli.options import (
+    cluster_name_check,
+    name_argument,
+    region_option,
+    target_options,
+)
 
 
 @click.command("token", cls=GuardedCommand)
-@click.option("--cluster", "cluster", required=True, help="The EKS cluster's name.")
+@click.option(
+    "--cluster",
+    "cluster",
+    required=True,
+    callback=cluster_name_check,
+    help="The EKS cluster's name.",
+)
 @region_option
 @target_options
 def token(cluster: str, region: str, sandbox: bool, state_dir: str | None) -> None:

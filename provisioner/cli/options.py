@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -11,8 +12,23 @@ import click
 F = Callable[..., Any]
 
 
+def _profile(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    # botocore reads AWS_PROFILE for credentials and region alike, and so does every
+    # subprocess fmctl starts (ParallelCluster's pcluster): one setting for all of them.
+    if value:
+        os.environ["AWS_PROFILE"] = value
+    return value
+
+
 def target_options(fn: F) -> F:
-    """--sandbox and --state-dir."""
+    """--sandbox, --state-dir and --profile."""
+    fn = click.option(
+        "--profile",
+        callback=_profile,
+        expose_value=False,
+        metavar="NAME",
+        help="AWS profile for credentials and region (env AWS_PROFILE; ignored by --sandbox).",
+    )(fn)
     fn = click.option(
         "--state-dir",
         envvar="FMCTL_HOME",
@@ -27,15 +43,36 @@ def target_options(fn: F) -> F:
 
 
 def region_option(fn: F) -> F:
-    """--region, defaulting to the standard AWS environment."""
+    """--region; without it, the cluster's recorded region, then the AWS environment and
+    profile (``ops.region``), else an error: never a silent default."""
+
+    @functools.wraps(fn)
+    def resolved(*args: Any, **kwargs: Any) -> Any:
+        from provisioner.ops.region import RegionUnknown, Unresolved, resolve_region
+        from provisioner.ops.target import home_of
+
+        home = home_of(kwargs.get("state_dir"))
+        try:
+            kwargs["region"] = resolve_region(
+                kwargs.get("region"), kwargs.get("name"), home, bool(kwargs.get("sandbox"))
+            )
+        except RegionUnknown as exc:
+            if kwargs.get("all_regions"):
+                from provisioner.catalog.regions import REGIONS
+
+                kwargs["region"] = REGIONS[0]  # every region is read; this one only starts
+            else:
+                # Said by the first AWS client this command makes: what needs no AWS runs.
+                kwargs["region"] = Unresolved(exc)
+        return fn(*args, **kwargs)
+
     return click.option(
         "--region",
-        default=lambda: (
-            os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        ),
-        show_default="AWS_REGION or us-east-1",
-        help="AWS region.",
-    )(fn)
+        default=None,
+        metavar="REGION",
+        help="AWS region (default: the cluster's region recorded by `up` on this machine, "
+        "else AWS_REGION / AWS_DEFAULT_REGION, else the profile's).",
+    )(resolved)
 
 
 def spec_options(fn: F) -> F:
@@ -70,18 +107,20 @@ def wait_option(fn: F) -> F:
     )(fn)
 
 
-def _cluster_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def cluster_name_check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: a cluster name no cluster can have never reaches AWS."""
     from provisioner.ops.validate import name_refusal
 
     refused = None if value is None else name_refusal(value)
     if refused is not None:
         message, rule = refused
+        label = "NAME" if isinstance(param, click.Argument) else f"--{param.name}"
         # Exit 1 with the error and the rule, as for a bad spec (click's usage errors exit 2).
-        click.echo(f"error: NAME: {message}\nhint: {rule}", err=True)
+        click.echo(f"error: {label}: {message}\nhint: {rule}", err=True)
         ctx.exit(1)
     return value
 
 
 def name_argument(required: bool = True) -> Callable[[F], F]:
     """The cluster NAME argument, checked before anything reaches AWS."""
-    return click.argument("name", required=required, callback=_cluster_name)
+    return click.argument("name", required=required, callback=cluster_name_check)

@@ -33,6 +33,10 @@ class Target:
     def aws(self, read_only: bool = False, fence: Callable[[], None] | None = None) -> Aws:
         """Clients for this target (``read_only``: every call but a read is refused;
         ``fence``: called before each one that is not, to stop it)."""
+        from provisioner.ops.region import Unresolved
+
+        if isinstance(self.region, Unresolved):
+            raise self.region.error
         return Aws(
             self.region,
             self.endpoint,

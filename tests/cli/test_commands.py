@@ -132,6 +132,7 @@ def test_schema_accepts_examples_and_rejects_typos() -> None:
         ("history", "UPPER"),
         ("unlock", "two--dashes"),
         ("down", "ends-with-", "--sandbox", "--yes"),
+        ("token", "--cluster", "Bad Name!", "--region", "us-east-1"),
     ],
 )
 def test_a_name_no_cluster_can_have_is_refused_before_any_call(
@@ -147,7 +148,8 @@ def test_a_name_no_cluster_can_have_is_refused_before_any_call(
     }
     result = fmctl(*args, env=env)
     assert result.returncode == 1, result.stderr
-    assert f"error: NAME: {args[1]!r} is not a cluster name" in result.stderr
+    label, name = ("--cluster", args[2]) if args[1] == "--cluster" else ("NAME", args[1])
+    assert f"error: {label}: {name!r} is not a cluster name" in result.stderr
     assert "hint: 3-40 characters" in result.stderr
     assert "Traceback" not in result.stderr and "report it" not in result.stderr
     assert not (tmp_path / "home").exists()
