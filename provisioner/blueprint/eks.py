@@ -362,6 +362,10 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
     )
 
 
+#: The VPC CNI add-on's configuration values: its network policy agent on.
+VPC_CNI_CONFIGURATION = '{"enableNetworkPolicy": "true"}'
+
+
 def _addons(p: Parts) -> None:
     pins = {str(k): v for k, v in p.spec.kubernetes.addon_versions.items()}
     eks = p.ref("eks", EksOut)
@@ -378,6 +382,11 @@ def _addons(p: Parts) -> None:
                 "service_account": FSX_CSI_ACCOUNT,
                 "agent": p.ref("addon/eks-pod-identity-agent", AddonOut),
             }
+        if addon == "vpc-cni":
+            # The VPC CNI enforces NetworkPolicies only with its network policy agent on
+            # (add-on configuration enableNetworkPolicy; EKS User Guide, "Restrict Pod
+            # network traffic with Kubernetes network policies"): the rendered ones bind.
+            extra = {"configuration": VPC_CNI_CONFIGURATION}
         params = AddonParams(
             eks, addon, p.c.kubernetes_version, system, p.tags(rid), pins.get(addon), **extra
         )

@@ -279,6 +279,7 @@ def kube_access(name: str, region: str, kubeconfig: str | None) -> list[str]:
     return [
         f"kubectl: {where}kubectl --context {context} get nodes",
         f"grafana: {where}kubectl --context {context} -n monitoring port-forward "
-        "svc/grafana 3000:3000  then http://localhost:3000 (user admin; the password is in "
-        "the grafana-admin Secret, never on this machine)",
+        "svc/grafana 3000:3000  then http://localhost:3000 (user admin; the password, made "
+        f"in the pod and stored nowhere: {where}kubectl --context {context} -n monitoring exec "
+        "deploy/grafana -c grafana -- cat /run/grafana-admin/password)",
     ]

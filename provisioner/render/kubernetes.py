@@ -126,6 +126,13 @@ def components(c: ClusterContext) -> list[Component]:
     return out
 
 
+#: Components run on demand, left out of the stack's kustomization and so out of what Argo CD
+#: and Flux sync: the NCCL test Job is started by patching `suspend`, which Argo's selfHeal
+#: would undo mid-run (suspending a running Job deletes its pods), and Flux's `wait: true`
+#: would wait on a Job that is not meant to run. `up` still applies it (suspended).
+ON_DEMAND = ("nccl-test",)
+
+
 def _manifests(c: ClusterContext) -> dict[str, str]:
     files: dict[str, str] = {}
     comps = components(c)
@@ -156,7 +163,10 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
             wave=SYNC_WAVES[comp.name],
         )
     files["kubernetes/kustomization.yaml"] = render_template(
-        "kubernetes/kustomization.yaml.j2", c=c, components=[comp.name for comp in comps]
+        "kubernetes/kustomization.yaml.j2",
+        c=c,
+        components=[comp.name for comp in comps if comp.name not in ON_DEMAND],
+        on_demand=[comp.name for comp in comps if comp.name in ON_DEMAND],
     )
     return files
 

@@ -10,6 +10,7 @@ moves them to the new version's defaults (UpdateAddon).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,8 @@ class AddonParams:
     service_account: str | None = None
     #: The Pod Identity Agent add-on, for an add-on whose role reaches it through the agent.
     agent: Ref[AddonOut] | None = None
+    #: The add-on's configuration values (JSON), e.g. the VPC CNI's network policy agent.
+    configuration: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,13 @@ class AddonLive:
     version: str
     roles: Any
     tags: Tags
+    #: Its configuration values, parsed (sorted pairs; empty for EKS's defaults).
+    configuration: Any = ()
+
+
+def _configuration(text: str | None) -> tuple[tuple[str, Any], ...]:
+    """Configuration values as comparable data."""
+    return tuple(sorted(json.loads(text).items())) if text else ()
 
 
 class Addon(Kind[AddonParams, AddonOut, AddonLive]):
@@ -69,6 +79,7 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
     policy = policies(
         version=Policy(How.UPDATE, "UpdateAddon addonVersion"),
         roles=Policy(How.UPDATE, "UpdateAddon podIdentityAssociations"),
+        configuration=Policy(How.UPDATE, "UpdateAddon configurationValues"),
     )
 
     def _addons(self, ctx: Context) -> dict[str, dict[str, Any]]:
@@ -102,6 +113,7 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
             str(item["addonVersion"]),
             frozenset(item.get("podIdentityAssociations") or []),
             Tags.of(item.get("tags") or {}),
+            _configuration(item.get("configurationValues")),
         )
         pending = None if item["status"] == "ACTIVE" else str(item["status"])
         return Observed(AddonOut(params.addon_name, live.version), live, params.addon_name, pending)
@@ -146,15 +158,20 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
             self.version(ctx, params),
             roles,
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            _configuration(params.configuration),
         )
 
     def _identities(self, ctx: Context, params: AddonParams) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if params.configuration:
+            extra["configurationValues"] = params.configuration
         if params.role is None:
-            return {}
+            return extra
         return {
+            **extra,
             "podIdentityAssociations": [
                 {"serviceAccount": params.service_account, "roleArn": ctx.get(params.role).arn}
-            ]
+            ],
         }
 
     def create(self, ctx: Context, rid: str, params: AddonParams) -> AddonOut:
@@ -205,7 +222,7 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
     ) -> AddonOut:
         paths = {c.path for c in changes}
         out = observed.outputs
-        if paths & {"version", "roles"}:
+        if paths & {"version", "roles", "configuration"}:
             version = self.version(ctx, params)
             ctx.emit(rid, "updating", f"{observed.live.version} -> {version}")
             ctx.aws.client("eks").update_addon(

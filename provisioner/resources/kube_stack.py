@@ -375,10 +375,6 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         api = connect(ctx, cluster.endpoint, cluster.ca)
         try:
             apply_all(api, objects)
-            if any(
-                o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects
-            ):
-                _grafana_secret(api, ctx.cluster)
             kinds = {(o["kind"]): o["apiVersion"] for o in objects}
             for key in stale:  # applied before, no longer rendered: pruned
                 kind, namespace, name = key.split("/", 2)
@@ -514,24 +510,6 @@ def _apply(api: KubeApi, obj: dict[str, Any]) -> None:
             hint="undo the change, or hand the fields back with `kubectl apply --server-side "
             "--force-conflicts --field-manager fmctl` on the rendered file",
         ) from err
-
-
-def _grafana_secret(api: KubeApi, cluster: str) -> None:
-    """Grafana's admin password: random, made once in the cluster, never on this machine."""
-    import secrets
-
-    if api.get("v1", "Secret", "grafana-admin", "monitoring") is not None:
-        return
-    labels = {MANAGED_BY: "fmctl", OWNER_TAG: cluster}
-    api.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "grafana-admin", "namespace": "monitoring", "labels": labels},
-            "type": "Opaque",
-            "stringData": {"password": secrets.token_urlsafe(24)},
-        }
-    )
 
 
 def _close(api: KubeApi) -> None:

@@ -3,6 +3,7 @@ handlers of their operations, on the state in ``sandbox.eks.Eks``."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 from urllib.parse import parse_qs
@@ -293,8 +294,25 @@ def _create_addon(s: EksState, call: p.Call, base: str, cluster: str) -> dict[st
             a.get("roleArn", "") for a in q.get("podIdentityAssociations", [])
         ],
     }
+    if "configurationValues" in q:
+        data["configurationValues"] = _checked_configuration(name, q["configurationValues"])
     s.addons[(region, cluster, name)] = Item(data, s._after("addon-create"))
     return {"addon": data}
+
+
+def _checked_configuration(name: str, text: str) -> str:
+    """EKS checks configuration values against the add-on version's JSON schema
+    (DescribeAddonConfiguration) and answers InvalidParameterException; here: JSON objects
+    only."""
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise EksError(
+            400, "InvalidParameterException", f"ConfigurationValue is not valid JSON: {exc}"
+        ) from exc
+    if not isinstance(parsed, dict):
+        raise EksError(400, "InvalidParameterException", f"{name}: configuration must be an object")
+    return text
 
 
 def _check_addon_version(name: str, version: str, cluster_version: str) -> None:
@@ -326,6 +344,8 @@ def _update_addon(s: EksState, call: p.Call, base: str, cluster: str, name: str)
     version = q.get("addonVersion") or item.data["addonVersion"]
     _check_addon_version(name, version, cluster_version)
     changes: dict[str, Any] = {"addonVersion": version}
+    if "configurationValues" in q:
+        changes["configurationValues"] = _checked_configuration(name, q["configurationValues"])
     if "podIdentityAssociations" in q:
         changes["podIdentityAssociations"] = [
             a.get("roleArn", "") for a in q["podIdentityAssociations"]

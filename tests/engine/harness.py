@@ -205,12 +205,13 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         if {t["Key"]: t["Value"] for t in assoc.get("Tags", [])}.get(OWNER_TAG) == name:
             left.append(f"dra:{assoc['AssociationId']}")
     left += _eks_leftovers(aws, name)
-    # EKS's control-plane log group, tagged or not (EKS makes it untagged when fmctl has
-    # not): only one `down --keep-logs` released stays.
+    # Log groups tagged as the cluster's, and EKS's control-plane group tagged or not (EKS
+    # makes it untagged when fmctl has not): only one `down --keep-logs` released stays.
     logs = aws.client("logs")
     for group in logs.describe_log_groups(logGroupNamePrefix=f"/aws/eks/{name}/")["logGroups"]:
         tags = logs.list_tags_for_resource(resourceArn=group["logGroupArn"])["tags"]
-        if RETAINED_TAG not in tags:
+        eks_own = group["logGroupName"] == f"/aws/eks/{name}/cluster"
+        if (tags.get(OWNER_TAG) == name or eks_own) and RETAINED_TAG not in tags:
             left.append(f"logs:{group['logGroupName']}")
     iam = aws.client("iam")
     prefix = f"fmctl-{name}-{region}-"

@@ -23,10 +23,11 @@ from tests.engine.harness import (
 )
 
 #: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx,
-#: the roles, the secrets key, the EKS cluster, its access entries, launch template, node
-#: groups and add-ons, and the in-cluster stack.
+#: the roles, the secrets key, the control-plane log group, the EKS cluster, its access
+#: entries, launch template, node groups and add-ons, and the in-cluster stack.
 P5EN_EKS = {
     "kms/secrets",
+    "log-group/control-plane",
     "eks",
     "access/admin",
     "access/nodes",

@@ -96,6 +96,7 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
         assert built.returncode == 0, built.stderr
         kinds = {d["kind"] for d in yaml.safe_load_all(built.stdout) if d}
         assert {"Namespace", "DaemonSet", "PersistentVolume", "StorageClass"} <= kinds
+        assert "Job" not in kinds, "the NCCL test is run on demand, not synced"
     finally:
         # --keep-logs: the control-plane log group stays, released (no longer the cluster's,
         # so no later down or gc takes it), named with how to delete it.

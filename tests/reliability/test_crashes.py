@@ -114,7 +114,9 @@ def crash_runs(
 ) -> dict[tuple[int, str], BaseException | None]:
     """Every crash point with each backend, CRASH_PARALLELISM at a time; what each raised."""
     tmp = tmp_path_factory.mktemp("crashes")
-    made = sandbox.fmctl("state", "init", STATE["FMCTL_STATE"], "--sandbox")
+    made = sandbox.fmctl(
+        "state", "init", STATE["FMCTL_STATE"], "--sandbox", "--region", "us-east-1"
+    )
     assert made.returncode == 0, made.stderr
     return run_points(
         POINTS,

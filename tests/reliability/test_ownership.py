@@ -58,6 +58,11 @@ def _foreign(sandbox: Sandbox, region: str) -> dict[str, dict[str, Any]]:
             ],
         )["LaunchTemplate"]["LaunchTemplateId"]
         made[f"lt:{lt}"] = lt_tags
+        # Under the cluster's own /aws/eks/NAME/ prefix, tagged for a near miss: not its own.
+        log_tags = {OWNER_TAG: value, RESOURCE_TAG: "log-group/control-plane"}
+        group = f"/aws/eks/{NAME}/look-alike-{i}"
+        aws.client("logs").create_log_group(logGroupName=group, tags=log_tags)
+        made[f"logs:{group}"] = log_tags
     subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
     fs_tags = {OWNER_TAG: "own-testx", RESOURCE_TAG: "fsx"}
     fs = fsx.create_file_system(
@@ -103,6 +108,15 @@ def _changed(sandbox: Sandbox, region: str, made: dict[str, dict[str, Any]]) -> 
             )
         elif kind == "lt":
             found = ec2.describe_launch_templates(LaunchTemplateIds=[ident])["LaunchTemplates"]
+        elif kind == "logs":
+            logs = aws.client("logs")
+            groups = logs.describe_log_groups(logGroupNamePrefix=ident)["logGroups"]
+            found = [
+                {"Tags": [{"Key": k, "Value": v} for k, v in tags_of.items()]}
+                for g in groups
+                if g["logGroupName"] == ident
+                for tags_of in [logs.list_tags_for_resource(resourceArn=g["logGroupArn"])["tags"]]
+            ]
         elif kind == "sg":
             found = ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [ident]}])[
                 "SecurityGroups"
@@ -126,7 +140,7 @@ def test_look_alikes_survive_up_down_gc_and_a_crash(sandbox: Sandbox, tmp_path: 
     spec = spec_file(tmp_path, NAME)
     region = region_of(spec)
     made = _foreign(sandbox, region)
-    assert len(made) == 2 + 4 * len(NEAR_MISSES)
+    assert len(made) == 2 + 5 * len(NEAR_MISSES)
 
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert up.returncode == 0, up.stdout + up.stderr
