@@ -425,5 +425,6 @@ def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
         fsx=p.maybe("fsx", FsxOut),
         fsx_group=p.maybe("sg/fsx", SgOut),
         token_args=where.token_args,
+        apply=p.spec.kubernetes.in_cluster_stack == "fmctl",
     )
     p.add("kube-stack", "kube-stack", params, nodes="compute.gpuPools")

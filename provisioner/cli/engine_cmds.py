@@ -296,6 +296,23 @@ def up(
     _report(outcome.result, "up", [c.resource for c in outcome.pending])
     _summary(spec.metadata.name, outcome)
     _after_up(spec, target, outcome, sandbox)
+    if spec.scheduler == "kubernetes" and spec.kubernetes.in_cluster_stack == "gitops":
+        _hand_over(path, spec, target)
+
+
+def _hand_over(path: str, spec: Any, target: Any) -> None:
+    """``inClusterStack: gitops``: the deployment folder filled from the cluster just made,
+    for the user to commit where Argo CD or Flux reads it."""
+    from provisioner.ops.render import render_to
+
+    out = target.home / "clusters" / spec.metadata.name / "deployment"
+    render_to(path, out, target=target)
+    where = spec.gitops.path or "the folder's place in the repository"
+    click.echo(
+        f"gitops: kubernetes/ is for Argo CD or Flux to apply; the filled folder is {out}: "
+        f"commit it at {where} of {spec.gitops.repo_url} (or run `fmctl render -f {path} -o "
+        "DIR --from-cluster` in your checkout), then apply gitops/ once"
+    )
 
 
 def _summary(name: str, outcome: Any) -> None:

@@ -84,6 +84,9 @@ class StackParams:
     fsx_group: Ref[SgOut] | None = None
     #: Arguments of the kubeconfig's `fmctl token` besides cluster and region (the target's).
     token_args: tuple[str, ...] = ()
+    #: False with ``kubernetes.inClusterStack: gitops``: Argo CD or Flux applies the files;
+    #: fmctl writes the kubeconfig and reports what runs, and applies or waits for nothing.
+    apply: bool = True
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,10 @@ class StackLive:
 
     objects: Any
     nodes: Any
+    #: Objects Argo CD or Flux applies (key -> who): reported, never applied over.
+    external: Any = frozenset()
+    #: The kubeconfig holds the cluster's entry (compared with ``inClusterStack: gitops``).
+    kubeconfig: bool = True
 
 
 def placeholder_values(ctx: Context, params: StackParams) -> dict[str, str]:
@@ -129,6 +136,27 @@ def manifests(files: dict[str, str], values: dict[str, str], cluster: str) -> li
     return sorted(objects, key=lambda o: FIRST.index(o["kind"]) if o["kind"] in FIRST else 9)
 
 
+#: How Argo CD and Flux mark what they apply: Argo CD's resource tracking (the annotation,
+#: its default since 3.0, or the app.kubernetes.io/instance label; Argo CD user guide,
+#: "Resource Tracking") and Flux's kustomize-controller labels.
+ARGO_ANNOTATION = "argocd.argoproj.io/tracking-id"
+ARGO_LABEL = "app.kubernetes.io/instance"
+FLUX_LABEL = "kustomize.toolkit.fluxcd.io/name"
+
+
+def gitops_owner(meta: dict[str, Any]) -> str | None:
+    """Who of Argo CD or Flux applies this object (None: neither)."""
+    annotations, labels = meta.get("annotations") or {}, meta.get("labels") or {}
+    if ARGO_ANNOTATION in annotations:
+        return f"Argo CD ({str(annotations[ARGO_ANNOTATION]).split(':', 1)[0]})"
+    if FLUX_LABEL in labels:
+        namespace = labels.get("kustomize.toolkit.fluxcd.io/namespace", "")
+        return f"Flux ({namespace + '/' if namespace else ''}{labels[FLUX_LABEL]})"
+    if ARGO_LABEL in labels:  # fmctl's own objects never carry it
+        return f"Argo CD ({labels[ARGO_LABEL]})"
+    return None
+
+
 def key_of(obj: dict[str, Any]) -> str:
     """kind/namespace/name."""
     meta = obj["metadata"]
@@ -146,6 +174,18 @@ def connect(ctx: Context, endpoint: str, ca: str) -> KubeApi:
         read_only=ctx.aws.read_only,
         fence=ctx.aws.fence,
     )
+
+
+def _has_entry(ctx: Context, params: StackParams) -> bool:
+    """True when the kubeconfig holds the cluster's context."""
+    from provisioner.drivers.eks_auth import context_name
+
+    try:
+        config = yaml.safe_load(Path(params.kubeconfig).read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    wanted = context_name(ctx.cluster, ctx.region)
+    return any(c.get("name") == wanted for c in config.get("contexts") or [])
 
 
 def not_ready(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
@@ -260,16 +300,30 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         try:
             kinds = sorted({(v, k) for v, k in self._kinds(params)})
             applied: dict[str, str] = {}
+            external: dict[str, str] = {}
             for api_version, kind in kinds:
                 for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
-                    digest = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
-                    applied[key_of({"kind": kind, "metadata": obj["metadata"]})] = digest
+                    key = key_of({"kind": kind, "metadata": obj["metadata"]})
+                    owner = gitops_owner(obj["metadata"])
+                    if owner is not None:
+                        external[key] = owner
+                        continue
+                    applied[key] = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
             nodes = pool_nodes(api, params.pools)
         finally:
             _close(api)
-        if not applied:
+        if not params.apply:
+            # Nothing of fmctl's to apply: what is live is Argo CD's or Flux's; the one thing
+            # fmctl keeps is the kubeconfig entry.
+            live = StackLive(
+                frozenset(), frozenset(), frozenset(external.items()), _has_entry(ctx, params)
+            )
+            return Observed(
+                StackOut(f"{len(external)} objects", params.kubeconfig), live, ctx.cluster
+            )
+        if not applied and not external:
             return None
-        live = StackLive(frozenset(applied.items()), nodes)
+        live = StackLive(frozenset(applied.items()), nodes, frozenset(external.items()))
         out = StackOut(f"{len(applied)} objects", params.kubeconfig)
         return Observed(out, live, ctx.cluster)
 
@@ -305,13 +359,24 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
     ) -> list[FieldChange]:
         """Per object that is missing, differs from what is rendered, or is no longer
         rendered; and the nodes per pool."""
+        if not params.apply:
+            if observed.live.kubeconfig:
+                return []
+            return [
+                FieldChange(
+                    "kubeconfig", False, True, How.UPDATE, "the cluster's entry: written again"
+                )
+            ]
         want = self.desired(ctx, rid, params, observed)
         out = []
         if want.objects is UNKNOWN:
             out.append(FieldChange("objects", "applied", UNKNOWN, How.UPDATE, "filled once made"))
         else:
             have, need = dict(observed.live.objects), dict(want.objects)
+            theirs = dict(observed.live.external)
             for key in sorted(set(have) | set(need)):
+                if key in theirs:
+                    continue  # Argo CD's or Flux's to apply: reported by `up`, not fought
                 if have.get(key) != need.get(key):
                     why = (
                         "no longer rendered: deleted"
@@ -336,8 +401,28 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         return out
 
     def create(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
+        if not params.apply:
+            return self._handed_over(ctx, rid, params)
         self._apply(ctx, rid, params, ())
         return self._settle(ctx, rid, params)
+
+    def _handed_over(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
+        """``inClusterStack: gitops``: the kubeconfig entry only; the files are Argo CD's or
+        Flux's to apply (`fmctl status` reports what runs)."""
+        self._kubeconfig(ctx, params)
+        ctx.emit(rid, "note", "kubernetes/ is left to Argo CD or Flux (inClusterStack: gitops)")
+        return StackOut("handed over", params.kubeconfig)
+
+    def _kubeconfig(self, ctx: Context, params: StackParams) -> None:
+        from provisioner.drivers.eks_auth import kubeconfig_entry, merge_kubeconfig
+
+        cluster = ctx.get(params.cluster)
+        merge_kubeconfig(
+            Path(params.kubeconfig),
+            kubeconfig_entry(
+                ctx.cluster, ctx.region, cluster.endpoint, cluster.ca, params.token_args
+            ),
+        )
 
     def update(
         self,
@@ -347,31 +432,32 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         observed: Observed[StackOut, StackLive],
         changes: Sequence[FieldChange],
     ) -> StackOut:
+        if not params.apply:
+            return self._handed_over(ctx, rid, params)
         if any(c.path.startswith("objects") for c in changes):
             stale: tuple[str, ...] = ()
             if isinstance(observed.live.objects, frozenset):
                 wanted = {key_of(o) for o in self._objects(ctx, params)}
                 stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
-            self._apply(ctx, rid, params, stale)
+            self._apply(ctx, rid, params, stale, dict(observed.live.external))
         # Only the nodes changed (a pool scaled or rolled): nothing to apply, check them.
         return self._settle(ctx, rid, params)
 
-    def _apply(self, ctx: Context, rid: str, params: StackParams, stale: tuple[str, ...]) -> None:
-        from provisioner.drivers.eks_auth import kubeconfig_entry, merge_kubeconfig
-
+    def _apply(
+        self,
+        ctx: Context,
+        rid: str,
+        params: StackParams,
+        stale: tuple[str, ...],
+        theirs: dict[str, str] | None = None,
+    ) -> None:
         cluster = ctx.get(params.cluster)
         kubeconfig = Path(params.kubeconfig)
-        merge_kubeconfig(
-            kubeconfig,
-            kubeconfig_entry(
-                ctx.cluster,
-                ctx.region,
-                cluster.endpoint,
-                cluster.ca,
-                params.token_args,
-            ),
-        )
+        self._kubeconfig(ctx, params)
         objects = self._objects(ctx, params)
+        for key, owner in sorted((theirs or {}).items()):
+            ctx.emit(rid, "note", f"{key} is applied by {owner}: left to it, not applied over")
+        objects = [o for o in objects if key_of(o) not in (theirs or {})]
         api = connect(ctx, cluster.endpoint, cluster.ca)
         try:
             apply_all(api, objects)

@@ -8,6 +8,7 @@ Before `up`, it refuses and writes nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -113,3 +114,79 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
     assert raw_leftovers(sandbox, NAME, region) == []
     again = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
     assert "nothing tagged" in again.stdout, again.stdout + again.stderr
+
+
+def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`inClusterStack: gitops`: `up` makes everything on the AWS side, writes the kubeconfig
+    and the filled folder, and applies nothing in the cluster. What Argo CD applies (here: a
+    client that marks it as Argo CD does) `status` reports; switched back to `fmctl`, `up`
+    applies the rest and leaves Argo CD's object to it."""
+    from provisioner.resources.kube_stack import ARGO_ANNOTATION, DIGEST
+    from tests.engine.harness import kube_client
+
+    name = "e2e-handover"
+    data = yaml.safe_load((ROOT / "examples" / "p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["kubernetes"]["inClusterStack"] = "gitops"
+    data["gitops"] = {"repoUrl": REPO, "path": f"eks/{name}"}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = data["metadata"]["region"]
+
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        folder = sandbox.home / "clusters" / name / "deployment"
+        assert f"the filled folder is {folder}" in up.stdout
+        files = _texts(folder)
+        assert not [p for p, t in files.items() if "<fmctl:" in t]
+        app = yaml.safe_load(files["gitops/argocd-application.yaml"])["spec"]["source"]
+        assert app["path"] == f"eks/{name}/kubernetes"
+        assert (sandbox.home / "clusters" / name / "kubeconfig").is_file()
+
+        argo = kube_client(sandbox, name, region, manager="argocd-controller")
+        try:
+            assert argo.list("apps/v1", "DaemonSet", selector=f"fmctl.dev/cluster={name}") == []
+            # Argo CD syncs the namespaces and one object of the folder, marked as its own.
+            for doc in yaml.safe_load_all(files["kubernetes/namespaces/namespaces.yaml"]):
+                if doc:
+                    argo.apply(doc)
+            (plugin,) = [
+                d
+                for d in yaml.safe_load_all(files["kubernetes/nvidia-device-plugin/daemonset.yaml"])
+                if d and d["kind"] == "DaemonSet"
+            ]
+            plugin["metadata"].setdefault("annotations", {})[ARGO_ANNOTATION] = (
+                f"fmctl-{name}:apps/DaemonSet:fmctl-system/nvidia-device-plugin"
+            )
+            argo.apply(plugin)
+        finally:
+            argo.close()
+
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "nothing to change" in again.stdout
+        status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+        stack = {r["name"] for r in json.loads(status.stdout)["kubernetes"]["stack"]}
+        assert "nvidia-device-plugin" in stack
+
+        # Back to fmctl: it applies the rest, and leaves Argo CD's DaemonSet as it is.
+        data["kubernetes"]["inClusterStack"] = "fmctl"
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+        back = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert back.returncode == 0, back.stdout + back.stderr
+        said = back.stdout + back.stderr
+        assert "nvidia-device-plugin is applied by Argo CD" in said, said
+        api = kube_client(sandbox, name, region)
+        try:
+            mine = api.get("apps/v1", "DaemonSet", "efa-device-plugin", "fmctl-system")
+            theirs = api.get("apps/v1", "DaemonSet", "nvidia-device-plugin", "fmctl-system")
+        finally:
+            api.close()
+        assert mine is not None and DIGEST in mine["metadata"]["annotations"]
+        assert theirs is not None and DIGEST not in theirs["metadata"].get("annotations", {})
+        assert {f["manager"] for f in theirs["metadata"]["managedFields"]} == {"argocd-controller"}
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
