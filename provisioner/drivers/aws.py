@@ -194,6 +194,13 @@ def transient(exc: BaseException) -> bool:
     return False
 
 
+def _is(exc: BaseException, name: str) -> bool:
+    """``exc`` is botocore's exception ``name`` (or a subclass of it)."""
+    return any(
+        c.__name__ == name and c.__module__.startswith("botocore") for c in type(exc).__mro__
+    )
+
+
 def error_code(exc: BaseException) -> str | None:
     """The AWS error code of a botocore ClientError, or None for anything else."""
     response = getattr(exc, "response", None)
@@ -220,10 +227,29 @@ _HINTS = {
 }
 
 
+#: botocore's configuration errors (its exceptions module), by class name: met before any
+#: call reaches AWS, each with what to do about it.
+_SETUP_HINTS = {
+    "ProfileNotFound": "`aws configure list-profiles` lists the profiles; --profile or "
+    "AWS_PROFILE names one",
+    "NoCredentialsError": "configure credentials (`aws configure`, `aws sso login`, or "
+    "AWS_PROFILE); `--sandbox` runs against the local emulator and needs none",
+    "PartialCredentialsError": "set both the access key id and the secret (or use a profile)",
+    "UnauthorizedSSOTokenError": "run `aws sso login` for the profile",
+    "SSOTokenLoadError": "run `aws sso login` for the profile",
+    "TokenRetrievalError": "run `aws sso login` for the profile",
+    "CredentialRetrievalError": "check the profile's credential_process or source",
+    "NoRegionError": "pass --region, or set AWS_REGION",
+}
+
+
 def translate(exc: BaseException, doing: str) -> AwsError:
     """An AwsError saying what fmctl was doing, what AWS said, and what to try."""
     if isinstance(exc, AwsError):  # already says what to do: keep its hint
         return AwsError(f"{doing}: {exc}", exc.hint, exc.code)
+    setup = next((n for n in _SETUP_HINTS if _is(exc, n)), None)
+    if setup is not None:
+        return AwsError(f"{doing}: {exc}", _SETUP_HINTS[setup], setup)
     code = error_code(exc)
     if code is None:
         return AwsError(f"{doing}: {exc}", code=None)

@@ -22,6 +22,27 @@ P_ON_DEMAND_QUOTA = ("ec2", "L-417A185B")
 P_SPOT_QUOTA = ("ec2", "L-7212CCBC")
 
 
+def _zone(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The AZ exists for this account (which letters a region has differs by account:
+    offline only the name's shape is checked)."""
+    az = spec.network.availability_zone
+    try:
+        zones = aws.client("ec2").describe_availability_zones(
+            Filters=[{"Name": "zone-name", "Values": [az]}]
+        )["AvailabilityZones"]
+    except Exception as exc:
+        if not (error_code(exc) or "").startswith("InvalidParameterValue"):
+            raise
+        zones = []
+    if not zones:
+        yield Problem(
+            "az-missing",
+            f"{spec.metadata.region} has no availability zone {az} in this account",
+            ("network", "availabilityZone"),
+            hint="aws ec2 describe-availability-zones lists the account's zones",
+        )
+
+
 def _offerings(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     ec2 = aws.client("ec2")
     az = spec.network.availability_zone
@@ -408,6 +429,9 @@ def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
 
 def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every online problem of a resolved spec."""
+    zone = list(_zone(aws, spec))
+    if zone:  # nothing else can be judged in a zone that is not there
+        return zone
     return [
         *_offerings(aws, spec),
         *_reservations(aws, spec),

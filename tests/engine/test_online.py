@@ -280,3 +280,21 @@ def test_a_control_plane_log_group_left_by_another_cluster_is_refused(
         assert "log-group-foreign" not in _problems(sandbox, spec)
     finally:
         logs.delete_log_group(logGroupName=group)
+
+
+def test_an_availability_zone_the_region_lacks_is_refused(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """us-west-2z has the right shape (checked offline) but no such zone exists: said at the
+    zone's line, and nothing else is judged there."""
+    spec = spec_file(tmp_path, "online-zone")
+    data = yaml.safe_load(spec.read_text())
+    data["network"]["availabilityZone"] = "us-west-2z"
+    spec.write_text(yaml.safe_dump(data))
+    problems = _problems(sandbox, spec)
+    assert problems == {
+        "az-missing": (
+            "us-west-2 has no availability zone us-west-2z in this account",
+            "network.availabilityZone",
+        )
+    }
