@@ -83,6 +83,11 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
     return target
 
 
+def missing_cluster(name: str, region: str) -> str:
+    """How `status` and `down` say that a cluster does not exist."""
+    return f"no cluster in {region} (nothing tagged fmctl.dev/cluster={name})"
+
+
 def _notice(line: str) -> None:
     """A notice for the user (stderr: stdout stays data)."""
     click.echo(line, err=True)
@@ -353,7 +358,7 @@ def _after_up(spec: Any, target: Any, outcome: Any, sandbox: bool) -> None:
             spec.metadata.region,
             cluster.head_node,
             cluster.head_ip,
-            spec.network.ssh_cidr,
+            spec,
             grafana,
         ):
             click.echo(line)
@@ -453,7 +458,10 @@ def down(
     target = _target(region, state_dir, sandbox, state_url)
     found = owned_by(target, name)
     if not found:
-        click.echo(f"{name}: nothing tagged fmctl.dev/cluster={name} in {region}")
+        # Said as `status` says it; `down` still succeeds: gone is what it was asked for
+        # (a re-run after a down that stopped late converges), where `status` has nothing
+        # to report and fails.
+        click.echo(f"{name}: {missing_cluster(name, region)}: nothing to delete")
         # A down stopped after its last delete left these.
         for line in forget_locally(target, name, keep_state):
             click.echo(f"{name}: {line}")
@@ -509,7 +517,7 @@ def status(
         # As the text: a cluster that does not exist is a failed status.
         sys.exit(0 if seen.resources else 1)
     if not seen.resources:
-        click.echo(f"{name}: no resources in {region}")
+        click.echo(f"{name}: {missing_cluster(name, region)}")
         sys.exit(1)
     click.echo(f"{name} in {region}: {len(seen.resources)} resources")
     for o in sorted(seen.resources, key=lambda o: (o.kind, o.resource)):

@@ -9,6 +9,7 @@ from typing import Any
 
 from provisioner.ops.target import Target, kubeconfig_path, make_context, pcluster_command
 from provisioner.resources.base import Owned
+from provisioner.spec.model import ClusterSpec
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,8 @@ def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[st
     )
     text = open_state(target, name).spec_text()
     spec = validate_document(parse_source(text)[0]).resolved if text else None
-    ssh = spec.network.ssh_cidr if spec else None
     grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
-    return slurm, slurm_access(name, target.region, slurm.head_node, slurm.head_ip, ssh, grafana)
+    return slurm, slurm_access(name, target.region, slurm.head_node, slurm.head_ip, spec, grafana)
 
 
 def head_exporters(target: Target, name: str) -> tuple[tuple[str, str], ...]:
@@ -201,10 +201,18 @@ def head_exporters(target: Target, name: str) -> tuple[tuple[str, str], ...]:
 
 
 def slurm_access(
-    name: str, region: str, head: str, head_ip: str, ssh: str | None, grafana: bool
+    name: str, region: str, head: str, head_ip: str, spec: ClusterSpec | None, grafana: bool
 ) -> list[str]:
-    """How to log in to the head node and reach Grafana on it (`up` and `status`)."""
-    how = f"ssh ec2-user@{head_ip}" if ssh else f"aws ssm start-session --target {head}"
+    """How to log in to the head node and reach Grafana on it (`up` and `status`): SSH as
+    the image's user where a key pair and sshCidr let one in, else SSM."""
+    from provisioner.render.context import os_login_user
+
+    key = spec.compute.head_node.key_name if spec else None
+    if key and spec is not None and spec.network.ssh_cidr:
+        user = os_login_user(spec.slurm.os)
+        how = f"ssh -i ~/.ssh/{key}.pem {user}@{head_ip}"
+    else:
+        how = f"aws ssm start-session --target {head} --region {region}"
     lines = [f"log in: {how}   (Slurm head node of {name})"]
     if grafana:
         lines.append(

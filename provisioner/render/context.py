@@ -182,6 +182,7 @@ class ClusterContext:
     eks_subnets: tuple[str, ...]
     head_node_type: str
     head_node_root_gib: int
+    head_node_key: str | None
     system_node_type: str
     system_node_count: int
     pools: tuple[PoolContext, ...]
@@ -296,6 +297,16 @@ def _eks_subnets(net: Network) -> tuple[str, ...]:
     return tuple(s for s in named if s)
 
 
+def os_login_user(os: str) -> str:
+    """The user ParallelCluster's image of ``os`` logs in as (the cookbook's cluster_user per
+    platform: ec2-user on Amazon Linux and RHEL, ubuntu, rocky)."""
+    if os.startswith("ubuntu"):
+        return "ubuntu"
+    if os.startswith("rocky"):
+        return "rocky"
+    return "ec2-user"
+
+
 def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
     """The render context of a resolved spec (``provisioner.spec.resolve.resolve``)."""
     net = spec.network
@@ -330,6 +341,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         eks_subnets=_eks_subnets(net),
         head_node_type=spec.compute.head_node.instance_type,
         head_node_root_gib=spec.compute.head_node.root_volume_gib,
+        head_node_key=spec.compute.head_node.key_name,
         system_node_type=spec.compute.system_nodes.instance_type,
         system_node_count=spec.compute.system_nodes.count,
         pools=tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools),

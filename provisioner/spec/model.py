@@ -86,6 +86,11 @@ class HeadNode(SpecModel):
     root_volume_gib: int = Field(
         d.HEAD_NODE_ROOT_GIB, alias="rootVolumeGiB", description="Encrypted gp3 root volume."
     )
+    key_name: str | None = Field(
+        None,
+        description="An EC2 key pair for SSH to the head node (from network.sshCidr); "
+        "without it, log in through SSM Session Manager.",
+    )
 
 
 class SystemNodes(SpecModel):

@@ -388,6 +388,25 @@ def _existing_file_system(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             )
 
 
+def _key_pair(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The head node's key pair exists in the region (ParallelCluster's KeyPairValidator
+    would refuse it, later)."""
+    key = spec.compute.head_node.key_name
+    if spec.scheduler != "slurm" or key is None:
+        return
+    try:
+        aws.client("ec2").describe_key_pairs(KeyNames=[key])
+    except Exception as exc:
+        if error_code(exc) != "InvalidKeyPair.NotFound":
+            raise
+        yield Problem(
+            "key-pair-missing",
+            f"no key pair {key!r} in {spec.metadata.region}",
+            ("compute", "headNode", "keyName"),
+            hint="aws ec2 describe-key-pairs lists them; key pairs are per region",
+        )
+
+
 def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     """EKS writes the control-plane logs to /aws/eks/NAME/cluster: a group of that name
     that is not this cluster's (tagged for another, or left by an earlier EKS cluster of the
@@ -440,4 +459,5 @@ def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Probl
         *_existing_network(aws, spec),
         *_existing_file_system(aws, spec),
         *_log_group(aws, spec),
+        *_key_pair(aws, spec),
     ]

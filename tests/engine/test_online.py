@@ -282,9 +282,7 @@ def test_a_control_plane_log_group_left_by_another_cluster_is_refused(
         logs.delete_log_group(logGroupName=group)
 
 
-def test_an_availability_zone_the_region_lacks_is_refused(
-    sandbox: Sandbox, tmp_path: Path
-) -> None:
+def test_an_availability_zone_the_region_lacks_is_refused(sandbox: Sandbox, tmp_path: Path) -> None:
     """us-west-2z has the right shape (checked offline) but no such zone exists: said at the
     zone's line, and nothing else is judged there."""
     spec = spec_file(tmp_path, "online-zone")
@@ -298,3 +296,21 @@ def test_an_availability_zone_the_region_lacks_is_refused(
             "network.availabilityZone",
         )
     }
+
+
+def test_the_head_nodes_key_pair_must_exist(sandbox: Sandbox, tmp_path: Path) -> None:
+    from tests.conftest import ROOT
+
+    data = yaml.safe_load((ROOT / "examples" / "p5-slurm-capacity-block.yaml").read_text())
+    data["metadata"]["name"] = "online-key"
+    data["compute"]["headNode"]["keyName"] = "fmctl-test-ops"
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    ec2 = sandbox.aws(data["metadata"]["region"]).client("ec2")
+    message, path = _problems(sandbox, spec)["key-pair-missing"]
+    assert "no key pair 'fmctl-test-ops'" in message and path == "compute.headNode.keyName"
+    ec2.create_key_pair(KeyName="fmctl-test-ops")
+    try:
+        assert "key-pair-missing" not in _problems(sandbox, spec)
+    finally:
+        ec2.delete_key_pair(KeyName="fmctl-test-ops")

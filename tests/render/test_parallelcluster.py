@@ -66,6 +66,16 @@ def test_configs_load_through_parallelclusters_schema(tmp_path: Path) -> None:
         path = tmp_path / f"{example.stem}.yaml"
         path.write_text(fill_all(text))
         paths.append(path)
+    # With a key pair for SSH (compute.headNode.keyName -> HeadNode.Ssh.KeyName).
+    keyed = yaml.safe_load(SLURM_CASES[0][0].read_text())
+    keyed["compute"]["headNode"]["keyName"] = "ops"
+    keyed_spec = tmp_path / "keyed-spec.yaml"
+    keyed_spec.write_text(yaml.safe_dump(keyed))
+    text = rendered(keyed_spec, "slurm").files["parallelcluster/cluster-config.yaml"]
+    assert yaml.safe_load(text)["HeadNode"]["Ssh"]["KeyName"] == "ops"
+    path = tmp_path / "keyed.yaml"
+    path.write_text(fill_all(text))
+    paths.append(path)
     # A negative control, so a schema check that accepts anything cannot pass this test.
     broken = yaml.safe_load(paths[0].read_text())
     broken["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["Efa"]["Gdr"] = True

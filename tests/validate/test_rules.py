@@ -594,6 +594,16 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "kubernetes.inClusterStack",
         "error",
     ),
+    (
+        "head-node-ssh",
+        "key-without-cidr",
+        [
+            (("compute", "headNode"), {"instanceType": "m7i.4xlarge", "keyName": "ops"}),
+            (("network", "sshCidr"), DELETE),
+        ],
+        "compute.headNode.keyName",
+        "warning",
+    ),
 ]
 
 # (code, case id, edits): valid edge cases the rule must accept.
@@ -769,6 +779,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
             (("kubernetes", "inClusterStack"), "gitops"),
             (("gitops",), {"repoUrl": "https://github.com/acme/clusters.git"}),
         ],
+    ),
+    (
+        "head-node-ssh",
+        "key-with-cidr",
+        [(("compute", "headNode"), {"instanceType": "m7i.4xlarge", "keyName": "ops"})],
     ),
     ("local-nvme", "p5", []),
 ]

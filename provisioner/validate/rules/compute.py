@@ -271,3 +271,20 @@ def placement_groups(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
                 hint="AWS already places reserved capacity; set placementGroup: false",
                 related=depends,
             )
+
+
+@rule("head-node-ssh")
+def head_node_ssh(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """A key pair opens SSH only together with network.sshCidr (port 22 is otherwise open to
+    the VPC alone): said, so a user does not wait on a login that cannot connect."""
+    key = spec.compute.head_node.key_name
+    if ctx.scheduler == "slurm" and key is not None and spec.network.ssh_cidr is None:
+        yield Problem(
+            "head-node-ssh",
+            f"key pair {key!r} is set, but no network.sshCidr: SSH reaches the head node "
+            "from inside the VPC only",
+            ("compute", "headNode", "keyName"),
+            level="warning",
+            hint="add network.sshCidr: YOUR.RANGE/NN to log in with the key from there; "
+            "`aws ssm start-session` works either way",
+        )
