@@ -98,9 +98,43 @@ def catalog(family: str | None, output: str, show_all: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    width = table_width()
+    shown = [i for i, h in enumerate(HEADERS) if h in columns_for(width)]
     table = Table(title="fmctl catalog (PFLOPS dense, per GPU)", header_style="bold")
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
+    for i in shown:
+        table.add_column(HEADERS[i], overflow="fold")
     for t in types:
-        table.add_row(*_row(t))
-    Console(width=max(200, shutil.get_terminal_size().columns)).print(table)
+        row = _row(t)
+        table.add_row(*(row[i] for i in shown))
+    # rich honours NO_COLOR itself.
+    console = Console(width=width)
+    console.print(table)
+    if len(shown) < len(HEADERS):
+        console.print(
+            f"{len(HEADERS) - len(shown)} columns left out to fit {width} columns; a wider "
+            "terminal or `-o json` shows every fact"
+        )
+
+
+#: Columns kept as the terminal narrows, most telling first (every one at WIDE and above).
+NARROW = ["type", "GPUs", "HBM/GPU", "EFA", "PG"]
+MEDIUM = [*NARROW, "HBM total", "NVLink", "net cards", "local NVMe"]
+WIDE = 190
+
+
+def columns_for(width: int) -> list[str]:
+    """The columns that fit ``width`` characters."""
+    if width >= WIDE:
+        return HEADERS
+    return MEDIUM if width >= 130 else NARROW
+
+
+def table_width() -> int:
+    """The terminal's width on a terminal (or COLUMNS when set); WIDE when piped, so a
+    file gets every column."""
+    import os
+    import sys
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return shutil.get_terminal_size((WIDE, 24)).columns
+    return WIDE

@@ -16,7 +16,7 @@ from provisioner.cli.options import (
     target_options,
     wait_option,
 )
-from provisioner.cli.report import print_problems
+from provisioner.cli.report import print_problems, use_color
 
 
 class GuardedCommand(click.Command):
@@ -60,7 +60,7 @@ def _load(path: str, scheduler: str | None) -> Any:
     from provisioner.ops.validate import load_and_validate
 
     result = load_and_validate(path, scheduler)
-    print_problems(result, sys.stderr, color=sys.stderr.isatty())
+    print_problems(result, sys.stderr, color=use_color(sys.stderr))
     if not result.ok or result.resolved is None:
         sys.exit(1)
     return result
@@ -102,7 +102,7 @@ def _online(validation: Any, target: Any) -> None:
         online = check_online(validation, target)
     except Exception as exc:  # botocore errors: translated, never a traceback
         _fail(*explain(exc, "checking the account"))
-    print_problems(online, sys.stderr, color=sys.stderr.isatty())
+    print_problems(online, sys.stderr, color=use_color(sys.stderr))
     if not online.ok:
         sys.exit(1)
 
@@ -277,12 +277,13 @@ def up(
         click.echo(f"up {spec.metadata.name} in {where}:")
         return True
 
+    progress = Progress()
     try:
         outcome = run_up(
             spec,
             validation.doc.text,
             target,
-            Progress(),
+            progress,
             confirm,
             allow_replace,
             wait,
@@ -296,6 +297,8 @@ def up(
             f"`up` changed nothing: {len(exc.problems)} change(s) it will not make",
             "`fmctl plan` shows every change and why",
         )
+    finally:
+        progress.close()
     if outcome is None:
         _fail("nothing changed", None)
     _report(outcome.result, "up", [c.resource for c in outcome.pending])
@@ -481,12 +484,15 @@ def down(
     if not yes:
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
     click.echo(f"down {name}:")
+    progress = Progress()
     try:
         result, found = run_down(
-            name, target, Progress(), skip_kubernetes_cleanup, wait, _notice, keep
+            name, target, progress, skip_kubernetes_cleanup, wait, _notice, keep
         )
     except LockHeld as exc:
         _fail(str(exc), exc.hint)
+    finally:
+        progress.close()
     _report(result, f"down {name}")
     click.echo(f"{name}: {len(found)} resources deleted in {result.wall:.1f}s")
     for line in forget_locally(target, name, keep_state):

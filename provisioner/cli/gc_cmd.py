@@ -102,10 +102,13 @@ def gc(
         click.confirm(f"tear down {len(chosen)} cluster(s)?", abort=True)
     for cluster in chosen:
         click.echo(f"down {cluster.name}:")
+        progress = Progress()
         try:
-            result, found = down(cluster.name, targets[cluster.region], Progress())
+            result, found = down(cluster.name, targets[cluster.region], progress)
         except LockHeld as exc:  # a run took the lock since the listing
             click.echo(f"skip {cluster.name}: {exc}", err=True)
             continue
+        finally:
+            progress.close()
         _report(result, f"down {cluster.name}")
         click.echo(f"{cluster.name}: {len(found)} resources deleted")

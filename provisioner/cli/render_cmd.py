@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from provisioner.cli.options import target_options
-from provisioner.cli.report import print_problems
+from provisioner.cli.report import print_problems, use_color
 
 
 @click.command("render")
@@ -75,7 +75,7 @@ def render(
         )
         sys.exit(2)
     problems = outcome.validation
-    print_problems(problems, sys.stderr, color=sys.stderr.isatty())
+    print_problems(problems, sys.stderr, color=use_color(sys.stderr))
     if not problems.ok:
         sys.exit(1)
     pending = sorted({n for names in outcome.placeholders.values() for n in names})

@@ -58,6 +58,14 @@ def format_problem(validation: Validation, problem: Problem, *, color: bool = Fa
     return "\n".join(lines)
 
 
+def use_color(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org:
+    any non-empty value)."""
+    import os
+
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
 def print_problems(validation: Validation, out: TextIO, *, color: bool = False) -> None:
     """All problems, then a one-line summary."""
     for problem in validation.problems:

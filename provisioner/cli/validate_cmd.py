@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from provisioner.cli.report import dump_json, print_problems, problems_json
+from provisioner.cli.report import dump_json, print_problems, problems_json, use_color
 
 
 @click.command("validate")
@@ -39,7 +39,7 @@ def validate(path: str, scheduler: str | None, show_defaults: bool, output: str)
             data["spec"] = result.resolved.model_dump(mode="json", by_alias=True, exclude_none=True)
         click.echo(dump_json(data))
     else:
-        print_problems(result, sys.stderr, color=sys.stderr.isatty())
+        print_problems(result, sys.stderr, color=use_color(sys.stderr))
         if result.ok and show_defaults and result.resolved is not None:
             from provisioner.spec.dump import dump_spec_yaml
 

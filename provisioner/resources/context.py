@@ -29,6 +29,8 @@ class Event:
     state: str
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
+    #: For "waiting": how long the wait is expected to take, in seconds of this run's clock.
+    expected: float | None = None
 
 
 @dataclass
@@ -56,9 +58,11 @@ class Context:
     _cache: dict[str, Any] = field(default_factory=dict)
     _cache_locks: dict[str, threading.Lock] = field(default_factory=dict)
 
-    def emit(self, resource: str, state: str, detail: str = "") -> None:
+    def emit(
+        self, resource: str, state: str, detail: str = "", expected: float | None = None
+    ) -> None:
         """Publish an event."""
-        self.on_event(Event(resource, state, detail))
+        self.on_event(Event(resource, state, detail, expected=expected))
 
     # -- references ---------------------------------------------------------------------
     def get(self, ref: Ref[T]) -> T:
@@ -151,6 +155,8 @@ class Context:
         scale = self.time_scale
         start = time.monotonic()
         deadline = start + timeout * max(scale, 0.01)
+        # Said once; the progress view shows elapsed against it while the wait lasts.
+        self.emit(resource, "waiting", what, expected=expected * scale)
         for at in poll_schedule(expected, scale):
             if at > 0 and start + at > deadline:
                 raise WaitTimeout(

@@ -199,3 +199,21 @@ def test_completion_answers_commands_and_options() -> None:
 def test_catalog_family_is_case_insensitive() -> None:
     upper, lower = fmctl("catalog", "--family", "P5EN"), fmctl("catalog", "--family", "p5en")
     assert upper.returncode == 0 and upper.stdout == lower.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 120, 160, 250])
+def test_catalog_table_fits_the_terminal(columns: int) -> None:
+    """Every line fits the terminal's width; narrower terminals keep the telling columns and
+    say how many were left out; piped output (no COLUMNS) has every column."""
+    result = fmctl("catalog", env={"COLUMNS": str(columns), "NO_COLOR": "1"})
+    assert result.returncode == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= columns
+    assert "p5en.48xlarge" in result.stdout and "EFA" in result.stdout
+    if columns < 190:
+        assert "columns left out to fit" in result.stdout
+    assert "\x1b[" not in result.stdout  # NO_COLOR: no escape codes
+
+
+def test_catalog_piped_has_every_column() -> None:
+    result = fmctl("catalog", env={"COLUMNS": ""})
+    assert "PFLOPS/GPU" in result.stdout and "left out" not in result.stdout
