@@ -8,8 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
+from provisioner.cli import jsonout
 from provisioner.cli.options import (
     name_argument,
+    output_option,
     region_option,
     spec_options,
     state_option,
@@ -52,6 +54,8 @@ class GuardedCommand(click.Command):
 
 def _fail(message: str, hint: str | None = None) -> NoReturn:
     click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
+    if jsonout.is_json():
+        jsonout.error(message, hint)
     sys.exit(1)
 
 
@@ -62,6 +66,15 @@ def _load(path: str, scheduler: str | None) -> Any:
     result = load_and_validate(path, scheduler)
     print_problems(result, sys.stderr, color=use_color(sys.stderr))
     if not result.ok or result.resolved is None:
+        if jsonout.is_json():
+            from provisioner.cli.report import problems_json
+
+            errors = sum(p.level == "error" for p in result.problems)
+            jsonout.error(
+                f"{path}: {errors} error(s) in the spec",
+                "each problem says where and what to do",
+                **problems_json(result),
+            )
         sys.exit(1)
     return result
 
@@ -219,6 +232,7 @@ def plan(
 @click.command("up", cls=GuardedCommand)
 @spec_options
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@output_option
 @click.option(
     "--allow-replace",
     is_flag=True,
@@ -231,6 +245,7 @@ def up(
     path: str,
     scheduler: str | None,
     yes: bool,
+    output: str,
     allow_replace: bool,
     wait: bool,
     state_url: str | None,
@@ -255,16 +270,19 @@ def up(
             "run `fmctl setup parallelcluster` (a virtualenv of its own; it also needs "
             "Node.js), or put pcluster on PATH, or set FMCTL_PCLUSTER",
         )
+    as_json = output == "json"
+    if as_json and not yes:
+        _fail("`up -o json` does not ask before changing resources", "pass --yes")
     _prepare(validation, target, sandbox)
     where = "the sandbox" if sandbox else f"AWS {spec.metadata.region}"
 
     def confirm(planned: Any) -> bool:
         acting = planned.acting
         if not acting:
-            click.echo(f"up {spec.metadata.name} in {where}: nothing to change")
+            click.echo(f"up {spec.metadata.name} in {where}: nothing to change", err=as_json)
             return True
         if yes:
-            click.echo(f"up {spec.metadata.name} in {where}:")
+            click.echo(f"up {spec.metadata.name} in {where}:", err=as_json)
             return True
         show_plan(PlanView(planned).as_data())
         if not sys.stdin.isatty():
@@ -277,7 +295,7 @@ def up(
         click.echo(f"up {spec.metadata.name} in {where}:")
         return True
 
-    progress = Progress()
+    progress = jsonout.JsonEvents() if as_json else Progress()
     try:
         outcome = run_up(
             spec,
@@ -301,6 +319,26 @@ def up(
         progress.close()
     if outcome is None:
         _fail("nothing changed", None)
+    if as_json:
+        counts = _counts(outcome)
+        ok = _report(outcome.result, "up", [c.resource for c in outcome.pending], exit=False)
+        jsonout.line(
+            {
+                "summary": {
+                    "cluster": spec.metadata.name,
+                    "region": spec.metadata.region,
+                    "ok": ok,
+                    **counts,
+                    "wall_s": round(outcome.result.wall, 1),
+                    **_failures(outcome.result, [c.resource for c in outcome.pending]),
+                }
+            }
+        )
+        if not ok:
+            sys.exit(1)
+        if spec.scheduler == "kubernetes" and spec.kubernetes.in_cluster_stack == "gitops":
+            _hand_over(path, spec, target)
+        return
     _report(outcome.result, "up", [c.resource for c in outcome.pending])
     _summary(spec.metadata.name, outcome)
     _after_up(spec, target, outcome, sandbox)
@@ -323,17 +361,23 @@ def _hand_over(path: str, spec: Any, target: Any) -> None:
     )
 
 
-def _summary(name: str, outcome: Any) -> None:
+def _counts(outcome: Any) -> dict[str, int]:
+    """Resources created, existing, updated, replaced and deleted by a run of `up`."""
     done = outcome.result.done
-    created = sum(1 for v in done.values() if v == "created")
     counts = {
-        v: sum(1 for x in done.values() if x == v) for v in ("updated", "replaced", "deleted")
+        v: sum(1 for x in done.values() if x == v)
+        for v in ("created", "updated", "replaced", "deleted")
     }
-    existed = len(outcome.plan.blueprint.ids) - created - counts["replaced"]
+    counts["existed"] = len(outcome.plan.blueprint.ids) - counts["created"] - counts["replaced"]
+    return counts
+
+
+def _summary(name: str, outcome: Any) -> None:
+    counts = _counts(outcome)
     click.echo(
-        f"{name}: {created} created, {existed} existed ({counts['updated']} updated, "
-        f"{counts['replaced']} replaced, {counts['deleted']} deleted), in "
-        f"{outcome.result.wall:.1f}s"
+        f"{name}: {counts['created']} created, {counts['existed']} existed ("
+        f"{counts['updated']} updated, {counts['replaced']} replaced, {counts['deleted']} "
+        f"deleted), in {outcome.result.wall:.1f}s"
     )
 
 
@@ -395,12 +439,23 @@ def _print_kube(kube: Any) -> None:
             click.echo(f"    {row}")
 
 
-def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
-    """Failures with what to do; exit 1 when any."""
+def _failures(result: Any, pending: list[str] | None = None) -> dict[str, Any]:
+    """What failed, what did not start and what is still to change, as data."""
+    from provisioner.ops.errors import explain
+
+    failed = []
+    for node, error in result.failed.items():
+        message, hint = explain(error, node)
+        failed.append({"resource": node, "message": message, "hint": hint})
+    return {"failed": failed, "not_started": list(result.skipped), "pending": pending or []}
+
+
+def _report(result: Any, verb: str, pending: list[str] | None = None, exit: bool = True) -> bool:
+    """Failures with what to do (stderr); exit 1 when any (``exit``), else False."""
     from provisioner.ops.errors import explain
 
     if result.ok:
-        return
+        return True
     for node, error in result.failed.items():
         message, hint = explain(error, node)
         click.echo(f"error: {message}", err=True)
@@ -411,7 +466,9 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     if pending:
         click.echo(f"still to change: {', '.join(pending)}", err=True)
     click.echo(f"`fmctl {verb}` again resumes where this stopped.", err=True)
-    sys.exit(1)
+    if exit:
+        sys.exit(1)
+    return False
 
 
 @click.command("down", cls=GuardedCommand)
@@ -434,6 +491,7 @@ def _report(result: Any, verb: str, pending: list[str] | None = None) -> None:
     help="Keep the EKS control-plane log group (untagged from the cluster, its retention "
     "still applies); down deletes it.",
 )
+@output_option
 @region_option
 @wait_option
 @state_option
@@ -444,6 +502,7 @@ def down(
     skip_kubernetes_cleanup: bool,
     keep_state: bool,
     keep_logs: bool,
+    output: str,
     region: str,
     wait: bool,
     state_url: str | None,
@@ -458,16 +517,33 @@ def down(
     from provisioner.ops.kubeconfig import forget_locally
     from provisioner.ops.teardown import data_notes
 
+    as_json = output == "json"
+    if as_json and not yes:
+        _fail("`down -o json` does not ask before deleting", "pass --yes")
     target = _target(region, state_dir, sandbox, state_url)
     found = owned_by(target, name)
     if not found:
         # Said as `status` says it; `down` still succeeds: gone is what it was asked for
         # (a re-run after a down that stopped late converges), where `status` has nothing
         # to report and fails.
-        click.echo(f"{name}: {missing_cluster(name, region)}: nothing to delete")
+        click.echo(f"{name}: {missing_cluster(name, region)}: nothing to delete", err=as_json)
         # A down stopped after its last delete left these.
-        for line in forget_locally(target, name, keep_state):
-            click.echo(f"{name}: {line}")
+        local = forget_locally(target, name, keep_state)
+        for line in local:
+            click.echo(f"{name}: {line}", err=as_json)
+        if as_json:
+            jsonout.line(
+                {
+                    "summary": {
+                        "cluster": name,
+                        "region": region,
+                        "ok": True,
+                        "exists": False,
+                        "deleted": 0,
+                        "local": local,
+                    }
+                }
+            )
         return
     notes = data_notes(target, found, keep_logs)
     keep = frozenset({"log-group"} if keep_logs else ())
@@ -483,8 +559,8 @@ def down(
         click.echo(f"warning: {line}" if not line.startswith("  ") else line, err=True)
     if not yes:
         click.confirm(f"delete {len(found)} resources of {name}?", abort=True)
-    click.echo(f"down {name}:")
-    progress = Progress()
+    click.echo(f"down {name}:", err=as_json)
+    progress = jsonout.JsonEvents() if as_json else Progress()
     try:
         result, found = run_down(
             name, target, progress, skip_kubernetes_cleanup, wait, _notice, keep
@@ -493,9 +569,28 @@ def down(
         _fail(str(exc), exc.hint)
     finally:
         progress.close()
-    _report(result, f"down {name}")
+    ok = _report(result, f"down {name}", exit=not as_json)
+    local = forget_locally(target, name, keep_state) if ok else []
+    if as_json:
+        jsonout.line(
+            {
+                "summary": {
+                    "cluster": name,
+                    "region": region,
+                    "ok": ok,
+                    "exists": True,
+                    "deleted": len(found) if ok else len(result.done),
+                    "wall_s": round(result.wall, 1),
+                    "local": local,
+                    **_failures(result),
+                }
+            }
+        )
+        if not ok:
+            sys.exit(1)
+        return
     click.echo(f"{name}: {len(found)} resources deleted in {result.wall:.1f}s")
-    for line in forget_locally(target, name, keep_state):
+    for line in local:
         click.echo(f"{name}: {line}")
 
 

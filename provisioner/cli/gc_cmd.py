@@ -8,8 +8,9 @@ import time
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _report, _target
-from provisioner.cli.options import region_option, state_option, target_options
+from provisioner.cli import jsonout
+from provisioner.cli.engine_cmds import GuardedCommand, _fail, _failures, _report, _target
+from provisioner.cli.options import output_option, region_option, state_option, target_options
 
 
 @click.command("gc", cls=GuardedCommand)
@@ -30,6 +31,7 @@ from provisioner.cli.options import region_option, state_option, target_options
 @click.option("--all-regions", is_flag=True, help="Every region fmctl accepts, not just one.")
 @click.option("--dry-run", is_flag=True, help="List what would go; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@output_option
 @region_option
 @state_option
 @target_options
@@ -41,6 +43,7 @@ def gc(
     all_regions: bool,
     dry_run: bool,
     yes: bool,
+    output: str,
     region: str,
     state_url: str | None,
     sandbox: bool,
@@ -79,30 +82,46 @@ def gc(
     held = {
         (c.region, c.name): who for c in chosen if (who := lock_holder(targets[c.region], c.name))
     }
+    as_json = output == "json"
     for (where, name), who in held.items():
         place = f" ({where})" if all_regions else ""
         click.echo(f"skip {name}{place}: locked by {who}", err=True)
     chosen = [c for c in chosen if (c.region, c.name) not in held]
     now = time.time()
+    marks = {}
     for cluster in sorted(seen.values(), key=lambda c: (c.region, c.name)):
         locked = (cluster.region, cluster.name) in held
         mark = "collect" if cluster in chosen else "locked" if locked else "keep"
+        marks[(cluster.region, cluster.name)] = mark
         age = f"{(now - cluster.created_at) / 3600:.1f}h old" if cluster.created_at else "age ?"
         ttl = ("expired" if cluster.expired(now) else "ttl ok") if cluster.expires_at else "no ttl"
         where = f" ({cluster.region})" if all_regions else ""
         click.echo(
-            f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}" + where
+            f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}"
+            + where,
+            err=as_json,
         )
+    seen_data = [
+        {"cluster": c.name, "region": c.region, "action": marks[(c.region, c.name)]}
+        for c in sorted(seen.values(), key=lambda c: (c.region, c.name))
+    ]
     if not chosen or dry_run:
-        click.echo(f"{len(chosen)} cluster(s) to collect" + (" (dry run)" if dry_run else ""))
+        click.echo(
+            f"{len(chosen)} cluster(s) to collect" + (" (dry run)" if dry_run else ""),
+            err=as_json,
+        )
+        if as_json:
+            jsonout.line({"summary": {"ok": True, "dry_run": dry_run, "clusters": seen_data}})
         return
     if not yes:
-        if not sys.stdin.isatty():
+        if as_json or not sys.stdin.isatty():
             _fail("`gc` asks before deleting", "pass --yes to run without asking")
         click.confirm(f"tear down {len(chosen)} cluster(s)?", abort=True)
+    collected = []
+    ok = True
     for cluster in chosen:
-        click.echo(f"down {cluster.name}:")
-        progress = Progress()
+        click.echo(f"down {cluster.name}:", err=as_json)
+        progress = jsonout.JsonEvents() if as_json else Progress()
         try:
             result, found = down(cluster.name, targets[cluster.region], progress)
         except LockHeld as exc:  # a run took the lock since the listing
@@ -110,5 +129,19 @@ def gc(
             continue
         finally:
             progress.close()
-        _report(result, f"down {cluster.name}")
-        click.echo(f"{cluster.name}: {len(found)} resources deleted")
+        done = _report(result, f"down {cluster.name}", exit=not as_json)
+        ok = ok and done
+        collected.append(
+            {
+                "cluster": cluster.name,
+                "region": cluster.region,
+                "ok": done,
+                "deleted": len(found),
+                **_failures(result),
+            }
+        )
+        click.echo(f"{cluster.name}: {len(found)} resources deleted", err=as_json)
+    if as_json:
+        jsonout.line({"summary": {"ok": ok, "clusters": seen_data, "collected": collected}})
+        if not ok:
+            sys.exit(1)

@@ -124,3 +124,15 @@ def cluster_name_check(ctx: click.Context, param: click.Parameter, value: str | 
 def name_argument(required: bool = True) -> Callable[[F], F]:
     """The cluster NAME argument, checked before anything reaches AWS."""
     return click.argument("name", required=required, callback=cluster_name_check)
+
+
+def output_option(fn: F) -> F:
+    """-o text|json (json: data on stdout, errors too; see ``cli.jsonout``)."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json: JSON lines of events and a summary on stdout (errors as JSON too).",
+    )(fn)
