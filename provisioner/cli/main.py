@@ -35,6 +35,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "kubeconfig",
         "Write (or print) an EKS cluster's kubeconfig entry.",
     ),
+    "connect": (
+        "connect_cmd",
+        "connect",
+        "A shell on a cluster's head node or a node (SSM or SSH), or Grafana forwarded.",
+    ),
+    "logs": ("logs_cmd", "logs", "Show fmctl's events and the cluster's AWS logs."),
     "token": ("kube_cmds", "token", "Print a token for an EKS cluster's API (kubectl runs it)."),
     "history": ("state_cmds", "history", "Show who changed a cluster, when, and what changed."),
     "unlock": ("state_cmds", "unlock", "Show a cluster's lock holder and remove its lock."),

@@ -18,6 +18,13 @@ from typing import Any
 
 #: Operations that only read (what `plan` may call): by name prefix, for every service.
 READ_PREFIXES = ("Describe", "List", "Get", "Head", "Lookup", "Search")
+#: Reads whose names start otherwise (CloudWatch Logs' search of a group's events).
+READ_OPERATIONS = frozenset({"FilterLogEvents"})
+
+
+def is_read(operation: str) -> bool:
+    """True for an API operation that only reads."""
+    return operation.startswith(READ_PREFIXES) or operation in READ_OPERATIONS
 
 
 class WriteRefused(Exception):
@@ -152,7 +159,7 @@ class Aws:
 def _refuse_writes(model: Any, **_: Any) -> None:
     """botocore's before-call hook of a read-only client: reads pass, anything else stops
     here, unsent."""
-    if not str(model.name).startswith(READ_PREFIXES):
+    if not is_read(str(model.name)):
         raise WriteRefused(f"{model.name} is not a read, and this run only reads")
 
 
@@ -164,7 +171,7 @@ class _Fenced:
         self.fence = fence
 
     def __call__(self, event_name: str = "", **_: Any) -> None:
-        if not event_name.rsplit(".", 1)[-1].startswith(READ_PREFIXES):
+        if not is_read(event_name.rsplit(".", 1)[-1]):
             self.fence()
 
 

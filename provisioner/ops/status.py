@@ -155,9 +155,7 @@ def status(target: Target, name: str) -> Status:
 def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[str]]:
     """The head node's state, login and Grafana, with the spec `up` saved (if there is one)."""
     from provisioner.drivers.pcluster import ParallelCluster
-    from provisioner.ops.team import open_state
-    from provisioner.spec.source import parse_source
-    from provisioner.validate import validate_document
+    from provisioner.ops.team import applied_spec
 
     command = pcluster_command(target)
     found = (
@@ -174,8 +172,7 @@ def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[st
         head.get("publicIpAddress") or head.get("privateIpAddress", ""),
         head_exporters(target, name),
     )
-    text = open_state(target, name).spec_text()
-    spec = validate_document(parse_source(text)[0]).resolved if text else None
+    spec = applied_spec(target, name)
     grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
     return slurm, slurm_access(name, target.region, slurm.head_node, slurm.head_ip, spec, grafana)
 

@@ -231,3 +231,12 @@ def pull(target: Target, name: str, location: StateLocation) -> list[str]:
 def history(target: Target, name: str) -> list[AuditEntry]:
     """`fmctl history NAME`: every recorded run, oldest first (reads only)."""
     return open_state(target, name).history()
+
+
+def applied_spec(target: Target, name: str) -> ClusterSpec | None:
+    """The spec `up` last applied to ``name`` (local or team state), or None."""
+    from provisioner.spec.source import parse_source
+    from provisioner.validate import validate_document
+
+    text = open_state(target, name).spec_text()
+    return validate_document(parse_source(text)[0]).resolved if text else None

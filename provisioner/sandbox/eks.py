@@ -199,9 +199,13 @@ class Eks:
             ng["_generation"] = ng.get("_generation", 0) + 1
         base = 10 + 64 * (ng.get("_generation", 0) % 3)
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
+        zone, group = f"{region}a", ng["nodegroupName"]
         nodes = [
             {
                 "name": f"ip-10-0-{subnet}-{base + i}.ec2.internal",
+                # As the AWS cloud provider registers a node: aws:///ZONE/INSTANCE-ID (the
+                # sandbox's nodes are Kubernetes objects only, with ids of their own).
+                "provider_id": f"aws:///{zone}/{_instance_id(region, group, base + i)}",
                 "labels": dict(ng.get("labels", {})),
                 "taints": taints,
                 "gpus": gpus_of(itype),
@@ -485,3 +489,9 @@ def _ok(body: dict[str, Any]) -> Answer:
 
 def _error(err: EksError) -> Answer:
     return p.rest_json_error(err.status, err.code, err.message)
+
+
+def _instance_id(region: str, nodegroup: str, index: int) -> str:
+    """A node's instance id, the same for the same node (i- and 17 hex digits, as EC2's)."""
+    digest = zlib.crc32(f"{region}/{nodegroup}".encode())
+    return f"i-{digest:08x}{index:09x}"

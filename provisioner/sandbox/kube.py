@@ -173,7 +173,7 @@ class KubeServer:
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": n["name"], "labels": labels},
-                    "spec": {"taints": n["taints"]},
+                    "spec": {"taints": n["taints"], "providerID": n.get("provider_id", "")},
                     "status": status,
                 }
                 self._put(c, "nodes", "", node, existing)
