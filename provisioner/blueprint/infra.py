@@ -3,6 +3,7 @@ artifact bucket, FSx for Lustre, and the IAM the schedulers' nodes need."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from provisioner.resources.compute import (
     SgOut,
     SgParams,
 )
-from provisioner.resources.fsx import ExistingFsxParams, FsxOut, FsxParams
+from provisioner.resources.fsx import DELETION_POLICY_TAG, ExistingFsxParams, FsxOut, FsxParams
 from provisioner.resources.fsx_dra import DraParams
 from provisioner.resources.gateways import EipOut, EipParams, IgwOut, IgwParams, NatOut, NatParams
 from provisioner.resources.iam import PolicyParams, RoleOut, RoleParams, canonical, role_name
@@ -331,12 +332,16 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
     )
     p.add("sg/fsx", "sg", group)
     at = "storage.fsxLustre"
+    tags = p.tags("fsx")
+    if fsx.retain:
+        # Said on the file system itself: `down` works from tags alone.
+        tags = dataclasses.replace(tags, spec=(*tags.spec, (DELETION_POLICY_TAG, "retain")))
     params = FsxParams(
         subnet=p.ref("subnet/private", SubnetOut),
         security_group=p.ref("sg/fsx", SgOut),
         capacity_gib=int(fsx.capacity_gib or 0),
         deployment_type=str(fsx.deployment_type),
-        tags=p.tags("fsx"),
+        tags=tags,
         throughput_per_tib=fsx.throughput_per_tib,
         import_path=fsx.import_path,
         export_path=fsx.export_path,

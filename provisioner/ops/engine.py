@@ -319,10 +319,14 @@ def down(
 
         ctx = make_context(target, name, record, fence=state.fence)
         ctx.skip_kubernetes_cleanup = skip_kubernetes_cleanup
+        from provisioner.ops.teardown import retained
+
         found = find_owned(ctx)
-        kept = [o for o in found if o.kind in keep]
-        found = [o for o in found if o.kind not in keep]
-        for o in kept:
+        kept = [o for o in found if o.kind in keep] + retained(ctx, found)
+        found = [o for o in found if o not in kept]
+        # The file system last: a run killed in between finds it still the cluster's (and
+        # retained), so the next one keeps what it holds on to rather than deleting it.
+        for o in sorted(kept, key=lambda o: (o.kind == "fsx", o.kind, o.id)):
             notice(registry.kinds()[o.kind].release(ctx, o))
         plan = Plan(name, target.region, Blueprint(()))
         plan.changes = [

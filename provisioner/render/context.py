@@ -131,6 +131,8 @@ class FsxContext:
     mount_path: str
     import_path: str | None
     export_path: str | None
+    #: storage.fsxLustre.deletionPolicy: retain (`down` keeps it).
+    retain: bool = False
 
     @property
     def file_system_id(self) -> str:
@@ -322,6 +324,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
             mount_path=fsx_spec.mount_path,
             import_path=s3.import_path if s3 else None,
             export_path=s3.export_path if s3 else None,
+            retain=fsx_spec.deletion_policy == "retain",
         )
     tags = {**spec.metadata.tags, OWNER_TAG: spec.metadata.name}
     obs = spec.observability

@@ -15,7 +15,15 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, retry_dependency, tags_of
 from provisioner.resources.errors import Foreign
 from provisioner.resources.network import VpcOut, sweep_cni_interfaces
-from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
+from provisioner.resources.tags import (
+    CREATED_TAG,
+    FMCTL_PREFIX,
+    RESOURCE_TAG,
+    RETAINED_TAG,
+    DesiredTags,
+    Tags,
+    tag_updates,
+)
 
 #: Lustre's ports: 988 and 1018-1023
 #: (https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html)
@@ -217,6 +225,47 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             self.owned_item(tags_of(i).get(RESOURCE_TAG) or "?", i["GroupId"])
             for i in self._items(ctx)
         ]
+
+    def release(self, ctx: Context, owned: Owned) -> str:
+        """Keep the group a retained file system uses: its rules from other groups of the
+        cluster (which go with it) become the same ports from the VPC's block, so they no
+        longer block those groups' deletion and the file system stays reachable in the
+        VPC; no fmctl tag is left on it but where it came from."""
+        ec2 = ctx.aws.client("ec2")
+        item = ec2.describe_security_groups(GroupIds=[owned.id])["SecurityGroups"][0]
+        cidr = ec2.describe_vpcs(VpcIds=[item["VpcId"]])["Vpcs"][0]["CidrBlock"]
+        for key, revoke, authorize in (
+            (
+                "IpPermissions",
+                ec2.revoke_security_group_ingress,
+                ec2.authorize_security_group_ingress,
+            ),
+            (
+                "IpPermissionsEgress",
+                ec2.revoke_security_group_egress,
+                ec2.authorize_security_group_egress,
+            ),
+        ):
+            live = _flatten(item.get(key, []))
+            others = sorted(
+                (r for r in live if r[3].startswith("sg-") and r[3] != owned.id), key=repr
+            )
+            if not others:
+                continue
+            revoke(GroupId=owned.id, IpPermissions=[_permission(r) for r in others])
+            wanted = {(r[0], r[1], r[2], cidr) for r in others} - set(live)
+            if wanted:
+                authorize(
+                    GroupId=owned.id,
+                    IpPermissions=[_permission(r) for r in sorted(wanted, key=repr)],
+                )
+        tags = tags_of(item)
+        ours = [k for k, _ in tags.items if k.startswith(FMCTL_PREFIX)]
+        retag(ctx, owned.id, {RETAINED_TAG: ctx.cluster}, ours)
+        return (
+            f"kept security group {owned.id} with the file system (its rules now name the "
+            f"VPC's block {cidr})"
+        )
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         ec2 = ctx.aws.client("ec2")

@@ -29,13 +29,28 @@ from provisioner.resources.network import NoLive, SubnetOut
 from provisioner.resources.pcluster_check import CheckOut
 from provisioner.resources.tags import (
     CREATED_TAG,
+    FMCTL_PREFIX,
     RESOURCE_TAG,
+    RETAINED_TAG,
     DesiredTags,
     Tags,
     apply_tag_change,
 )
 
 EVENTS = ("NEW", "CHANGED", "DELETED")
+
+
+#: On a file system fmctl made with storage.fsxLustre.deletionPolicy: retain.
+DELETION_POLICY_TAG = "fmctl.dev/deletion-policy"
+
+
+def release_fsx(ctx: Context, arn: str, tags: Tags) -> None:
+    """FSx's untag/tag: none of fmctl's tags left but where it came from."""
+    fsx = ctx.aws.client("fsx")
+    ours = sorted(k for k, _ in tags.items if k.startswith(FMCTL_PREFIX))
+    if ours:
+        fsx.untag_resource(ResourceARN=arn, TagKeys=ours)
+    fsx.tag_resource(ResourceARN=arn, Tags=[{"Key": RETAINED_TAG, "Value": ctx.cluster}])
 
 
 def fsx_tags(item: dict[str, Any]) -> Tags:
@@ -383,6 +398,27 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
             self.owned_item(fsx_tags(i).get(RESOURCE_TAG) or "?", i["FileSystemId"])
             for i in self._items(ctx)
         ]
+
+    def retained(self, ctx: Context) -> list[Owned]:
+        """The cluster's file systems made with deletionPolicy: retain."""
+        return [
+            self.owned_item(fsx_tags(i).get(RESOURCE_TAG) or "?", i["FileSystemId"])
+            for i in self._items(ctx)
+            if fsx_tags(i).get(DELETION_POLICY_TAG) == "retain"
+        ]
+
+    def release(self, ctx: Context, owned: Owned) -> str:
+        (item,) = ctx.aws.client("fsx").describe_file_systems(FileSystemIds=[owned.id])[
+            "FileSystems"
+        ]
+        release_fsx(ctx, item["ResourceARN"], fsx_tags(item))
+        size = int(item.get("StorageCapacity", 0))
+        return (
+            f"kept file system {owned.id} ({size:,} GiB, deletionPolicy: retain) with its data; "
+            "it is billed until deleted: its S3 associations first (`aws fsx "
+            "delete-data-repository-association --association-id ID`), then `aws fsx "
+            f"delete-file-system --file-system-id {owned.id} --region {ctx.region}`"
+        )
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         fsx = ctx.aws.client("fsx")

@@ -22,6 +22,7 @@ from provisioner.resources.fsx import (
     delete_and_wait,
     fsx_retag,
     fsx_tags,
+    release_fsx,
 )
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags
 
@@ -174,6 +175,16 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
             self.owned_item(fsx_tags(a).get(RESOURCE_TAG) or "?", a["AssociationId"])
             for a in self._items(ctx)
         ]
+
+    def release(self, ctx: Context, owned: Owned) -> str:
+        (item,) = ctx.aws.client("fsx").describe_data_repository_associations(
+            AssociationIds=[owned.id]
+        )["Associations"]
+        release_fsx(ctx, item["ResourceARN"], fsx_tags(item))
+        return (
+            f"kept S3 association {owned.id} ({item.get('DataRepositoryPath')} at "
+            f"{item.get('FileSystemPath')}) with its file system"
+        )
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         fsx = ctx.aws.client("fsx")

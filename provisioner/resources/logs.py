@@ -24,13 +24,11 @@ from provisioner.resources.tags import (
     FMCTL_PREFIX,
     OWNER_TAG,
     RESOURCE_TAG,
+    RETAINED_TAG,
     DesiredTags,
     Tags,
     tag_updates,
 )
-
-#: Where a log group `down --keep-logs` released says it came from.
-RETAINED_TAG = "fmctl.dev/retained-from"
 
 
 def control_plane_group(cluster: str) -> str:

@@ -12,6 +12,9 @@ OWNER_TAG = "fmctl.dev/cluster"
 RESOURCE_TAG = "fmctl.dev/resource"
 EXPIRES_TAG = "fmctl.dev/expires-at"
 CREATED_TAG = "fmctl.dev/created-at"
+#: What a resource `down` kept (--keep-logs, deletionPolicy: retain) says it came from; no
+#: other fmctl tag is left on it, so nothing of fmctl's finds or deletes it again.
+RETAINED_TAG = "fmctl.dev/retained-from"
 #: Tags of fmctl's own namespace: a live one the spec no longer asks for is removed.
 FMCTL_PREFIX = "fmctl.dev/"
 STAMP = "%Y-%m-%dT%H:%M:%SZ"

@@ -24,6 +24,8 @@ FSX_CAPACITY_GIB = 1200
 FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
 #: The middle of each persistent type's allowed throughputs; scratch types take none.
 FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": 200, "PERSISTENT_2": 250}
+#: What `down` does with a file system fmctl made.
+FSX_DELETION_POLICY: Final = "delete"
 LOCAL_NVME_MOUNT_PATH = "/scratch"
 SLURM_OS: Final = "alinux2023"
 SLURM_SCALEDOWN_IDLETIME = 10

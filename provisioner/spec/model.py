@@ -168,6 +168,11 @@ class FsxLustre(SpecModel):
     )
     mount_path: str = Field(d.FSX_MOUNT_PATH, description="Where nodes mount it.")
     s3: S3Link | None = None
+    deletion_policy: Literal["delete", "retain"] = Field(
+        d.FSX_DELETION_POLICY,
+        description="What `down` does with the file system fmctl made: delete (with the data "
+        "on it) | retain (kept, untagged from the cluster, with its security group).",
+    )
 
 
 class LocalNvme(SpecModel):

@@ -18,8 +18,7 @@ import yaml
 from provisioner.drivers.aws import Aws
 from provisioner.drivers.kube import KubeClient
 from provisioner.resources.context import Context
-from provisioner.resources.logs import RETAINED_TAG
-from provisioner.resources.tags import OWNER_TAG
+from provisioner.resources.tags import OWNER_TAG, RETAINED_TAG
 from provisioner.sandbox import daemon, server
 from tests.tools import sandbox_doubles as doubles
 

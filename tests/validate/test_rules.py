@@ -604,6 +604,20 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "compute.headNode.keyName",
         "warning",
     ),
+    (
+        "fsx-retain",
+        "fmctl-vpc",
+        [((*FSX, "deletionPolicy"), "retain")],
+        "storage.fsxLustre.deletionPolicy",
+        "error",
+    ),
+    (
+        "fsx-retain",
+        "existing-fs",
+        [((*FSX,), {"fileSystemId": "fs-0123456789abcdef0", "deletionPolicy": "retain"})],
+        "storage.fsxLustre.deletionPolicy",
+        "warning",
+    ),
 ]
 
 # (code, case id, edits): valid edge cases the rule must accept.
@@ -784,6 +798,23 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         "head-node-ssh",
         "key-with-cidr",
         [(("compute", "headNode"), {"instanceType": "m7i.4xlarge", "keyName": "ops"})],
+    ),
+    (
+        "fsx-retain",
+        "existing-vpc",
+        [
+            ((*FSX, "deletionPolicy"), "retain"),
+            (
+                ("network",),
+                {
+                    "availabilityZone": "us-east-1a",
+                    "vpcId": "vpc-0123456789abcdef0",
+                    "subnetId": "subnet-0123456789abcdef0",
+                    "publicSubnetId": "subnet-0123456789abcdef1",
+                    "sshCidr": "198.51.100.0/24",
+                },
+            ),
+        ],
     ),
     ("local-nvme", "p5", []),
 ]

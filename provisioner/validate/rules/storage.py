@@ -264,3 +264,33 @@ def local_nvme(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
                 hint="remove storage.localNvme, or use a type with local drives",
                 related=(("storage", "localNvme"),),
             )
+
+
+@rule("fsx-retain")
+def fsx_retain(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """A retained file system keeps its network interfaces in its subnet after `down`, so
+    the VPC must be one that outlives the cluster (fmctl deletes the VPCs it made); and
+    only a file system fmctl makes has a deletion policy (one the spec names is never
+    deleted)."""
+    fsx = spec.storage.fsx_lustre
+    if fsx is None or fsx.deletion_policy != "retain":
+        return
+    where: SpecPath = (*FSX, "deletionPolicy")
+    if fsx.file_system_id is not None:
+        yield Problem(
+            "fsx-retain",
+            "deletionPolicy applies to a file system fmctl makes; fmctl never deletes one "
+            "the spec names (fileSystemId)",
+            where,
+            level="warning",
+            hint="drop deletionPolicy: the file system stays either way",
+        )
+    elif spec.network.vpc_id is None:
+        yield Problem(
+            "fsx-retain",
+            "a retained file system keeps its interfaces in the cluster's subnet, and fmctl "
+            "deletes the VPC it made for the cluster",
+            where,
+            hint="put the cluster in a VPC that outlives it (network.vpcId and subnetId), "
+            "or keep the data in S3 (s3.exportPath) and use deletionPolicy: delete",
+        )
