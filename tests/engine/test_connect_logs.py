@@ -15,28 +15,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, kube_client, region_of, spec_file
-
-
-def _head_node(sandbox: Sandbox, region: str, name: str) -> str:
-    """What ParallelCluster makes: a running head node tagged with the cluster's name."""
-    ec2 = sandbox.aws(region).client("ec2")
-    vpc = ec2.create_vpc(CidrBlock="10.66.0.0/16")["Vpc"]["VpcId"]
-    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.66.0.0/24")["Subnet"]["SubnetId"]
-    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    tags = [
-        {"Key": "parallelcluster:cluster-name", "Value": name},
-        {"Key": "parallelcluster:node-type", "Value": "HeadNode"},
-    ]
-    made = ec2.run_instances(
-        ImageId=image,
-        MinCount=1,
-        MaxCount=1,
-        InstanceType="m7i.4xlarge",
-        SubnetId=subnet,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-    )["Instances"][0]
-    return str(made["InstanceId"])
+from tests.engine.harness import Sandbox, head_node_instance, kube_client, region_of, spec_file
 
 
 def test_connect_to_eks_nodes_and_grafana(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -94,7 +73,7 @@ def test_connect_to_eks_nodes_and_grafana(sandbox: Sandbox, tmp_path: Path) -> N
 def test_connect_and_logs_of_a_slurm_cluster(sandbox: Sandbox, tmp_path: Path) -> None:
     name = "e2e-slurm-connect"
     region = "us-east-1"
-    instance = _head_node(sandbox, region, name)
+    instance = head_node_instance(sandbox, region, name, "10.66.0.0/16")
     ssm = sandbox.fmctl("connect", name, "--print", "--sandbox", "--region", region)
     assert ssm.stdout.strip() == f"aws ssm start-session --target {instance} --region {region}"
     forward = sandbox.fmctl(
@@ -142,7 +121,7 @@ def test_ssh_to_the_head_node_with_a_key(sandbox: Sandbox, tmp_path: Path) -> No
     image's user (the cookbook's cluster_user: ubuntu on Ubuntu)."""
     name = "e2e-ssh-connect"
     region = "us-east-1"
-    instance = _head_node(sandbox, region, name)
+    instance = head_node_instance(sandbox, region, name, "10.66.0.0/16")
     data = yaml.safe_load((ROOT / "examples" / "p5-slurm-capacity-block.yaml").read_text())
     data["metadata"].update(name=name, region=region)
     data["compute"]["headNode"]["keyName"] = "ops"

