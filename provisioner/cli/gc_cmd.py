@@ -28,6 +28,12 @@ from provisioner.cli.options import output_option, region_option, state_option, 
     metavar="KEY=VALUE",
     help="Only clusters whose resources carry this tag (repeatable; e.g. team=research).",
 )
+@click.option(
+    "--owner",
+    metavar="NAME",
+    help="Only clusters whose resources carry owner=NAME (metadata.tags: {owner: NAME}); "
+    "the same as --tag owner=NAME.",
+)
 @click.option("--all-regions", is_flag=True, help="Every region fmctl accepts, not just one.")
 @click.option("--dry-run", is_flag=True, help="List what would go; change nothing.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
@@ -40,6 +46,7 @@ def gc(
     older_than: str | None,
     ignore_ttl: bool,
     tag_filters: tuple[str, ...],
+    owner: str | None,
     all_regions: bool,
     dry_run: bool,
     yes: bool,
@@ -70,6 +77,8 @@ def gc(
         if not sep or not key:
             _fail(f"--tag {text!r} is not KEY=VALUE", "write it like --tag team=research")
         tags.append((key, value))
+    if owner is not None:
+        tags.append(("owner", owner))
     target = _target(region, state_dir, sandbox, state_url)
     regions = REGIONS if all_regions else (region,)
     targets = {r: dataclasses.replace(target, region=r) for r in regions}

@@ -232,6 +232,18 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
         "--sandbox",
     )
     assert "0 cluster(s) to collect" in nobody.stdout
+    someone = sandbox.fmctl(
+        "gc",
+        "--older-than",
+        "1m",
+        "--owner",
+        "nobody",
+        "--dry-run",
+        "--region",
+        region,
+        "--sandbox",
+    )
+    assert "0 cluster(s) to collect" in someone.stdout, someone.stdout + someone.stderr
     past = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 60))
     ec2.create_tags(Resources=[vpc["VpcId"]], Tags=[{"Key": EXPIRES_TAG, "Value": past}])
     listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
