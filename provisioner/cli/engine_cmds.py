@@ -66,15 +66,7 @@ def _load(path: str, scheduler: str | None) -> Any:
     result = load_and_validate(path, scheduler)
     print_problems(result, sys.stderr, color=use_color(sys.stderr))
     if not result.ok or result.resolved is None:
-        if jsonout.is_json():
-            from provisioner.cli.report import problems_json
-
-            errors = sum(p.level == "error" for p in result.problems)
-            jsonout.error(
-                f"{path}: {errors} error(s) in the spec",
-                "each problem says where and what to do",
-                **problems_json(result),
-            )
+        _json_problems(result, "the spec")
         sys.exit(1)
     return result
 
@@ -117,7 +109,22 @@ def _online(validation: Any, target: Any) -> None:
         _fail(*explain(exc, "checking the account"))
     print_problems(online, sys.stderr, color=use_color(sys.stderr))
     if not online.ok:
+        _json_problems(online, "the account")
         sys.exit(1)
+
+
+def _json_problems(result: Any, where: str) -> None:
+    """Under -o json: the problems as one JSON error on stdout."""
+    if not jsonout.is_json():
+        return
+    from provisioner.cli.report import problems_json
+
+    errors = sum(p.level == "error" for p in result.problems)
+    jsonout.error(
+        f"{result.doc.name}: {errors} error(s) found checking {where}",
+        "each problem says where and what to do",
+        **problems_json(result),
+    )
 
 
 def _prepare(validation: Any, target: Any, sandbox: bool) -> None:

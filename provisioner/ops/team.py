@@ -8,6 +8,7 @@ location this machine last used for the cluster, else this machine's folder.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import socket
@@ -73,6 +74,10 @@ def location_of(target: Target, name: str, spec: ClusterSpec | None = None) -> S
         return LOCAL
 
 
+#: The S3 endpoint team state is reached through when no region is known (see state_at).
+STATE_ENDPOINT_REGION = "us-east-1"
+
+
 def open_state(target: Target, name: str, spec: ClusterSpec | None = None) -> ClusterState:
     """The cluster's state, where it lives (see ``location_of``)."""
     location = location_of(target, name, spec)
@@ -83,6 +88,14 @@ def state_at(target: Target, name: str, location: StateLocation) -> ClusterState
     """The cluster's state at ``location`` (reads nothing yet)."""
     if location.local:
         return ClusterState(target.home, name)
+    from provisioner.ops.region import Unresolved
+
+    if isinstance(target.region, Unresolved):
+        # The state bucket, not the cluster: S3 finds a bucket from any region's endpoint
+        # (botocore follows S3's redirect to the bucket's own), so `history`, `unlock` and
+        # `state pull` need no region; a command that reaches the cluster still says how
+        # to give one.
+        target = dataclasses.replace(target, region=STATE_ENDPOINT_REGION)
     backend = S3Backend(target.aws().client("s3"), location, name)
     return ClusterState(target.home, name, backend)
 

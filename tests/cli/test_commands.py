@@ -89,7 +89,7 @@ def test_init_rejects_unknown_type() -> None:
 
 
 def test_catalog_table_and_family() -> None:
-    result = fmctl("catalog", "--family", "p6")
+    result = fmctl("catalog", "--family", "p6", env={"COLUMNS": ""})  # piped: every column
     assert result.returncode == 0
     assert "p6-b300.48xlarge" in result.stdout and "p5.48xlarge" not in result.stdout
     assert "ENA-only: 0" in result.stdout

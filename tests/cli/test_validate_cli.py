@@ -118,6 +118,7 @@ def test_show_defaults_fills_derived_values(tmp_path: Path) -> None:
         "deploymentType": "PERSISTENT_2",
         "throughputPerTiB": 250,
         "mountPath": "/fsx",
+        "deletionPolicy": "delete",
     }
 
 

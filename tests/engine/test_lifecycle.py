@@ -70,7 +70,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "33 created, 0 existed" in first.stdout
+    assert "34 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -78,7 +78,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 33 existed" in again.stdout
+    assert "0 created, 34 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
 
@@ -148,13 +148,13 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "33 resources deleted" in down.stdout
+    assert "34 resources deleted" in down.stdout
     # What it left on this machine goes too: the kubeconfig entry and the local state.
     assert f"removed e2e-lifecycle's entry from {kubeconfig}" in down.stdout
     assert not folder.exists()
     assert raw_leftovers(sandbox, "e2e-lifecycle", region) == []
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox")
-    assert gone.returncode == 1 and "no resources" in gone.stdout
+    assert gone.returncode == 1 and "no cluster in" in gone.stdout
     gone = sandbox.fmctl("status", "e2e-lifecycle", "--region", region, "--sandbox", "-o", "json")
     assert gone.returncode == 1 and json.loads(gone.stdout)["exists"] is False
 

@@ -36,7 +36,10 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     env = _env(tmp_path)
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", **env)
     assert up.returncode == 0, up.stdout + up.stderr
-    assert "log in: ssh ec2-user@10.0.0.10" in up.stdout
+    # sshCidr but no key pair: SSH cannot log in, SSM can.
+    assert f"log in: aws ssm start-session --target i-0123456789abcdef0 --region {region}" in (
+        up.stdout
+    )
     assert "grafana: aws ssm start-session --target i-0123456789abcdef0" in up.stdout
     assert "AWS-StartPortForwardingSession" in up.stdout
     commands = [(c[0], c[2]) for c in _calls(tmp_path) if c[0] == "create-cluster"]
