@@ -19,11 +19,13 @@ from tests.engine.harness import Sandbox, head_node_instance, kube_client, regio
 
 
 def test_connect_to_eks_nodes_and_grafana(sandbox: Sandbox, tmp_path: Path) -> None:
+    """(Made and torn down with `-o json`: see test_json_output's checks of its lines.)"""
+    from tests.engine.test_json_output import check_json_down, check_json_up
+
     name = "e2e-connect"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
-    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
-    assert up.returncode == 0, up.stdout + up.stderr
+    check_json_up(sandbox, spec, name)
     try:
         api = kube_client(sandbox, name, region)
         try:
@@ -67,7 +69,7 @@ def test_connect_to_eks_nodes_and_grafana(sandbox: Sandbox, tmp_path: Path) -> N
         only = sandbox.fmctl("logs", name, "--source", "cluster", "--stream", "audit", "--sandbox")
         assert "audit: get nodes" in only.stdout and "fmctl" not in only.stdout.split()
     finally:
-        sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        check_json_down(sandbox, name, region)
 
 
 def test_connect_and_logs_of_a_slurm_cluster(sandbox: Sandbox, tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """`-o json`: `up`, `down` and `gc` write JSON lines on stdout (each event, then a summary),
-notices on stderr; errors are JSON on stdout too, with exit 1."""
+notices on stderr; errors are JSON on stdout too, with exit 1. The lines of a whole
+lifecycle are checked on test_connect_logs's cluster (one cluster serves both)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.engine.harness import Sandbox, raw_leftovers, region_of, spec_file
+from tests.engine.harness import Sandbox, raw_leftovers
 
 
 def _lines(stdout: str) -> list[dict[str, Any]]:
@@ -15,28 +16,27 @@ def _lines(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines()]
 
 
-def test_up_and_down_as_json_lines(sandbox: Sandbox, tmp_path: Path) -> None:
-    name = "e2e-json"
-    spec = spec_file(tmp_path, name)
-    region = region_of(spec)
+def check_json_up(sandbox: Sandbox, spec: Path, name: str) -> None:
+    """`up -o json` of a new cluster, then again: events, then a summary, on stdout only."""
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "-o", "json")
     assert up.returncode == 0, up.stdout + up.stderr
-    try:
-        lines = _lines(up.stdout)
-        events = [line["event"] for line in lines[:-1]]
-        assert {e["state"] for e in events} >= {"creating", "ready", "waiting"}
-        assert any(e.get("expected_s") for e in events if e["state"] == "waiting")
-        summary = lines[-1]["summary"]
-        assert summary["ok"] is True and summary["cluster"] == name
-        assert summary["created"] > 30 and summary["failed"] == []
-        assert "sandbox:" in up.stderr  # notices stay on stderr
+    lines = _lines(up.stdout)
+    events = [line["event"] for line in lines[:-1]]
+    assert {e["state"] for e in events} >= {"creating", "ready", "waiting"}
+    assert any(e.get("expected_s") for e in events if e["state"] == "waiting")
+    summary = lines[-1]["summary"]
+    assert summary["ok"] is True and summary["cluster"] == name
+    assert summary["created"] > 30 and summary["failed"] == []
+    assert "sandbox:" in up.stderr  # notices stay on stderr
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "-o", "json")
+    *seen, last = _lines(again.stdout)
+    assert last["summary"]["created"] == 0 and last["summary"]["ok"] is True
+    assert "creating" not in {line["event"]["state"] for line in seen}
 
-        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "-o", "json")
-        *seen, last = _lines(again.stdout)
-        assert last["summary"]["created"] == 0 and last["summary"]["ok"] is True
-        assert "creating" not in {line["event"]["state"] for line in seen}
-    finally:
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", "-o", "json")
+
+def check_json_down(sandbox: Sandbox, name: str, region: str) -> None:
+    """`down -o json`, then again once nothing is left."""
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes", "-o", "json")
     assert down.returncode == 0, down.stdout + down.stderr
     lines = _lines(down.stdout)
     assert {line["event"]["state"] for line in lines[:-1]} >= {"deleting", "deleted"}

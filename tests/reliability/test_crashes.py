@@ -31,11 +31,13 @@ KILL_TRIES = 3
 #: The S3 rounds' state, and a lease short enough that waiting one out stays quick, long
 #: enough that a run starved of CPU among the campaign's others still renews in time.
 STATE = {"FMCTL_STATE": "s3://fmctl-crash-state/crash", "FMCTL_LOCK_LEASE": "8"}
-#: Every point runs with local state; every third one with S3 state too (what a crash
+#: Every point runs with local state; every fourth one with S3 state too (what a crash
 #: leaves of the resources does not depend on where the state is, and what it leaves of
 #: the lock and the state does not depend on the step; every other point with S3 took
-#: this file to 12 minutes of CI's 19).
-POINTS = [(point, "local") for point in KILL_POINTS] + [(point, "s3") for point in KILL_POINTS[::3]]
+#: this file to 12 minutes of CI's 19, every third to 14 of 24 once the log group made
+#: the plan 34 steps). The first and the last step are among them.
+S3_POINTS = sorted({*KILL_POINTS[::4], KILL_POINTS[-1]})
+POINTS = [(point, "local") for point in KILL_POINTS] + [(point, "s3") for point in S3_POINTS]
 
 
 def _killed(
@@ -65,13 +67,30 @@ def _wait(env: dict[str, str]) -> tuple[str, ...]:
     return ("--wait",) if env else ()
 
 
-def _rerun(sandbox: Sandbox, env: dict[str, str], *args: str) -> bool:
-    """Run again after the crash; with S3 state it must take the dead run's lock over,
-    unless nothing was left to do (a `down` killed after its last delete finds nothing
-    tagged and takes no lock). True when it took a lock over."""
+def _lock_left(sandbox: Sandbox, name: str) -> bool:
+    """True when the S3 state still holds ``name``'s lock (the killed run's)."""
+    from provisioner.state.location import parse_state_url
+
+    location = parse_state_url(STATE["FMCTL_STATE"])
+    s3 = sandbox.aws("us-east-1").client("s3")
+    try:
+        s3.head_object(Bucket=location.bucket, Key=location.key(name, "lock.json"))
+    except Exception:
+        return False
+    return True
+
+
+def _rerun(sandbox: Sandbox, env: dict[str, str], name: str, *args: str) -> bool:
+    """Run again after the crash; with S3 state it must take the dead run's lock over
+    whenever the killed run left one. It leaves none when the kill landed after the run had
+    let go of it (the last step, on a loaded machine: its work and its unlock were done when
+    the signal arrived), and a `down` with nothing left to delete takes none. True when it
+    took a lock over."""
+    left = bool(env) and _lock_left(sandbox, name)
     again = sandbox.fmctl(*args, "--sandbox", "--yes", *_wait(env), timeout=300, **env)
     assert again.returncode == 0, again.stdout + again.stderr
-    if not env or "nothing tagged" in again.stdout:
+    # A `down` killed after its last delete finds nothing tagged and takes no lock.
+    if not left or "nothing tagged" in again.stdout:
         return False
     assert "took over the lock" in again.stderr, again.stderr
     return True
@@ -89,7 +108,7 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     _killed(sandbox, up, " creating", point, down, env)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
-    took = [_rerun(sandbox, env, *up)]
+    took = [_rerun(sandbox, env, name, *up)]
     items = owned(sandbox, name, region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -97,7 +116,7 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     assert {i[2] for i in partial} <= {i[2] for i in items}
 
     _killed(sandbox, down, " deleting", point, up, env)
-    took.append(_rerun(sandbox, env, *down))
+    took.append(_rerun(sandbox, env, name, *down))
     assert raw_leftovers(sandbox, name, region) == []
     if env:
         runs = sandbox.fmctl("history", name, "-o", "json", "--sandbox", timeout=60, **env)
