@@ -34,7 +34,8 @@ from provisioner.resources.eks_nodes import NodegroupOut, NodegroupParams, Scali
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams
-from provisioner.resources.kube_stack import PoolCheck, StackParams
+from provisioner.resources.kube_health import PoolCheck
+from provisioner.resources.kube_stack import StackParams
 from provisioner.resources.launch_template import Interface, LtData, LtOut, LtParams, Volume
 from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plane_group
 from provisioner.resources.network import SubnetOut

@@ -34,7 +34,7 @@ from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import POOL_LABEL, ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.kubernetes import NcclRun, nccl_job
-from provisioner.resources.kube_stack import EFA, GPU
+from provisioner.resources.kube_health import EFA, GPU
 from provisioner.shipped import shipped_dir
 
 #: The check's namespaces: a prefix and the run's id (so a crashed run never blocks the next).

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load, _target
+from provisioner.cli.common import GuardedCommand, _fail, _load, _target
 from provisioner.cli.options import name_argument, target_options
 
 #: Checks that fail on a node itself: draining it is the remedy.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _target
+from provisioner.cli.common import GuardedCommand, _fail, _target
 from provisioner.cli.options import name_argument, region_option, target_options
 
 

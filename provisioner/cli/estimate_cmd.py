@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _load
+from provisioner.cli.common import GuardedCommand, _fail, _load
 from provisioner.ops.estimate import MODEL_NAMES
 
 

@@ -9,7 +9,7 @@ import time
 import click
 
 from provisioner.cli import jsonout
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _failures, _report, _target
+from provisioner.cli.common import GuardedCommand, _fail, _failures, _report, _target
 from provisioner.cli.options import output_option, region_option, state_option, target_options
 
 

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _target
+from provisioner.cli.common import GuardedCommand, _target
 from provisioner.cli.options import (
     cluster_name_check,
     name_argument,

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _target
+from provisioner.cli.common import GuardedCommand, _target
 from provisioner.cli.options import region_option, target_options
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _target
+from provisioner.cli.common import GuardedCommand, _fail, _target
 from provisioner.cli.options import name_argument, output_option, region_option, target_options
 
 

@@ -23,13 +23,13 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "plan": ("engine_cmds", "plan", "Show what `up` would create, in which order, in parallel."),
     "up": ("engine_cmds", "up", "Create the cluster (re-running creates only what is missing)."),
     "list": ("list_cmd", "list_", "List the clusters fmctl owns in a region, from AWS tags."),
-    "status": ("engine_cmds", "status", "Show a cluster's resources, from AWS tags."),
+    "status": ("cluster_cmds", "status", "Show a cluster's resources, from AWS tags."),
     "topology": (
-        "engine_cmds",
+        "cluster_cmds",
         "topology",
         "Publish where a Slurm cluster's nodes sit in the network (topology.conf).",
     ),
-    "down": ("engine_cmds", "down", "Delete everything a cluster owns, dependents first."),
+    "down": ("cluster_cmds", "down", "Delete everything a cluster owns, dependents first."),
     "kubeconfig": (
         "kube_cmds",
         "kubeconfig",
@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "unlock": ("state_cmds", "unlock", "Show a cluster's lock holder and remove its lock."),
     "state": ("state_cmds", "state", "Set up team state in S3; move a cluster's state there."),
     "gc": ("gc_cmd", "gc", "Tear down expired or old clusters (for test clusters)."),
-    "sandbox": ("engine_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
+    "sandbox": ("cluster_cmds", "sandbox", "Manage the local AWS emulator behind --sandbox."),
     "setup": ("setup_cmd", "setup", "Install the tools fmctl drives (ParallelCluster)."),
     "estimate": (
         "estimate_cmd",

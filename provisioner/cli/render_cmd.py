@@ -54,7 +54,7 @@ def render(
 
     target = None
     if from_cluster:
-        from provisioner.cli.engine_cmds import _load, _target
+        from provisioner.cli.common import _load, _target
 
         spec = _load(path, scheduler).resolved
         target = _target(spec.metadata.region, state_dir, sandbox)

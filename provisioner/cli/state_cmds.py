@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.engine_cmds import GuardedCommand, _fail, _target
+from provisioner.cli.common import GuardedCommand, _fail, _target
 from provisioner.cli.options import name_argument, region_option, state_option, target_options
 
 

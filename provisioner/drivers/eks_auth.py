@@ -149,6 +149,19 @@ def merge_kubeconfig(path: Path, entry: dict[str, Any], make_current: bool = Tru
     _write_kubeconfig(path, config)
 
 
+def has_kubeconfig_entry(path: Path, cluster: str, region: str) -> bool:
+    """True when the kubeconfig at ``path`` holds fmctl's context for ``cluster`` (an
+    unreadable file holds none)."""
+    import yaml
+
+    try:
+        config = _read_kubeconfig(path)
+    except (OSError, yaml.YAMLError):
+        return False
+    wanted = context_name(cluster, region)
+    return any(c.get("name") == wanted for c in config.get("contexts") or [])
+
+
 def remove_kubeconfig_entry(path: Path, cluster: str, region: str) -> bool:
     """Take the cluster, user and context fmctl added for ``cluster`` out of the kubeconfig
     at ``path`` (the user's others untouched; the current context unset when it was this

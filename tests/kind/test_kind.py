@@ -25,7 +25,8 @@ from provisioner.catalog import load_catalog
 from provisioner.drivers.kube import KubeClient
 from provisioner.render.context import build_context
 from provisioner.render.kubernetes import render_kubernetes
-from provisioner.resources.kube_stack import apply_all, manifests, not_ready
+from provisioner.resources.kube_health import not_ready
+from provisioner.resources.kube_stack import apply_all, manifests
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
