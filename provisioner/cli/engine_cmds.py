@@ -250,7 +250,7 @@ def _hand_over(path: str, spec: Any, target: Any) -> None:
     from provisioner.ops.render import render_to
 
     out = target.home / "clusters" / spec.metadata.name / "deployment"
-    render_to(path, out, target=target)
+    render_to(path, out, target_of=lambda _spec: target)
     where = spec.gitops.path or "the folder's place in the repository"
     click.echo(
         f"gitops: kubernetes/ is for Argo CD or Flux to apply; the filled folder is {out}: "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -52,14 +53,15 @@ def render(
     from provisioner.ops.errors import AwsError, explain
     from provisioner.ops.render import render_to
 
-    target = None
+    target_of = None
     if from_cluster:
-        from provisioner.cli.common import _load, _target
+        from provisioner.cli.common import _target
 
-        spec = _load(path, scheduler).resolved
-        target = _target(spec.metadata.region, state_dir, sandbox)
+        def target_of(spec: Any) -> Any:
+            return _target(spec.metadata.region, state_dir, sandbox)
+
     try:
-        outcome = render_to(path, out, scheduler, target=target)
+        outcome = render_to(path, out, scheduler, target_of)
     except AwsError as exc:  # the live cluster could not fill it: nothing was written
         message, hint = explain(exc, "fmctl render --from-cluster")
         click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)

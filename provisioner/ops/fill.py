@@ -92,23 +92,27 @@ def values_from(plan: Plan, spec: ClusterSpec, names: Iterable[str], account: st
         values[name] = str(value)
         sources[name] = f"`{rid}` {attr}"
     if missing:
-        exists = bool(plan.observed)
         raise NotFilled(
             "cannot fill the folder from cluster "
             f"{plan.cluster} in {plan.region}: " + "; ".join(missing),
-            hint=(
-                "run `fmctl up -f SPEC` first (`fmctl plan` shows what it would make)"
-                if exists
-                else f"no cluster {spec.metadata.name} exists in {plan.region}: `fmctl up` "
-                "makes it; render without --from-cluster writes placeholders"
-            )
-            if any(not m.startswith("gitRepoUrl") for m in missing)
-            else "add gitops: {repoUrl: ...} to the spec and render again",
+            hint=_hint(plan, spec, missing),
         )
     pending = tuple(c.resource for c in plan.changes if c.action in (Action.UPDATE, Action.DRIFT))
     return FromCluster(
         Filled(tuple(sorted(values.items())), tuple(sorted(sources.items()))), pending
     )
+
+
+def _hint(plan: Plan, spec: ClusterSpec, missing: list[str]) -> str:
+    """What to do: name the repository, make the cluster, or finish making it."""
+    if all(m.startswith("gitRepoUrl") for m in missing):
+        return "add gitops: {repoUrl: ...} to the spec and render again"
+    if not plan.observed:
+        return (
+            f"no cluster {spec.metadata.name} exists in {plan.region}: `fmctl up` makes it; "
+            "render without --from-cluster writes placeholders"
+        )
+    return "run `fmctl up -f SPEC` first (`fmctl plan` shows what it would make)"
 
 
 def from_cluster(spec: ClusterSpec, target: Target, names: Iterable[str]) -> FromCluster:

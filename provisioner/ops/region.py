@@ -38,9 +38,10 @@ class Unresolved(str):
 
 def recorded_region(home: Path, name: str) -> str | None:
     """The region of the spec `up` last applied to ``name`` from this machine."""
-    saved = home / "clusters" / name / "spec.yaml"
+    from provisioner.state.store import ClusterState
+
     try:
-        doc = yaml.safe_load(saved.read_text())
+        doc = yaml.safe_load(ClusterState(home, name).spec_text() or "")
     except (OSError, yaml.YAMLError):
         return None
     region = (doc or {}).get("metadata", {}).get("region") if isinstance(doc, dict) else None

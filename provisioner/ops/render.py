@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.ops.target import Target
 from provisioner.ops.validate import load_and_validate
+from provisioner.spec.model import ClusterSpec
 from provisioner.validate import Validation
 
 
@@ -36,10 +38,14 @@ def path_in_repository(out: Path) -> str | None:
 
 
 def render_to(
-    path: str, out: Path, scheduler: str | None = None, target: Target | None = None
+    path: str,
+    out: Path,
+    scheduler: str | None = None,
+    target_of: Callable[[ClusterSpec], Target] | None = None,
 ) -> RenderOutcome:
     """Render the spec at ``path`` into ``out`` (nothing is written when it is invalid, or
-    when ``target`` is given and the live cluster cannot fill every placeholder)."""
+    when ``target_of`` is given, the target the valid spec names, and the live cluster
+    cannot fill every placeholder)."""
     from provisioner.catalog import load_catalog
     from provisioner.render import render, write
 
@@ -50,11 +56,11 @@ def render_to(
     spec, catalog = validation.resolved, load_catalog()
     repo_path = path_in_repository(out)
     rendered = render(spec, catalog, repo_path=repo_path)
-    if target is not None:
+    if target_of is not None:
         from provisioner.ops.fill import from_cluster
 
         names = {n for names in rendered.placeholders().values() for n in names}
-        live = from_cluster(spec, target, names)
+        live = from_cluster(spec, target_of(spec), names)
         rendered = render(spec, catalog, repo_path=repo_path, filled=live.filled)
         outcome.filled, outcome.pending = len(live.filled.values), live.pending
     outcome.removed = write(rendered, out)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws import Aws, error_code
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
@@ -34,6 +34,48 @@ from provisioner.resources.tags import (
 def control_plane_group(cluster: str) -> str:
     """The group EKS writes a cluster's control-plane logs to."""
     return f"/aws/eks/{cluster}/cluster"
+
+
+#: What to do about a control-plane log group another cluster left.
+FOREIGN_HINT = (
+    "keep those logs elsewhere and delete the group (aws logs delete-log-group "
+    "--log-group-name {group}), or pick another cluster name"
+)
+
+
+def _arn_of(group: dict[str, Any]) -> str:
+    """A described group's ARN (``arn`` ends in ``:*``; ``logGroupArn`` does not)."""
+    return str(group.get("logGroupArn") or str(group["arn"]).removesuffix(":*"))
+
+
+def _group(logs: Any, name: str) -> dict[str, Any] | None:
+    """The group of exactly that name, as DescribeLogGroups gives it."""
+    listed = logs.describe_log_groups(logGroupNamePrefix=name)["logGroups"]
+    return next((g for g in listed if g["logGroupName"] == name), None)
+
+
+def foreign_holder(aws: Aws, cluster: str) -> str | None:
+    """Who else's logs ``/aws/eks/CLUSTER/cluster`` holds, or None when it is missing, this
+    cluster's, or the one EKS made (untagged) for this cluster's own control plane, which
+    fmctl adopts (a cluster fmctl made before it made the group first)."""
+    logs = aws.client("logs")
+    found = _group(logs, control_plane_group(cluster))
+    if found is None:
+        return None
+    owner = logs.list_tags_for_resource(resourceArn=_arn_of(found)).get("tags", {}).get(OWNER_TAG)
+    if owner == cluster:
+        return None
+    if owner is not None:
+        return f"fmctl cluster {owner}"
+    try:
+        made = aws.client("eks").describe_cluster(name=cluster)["cluster"]
+    except Exception as exc:
+        if error_code(exc) != "ResourceNotFoundException":
+            raise
+        made = {}
+    if made.get("tags", {}).get(OWNER_TAG) == cluster:
+        return None
+    return f"an earlier EKS cluster named {cluster}"
 
 
 @dataclass(frozen=True)
@@ -76,8 +118,7 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
             pages = logs.get_paginator("describe_log_groups").paginate(logGroupNamePrefix=prefix)
             for page in pages:
                 for group in page.get("logGroups", []):
-                    arn = group.get("logGroupArn") or str(group["arn"]).removesuffix(":*")
-                    tags = logs.list_tags_for_resource(resourceArn=arn).get("tags", {})
+                    tags = logs.list_tags_for_resource(resourceArn=_arn_of(group)).get("tags", {})
                     out.append((group, Tags.of(tags)))
             return out
 
@@ -112,26 +153,13 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
             if error_code(exc) != "ResourceAlreadyExistsException":
                 raise
             # Ours from a run that lost the answer, or EKS's own (untagged) for this name:
-            # adopt either; a group another owner tagged is not fmctl's to take.
-            ctx.forget("logs:groups")
-            found = next(
-                (t for g, t in self._groups(ctx) if g["logGroupName"] == params.group_name),
-                None,
-            )
-            owner = found.get(OWNER_TAG) if found is not None else None
-            if owner is None and not self._eks_made_it(ctx):
+            # adopt either; anyone else's is not fmctl's to take.
+            foreign = foreign_holder(ctx.aws, ctx.cluster)
+            if foreign is not None:
                 raise Foreign(
                     f"log group {params.group_name} exists and is not fmctl cluster "
-                    f"{ctx.cluster}'s: it holds the logs of an earlier EKS cluster of that name",
-                    hint="keep them elsewhere and delete the group (aws logs "
-                    f"delete-log-group --log-group-name {params.group_name}), or pick "
-                    "another cluster name",
-                ) from exc
-            if owner not in (None, ctx.cluster):
-                raise Foreign(
-                    f"log group {params.group_name} belongs to fmctl cluster {owner}",
-                    hint="a cluster of this name writes its control-plane logs there; "
-                    "delete the group or pick another cluster name",
+                    f"{ctx.cluster}'s: it holds the control-plane logs of {foreign}",
+                    hint=FOREIGN_HINT.format(group=params.group_name),
                 ) from exc
             arn = self._arn(ctx, params.group_name)
             logs.tag_resource(resourceArn=arn, tags=tags)
@@ -140,22 +168,11 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
         )
         return LogGroupOut(params.group_name)
 
-    def _eks_made_it(self, ctx: Context) -> bool:
-        """True when this cluster's own EKS control plane exists: an untagged group of its
-        name is then the one EKS made for it (a cluster fmctl made before it made the group
-        first), not an earlier cluster's."""
-        try:
-            cluster = ctx.aws.client("eks").describe_cluster(name=ctx.cluster)["cluster"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return False
-            raise
-        return bool(cluster.get("tags", {}).get(OWNER_TAG) == ctx.cluster)
-
     def _arn(self, ctx: Context, group_name: str) -> str:
-        groups = ctx.aws.client("logs").describe_log_groups(logGroupNamePrefix=group_name)
-        group = next(g for g in groups["logGroups"] if g["logGroupName"] == group_name)
-        return str(group.get("logGroupArn") or str(group["arn"]).removesuffix(":*"))
+        found = _group(ctx.aws.client("logs"), group_name)
+        if found is None:
+            raise Foreign(f"log group {group_name} is gone")  # deleted under this run
+        return _arn_of(found)
 
     def update(
         self,

@@ -409,41 +409,23 @@ def _key_pair(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
 
 def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     """EKS writes the control-plane logs to /aws/eks/NAME/cluster: a group of that name
-    that is not this cluster's (tagged for another, or left by an earlier EKS cluster of the
-    same name) holds someone's logs, which fmctl neither adopts nor deletes."""
+    that is not this cluster's holds someone's logs, which fmctl neither adopts nor
+    deletes (the judgement LogGroup's create makes too)."""
     if spec.scheduler != "kubernetes":
         return
-    from provisioner.resources.logs import control_plane_group
-    from provisioner.resources.tags import OWNER_TAG
+    from provisioner.resources.logs import FOREIGN_HINT, control_plane_group, foreign_holder
 
     name = spec.metadata.name
-    group = control_plane_group(name)
-    logs = aws.client("logs")
-    listed = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]
-    found = [g for g in listed if g["logGroupName"] == group]
-    if not found:
-        return
-    arn = found[0].get("logGroupArn") or str(found[0]["arn"]).removesuffix(":*")
-    owner = logs.list_tags_for_resource(resourceArn=arn).get("tags", {}).get(OWNER_TAG)
-    if owner == name:
-        return
-    if owner is None:
-        try:
-            cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
-            cluster = {}
-        if cluster.get("tags", {}).get(OWNER_TAG) == name:
-            return  # EKS made it for this cluster, before fmctl made the group itself
-    yield Problem(
-        "log-group-foreign",
-        f"log group {group} exists and is not this cluster's: it holds the control-plane "
-        f"logs of {'fmctl cluster ' + owner if owner else 'an earlier EKS cluster named ' + name}",
-        ("metadata", "name"),
-        hint="keep those logs elsewhere and delete the group (aws logs delete-log-group "
-        f"--log-group-name {group}), or pick another cluster name",
-    )
+    holder = foreign_holder(aws, name)
+    if holder is not None:
+        group = control_plane_group(name)
+        yield Problem(
+            "log-group-foreign",
+            f"log group {group} exists and is not this cluster's: it holds the control-plane "
+            f"logs of {holder}",
+            ("metadata", "name"),
+            hint=FOREIGN_HINT.format(group=group),
+        )
 
 
 def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
