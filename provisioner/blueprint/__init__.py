@@ -17,7 +17,7 @@ __all__ = ["Blueprint", "BlueprintError", "Where", "build"]
 
 def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
     """The desired graph of a resolved spec (``provisioner.spec.resolve.resolve``)."""
-    from provisioner.blueprint import eks, infra, slurm
+    from provisioner.blueprint import eks, infra, pcs, slurm
     from provisioner.render.context import build_context
 
     context = build_context(spec, catalog)
@@ -28,6 +28,9 @@ def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
     if spec.scheduler == "kubernetes":
         infra.storage(parts)
         eks.cluster(parts, where)
+    elif spec.slurm.provider == "pcs":
+        infra.storage(parts)
+        pcs.cluster(parts)
     elif where.parallelcluster:
         infra.storage(parts, slurm.check(parts, where))
         slurm.cluster(parts, where)

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
-from provisioner.blueprint.infra import Parts, amp_write_policy, placement_ref, way_out
+from provisioner.blueprint.files import launch_template, load, tags_match
+from provisioner.blueprint.infra import Parts, amp_write_policy, way_out
 from provisioner.blueprint.model import BlueprintError, Where
 from provisioner.graph.ref import After, Ref
 from provisioner.render.placeholders import PATTERN
@@ -36,45 +35,14 @@ from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams
 from provisioner.resources.kube_health import PoolCheck
 from provisioner.resources.kube_stack import StackParams
-from provisioner.resources.launch_template import Interface, LtData, LtOut, LtParams, Volume
+from provisioner.resources.launch_template import LtOut
 from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plane_group
 from provisioner.resources.network import SubnetOut
-from provisioner.resources.tags import OWNER_TAG
 
 #: Add-ons whose pods run on nodes, in the order EKS documents them.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-fsx-csi-driver")
 #: Service account of the FSx CSI controller (its pod identity association).
 FSX_CSI_ACCOUNT = "fsx-csi-controller-sa"
-
-
-class Doc:
-    """A mapping of a rendered file, taken apart key by key; ``done`` says if any key was
-    left (the model does not know it)."""
-
-    def __init__(self, data: Any, where: str) -> None:
-        if not isinstance(data, dict):
-            raise BlueprintError(f"{where}: expected a mapping, found {type(data).__name__}")
-        self.data = dict(data)
-        self.where = where
-
-    def take(self, key: str, default: Any = ...) -> Any:
-        """The value of ``key`` (required unless a default is given)."""
-        if key in self.data:
-            return self.data.pop(key)
-        if default is ...:
-            raise BlueprintError(f"{self.where}: {key} is missing")
-        return default
-
-    def sub(self, key: str, default: Any = ...) -> Doc:
-        """The mapping under ``key``."""
-        return Doc(self.take(key, {} if default is not ... else default), f"{self.where}.{key}")
-
-    def done(self) -> None:
-        """Every key was taken."""
-        if self.data:
-            raise BlueprintError(
-                f"{self.where}: {', '.join(sorted(self.data))} not known to the resource model"
-            )
 
 
 class Refs:
@@ -117,18 +85,6 @@ class Refs:
         )
 
 
-def _load(files: dict[str, str], path: str) -> Doc:
-    return Doc(yaml.safe_load(files[path]), path)
-
-
-def _tags_match(p: Parts, doc: Doc, where: str) -> None:
-    """The file's tags are the spec's and the owner's: what DesiredTags adds per resource."""
-    tags = {str(k): str(v) for k, v in (doc.take("tags", {}) or {}).items()}
-    want = {**p.spec.metadata.tags, OWNER_TAG: p.c.name}
-    if tags != want:
-        raise BlueprintError(f"{where}: tags {tags} differ from the spec's {want}")
-
-
 def cluster(p: Parts, where: Where) -> None:
     """The EKS control plane, its access, nodes, add-ons and the in-cluster stack."""
     from provisioner.render.kubernetes import render_kubernetes
@@ -147,7 +103,7 @@ def cluster(p: Parts, where: Where) -> None:
     p.add("access/admin", "eks-access-entry", admin)
     _nodegroup(p, files, refs, "system", None)
     for index, pool in enumerate(p.c.pools):
-        _launch_template(p, files, refs, pool.name)
+        launch_template(p, files, refs, pool.name)
         _nodegroup(p, files, refs, pool.name, index)
     _addons(p)
     _stack(p, files, where)
@@ -155,7 +111,7 @@ def cluster(p: Parts, where: Where) -> None:
 
 def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     path = "aws/eks-cluster.yaml"
-    doc = _load(files, path)
+    doc = load(files, path)
     key_arn = p.spec.kubernetes.secrets_key_arn
     key: Ref[KmsOut] | str
     if key_arn is None:
@@ -194,7 +150,7 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     addons = doc.take("addons")
     if [a for a in addons if a not in ADDONS]:
         raise BlueprintError(f"{path}: add-ons {addons} beyond {ADDONS}")
-    _tags_match(p, doc, path)
+    tags_match(p, doc, path)
     params = EksParams(
         cluster_name=str(doc.take("name")),
         version=str(doc.take("version")),
@@ -229,86 +185,9 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     )
 
 
-def _volume(mapping: Any, where: str) -> Volume:
-    m = Doc(mapping, where)
-    ebs = m.sub("Ebs")
-    volume = Volume(
-        str(m.take("DeviceName")),
-        int(ebs.take("VolumeSize")),
-        str(ebs.take("VolumeType")),
-        bool(ebs.take("Encrypted")),
-        bool(ebs.take("DeleteOnTermination", True)),
-    )
-    ebs.done()
-    m.done()
-    return volume
-
-
-def _interface(nic: Any, where: str, refs: Refs) -> Interface:
-    n = Doc(nic, where)
-    interface = Interface(
-        int(n.take("NetworkCardIndex")),
-        int(n.take("DeviceIndex")),
-        str(n.take("InterfaceType")),
-        tuple(refs(g, f"{where}.Groups") for g in n.take("Groups")),
-        bool(n.take("DeleteOnTermination", True)),
-    )
-    n.done()
-    return interface
-
-
-def _launch_template(p: Parts, files: dict[str, str], refs: Refs, pool: str) -> None:
-    path = f"aws/launch-templates/{pool}.yaml"
-    doc = _load(files, path)
-    name = str(doc.take("LaunchTemplateName"))
-    doc.take("TagSpecifications")  # the template's own tags: DesiredTags, per resource
-    data = doc.sub("LaunchTemplateData")
-    meta = data.sub("MetadataOptions")
-    volumes = [
-        _volume(m, f"{path}.BlockDeviceMappings[{i}]")
-        for i, m in enumerate(data.take("BlockDeviceMappings"))
-    ]
-    interfaces = [
-        _interface(nic, f"{path}.NetworkInterfaces[{i}]", refs)
-        for i, nic in enumerate(data.take("NetworkInterfaces"))
-    ]
-    market = data.take("InstanceMarketOptions", None)
-    reservation = data.take("CapacityReservationSpecification", None)
-    placement = data.take("Placement", None)
-    group = placement_ref(p, pool) if placement else None
-    if placement and (group is None or placement.get("GroupName") != f"{p.c.name}-{pool}"):
-        raise BlueprintError(f"{path}: placement group {placement} is not the pool's")
-    tag_specs = tuple(
-        (str(t["ResourceType"]), tuple((str(x["Key"]), str(x["Value"])) for x in t["Tags"]))
-        for t in data.take("TagSpecifications", [])
-    )
-    lt = LtData(
-        instance_type=str(data.take("InstanceType")),
-        http_tokens=str(meta.take("HttpTokens")),
-        http_endpoint=str(meta.take("HttpEndpoint")),
-        hop_limit=int(meta.take("HttpPutResponseHopLimit")),
-        volumes=tuple(volumes),
-        interfaces=tuple(interfaces),
-        user_data=str(data.take("UserData")),
-        market_type=market["MarketType"] if market else None,
-        reservation_id=(
-            reservation["CapacityReservationTarget"]["CapacityReservationId"]
-            if reservation
-            else None
-        ),
-        placement_group=group,
-        instance_tags=tag_specs,
-    )
-    meta.done()
-    data.done()
-    doc.done()
-    rid = f"launch-template/{pool}"
-    p.add(rid, "launch-template", LtParams(name, lt, p.tags(rid)))
-
-
 def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: int | None) -> None:
     path = f"aws/nodegroups/{group}.yaml"
-    doc = _load(files, path)
+    doc = load(files, path)
     if doc.take("clusterName") != p.c.name:
         raise BlueprintError(f"{path}: clusterName is not {p.c.name}")
     scaling = doc.sub("scalingConfig")
@@ -318,7 +197,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         Taint(str(t["key"]), str(t.get("value", "")), str(t["effect"]))
         for t in doc.take("taints", []) or []
     )
-    _tags_match(p, doc, path)
+    tags_match(p, doc, path)
     pool = p.c.pools[index] if index is not None else None
     routes, endpoint = way_out(p)
     rid = f"nodegroup/{group}"

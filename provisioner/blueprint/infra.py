@@ -65,6 +65,35 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # Prometheus on EKS remote-writing to Amazon Managed Service for Prometheus; its inline
     # policy names the spec's workspace (``amp_write_policy``).
     "prometheus-amp": ("pods.eks.amazonaws.com", ()),
+    # AWS PCS nodes (login and compute): SSM for `fmctl check`; the rest is inline.
+    "pcs-node": ("ec2.amazonaws.com", ("AmazonSSMManagedInstanceCore",)),
+}
+#: The PCS nodes' inline policy: registering with the cluster (what AWS's
+#: AWSPCSComputeNodePolicy grants), the uploaded scripts (the bucket, filled per cluster by
+#: ``blueprint.pcs``), and finding the cluster's nodes by tag for Prometheus's EC2 discovery
+#: (DescribeInstances takes no resource-level permission).
+INLINE_PCS_NODE: dict[str, Any] = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Sid": "Register",
+            "Effect": "Allow",
+            "Action": ["pcs:RegisterComputeNodeGroupInstance"],
+            "Resource": "*",
+        },
+        {
+            "Sid": "Scripts",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [],
+        },
+        {
+            "Sid": "Discovery",
+            "Effect": "Allow",
+            "Action": ["ec2:DescribeInstances"],
+            "Resource": "*",
+        },
+    ],
 }
 #: Inline policies, by role: named actions only, never "*".
 INLINE: dict[str, dict[str, Any]] = {
@@ -160,7 +189,9 @@ class Parts:
         ttl = parse_ttl(meta.ttl) if meta.ttl else None
         return DesiredTags(tuple(sorted(meta.tags.items())), meta.name, rid, ttl)
 
-    def role(self, rid: str, role: str, inline: dict[str, Any] | None = None) -> None:
+    def role(
+        self, rid: str, role: str, inline: dict[str, Any] | None = None, path: str = "/"
+    ) -> None:
         """Plan one of fmctl's IAM roles."""
         service, managed = ROLES[role]
         actions: Any = (
@@ -187,6 +218,7 @@ class Parts:
                 instance_profile=service == "ec2.amazonaws.com",
                 description=f"fmctl {self.c.name} ({self.c.region}): {role}",
                 tags=self.tags(rid),
+                path=path,
             ),
         )
 

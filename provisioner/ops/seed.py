@@ -27,6 +27,7 @@ def seed_sandbox(spec: ClusterSpec, target: Target) -> list[str]:
     said = _reservations(spec, target, seed)
     said += _data_bucket(spec, target)
     _parallelcluster_images(spec, target, seed)
+    said += _pcs_images(spec, seed)
     return said
 
 
@@ -178,3 +179,23 @@ def _parallelcluster_images(spec: ClusterSpec, target: Target, seed: Seeder) -> 
     for arch in ("x86_64", "arm64"):
         name = f"aws-parallelcluster-{version}-{IMAGE_OS_PART[spec.slurm.os]}-{arch}-fmctl-sandbox"
         seed("SeedImage", {"name": name, "architecture": arch})
+
+
+def _pcs_images(spec: ClusterSpec, seed: Seeder) -> list[str]:
+    """AWS's PCS sample AMIs, which fmctl finds by name among Amazon's images: one per
+    architecture the node groups need (none when the spec names slurm.amiId)."""
+    from provisioner.catalog import load_catalog
+    from provisioner.catalog.pcs import sample_ami_name
+    from provisioner.render.pcs import login_architecture
+
+    if spec.scheduler != "slurm" or spec.slurm.provider != "pcs" or spec.slurm.ami_id:
+        return []
+    catalog = load_catalog()
+    archs = {login_architecture(spec.compute.head_node.instance_type)}
+    archs |= {catalog[p.instance_type].architecture for p in spec.compute.gpu_pools}
+    said = []
+    for arch in sorted(archs):
+        name = f"{sample_ami_name(spec.slurm.pcs.slurm_version, arch)}-fmctl-sandbox"
+        seed("SeedImage", {"name": name, "architecture": arch})
+        said.append(f"registered {name} as AWS's PCS sample AMI ({arch})")
+    return said

@@ -78,6 +78,7 @@ def _folder_docs(
             c=c,
             used=sorted(used.items()),
             known=placeholders.KNOWN,
+            families=placeholders.FAMILIES,
             values=dict(filled.values) if filled else {},
             sources=dict(filled.sources) if filled else {},
         ),
@@ -101,7 +102,11 @@ def render(
         context = dataclasses.replace(context, git_path=repo_path)
     if filled is not None:
         context = dataclasses.replace(context, filled=True)
-    if context.scheduler == "slurm":
+    if context.scheduler == "slurm" and context.pcs is not None:
+        from provisioner.render.pcs import render_pcs
+
+        files = render_pcs(context)
+    elif context.scheduler == "slurm":
         from provisioner.render.slurm import render_slurm
 
         files = render_slurm(context)

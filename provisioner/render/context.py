@@ -164,6 +164,23 @@ class FsxContext:
 
 
 @dataclass(frozen=True)
+class PcsContext:
+    """Slurm on AWS PCS (slurm.provider: pcs)."""
+
+    size: str
+    slurm_version: str
+    accounting: str
+    custom_settings: tuple[tuple[str, str], ...]
+    login_count: int
+    #: slurm.amiId, for every node group; None: AWS's sample AMI per architecture.
+    ami_id: str | None
+
+    def ami(self, architecture: str) -> str:
+        """The AMI of a node group of ``architecture`` (or its placeholder)."""
+        return self.ami_id or placeholder(f"pcsAmiId.{architecture}")
+
+
+@dataclass(frozen=True)
 class ClusterContext:
     """Everything a template may use."""
 
@@ -210,6 +227,9 @@ class ClusterContext:
     git_path: str = ""
     #: Rendered with the live cluster's values (``render --from-cluster``): no placeholders.
     filled: bool = False
+    #: Slurm's provider: parallelcluster | pcs.
+    slurm_provider: str = "parallelcluster"
+    pcs: PcsContext | None = None
 
     @property
     def repo_url(self) -> str:
@@ -364,4 +384,18 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         git_repo_url=spec.gitops.repo_url,
         git_revision=spec.gitops.revision,
         git_path=spec.gitops.path or "",
+        slurm_provider=spec.slurm.provider,
+        pcs=_pcs(spec) if spec.scheduler == "slurm" and spec.slurm.provider == "pcs" else None,
+    )
+
+
+def _pcs(spec: ClusterSpec) -> PcsContext:
+    pcs = spec.slurm.pcs
+    return PcsContext(
+        size=pcs.size,
+        slurm_version=pcs.slurm_version,
+        accounting=pcs.accounting,
+        custom_settings=tuple(sorted(pcs.custom_settings.items())),
+        login_count=pcs.login_count,
+        ami_id=spec.slurm.ami_id,
     )

@@ -31,12 +31,26 @@ KNOWN: dict[str, str] = {
     "nodeRoleArn": "the IAM role of the EKS node groups",
     "ampWritePolicyArn": "fmctl's policy allowing aps:RemoteWrite to the AMP workspace only",
     "gitRepoUrl": "the Git repository GitOps tools read this folder from (set it yourself)",
+    "pcsClusterId": "the AWS PCS cluster's id (pcs_...)",
+    "pcsClusterSecurityGroupId": "the PCS cluster security group (controller and nodes, all "
+    "traffic to and from itself)",
+    "sshSecurityGroupId": "the PCS login nodes' SSH security group (port 22 from network.sshCidr)",
+    "pcsNodeInstanceProfileArn": "the PCS nodes' instance profile (role path /aws-pcs/)",
+}
+#: Placeholder families, NAME.KEY (per pool, node group or architecture): what fills one,
+#: followed by KEY.
+FAMILIES: dict[str, str] = {
+    "placementGroup": "the placement group of pool",
+    "launchTemplate": "the launch template of pool",
+    "launchTemplateVersion": "the launch template version of PCS node group",
+    "computeNodeGroupId": "the id of PCS compute node group",
+    "pcsAmiId": "AWS's PCS sample AMI (found by name) for the Slurm version, on",
 }
 
 
 def placeholder(name: str) -> str:
     """The placeholder text for ``name`` (must be a known name, or ``placementGroup.POOL``)."""
-    if name not in KNOWN and not name.startswith(("placementGroup.", "launchTemplate.")):
+    if name not in KNOWN and not ("." in name and name.split(".", 1)[0] in FAMILIES):
         raise KeyError(f"unknown placeholder {name!r}")
     return f"<fmctl:{name}>"
 

@@ -98,6 +98,9 @@ class RoleParams:
     instance_profile: bool
     description: str
     tags: DesiredTags
+    #: IAM path of the role and its profile (AWS PCS accepts a node role by its path,
+    #: /aws-pcs/, or its name's prefix); a change is a new role.
+    path: str = "/"
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 Description=params.description,
                 Tags=ctx.tag_list(params.tags),
                 MaxSessionDuration=3600,
+                Path=params.path,
             )
         except Exception as exc:
             if error_code(exc) != "EntityAlreadyExists":
@@ -227,7 +231,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
             if error_code(exc) != "NoSuchEntity":
                 raise
             held = iam.create_instance_profile(
-                InstanceProfileName=name, Tags=ctx.tag_list(params.tags)
+                InstanceProfileName=name, Path=params.path, Tags=ctx.tag_list(params.tags)
             )["InstanceProfile"]
         if not any(r["RoleName"] == name for r in held["Roles"]):
             iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=name)

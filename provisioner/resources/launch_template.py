@@ -10,6 +10,7 @@ from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.render.placeholders import fill
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
@@ -64,6 +65,8 @@ class LtData:
     placement_group: Ref[PlacementGroupOut] | None = None
     #: (resource type, tags) for what instances launched from it carry.
     instance_tags: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    #: Placeholders in ``user_data`` and what fills them: (name, resource, its output).
+    fills: tuple[tuple[str, Ref[Any], str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,10 +131,22 @@ def launch_data(ctx: Context, data: LtData, encode: bool = True) -> dict[str, An
             {"ResourceType": kind, "Tags": [{"Key": k, "Value": v} for k, v in tags]}
             for kind, tags in data.instance_tags
         ]
-    body["UserData"] = (
-        base64.b64encode(data.user_data.encode()).decode() if encode else (data.user_data)
-    )
+    text = user_data(ctx, data)
+    if text is UNKNOWN:
+        body["UserData"] = UNKNOWN
+    else:
+        body["UserData"] = base64.b64encode(text.encode()).decode() if encode else text
     return body
+
+
+def user_data(ctx: Context, data: LtData) -> Any:
+    """The user data with its placeholders filled (``UNKNOWN`` until what fills one exists)."""
+    if not data.fills:
+        return data.user_data
+    values = {name: ctx.resolve(ref, attribute) for name, ref, attribute in data.fills}
+    if any(v is UNKNOWN for v in values.values()):
+        return UNKNOWN
+    return fill(data.user_data, {k: str(v) for k, v in values.items()})
 
 
 def template_version(ctx: Context, lt_id: str, version: str) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from provisioner.resources.logs import LogGroup
 from provisioner.resources.network import ExistingSubnet, ExistingVpc, Subnet, Vpc
 from provisioner.resources.parallelcluster import ParallelClusterKind
 from provisioner.resources.pcluster_check import ParallelClusterCheck
+from provisioner.resources.pcs import PcsCluster, PcsNodeGroup, PcsQueue, PcsSampleAmi
 from provisioner.resources.routes import RouteTable, S3Endpoint
 from provisioner.resources.storage import Artifacts, Bucket
 
@@ -64,6 +65,10 @@ def kinds() -> dict[str, AnyKind]:
         KubeStack(),
         ParallelClusterCheck(),
         ParallelClusterKind(),
+        PcsSampleAmi(),
+        PcsCluster(),
+        PcsNodeGroup(),
+        PcsQueue(),
     ]
     return {k.name: k for k in every}
 

@@ -20,6 +20,7 @@ from provisioner.sandbox import fsx_update
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks import Eks
 from provisioner.sandbox.kube import KubeServer
+from provisioner.sandbox.pcs import Pcs
 from provisioner.sandbox.protocol import Call
 from provisioner.sandbox.ssm_agent import Agent
 
@@ -54,6 +55,7 @@ class World:
     scale: float
     eks: Eks
     ssm: Agent
+    pcs: Pcs
     #: (region, group name) -> the group.
     placement_groups: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: (region, reservation id) -> the reservation.
@@ -123,12 +125,13 @@ class Shims:
                 Eks(self.scale, self.kube, self.ca_pem, account),
                 # Instances run commands with the same tools as the Kubernetes nodes' pods.
                 Agent(lambda: self.kube.node_tools, account, aws_state=self.lock),
+                Pcs(account, self.scale),
             )
         return found
 
     def handles(self, call: Call) -> bool:
         """True when the call is one of the shims'."""
-        if call.service == "eks":
+        if call.service in ("eks", "pcs"):
             return True
         if call.service == "s3":
             return call.action.endswith("?policy")
@@ -147,6 +150,8 @@ class Shims:
             world = self.world(call.account)
             if call.service == "eks":
                 return world.eks.handle(call, base_url)
+            if call.service == "pcs":
+                return world.pcs.handle(call)
             world._advance(time.monotonic())
             if call.service == "s3":
                 return _bucket_policy(world, call)
@@ -183,6 +188,11 @@ class Shims:
         from moto.ec2.utils import random_ami_id
 
         backend = ec2_backends[account][data.get("region", "us-east-1")]
+        with self.lock:
+            # Once per name: seeding again (every `up`) finds the image it made.
+            for image in backend.amis.values():
+                if image.name == data["name"] and image.owner_alias == "amazon":
+                    return str(image.id)
         image_id = random_ami_id()
         with self.lock:
             backend.amis[image_id] = self._ami(backend, image_id, data)

@@ -29,6 +29,13 @@ FSX_DELETION_POLICY: Final = "delete"
 LOCAL_NVME_MOUNT_PATH = "/scratch"
 SLURM_OS: Final = "alinux2023"
 SLURM_SCALEDOWN_IDLETIME = 10
+SLURM_PROVIDER: Final = "parallelcluster"
+PCS_SIZE: Final = "SMALL"
+#: The newest Slurm AWS PCS supports with a published sample AMI on Amazon Linux 2 (AWS PCS
+#: User Guide, "AWS PCS sample AMIs release notes").
+PCS_SLURM_VERSION: Final = "24.11"
+PCS_ACCOUNTING: Final = "none"
+PCS_LOGIN_COUNT = 1
 #: EKS versions fmctl renders for and tests against (kubernetes-validate has schemas for all).
 KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 #: The newest version in EKS standard support whose end is furthest away (catalog/eks_versions.py

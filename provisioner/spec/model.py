@@ -22,6 +22,8 @@ FsxDeploymentType = Literal["SCRATCH_1", "SCRATCH_2", "PERSISTENT_1", "PERSISTEN
 EksAddon = Literal[
     "vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"
 ]
+SlurmProvider = Literal["parallelcluster", "pcs"]
+PcsSize = Literal["SMALL", "MEDIUM", "LARGE"]
 SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
 
 
@@ -230,9 +232,50 @@ class KubernetesSettings(SpecModel):
     )
 
 
+class PcsSettings(SpecModel):
+    """AWS Parallel Computing Service settings (slurm.provider: pcs): AWS runs slurmctld."""
+
+    size: PcsSize = Field(
+        d.PCS_SIZE,
+        description="The controller's size, fixed at creation: SMALL (32 compute nodes, 256 "
+        "jobs) | MEDIUM (512, 8,192) | LARGE (2,048, 16,384).",
+    )
+    slurm_version: str = Field(
+        d.PCS_SLURM_VERSION,
+        description='Slurm major version, quoted: "24.11", "25.05" or "25.11".',
+    )
+    accounting: Literal["none", "standard"] = Field(
+        d.PCS_ACCOUNTING,
+        description="Slurm accounting: none | standard (PCS runs slurmdbd; billed per hour).",
+    )
+    custom_settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="Cluster-level slurmCustomSettings (slurm.conf parameters PCS accepts, "
+        "e.g. SelectTypeParameters); Prolog and Epilog are fmctl's.",
+    )
+    login_count: int = Field(
+        d.PCS_LOGIN_COUNT,
+        ge=1,
+        le=10,
+        description="Login nodes (compute.headNode's instance type): Prometheus and Grafana run "
+        "on the first.",
+    )
+
+
 class SlurmSettings(SpecModel):
     """ParallelCluster / Slurm settings (scheduler: slurm)."""
 
+    provider: SlurmProvider = Field(
+        d.SLURM_PROVIDER,
+        description="Who runs Slurm: parallelcluster (a head node fmctl's ParallelCluster "
+        "cluster owns) | pcs (AWS Parallel Computing Service runs the controller).",
+    )
+    ami_id: str | None = Field(
+        None,
+        description="provider pcs: the nodes' AMI (ami-...); without it, the AWS-published "
+        "PCS sample AMI for the Slurm version and the pools' architecture.",
+    )
+    pcs: PcsSettings = Field(default_factory=PcsSettings)
     os: SlurmOs = Field(d.SLURM_OS, description="ParallelCluster image OS.")
     topology_aware: bool = Field(
         False,

@@ -26,6 +26,8 @@ Edit = tuple[tuple[Any, ...], Any]
 POOL = ("compute", "gpuPools", 0)
 FSX = ("storage", "fsxLustre")
 ON_DEMAND = ((*POOL, "capacity"), {"type": "on-demand"})
+#: The base spec on AWS PCS (which runs the controller: no topology.conf of fmctl's).
+PCS: list[Edit] = [(("slurm", "provider"), "pcs"), (("slurm", "topologyAware"), False)]
 
 # (code, case id, edits, path where the problem must be reported, level)
 FAILING: list[tuple[str, str, list[Edit], str, str]] = [
@@ -618,6 +620,60 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "storage.fsxLustre.deletionPolicy",
         "warning",
     ),
+    (
+        "pcs-settings",
+        "ami-on-parallelcluster",
+        [(("slurm", "amiId"), "ami-0123456789abcdef0")],
+        "slurm.amiId",
+        "error",
+    ),
+    (
+        "pcs-settings",
+        "topology-on-pcs",
+        [(("slurm", "provider"), "pcs")],
+        "slurm.topologyAware",
+        "error",
+    ),
+    (
+        "pcs-names",
+        "short-pool",
+        [*PCS, ((*POOL, "name"), "gp")],
+        "compute.gpuPools[0].name",
+        "error",
+    ),
+    (
+        "pcs-names",
+        "login-pool",
+        [*PCS, ((*POOL, "name"), "login")],
+        "compute.gpuPools[0].name",
+        "error",
+    ),
+    (
+        "pcs-version",
+        "retired",
+        [*PCS, (("slurm", "pcs"), {"slurmVersion": "23.11"})],
+        "slurm.pcs.slurmVersion",
+        "error",
+    ),
+    (
+        "pcs-region",
+        "unlisted",
+        [
+            *PCS,
+            (("metadata", "region"), "ca-central-1"),
+            (("network", "availabilityZone"), "ca-central-1a"),
+        ],
+        "metadata.region",
+        "warning",
+    ),
+    ("pcs-size", "small", [*PCS, ((*POOL, "count"), 40)], "slurm.pcs.size", "error"),
+    (
+        "pcs-custom-settings",
+        "prolog",
+        [*PCS, (("slurm", "pcs"), {"customSettings": {"Prolog": "/opt/mine.sh"}})],
+        "slurm.pcs.customSettings.Prolog",
+        "error",
+    ),
 ]
 
 # (code, case id, edits): valid edge cases the rule must accept.
@@ -817,6 +873,16 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         ],
     ),
     ("local-nvme", "p5", []),
+    ("pcs-settings", "pcs-plain", PCS),
+    ("pcs-names", "plain", PCS),
+    ("pcs-version", "supported", [*PCS, (("slurm", "pcs"), {"slurmVersion": "25.05"})]),
+    ("pcs-region", "listed", PCS),
+    ("pcs-size", "fits", [*PCS, (("slurm", "pcs"), {"size": "SMALL", "loginCount": 2})]),
+    (
+        "pcs-custom-settings",
+        "select-type",
+        [*PCS, (("slurm", "pcs"), {"customSettings": {"SelectTypeParameters": "CR_Core"}})],
+    ),
 ]
 
 

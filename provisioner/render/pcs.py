@@ -1,0 +1,267 @@
+"""The pcs/ folder of a Slurm cluster on AWS PCS (slurm.provider: pcs): each PCS request as
+data, exactly as `up` sends it, and the launch templates with the nodes' bootstrap.
+
+- ``pcs/cluster.json``: CreateCluster; ``pcs/compute-node-groups/NAME.json``:
+  CreateComputeNodeGroup (``login`` and one per pool); ``pcs/queues/NAME.json``: CreateQueue
+  (one per pool, on its node group); ``pcs/launch-templates/NAME.json``: ec2
+  CreateLaunchTemplate (every EFA interface, IMDSv2, the reservation, the bootstrap).
+- Ids `up` learns are placeholders (``PLACEHOLDERS.md``). Field names are botocore's ``pcs``
+  request shapes (tests check every key against them).
+- PCS reads neither Prolog nor Epilog from the AMI: the cluster's slurmCustomSettings name
+  fmctl's scripts where the bootstrap puts them (``/opt/fmctl/slurm``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from provisioner.catalog.pcs import slurm_prefix
+from provisioner.render.context import ClusterContext, PcsContext, PoolContext
+from provisioner.render.placeholders import placeholder
+from provisioner.render.slurm import monitoring_files
+
+LOGIN = "login"
+#: Where the bootstrap syncs slurm/ on every node (as on ParallelCluster's nodes).
+HOME = "/opt/fmctl/slurm"
+PROLOG = f"{HOME}/prolog.d/50-fmctl-node-check.sh"
+EPILOG = f"{HOME}/epilog.d/50-fmctl-cleanup.sh"
+
+_PURCHASE = {
+    "on-demand": "ONDEMAND",
+    "reservation": "ONDEMAND",
+    "spot": "SPOT",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+
+
+def _pcs(c: ClusterContext) -> PcsContext:
+    if c.pcs is None:
+        raise ValueError(f"{c.name} is not a PCS cluster")
+    return c.pcs
+
+
+def _tags(c: ClusterContext) -> dict[str, str]:
+    return dict(c.tags)
+
+
+def login_architecture(instance_type: str) -> str:
+    """arm64 for Graviton types (EC2's naming: a ``g`` after the generation, as m7g or
+    c8gd), x86_64 otherwise."""
+    family = instance_type.split(".", 1)[0]
+    digits = family.rstrip("abcdefghijklmnopqrstuvwxyz-")
+    rest = family[len(digits) :] if digits else ""
+    return "arm64" if rest.startswith("g") else "x86_64"
+
+
+def cluster_request(c: ClusterContext) -> dict[str, Any]:
+    """CreateCluster."""
+    pcs = _pcs(c)
+    settings = [("Prolog", PROLOG), ("Epilog", EPILOG), *pcs.custom_settings]
+    return {
+        "clusterName": c.name,
+        "scheduler": {"type": "SLURM", "version": pcs.slurm_version},
+        "size": pcs.size,
+        "networking": {
+            "subnetIds": [c.private_subnet],
+            "securityGroupIds": [placeholder("pcsClusterSecurityGroupId")],
+        },
+        "slurmConfiguration": {
+            "scaleDownIdleTimeInSeconds": c.scaledown_idletime * 60,
+            "slurmCustomSettings": [{"parameterName": k, "parameterValue": v} for k, v in settings],
+            "accounting": {"mode": pcs.accounting.upper()},
+        },
+        "tags": _tags(c),
+    }
+
+
+def node_group_request(
+    c: ClusterContext, name: str, instance_type: str, low: int, high: int, purchase: str
+) -> dict[str, Any]:
+    """CreateComputeNodeGroup (fmctl's launch template, never PCS's managed one)."""
+    pcs = _pcs(c)
+    arch = login_architecture(instance_type) if name == LOGIN else _arch_of(c, name)
+    body: dict[str, Any] = {
+        "clusterIdentifier": placeholder("pcsClusterId"),
+        "computeNodeGroupName": name,
+        "amiId": pcs.ami(arch),
+        "subnetIds": [c.private_subnet],
+        "purchaseOption": purchase,
+        "customLaunchTemplate": {
+            "id": placeholder(f"launchTemplate.{name}"),
+            "version": placeholder(f"launchTemplateVersion.{name}"),
+        },
+        "iamInstanceProfileArn": placeholder("pcsNodeInstanceProfileArn"),
+        "scalingConfiguration": {"minInstanceCount": low, "maxInstanceCount": high},
+        "instanceConfigs": [{"instanceType": instance_type}],
+        "tags": _tags(c),
+    }
+    if name == LOGIN and c.head_node_key:
+        body["sshKeyName"] = c.head_node_key
+    return body
+
+
+def _arch_of(c: ClusterContext, pool: str) -> str:
+    return next(p.itype.architecture for p in c.pools if p.name == pool)
+
+
+def queue_request(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
+    """CreateQueue: the pool's partition, on its node group."""
+    return {
+        "clusterIdentifier": placeholder("pcsClusterId"),
+        "queueName": pool.name,
+        "computeNodeGroupConfigurations": [
+            {"computeNodeGroupId": placeholder(f"computeNodeGroupId.{pool.name}")}
+        ],
+        "tags": _tags(c),
+    }
+
+
+def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
+    """The launch template's user data: cloud-init runs it as root on first boot (a MIME
+    multi-part document, the form PCS merges its own part into)."""
+    pcs = _pcs(c)
+    prefix = f"s3://{placeholder('artifactBucket')}/{c.name}/slurm"
+    fsx = "-"
+    if c.fsx is not None:
+        fsx = f"{placeholder('fsxDnsName')}@tcp:/{placeholder('fsxMountName')}:{c.fsx.mount_path}"
+    if pool is None:
+        node = "false 0 0 false"
+        flags = ["--node-exporter"]
+        if c.prometheus:
+            flags.append("--prometheus")
+            if c.grafana:
+                flags.append("--grafana")
+    else:
+        node = f"{str(pool.efa).lower()} {pool.gpus} {pool.efa_devices} "
+        node += str(pool.efa_rdma_read).lower()
+        flags = ["--node-exporter"]
+        if c.gpu_metrics:
+            flags.append("--dcgm-exporter")
+        if c.efa_metrics and pool.efa:
+            flags.append(f"--efa-exporter={pool.efa_devices}")
+    lines = [
+        "MIME-Version: 1.0",
+        'Content-Type: multipart/mixed; boundary="FMCTL"',
+        "",
+        "--FMCTL",
+        'Content-Type: text/x-shellscript; charset="us-ascii"',
+        "",
+        "#!/bin/bash",
+        f"# fmctl: bootstrap of a PCS {role} node of {c.name} (Slurm {pcs.slurm_version} in "
+        f"{slurm_prefix(pcs.slurm_version)}).",
+        "set -euo pipefail",
+        f'prefix="{prefix}"',
+        f"install -d -m 0755 {HOME}/actions",
+        f'aws s3 cp --only-show-errors "$prefix/actions/pcs-node-bootstrap.sh" '
+        f"{HOME}/actions/pcs-node-bootstrap.sh",
+        f'exec bash {HOME}/actions/pcs-node-bootstrap.sh {role} "$prefix" '
+        f"{pcs.slurm_version} {node} {fsx} {' '.join(flags)}",
+        "",
+        "--FMCTL--",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _interfaces(c: ClusterContext, pool: PoolContext | None) -> list[dict[str, Any]]:
+    cluster_group = placeholder("pcsClusterSecurityGroupId")
+    if pool is None:
+        groups = [cluster_group]
+        if c.ssh_cidr:
+            groups.append(placeholder("sshSecurityGroupId"))
+        return [
+            {
+                "NetworkCardIndex": 0,
+                "DeviceIndex": 0,
+                "InterfaceType": "interface",
+                "Groups": groups,
+                "DeleteOnTermination": True,
+            }
+        ]
+    out = []
+    for i in pool.interfaces:
+        groups = [placeholder("efaSecurityGroupId")]
+        if i.network_card_index == 0 and i.device_index == 0:
+            # The controller reaches slurmd, and the node the controller, on the primary.
+            groups.append(cluster_group)
+        out.append(
+            {
+                "NetworkCardIndex": i.network_card_index,
+                "DeviceIndex": i.device_index,
+                "InterfaceType": i.interface_type,
+                "Groups": groups,
+                "DeleteOnTermination": True,
+            }
+        )
+    return out
+
+
+def launch_template(c: ClusterContext, name: str, pool: PoolContext | None) -> dict[str, Any]:
+    """CreateLaunchTemplate of a node group (as ``aws/launch-templates`` is for EKS)."""
+    itype = c.head_node_type if pool is None else pool.instance_type
+    pool_tag = [{"Key": "fmctl.dev/pool", "Value": name}]
+    tags = [{"Key": k, "Value": v} for k, v in c.tags]
+    data: dict[str, Any] = {
+        "InstanceType": itype,
+        "MetadataOptions": {
+            "HttpTokens": "required",
+            "HttpEndpoint": "enabled",
+            # 2 hops: containers (enroot) on the node reach IMDSv2 through it.
+            "HttpPutResponseHopLimit": 2,
+        },
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": "/dev/xvda",
+                "Ebs": {
+                    "VolumeSize": c.head_node_root_gib if pool is None else 200,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "NetworkInterfaces": _interfaces(c, pool),
+    }
+    if pool is not None and pool.capacity == "capacity-block":
+        data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    if pool is not None and pool.reservation_id:
+        data["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": pool.reservation_id}
+        }
+    if pool is not None and pool.placement_group:
+        data["Placement"] = {"GroupName": pool.placement_group_name}
+    data["TagSpecifications"] = [
+        {"ResourceType": kind, "Tags": tags + pool_tag}
+        for kind in ("instance", "volume", "network-interface")
+    ]
+    data["UserData"] = _bootstrap(c, "login" if pool is None else "compute", pool)
+    return {
+        "LaunchTemplateName": f"{c.name}-pcs-{name}",
+        "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tags}],
+        "LaunchTemplateData": data,
+    }
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, indent=2) + "\n"
+
+
+def render_pcs(c: ClusterContext) -> dict[str, str]:
+    """Files of a Slurm deployment folder on AWS PCS."""
+    pcs = _pcs(c)
+    files = {"pcs/cluster.json": _dump(cluster_request(c))}
+    groups: list[tuple[str, str, int, int, str, PoolContext | None]] = [
+        (LOGIN, c.head_node_type, pcs.login_count, pcs.login_count, "ONDEMAND", None)
+    ]
+    for each in c.pools:
+        purchase = _PURCHASE[each.capacity]
+        groups.append((each.name, each.instance_type, each.min_count, each.count, purchase, each))
+    for name, itype, low, high, purchase, pool in groups:
+        request = node_group_request(c, name, itype, low, high, purchase)
+        files[f"pcs/compute-node-groups/{name}.json"] = _dump(request)
+        files[f"pcs/launch-templates/{name}.json"] = _dump(launch_template(c, name, pool))
+    for pool_ in c.pools:
+        files[f"pcs/queues/{pool_.name}.json"] = _dump(queue_request(c, pool_))
+    files.update(monitoring_files(c))
+    return files
