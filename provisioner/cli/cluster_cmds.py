@@ -210,6 +210,9 @@ def status(
                 )
     if seen.kube is not None:
         _print_kube(seen.kube)
+    if seen.pcs is not None:
+        for line in seen.pcs.lines():
+            click.echo(line)
     for line in seen.access:
         click.echo(line)
 

@@ -314,6 +314,12 @@ def _after_up(spec: Any, target: Any, outcome: Any, sandbox: bool) -> None:
             _print_kube(kube)
         for line in kube_access(name, target.region, outputs["kube-stack"].kubeconfig):
             click.echo(line)
+    elif "pcs/cluster" in outputs:
+        from provisioner.ops.status import pcs_view
+
+        seen, access = pcs_view(target, name)
+        for line in [*(seen.lines() if seen else []), *access]:
+            click.echo(line)
     elif sandbox:
         click.echo(
             "sandbox: the infrastructure exists in the local emulator; the "

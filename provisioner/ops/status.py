@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.ops.pcs_status import PcsStatus
 from provisioner.ops.target import Target, kubeconfig_path, make_context, pcluster_command
 from provisioner.resources.base import Owned
 from provisioner.spec.model import ClusterSpec
@@ -119,6 +120,7 @@ class Status:
     slurm: SlurmStatus | None = None
     kube: KubeStatus | None = None
     access: tuple[str, ...] = field(default=())
+    pcs: PcsStatus | None = None
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: everything the text shows."""
@@ -131,6 +133,7 @@ class Status:
             ],
             "slurm": self.slurm.as_data() if self.slurm else None,
             "kubernetes": self.kube.as_data() if self.kube else None,
+            "pcs": self.pcs.as_data() if self.pcs else None,
             "access": list(self.access),
         }
 
@@ -149,7 +152,26 @@ def status(target: Target, name: str) -> Status:
         kube = kube_status(target, name)
         if kube is not None and kube.status == "ACTIVE":
             access = kube_access(name, target.region, str(kubeconfig_path(target, name)))
-    return Status(name, target.region, found, slurm, kube, tuple(access))
+    pcs = None
+    if any(o.kind == "pcs-cluster" for o in found):
+        pcs, access = pcs_view(target, name)
+    return Status(name, target.region, found, slurm, kube, tuple(access), pcs)
+
+
+def pcs_view(target: Target, name: str) -> tuple[PcsStatus | None, list[str]]:
+    """The PCS side and how to reach its login node (Grafana runs there)."""
+    from provisioner.ops.pcs_status import pcs_status
+    from provisioner.ops.team import applied_spec
+
+    seen = pcs_status(make_context(target, name, read_only=True))
+    if seen is None or seen.login is None:
+        return seen, []
+    spec = applied_spec(target, name)
+    grafana = bool(spec and spec.observability.prometheus and spec.observability.grafana)
+    login = seen.login
+    return seen, slurm_access(
+        name, target.region, login.id, login.ip, spec, grafana, node="PCS login node"
+    )
 
 
 def slurm_status(target: Target, name: str) -> tuple[SlurmStatus | None, list[str]]:
@@ -198,7 +220,13 @@ def head_exporters(target: Target, name: str) -> tuple[tuple[str, str], ...]:
 
 
 def slurm_access(
-    name: str, region: str, head: str, head_ip: str, spec: ClusterSpec | None, grafana: bool
+    name: str,
+    region: str,
+    head: str,
+    head_ip: str,
+    spec: ClusterSpec | None,
+    grafana: bool,
+    node: str = "head node",
 ) -> list[str]:
     """How to log in to the head node and reach Grafana on it (`up` and `status`): SSH as
     the image's user where a key pair and sshCidr let one in, else SSM."""
@@ -210,13 +238,13 @@ def slurm_access(
         how = f"ssh -i ~/.ssh/{key}.pem {user}@{head_ip}"
     else:
         how = f"aws ssm start-session --target {head} --region {region}"
-    lines = [f"log in: {how}   (Slurm head node of {name})"]
+    lines = [f"log in: {how}   (Slurm {node} of {name})"]
     if grafana:
         lines.append(
             f"grafana: aws ssm start-session --target {head} --region {region} --document-name "
             'AWS-StartPortForwardingSession --parameters \'{"portNumber":["3000"],'
             '"localPortNumber":["3000"]}\'  then http://localhost:3000 (user admin; the '
-            "password is in /etc/fmctl/grafana-admin on the head node, never on this machine)"
+            f"password is in /etc/fmctl/grafana-admin on the {node}, never on this machine)"
         )
     return lines
 

@@ -94,7 +94,7 @@ def _patiently(ctx: Context, rid: str, what: str, call: Callable[[], T]) -> T:
     except Exception as exc:
         if error_code(exc) != "ConflictException":
             raise
-        ctx.emit(rid, "waiting", f"{what}: {exc}")
+        ctx.emit(rid, "note", f"PCS refused {what} for now ({exc}); trying again")
 
     def again() -> tuple[T] | None:
         try:
@@ -166,7 +166,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         accounting=Policy(How.UPDATE, "UpdateCluster slurmConfiguration accounting"),
     )
 
-    def _mine(self, ctx: Context) -> list[dict[str, Any]]:
+    def mine(self, ctx: Context) -> list[dict[str, Any]]:
         """Every PCS cluster carrying the cluster's tag (GetCluster of each)."""
 
         def load() -> list[dict[str, Any]]:
@@ -188,7 +188,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
     def read(
         self, ctx: Context, rid: str, params: PcsClusterParams
     ) -> Observed[PcsClusterOut, PcsClusterLive] | None:
-        mine = [c for c in self._mine(ctx) if c["status"] != "DELETING"]
+        mine = [c for c in self.mine(ctx) if c["status"] != "DELETING"]
         if not mine:
             return None
         item = mine[0]
@@ -213,10 +213,10 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
             _tags(ctx, item["arn"]),
         )
         pending = None if item["status"] == "ACTIVE" else str(item["status"])
-        return Observed(self._out(item), live, str(item["id"]), pending)
+        return Observed(self.outputs_of(item), live, str(item["id"]), pending)
 
     @staticmethod
-    def _out(item: dict[str, Any]) -> PcsClusterOut:
+    def outputs_of(item: dict[str, Any]) -> PcsClusterOut:
         ctld = [e for e in item.get("endpoints") or [] if e.get("type") == "SLURMCTLD"]
         endpoint = f"{ctld[0]['privateIpAddress']}:{ctld[0]['port']}" if ctld else ""
         return PcsClusterOut(str(item["id"]), str(item["arn"]), endpoint)
@@ -303,8 +303,8 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         others = creating()
         ctx.emit(
             rid,
-            "waiting",
-            f"PCS creates one cluster at a time per region and account: behind "
+            "note",
+            f"PCS creates one cluster at a time per region and account: waiting behind "
             f"{', '.join(others) or 'another cluster'} in {ctx.region}",
         )
 
@@ -337,7 +337,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 raise ResourceError(
                     f"PCS cluster {item['name']} is {item['status']}: {_errors(item)}"
                 )
-            return self._out(item) if item["status"] == "ACTIVE" else None
+            return self.outputs_of(item) if item["status"] == "ACTIVE" else None
 
         ctx.forget("pcs:clusters")
         return ctx.wait_until(f"PCS cluster {cluster_id} to be ACTIVE", probe, expected, 7200, rid)
@@ -379,7 +379,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         return [
             self.owned_item(_tags(ctx, c["arn"]).get(RESOURCE_TAG) or "pcs/cluster", c["id"])
-            for c in self._mine(ctx)
+            for c in self.mine(ctx)
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:
@@ -415,7 +415,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
 def cluster_id(ctx: Context) -> str | None:
     """The id of the cluster's PCS cluster, if there is one (for its node groups' and
     queues' reads, and for teardown by tags)."""
-    mine = [c for c in PcsCluster()._mine(ctx) if c["status"] != "DELETING"]
+    mine = [c for c in PcsCluster().mine(ctx) if c["status"] != "DELETING"]
     return str(mine[0]["id"]) if mine else None
 
 
@@ -427,7 +427,7 @@ def _children(
     def load() -> list[dict[str, Any]]:
         pcs = _client(ctx)
         out = []
-        for cluster in PcsCluster()._mine(ctx):
+        for cluster in PcsCluster().mine(ctx):
 
             def listed(c: str = cluster["id"]) -> list[dict[str, Any]]:
                 pages = pcs.get_paginator(lister).paginate(clusterIdentifier=c)
@@ -581,7 +581,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         ssh_key=Policy(How.UPDATE, "UpdateComputeNodeGroup sshKeyName"),
     )
 
-    def _groups(self, ctx: Context) -> list[dict[str, Any]]:
+    def groups(self, ctx: Context) -> list[dict[str, Any]]:
         return _children(
             ctx,
             "pcs:node-groups",
@@ -622,7 +622,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
     ) -> Observed[NodeGroupOut, NodeGroupLive] | None:
         mine = [
             ng
-            for ng in self._groups(ctx)
+            for ng in self.groups(ctx)
             if _tags(ctx, ng["arn"]).get(RESOURCE_TAG) == rid
             and ng["status"] not in ("DELETING", "DELETED")
         ]
@@ -804,7 +804,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             self.owned_item(
                 _tags(ctx, ng["arn"]).get(RESOURCE_TAG) or "?", f"{ng['clusterId']}/{ng['id']}"
             )
-            for ng in self._groups(ctx)
+            for ng in self.groups(ctx)
             if ng["status"] != "DELETED"
         ]
 
@@ -855,14 +855,14 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         ctx.forget("pcs:node-groups")
         heirs = [
             str(ng["id"])
-            for ng in self._groups(ctx)
+            for ng in self.groups(ctx)
             if ng["clusterId"] == cluster
             and ng["id"] != group
             and ng["status"] == "ACTIVE"
             and _tags(ctx, ng["arn"]).get(RESOURCE_TAG) == owned.resource
         ]
         ctx.forget("pcs:queues")
-        for q in PcsQueue()._queues(ctx):
+        for q in PcsQueue().queues(ctx):
             ids = [
                 c.get("computeNodeGroupId") for c in q.get("computeNodeGroupConfigurations") or []
             ]
@@ -929,7 +929,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
         node_groups=Policy(How.UPDATE, "UpdateQueue computeNodeGroupConfigurations"),
     )
 
-    def _queues(self, ctx: Context) -> list[dict[str, Any]]:
+    def queues(self, ctx: Context) -> list[dict[str, Any]]:
         return _children(ctx, "pcs:queues", "list_queues", "queues", "get_queue", "queueIdentifier")
 
     def read(
@@ -937,7 +937,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
     ) -> Observed[QueueOut, QueueLive] | None:
         mine = [
             q
-            for q in self._queues(ctx)
+            for q in self.queues(ctx)
             if _tags(ctx, q["arn"]).get(RESOURCE_TAG) == rid and q["status"] != "DELETING"
         ]
         if not mine:
@@ -1044,7 +1044,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
             self.owned_item(
                 _tags(ctx, q["arn"]).get(RESOURCE_TAG) or "?", f"{q['clusterId']}/{q['id']}"
             )
-            for q in self._queues(ctx)
+            for q in self.queues(ctx)
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:

@@ -2,36 +2,43 @@
 # ParallelCluster OnNodeConfigured: runs once Slurm is configured on the node, as root, from
 # cinc-client's environment (no login shell: /etc/profile.d is not read, so /opt/slurm/bin
 # is not on PATH; aws-parallelcluster-cookbook custom_action_executor.py).
-# Usage: on-node-configured.sh head|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
+# On AWS PCS, pcs-node-bootstrap.sh runs it (roles login and compute) the same way.
+# Usage: on-node-configured.sh head|login|compute S3_PREFIX [--node-exporter] [--dcgm-exporter]
 #        [--efa-exporter=N] [--slurm-exporter] [--containers[=DATA_DIR]] [--topology=tree|block]
 #        [--prometheus] [--grafana]   (head node: Prometheus, and Grafana beside it)
 # Exporters and the head node's Prometheus/Grafana are optional: one that cannot be
 # installed is a warning, recorded in /var/lib/fmctl/exporters/NAME for `fmctl check` to report, never a failed bootstrap (a
 # failed OnNodeConfigured makes ParallelCluster replace the node, again and again).
 set -euo pipefail
-# Where the ParallelCluster cookbook installs Slurm (attributes: cluster.slurm.install_dir).
-export PATH="/opt/slurm/bin:/opt/slurm/sbin:$PATH"
 
-role="${1:?usage: on-node-configured.sh head|compute S3_PREFIX [flags]}"
+role="${1:?usage: on-node-configured.sh head|login|compute S3_PREFIX [flags]}"
 prefix="${2:?S3 prefix of the uploaded slurm folder}"
 shift 2
 
-case "$role" in head | compute) ;; *) echo "role must be head or compute" >&2; exit 2 ;; esac
+case "$role" in head | login | compute) ;; *) echo "role must be head, login or compute" >&2; exit 2 ;; esac
 [[ "$prefix" == s3://* ]] || { echo "S3_PREFIX must be an s3:// URI" >&2; exit 2; }
 
 home=/opt/fmctl/slurm
 install -d -m 0755 "$home"
 aws s3 sync --only-show-errors "$prefix" "$home"
 find "$home" -name '*.sh' -exec chmod 0755 {} +
+# $slurm and PATH: where Slurm is on this node (/opt/slurm, the ParallelCluster cookbook's
+# cluster.slurm.install_dir; PCS's prefix when pcs-node-bootstrap.sh recorded one).
+# shellcheck source=../lib/slurm-prefix.sh
+. "$home/lib/slurm-prefix.sh"
 
-scripts=/opt/slurm/etc/scripts
-# The task prolog slurm.conf names, in /opt/slurm (shared with every compute node).
-install -d -m 0755 "$scripts"
-install -m 0755 "$home/lib/task-prolog.sh" "$scripts/fmctl-task-prolog.sh"
-if [ "$role" = compute ]; then
-  install -d -m 0755 "$scripts/prolog.d" "$scripts/epilog.d"
-  install -m 0755 "$home"/prolog.d/*.sh "$scripts/prolog.d/"
-  install -m 0755 "$home"/epilog.d/*.sh "$scripts/epilog.d/"
+if [ "$role" != login ]; then
+  # ParallelCluster: the task prolog its slurm.conf names, in /opt/slurm (shared with every
+  # compute node), and the prolog.d/epilog.d drop-ins it runs. (PCS's cluster names fmctl's
+  # Prolog and Epilog in $home itself: its slurmCustomSettings.)
+  scripts=/opt/slurm/etc/scripts
+  install -d -m 0755 "$scripts"
+  install -m 0755 "$home/lib/task-prolog.sh" "$scripts/fmctl-task-prolog.sh"
+  if [ "$role" = compute ] && [ "$slurm" = /opt/slurm ]; then
+    install -d -m 0755 "$scripts/prolog.d" "$scripts/epilog.d"
+    install -m 0755 "$home"/prolog.d/*.sh "$scripts/prolog.d/"
+    install -m 0755 "$home"/epilog.d/*.sh "$scripts/epilog.d/"
+  fi
 fi
 
 # optional NAME COMMAND...: run an optional installer; its failure is a warning and a record.

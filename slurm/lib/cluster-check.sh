@@ -14,11 +14,11 @@
 #   ==> fmctl-check-nccl POOL <==          the all_reduce_perf log of the pool
 #   ==> fmctl-check-skipped NODE POOL <==  followed by one line: why it was left out
 set -uo pipefail
-# SSM Run Command's shell reads no profile: Slurm's commands are where the ParallelCluster
-# cookbook installs them, not on its PATH.
-export PATH="/opt/slurm/bin:$PATH"
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# SSM Run Command's shell reads no profile: Slurm's commands are where the ParallelCluster
+# cookbook installs them (or PCS's installer: lib/slurm-prefix.sh), not on its PATH.
+# shellcheck source=slurm-prefix.sh
+. "$here/slurm-prefix.sh"
 node_check="${FMCTL_NODE_CHECK:-$here/node-check.sh}"
 nccl_job="${FMCTL_NCCL_JOB:-$here/../jobs/nccl-tests.sbatch}"
 # The NCCL job's log is written by the job's first node: a folder every node sees.

@@ -13,6 +13,12 @@ env_file=/etc/fmctl/node.env
 # shellcheck source=/dev/null
 . "$env_file"
 lib=/opt/fmctl/slurm/lib
+# $slurm: /opt/slurm on ParallelCluster, PCS's prefix on PCS (lib/slurm-prefix.sh).
+slurm=/opt/slurm
+if [ -r "$lib/slurm-prefix.sh" ]; then
+  # shellcheck source=../lib/slurm-prefix.sh
+  . "$lib/slurm-prefix.sh"
+fi
 deadline="${FMCTL_PROLOG_TOOL_TIMEOUT:-20}"
 node="${SLURMD_NODENAME:-$(hostname -s)}"
 
@@ -21,7 +27,7 @@ fail() {
   echo "$why on $node" >&2
   logger -t fmctl-prolog -- "$why on $node (job ${SLURM_JOB_ID:-?})" 2>/dev/null || true
   # The reason on the node, for `sinfo -R` and `fmctl status` (slurmd's own is "Prolog error").
-  timeout 10 /opt/slurm/bin/scontrol update NodeName="$node" State=DRAIN Reason="$why" \
+  timeout 10 "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why" \
     >/dev/null 2>&1 || true
   exit 1
 }

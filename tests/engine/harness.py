@@ -204,6 +204,13 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         if {t["Key"]: t["Value"] for t in assoc.get("Tags", [])}.get(OWNER_TAG) == name:
             left.append(f"dra:{assoc['AssociationId']}")
     left += _eks_leftovers(aws, name)
+    left += _pcs_leftovers(aws, name)
+    for reservation in ec2.describe_instances(Filters=mine)["Reservations"]:
+        left += [
+            f"instance:{i['InstanceId']}"
+            for i in reservation["Instances"]
+            if i["State"]["Name"] not in ("terminated", "shutting-down")
+        ]
     # Log groups tagged as the cluster's, and EKS's control-plane group tagged or not (EKS
     # makes it untagged when fmctl has not): only one `down --keep-logs` released stays.
     logs = aws.client("logs")
@@ -238,6 +245,22 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         and (s3.get_bucket_location(Bucket=b["Name"])["LocationConstraint"] or "us-east-1")
         == region
     ]
+    return left
+
+
+def _pcs_leftovers(aws: Aws, name: str) -> list[str]:
+    """PCS clusters tagged as the cluster's, with their node groups and queues."""
+    pcs = aws.client("pcs")
+    left: list[str] = []
+    for cluster in pcs.list_clusters()["clusters"]:
+        tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        if tags.get(OWNER_TAG) != name:
+            continue
+        left.append(f"pcs:{cluster['id']}")
+        ident = cluster["id"]
+        groups = pcs.list_compute_node_groups(clusterIdentifier=ident)["computeNodeGroups"]
+        left += [f"pcs-node-group:{g['id']}" for g in groups]
+        left += [f"pcs-queue:{q['id']}" for q in pcs.list_queues(clusterIdentifier=ident)["queues"]]
     return left
 
 

@@ -1,0 +1,195 @@
+"""Slurm on AWS PCS end to end in the sandbox: the real `fmctl` against the emulator (moto
+plus the PCS shim) over HTTPS: up, up again, status, a pool scaled, its instance type
+changed, down; and the one-Creating-cluster-per-region quota waited out."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from provisioner.resources.tags import OWNER_TAG
+from tests.engine.harness import Sandbox, created_calls, duplicates, owned, raw_leftovers
+
+#: What a PCS cluster of one pool owns beside the shared network, bucket and FSx.
+PCS_RESOURCES = {
+    "sg/pcs-cluster",
+    "iam/pcs-node",
+    "pcs/cluster",
+    "launch-template/pcs/login",
+    "launch-template/pcs/train",
+    "pcs/node-group/login",
+    "pcs/node-group/train",
+    "pcs/queue/train",
+}
+
+
+def pcs_spec(tmp: Path, name: str, region: str = "us-east-2", **pool: Any) -> Path:
+    """A PCS cluster of one p5en pool (on demand), new VPC, new FSx."""
+    data = {
+        "apiVersion": "fmctl.dev/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": name, "region": region},
+        "scheduler": "slurm",
+        "network": {"availabilityZone": f"{region}a"},
+        "compute": {
+            "gpuPools": [{"name": "train", "instanceType": "p5en.48xlarge", "count": 2, **pool}]
+        },
+        "storage": {"fsxLustre": {"capacityGiB": 1200}},
+        "slurm": {"provider": "pcs", "pcs": {"slurmVersion": "24.11"}},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _instances(sandbox: Sandbox, region: str, name: str) -> dict[str, list[str]]:
+    """Running instances of the cluster, by pool, with their PCS node group tag."""
+    ec2 = sandbox.aws(region).client("ec2")
+    out: dict[str, list[str]] = {}
+    mine = [{"Name": f"tag:{OWNER_TAG}", "Values": [name]}]
+    for reservation in ec2.describe_instances(Filters=mine)["Reservations"]:
+        for i in reservation["Instances"]:
+            if i["State"]["Name"] != "running":
+                continue
+            tags = {t["Key"]: t["Value"] for t in i["Tags"]}
+            assert tags["aws:pcs:compute-node-group-id"].startswith("pcs_")
+            out.setdefault(tags["fmctl.dev/pool"], []).append(i["InstanceType"])
+    return out
+
+
+def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path) -> None:
+    name, region = "e2e-pcs", "us-east-2"
+    spec = pcs_spec(tmp_path, name, region)
+    first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    items = owned(sandbox, name, region)
+    assert {logical for _, logical, _ in items} >= PCS_RESOURCES
+    assert not any("parallelcluster" in logical for _, logical, _ in items)
+    assert duplicates(items) == {}
+    assert _instances(sandbox, region, name) == {
+        "login": ["m7i.4xlarge"],
+        "train": ["p5en.48xlarge"] * 2,
+    }
+    pcs = sandbox.aws(region).client("pcs")
+    (cluster,) = [
+        c
+        for c in pcs.list_clusters()["clusters"]
+        if pcs.list_tags_for_resource(resourceArn=c["arn"])["tags"].get(OWNER_TAG) == name
+    ]
+    detail = pcs.get_cluster(clusterIdentifier=cluster["id"])["cluster"]
+    assert detail["scheduler"] == {"type": "SLURM", "version": "24.11"}
+    settings = {s["parameterName"] for s in detail["slurmConfiguration"]["slurmCustomSettings"]}
+    assert {"Prolog", "Epilog"} <= settings
+    role = sandbox.aws(region).client("iam").get_role(RoleName=f"fmctl-{name}-{region}-pcs-node")
+    assert role["Role"]["Path"] == "/aws-pcs/"  # PCS accepts node roles by this path
+
+    before = len(sandbox.requests())
+    again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert again.returncode == 0, again.stderr
+    assert " 0 created," in again.stdout and "0 updated, 0 replaced, 0 deleted" in again.stdout
+    assert created_calls(sandbox.requests()[before:]) == []
+    assert owned(sandbox, name, region) == items
+
+    status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    seen = json.loads(status.stdout)
+    assert {r["resource"] for r in seen["resources"]} >= PCS_RESOURCES
+    view = seen["pcs"]
+    assert view["status"] == "ACTIVE" and view["slurmVersion"] == "24.11"
+    groups = {g["name"]: g for g in view["nodeGroups"]}
+    assert set(groups) == {"login", "train"}
+    assert len(groups["train"]["instances"]) == 2 and groups["train"]["status"] == "ACTIVE"
+    assert [(q["name"], q["nodeGroups"]) for q in view["queues"]] == [("train", ["train"])]
+    text = sandbox.fmctl("status", name, "--region", region, "--sandbox")
+    assert "PCS cluster" in text.stdout and "queue train" in text.stdout, text.stdout
+
+    # Day 2: scale the pool in place (UpdateComputeNodeGroup), then change its instance type
+    # (a new node group takes the queue over, the old one goes).
+    scaled = pcs_spec(tmp_path, name, region, count=3)
+    up = sandbox.fmctl("up", "-f", str(scaled), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "1 updated, 0 replaced" in up.stdout
+    assert _instances(sandbox, region, name)["train"] == ["p5en.48xlarge"] * 3
+
+    retyped = pcs_spec(tmp_path, name, region, count=3, instanceType="p5.48xlarge")
+    refused = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes")
+    assert refused.returncode == 1 and "replaces pcs/node-group/train" in refused.stderr
+    replaced = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes", "--allow-replace")
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    assert "1 replaced" in replaced.stdout
+    assert _instances(sandbox, region, name)["train"] == ["p5.48xlarge"] * 3
+    after = owned(sandbox, name, region)
+    assert duplicates(after) == {}, after
+
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_path: Path) -> None:
+    """One PCS cluster Creating per region and account (CreateCluster's reference): fmctl
+    waits behind clusters it did not make, says so, and creates its own once none is
+    Creating; the others are never touched."""
+    name, region = "e2e-pcs-quota", "eu-north-1"
+    aws = sandbox.aws(region)
+    ec2, pcs = aws.client("ec2"), aws.client("pcs")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName="other", Description="x", VpcId=vpc)["GroupId"]
+    others: list[str] = []
+    stop = threading.Event()
+
+    seen = len(sandbox.requests())
+
+    def refused() -> bool:
+        """fmctl's CreateCluster has been refused at least twice (it is waiting)."""
+        log = sandbox.requests()[seen:]
+        return sum(r["action"] == "CreateCluster" and r.get("status") == 400 for r in log) >= 2
+
+    def someone_else() -> None:
+        """Another user of the account keeps a cluster Creating (at the sandbox's scale a
+        create takes about a second) until fmctl has been turned away twice."""
+        deadline = time.monotonic() + 60.0
+        while not stop.is_set() and time.monotonic() < deadline and not refused():
+            creating = [c for c in pcs.list_clusters()["clusters"] if c["status"] == "CREATING"]
+            if not creating:
+                made = pcs.create_cluster(
+                    clusterName=f"someone-elses-{len(others)}",
+                    scheduler={"type": "SLURM", "version": "24.11"},
+                    size="SMALL",
+                    networking={"subnetIds": [subnet], "securityGroupIds": [group]},
+                )["cluster"]
+                others.append(made["id"])
+            time.sleep(0.05)
+
+    other = threading.Thread(target=someone_else)
+    other.start()
+    try:
+        time.sleep(0.2)
+        up = sandbox.fmctl("up", "-f", str(pcs_spec(tmp_path, name, region)), "--sandbox", "--yes")
+        stop.set()
+        other.join()
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "one cluster at a time" in up.stdout and "someone-elses-" in up.stdout, up.stdout
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert raw_leftovers(sandbox, name, region) == []
+        # The clusters fmctl waited behind are not its own: untouched by up and by down.
+        assert len(others) >= 2
+        for ident in others:
+            assert pcs.get_cluster(clusterIdentifier=ident)["cluster"]["status"] == "ACTIVE"
+    finally:
+        stop.set()
+        other.join()
+        for ident in others:
+            for _ in range(200):
+                try:
+                    pcs.delete_cluster(clusterIdentifier=ident)
+                    break
+                except pcs.exceptions.ConflictException:
+                    time.sleep(0.05)
