@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from provisioner.catalog.pcs import SAMPLE_AMI_OWNER, sample_ami_name
+from provisioner.catalog.pcs import CLUSTER_TAG, NODE_GROUP_TAG, SAMPLE_AMI_OWNER, sample_ami_name
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -105,6 +105,32 @@ def _patiently(ctx: Context, rid: str, what: str, call: Callable[[], T]) -> T:
             raise
 
     return ctx.wait_until(f"PCS to accept {what}", again, 30.0, 3600, rid)[0]
+
+
+def sweep(ctx: Context, rid: str, key: str, value: str) -> None:
+    """Terminate what PCS launched and left (tagged ``key``=``value`` by PCS and carrying the
+    cluster's own tag from fmctl's launch template), and wait until it is gone: deleting a
+    node group terminates its instances, and any it did not must not outlive the cluster."""
+    ec2 = ctx.aws.client("ec2")
+    alive = ["pending", "running", "stopping", "stopped"]
+    filters = [
+        {"Name": f"tag:{key}", "Values": [value]},
+        {"Name": f"tag:{OWNER_TAG}", "Values": [ctx.cluster]},
+        {"Name": "instance-state-name", "Values": alive},
+    ]
+
+    def left() -> list[str]:
+        found = ec2.describe_instances(Filters=filters)["Reservations"]
+        return [i["InstanceId"] for r in found for i in r["Instances"]]
+
+    ids = left()
+    if not ids:
+        return
+    ctx.emit(rid, "note", f"terminating {len(ids)} instance(s) PCS left: {', '.join(ids)}")
+    ec2.terminate_instances(InstanceIds=ids)
+    ctx.wait_until(
+        f"{len(ids)} instance(s) to terminate", lambda: True if not left() else None, 60, 1800, rid
+    )
 
 
 # -- the cluster ---------------------------------------------------------------------------
@@ -300,16 +326,29 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 names += [c["name"] for c in page["clusters"] if c["status"] == "CREATING"]
             return names
 
-        others = creating()
-        ctx.emit(
-            rid,
-            "note",
-            f"PCS creates one cluster at a time per region and account: waiting behind "
-            f"{', '.join(others) or 'another cluster'} in {ctx.region}",
-        )
+        said: set[str] = set()
+
+        def say(names: list[str]) -> None:
+            """Name what fmctl waits behind, once each (the Creating cluster changes as
+            others make theirs)."""
+            fresh = [n for n in names if n not in said] if names else ([] if said else ["?"])
+            if not fresh:
+                return
+            said.update(fresh)
+            behind = ", ".join(n for n in fresh if n != "?") or "another cluster"
+            ctx.emit(
+                rid,
+                "note",
+                "PCS creates one cluster at a time per region and account: waiting behind "
+                f"{behind} (Creating in {ctx.region})",
+            )
+
+        say(creating())
 
         def attempt() -> dict[str, Any] | None:
-            if creating():
+            names = creating()
+            if names:
+                say(names)
                 return None
             try:
                 return dict(pcs.create_cluster(**request)["cluster"])
@@ -410,6 +449,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
             3600,
             owned.resource,
         )
+        sweep(ctx, owned.resource, CLUSTER_TAG, owned.id)
 
 
 def cluster_id(ctx: Context) -> str | None:
@@ -845,6 +885,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             owned.resource,
         )
         ctx.forget("pcs:node-groups")
+        sweep(ctx, owned.resource, NODE_GROUP_TAG, group)
 
     def _hand_over(self, ctx: Context, owned: Owned, cluster: str, group: str) -> None:
         """Queues on ``group`` move to its replacement (another ACTIVE group with its logical
