@@ -23,6 +23,20 @@ from table import Row, machine
 ROOT = Path(__file__).resolve().parent.parent
 SCALE = float(os.environ.get("FMCTL_BENCH_SCALE", "0.03"))
 EXAMPLES = ["p5en-eks-fsx-s3.yaml", "p5-slurm-capacity-block.yaml"]
+#: The Slurm example again on AWS PCS (slurm.provider: pcs): the whole cluster, node groups
+#: and queues included, is made by the engine (ParallelCluster's stack is not in the sandbox).
+PCS_OF = "p5-slurm-capacity-block.yaml"
+
+
+def _pcs_spec(folder: Path) -> Path:
+    """The Slurm example with ``slurm.provider: pcs`` (PCS runs the controller: no
+    topology.conf of fmctl's), renamed so it never meets the example's own cluster."""
+    data = yaml.safe_load((ROOT / "examples" / PCS_OF).read_text())
+    data["metadata"]["name"] = "llm-pretrain-pcs"
+    data["slurm"] = {"provider": "pcs"}
+    path = folder / "p5-slurm-capacity-block-pcs.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def run(home: Path, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -135,8 +149,9 @@ def collect() -> tuple[list[Row], str]:
     info = doubles.start(home, SCALE)
     runs: list[Run] = []
     try:
-        for example in EXAMPLES:
-            spec = ROOT / "examples" / example
+        specs = [ROOT / "examples" / e for e in EXAMPLES] + [_pcs_spec(home)]
+        for spec in specs:
+            example = spec.name
             name = yaml.safe_load(spec.read_text())["metadata"]["name"]
             region = yaml.safe_load(spec.read_text())["metadata"]["region"]
             _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")

@@ -69,7 +69,8 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "pcs-node": ("ec2.amazonaws.com", ("AmazonSSMManagedInstanceCore",)),
 }
 #: The PCS nodes' inline policy: registering with the cluster (what AWS's
-#: AWSPCSComputeNodePolicy grants), the uploaded scripts (the bucket, filled per cluster by
+#: AWSPCSComputeNodePolicy grants), reading the uploaded scripts and writing `fmctl check`'s
+#: Run Command output under NAME-check/ (the bucket, filled per cluster by
 #: ``blueprint.pcs``), and finding the cluster's nodes by tag for Prometheus's EC2 discovery
 #: (DescribeInstances takes no resource-level permission).
 INLINE_PCS_NODE: dict[str, Any] = {
@@ -85,6 +86,12 @@ INLINE_PCS_NODE: dict[str, Any] = {
             "Sid": "Scripts",
             "Effect": "Allow",
             "Action": ["s3:GetObject", "s3:ListBucket"],
+            "Resource": [],
+        },
+        {
+            "Sid": "CheckOutput",
+            "Effect": "Allow",
+            "Action": ["s3:PutObject"],
             "Resource": [],
         },
         {

@@ -132,6 +132,8 @@ def _role(p: Parts) -> None:
     for statement in document["Statement"]:
         if statement["Sid"] == "Scripts":
             statement["Resource"] = [scripts, f"{scripts}/{c.name}/*"]
+        elif statement["Sid"] == "CheckOutput":
+            statement["Resource"] = [f"{scripts}/{c.name}-check/*"]
     p.role(ROLE, "pcs-node", inline=document, path=ROLE_PATH)
 
 

@@ -38,23 +38,35 @@ EXPECTED_SECONDS = 300.0
 CHECK_PREFIX = "{cluster}-check"
 
 
-def head_node(ctx: Context) -> str:
-    """The running head node's instance id, from the tags ParallelCluster puts on it."""
+def head_node(ctx: Context, provider: str = "parallelcluster") -> str:
+    """The running head node's instance id, from the tags ParallelCluster puts on it; on AWS
+    PCS, a running login node's (PCS's cluster tag, fmctl's cluster and pool tags)."""
     ec2 = ctx.aws.client("ec2")
-    found = ec2.describe_instances(
-        Filters=[
+    if provider == "pcs":
+        from provisioner.catalog.pcs import CLUSTER_TAG
+
+        filters = [
+            {"Name": "tag:fmctl.dev/cluster", "Values": [ctx.cluster]},
+            {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
+            {"Name": "tag-key", "Values": [CLUSTER_TAG]},
+        ]
+        what = "login node"
+    else:
+        filters = [
             {"Name": "tag:parallelcluster:cluster-name", "Values": [ctx.cluster]},
             {"Name": "tag:parallelcluster:node-type", "Values": ["HeadNode"]},
-            {"Name": "instance-state-name", "Values": ["running"]},
         ]
+        what = "head node"
+    found = ec2.describe_instances(
+        Filters=[*filters, {"Name": "instance-state-name", "Values": ["running"]}]
     )
     ids = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
     if not ids:
         raise AwsError(
-            f"{ctx.cluster} has no running head node in {ctx.aws.region}",
+            f"{ctx.cluster} has no running {what} in {ctx.aws.region}",
             hint=f"`fmctl status {ctx.cluster}` shows the cluster's state",
         )
-    return str(ids[0])
+    return str(sorted(ids)[0])
 
 
 def command_script(args: list[str]) -> str:
@@ -63,6 +75,8 @@ def command_script(args: list[str]) -> str:
     slurm = shipped_dir("slurm")
     files = {
         "cluster-check.sh": (slurm / "lib" / "cluster-check.sh").read_text(),
+        # Where Slurm is on the node (ParallelCluster's /opt/slurm, or PCS's prefix).
+        "slurm-prefix.sh": (slurm / "lib" / "slurm-prefix.sh").read_text(),
         "node-check.sh": (slurm / "lib" / "node-check.sh").read_text(),
         # node-check.sh's EFA counting rule, sent along with it to the nodes.
         "efa-devices.sh": (slurm / "lib" / "efa-devices.sh").read_text(),
@@ -151,7 +165,7 @@ def gather_slurm(
     run = functools.partial(
         _run_on_head_node,
         ctx,
-        head_node(ctx),
+        head_node(ctx, context.slurm_provider),
         artifact_bucket(ctx),
         len(context.pools),
         timeout,

@@ -3,7 +3,8 @@ from AWS's tags alone: no local state needed, so a teammate's clusters show too.
 
 A cluster is what carries the ``fmctl.dev/cluster`` tag (``gc.find_clusters``). Its
 scheduler is told by what it owns: an EKS cluster of that name tagged as fmctl's makes it
-Kubernetes; otherwise it is Slurm on ParallelCluster, whose cluster is the CloudFormation
+Kubernetes; a PCS cluster tagged as fmctl's makes it Slurm on AWS PCS (its status is PCS's);
+otherwise it is Slurm on ParallelCluster, whose cluster is the CloudFormation
 stack of that name (ParallelCluster's clusterStatus is its stack's status: the
 ParallelCluster user guide, "pcluster describe-cluster"). Its state is that cluster's
 status, or "infrastructure" when only fmctl's own resources exist yet (a sandbox run, or
@@ -32,7 +33,7 @@ class ClusterRow:
     name: str
     region: str
     scheduler: str  # "kubernetes" | "slurm"
-    provider: str  # "eks" | "parallelcluster"
+    provider: str  # "eks" | "pcs" | "parallelcluster"
     state: str
     resources: int
     created_at: float | None
@@ -72,6 +73,25 @@ def eks_state(aws: Aws, name: str) -> str | None:
     return str(found.get("status", "?"))
 
 
+def pcs_state(aws: Aws, name: str) -> str | None:
+    """The status of fmctl's PCS cluster for ``name``, or None when there is none."""
+    pcs = aws.client("pcs")
+    try:
+        for page in pcs.get_paginator("list_clusters").paginate():
+            for found in page["clusters"]:
+                tags = pcs.list_tags_for_resource(resourceArn=found["arn"])["tags"]
+                if tags.get(OWNER_TAG) == name:
+                    return str(found["status"])
+    except Exception as exc:
+        # A region without PCS, or a policy without it: not a PCS cluster, then.
+        if error_code(exc) in ("AccessDeniedException", "UnrecognizedClientException") or (
+            type(exc).__name__ == "EndpointConnectionError"
+        ):
+            return None
+        raise
+    return None
+
+
 def _stack_state(aws: Aws, name: str) -> str | None:
     """The status of ParallelCluster's stack ``name``, or None when there is none."""
     try:
@@ -86,8 +106,11 @@ def _stack_state(aws: Aws, name: str) -> str | None:
 
 def _row(aws: Aws, seen: ClusterSeen) -> ClusterRow:
     eks = eks_state(aws, seen.name)
+    pcs = None if eks is not None else pcs_state(aws, seen.name)
     if eks is not None:
         scheduler, provider, state = "kubernetes", "eks", eks
+    elif pcs is not None:
+        scheduler, provider, state = "slurm", "pcs", pcs
     else:
         stack = _stack_state(aws, seen.name)
         scheduler, provider, state = "slurm", "parallelcluster", stack or "infrastructure"

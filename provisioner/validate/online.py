@@ -2,7 +2,8 @@
 instance type; each reservation or capacity block exists, is active (or says when it starts),
 matches type, platform, kind and AZ and is large enough; the P-instance vCPU quota leaves room;
 the file system's S3 data bucket exists in the cluster's region; the VPC, subnets and file
-system the spec names exist, fit together and sit in the cluster's AZ.
+system the spec names exist, fit together and sit in the cluster's AZ; on AWS PCS, PCS answers
+in the region, the cluster's name is free and the nodes' AMI exists.
 
 Problems carry spec paths, so they print located in the file like the offline ones.
 """
@@ -428,6 +429,78 @@ def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
+def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
+    """Slurm on AWS PCS: PCS answers in the region; no PCS cluster of the name belongs to
+    someone else (CreateCluster would answer ConflictException mid-way); the nodes' AMI
+    exists: slurm.amiId, or AWS's sample AMI for the Slurm version and each architecture."""
+    if spec.scheduler != "slurm" or spec.slurm.provider != "pcs":
+        return
+    from provisioner.catalog.pcs import SAMPLE_AMI_OWNER, sample_ami_name
+    from provisioner.render.pcs import login_architecture
+    from provisioner.resources.tags import OWNER_TAG
+
+    region, name = spec.metadata.region, spec.metadata.name
+    pcs = aws.client("pcs")
+    try:
+        clusters = [c for p in pcs.get_paginator("list_clusters").paginate() for c in p["clusters"]]
+    except Exception as exc:
+        if type(exc).__name__ != "EndpointConnectionError":
+            raise
+        yield Problem(
+            "pcs-region",
+            f"AWS PCS does not answer in {region} ({exc})",
+            ("metadata", "region"),
+            hint="a region PCS is offered in (the AWS General Reference lists its endpoints), "
+            "or slurm.provider: parallelcluster",
+        )
+        return
+    for cluster in clusters:
+        if cluster["name"] != name:
+            continue
+        tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        if tags.get(OWNER_TAG) != name:
+            yield Problem(
+                "pcs-name-taken",
+                f"a PCS cluster named {name} ({cluster['id']}) exists in {region} and is not "
+                "this cluster's",
+                ("metadata", "name"),
+                hint="name this cluster differently; fmctl never takes over what it did not make",
+            )
+    ec2 = aws.client("ec2")
+    if spec.slurm.ami_id:
+        found = ec2.describe_images(Filters=[{"Name": "image-id", "Values": [spec.slurm.ami_id]}])[
+            "Images"
+        ]
+        if not found:
+            yield Problem(
+                "pcs-ami",
+                f"no AMI {spec.slurm.ami_id} in {region}",
+                ("slurm", "amiId"),
+                hint="AMIs are per region; copy it here, or leave amiId out for AWS's sample AMI",
+            )
+        return
+    version = spec.slurm.pcs.slurm_version
+    archs = {login_architecture(spec.compute.head_node.instance_type)}
+    archs |= {t.architecture for p in spec.compute.gpu_pools if (t := catalog.get(p.instance_type))}
+    for arch in sorted(archs):
+        image = sample_ami_name(version, arch)
+        found = ec2.describe_images(
+            Owners=[SAMPLE_AMI_OWNER],
+            Filters=[
+                {"Name": "name", "Values": [f"{image}*"]},
+                {"Name": "architecture", "Values": [arch]},
+            ],
+        )["Images"]
+        if not found:
+            yield Problem(
+                "pcs-ami",
+                f"AWS's PCS sample AMI {image} is not offered in {region}",
+                ("slurm", "pcs", "slurmVersion"),
+                hint="another slurmVersion, or slurm.amiId: an AMI built for PCS (AWS's PCS "
+                "AMI recipes install its agent and Slurm)",
+            )
+
+
 def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Problem]:
     """Every online problem of a resolved spec."""
     zone = list(_zone(aws, spec))
@@ -442,4 +515,5 @@ def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Probl
         *_existing_file_system(aws, spec),
         *_log_group(aws, spec),
         *_key_pair(aws, spec),
+        *_pcs(aws, spec, catalog),
     ]

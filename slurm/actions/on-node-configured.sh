@@ -27,14 +27,14 @@ find "$home" -name '*.sh' -exec chmod 0755 {} +
 # shellcheck source=../lib/slurm-prefix.sh
 . "$home/lib/slurm-prefix.sh"
 
-if [ "$role" != login ]; then
+if [ "$slurm" = /opt/slurm ]; then
   # ParallelCluster: the task prolog its slurm.conf names, in /opt/slurm (shared with every
   # compute node), and the prolog.d/epilog.d drop-ins it runs. (PCS's cluster names fmctl's
-  # Prolog and Epilog in $home itself: its slurmCustomSettings.)
+  # Prolog and Epilog in $home itself, in its slurmCustomSettings.)
   scripts=/opt/slurm/etc/scripts
   install -d -m 0755 "$scripts"
   install -m 0755 "$home/lib/task-prolog.sh" "$scripts/fmctl-task-prolog.sh"
-  if [ "$role" = compute ] && [ "$slurm" = /opt/slurm ]; then
+  if [ "$role" = compute ]; then
     install -d -m 0755 "$scripts/prolog.d" "$scripts/epilog.d"
     install -m 0755 "$home"/prolog.d/*.sh "$scripts/prolog.d/"
     install -m 0755 "$home"/epilog.d/*.sh "$scripts/epilog.d/"

@@ -247,3 +247,44 @@ def test_check_on_slurm_runs_on_the_head_node_through_ssm(
     assert [r["status"] for r in sent] == [200, 200]
     ec2 = sandbox.aws(region).client("ec2")
     ec2.terminate_instances(InstanceIds=[instance])
+
+
+def test_check_on_pcs_runs_on_the_login_node_through_ssm(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    """On AWS PCS there is no head node: the check goes to a login node PCS launched (found
+    by PCS's and fmctl's tags), which submits to the controller AWS runs."""
+    from tests.engine.test_pcs import pcs_spec
+
+    name, region = "e2e-check-pcs", "us-east-1"
+    spec = pcs_spec(tmp_path, name, region, count=3, instanceType="p5.48xlarge")
+    (tools / "smi").write_text("nvidia-smi-healthy.csv")
+    (tools / "fi_info").write_text("fi_info-p5-healthy.txt")
+    (tools / "sinfo.txt").write_text("train-1 idle\ntrain-2 idle\ntrain-3 alloc\n")
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        done = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "-o", "json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        report = json.loads(done.stdout)
+        verdicts = {v["subject"]: v["ok"] for v in report["verdicts"]}
+        assert verdicts == {"train-1": True, "train-2": True, "nccl all-reduce (train)": True}
+        ec2 = sandbox.aws(region).client("ec2")
+        (login,) = [
+            i["InstanceId"]
+            for r in ec2.describe_instances(
+                Filters=[
+                    {"Name": "tag:fmctl.dev/cluster", "Values": [name]},
+                    {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
+                ]
+            )["Reservations"]
+            for i in r["Instances"]
+        ]
+        sent = [r for r in sandbox.requests() if r["action"] == "SendCommand"][-2:]
+        assert [r["status"] for r in sent] == [200, 200]
+        ssm = sandbox.aws(region).client("ssm")
+        commands = ssm.list_commands()["Commands"][:2]
+        assert all(c["InstanceIds"] == [login] for c in commands), commands
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr

@@ -105,6 +105,12 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     assert set(groups) == {"login", "train"}
     assert len(groups["train"]["instances"]) == 2 and groups["train"]["status"] == "ACTIVE"
     assert [(q["name"], q["nodeGroups"]) for q in view["queues"]] == [("train", ["train"])]
+    listed = sandbox.fmctl("list", "--region", region, "--sandbox", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    rows = [r for r in json.loads(listed.stdout) if r["name"] == name]
+    assert [(r["scheduler"], r["provider"], r["state"]) for r in rows] == [
+        ("slurm", "pcs", "ACTIVE")
+    ]
     text = sandbox.fmctl("status", name, "--region", region, "--sandbox")
     assert "PCS cluster" in text.stdout and "queue train" in text.stdout, text.stdout
 
@@ -223,3 +229,53 @@ def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_pa
                     break
                 except pcs.exceptions.ConflictException:
                     time.sleep(0.05)
+
+
+def test_pcs_online_checks_are_located(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Before anything is made: the nodes' AMI exists (slurm.amiId, or AWS's sample AMI for
+    the version), and no PCS cluster of the name is someone else's."""
+    from provisioner.catalog import load_catalog
+    from provisioner.ops.validate import load_and_validate
+    from provisioner.validate.online import online_problems
+
+    region = "us-west-2"
+
+    def problems(path: Path) -> dict[str, tuple[str, str]]:
+        validation = load_and_validate(str(path))
+        assert validation.resolved is not None
+        found = online_problems(sandbox.aws(region), validation.resolved, load_catalog())
+        return {p.code: (p.message, p.dotted_path) for p in found}
+
+    spec = pcs_spec(tmp_path, "online-pcs", region)
+    data = yaml.safe_load(spec.read_text())
+    data["slurm"]["pcs"]["slurmVersion"] = "25.11"  # no sample AMI seeded for it here
+    spec.write_text(yaml.safe_dump(data))
+    message, where = problems(spec)["pcs-ami"]
+    assert "aws-pcs-sample_ami-al2023-x86_64-slurm-25.11" in message
+    assert where == "slurm.pcs.slurmVersion"
+
+    data["slurm"]["amiId"] = "ami-0123456789abcdef0"
+    spec.write_text(yaml.safe_dump(data))
+    message, where = problems(spec)["pcs-ami"]
+    assert "no AMI ami-0123456789abcdef0" in message and where == "slurm.amiId"
+
+    aws = sandbox.aws(region)
+    ec2, pcs = aws.client("ec2"), aws.client("pcs")
+    vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.1.0/24")["Subnet"]["SubnetId"]
+    theirs = pcs.create_cluster(
+        clusterName="online-pcs",
+        scheduler={"type": "SLURM", "version": "24.11"},
+        size="SMALL",
+        networking={"subnetIds": [subnet]},
+    )["cluster"]
+    try:
+        message, where = problems(spec)["pcs-name-taken"]
+        assert theirs["id"] in message and where == "metadata.name"
+    finally:
+        for _ in range(200):
+            try:
+                pcs.delete_cluster(clusterIdentifier=theirs["id"])
+                break
+            except pcs.exceptions.ConflictException:
+                time.sleep(0.05)

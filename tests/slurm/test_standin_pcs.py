@@ -1,0 +1,132 @@
+"""slurm/ on a stand-in node laid out as an AWS PCS AMI: Slurm under
+/opt/aws/pcs/scheduler/slurm-24.11 (the PCS installer's prefix, AWS PCS User Guide "Install
+SPANK plugins on AWS PCS") and no /opt/slurm. The launch template's user data, exactly as
+`render` writes it for a compute node group, runs as cloud-init runs it (root, `env -i`);
+then the cluster's Prolog, as PCS's slurmCustomSettings name it, runs as slurmd runs it and
+drains a node short of a GPU through the scontrol of PCS's prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.render import render
+from provisioner.render.placeholders import fill, find
+from tests.conftest import set_path, validate_data
+from tests.tools.standin import recorded, rootfs
+from tests.tools.standin.node import CLOUD_INIT_ENV, StandinNode
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
+BUCKET = "fmctl-artifacts-standin"
+PREFIX = "/opt/aws/pcs/scheduler/slurm-24.11"
+
+_WHY = rootfs.unavailable()
+pytestmark = pytest.mark.skipif(
+    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
+)
+
+#: As PCS's AMI has it: Slurm in the installer's prefix; scontrol recording what it is asked
+#: (the controller is AWS's, not on the node) beside the real one.
+LAYOUT = f"""
+set -e
+install -d /opt/aws/pcs/scheduler
+mv /opt/slurm {PREFIX}
+ln -sfn {PREFIX}/etc /etc/slurm
+ln -sfn {PREFIX}/sbin/slurmstepd /usr/sbin/slurmstepd
+mv {PREFIX}/bin/scontrol {PREFIX}/bin/scontrol.real
+cat > {PREFIX}/bin/scontrol <<'EOF'
+#!/bin/sh
+echo "$*" >> /var/log/fmctl-scontrol.log
+EOF
+chmod 0755 {PREFIX}/bin/scontrol
+"""
+
+
+def _files() -> dict[str, str]:
+    data: dict[str, Any] = yaml.safe_load(
+        (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
+    )
+    for path, value in (
+        (("slurm",), {"provider": "pcs"}),
+        (("storage",), {"localNvme": {"mountPath": "/scratch"}}),
+    ):
+        data = set_path(data, path, value)
+    result = validate_data(data)
+    assert result.ok and result.resolved is not None, result.problems
+    return render(result.resolved, load_catalog()).files
+
+
+def _shell_part(user_data: str) -> str:
+    """The text/x-shellscript part of the MIME user data, as cloud-init extracts it."""
+    part = user_data.split('Content-Type: text/x-shellscript; charset="us-ascii"\n\n', 1)[1]
+    return part.split("\n--FMCTL--", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[StandinNode, dict[str, str], Any]]:
+    image = rootfs.ensure()
+    files = _files()
+    pcs = StandinNode(image, "ip-10-0-16-30")
+    try:
+        laid = pcs.run(["/bin/bash", "-c", LAYOUT])
+        assert laid.returncode == 0, laid.stderr
+        s3 = f"/var/lib/standin-s3/{BUCKET}/llm-pretrain/slurm"
+        shutil.copytree(ROOT / "slurm", pcs.path(s3), dirs_exist_ok=True)
+        for path, text in files.items():
+            if path.startswith("slurm/monitoring/"):
+                pcs.write(f"{s3}/{path.removeprefix('slurm/')}", text)
+        pcs.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+        pcs.write(
+            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+        template = json.loads(files["pcs/launch-templates/train.json"])
+        text = template["LaunchTemplateData"]["UserData"]
+        script = fill(_shell_part(text), {n: BUCKET for n in find(_shell_part(text))})
+        pcs.write("/var/lib/cloud/instance/scripts/part-001", script, 0o700)
+        booted = pcs.run(
+            ["/var/lib/cloud/instance/scripts/part-001"], env=CLOUD_INIT_ENV, timeout=300
+        )
+        yield pcs, files, booted
+    finally:
+        pcs.stop()
+
+
+def test_the_user_data_bootstraps_a_pcs_node(node: tuple[StandinNode, dict[str, str], Any]) -> None:
+    pcs, _, booted = node
+    assert booted.returncode == 0, f"{booted.stdout}\n{booted.stderr}"
+    assert pcs.path("/etc/fmctl/slurm.env").read_text() == f"FMCTL_SLURM_PREFIX={PREFIX}\n"
+    env = pcs.path("/etc/fmctl/node.env").read_text()
+    assert "FMCTL_EXPECTED_GPUS=8" in env and "FMCTL_EXPECTED_EFA=32" in env
+    # Nothing of ParallelCluster's layout is made on a PCS node.
+    assert not pcs.path("/opt/slurm").exists()
+    assert pcs.path("/opt/fmctl/slurm/prolog.d/50-fmctl-node-check.sh").is_file()
+    assert "fmctl on-node-configured: compute done" in booted.stdout
+
+
+def test_the_clusters_prolog_drains_through_pcss_scontrol(
+    node: tuple[StandinNode, dict[str, str], Any],
+) -> None:
+    pcs, files, _ = node
+    settings = {
+        s["parameterName"]: s["parameterValue"]
+        for s in json.loads(files["pcs/cluster.json"])["slurmConfiguration"]["slurmCustomSettings"]
+    }
+    healthy = pcs.run([settings["Prolog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "7"})
+    assert healthy.returncode == 0, healthy.stderr
+    pcs.write("/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-lost-gpu.csv").read_text())
+    short = pcs.run([settings["Prolog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "8"})
+    assert short.returncode == 1 and "expected 8" in short.stderr, short.stderr
+    drained = pcs.path("/var/log/fmctl-scontrol.log").read_text()
+    assert "update NodeName=train-1 State=DRAIN Reason=fmctl prolog: sees 7 GPUs" in drained
+    epilog = pcs.run([settings["Epilog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "8"})
+    assert epilog.returncode == 0, epilog.stderr
