@@ -42,34 +42,57 @@ ROLE = "iam/pcs-node"
 CLUSTER = "pcs/cluster"
 
 
+#: Placeholder of pcs/ -> (logical id, its outputs, the output field) that fills it.
+SOURCES: dict[str, tuple[str, type, str]] = {
+    "privateSubnetId": ("subnet/private", SubnetOut, "id"),
+    "efaSecurityGroupId": ("sg/efa", SgOut, "id"),
+    "pcsClusterSecurityGroupId": (SG, SgOut, "id"),
+    "sshSecurityGroupId": (SSH_SG, SgOut, "id"),
+    "pcsClusterId": (CLUSTER, PcsClusterOut, "id"),
+    "pcsNodeInstanceProfileArn": (ROLE, RoleOut, "arn"),
+    "artifactBucket": ("bucket", BucketOut, "id"),
+    "fsxDnsName": ("fsx", FsxOut, "dns"),
+    "fsxMountName": ("fsx", FsxOut, "mount_name"),
+}
+#: Families (NAME.KEY): the logical id's pattern, its outputs and field.
+FAMILIES: dict[str, tuple[str, type, str]] = {
+    "launchTemplate": ("launch-template/pcs/{}", LtOut, "id"),
+    "launchTemplateVersion": ("launch-template/pcs/{}", LtOut, "version"),
+    "computeNodeGroupId": ("pcs/node-group/{}", NodeGroupOut, "id"),
+    "pcsAmiId": ("pcs/ami/{}", PcsAmiOut, "id"),
+}
+
+
+def source(name: str) -> tuple[str, type, str] | None:
+    """What fills a placeholder of pcs/ (None: nothing of PCS's)."""
+    if name in SOURCES:
+        return SOURCES[name]
+    family, _, key = name.partition(".")
+    if family in FAMILIES and key:
+        pattern, outputs, attribute = FAMILIES[family]
+        return pattern.format(key), outputs, attribute
+    return None
+
+
 class Refs:
     """Placeholders of pcs/ (and ids the spec names) -> the resources that fill them."""
 
     def __init__(self, p: Parts) -> None:
         self.by_name: dict[str, tuple[Ref[Any], str]] = {}
-        for name, rid, outputs, attribute in (
-            ("privateSubnetId", "subnet/private", SubnetOut, "id"),
-            ("efaSecurityGroupId", "sg/efa", SgOut, "id"),
-            ("pcsClusterSecurityGroupId", SG, SgOut, "id"),
-            ("sshSecurityGroupId", SSH_SG, SgOut, "id"),
-            ("pcsClusterId", CLUSTER, PcsClusterOut, "id"),
-            ("pcsNodeInstanceProfileArn", ROLE, RoleOut, "arn"),
-            ("artifactBucket", "bucket", BucketOut, "id"),
-            ("fsxDnsName", "fsx", FsxOut, "dns"),
-            ("fsxMountName", "fsx", FsxOut, "mount_name"),
-        ):
+        for name, (rid, outputs, attribute) in SOURCES.items():
             if p.has(rid):
                 self.by_name[name] = (Ref(rid, outputs), attribute)
-        for name in [LOGIN, *(pool.name for pool in p.c.pools)]:
-            template = Ref(f"launch-template/pcs/{name}", LtOut)
-            self.by_name[f"launchTemplate.{name}"] = (template, "id")
-            self.by_name[f"launchTemplateVersion.{name}"] = (template, "version")
-            group = Ref(f"pcs/node-group/{name}", NodeGroupOut)
-            self.by_name[f"computeNodeGroupId.{name}"] = (group, "id")
-        for arch in ("x86_64", "arm64"):
-            rid = f"pcs/ami/{arch}"
-            if p.has(rid):
-                self.by_name[f"pcsAmiId.{arch}"] = (Ref(rid, PcsAmiOut), "id")
+        keys = {
+            "launchTemplate": [LOGIN, *(pool.name for pool in p.c.pools)],
+            "launchTemplateVersion": [LOGIN, *(pool.name for pool in p.c.pools)],
+            "computeNodeGroupId": [LOGIN, *(pool.name for pool in p.c.pools)],
+            "pcsAmiId": [a for a in ("x86_64", "arm64") if p.has(f"pcs/ami/{a}")],
+        }
+        for family, names in keys.items():
+            for key in names:
+                found = source(f"{family}.{key}")
+                assert found is not None
+                self.by_name[f"{family}.{key}"] = (Ref(found[0], found[1]), found[2])
         self.literal: dict[str, Ref[Any]] = {}
         if p.spec.network.subnet_id:
             self.literal[p.spec.network.subnet_id] = Ref("subnet/private", SubnetOut)

@@ -85,6 +85,11 @@ def connection(
 
     ctx = make_context(target, name, read_only=True)
     region = target.region
+    from provisioner.resources.pcs import cluster_id
+
+    pcs = cluster_id(ctx)
+    if pcs is not None:
+        return _pcs_connection(ctx, name, pcs, node, head, forward, spec)
     if login:
         raise NoSuchNode(
             f"{name} has no login nodes: fmctl's ParallelCluster clusters have a head node",
@@ -166,6 +171,55 @@ def connection(
             {"Name": key_name, "Values": [node]},
         ],
     )
+    if found is None:
+        raise NoSuchNode(
+            f"{name} has no running node {node} in {region}",
+            hint="name it by instance id or private DNS name (`fmctl status` lists them)",
+        )
+    return _node(str(found["InstanceId"]), region, forward, node)
+
+
+def _pcs_connection(
+    ctx: Any,
+    name: str,
+    pcs: str,
+    node: str | None,
+    head: bool,
+    forward: int | None,
+    spec: ClusterSpec | None,
+) -> Connection:
+    """On AWS PCS: a login node (PCS's cluster tag, fmctl's pool tag ``login``), or a node of
+    the cluster by instance id or private DNS name. AWS runs the controller: no head node."""
+    from provisioner.catalog.pcs import CLUSTER_TAG
+
+    region = ctx.region
+    if head:
+        raise NoSuchNode(
+            f"{name} runs on AWS PCS: AWS runs its Slurm controller, there is no head node",
+            hint=f"`fmctl connect {name} --login`",
+        )
+    mine = [{"Name": f"tag:{CLUSTER_TAG}", "Values": [pcs]}]
+    if node is None:
+        found = _instance(ctx, [*mine, {"Name": "tag:fmctl.dev/pool", "Values": ["login"]}])
+        if found is None:
+            raise NoSuchNode(
+                f"{name} has no running login node in {region}",
+                hint=f"`fmctl status {name}` shows its node groups",
+            )
+        instance = str(found["InstanceId"])
+        if forward is not None:
+            return Connection(
+                _forward(instance, region, GRAFANA_PORT, forward),
+                f"Grafana on the login node of {name} at http://localhost:{forward}",
+            )
+        key = spec.compute.head_node.key_name if spec else None
+        address = found.get("PublicIpAddress") or found.get("PrivateIpAddress")
+        if spec is not None and key and spec.network.ssh_cidr and address:
+            argv = ("ssh", "-i", f"~/.ssh/{key}.pem", f"{os_login_user(spec.slurm.os)}@{address}")
+            return Connection(argv, f"the login node of {name} ({instance}) over SSH")
+        return Connection(_ssm(instance, region), f"the login node of {name} ({instance})")
+    key_name = "instance-id" if node.startswith("i-") else "private-dns-name"
+    found = _instance(ctx, [*mine, {"Name": key_name, "Values": [node]}])
     if found is None:
         raise NoSuchNode(
             f"{name} has no running node {node} in {region}",

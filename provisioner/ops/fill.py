@@ -54,8 +54,15 @@ class FromCluster:
     pending: tuple[str, ...]
 
 
-def source_of(name: str) -> tuple[str, str] | None:
-    """Where a placeholder's value comes from (None: not from a resource)."""
+def source_of(name: str, spec: ClusterSpec | None = None) -> tuple[str, str] | None:
+    """Where a placeholder's value comes from (None: not from a resource); on AWS PCS, the
+    builder's own table (``blueprint.pcs.source``)."""
+    if spec is not None and spec.scheduler == "slurm" and spec.slurm.provider == "pcs":
+        from provisioner.blueprint.pcs import source
+
+        found = source(name)
+        if found is not None:
+            return found[0], found[2]
     if name in SOURCES:
         return SOURCES[name]
     kind, _, pool = name.partition(".")
@@ -79,7 +86,7 @@ def values_from(plan: Plan, spec: ClusterSpec, names: Iterable[str], account: st
         if name == "accountId":
             values[name], sources[name] = account, "sts:GetCallerIdentity"
             continue
-        where = source_of(name)
+        where = source_of(name, spec)
         if where is None:
             raise KeyError(f"no source for placeholder {name!r}")  # a bug: SOURCES lacks it
         rid, attr = where

@@ -59,6 +59,30 @@ def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
     return found
 
 
+def pcs_compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
+    """Running compute instances of the cluster's PCS node groups (PCS's cluster tag and
+    fmctl's; the login group left out), by id."""
+    from provisioner.catalog.pcs import CLUSTER_TAG
+    from provisioner.resources.tags import OWNER_TAG
+
+    ec2 = aws.client("ec2")
+    found: dict[str, dict[str, Any]] = {}
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{OWNER_TAG}", "Values": [cluster]},
+            {"Name": "tag-key", "Values": [CLUSTER_TAG]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+    )
+    for page in pages:
+        for reservation in page["Reservations"]:
+            for instance in reservation["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+                if tags.get(OWNER_TAG) == cluster and tags.get("fmctl.dev/pool") != "login":
+                    found[instance["InstanceId"]] = instance
+    return found
+
+
 def read_topology(aws: Aws, instances: dict[str, dict[str, Any]]) -> list[Placed]:
     """Each of the running compute ``instances`` (``compute_instances``) with its network
     nodes (instances EC2 does not place, types without topology support, are left out)."""
@@ -154,6 +178,20 @@ def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
             ),
             None,
         )
+    if not instances:
+        from provisioner.ops.listing import pcs_state
+
+        if pcs_state(aws, name) is not None:
+            placed = read_topology(aws, pcs_compute_instances(aws, name))
+            return Published(
+                document(name, placed),
+                (
+                    *summary(placed),
+                    f"{name} is a PCS cluster: PCS writes its Slurm configuration itself "
+                    "(no topology.conf of fmctl's), so nothing is published",
+                ),
+                None,
+            )
     placed = read_topology(aws, instances)
     doc = document(name, placed)
     lines = summary(placed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-PATTERN = re.compile(r"<fmctl:([A-Za-z][A-Za-z0-9.-]*)>")
+PATTERN = re.compile(r"<fmctl:([A-Za-z][A-Za-z0-9._-]*)>")
 
 #: Every placeholder render may emit, with what fills it (documented in OUT/PLACEHOLDERS.md).
 KNOWN: dict[str, str] = {

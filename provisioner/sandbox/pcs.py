@@ -270,6 +270,33 @@ def _validate(call: Call) -> None:
         raise PcsError(
             "ValidationException", str(ParamValidationError(report=report.generate_report()))
         )
+    bad = pattern_errors(operation.input_shape, call.params, call.action)
+    if bad:
+        raise PcsError("ValidationException", "; ".join(bad))
+
+
+def pattern_errors(shape: Any, value: Any, where: str) -> list[str]:
+    """String values that break their shape's ``pattern`` (botocore checks types and lengths
+    before sending, not patterns; PCS does, with a ValidationException)."""
+    import re
+
+    if shape.type_name == "structure" and isinstance(value, dict):
+        return [
+            bad
+            for key, item in value.items()
+            if key in shape.members
+            for bad in pattern_errors(shape.members[key], item, f"{where}.{key}")
+        ]
+    if shape.type_name == "list" and isinstance(value, list):
+        return [
+            bad
+            for i, v in enumerate(value)
+            for bad in pattern_errors(shape.member, v, f"{where}[{i}]")
+        ]
+    pattern = shape.metadata.get("pattern")
+    if shape.type_name == "string" and pattern and not re.search(pattern, str(value)):
+        return [f"{where}: {value!r} does not match {pattern}"]
+    return []
 
 
 def _model() -> Any:

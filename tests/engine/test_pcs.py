@@ -114,6 +114,15 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     text = sandbox.fmctl("status", name, "--region", region, "--sandbox")
     assert "PCS cluster" in text.stdout and "queue train" in text.stdout, text.stdout
 
+    login = groups["login"]["instances"][0]["id"]
+    shell = sandbox.fmctl("connect", name, "--region", region, "--sandbox", "--print")
+    assert shell.returncode == 0 and f"--target {login}" in shell.stdout, shell.stderr
+    head = sandbox.fmctl("connect", name, "--region", region, "--sandbox", "--print", "--head")
+    assert head.returncode == 1 and "no head node" in head.stderr
+    topo = sandbox.fmctl("topology", name, "--region", region, "--sandbox")
+    assert topo.returncode == 0, topo.stderr
+    assert "2 instances under" in topo.stdout and "is a PCS cluster" in topo.stdout
+
     # Day 2: scale the pool in place (UpdateComputeNodeGroup), then change its instance type
     # (a new node group takes the queue over, the old one goes).
     scaled = pcs_spec(tmp_path, name, region, count=3)

@@ -19,6 +19,7 @@ from botocore.validate import ParamValidator
 from provisioner.catalog import load_catalog
 from provisioner.render import Rendered, render
 from provisioner.render.placeholders import fill
+from provisioner.sandbox.pcs import pattern_errors
 from tests.conftest import EXAMPLES, ROOT, set_path, validate_data
 from tests.render.helpers import FILLED
 
@@ -75,10 +76,12 @@ def _filled(text: str) -> Any:
 
 
 def _check(model: Any, operation: str, params: dict[str, Any]) -> None:
-    """Every key known to the request shape, every required one present, types, lengths and
-    patterns as botocore checks them before sending."""
-    report = ParamValidator().validate(params, model.operation_model(operation).input_shape)
+    """Every key known to the request shape, every required one present, types and lengths
+    as botocore checks them before sending, and every string against its pattern."""
+    shape = model.operation_model(operation).input_shape
+    report = ParamValidator().validate(params, shape)
     assert not report.has_errors(), report.generate_report()
+    assert pattern_errors(shape, params, operation) == []
 
 
 @pytest.fixture(scope="module", params=SLURM_EXAMPLES, ids=[e.stem for e in SLURM_EXAMPLES])
@@ -101,7 +104,31 @@ def test_requests_match_botocores_shapes(folder: Rendered) -> None:
         _check(EC2_MODEL, "CreateLaunchTemplate", _filled(files[path]))
 
 
+def test_every_placeholder_is_one_fmctl_fills(folder: Rendered) -> None:
+    """Each ``<fmctl:`` in pcs/ is a placeholder find() sees (so up and --from-cluster fill
+    it), never text that passes for a literal value."""
+    from provisioner.render.placeholders import find
+
+    for path, text in folder.files.items():
+        if path.startswith("pcs/"):
+            assert text.count("<fmctl:") == sum(text.count(f"<fmctl:{n}>") for n in find(text))
+
+
 def test_a_wrong_field_is_caught_by_the_shape_check() -> None:
+    with pytest.raises(AssertionError, match="ami-"):
+        _check(
+            PCS_MODEL,
+            "CreateComputeNodeGroup",
+            {
+                "clusterIdentifier": "pcs_0123456789",
+                "computeNodeGroupName": "train",
+                "amiId": "<fmctl:pcsAmiId.x86_64>",
+                "subnetIds": ["subnet-0123456789abcdef0"],
+                "iamInstanceProfileArn": PCS_FILLED["pcsNodeInstanceProfileArn"],
+                "scalingConfiguration": {"minInstanceCount": 0, "maxInstanceCount": 1},
+                "instanceConfigs": [{"instanceType": "p5.48xlarge"}],
+            },
+        )
     with pytest.raises(AssertionError, match="Unknown parameter"):
         _check(PCS_MODEL, "CreateQueue", {"clusterIdentifier": "c1", "queueName": "q1", "x": 1})
     with pytest.raises(AssertionError, match="Missing required parameter"):
