@@ -150,19 +150,7 @@ def connection(
                 f"no cluster {name} with a running head node in {region}",
                 hint=f"`fmctl status {name}` shows what exists",
             )
-        instance = str(found["InstanceId"])
-        if forward is not None:
-            return Connection(
-                _forward(instance, region, GRAFANA_PORT, forward),
-                f"Grafana on the head node of {name} at http://localhost:{forward}",
-            )
-        key = spec.compute.head_node.key_name if spec else None
-        address = found.get("PublicIpAddress") or found.get("PrivateIpAddress")
-        if spec is not None and key and spec.network.ssh_cidr and address:
-            user = os_login_user(spec.slurm.os)
-            argv = ("ssh", "-i", f"~/.ssh/{key}.pem", f"{user}@{address}")
-            return Connection(argv, f"the head node of {name} ({instance}) over SSH")
-        return Connection(_ssm(instance, region), f"the head node of {name} ({instance})")
+        return _login(found, f"the head node of {name}", region, forward, spec)
     key_name = "instance-id" if node.startswith("i-") else "private-dns-name"
     found = _instance(
         ctx,
@@ -177,6 +165,29 @@ def connection(
             hint="name it by instance id or private DNS name (`fmctl status` lists them)",
         )
     return _node(str(found["InstanceId"]), region, forward, node)
+
+
+def _login(
+    found: dict[str, Any],
+    what: str,
+    region: str,
+    forward: int | None,
+    spec: ClusterSpec | None,
+) -> Connection:
+    """A shell on the node users log in to (the head node, or a PCS login node), or Grafana
+    on it forwarded: SSH where the spec gives a key pair and sshCidr, else SSM."""
+    instance = str(found["InstanceId"])
+    if forward is not None:
+        return Connection(
+            _forward(instance, region, GRAFANA_PORT, forward),
+            f"Grafana on {what} at http://localhost:{forward}",
+        )
+    key = spec.compute.head_node.key_name if spec else None
+    address = found.get("PublicIpAddress") or found.get("PrivateIpAddress")
+    if spec is not None and key and spec.network.ssh_cidr and address:
+        argv = ("ssh", "-i", f"~/.ssh/{key}.pem", f"{os_login_user(spec.slurm.os)}@{address}")
+        return Connection(argv, f"{what} ({instance}) over SSH")
+    return Connection(_ssm(instance, region), f"{what} ({instance})")
 
 
 def _pcs_connection(
@@ -206,18 +217,7 @@ def _pcs_connection(
                 f"{name} has no running login node in {region}",
                 hint=f"`fmctl status {name}` shows its node groups",
             )
-        instance = str(found["InstanceId"])
-        if forward is not None:
-            return Connection(
-                _forward(instance, region, GRAFANA_PORT, forward),
-                f"Grafana on the login node of {name} at http://localhost:{forward}",
-            )
-        key = spec.compute.head_node.key_name if spec else None
-        address = found.get("PublicIpAddress") or found.get("PrivateIpAddress")
-        if spec is not None and key and spec.network.ssh_cidr and address:
-            argv = ("ssh", "-i", f"~/.ssh/{key}.pem", f"{os_login_user(spec.slurm.os)}@{address}")
-            return Connection(argv, f"the login node of {name} ({instance}) over SSH")
-        return Connection(_ssm(instance, region), f"the login node of {name} ({instance})")
+        return _login(found, f"the login node of {name}", region, forward, spec)
     key_name = "instance-id" if node.startswith("i-") else "private-dns-name"
     found = _instance(ctx, [*mine, {"Name": key_name, "Values": [node]}])
     if found is None:
