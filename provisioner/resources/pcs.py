@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -79,6 +80,21 @@ def _retag(ctx: Context, arn: str, changes: Sequence[FieldChange]) -> None:
             _client(ctx).tag_resource(resourceArn=arn, tags=add)
         if remove:
             _client(ctx).untag_resource(resourceArn=arn, tagKeys=remove)
+
+
+def _digest(value: Any) -> str:
+    """A short digest of a request's content: in a client token, a different request is a
+    different token (PCS answers a token it knows with what that request made)."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def request_of_networking(ctx: Context, params: PcsClusterParams) -> dict[str, Any]:
+    """The cluster's subnets and groups by id (what a new cluster after a `down` differs in)."""
+    return {
+        "subnets": [ctx.get(s).id for s in params.subnets],
+        "groups": [ctx.get(g).id for g in params.security_groups],
+    }
 
 
 def _tags(ctx: Context, arn: str) -> Tags:
@@ -291,7 +307,9 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 "securityGroupIds": [ctx.get(g).id for g in params.security_groups],
             },
             "slurmConfiguration": self._slurm(params),
-            "clientToken": ctx.token(rid),
+            # The same request, again after a crash, is the same create; a cluster made anew
+            # after a `down` has a new subnet and group, so PCS never answers with the old.
+            "clientToken": ctx.token(f"{rid}/{_digest(request_of_networking(ctx, params))}"),
             "tags": params.tags.at_creation(),
         }
         try:
@@ -408,7 +426,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 lambda: _client(ctx).update_cluster(
                     clusterIdentifier=observed.id,
                     slurmConfiguration=self._slurm(params),
-                    clientToken=ctx.token(f"{rid}/update"),
+                    clientToken=ctx.token(f"{rid}/update/{_digest(self._slurm(params))}"),
                 ),
             )
             self._active(ctx, rid, observed.id, self.update_seconds)
@@ -431,7 +449,8 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
             f"the deletion of PCS cluster {owned.id}",
             lambda: unless_gone(
                 lambda: pcs.delete_cluster(
-                    clusterIdentifier=owned.id, clientToken=ctx.token(f"{owned.resource}/delete")
+                    clusterIdentifier=owned.id,
+                    clientToken=ctx.token(f"{owned.resource}/delete/{owned.id}"),
                 )
             ),
         )
@@ -744,7 +763,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             "clusterIdentifier": cluster,
             "computeNodeGroupName": params.group_name,
             "instanceConfigs": [{"instanceType": params.instance_type}],
-            "clientToken": ctx.token(f"{rid}/{params.group_name}"),
+            "clientToken": ctx.token(f"{rid}/{cluster}/{params.group_name}"),
             "tags": params.tags.at_creation(),
         }
         try:
@@ -821,7 +840,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
                 lambda: _client(ctx).update_compute_node_group(
                     clusterIdentifier=cluster,
                     computeNodeGroupIdentifier=group,
-                    clientToken=ctx.token(f"{rid}/update/{sorted(paths)}"),
+                    clientToken=ctx.token(f"{rid}/update/{group}/{_digest(body)}"),
                     **body,
                 ),
             )
@@ -862,7 +881,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
                 lambda: pcs.delete_compute_node_group(
                     clusterIdentifier=cluster,
                     computeNodeGroupIdentifier=group,
-                    clientToken=ctx.token(f"{owned.resource}/delete/{group}"),
+                    clientToken=ctx.token(f"{owned.resource}/delete/{cluster}/{group}"),
                 )
             ),
         )
@@ -1015,7 +1034,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
             "clusterIdentifier": cluster,
             "queueName": params.queue_name,
             "computeNodeGroupConfigurations": self._configs(ctx, params),
-            "clientToken": ctx.token(rid),
+            "clientToken": ctx.token(f"{rid}/{cluster}"),
             "tags": params.tags.at_creation(),
         }
         item = _patiently(
@@ -1069,7 +1088,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
                     clusterIdentifier=cluster,
                     queueIdentifier=queue,
                     computeNodeGroupConfigurations=configs,
-                    clientToken=ctx.token(f"{rid}/update/{configs}"),
+                    clientToken=ctx.token(f"{rid}/update/{queue}/{_digest(configs)}"),
                 ),
             )
             self._active(ctx, rid, cluster, queue, self.update_seconds)
@@ -1101,7 +1120,7 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
                 lambda: pcs.delete_queue(
                     clusterIdentifier=cluster,
                     queueIdentifier=queue,
-                    clientToken=ctx.token(f"{owned.resource}/delete"),
+                    clientToken=ctx.token(f"{owned.resource}/delete/{cluster}/{queue}"),
                 )
             ),
         )
