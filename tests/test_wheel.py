@@ -27,6 +27,7 @@ SANDBOX_FILES = {
     "kube_model.py",
     "kube_patch.py",
     "kube_workloads.py",
+    "pcs.py",
     "protocol.py",
     "server.py",
     "shims.py",

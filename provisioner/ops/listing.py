@@ -79,7 +79,12 @@ def pcs_state(aws: Aws, name: str) -> str | None:
     try:
         for page in pcs.get_paginator("list_clusters").paginate():
             for found in page["clusters"]:
-                tags = pcs.list_tags_for_resource(resourceArn=found["arn"])["tags"]
+                try:
+                    tags = pcs.list_tags_for_resource(resourceArn=found["arn"])["tags"]
+                except Exception as exc:
+                    if error_code(exc) == "ResourceNotFoundException":
+                        continue  # deleted between the list and the read
+                    raise
                 if tags.get(OWNER_TAG) == name:
                     return str(found["status"])
     except Exception as exc:

@@ -43,6 +43,9 @@ DURATIONS = {
     "queue-update": 30.0,
     "queue-delete": 30.0,
 }
+#: States a resource cannot be deleted in (ConflictException's documentation: "A cluster to
+#: delete is in an unstable state").
+UNSTABLE = ("CREATING", "UPDATING")
 CLUSTER_TAG = "aws:pcs:cluster-id"
 GROUP_TAG = "aws:pcs:compute-node-group-id"
 
@@ -431,6 +434,11 @@ def _delete_cluster(s: Pcs, call: Call) -> dict[str, Any]:
     cluster = s.cluster(call.region, call.params["clusterIdentifier"])
     if cluster.gone_at is not None:
         return {}
+    if cluster.data["status"] in UNSTABLE:
+        raise PcsError(
+            "ConflictException",
+            f"cluster {cluster.data['id']} is in an unstable state ({cluster.data['status']})",
+        )
     left = s.children(call.region, "group", cluster.data["id"])
     left += s.children(call.region, "queue", cluster.data["id"])
     if left:
@@ -541,6 +549,10 @@ def _delete_group(s: Pcs, call: Call) -> dict[str, Any]:
     )
     if group.gone_at is not None:
         return {}
+    if group.data["status"] in UNSTABLE:
+        raise PcsError(
+            "ConflictException", f"node group {group.data['id']} is {group.data['status']}"
+        )
     users = [
         q.data["name"]
         for q in s.children(call.region, "queue", cluster.data["id"])

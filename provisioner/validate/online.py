@@ -457,7 +457,12 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     for cluster in clusters:
         if cluster["name"] != name:
             continue
-        tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        try:
+            tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        except Exception as exc:
+            if error_code(exc) == "ResourceNotFoundException":
+                continue  # deleted between the list and the read
+            raise
         if tags.get(OWNER_TAG) != name:
             yield Problem(
                 "pcs-name-taken",

@@ -253,7 +253,10 @@ def _pcs_leftovers(aws: Aws, name: str) -> list[str]:
     pcs = aws.client("pcs")
     left: list[str] = []
     for cluster in pcs.list_clusters()["clusters"]:
-        tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        try:
+            tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
+        except pcs.exceptions.ResourceNotFoundException:
+            continue  # deleted between the list and the read (another test's)
         if tags.get(OWNER_TAG) != name:
             continue
         left.append(f"pcs:{cluster['id']}")

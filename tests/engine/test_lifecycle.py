@@ -186,7 +186,8 @@ def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> Non
 def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> None:
     short = spec_file(tmp_path, "e2e-gc-short")
     data = yaml.safe_load(short.read_text())
-    data["metadata"]["ttl"] = "1m"
+    # Ten minutes: long enough that two ups on a loaded machine finish well inside it.
+    data["metadata"]["ttl"] = "10m"
     short.write_text(yaml.safe_dump(data))
     keep = spec_file(tmp_path, "e2e-gc-keep")
     region = region_of(short)
@@ -195,8 +196,8 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
         assert result.returncode == 0, result.stderr
     listed = sandbox.fmctl("gc", "--expired", "--dry-run", "--region", region, "--sandbox")
     assert "collect" not in listed.stdout.split("dry run")[0].replace("to collect", "")
-    # The spec's ttl became an expires-at tag one minute after created-at; rather than wait
-    # that minute, move the short cluster's VPC tag a minute back (gc takes the earliest).
+    # The spec's ttl became an expires-at tag ten minutes after created-at; rather than wait
+    # them out, the tags are moved back below (gc takes the earliest).
     ec2 = sandbox.aws(region).client("ec2")
     vpc = ec2.describe_vpcs(Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": ["e2e-gc-short"]}])[
         "Vpcs"
@@ -204,7 +205,7 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
     tags = {t["Key"]: t["Value"] for t in vpc["Tags"]}
     created = calendar.timegm(time.strptime(tags[CREATED_TAG], "%Y-%m-%dT%H:%M:%SZ"))
     expires = calendar.timegm(time.strptime(tags[EXPIRES_TAG], "%Y-%m-%dT%H:%M:%SZ"))
-    assert expires - created == 60
+    assert expires - created == 600
     # Both made two minutes ago (gc takes a cluster's earliest created-at): by age, the
     # short one's ttl (not passed: it ends a minute after its real creation) keeps it; the
     # other has none.
