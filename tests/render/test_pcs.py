@@ -207,3 +207,26 @@ def test_a_pool_of_a_name_pcs_refuses_is_a_located_error() -> None:
     assert not result.ok
     hit = next(p for p in result.problems if p.code == "pcs-names")
     assert hit.dotted_path == "compute.gpuPools[0].name"
+
+
+def test_the_same_spec_plans_on_either_provider(tmp_path: Path) -> None:
+    """`fmctl plan --offline` of the one spec: ParallelCluster's cluster on one provider,
+    PCS's cluster, node groups and queues on the other, on the same infrastructure."""
+    from tests.cli.helpers import fmctl
+
+    example = SLURM_EXAMPLES[0]
+    pcs = tmp_path / "pcs.yaml"
+    pcs.write_text(yaml.safe_dump(_pcs_spec(example)))
+    plans = {}
+    for label, path in (("parallelcluster", example), ("pcs", pcs)):
+        done = fmctl("plan", "-f", str(path), "--offline", "-o", "json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        plans[label] = {c["resource"] for c in json.loads(done.stdout)["changes"]}
+    assert "parallelcluster" in plans["parallelcluster"]
+    assert not any(r.startswith("pcs/") for r in plans["parallelcluster"])
+    assert {"pcs/cluster", "pcs/node-group/login", "pcs/node-group/train", "pcs/queue/train"} <= (
+        plans["pcs"]
+    )
+    assert not any("parallelcluster" in r for r in plans["pcs"])
+    shared = {"vpc", "subnet/private", "sg/efa", "fsx", "bucket", "artifacts"}
+    assert shared <= plans["parallelcluster"] & plans["pcs"]
