@@ -28,6 +28,7 @@ SANDBOX_FILES = {
     "kube_patch.py",
     "kube_workloads.py",
     "pcs.py",
+    "pcs_model.py",
     "protocol.py",
     "server.py",
     "shims.py",

@@ -25,7 +25,8 @@ from provisioner.resources.logs import LogGroup
 from provisioner.resources.network import ExistingSubnet, ExistingVpc, Subnet, Vpc
 from provisioner.resources.parallelcluster import ParallelClusterKind
 from provisioner.resources.pcluster_check import ParallelClusterCheck
-from provisioner.resources.pcs import PcsCluster, PcsNodeGroup, PcsQueue, PcsSampleAmi
+from provisioner.resources.pcs import PcsCluster, PcsSampleAmi
+from provisioner.resources.pcs_nodes import PcsNodeGroup, PcsQueue
 from provisioner.resources.routes import RouteTable, S3Endpoint
 from provisioner.resources.storage import Artifacts, Bucket
 

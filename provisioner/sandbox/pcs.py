@@ -24,52 +24,27 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.sandbox.pcs_model import (
+    CLUSTER_TAG,
+    DURATIONS,
+    GROUP_TAG,
+    UNSTABLE,
+    Answer,
+    PcsError,
+    Thing,
+    busy,
+    check_groups,
+    check_subnets,
+    instance_ids,
+    need_active,
+    new_id,
+    stamp,
+    validate,
+)
 from provisioner.sandbox.protocol import Call
-
-Answer = tuple[int, dict[str, str], bytes]
-
-DURATIONS = {
-    "cluster-create": 600.0,
-    "cluster-update": 120.0,
-    "cluster-delete": 300.0,
-    "group-create": 300.0,
-    "group-update": 180.0,
-    "group-delete": 180.0,
-    "queue-create": 30.0,
-    "queue-update": 30.0,
-    "queue-delete": 30.0,
-}
-#: States a resource cannot be deleted in (ConflictException's documentation: "A cluster to
-#: delete is in an unstable state").
-UNSTABLE = ("CREATING", "UPDATING")
-CLUSTER_TAG = "aws:pcs:cluster-id"
-GROUP_TAG = "aws:pcs:compute-node-group-id"
-
-
-class PcsError(Exception):
-    """An error answer: its code and message, as botocore parses them."""
-
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.code, self.message, self.status = code, message, status
-
-
-@dataclass
-class Thing:
-    """A cluster, node group or queue, with its lifecycle."""
-
-    data: dict[str, Any]
-    kind: str  # cluster | group | queue
-    ready_at: float
-    gone_at: float | None = None
-    #: An update on its way: the fields it sets when it lands.
-    landing: dict[str, Any] | None = None
-    #: EC2 instances a node group runs.
-    instances: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -93,7 +68,7 @@ class Pcs:
             handler = _HANDLERS.get(call.action)
             if handler is None:
                 raise PcsError("UnknownOperationException", f"{call.action} is not served")
-            _validate(call)
+            validate(call)
             body = handler(self, call)
             return (
                 200,
@@ -133,7 +108,7 @@ class Pcs:
                     thing.data.update(thing.landing)
                     thing.landing = None
                 thing.data["status"] = "ACTIVE"
-                thing.data["modifiedAt"] = _now()
+                thing.data["modifiedAt"] = stamp()
                 if thing.kind == "group":
                     count = thing.data["scalingConfiguration"]["minInstanceCount"]
                     self._scale(region, thing, int(count))
@@ -195,7 +170,9 @@ class Pcs:
         backend = ec2_backends[self.account][region]
         alive = []
         for instance_id in group.instances:
-            found = backend.get_instance(instance_id) if instance_id in _ids(backend) else None
+            found = (
+                backend.get_instance(instance_id) if instance_id in instance_ids(backend) else None
+            )
             if found is not None and found.state != "terminated":
                 alive.append(instance_id)
         group.instances = alive
@@ -246,110 +223,6 @@ class Pcs:
         group.instances += [i.id for i in reservation.instances]
 
 
-def _ids(backend: Any) -> set[str]:
-    return {i.id for r in backend.reservations.values() for i in r.instances}
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _new_id() -> str:
-    return "pcs_" + uuid.uuid4().hex[:10]
-
-
-def _validate(call: Call) -> None:
-    """The request against botocore's ``pcs`` input shape (PCS's ValidationException)."""
-    from botocore.exceptions import ParamValidationError
-    from botocore.validate import ParamValidator
-
-    model = _model()
-    try:
-        operation = model.operation_model(call.action)
-    except Exception as exc:
-        raise PcsError("UnknownOperationException", str(exc)) from exc
-    report = ParamValidator().validate(call.params, operation.input_shape)
-    if report.has_errors():
-        raise PcsError(
-            "ValidationException", str(ParamValidationError(report=report.generate_report()))
-        )
-    bad = pattern_errors(operation.input_shape, call.params, call.action)
-    if bad:
-        raise PcsError("ValidationException", "; ".join(bad))
-
-
-def pattern_errors(shape: Any, value: Any, where: str) -> list[str]:
-    """String values that break their shape's ``pattern`` (botocore checks types and lengths
-    before sending, not patterns; PCS does, with a ValidationException)."""
-    import re
-
-    if shape.type_name == "structure" and isinstance(value, dict):
-        return [
-            bad
-            for key, item in value.items()
-            if key in shape.members
-            for bad in pattern_errors(shape.members[key], item, f"{where}.{key}")
-        ]
-    if shape.type_name == "list" and isinstance(value, list):
-        return [
-            bad
-            for i, v in enumerate(value)
-            for bad in pattern_errors(shape.member, v, f"{where}[{i}]")
-        ]
-    pattern = shape.metadata.get("pattern")
-    if shape.type_name == "string" and pattern and not re.search(pattern, str(value)):
-        return [f"{where}: {value!r} does not match {pattern}"]
-    return []
-
-
-def _model() -> Any:
-    import botocore.session
-
-    global _MODEL
-    if _MODEL is None:
-        _MODEL = botocore.session.get_session().get_service_model("pcs")
-    return _MODEL
-
-
-_MODEL: Any = None
-
-
-def _need_active(cluster: Thing) -> None:
-    if cluster.data["status"] != "ACTIVE":
-        raise PcsError(
-            "ConflictException",
-            f"cluster {cluster.data['id']} isn't in ACTIVE status ({cluster.data['status']})",
-        )
-
-
-def _busy(thing: Thing) -> None:
-    if thing.data["status"] != "ACTIVE":
-        raise PcsError(
-            "ConflictException",
-            f"{thing.data['id']} is {thing.data['status']}: one operation at a time",
-        )
-
-
-def _check_subnets(account: str, region: str, subnets: list[str]) -> None:
-    from moto.ec2.models import ec2_backends
-
-    backend = ec2_backends[account][region]
-    for subnet in subnets:
-        try:
-            backend.get_subnet(subnet)
-        except Exception as exc:
-            raise PcsError("ValidationException", f"subnet {subnet} is not valid") from exc
-
-
-def _check_groups(account: str, region: str, groups: list[str]) -> None:
-    from moto.ec2.models import ec2_backends
-
-    backend = ec2_backends[account][region]
-    for group in groups:
-        if backend.get_security_group_from_id(group) is None:
-            raise PcsError("ValidationException", f"security group {group} is not valid")
-
-
 # -- clusters ------------------------------------------------------------------------------
 def _create_cluster(s: Pcs, call: Call) -> dict[str, Any]:
     q = call.params
@@ -372,9 +245,9 @@ def _create_cluster(s: Pcs, call: Call) -> dict[str, Any]:
     if q["scheduler"]["version"] not in ("24.11", "25.05", "25.11"):
         raise PcsError("ValidationException", "The scheduler version isn't supported.")
     net = q["networking"]
-    _check_subnets(s.account, call.region, net.get("subnetIds", []))
-    _check_groups(s.account, call.region, net.get("securityGroupIds", []))
-    ident = _new_id()
+    check_subnets(s.account, call.region, net.get("subnetIds", []))
+    check_groups(s.account, call.region, net.get("securityGroupIds", []))
+    ident = new_id()
     arn = s._arn(call.region, "cluster", ident)
     slurm = dict(q.get("slurmConfiguration") or {})
     slurm.setdefault("accounting", {"mode": "NONE"})
@@ -383,8 +256,8 @@ def _create_cluster(s: Pcs, call: Call) -> dict[str, Any]:
         "id": ident,
         "arn": arn,
         "status": "CREATING",
-        "createdAt": _now(),
-        "modifiedAt": _now(),
+        "createdAt": stamp(),
+        "modifiedAt": stamp(),
         "scheduler": q["scheduler"],
         "size": q["size"],
         "slurmConfiguration": slurm,
@@ -415,7 +288,7 @@ def _list_clusters(s: Pcs, call: Call) -> dict[str, Any]:
 
 def _update_cluster(s: Pcs, call: Call) -> dict[str, Any]:
     cluster = s.cluster(call.region, call.params["clusterIdentifier"])
-    _busy(cluster)
+    busy(cluster)
     changes: dict[str, Any] = {}
     if "slurmConfiguration" in call.params:
         changes["slurmConfiguration"] = {
@@ -459,13 +332,13 @@ def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
     again = s._again(call, "CreateComputeNodeGroup")
     if again is not None:
         return {"computeNodeGroup": s.child(call.region, "group", cluster.data["id"], again).data}
-    _need_active(cluster)
+    need_active(cluster)
     for t in s.children(call.region, "group", cluster.data["id"]):
         if t.data["name"] == q["computeNodeGroupName"]:
             raise PcsError(
                 "ConflictException", f"a node group named {q['computeNodeGroupName']} exists"
             )
-    _check_subnets(s.account, call.region, q["subnetIds"])
+    check_subnets(s.account, call.region, q["subnetIds"])
     role = q["iamInstanceProfileArn"].rsplit("/", 1)[-1]
     if not (role.startswith("AWSPCS") or "/aws-pcs/" in q["iamInstanceProfileArn"]):
         raise PcsError(
@@ -477,7 +350,7 @@ def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
         > q["scalingConfiguration"]["maxInstanceCount"]
     ):
         raise PcsError("ValidationException", "minInstanceCount exceeds maxInstanceCount")
-    ident = _new_id()
+    ident = new_id()
     arn = s._arn(call.region, "group", cluster.data["id"], ident)
     data = {
         **{k: v for k, v in q.items() if k not in ("clientToken", "tags", "clusterIdentifier")},
@@ -485,8 +358,8 @@ def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
         "id": ident,
         "arn": arn,
         "clusterId": cluster.data["id"],
-        "createdAt": _now(),
-        "modifiedAt": _now(),
+        "createdAt": stamp(),
+        "modifiedAt": stamp(),
         "status": "CREATING",
         "purchaseOption": q.get("purchaseOption", "ONDEMAND"),
     }
@@ -533,9 +406,9 @@ _GROUP_UPDATABLE = (
 def _update_group(s: Pcs, call: Call) -> dict[str, Any]:
     q = call.params
     cluster = s.cluster(call.region, q["clusterIdentifier"])
-    _need_active(cluster)
+    need_active(cluster)
     group = s.child(call.region, "group", cluster.data["id"], q["computeNodeGroupIdentifier"])
-    _busy(group)
+    busy(group)
     group.data["status"] = "UPDATING"
     group.landing = {k: q[k] for k in _GROUP_UPDATABLE if k in q}
     group.ready_at = s._after("group-update")
@@ -584,7 +457,7 @@ def _create_queue(s: Pcs, call: Call) -> dict[str, Any]:
     again = s._again(call, "CreateQueue")
     if again is not None:
         return {"queue": s.child(call.region, "queue", cluster.data["id"], again).data}
-    _need_active(cluster)
+    need_active(cluster)
     if any(
         t.data["name"] == q["queueName"]
         for t in s.children(call.region, "queue", cluster.data["id"])
@@ -592,15 +465,15 @@ def _create_queue(s: Pcs, call: Call) -> dict[str, Any]:
         raise PcsError("ConflictException", f"a queue named {q['queueName']} already exists")
     configs = list(q.get("computeNodeGroupConfigurations") or [])
     _check_queue_groups(s, call.region, cluster.data["id"], configs)
-    ident = _new_id()
+    ident = new_id()
     arn = s._arn(call.region, "queue", cluster.data["id"], ident)
     data = {
         "name": q["queueName"],
         "id": ident,
         "arn": arn,
         "clusterId": cluster.data["id"],
-        "createdAt": _now(),
-        "modifiedAt": _now(),
+        "createdAt": stamp(),
+        "modifiedAt": stamp(),
         "status": "CREATING",
         "computeNodeGroupConfigurations": configs,
     }
@@ -636,7 +509,7 @@ def _update_queue(s: Pcs, call: Call) -> dict[str, Any]:
     q = call.params
     cluster = s.cluster(call.region, q["clusterIdentifier"])
     queue = s.child(call.region, "queue", cluster.data["id"], q["queueIdentifier"])
-    _busy(queue)
+    busy(queue)
     changes: dict[str, Any] = {}
     if "computeNodeGroupConfigurations" in q:
         configs = list(q["computeNodeGroupConfigurations"])

@@ -19,7 +19,7 @@ from botocore.validate import ParamValidator
 from provisioner.catalog import load_catalog
 from provisioner.render import Rendered, render
 from provisioner.render.placeholders import fill
-from provisioner.sandbox.pcs import pattern_errors
+from provisioner.sandbox.pcs_model import pattern_errors
 from tests.conftest import EXAMPLES, ROOT, set_path, validate_data
 from tests.render.helpers import FILLED
 

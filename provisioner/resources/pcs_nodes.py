@@ -1,0 +1,609 @@
+"""AWS PCS compute node groups (the login nodes, one per GPU pool, on fmctl's launch
+templates) and queues (one per pool, on its node group); see ``resources.pcs``."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from provisioner.catalog.pcs import NODE_GROUP_TAG
+from provisioner.drivers.aws import error_code
+from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.context import Context
+from provisioner.resources.errors import ResourceError
+from provisioner.resources.iam import RoleOut
+from provisioner.resources.launch_template import LtOut
+from provisioner.resources.network import SubnetOut
+from provisioner.resources.pcs import PcsAmiOut, PcsClusterOut, children, cluster_id
+from provisioner.resources.pcs_api import (
+    FAILED,
+    client,
+    digest,
+    errors_of,
+    patiently,
+    retag,
+    sweep,
+    tags_of,
+    unless_gone,
+)
+from provisioner.resources.routes import EndpointOut, RouteTableOut
+from provisioner.resources.tags import (
+    CREATED_TAG,
+    OWNER_TAG,
+    RESOURCE_TAG,
+    DesiredTags,
+    Tags,
+)
+
+
+# -- compute node groups -------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeGroupOut:
+    """A compute node group by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class NodeGroupParams:
+    """CreateComputeNodeGroup, as ``render`` writes it in pcs/compute-node-groups/NAME.json."""
+
+    cluster: Ref[PcsClusterOut]
+    group_name: str
+    ami: str | Ref[PcsAmiOut]
+    subnets: tuple[Ref[SubnetOut], ...]
+    purchase_option: str
+    launch_template: Ref[LtOut]
+    instance_profile: Ref[RoleOut]
+    min_count: int
+    max_count: int
+    instance_type: str
+    tags: DesiredTags
+    ssh_key: str | None = None
+    #: The private subnet's way out and the S3 endpoint: nodes download at bootstrap.
+    routes: tuple[Ref[RouteTableOut], ...] = ()
+    endpoint: Ref[EndpointOut] | None = None
+
+
+@dataclass(frozen=True)
+class NodeGroupLive:
+    """What fmctl manages of a compute node group."""
+
+    ami: Any
+    subnets: Any
+    purchase_option: str
+    launch_template: Any
+    instance_profile: Any
+    min_count: int
+    max_count: int
+    instance_type: str
+    ssh_key: str | None
+    tags: Tags
+
+
+def profile_arn(role_arn: str) -> str:
+    """The instance profile of a node role (fmctl names each profile after its role, on the
+    same path)."""
+    return role_arn.replace(":role/", ":instance-profile/", 1)
+
+
+class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
+    """A compute node group: the login nodes, or one per GPU pool."""
+
+    name, params, outputs = "pcs-node-group", NodeGroupParams, NodeGroupOut
+    create_seconds, update_seconds, delete_seconds = 300.0, 180.0, 180.0
+    create_before_delete = True
+    policy = policies(
+        instance_type=Policy(
+            How.REPLACE,
+            "instance types are fixed at creation (UpdateComputeNodeGroup has no "
+            "instanceConfigs): a new group takes the queue over, then the old one goes",
+        ),
+        ami=Policy(How.UPDATE, "UpdateComputeNodeGroup amiId: PCS replaces idle nodes"),
+        subnets=Policy(How.UPDATE, "UpdateComputeNodeGroup subnetIds"),
+        purchase_option=Policy(How.UPDATE, "UpdateComputeNodeGroup purchaseOption"),
+        launch_template=Policy(How.UPDATE, "UpdateComputeNodeGroup customLaunchTemplate"),
+        instance_profile=Policy(How.UPDATE, "UpdateComputeNodeGroup iamInstanceProfileArn"),
+        min_count=Policy(How.UPDATE, "UpdateComputeNodeGroup scalingConfiguration"),
+        max_count=Policy(How.UPDATE, "UpdateComputeNodeGroup scalingConfiguration"),
+        ssh_key=Policy(How.UPDATE, "UpdateComputeNodeGroup sshKeyName"),
+    )
+
+    def groups(self, ctx: Context) -> list[dict[str, Any]]:
+        return children(
+            ctx,
+            "pcs:node-groups",
+            "list_compute_node_groups",
+            "computeNodeGroups",
+            "get_compute_node_group",
+            "computeNodeGroupIdentifier",
+        )
+
+    def _observed(self, ctx: Context, ng: dict[str, Any]) -> Observed[NodeGroupOut, NodeGroupLive]:
+        scaling = ng.get("scalingConfiguration") or {}
+        template = ng.get("customLaunchTemplate") or {}
+        types = [i.get("instanceType", "") for i in ng.get("instanceConfigs") or []]
+        live = NodeGroupLive(
+            ng.get("amiId"),
+            frozenset(ng.get("subnetIds") or []),
+            str(ng.get("purchaseOption", "ONDEMAND")),
+            f"{template.get('id')}:{template.get('version')}" if template else None,
+            ng.get("iamInstanceProfileArn"),
+            int(scaling.get("minInstanceCount", 0)),
+            int(scaling.get("maxInstanceCount", 0)),
+            str(types[0]) if types else "",
+            ng.get("sshKeyName"),
+            tags_of(ctx, ng["arn"]),
+        )
+        if ng["status"] in FAILED:
+            raise ResourceError(
+                f"PCS node group {ng['name']} is {ng['status']}: {errors_of(ng)}",
+                hint=f"`fmctl down {ctx.cluster}` and `fmctl up` again",
+            )
+        pending = None if ng["status"] == "ACTIVE" else str(ng["status"])
+        # CLUSTER/GROUP, as find_owned names it: PCS ids are unique only within a cluster.
+        aws_id = f"{ng['clusterId']}/{ng['id']}"
+        return Observed(NodeGroupOut(str(ng["id"])), live, aws_id, pending)
+
+    def read(
+        self, ctx: Context, rid: str, params: NodeGroupParams
+    ) -> Observed[NodeGroupOut, NodeGroupLive] | None:
+        mine = [
+            ng
+            for ng in self.groups(ctx)
+            if tags_of(ctx, ng["arn"]).get(RESOURCE_TAG) == rid
+            and ng["status"] not in ("DELETING", "DELETED")
+        ]
+        if not mine:
+            return None
+        observed = [self._observed(ctx, ng) for ng in mine]
+        # While a replacement runs two groups carry the pool's tag: the one with the
+        # instance type the spec asks for is the pool.
+        for candidate in observed:
+            if candidate.live.instance_type == params.instance_type:
+                return candidate
+        return observed[0]
+
+    def desired(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodeGroupParams,
+        observed: Observed[NodeGroupOut, NodeGroupLive],
+    ) -> NodeGroupLive:
+        lt_id = ctx.resolve(params.launch_template)
+        lt_version = ctx.resolve(params.launch_template, "version")
+        template = UNKNOWN if UNKNOWN in (lt_id, lt_version) else f"{lt_id}:{lt_version}"
+        subnets = (
+            frozenset(ctx.resolve(s) for s in params.subnets)
+            if all(ctx.known(s) for s in params.subnets)
+            else UNKNOWN
+        )
+        role_arn = ctx.resolve(params.instance_profile, "arn")
+        return NodeGroupLive(
+            params.ami if isinstance(params.ami, str) else ctx.resolve(params.ami),
+            subnets,
+            params.purchase_option,
+            template,
+            UNKNOWN if role_arn is UNKNOWN else profile_arn(str(role_arn)),
+            params.min_count,
+            params.max_count,
+            params.instance_type,
+            params.ssh_key,
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
+
+    def renamed(self, params: NodeGroupParams, observed: Observed[Any, Any]) -> NodeGroupParams:
+        """A replacement's params: a name of its own (unique per cluster), stable for what
+        it is made of, so a re-run finds it."""
+        digest = hashlib.sha256(params.instance_type.encode()).hexdigest()[:5]
+        base = (
+            params.group_name.rsplit("-g", 1)[0]
+            if "-g" in params.group_name
+            else (params.group_name)
+        )
+        return dataclasses.replace(params, group_name=f"{base[:18]}-g{digest}")
+
+    def _image(self, ctx: Context, params: NodeGroupParams) -> str:
+        return params.ami if isinstance(params.ami, str) else ctx.get(params.ami).id
+
+    def _body(self, ctx: Context, params: NodeGroupParams) -> dict[str, Any]:
+        template = ctx.get(params.launch_template)
+        body: dict[str, Any] = {
+            "amiId": self._image(ctx, params),
+            "subnetIds": [ctx.get(s).id for s in params.subnets],
+            "purchaseOption": params.purchase_option,
+            "customLaunchTemplate": {"id": template.id, "version": str(template.version)},
+            "iamInstanceProfileArn": profile_arn(ctx.get(params.instance_profile).arn),
+            "scalingConfiguration": {
+                "minInstanceCount": params.min_count,
+                "maxInstanceCount": params.max_count,
+            },
+        }
+        if params.ssh_key:
+            body["sshKeyName"] = params.ssh_key
+        return body
+
+    def create(self, ctx: Context, rid: str, params: NodeGroupParams) -> NodeGroupOut:
+        pcs = client(ctx)
+        cluster = ctx.get(params.cluster).id
+        request = {
+            **self._body(ctx, params),
+            "clusterIdentifier": cluster,
+            "computeNodeGroupName": params.group_name,
+            "instanceConfigs": [{"instanceType": params.instance_type}],
+            "clientToken": ctx.token(f"{rid}/{cluster}/{params.group_name}"),
+            "tags": params.tags.at_creation(),
+        }
+        try:
+            item = patiently(
+                ctx,
+                rid,
+                f"node group {params.group_name}",
+                lambda: pcs.create_compute_node_group(**request)["computeNodeGroup"],
+            )
+        except Exception as exc:
+            if error_code(exc) != "ConflictException":
+                raise
+            item = self._by_name(ctx, cluster, params.group_name)
+        return self._active(ctx, rid, cluster, str(item["id"]), self.create_seconds)
+
+    def _by_name(self, ctx: Context, cluster: str, name: str) -> dict[str, Any]:
+        item = unless_gone(
+            lambda: client(ctx).get_compute_node_group(
+                clusterIdentifier=cluster, computeNodeGroupIdentifier=name
+            )["computeNodeGroup"]
+        )
+        if item is None or tags_of(ctx, item["arn"]).get(OWNER_TAG) != ctx.cluster:
+            raise ResourceError(f"PCS node group {name} exists and is not {ctx.cluster}'s")
+        return dict(item)
+
+    def _active(
+        self, ctx: Context, rid: str, cluster: str, group: str, expected: float
+    ) -> NodeGroupOut:
+        pcs = client(ctx)
+
+        def probe() -> NodeGroupOut | None:
+            ng = unless_gone(
+                lambda: pcs.get_compute_node_group(
+                    clusterIdentifier=cluster, computeNodeGroupIdentifier=group
+                )["computeNodeGroup"]
+            )
+            if ng is None:
+                raise ResourceError(f"PCS node group {group} disappeared while being made")
+            if ng["status"] in FAILED:
+                raise ResourceError(
+                    f"PCS node group {ng['name']} is {ng['status']}: {errors_of(ng)}"
+                )
+            return NodeGroupOut(group) if ng["status"] == "ACTIVE" else None
+
+        ctx.forget("pcs:node-groups")
+        return ctx.wait_until(f"PCS node group {group} to be ACTIVE", probe, expected, 3600, rid)
+
+    def wait(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodeGroupParams,
+        observed: Observed[NodeGroupOut, NodeGroupLive],
+    ) -> NodeGroupOut:
+        cluster = ctx.get(params.cluster).id
+        return self._active(ctx, rid, cluster, observed.outputs.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodeGroupParams,
+        observed: Observed[NodeGroupOut, NodeGroupLive],
+        changes: Sequence[FieldChange],
+    ) -> NodeGroupOut:
+        paths = {c.path.split(".")[0] for c in changes} - {"tags"}
+        cluster = ctx.get(params.cluster).id
+        group = observed.outputs.id
+        if paths:
+            ctx.emit(rid, "updating", ", ".join(sorted(paths)))
+            body = self._body(ctx, params)
+            patiently(
+                ctx,
+                rid,
+                f"the update of node group {group}",
+                lambda: client(ctx).update_compute_node_group(
+                    clusterIdentifier=cluster,
+                    computeNodeGroupIdentifier=group,
+                    clientToken=ctx.token(f"{rid}/update/{group}/{digest(body)}"),
+                    **body,
+                ),
+            )
+            self._active(ctx, rid, cluster, group, self.update_seconds)
+        arn = self._arn(ctx, cluster, group)
+        if arn:
+            retag(ctx, arn, changes)
+        return observed.outputs
+
+    def _arn(self, ctx: Context, cluster: str, group: str) -> str | None:
+        ng = unless_gone(
+            lambda: client(ctx).get_compute_node_group(
+                clusterIdentifier=cluster, computeNodeGroupIdentifier=group
+            )["computeNodeGroup"]
+        )
+        return None if ng is None else str(ng["arn"])
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(
+                tags_of(ctx, ng["arn"]).get(RESOURCE_TAG) or "?", f"{ng['clusterId']}/{ng['id']}"
+            )
+            for ng in self.groups(ctx)
+            if ng["status"] != "DELETED"
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        pcs = client(ctx)
+        cluster, group = self._split(ctx, owned)
+        if cluster is None:
+            return
+        self._hand_over(ctx, owned, cluster, group)
+        patiently(
+            ctx,
+            owned.resource,
+            f"the deletion of node group {group}",
+            lambda: unless_gone(
+                lambda: pcs.delete_compute_node_group(
+                    clusterIdentifier=cluster,
+                    computeNodeGroupIdentifier=group,
+                    clientToken=ctx.token(f"{owned.resource}/delete/{cluster}/{group}"),
+                )
+            ),
+        )
+
+        def absent() -> bool | None:
+            ng = unless_gone(
+                lambda: pcs.get_compute_node_group(
+                    clusterIdentifier=cluster, computeNodeGroupIdentifier=group
+                )["computeNodeGroup"]
+            )
+            if ng is not None and ng["status"] == "DELETE_FAILED":
+                raise ResourceError(f"PCS node group {group} is DELETE_FAILED: {errors_of(ng)}")
+            return True if ng is None or ng["status"] == "DELETED" else None
+
+        ctx.wait_until(
+            f"PCS node group {group} to be deleted",
+            absent,
+            self.delete_seconds,
+            3600,
+            owned.resource,
+        )
+        ctx.forget("pcs:node-groups")
+        sweep(ctx, owned.resource, NODE_GROUP_TAG, group)
+
+    def _hand_over(self, ctx: Context, owned: Owned, cluster: str, group: str) -> None:
+        """Queues on ``group`` move to its replacement (another ACTIVE group with its logical
+        id), or leave it when they have other groups: PCS deletes no node group a queue still
+        uses (DeleteComputeNodeGroup: "You must delete all queues associated with the compute
+        node group first"). A queue on nothing else is deleted before it by its own step."""
+        pcs = client(ctx)
+        ctx.forget("pcs:node-groups")
+        heirs = [
+            str(ng["id"])
+            for ng in self.groups(ctx)
+            if ng["clusterId"] == cluster
+            and ng["id"] != group
+            and ng["status"] == "ACTIVE"
+            and tags_of(ctx, ng["arn"]).get(RESOURCE_TAG) == owned.resource
+        ]
+        ctx.forget("pcs:queues")
+        for q in PcsQueue().queues(ctx):
+            ids = [
+                c.get("computeNodeGroupId") for c in q.get("computeNodeGroupConfigurations") or []
+            ]
+            if q["clusterId"] != cluster or group not in ids:
+                continue
+            kept = [i for i in ids if i != group] + heirs[:1]
+            if not kept:
+                continue
+            ctx.emit(owned.resource, "updating", f"queue {q['name']} onto {', '.join(kept)}")
+            move = functools.partial(
+                pcs.update_queue,
+                clusterIdentifier=cluster,
+                queueIdentifier=q["id"],
+                computeNodeGroupConfigurations=[{"computeNodeGroupId": i} for i in kept],
+                clientToken=ctx.token(f"{owned.resource}/hand-over/{q['id']}/{kept}"),
+            )
+            patiently(ctx, owned.resource, f"moving queue {q['name']} off node group {group}", move)
+            PcsQueue()._active(ctx, owned.resource, cluster, str(q["id"]), 60.0)
+
+    @staticmethod
+    def _split(ctx: Context, owned: Owned) -> tuple[str | None, str]:
+        """(cluster, group) of an owned id: CLUSTER/GROUP from teardown by tags, or the group
+        alone from a plan (the cluster's own then)."""
+        if "/" in owned.id:
+            cluster, group = owned.id.split("/", 1)
+            return cluster, group
+        return cluster_id(ctx), owned.id
+
+
+# -- queues --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueOut:
+    """A queue by id."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class QueueParams:
+    """CreateQueue, as ``render`` writes it in pcs/queues/NAME.json."""
+
+    cluster: Ref[PcsClusterOut]
+    queue_name: str
+    node_groups: tuple[Ref[NodeGroupOut], ...]
+    tags: DesiredTags
+
+
+@dataclass(frozen=True)
+class QueueLive:
+    """What fmctl manages of a queue."""
+
+    node_groups: Any
+    tags: Tags
+
+
+class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
+    """A queue (Slurm partition) on its pool's node group."""
+
+    name, params, outputs = "pcs-queue", QueueParams, QueueOut
+    create_seconds, update_seconds, delete_seconds = 30.0, 30.0, 30.0
+    policy = policies(
+        node_groups=Policy(How.UPDATE, "UpdateQueue computeNodeGroupConfigurations"),
+    )
+
+    def queues(self, ctx: Context) -> list[dict[str, Any]]:
+        return children(ctx, "pcs:queues", "list_queues", "queues", "get_queue", "queueIdentifier")
+
+    def read(
+        self, ctx: Context, rid: str, params: QueueParams
+    ) -> Observed[QueueOut, QueueLive] | None:
+        mine = [
+            q
+            for q in self.queues(ctx)
+            if tags_of(ctx, q["arn"]).get(RESOURCE_TAG) == rid and q["status"] != "DELETING"
+        ]
+        if not mine:
+            return None
+        q = mine[0]
+        if q["status"] in FAILED:
+            raise ResourceError(f"PCS queue {q['name']} is {q['status']}: {errors_of(q)}")
+        live = QueueLive(
+            frozenset(
+                c.get("computeNodeGroupId") for c in q.get("computeNodeGroupConfigurations") or []
+            ),
+            tags_of(ctx, q["arn"]),
+        )
+        pending = None if q["status"] == "ACTIVE" else str(q["status"])
+        return Observed(QueueOut(str(q["id"])), live, f"{q['clusterId']}/{q['id']}", pending)
+
+    def desired(
+        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
+    ) -> QueueLive:
+        groups = (
+            frozenset(ctx.resolve(g) for g in params.node_groups)
+            if all(ctx.known(g) for g in params.node_groups)
+            else UNKNOWN
+        )
+        return QueueLive(groups, params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
+
+    def _configs(self, ctx: Context, params: QueueParams) -> list[dict[str, str]]:
+        return [{"computeNodeGroupId": ctx.get(g).id} for g in params.node_groups]
+
+    def create(self, ctx: Context, rid: str, params: QueueParams) -> QueueOut:
+        pcs = client(ctx)
+        cluster = ctx.get(params.cluster).id
+        request = {
+            "clusterIdentifier": cluster,
+            "queueName": params.queue_name,
+            "computeNodeGroupConfigurations": self._configs(ctx, params),
+            "clientToken": ctx.token(f"{rid}/{cluster}"),
+            "tags": params.tags.at_creation(),
+        }
+        item = patiently(
+            ctx, rid, f"queue {params.queue_name}", lambda: pcs.create_queue(**request)["queue"]
+        )
+        return self._active(ctx, rid, cluster, str(item["id"]), self.create_seconds)
+
+    def _active(
+        self, ctx: Context, rid: str, cluster: str, queue: str, expected: float
+    ) -> QueueOut:
+        pcs = client(ctx)
+
+        def probe() -> QueueOut | None:
+            q = unless_gone(
+                lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue)["queue"]
+            )
+            if q is None:
+                raise ResourceError(f"PCS queue {queue} disappeared while being made")
+            if q["status"] in FAILED:
+                raise ResourceError(f"PCS queue {q['name']} is {q['status']}: {errors_of(q)}")
+            return QueueOut(queue) if q["status"] == "ACTIVE" else None
+
+        ctx.forget("pcs:queues")
+        return ctx.wait_until(f"PCS queue {queue} to be ACTIVE", probe, expected, 3600, rid)
+
+    def wait(
+        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
+    ) -> QueueOut:
+        cluster = ctx.get(params.cluster).id
+        return self._active(ctx, rid, cluster, observed.outputs.id, self.create_seconds)
+
+    def update(
+        self,
+        ctx: Context,
+        rid: str,
+        params: QueueParams,
+        observed: Observed[QueueOut, QueueLive],
+        changes: Sequence[FieldChange],
+    ) -> QueueOut:
+        cluster = ctx.get(params.cluster).id
+        queue = observed.outputs.id
+        pcs = client(ctx)
+        if any(c.path == "node_groups" for c in changes):
+            ctx.emit(rid, "updating", "node groups")
+            configs = self._configs(ctx, params)
+            patiently(
+                ctx,
+                rid,
+                f"the update of queue {queue}",
+                lambda: pcs.update_queue(
+                    clusterIdentifier=cluster,
+                    queueIdentifier=queue,
+                    computeNodeGroupConfigurations=configs,
+                    clientToken=ctx.token(f"{rid}/update/{queue}/{digest(configs)}"),
+                ),
+            )
+            self._active(ctx, rid, cluster, queue, self.update_seconds)
+        q = unless_gone(
+            lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue)["queue"]
+        )
+        if q is not None:
+            retag(ctx, str(q["arn"]), changes)
+        return observed.outputs
+
+    def find_owned(self, ctx: Context) -> list[Owned]:
+        return [
+            self.owned_item(
+                tags_of(ctx, q["arn"]).get(RESOURCE_TAG) or "?", f"{q['clusterId']}/{q['id']}"
+            )
+            for q in self.queues(ctx)
+        ]
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        pcs = client(ctx)
+        cluster, queue = PcsNodeGroup._split(ctx, owned)
+        if cluster is None:
+            return
+        patiently(
+            ctx,
+            owned.resource,
+            f"the deletion of queue {queue}",
+            lambda: unless_gone(
+                lambda: pcs.delete_queue(
+                    clusterIdentifier=cluster,
+                    queueIdentifier=queue,
+                    clientToken=ctx.token(f"{owned.resource}/delete/{cluster}/{queue}"),
+                )
+            ),
+        )
+
+        def absent() -> bool | None:
+            q = unless_gone(lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue))
+            return True if q is None else None
+
+        ctx.wait_until(
+            f"PCS queue {queue} to be deleted", absent, self.delete_seconds, 3600, owned.resource
+        )
+        ctx.forget("pcs:queues")
