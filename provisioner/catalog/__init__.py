@@ -96,6 +96,14 @@ class NvmeInfo:
 
 
 @dataclass(frozen=True)
+class NetworkLayers:
+    """How many network nodes EC2's topology APIs give above an instance of the type."""
+
+    count: int
+    source: str
+
+
+@dataclass(frozen=True)
 class InstanceType:
     """Everything fmctl needs to know about one EC2 instance type."""
 
@@ -110,6 +118,10 @@ class InstanceType:
     placement_group: bool = True
     capacity_blocks: bool = False
     ultra_server: bool = False
+    #: UltraServer types: the instance counts their Capacity Blocks come in.
+    block_sizes: tuple[int, ...] = ()
+    #: None: DescribeInstanceTopology does not place the type.
+    network_layers: NetworkLayers | None = None
 
     @property
     def efa_supported(self) -> bool:
@@ -145,6 +157,18 @@ class Catalog:
         return [t for t in self.types.values() if t.family.startswith(family)]
 
 
+def architecture_of(instance_type: str, catalog: Catalog) -> Architecture:
+    """The catalog's architecture, or, for a type it does not list, EC2's naming: Graviton
+    types have a ``g`` after the generation (m7g, c8gd); every other type is x86_64."""
+    known = catalog.get(instance_type)
+    if known is not None:
+        return known.architecture
+    family = instance_type.split(".", 1)[0]
+    digits = family.rstrip("abcdefghijklmnopqrstuvwxyz-")
+    rest = family[len(digits) :] if digits else ""
+    return "arm64" if rest.startswith("g") else "x86_64"
+
+
 def _from_dict(name: str, raw: dict[str, Any]) -> InstanceType:
     def section(key: str) -> dict[str, Any] | None:
         value = raw.get(key)
@@ -155,6 +179,7 @@ def _from_dict(name: str, raw: dict[str, Any]) -> InstanceType:
     nvlink = section("nvlink")
     net = section("network")
     nvme = section("localNvme")
+    layers = section("networkLayers")
     assert cpu is not None and net is not None, f"catalog entry {name} lacks cpu or network"
     return InstanceType(
         name=name,
@@ -198,6 +223,8 @@ def _from_dict(name: str, raw: dict[str, Any]) -> InstanceType:
         placement_group=raw.get("placementGroup", True),
         capacity_blocks=raw.get("capacityBlocks", False),
         ultra_server=raw.get("ultraServer", False),
+        block_sizes=tuple(raw.get("blockSizes", ())),
+        network_layers=NetworkLayers(layers["count"], layers["source"]) if layers else None,
     )
 
 

@@ -41,6 +41,14 @@ def init(scheduler: str, instance_type: str, count: int, name: str, region: str)
         reason = "unknown GPU instance type" if itype is None else "not a GPU instance type"
         click.echo(f"error: --instance-type: {reason} {instance_type!r}\nhint: {hint}", err=True)
         sys.exit(1)
+    if itype.block_sizes and count not in itype.block_sizes:
+        sizes = " or ".join(map(str, itype.block_sizes))
+        click.echo(
+            f"error: --count: {instance_type} runs on UltraServer Capacity Blocks of {sizes} "
+            f"instances, not {count}\nhint: --count {itype.block_sizes[-1]}",
+            err=True,
+        )
+        sys.exit(1)
     click.echo(
         starter_spec(scheduler=scheduler, itype=itype, count=count, name=name, region=region),
         nl=False,

@@ -46,12 +46,10 @@ def _tags(c: ClusterContext) -> dict[str, str]:
 
 
 def login_architecture(instance_type: str) -> str:
-    """arm64 for Graviton types (EC2's naming: a ``g`` after the generation, as m7g or
-    c8gd), x86_64 otherwise."""
-    family = instance_type.split(".", 1)[0]
-    digits = family.rstrip("abcdefghijklmnopqrstuvwxyz-")
-    rest = family[len(digits) :] if digits else ""
-    return "arm64" if rest.startswith("g") else "x86_64"
+    """The login nodes' architecture (``catalog.architecture_of``)."""
+    from provisioner.catalog import architecture_of, load_catalog
+
+    return architecture_of(instance_type, load_catalog())
 
 
 def cluster_request(c: ClusterContext) -> dict[str, Any]:

@@ -13,6 +13,9 @@ from typing import Final
 SCHEDULER: Final = "slurm"
 VPC_CIDR = "10.0.0.0/16"
 HEAD_NODE_INSTANCE_TYPE = "m7i.4xlarge"
+#: The head node when every GPU pool is arm64 (p6e-gb200): Graviton, the same size
+#: (ParallelCluster refuses a head node of another architecture than its compute).
+HEAD_NODE_INSTANCE_TYPE_ARM64 = "m7g.4xlarge"
 HEAD_NODE_ROOT_GIB = 100
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.2xlarge"
 SYSTEM_NODE_COUNT = 2

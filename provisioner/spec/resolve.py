@@ -10,6 +10,7 @@ from provisioner.spec.defaults import (
     FSX_CAPACITY_GIB,
     FSX_DEPLOYMENT_TYPE,
     FSX_THROUGHPUT_PER_TIB,
+    HEAD_NODE_INSTANCE_TYPE_ARM64,
     VPC_CIDR,
 )
 from provisioner.spec.model import ClusterSpec, FsxLustre, GpuPool
@@ -75,11 +76,19 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
     storage = spec.storage
     if storage.fsx_lustre is not None:
         storage = storage.model_copy(update={"fsx_lustre": _fsx(storage.fsx_lustre)})
+    compute = spec.compute.model_copy(update={"gpu_pools": pools})
+    archs = {catalog[p.instance_type].architecture for p in pools if catalog.get(p.instance_type)}
+    if archs == {"arm64"} and "instance_type" not in spec.compute.head_node.model_fields_set:
+        # ParallelCluster wants the head node's architecture on every compute type.
+        head = spec.compute.head_node.model_copy(
+            update={"instance_type": HEAD_NODE_INSTANCE_TYPE_ARM64}
+        )
+        compute = compute.model_copy(update={"head_node": head})
     return spec.model_copy(
         update={
             "scheduler": scheduler or spec.scheduler,
             "network": network,
-            "compute": spec.compute.model_copy(update={"gpu_pools": pools}),
+            "compute": compute,
             "storage": storage,
         }
     )

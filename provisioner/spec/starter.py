@@ -35,8 +35,20 @@ def starter_spec(
     )
     placement = "true" if itype.placement_group else "false"
     throughput = defaults.FSX_THROUGHPUT_PER_TIB[defaults.FSX_DEPLOYMENT_TYPE]
+    head = (
+        defaults.HEAD_NODE_INSTANCE_TYPE_ARM64
+        if itype.architecture == "arm64"
+        else defaults.HEAD_NODE_INSTANCE_TYPE
+    )
+    capacity = (
+        "{type: capacity-block, reservationId: cr-0123456789abcdef0}   # UltraServers: "
+        "Capacity\n      # Blocks only; put your block's id here"
+        if itype.ultra_server
+        else "{type: on-demand}  # spot | reservation | capacity-block (+ reservationId)"
+    )
     nodes_block = (
-        f"  headNode: {{instanceType: {defaults.HEAD_NODE_INSTANCE_TYPE}}}   # Slurm controller\n"
+        f"  headNode: {{instanceType: {head}}}   # Slurm controller ({itype.architecture}, as the "
+        "pools)\n"
         if scheduler == "slurm"
         else f"  systemNodes: {{instanceType: {defaults.SYSTEM_NODE_INSTANCE_TYPE}, "
         f"count: {defaults.SYSTEM_NODE_COUNT}}}   # controllers, Prometheus, Grafana\n"
@@ -67,7 +79,7 @@ network:
     - name: train
       instanceType: {itype.name}   # {gpus}, {efa_note}
       count: {count}
-      capacity: {{type: on-demand}}  # spot | reservation | capacity-block (+ reservationId)
+      capacity: {capacity}
       efa: {efa}
       placementGroup: {placement}       # keep false with a reservation or a capacity block
 storage:

@@ -121,7 +121,7 @@ def test_nvlink_and_efa_generations() -> None:
 
 def test_every_fact_group_names_a_known_source() -> None:
     for t in CATALOG.types.values():
-        for group in (t.cpu, t.gpu, t.nvlink, t.network, t.local_nvme):
+        for group in (t.cpu, t.gpu, t.nvlink, t.network, t.local_nvme, t.network_layers):
             if group is not None:
                 assert group.source in CATALOG.sources, (t.name, group)
 
@@ -146,3 +146,14 @@ def test_rdma_read_and_capacity_block_facts() -> None:
     assert catalog["p4de.24xlarge"].capacity_blocks
     gb200 = catalog["p6e-gb200.36xlarge"].local_nvme
     assert gb200 is not None and gb200.total_gb == 22500
+
+
+def test_network_layers_per_type() -> None:
+    """EC2 topology's depth: 4 network nodes for p6-b200 and p6-b300, 3 for the other
+    topology types, none for types DescribeInstanceTopology does not place."""
+    depth = {n: t.network_layers.count for n, t in CATALOG.types.items() if t.network_layers}
+    assert depth["p6-b200.48xlarge"] == depth["p6-b300.48xlarge"] == 4
+    assert {depth[n] for n in ("p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge")} == {3}
+    assert depth["p6e-gb200.36xlarge"] == 3
+    assert CATALOG["p5.4xlarge"].network_layers is None
+    assert CATALOG["g5.xlarge"].network_layers is None

@@ -66,7 +66,8 @@ def test_validate_imports_no_cloud_sdk() -> None:
 @pytest.mark.parametrize("scheduler", ["slurm", "kubernetes"])
 @pytest.mark.parametrize("itype", GPU_TYPES)
 def test_init_output_validates(tmp_path: Path, scheduler: str, itype: str) -> None:
-    result = fmctl("init", "--scheduler", scheduler, "--instance-type", itype, "--count", "4")
+    count = "18" if load_catalog()[itype].ultra_server else "4"
+    result = fmctl("init", "--scheduler", scheduler, "--instance-type", itype, "--count", count)
     assert result.returncode == 0, result.stderr
     path = tmp_path / "spec.yaml"
     path.write_text(result.stdout)
@@ -78,8 +79,14 @@ def test_init_output_validates(tmp_path: Path, scheduler: str, itype: str) -> No
     assert spec["compute"]["gpuPools"][0] == {
         **spec["compute"]["gpuPools"][0],
         "instanceType": itype,
-        "count": 4,
+        "count": int(count),
     }
+
+
+def test_init_refuses_an_ultraserver_count_no_block_has() -> None:
+    result = fmctl("init", "--scheduler", "slurm", "--instance-type", "p6e-gb200.36xlarge")
+    assert result.returncode == 1
+    assert "9 or 18 instances, not 2" in result.stderr and "--count 18" in result.stderr
 
 
 def test_init_rejects_unknown_type() -> None:

@@ -76,6 +76,21 @@ def test_configs_load_through_parallelclusters_schema(tmp_path: Path) -> None:
     path = tmp_path / "keyed.yaml"
     path.write_text(fill_all(text))
     paths.append(path)
+    # One UltraServer Capacity Block of 18 p6e-gb200, with the head node's default (arm64).
+    gb200 = yaml.safe_load(SLURM_CASES[0][0].read_text())
+    gb200["compute"].pop("headNode")
+    gb200["compute"]["gpuPools"][0].update(instanceType="p6e-gb200.36xlarge", count=18)
+    gb200_spec = tmp_path / "gb200-spec.yaml"
+    gb200_spec.write_text(yaml.safe_dump(gb200))
+    text = rendered(gb200_spec, "slurm").files["parallelcluster/cluster-config.yaml"]
+    config = yaml.safe_load(text)
+    assert config["HeadNode"]["InstanceType"] == "m7g.4xlarge"
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    assert queue["CapacityType"] == "CAPACITY_BLOCK"
+    assert queue["ComputeResources"][0]["InstanceType"] == "p6e-gb200.36xlarge"
+    path = tmp_path / "gb200.yaml"
+    path.write_text(fill_all(text))
+    paths.append(path)
     # A negative control, so a schema check that accepts anything cannot pass this test.
     broken = yaml.safe_load(paths[0].read_text())
     broken["Scheduling"]["SlurmQueues"][0]["ComputeResources"][0]["Efa"]["Gdr"] = True

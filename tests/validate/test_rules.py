@@ -26,11 +26,36 @@ Edit = tuple[tuple[Any, ...], Any]
 POOL = ("compute", "gpuPools", 0)
 FSX = ("storage", "fsxLustre")
 ON_DEMAND = ((*POOL, "capacity"), {"type": "on-demand"})
+HEAD = ("compute", "headNode")
+#: The base spec's pool as one UltraServer Capacity Block of 18 p6e-gb200 (arm64).
+GB200: list[Edit] = [((*POOL, "instanceType"), "p6e-gb200.36xlarge"), ((*POOL, "count"), 18)]
 #: The base spec on AWS PCS (which runs the controller: no topology.conf of fmctl's).
 PCS: list[Edit] = [(("slurm", "provider"), "pcs"), (("slurm", "topologyAware"), False)]
 
 # (code, case id, edits, path where the problem must be reported, level)
 FAILING: list[tuple[str, str, list[Edit], str, str]] = [
+    (
+        "ultraserver-capacity",
+        "on-demand",
+        [*GB200, ON_DEMAND, (HEAD, DELETE)],
+        "compute.gpuPools[0].capacity.type",
+        "error",
+    ),
+    (
+        "ultraserver-capacity",
+        "block-of-16",
+        [*GB200, ((*POOL, "count"), 16), (HEAD, DELETE)],
+        "compute.gpuPools[0].count",
+        "error",
+    ),
+    ("architecture-mix", "x86-head", GB200, "compute.headNode.instanceType", "error"),
+    (
+        "architecture-mix",
+        "graviton-head-x86-pool",
+        [((*HEAD, "instanceType"), "m7g.4xlarge")],
+        "compute.headNode.instanceType",
+        "error",
+    ),
     ("name-format", "uppercase", [(("metadata", "name"), "Bad_Name")], "metadata.name", "error"),
     ("name-format", "too-short", [(("metadata", "name"), "ab")], "metadata.name", "error"),
     ("name-format", "trailing-dash", [(("metadata", "name"), "abc-")], "metadata.name", "error"),
@@ -678,6 +703,11 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
 
 # (code, case id, edits): valid edge cases the rule must accept.
 PASSING: list[tuple[str, str, list[Edit]]] = [
+    ("ultraserver-capacity", "block-of-18", [*GB200, (HEAD, DELETE)]),
+    ("ultraserver-capacity", "block-of-9", [*GB200, ((*POOL, "count"), 9), (HEAD, DELETE)]),
+    ("architecture-mix", "default-head", [*GB200, (HEAD, DELETE)]),
+    ("architecture-mix", "graviton-head", [*GB200, ((*HEAD, "instanceType"), "m7g.4xlarge")]),
+    ("architecture-mix", "pcs-login", [*GB200, *PCS]),
     ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
     ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),
     (
@@ -780,11 +810,7 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     (
         "placement-group",
         "gb200-default",
-        [
-            ON_DEMAND,
-            ((*POOL, "placementGroup"), DELETE),
-            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
-        ],
+        [*GB200, ((*POOL, "placementGroup"), DELETE), (HEAD, DELETE)],
     ),
     ("fsx-capacity", "p2-1200", [((*FSX, "capacityGiB"), 1200)]),
     (
@@ -962,3 +988,14 @@ def test_the_default_version_is_in_standard_support_today() -> None:
         f"default {release.version} left standard support on {release.end_of_standard}: "
         "pick a newer default in provisioner/spec/defaults.py"
     )
+
+
+def test_an_arm64_fleet_gets_an_arm64_head_node(base: dict[str, Any]) -> None:
+    """The head node's default follows the pools' architecture (ParallelCluster refuses a
+    mix); a head node written out is kept."""
+    arm = validate_data(_apply(base, [*GB200, (HEAD, DELETE)]))
+    assert arm.ok and arm.resolved is not None
+    assert arm.resolved.compute.head_node.instance_type == defaults.HEAD_NODE_INSTANCE_TYPE_ARM64
+    x86 = validate_data(_apply(base, [(HEAD, DELETE)]))
+    assert x86.resolved is not None
+    assert x86.resolved.compute.head_node.instance_type == defaults.HEAD_NODE_INSTANCE_TYPE

@@ -21,7 +21,14 @@ def run_rules(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Run every registered rule."""
     # Import the rule modules for their registrations (kept here so importing the package
     # for RuleContext alone stays cheap and free of cycles).
-    from provisioner.validate.rules import compute, general, network, pcs, storage  # noqa: F401
+    from provisioner.validate.rules import (  # noqa: F401
+        compute,
+        general,
+        network,
+        pcs,
+        storage,
+        ultraserver,
+    )
 
     for registered in RULES:
         yield from registered.fn(spec, ctx)
@@ -29,6 +36,13 @@ def run_rules(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
 
 def all_codes() -> set[str]:
     """Every code a rule can report (for the completeness test)."""
-    from provisioner.validate.rules import compute, general, network, pcs, storage  # noqa: F401
+    from provisioner.validate.rules import (  # noqa: F401
+        compute,
+        general,
+        network,
+        pcs,
+        storage,
+        ultraserver,
+    )
 
     return {code for registered in RULES for code in registered.codes}

@@ -1,0 +1,79 @@
+"""fmctl's UltraServer and architecture rules against ParallelCluster's own validators.
+
+fmctl refuses before any AWS call what ParallelCluster would refuse at create time: the
+catalog's Capacity Block sizes are ParallelCluster's allowed ones, and a head node whose
+architecture is not the pools' is refused exactly where InstanceArchitectureCompatibility-
+Validator fails it (tests/tools/pcluster_facts.py runs them in .venv-pcluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provisioner.catalog import architecture_of, load_catalog
+from tests.conftest import DELETE, ROOT, set_path, validate_data
+
+PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
+CATALOG = load_catalog()
+HEADS = ("m7i.4xlarge", "m7g.4xlarge", "c7gn.2xlarge", "r7i.2xlarge")
+POOLS = {"p5.48xlarge": 16, "p6e-gb200.36xlarge": 18, "p6-b200.48xlarge": 4}
+
+
+def _pcluster(cases: list[list[str]], tmp_path: Path) -> dict[str, Any]:
+    if not PCLUSTER_PY.exists():
+        if os.environ.get("CI"):
+            pytest.fail("the ParallelCluster virtualenv is missing: `make tools` builds it")
+        pytest.skip("no .venv-pcluster here (`make tools` builds it)")
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
+    result = subprocess.run(
+        [str(PCLUSTER_PY), str(ROOT / "tests/tools/pcluster_facts.py"), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    out: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_fmctl_refuses_what_parallelcluster_refuses(base: dict[str, Any], tmp_path: Path) -> None:
+    pairs = [(head, pool) for head in HEADS for pool in POOLS]
+    cases = [
+        [architecture_of(head, CATALOG), pool, CATALOG[pool].architecture] for head, pool in pairs
+    ]
+    theirs = _pcluster(cases, tmp_path)
+    ultra = {t.family: list(t.block_sizes) for t in CATALOG.types.values() if t.ultra_server}
+    assert ultra == theirs["blockSizes"]
+    assert any(theirs["refused"]) and not all(theirs["refused"])  # both kinds are exercised
+    for (head, pool), refused in zip(pairs, theirs["refused"], strict=True):
+        data = set_path(base, ("compute", "headNode", "instanceType"), head)
+        data = set_path(data, ("compute", "gpuPools", 0, "instanceType"), pool)
+        data = set_path(data, ("compute", "gpuPools", 0, "count"), POOLS[pool])
+        found = [p for p in validate_data(data).problems if p.code == "architecture-mix"]
+        assert bool(found) == refused, (head, pool, found)
+
+
+def test_without_a_head_node_type_fmctl_picks_one_parallelcluster_accepts(
+    base: dict[str, Any], tmp_path: Path
+) -> None:
+    cases = []
+    for pool, count in POOLS.items():
+        data = set_path(base, ("compute", "headNode"), DELETE)
+        data = set_path(data, ("compute", "gpuPools", 0, "instanceType"), pool)
+        data = set_path(data, ("compute", "gpuPools", 0, "count"), count)
+        result = validate_data(data)
+        assert result.ok and result.resolved is not None, result.problems
+        head = result.resolved.compute.head_node.instance_type
+        cases.append([architecture_of(head, CATALOG), pool, CATALOG[pool].architecture])
+    assert not any(_pcluster(cases, tmp_path)["refused"])
