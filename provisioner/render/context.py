@@ -232,6 +232,13 @@ class ClusterContext:
     pcs: PcsContext | None = None
 
     @property
+    def topology_style(self) -> str:
+        """Slurm's topology plugin: ``block`` when a pool runs on UltraServers (one block per
+        NVLink domain, as ParallelCluster 3.14+ configures GB200 queues:
+        aws-parallelcluster-cookbook#3002), ``tree`` (the network layers) otherwise."""
+        return "block" if any(p.itype.ultra_server for p in self.pools) else "tree"
+
+    @property
     def repo_url(self) -> str:
         """The repository, or its placeholder."""
         return self.git_repo_url or placeholder("gitRepoUrl")

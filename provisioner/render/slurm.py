@@ -62,7 +62,7 @@ def cluster_slurm_settings(c: ClusterContext) -> list[tuple[str, str]]:
         ("TaskProlog", TASK_PROLOG),
     ]
     if c.topology_aware:
-        settings.append(("TopologyPlugin", "topology/tree"))
+        settings.append(("TopologyPlugin", f"topology/{c.topology_style}"))
     assert not {k.lower() for k, _ in settings} & FORBIDDEN_SLURM_SETTINGS
     return settings
 
@@ -74,16 +74,23 @@ def node_names(c: ClusterContext, pool: PoolContext) -> str:
 
 
 def topology_conf(c: ClusterContext) -> str:
-    """A starting topology.conf: one leaf switch per pool under one spine.
+    """A starting topology.conf: one leaf switch per pool under one spine (one block per
+    pool with topology/block).
 
     `fmctl up` replaces it with the real tree read from EC2's DescribeInstanceTopology once
     the nodes run; until then Slurm at least keeps each job inside one pool.
     """
     lines = [
-        f"# topology.conf for {c.name}, rendered by fmctl (topology/tree).",
+        f"# topology.conf for {c.name}, rendered by fmctl (topology/{c.topology_style}).",
         "# Provisional: `fmctl up` rewrites it from ec2:DescribeInstanceTopology so jobs stay",
-        "# under one network spine.",
+        "# under one network spine"
+        + (" and inside one UltraServer." if c.topology_style == "block" else "."),
     ]
+    if c.topology_style == "block":
+        lines += [f"BlockName=block-{p.name} Nodes={node_names(c, p)}" for p in c.pools]
+        # No block may be smaller than the base block size (slurmctld will not start).
+        lines.append(f"BlockSizes={min(p.count for p in c.pools)}")
+        return "\n".join(lines) + "\n"
     leaves = []
     for pool in c.pools:
         leaf = f"leaf-{pool.name}"

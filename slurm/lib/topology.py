@@ -10,7 +10,10 @@ top of the hierarchy to the layer the instance hangs off. NODES_TXT is `scontrol
 
 tree (topology/tree): one switch per network node; the bottom ones list Slurm nodes, the
 others their child switches; a root joins the top layer, so every node stays reachable.
-block (topology/block, Slurm 23.11+): one block per bottom network node.
+block (topology/block, Slurm 23.11+): one block per UltraServer (the NVLink domain: EC2
+gives its instances one capacityBlockId), else one per bottom network node; BlockSizes is
+the smallest block's node count (an UltraServer's, once every node is placed), so Slurm
+plans in whole NVLink domains.
 
 Nodes EC2 has not placed (powered down, or launched since the last read) go under one
 switch (or block) per partition, so Slurm still keeps a job inside its queue.
@@ -79,16 +82,33 @@ def tree(placed: dict, unplaced: list[str]) -> list[str]:
     return lines
 
 
-def block(placed: dict, unplaced: list[str]) -> list[str]:
+def block(document: dict, nodes: list[tuple[str, str, str]]) -> list[str]:
     """topology/block lines."""
+    where = {}
+    for i in document.get("instances", []):
+        path = i.get("networkNodes") or []
+        domain = i.get("capacityBlockId") or (path[-1] if path else "")
+        if domain:
+            where[i["ip"]] = domain
     blocks: dict[str, list[str]] = defaultdict(list)
-    for path, names in placed.items():
-        blocks[path[-1]].extend(names)
+    unplaced = []
+    for name, addr, partition in nodes:
+        if addr in where:
+            blocks[where[addr]].append(name)
+        else:
+            unplaced.append(f"{partition}\t{name}")
     lines = [
         f"BlockName={b} Nodes={','.join(sorted(names))}" for b, names in sorted(blocks.items())
     ]
     for partition, names in _by_partition(unplaced).items():
         lines.append(f"BlockName=unplaced-{partition} Nodes={','.join(names)}")
+    # slurmctld refuses to start on a block smaller than the base block size ("children
+    # count lower than bblock_node_cnt"), so the base is the smallest block written: an
+    # UltraServer's size once EC2 places every node, smaller while some wait to be placed.
+    sizes = [len(names) for names in blocks.values()]
+    sizes += [len(names) for names in _by_partition(unplaced).values()]
+    if sizes:
+        lines.append(f"BlockSizes={min(sizes)}")
     return lines
 
 
@@ -102,8 +122,9 @@ def _by_partition(unplaced: list[str]) -> dict[str, list[str]]:
 
 def render(document: dict, nodes_text: str, style: str = "tree") -> str:
     """The whole topology.conf."""
-    placed, unplaced = layers(document, slurm_nodes(nodes_text))
-    body = tree(placed, unplaced) if style == "tree" else block(placed, unplaced)
+    nodes = slurm_nodes(nodes_text)
+    placed, unplaced = layers(document, nodes)
+    body = tree(placed, unplaced) if style == "tree" else block(document, nodes)
     head = [
         f"# topology.conf (topology/{style}) written by fmctl from ec2:DescribeInstanceTopology",
         f"# read at {document.get('readAt', '?')}: {sum(map(len, placed.values()))} nodes placed, "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tests.tools.slurm_cluster import free_port
@@ -79,10 +80,19 @@ def slurm_conf(head: StandinNode, ctld_port: int, settings: list[tuple[str, str]
     return "\n".join(lines) + "\n"
 
 
-def nodes_conf(computes: list[ComputeNode], ports: dict[str, int]) -> str:
-    """slurm_parallelcluster.conf: the nodes and partitions (ParallelCluster writes these)."""
+def nodes_conf(
+    computes: list[ComputeNode],
+    ports: dict[str, int],
+    declared: Sequence[tuple[str, str]] = (),
+) -> str:
+    """slurm_parallelcluster.conf: the nodes and partitions (ParallelCluster writes these).
+    ``declared``: (hostlist, partition) of nodes slurmctld knows but no slurmd serves, as a
+    queue's nodes are before their instances boot."""
     lines = []
     parts: dict[str, list[str]] = {}
+    for hostlist, partition in declared:
+        lines.append(f"NodeName={hostlist} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN")
+        parts.setdefault(partition, []).append(hostlist)
     for c in computes:
         lines.append(
             f"NodeName={c.name} NodeAddr=127.0.0.1 NodeHostname={c.node.hostname} "
@@ -99,7 +109,11 @@ class StandinSlurm:
     """munged everywhere, slurmctld on the head node, slurmd on each compute node."""
 
     def __init__(
-        self, head: StandinNode, computes: list[ComputeNode], settings: list[tuple[str, str]]
+        self,
+        head: StandinNode,
+        computes: list[ComputeNode],
+        settings: list[tuple[str, str]],
+        declared: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.head, self.computes = head, computes
         ctld_port = free_port()
@@ -109,7 +123,9 @@ class StandinSlurm:
         include = "".join(f"{k}={v}\n" for k, v in settings)
         # /opt/slurm is the head node's, shared with the compute nodes (StandinNode).
         head.write("/opt/slurm/etc/slurm.conf", conf)
-        head.write("/opt/slurm/etc/slurm_parallelcluster.conf", nodes_conf(computes, ports))
+        head.write(
+            "/opt/slurm/etc/slurm_parallelcluster.conf", nodes_conf(computes, ports, declared)
+        )
         head.write("/opt/slurm/etc/pcluster/custom_slurm_settings_include_file_slurm.conf", include)
         # No cgroup hierarchy of the node's own here (ParallelCluster's cgroup.conf
         # constrains cores and devices through it).

@@ -1,0 +1,172 @@
+"""Both topology plugins' files through a real slurmctld 24.11 (the stand-in's Debian 13
+Slurm: Debian 12's 22.05 has no topology/block), as the head node installs them.
+
+The head node starts with fmctl's provisional topology.conf (rendered), then its
+fmctl-topology timer writes the real one from the topology `fmctl topology` published
+(slurm/lib/topology.py over `scontrol show nodes -o`) and reconfigures slurmctld. Here: a
+4-layer p6-b200 pool on topology/tree, and two GB200 UltraServer Capacity Blocks (18 and
+9) on topology/block, their nodes given the addresses their instances would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.render.context import ClusterContext, build_context
+from provisioner.render.slurm import cluster_slurm_settings, node_names, topology_conf
+from tests.conftest import ROOT, set_path, validate_data
+from tests.tools.standin import rootfs
+from tests.tools.standin.node import SSM_ENV, StandinNode
+from tests.tools.standin.slurm import StandinSlurm
+
+_WHY = rootfs.unavailable()
+pytestmark = pytest.mark.skipif(
+    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
+)
+EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
+POOL = ("compute", "gpuPools", 0)
+
+
+def _context(edits: list[tuple[tuple[Any, ...], Any]]) -> ClusterContext:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for path, value in edits:
+        data = set_path(data, path, value)
+    result = validate_data(data)
+    assert result.ok and result.resolved is not None, result.problems
+    return build_context(result.resolved, load_catalog())
+
+
+@pytest.fixture(scope="module")
+def image() -> Path:
+    return rootfs.ensure()
+
+
+def _cluster(image: Path, c: ClusterContext) -> Iterator[StandinSlurm]:
+    head = StandinNode(image, "ip-10-0-0-10")
+    try:
+        # What the head node has before slurmctld first starts (on-head-node-start.sh).
+        head.write("/opt/slurm/etc/topology.conf", topology_conf(c))
+        declared = [(node_names(c, p), p.name) for p in c.pools]
+        yield StandinSlurm(head, [], cluster_slurm_settings(c), declared)
+    finally:
+        head.stop()
+
+
+def _install(slurm: StandinSlurm, instances: list[dict[str, Any]], style: str) -> str:
+    """What topology-refresh.sh does with the published topology.json."""
+    names = slurm.scontrol("show", "hostnames", ",".join(n for n, _ in _declared(slurm)))
+    for name, instance in zip(names.split(), instances, strict=False):
+        slurm.scontrol("update", f"NodeName={name}", f"NodeAddr={instance['ip']}")
+    nodes = slurm.scontrol("show", "nodes", "-o")
+    work = slurm.head.path("/var/tmp")
+    (work / "topology.json").write_text(json.dumps({"readAt": "now", "instances": instances}))
+    (work / "nodes.txt").write_text(nodes)
+    made = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "slurm/lib/topology.py"),
+            str(work / "topology.json"),
+            str(work / "nodes.txt"),
+            f"--style={style}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    slurm.head.write("/opt/slurm/etc/topology.conf", made.stdout)
+    done = slurm.head.run(["/opt/slurm/bin/scontrol", "reconfigure"], env=SSM_ENV)
+    assert done.returncode == 0, (done.stderr, slurm.log()[-3000:])
+    ping = slurm.scontrol("ping")
+    assert "UP" in ping, slurm.log()[-3000:]
+    return slurm.scontrol("show", "topology")
+
+
+def names(c: ClusterContext) -> list[str]:
+    """Each pool's node names (hostlist form)."""
+    return [node_names(c, p) for p in c.pools]
+
+
+def _members(slurm: StandinSlurm, line: str) -> list[str]:
+    """The node names of a `scontrol show topology` line's Nodes=, expanded and sorted."""
+    field = next(w for w in line.split() if w.startswith("Nodes="))
+    return sorted(slurm.scontrol("show", "hostnames", field.split("=", 1)[1]).split())
+
+
+def _declared(slurm: StandinSlurm) -> list[tuple[str, str]]:
+    text = slurm.head.path("/opt/slurm/etc/slurm_parallelcluster.conf").read_text()
+    return [
+        (line.split()[0].split("=", 1)[1], "")
+        for line in text.splitlines()
+        if line.startswith("NodeName=")
+    ]
+
+
+def test_a_four_layer_tree_is_slurms_tree(image: Path) -> None:
+    c = _context([((*POOL, "instanceType"), "p6-b200.48xlarge"), ((*POOL, "count"), 4)])
+    assert c.topology_style == "tree"
+    assert ("TopologyPlugin", "topology/tree") in cluster_slurm_settings(c)
+    layers = [["nn-1", "nn-2", "nn-3", "nn-4a"]] * 3 + [["nn-1", "nn-2", "nn-3b", "nn-4b"]]
+    instances = [{"ip": f"10.0.1.{i}", "networkNodes": p} for i, p in enumerate(layers, 1)]
+    for slurm in _cluster(image, c):
+        shown = _install(slurm, instances, c.topology_style)
+        switches = {
+            line.split()[0].split("=", 1)[1]: line
+            for line in shown.splitlines()
+            if line.startswith("SwitchName=")
+        }
+        # Four network layers and fmctl's root above them: levels 0 to 4.
+        assert "Level=0" in switches["nn-4a"] and "Level=1" in switches["nn-3"]
+        assert "Level=2" in switches["nn-2"] and "Level=3" in switches["nn-1"]
+        assert "Level=4" in switches["fmctl-root"]
+        assert _members(slurm, switches["nn-4a"]) == _members(slurm, "Nodes=" + names(c)[0])[:3]
+        assert _members(slurm, switches["nn-4b"]) == _members(slurm, "Nodes=" + names(c)[0])[3:]
+
+
+def test_ultraserver_capacity_blocks_are_slurms_blocks(image: Path) -> None:
+    """Two GB200 pools, one per Capacity Block (18 and 9 instances): one Slurm block per
+    UltraServer, the base block size the smaller one's."""
+    second = {"name": "half", "instanceType": "p6e-gb200.36xlarge", "count": 9}
+    second["capacity"] = {"type": "capacity-block", "reservationId": "cr-0123456789abcdef1"}
+    c = _context(
+        [
+            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
+            ((*POOL, "count"), 18),
+            (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
+            (("compute", "gpuPools", 1), second),
+        ]
+    )
+    assert c.topology_style == "block"
+    assert ("TopologyPlugin", "topology/block") in cluster_slurm_settings(c)
+    instances = [
+        {
+            "ip": f"10.0.2.{i}",
+            "networkNodes": ["nn-1", "nn-2", f"nn-3{i // 9}"],
+            "capacityBlockId": "cb-0aaa" if i < 18 else "cb-0bbb",
+        }
+        for i in range(27)
+    ]
+    for slurm in _cluster(image, c):
+        provisional = slurm.scontrol("show", "topology")
+        assert "BlockName=block-train" in provisional and "BlockName=block-half" in provisional
+        shown = _install(slurm, instances, c.topology_style)
+        blocks = {
+            line.split()[0].split("=", 1)[1]: line
+            for line in shown.splitlines()
+            if line.startswith("BlockName=")
+        }
+        assert set(blocks) >= {"cb-0aaa", "cb-0bbb"}, shown
+        assert all(line.endswith(" BlockSize=9") for line in blocks.values()), shown
+        train, half = names(c)
+        assert _members(slurm, blocks["cb-0aaa"]) == _members(slurm, f"Nodes={train}")
+        assert _members(slurm, blocks["cb-0bbb"]) == _members(slurm, f"Nodes={half}")
+        assert len(_members(slurm, blocks["cb-0aaa"])) == 18
