@@ -23,20 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws
+from provisioner.ops.topology_model import Placed, PoolTree, carry_over, pool_trees, to_json
 from provisioner.resources.parallelcluster import PCLUSTER_TAG
+
+#: The tags naming an instance's pool: ParallelCluster's queue (pcluster/constants.py
+#: PCLUSTER_QUEUE_NAME_TAG) and fmctl's own on PCS node groups' instances.
+POOL_TAGS = ("parallelcluster:queue-name", "fmctl.dev/pool")
 
 #: DescribeInstanceTopology takes at most 100 instance ids per call.
 IDS_PER_CALL = 100
-
-
-@dataclass(frozen=True)
-class Placed:
-    """One compute instance and the network nodes above it (top first)."""
-
-    instance_id: str
-    ip: str
-    instance_type: str
-    network_nodes: tuple[str, ...]
 
 
 def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
@@ -95,32 +90,48 @@ def read_topology(aws: Aws, instances: dict[str, dict[str, Any]]) -> list[Placed
         for page in pages:
             for item in page["Instances"]:
                 instance = instances[item["InstanceId"]]
+                if not item.get("NetworkNodes"):
+                    continue  # a hole: not running any more, or not yet propagated
+                tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
                 placed.append(
                     Placed(
                         item["InstanceId"],
                         instance.get("PrivateIpAddress", ""),
                         item.get("InstanceType", instance.get("InstanceType", "")),
-                        tuple(item.get("NetworkNodes", [])),
+                        tuple(item["NetworkNodes"]),
+                        next((tags[k] for k in POOL_TAGS if tags.get(k)), ""),
+                        item.get("CapacityBlockId") or None,
                     )
                 )
     return placed
 
 
 def document(cluster: str, placed: list[Placed]) -> dict[str, Any]:
-    """topology.json: what the head node reads."""
+    """topology.json: what the head node reads (``instances``), and each pool's tree."""
+    from provisioner.catalog import load_catalog
+
     return {
         "cluster": cluster,
         "readAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "instances": [
-            {
-                "instanceId": p.instance_id,
-                "ip": p.ip,
-                "instanceType": p.instance_type,
-                "networkNodes": list(p.network_nodes),
-            }
-            for p in sorted(placed, key=lambda p: (*p.network_nodes, p.instance_id))
+            to_json(p) for p in sorted(placed, key=lambda p: (*p.network_nodes, p.instance_id))
         ],
+        "pools": [t.as_json() for t in pool_trees(placed, load_catalog())],
     }
+
+
+def published_before(aws: Aws, bucket: str, cluster: str) -> dict[str, Any] | None:
+    """The topology.json published last, if any."""
+    from provisioner.drivers.aws import error_code
+
+    try:
+        body = aws.client("s3").get_object(Bucket=bucket, Key=f"{cluster}/slurm/topology.json")
+    except Exception as exc:
+        if error_code(exc) in ("NoSuchKey", "404", "NoSuchBucket"):
+            return None
+        raise
+    found: dict[str, Any] = json.loads(body["Body"].read())
+    return found
 
 
 def publish(aws: Aws, bucket: str, cluster: str, doc: dict[str, Any]) -> str:
@@ -136,14 +147,29 @@ def publish(aws: Aws, bucket: str, cluster: str, doc: dict[str, Any]) -> str:
 
 
 def summary(placed: list[Placed]) -> list[str]:
-    """Lines for people: instances per spine and per bottom layer."""
+    """Lines for people: instances per spine, then each pool's tree."""
+    from provisioner.catalog import load_catalog
+
     if not placed:
         return ["no running compute instance with a known topology"]
     spines = Counter(p.network_nodes[0] for p in placed if p.network_nodes)
     leaves = Counter(p.network_nodes[-1] for p in placed if p.network_nodes)
     lines = [f"{len(placed)} instances under {len(spines)} spine(s), {len(leaves)} leaf node(s)"]
     lines += [f"  spine {nn}: {n} instances" for nn, n in sorted(spines.items())]
+    lines += [_tree_line(t) for t in pool_trees(placed, load_catalog())]
     return lines
+
+
+def _tree_line(t: PoolTree) -> str:
+    layers = " / ".join(str(n) for n in t.nodes_per_layer)
+    line = (
+        f"  pool {t.pool or '?'} ({t.instance_type}): {t.instances} instances, network nodes "
+        f"per layer {layers}, at most {t.largest_group} under one bottom-layer node"
+    )
+    if t.ultraservers:
+        sizes = ", ".join(f"{c}: {n}" for c, n in t.ultraservers)
+        line += f"; {len(t.ultraservers)} UltraServer(s) ({sizes})"
+    return line
 
 
 @dataclass(frozen=True)
@@ -193,11 +219,18 @@ def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
                 None,
             )
     placed = read_topology(aws, instances)
+    bucket = artifact_bucket(make_context(target, name))
+    placed, carried = carry_over(placed, published_before(aws, bucket, name), instances)
     doc = document(name, placed)
     lines = summary(placed)
+    if carried:
+        lines.append(
+            f"{carried} running instance(s) EC2 did not place (or name an UltraServer for) in "
+            "this read keep the place published before"
+        )
     where = None
     if upload and placed:
-        where = publish(aws, artifact_bucket(make_context(target, name)), name, doc)
+        where = publish(aws, bucket, name, doc)
     elif upload:
         # An empty topology would make the head node's topology.conf flat.
         lines.append("nothing published: the topology published before, if any, stays")

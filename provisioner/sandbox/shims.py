@@ -527,44 +527,92 @@ TOPOLOGY_FAMILIES = (
 )
 
 
-def _network_nodes(az: str, instance_id: str) -> list[str]:
-    """Three layers, top to bottom, as EC2 lists them: one spine per AZ, then 4 blocks of
-    4 leaves. Stable per instance, so tests can repeat; a leaf always sits under one block."""
+#: Families with a fourth network layer (the EC2 User Guide, "Prerequisites for Amazon EC2
+#: topology": p6-b200 and p6-b300 return 4 network nodes, the others 3).
+FOUR_LAYERS = ("p6-b200", "p6-b300")
+#: UltraServer families and their instances per UltraServer (18 p6e-gb200.36xlarge: the
+#: SageMaker HyperPod guide, "UltraServer architecture"). EC2 names an UltraServer's
+#: instances by one capacityBlockId (DescribeInstanceTopology's documentation).
+ULTRASERVERS = {"p6e-gb200": 18}
+
+
+def _nn(account: str, text: str) -> str:
+    """A network node id, hashed per account as EC2's are: never equal across accounts."""
     import hashlib
 
-    def nn(text: str) -> str:
-        return "nn-" + hashlib.sha256(text.encode()).hexdigest()[:17]
+    return "nn-" + hashlib.sha256(f"{account}/{text}".encode()).hexdigest()[:17]
 
-    leaf = int(hashlib.sha256(instance_id.encode()).hexdigest(), 16) % 16
-    return [nn(f"{az}/1"), nn(f"{az}/2/{leaf // 4}"), nn(f"{az}/3/{leaf}")]
+
+def _network_nodes(account: str, az: str, instance_id: str, family: str) -> list[str]:
+    """Top to bottom, as EC2 lists them: one spine per AZ, 4 blocks of 4 nodes under it,
+    and on 4-layer families 4 more under each of those. Stable per instance, so answers
+    repeat across calls; a node always sits under one parent."""
+    import hashlib
+
+    leaf = int(hashlib.sha256(instance_id.encode()).hexdigest(), 16) % 64
+    nodes = [_nn(account, f"{az}/1"), _nn(account, f"{az}/2/{leaf // 16}")]
+    nodes.append(_nn(account, f"{az}/3/{leaf // 4}"))
+    if family in FOUR_LAYERS:
+        nodes.append(_nn(account, f"{az}/4/{leaf}"))
+    return nodes
+
+
+def _ultraservers(instances: list[Any], account: str) -> dict[str, tuple[str, str, str]]:
+    """UltraServer instances by id: (capacityBlockId, the UltraServer's bottom network node,
+    the instance whose place above that node the whole UltraServer shares).
+    In launch order, each UltraServer filled before the next (the sandbox's choice: how EC2
+    assigns instances to UltraServers is not documented)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for family, size in ULTRASERVERS.items():
+        by_az: dict[str, list[Any]] = {}
+        for inst in instances:
+            if inst.instance_type.split(".")[0] == family:
+                by_az.setdefault(str(inst.availability_zone), []).append(inst)
+        for az, members in by_az.items():
+            members.sort(key=lambda i: (str(i.launch_time), i.id))
+            for n, inst in enumerate(members):
+                group = f"{az}/ultraserver/{n // size}"
+                block = "cb-" + _nn(account, group)[3:]
+                first = members[n - n % size].id
+                out[inst.id] = (block, _nn(account, f"{group}/3"), first)
+    return out
 
 
 def _topology(s: World, call: Call) -> Answer:
     """DescribeInstanceTopology (moto lacks it) over moto's running instances."""
     ids = set(p.indexed(call.params, "InstanceId"))
     filters = p.query_filters(call.params)
+    running = [
+        inst
+        for reservation in _ec2_backend(s.account, call.region).all_reservations()
+        for inst in reservation.instances
+        if inst.state == "running" and inst.instance_type.split(".")[0] in TOPOLOGY_FAMILIES
+    ]
+    ultra = _ultraservers(running, s.account)
     items = []
-    for reservation in _ec2_backend(s.account, call.region).all_reservations():
-        for inst in reservation.instances:
-            family = inst.instance_type.split(".")[0]
-            if (ids and inst.id not in ids) or family not in TOPOLOGY_FAMILIES:
-                continue
-            if inst.state != "running":
-                continue
-            az = str(inst.availability_zone)
-            if "instance-type" in filters and inst.instance_type not in filters["instance-type"]:
-                continue
-            if "availability-zone" in filters and az not in filters["availability-zone"]:
-                continue
-            items.append(
-                {
-                    "instanceId": inst.id,
-                    "instanceType": inst.instance_type,
-                    "networkNodeSet": _network_nodes(az, inst.id),
-                    "availabilityZone": az,
-                    "zoneId": f"use1-az{ord(az[-1]) - 96}",
-                }
-            )
+    for inst in running:
+        family = inst.instance_type.split(".")[0]
+        az = str(inst.availability_zone)
+        if ids and inst.id not in ids:
+            continue
+        if "instance-type" in filters and inst.instance_type not in filters["instance-type"]:
+            continue
+        if "availability-zone" in filters and az not in filters["availability-zone"]:
+            continue
+        block, bottom, seed = ultra.get(inst.id, ("", "", inst.id))
+        nodes = _network_nodes(s.account, az, seed, family)
+        if block:
+            nodes[-1] = bottom
+        item = {
+            "instanceId": inst.id,
+            "instanceType": inst.instance_type,
+            "networkNodeSet": nodes,
+            "availabilityZone": az,
+            "zoneId": f"use1-az{ord(az[-1]) - 96}",
+        }
+        if block:
+            item["capacityBlockId"] = block
+        items.append(item)
     return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})
 
 

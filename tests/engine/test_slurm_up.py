@@ -124,6 +124,9 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     (placed,) = published["instances"]  # ours only: not the other cluster's instance
     assert placed["instanceId"] == leftover and placed["ip"].startswith("10.")
     assert len(placed["networkNodes"]) == 3
+    # The pool's tree beside it: p5 has 3 network layers (the catalog's, from EC2's docs).
+    (tree,) = published["pools"]
+    assert tree["layers"] == 3 and tree["instances"] == 1 and tree["nodesPerLayer"] == [1, 1, 1]
     s3 = sandbox.aws(region).client("s3")
     body = s3.get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"].read()
     assert json.loads(body)["instances"] == published["instances"]
