@@ -35,6 +35,7 @@ SANDBOX_FILES = {
     "sigv4.py",
     "ssm_agent.py",
     "tls.py",
+    "topology.py",
 }
 #: Marks of the tests' doubles (tests/tools/sandbox_doubles.py).
 TEST_ONLY = ("/_fmctl/", "FaultRule", "reset-after", "X-Fmctl-Secret", "node-tools")

@@ -55,6 +55,7 @@ from provisioner.sandbox.eks_model import (
 from provisioner.sandbox.eks_parts import HANDLERS as PART_HANDLERS
 from provisioner.sandbox.eks_parts import access_entry
 from provisioner.sandbox.kube import KubeServer
+from provisioner.sandbox.topology import layer_labels
 
 Answer = tuple[int, dict[str, str], bytes]
 #: The Deployment (in kube-system) of the AWS Load Balancer Controller's Helm chart.
@@ -200,13 +201,24 @@ class Eks:
         base = 10 + 64 * (ng.get("_generation", 0) % 3)
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
         zone, group = f"{region}a", ng["nodegroupName"]
+
+        def labels_of(i: int) -> dict[str, str]:
+            # The group's labels, and EKS's topology labels where EC2 places the type.
+            instance = _instance_id(region, group, base + i)
+            return {**ng.get("labels", {}), **layer_labels(self.account, zone, instance, itype)}
+
         nodes = [
             {
                 "name": f"ip-10-0-{subnet}-{base + i}.ec2.internal",
                 # As the AWS cloud provider registers a node: aws:///ZONE/INSTANCE-ID (the
                 # sandbox's nodes are Kubernetes objects only, with ids of their own).
                 "provider_id": f"aws:///{zone}/{_instance_id(region, group, base + i)}",
-                "labels": dict(ng.get("labels", {})),
+                "labels": {
+                    **ng.get("labels", {}),
+                    **layer_labels(
+                        self.account, zone, _instance_id(region, group, base + i), itype
+                    ),
+                },
                 "taints": taints,
                 "gpus": gpus_of(itype),
                 "efa": efa,

@@ -23,6 +23,7 @@ from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.pcs import Pcs
 from provisioner.sandbox.protocol import Call
 from provisioner.sandbox.ssm_agent import Agent
+from provisioner.sandbox.topology import TOPOLOGY_FAMILIES, network_nodes, ultraservers
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -509,75 +510,6 @@ def _quota(s: World, call: Call) -> Answer:
     )
 
 
-#: Instance families DescribeInstanceTopology answers for (the rest: not in the answer).
-TOPOLOGY_FAMILIES = (
-    "p3dn",
-    "p4d",
-    "p4de",
-    "p5",
-    "p5e",
-    "p5en",
-    "p6-b200",
-    "p6-b300",
-    "p6e-gb200",
-    "trn1",
-    "trn1n",
-    "trn2",
-    "g6",
-)
-
-
-#: Families with a fourth network layer (the EC2 User Guide, "Prerequisites for Amazon EC2
-#: topology": p6-b200 and p6-b300 return 4 network nodes, the others 3).
-FOUR_LAYERS = ("p6-b200", "p6-b300")
-#: UltraServer families and their instances per UltraServer (18 p6e-gb200.36xlarge: the
-#: SageMaker HyperPod guide, "UltraServer architecture"). EC2 names an UltraServer's
-#: instances by one capacityBlockId (DescribeInstanceTopology's documentation).
-ULTRASERVERS = {"p6e-gb200": 18}
-
-
-def _nn(account: str, text: str) -> str:
-    """A network node id, hashed per account as EC2's are: never equal across accounts."""
-    import hashlib
-
-    return "nn-" + hashlib.sha256(f"{account}/{text}".encode()).hexdigest()[:17]
-
-
-def _network_nodes(account: str, az: str, instance_id: str, family: str) -> list[str]:
-    """Top to bottom, as EC2 lists them: one spine per AZ, 4 blocks of 4 nodes under it,
-    and on 4-layer families 4 more under each of those. Stable per instance, so answers
-    repeat across calls; a node always sits under one parent."""
-    import hashlib
-
-    leaf = int(hashlib.sha256(instance_id.encode()).hexdigest(), 16) % 64
-    nodes = [_nn(account, f"{az}/1"), _nn(account, f"{az}/2/{leaf // 16}")]
-    nodes.append(_nn(account, f"{az}/3/{leaf // 4}"))
-    if family in FOUR_LAYERS:
-        nodes.append(_nn(account, f"{az}/4/{leaf}"))
-    return nodes
-
-
-def _ultraservers(instances: list[Any], account: str) -> dict[str, tuple[str, str, str]]:
-    """UltraServer instances by id: (capacityBlockId, the UltraServer's bottom network node,
-    the instance whose place above that node the whole UltraServer shares).
-    In launch order, each UltraServer filled before the next (the sandbox's choice: how EC2
-    assigns instances to UltraServers is not documented)."""
-    out: dict[str, tuple[str, str, str]] = {}
-    for family, size in ULTRASERVERS.items():
-        by_az: dict[str, list[Any]] = {}
-        for inst in instances:
-            if inst.instance_type.split(".")[0] == family:
-                by_az.setdefault(str(inst.availability_zone), []).append(inst)
-        for az, members in by_az.items():
-            members.sort(key=lambda i: (str(i.launch_time), i.id))
-            for n, inst in enumerate(members):
-                group = f"{az}/ultraserver/{n // size}"
-                block = "cb-" + _nn(account, group)[3:]
-                first = members[n - n % size].id
-                out[inst.id] = (block, _nn(account, f"{group}/3"), first)
-    return out
-
-
 def _topology(s: World, call: Call) -> Answer:
     """DescribeInstanceTopology (moto lacks it) over moto's running instances."""
     ids = set(p.indexed(call.params, "InstanceId"))
@@ -588,7 +520,7 @@ def _topology(s: World, call: Call) -> Answer:
         for inst in reservation.instances
         if inst.state == "running" and inst.instance_type.split(".")[0] in TOPOLOGY_FAMILIES
     ]
-    ultra = _ultraservers(running, s.account)
+    ultra = ultraservers(running, s.account)
     items = []
     for inst in running:
         family = inst.instance_type.split(".")[0]
@@ -600,7 +532,7 @@ def _topology(s: World, call: Call) -> Answer:
         if "availability-zone" in filters and az not in filters["availability-zone"]:
             continue
         block, bottom, seed = ultra.get(inst.id, ("", "", inst.id))
-        nodes = _network_nodes(s.account, az, seed, family)
+        nodes = network_nodes(s.account, az, seed, family)
         if block:
             nodes[-1] = bottom
         item = {

@@ -324,6 +324,9 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
         "p5.48xlarge"
     }
     assert {n["status"]["allocatable"]["vpc.amazonaws.com/efa"] for n in nodes} == {"32"}
+    # EKS labels each node with its 3 network layers (p5: the catalog's depth).
+    layers = {k for n in nodes for k in n["metadata"]["labels"] if "network-node-layer" in k}
+    assert layers == {f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3)}
     assert acting(cluster.plan()) == {}
 
     down = sandbox.fmctl("down", global_name, "--region", REGION, "--sandbox", "--yes")

@@ -103,3 +103,15 @@ def test_a_partial_read_keeps_what_was_published() -> None:
     merged, _ = carry_over(now, previous, ["i-1"])
     assert [p.instance_id for p in merged] == ["i-1"]
     assert carry_over(now, None, ["i-1", "i-2"]) == (now, 0)
+
+
+def test_eks_nodes_carry_their_layers_as_labels() -> None:
+    """The sandbox's EKS nodes: one label per network layer (4 on p6-b300), none on types
+    EC2 does not place, and ids hashed per account as EC2's are."""
+    from provisioner.sandbox.topology import layer_labels
+
+    b300 = layer_labels("111111111111", "us-west-2a", "i-0abc", "p6-b300.48xlarge")
+    assert sorted(b300) == [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3, 4)]
+    assert layer_labels("111111111111", "us-west-2a", "i-0abc", "g5.xlarge") == {}
+    other = layer_labels("222222222222", "us-west-2a", "i-0abc", "p6-b300.48xlarge")
+    assert set(other.values()).isdisjoint(b300.values())

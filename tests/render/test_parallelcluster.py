@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ from provisioner.render import render
 from provisioner.render.slurm import FORBIDDEN_NODE_SETTINGS, FORBIDDEN_SLURM_SETTINGS
 from tests.conftest import validate_text
 from tests.render.helpers import CASE_IDS, CASES, fill_all, rendered
+from tests.tools.pcluster_venv import run_json
 
 ROOT = Path(__file__).resolve().parents[2]
 PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
@@ -32,30 +30,7 @@ def _config(example: Path) -> dict[str, Any]:
 
 
 def _schema_check(paths: list[Path]) -> dict[str, str | None]:
-    if not PCLUSTER_PY.exists():
-        if os.environ.get("CI"):
-            pytest.fail("the ParallelCluster virtualenv is missing: `make tools` builds it")
-        pytest.skip("no .venv-pcluster here (`make tools` builds it)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    # The schema makes a describe call for capacity reservations: no credentials and a dead
-    # loopback endpoint, so it fails at once and nothing can leave the machine.
-    env.update(
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_EC2_METADATA_DISABLED="true",
-        AWS_ENDPOINT_URL="http://127.0.0.1:9",
-        AWS_CONFIG_FILE="/dev/null",
-        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
-    )
-    result = subprocess.run(
-        [str(PCLUSTER_PY), str(ROOT / "tests/tools/pcluster_schema.py"), *map(str, paths)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    out: dict[str, str | None] = json.loads(result.stdout.strip().splitlines()[-1])
+    out: dict[str, str | None] = run_json("pcluster_schema.py", *map(str, paths))
     return out
 
 

@@ -9,41 +9,22 @@ Validator fails it (tests/tools/pcluster_facts.py runs them in .venv-pcluster).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from provisioner.catalog import architecture_of, load_catalog
-from tests.conftest import DELETE, ROOT, set_path, validate_data
+from tests.conftest import DELETE, set_path, validate_data
+from tests.tools.pcluster_venv import run_json
 
-PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
 CATALOG = load_catalog()
 HEADS = ("m7i.4xlarge", "m7g.4xlarge", "c7gn.2xlarge", "r7i.2xlarge")
 POOLS = {"p5.48xlarge": 16, "p6e-gb200.36xlarge": 18, "p6-b200.48xlarge": 4}
 
 
 def _pcluster(cases: list[list[str]], tmp_path: Path) -> dict[str, Any]:
-    if not PCLUSTER_PY.exists():
-        if os.environ.get("CI"):
-            pytest.fail("the ParallelCluster virtualenv is missing: `make tools` builds it")
-        pytest.skip("no .venv-pcluster here (`make tools` builds it)")
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(cases))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env.update(AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true")
-    result = subprocess.run(
-        [str(PCLUSTER_PY), str(ROOT / "tests/tools/pcluster_facts.py"), str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    out: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = run_json("pcluster_facts.py", str(path))
     return out
 
 

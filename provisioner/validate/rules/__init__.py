@@ -19,23 +19,20 @@ __all__ = ["RuleContext", "all_codes", "rule", "run_rules"]
 
 def run_rules(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Run every registered rule."""
-    # Import the rule modules for their registrations (kept here so importing the package
-    # for RuleContext alone stays cheap and free of cycles).
-    from provisioner.validate.rules import (  # noqa: F401
-        compute,
-        general,
-        network,
-        pcs,
-        storage,
-        ultraserver,
-    )
-
+    _register()
     for registered in RULES:
         yield from registered.fn(spec, ctx)
 
 
 def all_codes() -> set[str]:
     """Every code a rule can report (for the completeness test)."""
+    _register()
+    return {code for registered in RULES for code in registered.codes}
+
+
+def _register() -> None:
+    """Import the rule modules for their registrations (here, so importing the package for
+    RuleContext alone stays cheap and free of cycles)."""
     from provisioner.validate.rules import (  # noqa: F401
         compute,
         general,
@@ -44,5 +41,3 @@ def all_codes() -> set[str]:
         storage,
         ultraserver,
     )
-
-    return {code for registered in RULES for code in registered.codes}
