@@ -25,8 +25,15 @@ from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.launch_template import LtOut
 from provisioner.resources.network import SubnetOut, VpcOut
-from provisioner.resources.pcs import PcsAmiOut, PcsAmiParams, PcsClusterOut, PcsClusterParams
-from provisioner.resources.pcs_nodes import NodeGroupOut, NodeGroupParams, QueueParams
+from provisioner.resources.pcs import (
+    NodeGroupOut,
+    PcsAmiOut,
+    PcsAmiParams,
+    PcsClusterOut,
+    PcsClusterParams,
+)
+from provisioner.resources.pcs_nodes import NodeGroupParams
+from provisioner.resources.pcs_queues import QueueParams
 from provisioner.resources.storage import BucketOut
 
 SG = "sg/pcs-cluster"

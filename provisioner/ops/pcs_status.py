@@ -111,7 +111,8 @@ class PcsStatus:
 def pcs_status(ctx: Context) -> PcsStatus | None:
     """The cluster's PCS side, or None when it has no PCS cluster."""
     from provisioner.resources.pcs import PcsCluster, cluster_id
-    from provisioner.resources.pcs_nodes import PcsNodeGroup, PcsQueue
+    from provisioner.resources.pcs_nodes import PcsNodeGroup
+    from provisioner.resources.pcs_queues import PcsQueue
 
     ident = cluster_id(ctx)
     if ident is None:

@@ -61,6 +61,13 @@ def request_of_networking(ctx: Context, params: PcsClusterParams) -> dict[str, A
     }
 
 
+@dataclass(frozen=True)
+class NodeGroupOut:
+    """A compute node group by id (resources.pcs_nodes; here, as queues point at them)."""
+
+    id: str
+
+
 # -- the cluster ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PcsClusterOut:
@@ -388,6 +395,15 @@ def cluster_id(ctx: Context) -> str | None:
     queues' reads, and for teardown by tags)."""
     mine = [c for c in PcsCluster().mine(ctx) if c["status"] != "DELETING"]
     return str(mine[0]["id"]) if mine else None
+
+
+def split_id(ctx: Context, owned: Owned) -> tuple[str | None, str]:
+    """(cluster, child) of a node group's or queue's owned id: CLUSTER/CHILD from teardown by
+    tags, or the child alone from a plan (the cluster's own then)."""
+    if "/" in owned.id:
+        cluster, child = owned.id.split("/", 1)
+        return cluster, child
+    return cluster_id(ctx), owned.id
 
 
 def children(

@@ -1,5 +1,5 @@
 """AWS PCS compute node groups (the login nodes, one per GPU pool, on fmctl's launch
-templates) and queues (one per pool, on its node group); see ``resources.pcs``."""
+templates); their queues are ``resources.pcs_queues``; see ``resources.pcs``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,13 @@ from provisioner.resources.errors import ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.launch_template import LtOut
 from provisioner.resources.network import SubnetOut
-from provisioner.resources.pcs import PcsAmiOut, PcsClusterOut, children, cluster_id
+from provisioner.resources.pcs import (
+    NodeGroupOut,
+    PcsAmiOut,
+    PcsClusterOut,
+    children,
+    split_id,
+)
 from provisioner.resources.pcs_api import (
     FAILED,
     client,
@@ -31,6 +37,7 @@ from provisioner.resources.pcs_api import (
     tags_of,
     unless_gone,
 )
+from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import EndpointOut, RouteTableOut
 from provisioner.resources.tags import (
     CREATED_TAG,
@@ -42,13 +49,6 @@ from provisioner.resources.tags import (
 
 
 # -- compute node groups -------------------------------------------------------------------
-@dataclass(frozen=True)
-class NodeGroupOut:
-    """A compute node group by id."""
-
-    id: str
-
-
 @dataclass(frozen=True)
 class NodeGroupParams:
     """CreateComputeNodeGroup, as ``render`` writes it in pcs/compute-node-groups/NAME.json."""
@@ -345,7 +345,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         pcs = client(ctx)
-        cluster, group = self._split(ctx, owned)
+        cluster, group = split_id(ctx, owned)
         if cluster is None:
             return
         self._hand_over(ctx, owned, cluster, group)
@@ -417,193 +417,3 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             )
             patiently(ctx, owned.resource, f"moving queue {q['name']} off node group {group}", move)
             PcsQueue()._active(ctx, owned.resource, cluster, str(q["id"]), 60.0)
-
-    @staticmethod
-    def _split(ctx: Context, owned: Owned) -> tuple[str | None, str]:
-        """(cluster, group) of an owned id: CLUSTER/GROUP from teardown by tags, or the group
-        alone from a plan (the cluster's own then)."""
-        if "/" in owned.id:
-            cluster, group = owned.id.split("/", 1)
-            return cluster, group
-        return cluster_id(ctx), owned.id
-
-
-# -- queues --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class QueueOut:
-    """A queue by id."""
-
-    id: str
-
-
-@dataclass(frozen=True)
-class QueueParams:
-    """CreateQueue, as ``render`` writes it in pcs/queues/NAME.json."""
-
-    cluster: Ref[PcsClusterOut]
-    queue_name: str
-    node_groups: tuple[Ref[NodeGroupOut], ...]
-    tags: DesiredTags
-
-
-@dataclass(frozen=True)
-class QueueLive:
-    """What fmctl manages of a queue."""
-
-    node_groups: Any
-    tags: Tags
-
-
-class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
-    """A queue (Slurm partition) on its pool's node group."""
-
-    name, params, outputs = "pcs-queue", QueueParams, QueueOut
-    create_seconds, update_seconds, delete_seconds = 30.0, 30.0, 30.0
-    policy = policies(
-        node_groups=Policy(How.UPDATE, "UpdateQueue computeNodeGroupConfigurations"),
-    )
-
-    def queues(self, ctx: Context) -> list[dict[str, Any]]:
-        return children(ctx, "pcs:queues", "list_queues", "queues", "get_queue", "queueIdentifier")
-
-    def read(
-        self, ctx: Context, rid: str, params: QueueParams
-    ) -> Observed[QueueOut, QueueLive] | None:
-        mine = [
-            q
-            for q in self.queues(ctx)
-            if tags_of(ctx, q["arn"]).get(RESOURCE_TAG) == rid and q["status"] != "DELETING"
-        ]
-        if not mine:
-            return None
-        q = mine[0]
-        if q["status"] in FAILED:
-            raise ResourceError(f"PCS queue {q['name']} is {q['status']}: {errors_of(q)}")
-        live = QueueLive(
-            frozenset(
-                c.get("computeNodeGroupId") for c in q.get("computeNodeGroupConfigurations") or []
-            ),
-            tags_of(ctx, q["arn"]),
-        )
-        pending = None if q["status"] == "ACTIVE" else str(q["status"])
-        return Observed(QueueOut(str(q["id"])), live, f"{q['clusterId']}/{q['id']}", pending)
-
-    def desired(
-        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
-    ) -> QueueLive:
-        groups = (
-            frozenset(ctx.resolve(g) for g in params.node_groups)
-            if all(ctx.known(g) for g in params.node_groups)
-            else UNKNOWN
-        )
-        return QueueLive(groups, params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
-
-    def _configs(self, ctx: Context, params: QueueParams) -> list[dict[str, str]]:
-        return [{"computeNodeGroupId": ctx.get(g).id} for g in params.node_groups]
-
-    def create(self, ctx: Context, rid: str, params: QueueParams) -> QueueOut:
-        pcs = client(ctx)
-        cluster = ctx.get(params.cluster).id
-        request = {
-            "clusterIdentifier": cluster,
-            "queueName": params.queue_name,
-            "computeNodeGroupConfigurations": self._configs(ctx, params),
-            "clientToken": ctx.token(f"{rid}/{cluster}"),
-            "tags": params.tags.at_creation(),
-        }
-        item = patiently(
-            ctx, rid, f"queue {params.queue_name}", lambda: pcs.create_queue(**request)["queue"]
-        )
-        return self._active(ctx, rid, cluster, str(item["id"]), self.create_seconds)
-
-    def _active(
-        self, ctx: Context, rid: str, cluster: str, queue: str, expected: float
-    ) -> QueueOut:
-        pcs = client(ctx)
-
-        def probe() -> QueueOut | None:
-            q = unless_gone(
-                lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue)["queue"]
-            )
-            if q is None:
-                raise ResourceError(f"PCS queue {queue} disappeared while being made")
-            if q["status"] in FAILED:
-                raise ResourceError(f"PCS queue {q['name']} is {q['status']}: {errors_of(q)}")
-            return QueueOut(queue) if q["status"] == "ACTIVE" else None
-
-        ctx.forget("pcs:queues")
-        return ctx.wait_until(f"PCS queue {queue} to be ACTIVE", probe, expected, 3600, rid)
-
-    def wait(
-        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
-    ) -> QueueOut:
-        cluster = ctx.get(params.cluster).id
-        return self._active(ctx, rid, cluster, observed.outputs.id, self.create_seconds)
-
-    def update(
-        self,
-        ctx: Context,
-        rid: str,
-        params: QueueParams,
-        observed: Observed[QueueOut, QueueLive],
-        changes: Sequence[FieldChange],
-    ) -> QueueOut:
-        cluster = ctx.get(params.cluster).id
-        queue = observed.outputs.id
-        pcs = client(ctx)
-        if any(c.path == "node_groups" for c in changes):
-            ctx.emit(rid, "updating", "node groups")
-            configs = self._configs(ctx, params)
-            patiently(
-                ctx,
-                rid,
-                f"the update of queue {queue}",
-                lambda: pcs.update_queue(
-                    clusterIdentifier=cluster,
-                    queueIdentifier=queue,
-                    computeNodeGroupConfigurations=configs,
-                    clientToken=ctx.token(f"{rid}/update/{queue}/{digest(configs)}"),
-                ),
-            )
-            self._active(ctx, rid, cluster, queue, self.update_seconds)
-        q = unless_gone(
-            lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue)["queue"]
-        )
-        if q is not None:
-            retag(ctx, str(q["arn"]), changes)
-        return observed.outputs
-
-    def find_owned(self, ctx: Context) -> list[Owned]:
-        return [
-            self.owned_item(
-                tags_of(ctx, q["arn"]).get(RESOURCE_TAG) or "?", f"{q['clusterId']}/{q['id']}"
-            )
-            for q in self.queues(ctx)
-        ]
-
-    def delete(self, ctx: Context, owned: Owned) -> None:
-        pcs = client(ctx)
-        cluster, queue = PcsNodeGroup._split(ctx, owned)
-        if cluster is None:
-            return
-        patiently(
-            ctx,
-            owned.resource,
-            f"the deletion of queue {queue}",
-            lambda: unless_gone(
-                lambda: pcs.delete_queue(
-                    clusterIdentifier=cluster,
-                    queueIdentifier=queue,
-                    clientToken=ctx.token(f"{owned.resource}/delete/{cluster}/{queue}"),
-                )
-            ),
-        )
-
-        def absent() -> bool | None:
-            q = unless_gone(lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue))
-            return True if q is None else None
-
-        ctx.wait_until(
-            f"PCS queue {queue} to be deleted", absent, self.delete_seconds, 3600, owned.resource
-        )
-        ctx.forget("pcs:queues")

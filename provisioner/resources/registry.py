@@ -26,7 +26,8 @@ from provisioner.resources.network import ExistingSubnet, ExistingVpc, Subnet, V
 from provisioner.resources.parallelcluster import ParallelClusterKind
 from provisioner.resources.pcluster_check import ParallelClusterCheck
 from provisioner.resources.pcs import PcsCluster, PcsSampleAmi
-from provisioner.resources.pcs_nodes import PcsNodeGroup, PcsQueue
+from provisioner.resources.pcs_nodes import PcsNodeGroup
+from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import RouteTable, S3Endpoint
 from provisioner.resources.storage import Artifacts, Bucket
 
