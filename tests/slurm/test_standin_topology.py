@@ -2,8 +2,9 @@
 Slurm: Debian 12's 22.05 has no topology/block), as the head node installs them.
 
 The head node starts with fmctl's provisional topology.conf (rendered), then its
-fmctl-topology timer writes the real one from the topology `fmctl topology` published
-(slurm/lib/topology.py over `scontrol show nodes -o`) and reconfigures slurmctld. Here: a
+fmctl-topology timer runs slurm/lib/topology-refresh.sh on the node, as systemd runs it:
+the published topology.json in, topology.conf out (slurm/lib/topology.py over `scontrol
+show nodes -o`, with the node's python3), slurmctld reconfigured. Here: a
 4-layer p6-b200 pool on topology/tree, and two GB200 UltraServer Capacity Blocks (18 and
 9) on topology/block, their nodes given the addresses their instances would have.
 """
@@ -12,8 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.skipif(
 )
 EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
 POOL = ("compute", "gpuPools", 0)
+BUCKET = "fmctl-artifacts-standin"
 
 
 def _context(edits: list[tuple[tuple[Any, ...], Any]]) -> ClusterContext:
@@ -63,29 +64,21 @@ def _cluster(image: Path, c: ClusterContext) -> Iterator[StandinSlurm]:
 
 
 def _install(slurm: StandinSlurm, instances: list[dict[str, Any]], style: str) -> str:
-    """What topology-refresh.sh does with the published topology.json."""
+    """What the head node's fmctl-topology timer does: slurm/lib/topology-refresh.sh, run on
+    the node with systemd's environment, fetches the published topology.json (the stand-in
+    `aws s3 cp`), writes topology.conf with the node's python3 and reconfigures slurmctld."""
     names = slurm.scontrol("show", "hostnames", ",".join(n for n, _ in _declared(slurm)))
     for name, instance in zip(names.split(), instances, strict=False):
         slurm.scontrol("update", f"NodeName={name}", f"NodeAddr={instance['ip']}")
-    nodes = slurm.scontrol("show", "nodes", "-o")
-    work = slurm.head.path("/var/tmp")
-    (work / "topology.json").write_text(json.dumps({"readAt": "now", "instances": instances}))
-    (work / "nodes.txt").write_text(nodes)
-    made = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "slurm/lib/topology.py"),
-            str(work / "topology.json"),
-            str(work / "nodes.txt"),
-            f"--style={style}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    slurm.head.write("/opt/slurm/etc/topology.conf", made.stdout)
-    done = slurm.head.run(["/opt/slurm/bin/scontrol", "reconfigure"], env=SSM_ENV)
-    assert done.returncode == 0, (done.stderr, slurm.log()[-3000:])
+    head = slurm.head
+    # What on-node-configured.sh leaves on the head node: fmctl's slurm/ at its home.
+    shutil.copytree(ROOT / "slurm", head.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+    document = json.dumps({"readAt": "now", "instances": instances})
+    head.write(f"/var/lib/standin-s3/{BUCKET}/c/slurm/topology.json", document)
+    script = "/opt/fmctl/slurm/lib/topology-refresh.sh"
+    done = head.run(["/bin/bash", script, f"s3://{BUCKET}/c/slurm", style], env=SSM_ENV)
+    assert done.returncode == 0, (done.stdout, done.stderr, slurm.log()[-3000:])
+    assert "topology.conf updated" in done.stdout, done.stdout
     ping = slurm.scontrol("ping")
     assert "UP" in ping, slurm.log()[-3000:]
     return slurm.scontrol("show", "topology")
