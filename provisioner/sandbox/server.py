@@ -53,6 +53,10 @@ def read_body(environ: dict[str, Any]) -> bytes:
     try:
         if length:
             body: bytes = environ["wsgi.input"].read(length)
+            if len(body) < length:
+                # The sender died mid-upload (a killed `up`): S3 answers IncompleteBody and
+                # stores nothing, so neither may the sandbox (moto would keep the part).
+                raise ClientGone(f"{len(body)} of {length} bytes before the client went away")
         elif environ.get("wsgi.input_terminated"):
             # Chunked uploads (botocore streams S3 bodies this way over HTTPS) carry no
             # Content-Length; the server has de-chunked the stream, so read to its end.

@@ -51,3 +51,19 @@ def test_eks_refuses_a_version_it_no_longer_offers(sandbox: Sandbox) -> None:
             resourcesVpcConfig={"subnetIds": subnets(sandbox, REGION, 91)},
         )
     assert caught.value.response["Error"]["Code"] == "InvalidParameterException"
+
+
+def test_a_body_cut_short_is_never_handled() -> None:
+    """A request whose body stops before its Content-Length (a killed client's upload) is
+    dropped as S3 drops it (IncompleteBody: nothing stored), not handed on part-read."""
+    from io import BytesIO
+
+    import pytest
+
+    from provisioner.sandbox.server import ClientGone, read_body
+
+    whole = {"CONTENT_LENGTH": "5", "wsgi.input": BytesIO(b"abcde")}
+    assert read_body(whole) == b"abcde"
+    cut = {"CONTENT_LENGTH": "10", "wsgi.input": BytesIO(b'{"Vers')}
+    with pytest.raises(ClientGone):
+        read_body(cut)
