@@ -12,6 +12,7 @@ from provisioner.check.outputs import (
     EfaReport,
     ExporterState,
     GpuReport,
+    ImexState,
     NcclReport,
 )
 from provisioner.render.context import PoolContext as Pool
@@ -62,15 +63,19 @@ def judge_node(
     diag: DiagReport | None,
     efa: EfaReport | None,
     exporters: list[ExporterState] | None = None,
+    imex: ImexState | None = None,
 ) -> Verdict:
-    """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic and the
-    EFA devices, for one node of ``pool``; optional exporters its bootstrap could not
-    install are shown (they never fail a node: its jobs run without them)."""
+    """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic, the
+    EFA devices and, on UltraServer nodes, whether IMEX formed the NVLink domain, for one
+    node of ``pool``; optional exporters its bootstrap could not install are shown (they
+    never fail a node: its jobs run without them)."""
     verdict = Verdict(node, pool.name)
     verdict.findings.append(_gpus(pool, smi))
     verdict.findings.append(_dcgm(diag))
     if pool.efa:
         verdict.findings.append(_efa(pool, efa))
+    if pool.itype.ultra_server:
+        verdict.findings.append(_nvlink(imex))
     missing = [e for e in exporters or [] if not e.ok]
     if missing:
         names = ", ".join(e.name for e in missing)
@@ -126,6 +131,22 @@ def _efa(pool: Pool, efa: EfaReport | None) -> Finding:
         detail = efa.error or "an EFA device is missing (NCCL would fall back or fail)"
         return Finding("efa", False, f"{found} EFA devices", want, detail)
     return Finding("efa", True, f"{found} EFA devices", want)
+
+
+def _nvlink(imex: ImexState | None) -> Finding:
+    want = "IMEX READY (the multi-node NVLink domain formed)"
+    if imex is None:
+        return Finding("nvlink", False, "no IMEX state", want, "the node did not report")
+    if imex.ready:
+        return Finding("nvlink", True, "IMEX READY", want)
+    return Finding(
+        "nvlink",
+        False,
+        "NVLink domain not formed",
+        want,
+        f"nvidia-imex-ctl -q: {imex.said}; GPUs on other instances are reached over EFA "
+        "only (fmctl configures IMEX on Slurm, not yet on EKS)",
+    )
 
 
 def expected_busbw_gbs(pool: Pool) -> float:

@@ -191,6 +191,23 @@ def parse_exporters(text: str) -> list[ExporterState]:
 
 
 @dataclass(frozen=True)
+class ImexState:
+    """What ``nvidia-imex-ctl -q`` said on a node (node-check.sh's imex.txt): READY once the
+    node's IMEX daemon is up (NVIDIA's IMEX guide; the NVIDIA DRA driver's compute-domain
+    daemon waits for the same word), else its error."""
+
+    ready: bool
+    said: str
+
+
+def parse_imex(text: str) -> ImexState:
+    """node-check.sh's imex.txt."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else "no output"
+    return ImexState(first == "READY", first)
+
+
+@dataclass(frozen=True)
 class NcclRow:
     """One message size of all_reduce_perf (out-of-place figures)."""
 

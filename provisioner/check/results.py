@@ -127,12 +127,13 @@ def check_folder(
             report.verdicts.append(verdict)
             continue
         reported[pool.name] += 1
-        smi, diag, fi_info, devices, exporters = (
+        smi, diag, fi_info, devices, exporters, imex = (
             _read(node / "nvidia-smi.csv"),
             _read(node / "dcgmi-diag.json"),
             _read(node / "fi_info.txt"),
             _read(node / "efa-devices.txt"),
             _read(node / "exporters.txt"),
+            _read(node / "imex.txt"),
         )
         report.verdicts.append(
             judge_node(
@@ -142,6 +143,7 @@ def check_folder(
                 outputs.parse_dcgm_diag(diag) if diag is not None else None,
                 outputs.efa_report(devices, fi_info) if devices is not None else None,
                 outputs.parse_exporters(exporters or ""),
+                outputs.parse_imex(imex) if imex is not None else None,
             )
         )
     for name, pool in pools.items():

@@ -24,7 +24,9 @@ from provisioner.render.slurm import monitoring_files
 LOGIN = "login"
 #: Where the bootstrap syncs slurm/ on every node (as on ParallelCluster's nodes).
 HOME = "/opt/fmctl/slurm"
-PROLOG = f"{HOME}/prolog.d/50-fmctl-node-check.sh"
+#: Every prolog.d script, in order (a glob, as ParallelCluster's own Prolog setting is): the
+#: node check, then IMEX on UltraServer nodes.
+PROLOG = f"{HOME}/prolog.d/*"
 EPILOG = f"{HOME}/epilog.d/50-fmctl-cleanup.sh"
 
 _PURCHASE = {
@@ -133,7 +135,10 @@ def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
     else:
         node = f"{str(pool.efa).lower()} {pool.gpus} {pool.efa_devices} "
         node += str(pool.efa_rdma_read).lower()
-        flags = ["--node-exporter"]
+        # --imex first (the bootstrap's own flag): on UltraServers the prolog forms each
+        # job's NVLink domain (prolog.d/60-fmctl-imex.sh).
+        flags = ["--imex"] if pool.itype.ultra_server else []
+        flags.append("--node-exporter")
         if c.gpu_metrics:
             flags.append("--dcgm-exporter")
         if c.efa_metrics and pool.efa:

@@ -1,6 +1,7 @@
 #!/bin/bash
 # ParallelCluster OnNodeStart on compute nodes: runs before Slurm starts on the node.
-# Usage: on-node-start.sh EFA_ENABLED EXPECTED_GPUS EXPECTED_EFA_DEVICES [EFA_RDMA_READ]
+# Usage: on-node-start.sh EFA_ENABLED EXPECTED_GPUS EXPECTED_EFA_DEVICES [EFA_RDMA_READ [IMEX]]
+# IMEX true on UltraServer nodes (p6e-gb200): the prolog forms each job's NVLink domain.
 # Runs as root from cinc-client's environment (no login shell, no /opt/slurm/bin on PATH).
 set -euo pipefail
 
@@ -8,9 +9,11 @@ efa_enabled="${1:?usage: on-node-start.sh EFA_ENABLED EXPECTED_GPUS EXPECTED_EFA
 expected_gpus="${2:?expected GPU count}"
 expected_efa="${3:?expected EFA device count}"
 rdma_read="${4:-false}"
+imex="${5:-false}"
 
 case "$efa_enabled" in true | false) ;; *) echo "EFA_ENABLED must be true or false" >&2; exit 2 ;; esac
 case "$rdma_read" in true | false) ;; *) echo "EFA_RDMA_READ must be true or false" >&2; exit 2 ;; esac
+case "$imex" in true | false) ;; *) echo "IMEX must be true or false" >&2; exit 2 ;; esac
 [[ "$expected_gpus" =~ ^[0-9]+$ && "$expected_efa" =~ ^[0-9]+$ ]] || {
   echo "counts must be whole numbers" >&2
   exit 2
@@ -23,6 +26,7 @@ FMCTL_EFA_ENABLED=$efa_enabled
 FMCTL_EXPECTED_GPUS=$expected_gpus
 FMCTL_EXPECTED_EFA=$expected_efa
 FMCTL_EFA_RDMA_READ=$rdma_read
+FMCTL_IMEX=$imex
 ENV
 chmod 0644 /etc/fmctl/node.env
 
@@ -37,4 +41,4 @@ fi
 PROFILE
   chmod 0644 /etc/profile.d/fmctl-nccl.sh
 fi
-echo "fmctl on-node-start: efa=$efa_enabled gpus=$expected_gpus efa_devices=$expected_efa rdma_read=$rdma_read"
+echo "fmctl on-node-start: efa=$efa_enabled gpus=$expected_gpus efa_devices=$expected_efa rdma_read=$rdma_read imex=$imex"

@@ -3,7 +3,8 @@
 # first boot (no login shell). What ParallelCluster's custom actions do, done here: records
 # where PCS's installer put Slurm, mounts FSx for Lustre, then runs the same node scripts.
 # Usage: pcs-node-bootstrap.sh login|compute S3_PREFIX SLURM_VERSION EFA GPUS EFA_DEVICES
-#        RDMA_READ FSX|- [on-node-configured.sh flags...]
+#        RDMA_READ FSX|- [--imex] [on-node-configured.sh flags...]
+#   --imex: an UltraServer node (p6e-gb200): the prolog forms each job's NVLink domain.
 #   FSX is DNS@tcp:/MOUNTNAME:MOUNT_PATH (the file system's DNSName and MountName).
 set -euo pipefail
 
@@ -11,6 +12,11 @@ usage="usage: pcs-node-bootstrap.sh login|compute S3_PREFIX SLURM_VERSION EFA GP
 [ "$#" -ge 8 ] || { echo "$usage" >&2; exit 2; }
 role="$1" prefix="$2" version="$3" efa="$4" gpus="$5" efa_devices="$6" rdma_read="$7" fsx="$8"
 shift 8
+imex=false
+if [ "${1:-}" = --imex ]; then
+  imex=true
+  shift
+fi
 
 case "$role" in login | compute) ;; *) echo "role must be login or compute" >&2; exit 2 ;; esac
 [[ "$prefix" == s3://* ]] || { echo "S3_PREFIX must be an s3:// URI" >&2; exit 2; }
@@ -56,6 +62,6 @@ install -d -m 0755 "$home"
 aws s3 sync --only-show-errors "$prefix" "$home"
 find "$home" -name '*.sh' -exec chmod 0755 {} +
 if [ "$role" = compute ]; then
-  "$home/actions/on-node-start.sh" "$efa" "$gpus" "$efa_devices" "$rdma_read"
+  "$home/actions/on-node-start.sh" "$efa" "$gpus" "$efa_devices" "$rdma_read" "$imex"
 fi
 exec "$home/actions/on-node-configured.sh" "$role" "$prefix" "$@"

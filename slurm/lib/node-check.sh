@@ -3,7 +3,7 @@
 # diagnostic, its EFA devices (fi_info, counted by efa-devices.sh: the prolog's rule) and
 # which optional exporters the bootstrap could not install. Usage: node-check.sh DIR POOL
 # writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt,efa-devices.txt,
-# exporters.txt} (those of FMCTL_CHECK_PARTS: gpu, efa; both unless told), NODE being
+# exporters.txt,imex.txt} (those of FMCTL_CHECK_PARTS: gpu, efa; both unless told), NODE being
 # $NODE_NAME when set (a Kubernetes pod's hostname is the pod's, not the node's), else
 # Slurm's $SLURMD_NODENAME, else `hostname -s`. With DIR "-", the files go to stdout instead, each after a line
 # "==> fmctl-check NODE FILE <==" (what `fmctl check NAME` reads from a pod's log).
@@ -61,7 +61,14 @@ if [[ "$parts" == *" gpu "* ]]; then
   for record in /var/lib/fmctl/exporters/*; do
     [ -f "$record" ] && printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")" >> "$out/exporters.txt"
   done
-  files+=(nvidia-smi.csv dcgmi-diag.json exporters.txt)
+  # The IMEX daemon's own word (READY once it is up: NVIDIA's IMEX guide, `-q`): on an
+  # UltraServer node, whether this job's multi-node NVLink domain formed.
+  if command -v nvidia-imex-ctl > /dev/null 2>&1; then
+    timeout 10 nvidia-imex-ctl -q > "$out/imex.txt" 2>&1 || true
+  else
+    echo "nvidia-imex-ctl not installed on $node" > "$out/imex.txt"
+  fi
+  files+=(nvidia-smi.csv dcgmi-diag.json exporters.txt imex.txt)
 fi
 
 if [[ "$parts" == *" efa "* ]]; then

@@ -52,13 +52,14 @@ chmod 0755 {PREFIX}/bin/scontrol
 """
 
 
-def _files() -> dict[str, str]:
+def _files(*edits: tuple[tuple[Any, ...], Any]) -> dict[str, str]:
     data: dict[str, Any] = yaml.safe_load(
         (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
     )
     for path, value in (
         (("slurm",), {"provider": "pcs"}),
         (("storage",), {"localNvme": {"mountPath": "/scratch"}}),
+        *edits,
     ):
         data = set_path(data, path, value)
     result = validate_data(data)
@@ -121,12 +122,46 @@ def test_the_clusters_prolog_drains_through_pcss_scontrol(
         s["parameterName"]: s["parameterValue"]
         for s in json.loads(files["pcs/cluster.json"])["slurmConfiguration"]["slurmCustomSettings"]
     }
-    healthy = pcs.run([settings["Prolog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "7"})
+    # The setting is a glob: slurmd runs every script it matches, in order, and the first
+    # that fails fails the prolog.
+    assert settings["Prolog"].endswith("/prolog.d/*")
+    prolog = ["/bin/bash", "-c", "for s in " + settings["Prolog"] + '; do "$s" || exit; done']
+    healthy = pcs.run(prolog, env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "7"})
     assert healthy.returncode == 0, healthy.stderr
     pcs.write("/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-lost-gpu.csv").read_text())
-    short = pcs.run([settings["Prolog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "8"})
+    short = pcs.run(prolog, env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "8"})
     assert short.returncode == 1 and "expected 8" in short.stderr, short.stderr
     drained = pcs.path("/var/log/fmctl-scontrol.log").read_text()
     assert "update NodeName=train-1 State=DRAIN Reason=fmctl prolog: sees 7 GPUs" in drained
     epilog = pcs.run([settings["Epilog"]], env={"SLURMD_NODENAME": "train-1", "SLURM_JOB_ID": "8"})
     assert epilog.returncode == 0, epilog.stderr
+
+
+def test_an_ultraserver_node_group_bootstraps_for_imex(
+    node: tuple[StandinNode, dict[str, str], Any],
+) -> None:
+    """A GB200 node group's user data (Slurm 25.05, as PCS requires for UltraServers) tells
+    the node it forms NVLink domains: the prolog's IMEX step runs there (runs last: the node
+    is re-bootstrapped as a GB200 node)."""
+    pcs, _, _ = node
+    files = _files(
+        (("slurm",), {"provider": "pcs", "pcs": {"slurmVersion": "25.05"}}),
+        (("compute", "gpuPools", 0, "instanceType"), "p6e-gb200.36xlarge"),
+        (("compute", "gpuPools", 0, "count"), 18),
+        (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
+    )
+    text = json.loads(files["pcs/launch-templates/train.json"])["LaunchTemplateData"]["UserData"]
+    script = fill(_shell_part(text), {n: BUCKET for n in find(_shell_part(text))})
+    assert " - --imex --node-exporter" in script, script
+    # The 25.05 prefix, as PCS's installer lays it out (the fixture's node has 24.11's).
+    laid = pcs.run(["/bin/bash", "-c", f"ln -sfn {PREFIX} /opt/aws/pcs/scheduler/slurm-25.05"])
+    assert laid.returncode == 0, laid.stderr
+    pcs.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(16), 2))
+    # Only the bootstrap's own part: the exporters were installed and checked above.
+    script = script.split(" --imex ", 1)[0] + " --imex\n"
+    pcs.write("/var/lib/cloud/instance/scripts/part-002", script, 0o700)
+    booted = pcs.run(["/var/lib/cloud/instance/scripts/part-002"], env=CLOUD_INIT_ENV, timeout=300)
+    assert booted.returncode == 0, f"{booted.stdout}\n{booted.stderr}"
+    env = pcs.path("/etc/fmctl/node.env").read_text()
+    assert "FMCTL_IMEX=true" in env and "FMCTL_EXPECTED_GPUS=4" in env
+    assert pcs.path("/opt/fmctl/slurm/prolog.d/60-fmctl-imex.sh").is_file()

@@ -58,3 +58,19 @@ def test_without_a_head_node_type_fmctl_picks_one_parallelcluster_accepts(
         head = result.resolved.compute.head_node.instance_type
         cases.append([architecture_of(head, CATALOG), pool, CATALOG[pool].architecture])
     assert not any(_pcluster(cases, tmp_path)["refused"])
+
+
+def test_pcs_runs_ultraservers_on_slurm_25_05_or_later(base: dict[str, Any]) -> None:
+    """AWS PCS's UltraServer guide asks for Slurm 25.05+: 24.11 is a located error."""
+    data = set_path(base, ("compute", "gpuPools", 0, "instanceType"), "p6e-gb200.36xlarge")
+    data = set_path(data, ("compute", "gpuPools", 0, "count"), 18)
+    data = set_path(data, ("compute", "headNode"), DELETE)
+    for version, refused in (("24.11", True), ("25.05", False), ("25.11", False)):
+        spec = set_path(data, ("slurm",), {"provider": "pcs", "pcs": {"slurmVersion": version}})
+        found = [p for p in validate_data(spec).problems if p.code == "ultraserver-pcs-slurm"]
+        assert bool(found) == refused, (version, found)
+        if found:
+            assert found[0].path == ("slurm", "pcs", "slurmVersion")
+            assert "25.05" in found[0].hint
+    # The same pool on ParallelCluster is not PCS's business.
+    assert not [p for p in validate_data(data).problems if p.code == "ultraserver-pcs-slurm"]

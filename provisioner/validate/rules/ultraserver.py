@@ -80,3 +80,34 @@ def architecture_mix(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
                 "headNode.instanceType to get one",
                 related=((*path, "instanceType"),),
             )
+
+
+#: The oldest Slurm AWS PCS runs UltraServer node groups on (the AWS PCS User Guide,
+#: "Configure UltraServer instances": prerequisites).
+PCS_ULTRASERVER_SLURM = (25, 5)
+
+
+@rule("ultraserver-pcs-slurm")
+def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """On AWS PCS, UltraServer pools need Slurm 25.05 or later."""
+    if ctx.scheduler != "slurm" or spec.slurm.provider != "pcs":
+        return
+    version = spec.slurm.pcs.slurm_version
+    try:
+        major, minor = (int(part) for part in version.split("."))
+    except ValueError:
+        return  # pcs-version says what is wrong with it
+    if (major, minor) >= PCS_ULTRASERVER_SLURM:
+        return
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and itype.ultra_server:
+            yield Problem(
+                "ultraserver-pcs-slurm",
+                f"AWS PCS runs {pool.instance_type} node groups on Slurm 25.05 or later, "
+                f"not {version}",
+                ("slurm", "pcs", "slurmVersion"),
+                hint='set slurm.pcs.slurmVersion to "25.05" or "25.11"',
+                related=((*path, "instanceType"),),
+            )
+            return

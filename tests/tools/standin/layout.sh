@@ -51,6 +51,49 @@ install -m 0755 "$tools/enroot" /usr/bin/enroot
 install -m 0755 "$tools/aws" /usr/local/bin/aws
 mv /usr/bin/systemctl /usr/bin/systemctl.real
 install -m 0755 "$tools/systemctl" /usr/bin/systemctl
+
+# NVIDIA IMEX as ParallelCluster >= 3.14 installs it on every AMI but AL2
+# (aws-parallelcluster-platform resources/nvidia_imex/partial/_nvidia_imex_common.rb): the
+# daemon and its command client in /usr/bin (stand-ins), /etc/nvidia-imex/config.cfg with
+# the settings that matter here (the cookbook's nvidia-imex-config template: the peer list
+# file, the command service on port 50005, no bind address), a placeholder peer list, and
+# its unit in /etc/systemd/system (Type=forking, ExecStart=/usr/bin/nvidia-imex -c CONFIG;
+# the cookbook's nvidia-imex.service template). Installed, not enabled: the cookbook enables
+# and starts it on GB200 compute nodes only.
+install -m 0755 "$tools/nvidia-imex" /usr/bin/nvidia-imex
+install -m 0755 "$tools/nvidia-imex-ctl" /usr/bin/nvidia-imex-ctl
+install -d -m 0755 /etc/nvidia-imex
+cat >/etc/nvidia-imex/config.cfg <<'CFG'
+LOG_LEVEL=4
+LOG_USE_SYSLOG=1
+DAEMONIZE=1
+BIND_INTERFACE_IP=
+SERVER_PORT=50000
+IMEX_NODE_CONFIG_FILE=/etc/nvidia-imex/nodes_config.cfg
+IMEX_WAIT_FOR_QUORUM=RECOVERY
+IMEX_CMD_ENABLED=1
+IMEX_CMD_PORT=50005
+CFG
+printf '## placeholder addresses, as the cookbook ships them\n172.31.51.93\n172.31.48.43\n' \
+  >/etc/nvidia-imex/nodes_config.cfg
+cat >/etc/systemd/system/nvidia-imex.service <<'UNIT'
+[Unit]
+Description=NVIDIA IMEX service
+After=network-online.target
+Requires=network-online.target
+
+[Service]
+User=root
+PrivateTmp=false
+Type=forking
+TimeoutStartSec=infinity
+ExecStart=/usr/bin/nvidia-imex -c /etc/nvidia-imex/config.cfg
+Restart=on-failure
+RestartSec=1s
+
+[Install]
+WantedBy=multi-user.target
+UNIT
 install -d /etc/standin
 
 # A user's account, as the AMI's default user (ec2-user / ubuntu / rocky): uid 1000.

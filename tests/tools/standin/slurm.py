@@ -33,6 +33,9 @@ class ComputeNode:
     sockets: int
     cores_per_socket: int
     threads_per_core: int
+    #: Its NodeAddr: an address of its own on the loopback network (127.0.0.0/8 all answers
+    #: on lo), as each instance has its private IP; slurmd listens on every address.
+    addr: str = "127.0.0.1"
 
 
 def slurm_conf(head: StandinNode, ctld_port: int, settings: list[tuple[str, str]]) -> str:
@@ -95,7 +98,7 @@ def nodes_conf(
         parts.setdefault(partition, []).append(hostlist)
     for c in computes:
         lines.append(
-            f"NodeName={c.name} NodeAddr=127.0.0.1 NodeHostname={c.node.hostname} "
+            f"NodeName={c.name} NodeAddr={c.addr} NodeHostname={c.node.hostname} "
             f"Port={ports[c.name]} Sockets={c.sockets} CoresPerSocket={c.cores_per_socket} "
             f"ThreadsPerCore={c.threads_per_core} State=UNKNOWN"
         )

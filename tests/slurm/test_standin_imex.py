@@ -1,0 +1,184 @@
+"""IMEX on a GB200 UltraServer queue (ParallelCluster), as its nodes run it: the compute
+nodes' OnNodeStart with the rendered Args, OnNodeConfigured (prolog.d from the artifact
+bucket), then real jobs through slurmd's prolog, which writes each node's IMEX peer list
+from the job's nodes and restarts nvidia-imex until `nvidia-imex-ctl -q` says READY.
+
+The AMI's IMEX is laid out as the ParallelCluster cookbook installs it (config, unit, a
+placeholder peer list; tests/tools/standin/layout.sh); the daemon and its client are
+stand-ins (no NVLink fabric here), each node with an address of its own on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.catalog import load_catalog
+from provisioner.render import render
+from provisioner.render.context import build_context
+from provisioner.render.placeholders import fill
+from provisioner.render.slurm import cluster_slurm_settings, node_names
+from tests.conftest import ROOT, set_path, validate_data
+from tests.tools.standin import recorded, rootfs
+from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
+from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+
+_WHY = rootfs.unavailable()
+pytestmark = pytest.mark.skipif(
+    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
+)
+EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
+POOL = ("compute", "gpuPools", 0)
+BUCKET = "fmctl-artifacts-standin"
+PEERS = "/etc/nvidia-imex/nodes_config.cfg"
+USER = {"user": "ubuntu", "env": {"PATH": "/usr/bin:/bin", "HOME": "/home/ubuntu"}}
+
+
+@dataclass
+class Cluster:
+    head: StandinNode
+    computes: list[ComputeNode]
+    slurm: StandinSlurm
+    start_args: list[str]
+
+
+def _config(edits: list[tuple[tuple[Any, ...], Any]]) -> tuple[Any, dict[str, str], Any]:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for path, value in edits:
+        data = set_path(data, path, value)
+    result = validate_data(data)
+    assert result.ok and result.resolved is not None, result.problems
+    files = render(result.resolved, load_catalog()).files
+    text = fill(
+        files["parallelcluster/cluster-config.yaml"],
+        {
+            "artifactBucket": BUCKET,
+            "fileSystemId": "fs-0123456789abcdef0",
+            "efaSecurityGroupId": "sg-0123456789abcdef0",
+            "privateSubnetId": "subnet-0123456789abcdef0",
+            "publicSubnetId": "subnet-0fedcba9876543210",
+        },
+    )
+    return build_context(result.resolved, load_catalog()), files, yaml.safe_load(text)
+
+
+def _run_action(node: StandinNode, step: dict[str, Any]) -> None:
+    """ParallelCluster downloads the action's Script and runs it with its Args (as root,
+    from cinc's environment)."""
+    script = step["Script"].split("/slurm/", 1)[1]
+    node.write("/var/tmp/action.sh", (ROOT / "slurm" / script).read_text(), 0o755)
+    args = [str(a) for a in step.get("Args", [])]
+    done = node.run(["/bin/bash", "/var/tmp/action.sh", *args], env=CLOUD_INIT_ENV, timeout=120)
+    assert done.returncode == 0, (script, done.stdout, done.stderr)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    image = rootfs.ensure()
+    c, files, config = _config(
+        [
+            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
+            ((*POOL, "count"), 18),
+            (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
+        ]
+    )
+    pool = c.pools[0]
+    queue = config["Scheduling"]["SlurmQueues"][0]
+    start = queue["CustomActions"]["OnNodeStart"]["Sequence"][0]
+    configured = queue["CustomActions"]["OnNodeConfigured"]["Sequence"][0]
+    # Only what this test needs of the node's bootstrap: prolog.d, not the exporters.
+    configured = {**configured, "Args": configured["Args"][:2]}
+    # The queue's 18 node names; slurmd serves the first two, the rest are declared only.
+    base = node_names(c, pool).split("[", 1)[0]
+    head = StandinNode(image, "ip-10-0-0-10")
+    nodes = [StandinNode(image, f"ip-10-0-16-{i}", shared_from=head) for i in (21, 22)]
+    try:
+        head.write("/opt/slurm/etc/topology.conf", files["slurm/topology.conf"])
+        prefix = f"/var/lib/standin-s3/{BUCKET}/{c.name}/slurm"
+        computes = []
+        for i, node in enumerate(nodes, 1):
+            shutil.copytree(ROOT / "slurm", node.path(prefix), dirs_exist_ok=True)
+            node.write("/etc/standin/addresses", f"127.0.16.{20 + i}\n")
+            node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(16), 2))
+            row = "{0}, NVIDIA GB200, GPU-{0}, 0000:0{0}:00.0, 189471, 0\n"
+            gpus = "".join(row.format(g) for g in range(4))
+            node.write("/etc/standin/nvidia-smi.csv", gpus)
+            computes.append(
+                ComputeNode(
+                    node,
+                    f"{base}{i}",
+                    pool.name,
+                    pool.itype.cpu.sockets,
+                    pool.itype.cpu.cores_per_socket,
+                    pool.itype.cpu.threads_per_core,
+                    addr=f"127.0.16.{20 + i}",
+                )
+            )
+        declared = [(f"{base}[3-{pool.count}]", pool.name)]
+        slurm = StandinSlurm(head, computes, cluster_slurm_settings(c), declared)
+        assert "BlockName=" in slurm.scontrol("show", "topology"), slurm.log()
+        for node in nodes:
+            _run_action(node, start)
+            _run_action(node, configured)
+        slurm.start_slurmd()
+        yield Cluster(head, computes, slurm, [str(a) for a in start["Args"]])
+    finally:
+        head.stop()
+        for node in nodes:
+            node.stop()
+
+
+def _submit(cluster: Cluster, *args: str) -> Any:
+    cluster.head.write("/home/ubuntu/true.sh", "#!/bin/bash\ntrue\n", 0o755)
+    argv = ["/opt/slurm/bin/sbatch", "--chdir=/home/ubuntu", *args, "/home/ubuntu/true.sh"]
+    return cluster.head.run(argv, timeout=120, **USER)  # type: ignore[arg-type]
+
+
+def test_ultraserver_nodes_are_told_to_form_nvlink_domains(cluster: Cluster) -> None:
+    """The rendered OnNodeStart gives GB200 nodes IMEX; the node records it for the prolog."""
+    assert cluster.start_args[-1] == "true" and len(cluster.start_args) == 5
+    env = cluster.computes[0].node.path("/etc/fmctl/node.env").read_text()
+    assert "FMCTL_IMEX=true" in env and "FMCTL_EXPECTED_EFA=16" in env
+
+
+def test_a_two_node_job_forms_the_nvlink_domain(cluster: Cluster) -> None:
+    """Each node's IMEX peer list is the job's two addresses (not the AMI's placeholder),
+    its daemon restarted on it, bound to the node's own address."""
+    done = _submit(cluster, "--wait", "-N", "2")
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    addresses = sorted(c.addr for c in cluster.computes)
+    for c in cluster.computes:
+        peers = c.node.path(PEERS).read_text().split()
+        assert sorted(peers) == addresses
+        # /run is the node's own tmpfs: read it on the node.
+        daemon = c.node.run(["cat", "/run/standin-imex/daemon"], env=SSM_ENV).stdout
+        assert f"bind={c.addr}" in daemon and f"peer={addresses[0]}" in daemon
+        assert cluster.slurm.node_state(c.name).startswith("IDLE")
+
+
+def test_a_one_node_job_gets_a_domain_of_one(cluster: Cluster) -> None:
+    """The next job's list replaces the last one's: a peer from an earlier job would make
+    IMEX wait for a node that is not in the job."""
+    name = cluster.computes[1].name
+    done = _submit(cluster, "--wait", "-N", "1", "-w", name)
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    assert cluster.computes[1].node.path(PEERS).read_text().split() == [cluster.computes[1].addr]
+
+
+def test_a_node_without_imex_is_drained_with_the_reason(cluster: Cluster) -> None:
+    """nvidia-imex gone from one node: the job does not start there, the node is drained and
+    says the NVLink domain did not form (runs last: the node stays drained)."""
+    broken = cluster.computes[1]
+    broken.node.path("/usr/bin/nvidia-imex").unlink()
+    done = _submit(cluster, "--parsable", "-N", "1", "-w", broken.name)
+    assert done.returncode == 0, done.stderr
+    state = cluster.slurm.wait_state(broken.name, ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"))
+    assert "DRAIN" in state
+    shown = cluster.slurm.scontrol("show", "node", broken.name)
+    assert "NVLink domain not formed: nvidia-imex is not installed" in shown, shown
