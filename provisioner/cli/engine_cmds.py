@@ -77,6 +77,11 @@ def show_plan(data: dict[str, Any], out: Any = None) -> None:
         echo("nothing to do: the cluster is what the spec says")
     for note in data.get("notes", []):
         echo(f"note: {note}")
+    capacity = data.get("capacity", {})
+    for line in capacity.get("lines", []):
+        echo(f"capacity: {line}")
+    if capacity.get("unread"):
+        echo(f"capacity: where the reservations sit is unknown ({capacity['unread']})")
 
 
 def _short(value: Any) -> str:
@@ -106,7 +111,7 @@ def plan(
     state_dir: str | None,
 ) -> None:
     """Show what `up` would do to each resource, field by field; changes nothing."""
-    from provisioner.ops.engine import PlanView, offline_plan, plan_cluster
+    from provisioner.ops.engine import PlanView, offline_plan, plan_view
 
     validation = _load(path, scheduler)
     spec = validation.resolved
@@ -115,7 +120,7 @@ def plan(
     else:
         target = _target(spec.metadata.region, state_dir, sandbox, state_url)
         _prepare(validation, target, sandbox)
-        view = PlanView(plan_cluster(spec, target))
+        view = plan_view(spec, target)
     data = view.as_data()
     if output == "json":
         click.echo(json.dumps(data, indent=2, default=str))

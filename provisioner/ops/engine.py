@@ -16,6 +16,7 @@ from provisioner.blueprint import Blueprint, Where, build
 from provisioner.graph.runner import RunResult
 from provisioner.ops.executor import apply, critical_path
 from provisioner.ops.planner import Action, Change, Plan, Planner, find_owned
+from provisioner.ops.reservation_topology import ReservedPlace
 from provisioner.ops.target import (
     Target,
     kubeconfig_path,
@@ -90,11 +91,18 @@ class PlanView:
 
     plan: Plan
     offline: bool = False
+    #: Where the spec's reservations sit (``reservation_topology.plan_places``): what it
+    #: read, and why it could not.
+    capacity: tuple[ReservedPlace, ...] = ()
+    capacity_unread: str | None = None
 
     def as_data(self) -> dict[str, Any]:
         """The plan as JSON-able data."""
+        from provisioner.ops.reservation_topology import describe
+
         seconds, chain, waves, serial = critical_path(self.plan)
         graph = self.plan.blueprint.graph()
+        places = list(self.capacity)
         return {
             "cluster": self.plan.cluster,
             "region": self.plan.region,
@@ -115,6 +123,11 @@ class PlanView:
             "critical_path_s": seconds,
             "serial_s": serial,
             "notes": self.plan.notes,
+            "capacity": {
+                "reservations": [c.as_data() for c in places],
+                "lines": describe(places),
+                "unread": self.capacity_unread,
+            },
         }
 
 
@@ -123,6 +136,15 @@ def offline_plan(spec: ClusterSpec) -> Plan:
     blueprint = blueprint_of(spec, None)
     changes = [Change(item.id, item.kind, Action.CREATE) for item in blueprint]
     return Plan(spec.metadata.name, spec.metadata.region, blueprint, changes)
+
+
+def plan_view(spec: ClusterSpec, target: Target) -> PlanView:
+    """`fmctl plan` online: the plan, and where the spec's reservations sit (both read-only)."""
+    from provisioner.ops.reservation_topology import plan_places
+
+    ctx = make_context(target, spec.metadata.name, read_only=True)
+    places, unread = plan_places(ctx.aws, spec)
+    return PlanView(plan_cluster(spec, target, ctx), capacity=tuple(places), capacity_unread=unread)
 
 
 def plan_cluster(

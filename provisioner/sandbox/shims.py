@@ -23,7 +23,13 @@ from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.pcs import Pcs
 from provisioner.sandbox.protocol import Call
 from provisioner.sandbox.ssm_agent import Agent
-from provisioner.sandbox.topology import TOPOLOGY_FAMILIES, network_nodes, ultraservers
+from provisioner.sandbox.topology import (
+    RESERVATION_IDS_PER_CALL,
+    TOPOLOGY_FAMILIES,
+    network_nodes,
+    reservation_places,
+    ultraservers,
+)
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -314,6 +320,27 @@ def _cr_describe(s: World, call: Call) -> Answer:
     return p.ec2_response("DescribeCapacityReservations", {"capacityReservationSet": items})
 
 
+def _cr_topology(s: World, call: Call) -> Answer:
+    """DescribeCapacityReservationTopology (moto lacks it) over the seeded reservations."""
+    ids = p.indexed(call.params, "CapacityReservationId")
+    if len(ids) > RESERVATION_IDS_PER_CALL:
+        return p.ec2_error(
+            400,
+            "InvalidParameterValue",
+            f"at most {RESERVATION_IDS_PER_CALL} CapacityReservationIds per request",
+        )
+    here = _in_region(s.reservations, call.region)
+    unknown = [i for i in ids if i not in here]
+    if unknown:
+        return p.ec2_error(
+            400,
+            "InvalidCapacityReservationId.NotFound",
+            f"The capacity reservation ID '{unknown[0]}' does not exist",
+        )
+    items = [reservation_places(s.account, r) for key, r in here.items() if not ids or key in ids]
+    return p.ec2_response("DescribeCapacityReservationTopology", {"capacityReservationSet": items})
+
+
 def _fsx_out(fs: Timed) -> dict[str, Any]:
     return fs.data
 
@@ -562,6 +589,7 @@ _HANDLERS = {
     "DescribePlacementGroups": _pg_describe,
     "DeletePlacementGroup": _pg_delete,
     "DescribeCapacityReservations": _cr_describe,
+    "DescribeCapacityReservationTopology": _cr_topology,
     "CreateFileSystem": _fsx_create,
     "DescribeFileSystems": _fsx_describe,
     "DeleteFileSystem": _fsx_delete,

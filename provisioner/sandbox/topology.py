@@ -88,3 +88,32 @@ def layer_labels(account: str, zone: str, instance_id: str, instance_type: str) 
         return {}
     nodes = network_nodes(account, zone, instance_id, family)
     return {LAYER_LABEL.format(i): node for i, node in enumerate(nodes, 1)}
+
+
+#: Reservation states EC2 places (DescribeCapacityReservationTopology's NetworkNodes: empty
+#: for an unsupported type or a state other than active or pending).
+PLACED_STATES = ("active", "pending")
+#: At most this many ids per call (its CapacityReservationIds constraint).
+RESERVATION_IDS_PER_CALL = 10
+
+
+def reservation_places(account: str, reservation: dict[str, Any]) -> dict[str, Any]:
+    """DescribeCapacityReservationTopology's entry for one reservation (the sandbox's record
+    of it, DescribeCapacityReservations' fields): its network nodes, seeded by its id so
+    each call answers the same, and an UltraServer block's capacityBlockId."""
+    rid = str(reservation["capacityReservationId"])
+    itype = str(reservation.get("instanceType", ""))
+    family = itype.split(".")[0]
+    az = str(reservation.get("availabilityZone", ""))
+    item: dict[str, Any] = {
+        "capacityReservationId": rid,
+        "state": reservation.get("state", "active"),
+        "instanceType": itype,
+        "availabilityZone": az,
+        "availabilityZoneId": f"use1-az{ord(az[-1]) - 96}" if az else "",
+    }
+    if family in TOPOLOGY_FAMILIES and item["state"] in PLACED_STATES:
+        item["networkNodeSet"] = network_nodes(account, az, rid, family)
+        if family in ULTRASERVERS:
+            item["capacityBlockId"] = "cb-" + node_id(account, f"{az}/block/{rid}")[3:]
+    return item
