@@ -171,6 +171,34 @@ def test_a_one_node_job_gets_a_domain_of_one(cluster: Cluster) -> None:
     assert cluster.computes[1].node.path(PEERS).read_text().split() == [cluster.computes[1].addr]
 
 
+def test_srun_places_ranks_in_the_hostfiles_order(cluster: Cluster) -> None:
+    """What nccl-tests.sbatch relies on, with the real srun: SLURM_HOSTFILE and
+    --distribution=arbitrary put rank 0 on the file's first host (here the job's second)."""
+    first, second = (c.name for c in cluster.computes)
+    job = (
+        "#!/bin/bash\n"
+        'printf "%s\\n" ' + f"{second} {first}" + ' > "$HOME/hosts.$SLURM_JOB_ID"\n'
+        'export SLURM_HOSTFILE="$HOME/hosts.$SLURM_JOB_ID"\n'
+        "/opt/slurm/bin/srun --distribution=arbitrary --ntasks=2 "
+        "/bin/bash -c 'echo rank=$SLURM_PROCID node=$SLURMD_NODENAME'\n"
+    )
+    cluster.head.write("/home/ubuntu/ranks.sh", job, 0o755)
+    argv = [
+        "/opt/slurm/bin/sbatch",
+        "--wait",
+        "-N",
+        "2",
+        "--chdir=/home/ubuntu",
+        "-o",
+        "/home/ubuntu/ranks.out",
+        "/home/ubuntu/ranks.sh",
+    ]
+    done = cluster.head.run(argv, timeout=120, **USER)  # type: ignore[arg-type]
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    out = cluster.computes[0].node.path("/home/ubuntu/ranks.out").read_text()
+    assert f"rank=0 node={second}" in out and f"rank=1 node={first}" in out, out
+
+
 def test_a_node_without_imex_is_drained_with_the_reason(cluster: Cluster) -> None:
     """nvidia-imex gone from one node: the job does not start there, the node is drained and
     says the NVLink domain did not form (runs last: the node stays drained)."""

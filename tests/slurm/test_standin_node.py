@@ -317,15 +317,22 @@ def test_the_stand_in_is_built_once_and_reused(cluster: Cluster) -> None:
 
 def test_the_nccl_job_calls_all_reduce_perf_by_its_path_in_the_image(cluster: Cluster) -> None:
     """No nccl-tests on the node: the job runs the image's binary by its full path (it is
-    not on that image's PATH), with the node's NCCL environment. srun is a recorder here."""
+    not on that image's PATH), with the node's NCCL environment, its ranks in the order
+    lib/host-order.py reads from the real `scontrol show topology`. srun is a recorder."""
     recorder = (
         '#!/bin/sh\necho "srun $*"\necho "FI_PROVIDER=$FI_PROVIDER RDMA=$FI_EFA_USE_DEVICE_RDMA"\n'
+        'echo "hosts: $(cat "$SLURM_HOSTFILE" | wc -l)"\n'
     )
     cluster.compute.write("/usr/local/bin/srun", recorder, 0o755)
     try:
         done = cluster.compute.run(
             ["/bin/bash", "/opt/fmctl/slurm/jobs/nccl-tests.sbatch"],
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root"},
+            env={
+                "PATH": "/usr/local/bin:/usr/bin:/bin:/opt/slurm/bin",
+                "HOME": "/root",
+                "SLURM_JOB_NODELIST": _node(cluster),
+                "SLURM_NTASKS_PER_NODE": "8",
+            },
         )
     finally:
         cluster.compute.path("/usr/local/bin/srun").unlink()
@@ -335,6 +342,8 @@ def test_the_nccl_job_calls_all_reduce_perf_by_its_path_in_the_image(cluster: Cl
         "/opt/nccl-tests/build/all_reduce_perf -b 8 -e 16G" in done.stdout
     ), done.stdout
     assert "FI_PROVIDER=efa RDMA=1" in done.stdout
+    assert "--distribution=arbitrary --ntasks=8" in done.stdout and "hosts: 8" in done.stdout
+    assert f"ranks in network order: {_node(cluster)}" in done.stdout
 
 
 def test_a_node_of_an_earlier_cluster_still_bootstraps(cluster: Cluster) -> None:

@@ -163,3 +163,31 @@ def test_ultraserver_capacity_blocks_are_slurms_blocks(image: Path) -> None:
         assert _members(slurm, blocks["cb-0aaa"]) == _members(slurm, f"Nodes={train}")
         assert _members(slurm, blocks["cb-0bbb"]) == _members(slurm, f"Nodes={half}")
         assert len(_members(slurm, blocks["cb-0aaa"])) == 18
+
+
+def test_ranks_are_ordered_by_slurms_own_tree(image: Path) -> None:
+    """lib/host-order.py over the real `scontrol show topology`: nodes 1 and 3 share a
+    bottom switch, 2 and 4 another, so the NCCL job's ranks go 1, 3, 2, 4."""
+    c = _context([((*POOL, "instanceType"), "p5en.48xlarge"), ((*POOL, "count"), 4)])
+    paths = [["nn-1", "nn-2", "nn-3a"], ["nn-1", "nn-2", "nn-3b"]] * 2
+    instances = [{"ip": f"10.0.3.{i}", "networkNodes": p} for i, p in enumerate(paths, 1)]
+    for slurm in _cluster(image, c):
+        shown = _install(slurm, instances, c.topology_style)
+        slurm.head.write("/var/tmp/topology.txt", shown)
+        everyone = names(c)[0]
+        done = slurm.head.run(
+            [
+                "python3",
+                "/opt/fmctl/slurm/lib/host-order.py",
+                "/var/tmp/topology.txt",
+                everyone,
+                "--repeat",
+                "2",
+            ],
+            env=SSM_ENV,
+        )
+        assert done.returncode == 0, done.stderr
+        nodes = _members(slurm, f"Nodes={everyone}")
+        by_number = {int(n.rsplit("-", 1)[1]): n for n in nodes}
+        want = [by_number[i] for i in (1, 3, 2, 4) for _ in range(2)]
+        assert done.stdout.split() == want, (shown, done.stdout)
