@@ -239,6 +239,20 @@ class ClusterContext:
         return "block" if any(p.itype.ultra_server for p in self.pools) else "tree"
 
     @property
+    def system_ami_type(self) -> str:
+        """EKS's AMI type for the system nodes, by their architecture (botocore's ``eks``
+        AMITypes: AL2023_x86_64_STANDARD | AL2023_ARM_64_STANDARD)."""
+        from provisioner.catalog import architecture_of, load_catalog
+
+        arm = architecture_of(self.system_node_type, load_catalog()) == "arm64"
+        return "AL2023_ARM_64_STANDARD" if arm else "AL2023_x86_64_STANDARD"
+
+    def pytorch_image(self, pool: str) -> str:
+        """The PyTorch image for the nodes of pool ``pool`` (arm64 ones get the arm64 one)."""
+        found = next(p for p in self.pools if p.name == pool)
+        return self.images.pytorch_for(found.itype.architecture)
+
+    @property
     def repo_url(self) -> str:
         """The repository, or its placeholder."""
         return self.git_repo_url or placeholder("gitRepoUrl")

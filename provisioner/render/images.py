@@ -13,6 +13,10 @@ from provisioner.catalog.registries import dlc_registry, eks_addon_registry
 
 EFA_DEVICE_PLUGIN = "eks/aws-efa-k8s-device-plugin:v0.5.20"
 PYTORCH_DLC = "pytorch-training:2.8.0-gpu-py312-cu129-ubuntu22.04-ec2"
+#: The Deep Learning Container for arm64 GPU nodes (p6e-gb200's Grace CPUs): the EC2 ARM64
+#: PyTorch training image aws/deep-learning-containers lists ("Available images": EC2 ARM64
+#: containers, PyTorch 2.7.0 training, GPU, py312).
+PYTORCH_DLC_ARM64 = "pytorch-training-arm64:2.7.0-gpu-py312-cu128-ubuntu22.04-ec2"
 
 
 def partition(region: str) -> str:
@@ -40,6 +44,12 @@ class Images:
     dcgm: str = "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04"
     #: AWS Deep Learning Container: PyTorch with NCCL, aws-ofi-nccl and the EFA libraries.
     pytorch: str = f"{dlc_registry('us-east-1')}/{PYTORCH_DLC}"
+    #: The same for arm64 nodes (the x86_64 image does not run there).
+    pytorch_arm64: str = f"{dlc_registry('us-east-1')}/{PYTORCH_DLC_ARM64}"
+
+    def pytorch_for(self, architecture: str) -> str:
+        """The PyTorch image for nodes of ``architecture`` (the catalog's: x86_64 | arm64)."""
+        return self.pytorch_arm64 if architecture == "arm64" else self.pytorch
 
     @classmethod
     def for_region(cls, region: str) -> Images:
@@ -48,4 +58,5 @@ class Images:
         return cls(
             efa_device_plugin=f"{eks_addon_registry(region)}/{EFA_DEVICE_PLUGIN}",
             pytorch=f"{dlc_registry(region)}/{PYTORCH_DLC}",
+            pytorch_arm64=f"{dlc_registry(region)}/{PYTORCH_DLC_ARM64}",
         )

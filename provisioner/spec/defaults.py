@@ -18,6 +18,9 @@ HEAD_NODE_INSTANCE_TYPE = "m7i.4xlarge"
 HEAD_NODE_INSTANCE_TYPE_ARM64 = "m7g.4xlarge"
 HEAD_NODE_ROOT_GIB = 100
 SYSTEM_NODE_INSTANCE_TYPE = "m7i.2xlarge"
+#: EKS's system nodes when every GPU pool is arm64: Graviton, the same size, so the whole
+#: cluster runs one architecture (every image fmctl deploys has an arm64 build).
+SYSTEM_NODE_INSTANCE_TYPE_ARM64 = "m7g.2xlarge"
 SYSTEM_NODE_COUNT = 2
 #: Most instances a GPU pool may ask for: a larger count is taken for a typo.
 MAX_POOL_COUNT = 4096

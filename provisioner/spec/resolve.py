@@ -11,6 +11,7 @@ from provisioner.spec.defaults import (
     FSX_DEPLOYMENT_TYPE,
     FSX_THROUGHPUT_PER_TIB,
     HEAD_NODE_INSTANCE_TYPE_ARM64,
+    SYSTEM_NODE_INSTANCE_TYPE_ARM64,
     VPC_CIDR,
 )
 from provisioner.spec.model import ClusterSpec, FsxLustre, GpuPool
@@ -84,6 +85,11 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
             update={"instance_type": HEAD_NODE_INSTANCE_TYPE_ARM64}
         )
         compute = compute.model_copy(update={"head_node": head})
+    if archs == {"arm64"} and "instance_type" not in spec.compute.system_nodes.model_fields_set:
+        system = spec.compute.system_nodes.model_copy(
+            update={"instance_type": SYSTEM_NODE_INSTANCE_TYPE_ARM64}
+        )
+        compute = compute.model_copy(update={"system_nodes": system})
     return spec.model_copy(
         update={
             "scheduler": scheduler or spec.scheduler,

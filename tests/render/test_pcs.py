@@ -181,7 +181,11 @@ def test_the_prolog_and_bootstrap_are_fmctls_shipped_scripts(folder: Rendered) -
     }
     for name in ("Prolog", "Epilog"):
         shipped = settings[name].removeprefix("/opt/fmctl/slurm/")
-        assert (ROOT / "slurm" / shipped).is_file(), settings[name]
+        # A glob (slurmd runs every script it matches) names shipped scripts only.
+        matched = sorted((ROOT / "slurm").glob(shipped))
+        assert matched and all(m.is_file() for m in matched), settings[name]
+    prologs = sorted((ROOT / "slurm").glob(settings["Prolog"].removeprefix("/opt/fmctl/slurm/")))
+    assert [m.name for m in prologs] == ["50-fmctl-node-check.sh", "60-fmctl-imex.sh"]
     usage = (ROOT / "slurm/actions/pcs-node-bootstrap.sh").read_text()
     positional = int(re.search(r'\[ "\$#" -ge (\d+) \]', usage).group(1))  # type: ignore[union-attr]
     for path, text in folder.files.items():

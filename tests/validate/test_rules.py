@@ -31,6 +31,8 @@ HEAD = ("compute", "headNode")
 GB200: list[Edit] = [((*POOL, "instanceType"), "p6e-gb200.36xlarge"), ((*POOL, "count"), 18)]
 #: The base spec on AWS PCS (which runs the controller: no topology.conf of fmctl's).
 PCS: list[Edit] = [(("slurm", "provider"), "pcs"), (("slurm", "topologyAware"), False)]
+#: PCS runs UltraServer node groups on Slurm 25.05 or later.
+PCS_2505: list[Edit] = [*PCS, (("slurm", "pcs"), {"slurmVersion": "25.05"})]
 
 # (code, case id, edits, path where the problem must be reported, level)
 FAILING: list[tuple[str, str, list[Edit], str, str]] = [
@@ -49,6 +51,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     ("architecture-mix", "x86-head", GB200, "compute.headNode.instanceType", "error"),
+    (
+        "ultraserver-pcs-slurm",
+        "slurm-24.11",
+        [*GB200, *PCS, (("slurm", "pcs"), {"slurmVersion": "24.11"})],
+        "slurm.pcs.slurmVersion",
+        "error",
+    ),
     (
         "architecture-mix",
         "graviton-head-x86-pool",
@@ -707,7 +716,9 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-capacity", "block-of-9", [*GB200, ((*POOL, "count"), 9), (HEAD, DELETE)]),
     ("architecture-mix", "default-head", [*GB200, (HEAD, DELETE)]),
     ("architecture-mix", "graviton-head", [*GB200, ((*HEAD, "instanceType"), "m7g.4xlarge")]),
-    ("architecture-mix", "pcs-login", [*GB200, *PCS]),
+    ("architecture-mix", "pcs-login", [*GB200, *PCS_2505]),
+    ("ultraserver-pcs-slurm", "slurm-25.05", [*GB200, *PCS_2505]),
+    ("ultraserver-pcs-slurm", "x86-on-24.11", PCS),
     ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
     ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),
     (
