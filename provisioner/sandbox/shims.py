@@ -306,7 +306,9 @@ def _pg_delete(s: World, call: Call) -> Answer:
     return p.ec2_response("DeletePlacementGroup", {"return": True})
 
 
-def _cr_describe(s: World, call: Call) -> Answer:
+def _reservations_asked(s: World, call: Call) -> list[dict[str, Any]] | Answer:
+    """The region's reservations the call names (all of them when it names none), or EC2's
+    error for an id it does not know."""
     ids = p.indexed(call.params, "CapacityReservationId")
     here = _in_region(s.reservations, call.region)
     unknown = [i for i in ids if i not in here]
@@ -316,7 +318,13 @@ def _cr_describe(s: World, call: Call) -> Answer:
             "InvalidCapacityReservationId.NotFound",
             f"The capacity reservation ID '{unknown[0]}' does not exist",
         )
-    items = [r for key, r in here.items() if not ids or key in ids]
+    return [r for key, r in here.items() if not ids or key in ids]
+
+
+def _cr_describe(s: World, call: Call) -> Answer:
+    items = _reservations_asked(s, call)
+    if isinstance(items, tuple):
+        return items
     return p.ec2_response("DescribeCapacityReservations", {"capacityReservationSet": items})
 
 
@@ -329,15 +337,10 @@ def _cr_topology(s: World, call: Call) -> Answer:
             "InvalidParameterValue",
             f"at most {RESERVATION_IDS_PER_CALL} CapacityReservationIds per request",
         )
-    here = _in_region(s.reservations, call.region)
-    unknown = [i for i in ids if i not in here]
-    if unknown:
-        return p.ec2_error(
-            400,
-            "InvalidCapacityReservationId.NotFound",
-            f"The capacity reservation ID '{unknown[0]}' does not exist",
-        )
-    items = [reservation_places(s.account, r) for key, r in here.items() if not ids or key in ids]
+    asked = _reservations_asked(s, call)
+    if isinstance(asked, tuple):
+        return asked
+    items = [reservation_places(s.account, r) for r in asked]
     return p.ec2_response("DescribeCapacityReservationTopology", {"capacityReservationSet": items})
 
 

@@ -8,29 +8,11 @@
 # prolog and batch-start timeouts (ParallelCluster: BatchStartTimeout=180).
 set -uo pipefail
 
-env_file=/etc/fmctl/node.env
-[ -f "$env_file" ] || exit 0
-# shellcheck source=/dev/null
-. "$env_file"
-lib=/opt/fmctl/slurm/lib
-# $slurm: /opt/slurm on ParallelCluster, PCS's prefix on PCS (lib/slurm-prefix.sh).
-slurm=/opt/slurm
-if [ -r "$lib/slurm-prefix.sh" ]; then
-  # shellcheck source=../lib/slurm-prefix.sh
-  . "$lib/slurm-prefix.sh"
-fi
+# node.env, $slurm, $node and fmctl_fail (a node without node.env exits 0 here).
+# shellcheck source=../lib/prolog-common.sh
+. /opt/fmctl/slurm/lib/prolog-common.sh || exit 0
 deadline="${FMCTL_PROLOG_TOOL_TIMEOUT:-20}"
-node="${SLURMD_NODENAME:-$(hostname -s)}"
-
-fail() {
-  local why="fmctl prolog: $*"
-  echo "$why on $node" >&2
-  logger -t fmctl-prolog -- "$why on $node (job ${SLURM_JOB_ID:-?})" 2>/dev/null || true
-  # The reason on the node, for `sinfo -R` and `fmctl status` (slurmd's own is "Prolog error").
-  timeout 10 "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why" \
-    >/dev/null 2>&1 || true
-  exit 1
-}
+fail() { fmctl_fail "$@"; }
 
 if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ]; then
   out=$(timeout "$deadline" nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)

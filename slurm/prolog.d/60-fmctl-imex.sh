@@ -15,33 +15,15 @@
 # The daemon not READY in time drains the node with the reason, so `sinfo -R` and
 # `fmctl status` say the NVLink domain did not form instead of NCCL silently leaving NVLink.
 set -uo pipefail
-PATH=/usr/sbin:/usr/bin:/sbin:/bin
 
-env_file=/etc/fmctl/node.env
-[ -f "$env_file" ] || exit 0
-# shellcheck source=/dev/null
-. "$env_file"
+# node.env, $slurm, $node and fmctl_fail (a node without node.env exits 0 here).
+# shellcheck source=../lib/prolog-common.sh
+. /opt/fmctl/slurm/lib/prolog-common.sh || exit 0
 [ "${FMCTL_IMEX:-false}" = true ] || exit 0
-
-lib=/opt/fmctl/slurm/lib
-slurm=/opt/slurm
-if [ -r "$lib/slurm-prefix.sh" ]; then
-  # shellcheck source=../lib/slurm-prefix.sh
-  . "$lib/slurm-prefix.sh"
-fi
-node="${SLURMD_NODENAME:-$(hostname -s)}"
 # The guide's defaults: config in /etc/nvidia-imex, the peer list that config names.
 config="${FMCTL_IMEX_CONFIG:-/etc/nvidia-imex/config.cfg}"
 wait_s="${FMCTL_IMEX_READY_TIMEOUT:-60}"
-
-fail() {
-  local why="fmctl prolog: NVLink domain not formed: $*"
-  echo "$why on $node" >&2
-  logger -t fmctl-prolog -- "$why on $node (job ${SLURM_JOB_ID:-?})" 2>/dev/null || true
-  timeout 10 "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why" \
-    >/dev/null 2>&1 || true
-  exit 1
-}
+fail() { fmctl_fail "NVLink domain not formed: $*"; }
 
 command -v nvidia-imex >/dev/null 2>&1 || fail "nvidia-imex is not installed on this AMI"
 command -v nvidia-imex-ctl >/dev/null 2>&1 || fail "nvidia-imex-ctl is not installed"

@@ -10,7 +10,6 @@ stand-ins (no NVLink fabric here), each node with an address of its own on loopb
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,20 +21,17 @@ import yaml
 from provisioner.catalog import load_catalog
 from provisioner.render import render
 from provisioner.render.context import build_context
-from provisioner.render.placeholders import fill
 from provisioner.render.slurm import cluster_slurm_settings, node_names
 from tests.conftest import ROOT, set_path, validate_data
+from tests.render.helpers import FILLED, fill_all
 from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 
-_WHY = rootfs.unavailable()
-pytestmark = pytest.mark.skipif(
-    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
-)
+pytestmark = rootfs.required()
 EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
 POOL = ("compute", "gpuPools", 0)
-BUCKET = "fmctl-artifacts-standin"
+BUCKET = FILLED["artifactBucket"]
 PEERS = "/etc/nvidia-imex/nodes_config.cfg"
 USER = {"user": "ubuntu", "env": {"PATH": "/usr/bin:/bin", "HOME": "/home/ubuntu"}}
 
@@ -55,16 +51,7 @@ def _config(edits: list[tuple[tuple[Any, ...], Any]]) -> tuple[Any, dict[str, st
     result = validate_data(data)
     assert result.ok and result.resolved is not None, result.problems
     files = render(result.resolved, load_catalog()).files
-    text = fill(
-        files["parallelcluster/cluster-config.yaml"],
-        {
-            "artifactBucket": BUCKET,
-            "fileSystemId": "fs-0123456789abcdef0",
-            "efaSecurityGroupId": "sg-0123456789abcdef0",
-            "privateSubnetId": "subnet-0123456789abcdef0",
-            "publicSubnetId": "subnet-0fedcba9876543210",
-        },
-    )
+    text = fill_all(files["parallelcluster/cluster-config.yaml"])
     return build_context(result.resolved, load_catalog()), files, yaml.safe_load(text)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 import shutil
 import tarfile
@@ -43,11 +42,7 @@ BUCKET = "fmctl-artifacts-standin"
 RELEASES = DATA / "real" / "releases.yaml"
 
 
-_WHY = rootfs.unavailable()
-# In CI (root, `make tools` ran) the stand-in must run: a skip there would hide the node tests.
-pytestmark = pytest.mark.skipif(
-    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
-)
+pytestmark = rootfs.required()
 
 
 class _Quiet(SimpleHTTPRequestHandler):

@@ -12,7 +12,6 @@ show nodes -o`, with the node's python3), slurmctld reconfigured. Here: a
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +28,7 @@ from tests.tools.standin import rootfs
 from tests.tools.standin.node import SSM_ENV, StandinNode
 from tests.tools.standin.slurm import StandinSlurm
 
-_WHY = rootfs.unavailable()
-pytestmark = pytest.mark.skipif(
-    _WHY is not None and not os.environ.get("CI"), reason=f"no stand-in node: {_WHY}"
-)
+pytestmark = rootfs.required()
 EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
 POOL = ("compute", "gpuPools", 0)
 BUCKET = "fmctl-artifacts-standin"

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).parent
 SUITE = "trixie"  # Debian 13: Slurm 24.11, as ParallelCluster 3.1x ships the 24.11 series
@@ -44,6 +45,17 @@ PACKAGES = (
 def cache_root() -> Path:
     """Where built root filesystems live: $FMCTL_STANDIN_CACHE, else /var/cache/fmctl-standin."""
     return Path(os.environ.get("FMCTL_STANDIN_CACHE", "/var/cache/fmctl-standin"))
+
+
+def required() -> Any:
+    """The stand-in tests' marker: skipped (with the reason) where no stand-in node can run,
+    never in CI, where `make tools` made one possible and a skip would hide the node tests."""
+    import pytest
+
+    why = unavailable()
+    return pytest.mark.skipif(
+        why is not None and not os.environ.get("CI"), reason=f"no stand-in node: {why}"
+    )
 
 
 def unavailable() -> str | None:
