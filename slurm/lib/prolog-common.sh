@@ -18,7 +18,7 @@ fi
 node="${SLURMD_NODENAME:-$(hostname -s)}"
 
 # fmctl_fail REASON: say it (stderr, syslog), drain the node with it, fail the job. The
-# reason stays on the node for `sinfo -R` and `fmctl status` (slurmd's own is "Prolog
+# reason stays on the node for `sinfo -R` and `scontrol show node` (slurmd's own is "Prolog
 # error"); ParallelCluster's nohold_on_prolog_fail requeues the job elsewhere.
 fmctl_fail() {
   local why="fmctl prolog: $*"

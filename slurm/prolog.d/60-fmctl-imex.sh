@@ -12,8 +12,9 @@
 # Capacity Block (one UltraServer), and a Slurm job runs in one partition.
 #
 # Runs as root from slurmd with no PATH (PrologFlags=Alloc: once per node, at allocation).
-# The daemon not READY in time drains the node with the reason, so `sinfo -R` and
-# `fmctl status` say the NVLink domain did not form instead of NCCL silently leaving NVLink.
+# The daemon not READY in time drains the node with the reason, so `sinfo -R` says the
+# NVLink domain did not form (and `fmctl check` judges IMEX on every GPU node) instead of
+# NCCL silently leaving NVLink.
 set -uo pipefail
 
 # node.env, $slurm, $node and fmctl_fail (a node without node.env exits 0 here).
