@@ -111,9 +111,9 @@ def plan(
     state_dir: str | None,
 ) -> None:
     """Show what `up` would do to each resource, field by field; changes nothing."""
+    validation = _load(path, scheduler)
     from provisioner.ops.engine import PlanView, offline_plan, plan_view
 
-    validation = _load(path, scheduler)
     spec = validation.resolved
     if offline:
         view = PlanView(offline_plan(spec), offline=True)
@@ -157,6 +157,8 @@ def up(
 ) -> None:
     """Make the cluster what the spec says: create, update, replace or delete; re-run to
     resume."""
+    # The spec first: a bad one is refused before the engine (and its SDKs) is imported.
+    validation = _load(path, scheduler)
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import PlanView, Refused
     from provisioner.ops.engine import up as run_up
@@ -164,7 +166,6 @@ def up(
     from provisioner.ops.target import pcluster_command
     from provisioner.ops.validate import Validation
 
-    validation = _load(path, scheduler)
     spec = validation.resolved
     target = _target(spec.metadata.region, state_dir, sandbox, state_url)
     if spec.scheduler == "slurm" and not sandbox and not pcluster_command(target):
