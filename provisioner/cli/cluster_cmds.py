@@ -238,7 +238,9 @@ def _print_topology(name: str, target: Any, output: str, upload: bool) -> None:
 
     published = publish_topology(target, name, upload)
     if output == "json":
-        click.echo(json.dumps({**published.document, "publishedTo": published.where}, indent=2))
+        reservations = [r.as_data() for r in published.reservations]
+        shown = {**published.document, "publishedTo": published.where}
+        click.echo(json.dumps({**shown, "reservations": reservations}, indent=2))
         return
     for line in published.lines:
         click.echo(f"topology: {line}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws
+from provisioner.ops.reservation_topology import ReservedPlace
 from provisioner.ops.topology_model import Placed, PoolTree, carry_over, pool_trees, to_json
 from provisioner.resources.parallelcluster import PCLUSTER_TAG
 
@@ -174,11 +175,13 @@ def _tree_line(t: PoolTree) -> str:
 
 @dataclass(frozen=True)
 class Published:
-    """What `fmctl topology` read and where it put it."""
+    """What `fmctl topology` read and where it put it, and where the reservations of the
+    spec `up` last applied sit (DescribeCapacityReservationTopology)."""
 
     document: dict[str, Any]
     lines: tuple[str, ...]
     where: str | None
+    reservations: tuple[ReservedPlace, ...] = ()
 
 
 #: EKS's node labels for the network layers (the EKS User Guide, "Place distributed AI/ML
@@ -187,7 +190,26 @@ EKS_LAYER_LABELS = tuple(f"topology.k8s.aws/network-node-layer-{n}" for n in (1,
 
 
 def publish_topology(target: Any, name: str, upload: bool = True) -> Published:
-    """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists."""
+    """`fmctl topology`, also run by `up` once a topology-aware Slurm cluster exists: the
+    running instances' places (published for Slurm where fmctl writes its topology), and
+    where the applied spec's reservations sit."""
+    from dataclasses import replace
+
+    from provisioner.ops.reservation_topology import describe, plan_places
+    from provisioner.ops.team import applied_spec
+
+    published = _publish(target, name, upload)
+    spec = applied_spec(target, name)
+    if spec is None:
+        return published
+    places, unread = plan_places(target.aws(), spec)
+    lines = [f"reservation {line}" for line in describe(places)]
+    if unread:
+        lines.append(f"where the reservations sit is unknown ({unread})")
+    return replace(published, lines=(*published.lines, *lines), reservations=tuple(places))
+
+
+def _publish(target: Any, name: str, upload: bool) -> Published:
     from provisioner.ops.listing import eks_state
     from provisioner.ops.target import make_context
     from provisioner.resources.storage import artifact_bucket

@@ -131,6 +131,11 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     body = s3.get_object(Bucket=items["bucket"], Key=f"{name}/slurm/topology.json")["Body"].read()
     assert json.loads(body)["instances"] == published["instances"]
     assert published["publishedTo"] == f"s3://{items['bucket']}/{name}/slurm/topology.json"
+    # And where the applied spec's Capacity Block sits (DescribeCapacityReservationTopology).
+    (reserved,) = published["reservations"]
+    assert reserved["reservationId"] == "cr-0123456789abcdef0" and reserved["state"] == "active"
+    assert len(reserved["networkNodes"]) == 3
+    assert "topology: reservation train: cr-0123456789abcdef0 (active) under 3" in bare.stdout
     # The instance goes: the topology published from it stays as it was.
     ec2.stop_instances(InstanceIds=[leftover])
     again = sandbox.fmctl("topology", name, "--region", region, "--sandbox", "-o", "json", **env)
