@@ -14,6 +14,7 @@ SANDBOX_FILES = {
     "__init__.py",
     "daemon.py",
     "ec2_mend.py",
+    "ec2_capacity.py",
     "eks.py",
     "eks_identity.py",
     "eks_model.py",

@@ -1,6 +1,6 @@
-"""Stateful stand-ins for what moto lacks: placement groups, capacity reservations, FSx for
-Lustre with its lifecycle and data-repository associations, service quotas, and SSM Run
-Command that runs (``ssm_agent``).
+"""Stateful stand-ins for what moto lacks: placement groups, FSx for Lustre with its
+lifecycle and data-repository associations, service quotas, and SSM Run Command that runs
+(``ssm_agent``); capacity reservations and the topology APIs are ``ec2_capacity``'s.
 
 Each resource kind takes its documented time (FSx about 10 minutes, an association about 7)
 multiplied by the sandbox's scale, so the progress view and the parallel plan can be seen and
@@ -18,18 +18,18 @@ from typing import Any
 
 from provisioner.sandbox import fsx_update
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.ec2_capacity import (
+    describe_instance_topology,
+    describe_reservation_topology,
+    describe_reservations,
+    ec2_backend,
+    in_region,
+)
 from provisioner.sandbox.eks import Eks
 from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.pcs import Pcs
 from provisioner.sandbox.protocol import Call
 from provisioner.sandbox.ssm_agent import Agent
-from provisioner.sandbox.topology import (
-    RESERVATION_IDS_PER_CALL,
-    TOPOLOGY_FAMILIES,
-    network_nodes,
-    reservation_places,
-    ultraservers,
-)
 
 Answer = tuple[int, dict[str, str], bytes]
 
@@ -249,11 +249,6 @@ def _pg_out(group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _in_region(table: dict[tuple[str, str], Any], region: str) -> dict[str, Any]:
-    """One region's part of a table, by name or id."""
-    return {key: item for (where, key), item in table.items() if where == region}
-
-
 def _pg_tags(s: World, call: Call) -> Answer:
     """CreateTags / DeleteTags on placement groups (EC2 tags them by their pg- id)."""
     ids = set(p.indexed(call.params, "ResourceId"))
@@ -264,7 +259,7 @@ def _pg_tags(s: World, call: Call) -> Answer:
             if k.startswith("Tag.")
         }
     )
-    for group in _in_region(s.placement_groups, call.region).values():
+    for group in in_region(s.placement_groups, call.region).values():
         if group["groupId"] not in ids:
             continue
         if call.action == "CreateTags":
@@ -281,7 +276,7 @@ def _pg_tags(s: World, call: Call) -> Answer:
 def _pg_describe(s: World, call: Call) -> Answer:
     names = p.indexed(call.params, "GroupName")
     filters = p.query_filters(call.params)
-    here = _in_region(s.placement_groups, call.region)
+    here = in_region(s.placement_groups, call.region)
     missing = [n for n in names if n not in here]
     if missing:
         return p.ec2_error(
@@ -304,44 +299,6 @@ def _pg_delete(s: World, call: Call) -> Answer:
             400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown."
         )
     return p.ec2_response("DeletePlacementGroup", {"return": True})
-
-
-def _reservations_asked(s: World, call: Call) -> list[dict[str, Any]] | Answer:
-    """The region's reservations the call names (all of them when it names none), or EC2's
-    error for an id it does not know."""
-    ids = p.indexed(call.params, "CapacityReservationId")
-    here = _in_region(s.reservations, call.region)
-    unknown = [i for i in ids if i not in here]
-    if unknown:
-        return p.ec2_error(
-            400,
-            "InvalidCapacityReservationId.NotFound",
-            f"The capacity reservation ID '{unknown[0]}' does not exist",
-        )
-    return [r for key, r in here.items() if not ids or key in ids]
-
-
-def _cr_describe(s: World, call: Call) -> Answer:
-    items = _reservations_asked(s, call)
-    if isinstance(items, tuple):
-        return items
-    return p.ec2_response("DescribeCapacityReservations", {"capacityReservationSet": items})
-
-
-def _cr_topology(s: World, call: Call) -> Answer:
-    """DescribeCapacityReservationTopology (moto lacks it) over the seeded reservations."""
-    ids = p.indexed(call.params, "CapacityReservationId")
-    if len(ids) > RESERVATION_IDS_PER_CALL:
-        return p.ec2_error(
-            400,
-            "InvalidParameterValue",
-            f"at most {RESERVATION_IDS_PER_CALL} CapacityReservationIds per request",
-        )
-    asked = _reservations_asked(s, call)
-    if isinstance(asked, tuple):
-        return asked
-    items = [reservation_places(s.account, r) for r in asked]
-    return p.ec2_response("DescribeCapacityReservationTopology", {"capacityReservationSet": items})
 
 
 def _fsx_out(fs: Timed) -> dict[str, Any]:
@@ -381,19 +338,13 @@ def _fsx_create(s: World, call: Call) -> Answer:
     return p.json_response({"FileSystem": data})
 
 
-def _ec2_backend(account: str, region: str) -> Any:
-    from moto.ec2.models import ec2_backends
-
-    return ec2_backends[account][region]
-
-
 def _fsx_interfaces(
     account: str, call: Call, subnets: list[str], fs_id: str
 ) -> tuple[str, list[str]]:
     """The file system's VPC and its network interface, made in moto's EC2 with the
     security groups asked for, as FSx does: ParallelCluster's networking validator reads
     those groups to check that the nodes can reach ports 988 and 1018-1023."""
-    backend = _ec2_backend(account, call.region)
+    backend = ec2_backend(account, call.region)
     try:
         subnet = backend.get_subnet(subnets[0])
     except Exception:  # unknown subnet: FSx would refuse; the answer keeps a stand-in
@@ -409,7 +360,7 @@ def _fsx_interfaces(
 
 def _release_interfaces(account: str, item: Timed) -> None:
     """A deleted file system's interfaces go with it."""
-    backend = _ec2_backend(account, item.region)
+    backend = ec2_backend(account, item.region)
     for eni in item.data.get("NetworkInterfaceIds", []):
         with contextlib.suppress(Exception):
             backend.delete_network_interface(eni)
@@ -417,7 +368,7 @@ def _release_interfaces(account: str, item: Timed) -> None:
 
 def _fsx_describe(s: World, call: Call) -> Answer:
     ids = call.params.get("FileSystemIds")
-    here = _in_region(s.file_systems, call.region)
+    here = in_region(s.file_systems, call.region)
     if ids:
         missing = [i for i in ids if i not in here]
         if missing:
@@ -433,7 +384,7 @@ def _fsx_delete(s: World, call: Call) -> Answer:
     fs = s.file_systems.get((call.region, fs_id))
     if fs is None:
         return p.json_error(400, "FileSystemNotFound", f"File system '{fs_id}' does not exist.")
-    here = _in_region(s.associations, call.region)
+    here = in_region(s.associations, call.region)
     if any(a.data["FileSystemId"] == fs_id for a in here.values()):
         return p.json_error(
             400,
@@ -485,7 +436,7 @@ def _dra_describe(s: World, call: Call) -> Answer:
     fs_ids = filters.get("file-system-id")
     items = [
         a.data
-        for key, a in _in_region(s.associations, call.region).items()
+        for key, a in in_region(s.associations, call.region).items()
         if (not ids or key in ids) and (not fs_ids or a.data["FileSystemId"] in fs_ids)
     ]
     if ids and not items:
@@ -540,44 +491,6 @@ def _quota(s: World, call: Call) -> Answer:
     )
 
 
-def _topology(s: World, call: Call) -> Answer:
-    """DescribeInstanceTopology (moto lacks it) over moto's running instances."""
-    ids = set(p.indexed(call.params, "InstanceId"))
-    filters = p.query_filters(call.params)
-    running = [
-        inst
-        for reservation in _ec2_backend(s.account, call.region).all_reservations()
-        for inst in reservation.instances
-        if inst.state == "running" and inst.instance_type.split(".")[0] in TOPOLOGY_FAMILIES
-    ]
-    ultra = ultraservers(running, s.account)
-    items = []
-    for inst in running:
-        family = inst.instance_type.split(".")[0]
-        az = str(inst.availability_zone)
-        if ids and inst.id not in ids:
-            continue
-        if "instance-type" in filters and inst.instance_type not in filters["instance-type"]:
-            continue
-        if "availability-zone" in filters and az not in filters["availability-zone"]:
-            continue
-        block, bottom, seed = ultra.get(inst.id, ("", "", inst.id))
-        nodes = network_nodes(s.account, az, seed, family)
-        if block:
-            nodes[-1] = bottom
-        item = {
-            "instanceId": inst.id,
-            "instanceType": inst.instance_type,
-            "networkNodeSet": nodes,
-            "availabilityZone": az,
-            "zoneId": f"use1-az{ord(az[-1]) - 96}",
-        }
-        if block:
-            item["capacityBlockId"] = block
-        items.append(item)
-    return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})
-
-
 def _ssm_send(s: World, call: Call) -> Answer:
     return s.ssm.send(call)
 
@@ -587,12 +500,12 @@ def _ssm_get(s: World, call: Call) -> Answer:
 
 
 _HANDLERS = {
-    "DescribeInstanceTopology": _topology,
+    "DescribeInstanceTopology": describe_instance_topology,
     "CreatePlacementGroup": _pg_create,
     "DescribePlacementGroups": _pg_describe,
     "DeletePlacementGroup": _pg_delete,
-    "DescribeCapacityReservations": _cr_describe,
-    "DescribeCapacityReservationTopology": _cr_topology,
+    "DescribeCapacityReservations": describe_reservations,
+    "DescribeCapacityReservationTopology": describe_reservation_topology,
     "CreateFileSystem": _fsx_create,
     "DescribeFileSystems": _fsx_describe,
     "DeleteFileSystem": _fsx_delete,
