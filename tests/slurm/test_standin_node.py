@@ -274,6 +274,9 @@ def test_cluster_check_through_the_ssm_path(cluster: Cluster) -> None:
     devices = result.stdout.split(f"==> fmctl-check {_node(cluster)} efa-devices.txt <==\n")[1]
     assert len(devices.split("==>")[0].split()) == 32, result.stdout[-4000:]
     assert "dcgm missing: no dcgm-exporter binary" in result.stdout
+    # The AMI's nvidia-imex-ctl asked on a p5 node, where IMEX is installed but not running.
+    imex = result.stdout.split(f"==> fmctl-check {_node(cluster)} imex.txt <==\n")[1]
+    assert imex.startswith("Connection refused"), result.stdout[-3000:]
 
 
 def test_broken_node_is_drained_with_the_reason(cluster: Cluster) -> None:
