@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provisioner.catalog import Catalog, InstanceType
+from provisioner.catalog import Catalog, InstanceType, architecture_of
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
 from provisioner.render.images import Images
 from provisioner.render.placeholders import placeholder
@@ -203,6 +203,8 @@ class ClusterContext:
     head_node_root_gib: int
     head_node_key: str | None
     system_node_type: str
+    #: The system nodes' architecture (``catalog.architecture_of`` their type).
+    system_node_arch: str
     system_node_count: int
     pools: tuple[PoolContext, ...]
     fsx: FsxContext | None
@@ -242,9 +244,7 @@ class ClusterContext:
     def system_ami_type(self) -> str:
         """EKS's AMI type for the system nodes, by their architecture (botocore's ``eks``
         AMITypes: AL2023_x86_64_STANDARD | AL2023_ARM_64_STANDARD)."""
-        from provisioner.catalog import architecture_of, load_catalog
-
-        arm = architecture_of(self.system_node_type, load_catalog()) == "arm64"
+        arm = self.system_node_arch == "arm64"
         return "AL2023_ARM_64_STANDARD" if arm else "AL2023_x86_64_STANDARD"
 
     def pytorch_image(self, pool: str) -> str:
@@ -387,6 +387,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         head_node_root_gib=spec.compute.head_node.root_volume_gib,
         head_node_key=spec.compute.head_node.key_name,
         system_node_type=spec.compute.system_nodes.instance_type,
+        system_node_arch=architecture_of(spec.compute.system_nodes.instance_type, catalog),
         system_node_count=spec.compute.system_nodes.count,
         pools=tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools),
         fsx=fsx,
