@@ -7,8 +7,12 @@
   PutObject ``If-Match`` the expired lock's ETag, so two runs cannot both take it.
 - **Fence**: the holder counts its lease from when it *sent* its last successful renewal
   (S3 stamps LastModified later), less a second for S3's one-second timestamps and a tenth
-  for slack; past that, or once a renewal finds the lock changed, every change stops
-  (``fence``): a run paused past its lease (SIGSTOP, a laptop asleep) writes nothing after.
+  for slack. Past that, before its next change, it renews once more (``fence``): that
+  If-Match write lands only if no run took the lock over (a takeover is the same
+  conditional write on the same ETag, so only one of them can land), and then the run goes
+  on, as a run starved of CPU or of S3's answers whose renewals came late must. Once a
+  renewal finds the lock changed, every change stops for good: a run paused past its lease
+  (SIGSTOP, a laptop asleep) while another took over writes nothing after.
 - **Release**: DeleteObject ``If-Match`` its ETag: a lock taken over is left to its new
   holder.
 
@@ -96,6 +100,7 @@ class Lease:
         self._released = False
         self._stop = threading.Event()
         self._guard = threading.Lock()
+        self._renewing = threading.Lock()
         #: Called after each renewal (the state flushes its event log then).
         self.on_renew: Callable[[], None] = lambda: None
         self._thread = threading.Thread(target=self._renew_loop, name="fmctl-lease", daemon=True)
@@ -103,49 +108,63 @@ class Lease:
 
     @property
     def lost(self) -> bool:
-        """True once the lock may be someone else's."""
+        """True once the lock may be someone else's: taken over, removed or released, or
+        past its safe part with no renewal landed since (``fence`` renews then)."""
         with self._guard:
-            if time.monotonic() > self._safe_until:
-                self._lost = True
-            return self._lost
+            return self._lost or time.monotonic() > self._safe_until
 
     def fence(self) -> None:
-        """Raise LeaseLost unless the lease surely still runs."""
+        """Raise LeaseLost unless the lease surely still runs; past its safe part, renew it
+        first (that lands only while the lock is still this run's)."""
         if self._released:
             raise LeaseLost(
                 "this run released the cluster's lock: it makes no more changes",
                 "run the command again to finish what it did not",
             )
         if self.lost:
+            self._renew()
+        if self.lost:
             raise LeaseLost(
                 f"this run's lease on the lock ended (last renewed more than "
-                f"{_safe_for(self.holder.lease_s):.0f} s ago): another run may hold it now, "
-                "so this one stops before its next change",
+                f"{_safe_for(self.holder.lease_s):.0f} s ago, and renewing it now did not "
+                "land): another run may hold it now, so this one stops before its next change",
                 "see `fmctl history` for who holds it; run the command again once it is free",
             )
 
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self.holder.lease_s / 4):
-            if self.lost:
-                return  # too late: renewing now could outlive a takeover's first writes
+    def _renew(self) -> bool:
+        """One renewal, PutObject If-Match this run's ETag; True when it landed. One at a
+        time (the thread's and the fence's): two with the same ETag would fail each other.
+        Late is safe: if another run took the lock over, the ETag no longer matches."""
+        with self._renewing:
+            with self._guard:
+                if self._lost:
+                    return False
+                etag = self._etag
             sent = time.monotonic()
             try:
                 answer = self.client.put_object(
                     Bucket=self.bucket,
                     Key=self.key,
                     Body=self.holder.body(time.time()).encode(),
-                    IfMatch=self._etag,
+                    IfMatch=etag,
                 )
             except Exception as exc:
                 if error_code(exc) in CONDITION_FAILED | MISSING:
                     with self._guard:
                         self._lost = True  # taken over (or removed by `unlock --force`)
-                    return
-                continue  # a transient failure: the next tick tries again, within the lease
+                return False  # else transient: the next tick or fence tries again
             with self._guard:
                 self._etag = answer["ETag"]
                 self._safe_until = sent + _safe_for(self.holder.lease_s)
-            self.on_renew()
+            return True
+
+    def _renew_loop(self) -> None:
+        # Renewals go on past the safe part too: one that lands late still holds the lock.
+        while not self._stop.wait(self.holder.lease_s / 4):
+            if self._renew():
+                self.on_renew()
+            elif self._lost:
+                return
 
     def release(self) -> None:
         """Stop renewing; delete the lock if it is still this run's. From here on the
@@ -153,10 +172,11 @@ class Lease:
         self._stop.set()
         self._thread.join(timeout=5)
         self._released = True
-        with self._guard:
+        with self._renewing, self._guard:
             was_lost, self._lost = self._lost, True
         if was_lost:
-            return
+            return  # taken over or removed; one merely past its safe part is deleted if
+            # it is still this run's (If-Match), not left for the next run to wait out
         try:
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
         except Exception as exc:

@@ -29,8 +29,11 @@ KILL_TRIES = 3
 
 
 #: The S3 rounds' state, and a lease short enough that waiting one out stays quick, long
-#: enough that a run starved of CPU among the campaign's others still renews in time.
-STATE = {"FMCTL_STATE": "s3://fmctl-crash-state/crash", "FMCTL_LOCK_LEASE": "8"}
+#: enough that a run starved of CPU among the campaign's others still renews in time. At
+#: 8 s, CI once saw four reruns stop on their own fence (no renewal had landed for 6 s
+#: while the emulator served six runs at once); a late renewal is now tried again before
+#: a change (``state.lease``), and 15 s leaves room for one slow answer.
+STATE = {"FMCTL_STATE": "s3://fmctl-crash-state/crash", "FMCTL_LOCK_LEASE": "15"}
 #: Every point runs with local state; every sixth one with S3 state too (what a crash
 #: leaves of the resources does not depend on where the state is, and what it leaves of
 #: the lock and the state does not depend on the step; every other point with S3 took

@@ -91,16 +91,53 @@ def test_an_expired_lock_is_taken_over_once(s3: Any, monkeypatch: pytest.MonkeyP
     assert _backend(s3).peek() is None
 
 
-def test_fence_stops_a_run_whose_lease_ran_out(s3: Any) -> None:
+def _lock_versions(s3: Any) -> int:
+    """How many times the lock object was written (the bucket is versioned)."""
+    found = s3.list_object_versions(Bucket=BUCKET, Prefix="team/c1/lock.json")
+    return len(found.get("Versions", []))
+
+
+def _late(held: lease.Lease) -> None:
+    """Make ``held`` a run whose renewals came late: none comes now, and the lease's safe
+    part has passed (S3's clock may still count it: S3 stamps LastModified after the send)."""
+    held._stop.set()
+    held._thread.join(timeout=5)
+    held._safe_until = time.monotonic() - 0.1
+
+
+def test_fence_renews_a_late_lease_nobody_took_over(s3: Any) -> None:
+    """A run starved of CPU (or of S3's answers) past its lease's safe part goes on when
+    its If-Match renewal still lands: nobody can have taken the lock over."""
     held = _backend(s3).lock(_holder("slow", lease_s=4.0), False, print)
+    _late(held)
+    assert held.lost and _lock_versions(s3) == 1
     held.fence()
-    held._stop.set()  # paused: no renewal comes
-    held._safe_until = time.monotonic() - 0.1  # and the lease's safe part has passed
-    with pytest.raises(LeaseLost):
-        held.fence()
+    assert not held.lost
+    assert _lock_versions(s3) == 2  # the fence's renewal landed
     held.release()
-    # Lost: the lock is left alone (it may be another run's by now).
-    assert _backend(s3).peek() is not None
+    assert _backend(s3).peek() is None
+
+
+def test_fence_stops_a_late_run_whose_lock_was_taken_over(s3: Any) -> None:
+    held = _backend(s3).lock(_holder("slow", lease_s=4.0), False, print)
+    _late(held)
+    s3.put_object(Bucket=BUCKET, Key="team/c1/lock.json", Body=b"{}")  # someone else's now
+    with pytest.raises(LeaseLost, match="renewing it now did not land"):
+        held.fence()
+    with pytest.raises(LeaseLost):
+        held.fence()  # for good: the lock is not taken back
+    held.release()
+    # Lost: the lock is left alone (it is another run's).
+    assert s3.get_object(Bucket=BUCKET, Key="team/c1/lock.json")["Body"].read() == b"{}"
+
+
+def test_a_late_run_releases_its_lock_if_still_its_own(s3: Any) -> None:
+    """Finished past its safe part with nobody waiting: the lock is deleted (If-Match),
+    not left for the next run to wait out."""
+    held = _backend(s3).lock(_holder("slow", lease_s=4.0), False, print)
+    _late(held)
+    held.release()
+    assert _backend(s3).peek() is None
 
 
 def test_renewal_keeps_the_lease_and_notices_a_takeover(s3: Any) -> None:
