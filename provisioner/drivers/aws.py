@@ -111,6 +111,7 @@ class Aws:
                 )
             else:
                 self._session = boto3.session.Session(region_name=self.region)
+            _share_loader(self._session._session)
         kwargs: dict[str, Any] = {"config": config}
         if self.endpoint_url:
             kwargs["endpoint_url"] = self.endpoint_url
@@ -154,6 +155,26 @@ class Aws:
     def account_id(self) -> str:
         """The account of the credentials in use."""
         return str(self.client("sts").get_caller_identity()["Account"])
+
+
+#: The first session's botocore data loader, shared by every later one in this process.
+_loader: Any = None
+_loader_lock = threading.Lock()
+
+
+def _share_loader(core: Any) -> None:
+    """Give botocore session ``core`` the process's data loader, which caches what it
+    parses: service models, endpoint rules and partitions are read once per process, not
+    once per ``Aws`` (an `up` makes seven, for validation, state, plan and apply; parsing
+    EC2's model alone is a tenth of a second each time). The loader's data is only read
+    once parsed (one session's clients share it too). Registered after boto3's Session has
+    added its own resource path to the session's first loader."""
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            _loader = core.get_component("data_loader")
+        else:
+            core.register_component("data_loader", _loader)
 
 
 def _refuse_writes(model: Any, **_: Any) -> None:

@@ -534,7 +534,7 @@ def _load(body: bytes) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(body.decode())
+        data = yaml.load(body.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ApiError(400, "BadRequest", f"body does not parse: {exc}") from exc
     if not isinstance(data, dict):
