@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from provisioner.drivers.aws import Aws
@@ -29,15 +29,25 @@ class Target:
     state: StateLocation | None = None
     #: The sandbox's key pair (its emulator accepts no other).
     credentials: tuple[str, str] | None = None
+    #: The unfenced ``Aws`` of each kind made so far (``dataclasses.replace`` starts afresh).
+    _made: dict[bool, Aws] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def aws(self, read_only: bool = False, fence: Callable[[], None] | None = None) -> Aws:
+    def aws(
+        self, read_only: bool = False, fence: Callable[[], None] | None = None, own: bool = False
+    ) -> Aws:
         """Clients for this target (``read_only``: every call but a read is refused;
-        ``fence``: called before each one that is not, to stop it)."""
+        ``fence``: called before each one that is not, to stop it). Unfenced ones are made
+        once per kind and shared (seeding, validation, who the caller is), instead of each
+        making and handshaking clients of its own; ``own``: never shared, for clients that
+        get hooks of their own (the state backend's fence)."""
         from provisioner.ops.region import Unresolved
 
         if isinstance(self.region, Unresolved):
             raise self.region.error
-        return Aws(
+        shared = fence is None and not own
+        if shared and read_only in self._made:
+            return self._made[read_only]
+        made = Aws(
             self.region,
             self.endpoint,
             self.sandbox,
@@ -46,6 +56,9 @@ class Target:
             read_only=read_only,
             fence=fence,
         )
+        if shared:
+            self._made[read_only] = made
+        return made
 
     def token_args(self) -> tuple[str, ...]:
         """What a kubeconfig's `fmctl token` needs besides cluster and region to sign for

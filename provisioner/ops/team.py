@@ -96,7 +96,8 @@ def state_at(target: Target, name: str, location: StateLocation) -> ClusterState
         # `state pull` need no region; a command that reaches the cluster still says how
         # to give one.
         target = dataclasses.replace(target, region=STATE_ENDPOINT_REGION)
-    backend = S3Backend(target.aws().client("s3"), location, name)
+    # Its own clients: the backend hooks its fence into them (``S3Backend.guard``).
+    backend = S3Backend(target.aws(own=True).client("s3"), location, name)
     return ClusterState(target.home, name, backend)
 
 
