@@ -1,4 +1,4 @@
-"""The Kubernetes API, as fmctl uses it: one small interface over the ``kubernetes`` client.
+"""The Kubernetes API, as fmctl uses it: one small interface, over HTTPS.
 
 Everything fmctl does in a cluster goes through ``KubeApi``: server-side apply (field manager
 ``fmctl``), get, list and delete of objects named by apiVersion and kind. The kind's REST
@@ -16,7 +16,9 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 MANAGER = "fmctl"
 #: Refresh the bearer token this long before EKS stops accepting it.
@@ -70,22 +72,59 @@ class _Bearer:
             return f"Bearer {self._text}"
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a Kubernetes API server is and how to trust and reach it."""
+
+    host: str
+    #: The CA certificate file to verify the server with; None: the system's.
+    ca_file: str | None = None
+    verify: bool = True
+    #: A client certificate and its key (kind's kubeconfig), if it authenticates so.
+    cert_file: str | None = None
+    key_file: str | None = None
+    #: The Authorization header's value before each call (a bearer token), if any.
+    authorization: Callable[[], str] | None = None
+    #: The name to check the server's certificate for, when not the host's (kubeconfig's
+    #: ``tls-server-name``), and a proxy to reach it through (``proxy-url``).
+    tls_server_name: str | None = None
+    proxy: str | None = None
+
+
 class KubeClient:
-    """``KubeApi`` over the official ``kubernetes`` Python client (imported lazily)."""
+    """``KubeApi`` over HTTPS with urllib3 (which botocore has loaded already). The
+    ``kubernetes`` package is imported only to read a kubeconfig: importing it costs half
+    a second of CPU, in every `up`, `down` and `status` that talks to a cluster."""
 
     def __init__(
         self,
-        config: Any,
+        endpoint: Endpoint,
         manager: str = MANAGER,
-        ca_file: str | None = None,
+        owned_ca_file: bool = False,
         read_only: bool = False,
         fence: Callable[[], None] | None = None,
     ) -> None:
-        from kubernetes import client
+        import urllib3
 
-        self._api: Any = client.ApiClient(config)
+        self._endpoint = endpoint
+        tls: dict[str, Any] = {
+            "cert_reqs": "CERT_REQUIRED" if endpoint.verify else "CERT_NONE",
+            "ca_certs": endpoint.ca_file,
+            "cert_file": endpoint.cert_file,
+            "key_file": endpoint.key_file,
+            "server_hostname": endpoint.tls_server_name,
+            "timeout": urllib3.Timeout(connect=10, read=60),
+            "num_pools": 2,
+            "maxsize": 8,  # the apply and health checks' threads share it
+        }
+        self._pool: urllib3.PoolManager = (
+            urllib3.ProxyManager(endpoint.proxy, **tls)
+            if endpoint.proxy
+            else urllib3.PoolManager(**tls)
+        )
         self._manager = manager
-        self._ca_file = ca_file
+        #: The CA file this client wrote, removed on close().
+        self._ca_file = endpoint.ca_file if owned_ca_file else None
         #: Refuse anything but GET, before it is sent (what `plan` reads with).
         self._read_only = read_only
         #: Called before anything but a GET is sent; raises to stop it (a lost lease).
@@ -104,34 +143,46 @@ class KubeClient:
     ) -> KubeClient:
         """A client for an EKS endpoint, authenticated by ``token()`` (called again before
         the token expires)."""
-        from kubernetes import client
-
         fd, ca_file = tempfile.mkstemp(prefix="fmctl-ca-", suffix=".crt")
         with os.fdopen(fd, "wb") as fh:  # a CA certificate: public, removed on close()
             fh.write(base64.b64decode(ca_data))
-        config: Any = client.Configuration()
-        config.host = endpoint
-        config.ssl_ca_cert = ca_file
-        config.verify_ssl = True
-        bearer = _Bearer(token)
-        config.api_key = {"authorization": bearer()}
-        config.refresh_api_key_hook = lambda conf: conf.api_key.update(authorization=bearer())
-        return cls(config, manager, ca_file, read_only, fence)
+        where = Endpoint(endpoint, ca_file, authorization=_Bearer(token))
+        return cls(where, manager, True, read_only, fence)
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None) -> KubeClient:
-        """A client for a kubeconfig context (kind, or any cluster kubectl reaches)."""
+        """A client for a kubeconfig context (kind, or any cluster kubectl reaches), as
+        the ``kubernetes`` package reads it (client certificates, tokens, exec plugins)."""
         from kubernetes import client, config
 
-        configuration: Any = client.Configuration()
+        conf: Any = client.Configuration()
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, context=context, client_configuration=configuration
+            config_file=path, context=context, client_configuration=conf
         )
-        return cls(configuration)
+
+        def authorization() -> str:
+            # The header the package itself would send (its key is BearerToken in recent
+            # versions, authorization before); the hook re-runs an exec plugin when due.
+            for setting in conf.auth_settings().values():
+                if setting.get("in") == "header" and setting.get("key") == "authorization":
+                    return str(setting.get("value") or "")
+            return ""
+
+        where = Endpoint(
+            conf.host,
+            conf.ssl_ca_cert,
+            bool(conf.verify_ssl),
+            conf.cert_file,
+            conf.key_file,
+            authorization,
+            getattr(conf, "tls_server_name", None),
+            getattr(conf, "proxy", None),
+        )
+        return cls(where)
 
     def close(self) -> None:
         """Release connections and the CA file."""
-        self._api.close()
+        self._pool.clear()
         if self._ca_file and os.path.exists(self._ca_file):
             os.unlink(self._ca_file)
 
@@ -148,24 +199,33 @@ class KubeClient:
             raise KubeError(0, "ReadOnly", f"{method} {path}: this run only reads")
         if self._fence is not None and method != "GET":
             self._fence()
-        method_, url, headers, payload, post = self._api.param_serialize(
+        url = self._endpoint.host.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(query)
+        headers = {
+            "Accept": "text/plain, */*" if raw else "application/json",
+            "User-Agent": "fmctl",
+        }
+        if body is not None:
+            headers["Content-Type"] = content_type  # JSON is YAML: apply-patch takes it
+        if self._endpoint.authorization is not None:
+            value = self._endpoint.authorization()
+            if value:
+                headers["Authorization"] = value
+        response = self._pool.request(
             method,
-            path,
-            query_params=query or [],
-            header_params={
-                "Accept": "text/plain, */*" if raw else "application/json",
-                "Content-Type": content_type,
-            },
-            body=body,
-            auth_settings=["BearerToken"],
+            url,
+            body=None if body is None else json.dumps(body).encode(),
+            headers=headers,
+            redirect=False,
         )
-        response = self._api.call_api(method_, url, headers, payload, post, _request_timeout=60)
-        response.read()
         if not 200 <= response.status < 300:
             try:
                 data = json.loads(response.data or b"{}")
             except ValueError:
                 data = {"message": response.data.decode(errors="replace")}
+            if not isinstance(data, dict):
+                data = {"message": str(data)}
             raise KubeError(
                 response.status, str(data.get("reason", "")), str(data.get("message", data))
             )

@@ -429,8 +429,8 @@ SKIPPED_CLEANUP = (
 
 
 def _connection_errors() -> tuple[type[Exception], ...]:
-    """The transport's failures (sockets, and the Kubernetes client's urllib3: imported when
-    needed)."""
+    """The transport's failures: sockets', and urllib3's (KubeClient speaks through it;
+    imported when needed)."""
     from urllib3.exceptions import HTTPError
 
     return (OSError, HTTPError)

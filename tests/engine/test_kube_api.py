@@ -4,9 +4,13 @@ the end-to-end tests to mean anything (server-side apply and field ownership abo
 
 from __future__ import annotations
 
+import base64
+import json
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -417,3 +421,57 @@ def test_workload_pods_follow_their_nodes(
     now = pods()
     assert now["DaemonSet"] == [(left, "Running")]
     assert now["ReplicaSet"] == [(left, "Running"), (left, "Running")]
+
+
+def test_a_kubeconfig_reaches_the_same_api(
+    sandbox: Sandbox, cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """``from_kubeconfig`` (what the kind tests use) reads the file as the ``kubernetes``
+    package does, then speaks through fmctl's own transport: a token user and CA data."""
+    aws = sandbox.aws(REGION)
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "c",
+                "cluster": {
+                    "server": cluster["endpoint"],
+                    "certificate-authority-data": cluster["certificateAuthority"]["data"],
+                },
+            }
+        ],
+        "users": [{"name": "u", "user": {"token": token(aws, cluster["name"])}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "ctx",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(kubeconfig))
+    client = KubeClient.from_kubeconfig(str(path))
+    try:
+        names = {n["metadata"]["name"] for n in client.list("v1", "Namespace")}
+        assert "kube-system" in names
+    finally:
+        client.close()
+
+
+def test_a_server_the_ca_does_not_vouch_for_is_refused(
+    sandbox: Sandbox, cluster: dict[str, Any]
+) -> None:
+    """The endpoint's certificate is verified against the cluster's CA: another CA fails
+    before any request is made (urllib3's SSL error, a connection error to the caller)."""
+    from urllib3.exceptions import HTTPError
+
+    from provisioner.sandbox.tls import make_certificate
+
+    other, _ = make_certificate(Path(tempfile.mkdtemp()))
+    client = KubeClient.for_eks(
+        cluster["endpoint"],
+        base64.b64encode(other.read_bytes()).decode(),
+        lambda: token(sandbox.aws(REGION), cluster["name"]),
+    )
+    try:
+        with pytest.raises(HTTPError):
+            client.list("v1", "Namespace")
+    finally:
+        client.close()
