@@ -28,6 +28,10 @@ HOME = "/opt/fmctl/slurm"
 #: node check, then IMEX on UltraServer nodes.
 PROLOG = f"{HOME}/prolog.d/*"
 EPILOG = f"{HOME}/epilog.d/50-fmctl-cleanup.sh"
+#: UltraServer clusters: the prolog runs on every node at allocation (Alloc: IMEX must know
+#: the job's nodes before any step) and the job is not held while it does (NoHold), as the
+#: AWS PCS User Guide's "Configure UltraServer instances" sets them.
+ULTRASERVER_PROLOG_FLAGS = ("PrologFlags", "Alloc,NoHold")
 
 _PURCHASE = {
     "on-demand": "ONDEMAND",
@@ -57,7 +61,10 @@ def login_architecture(instance_type: str) -> str:
 def cluster_request(c: ClusterContext) -> dict[str, Any]:
     """CreateCluster."""
     pcs = _pcs(c)
-    settings = [("Prolog", PROLOG), ("Epilog", EPILOG), *pcs.custom_settings]
+    settings = [("Prolog", PROLOG), ("Epilog", EPILOG)]
+    if any(pool.itype.ultra_server for pool in c.pools):
+        settings.append(ULTRASERVER_PROLOG_FLAGS)
+    settings += [kv for kv in pcs.custom_settings if kv[0] != ULTRASERVER_PROLOG_FLAGS[0]]
     return {
         "clusterName": c.name,
         "scheduler": {"type": "SLURM", "version": pcs.slurm_version},

@@ -8,8 +8,9 @@ with PCS's ``errorInfo``. What may change in place is what PCS's Update* request
 purchase option, scaling, instance profile, SSH key; UpdateQueue: its node groups). A node
 group's instance types are fixed at creation (UpdateComputeNodeGroup has no
 ``instanceConfigs``): such a change makes a new group, moves the queue onto it, then deletes
-the old one. A cluster's scheduler, size and networking are fixed too, and replacing the
-cluster would take every node group and queue with it: refused.
+the old one. A newer Slurm version is UpdateCluster's ``scheduler`` (in place; the node
+groups then move to the new version's AMI); an older one, the size and the networking are
+fixed, and replacing the cluster would take every node group and queue with it: refused.
 
 PCS answers ConflictException while a resource it depends on is changing (a node group made
 while the cluster is UPDATING, two updates at once): fmctl waits and tries again.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.catalog.pcs import CLUSTER_TAG, SAMPLE_AMI_OWNER, sample_ami_name
+from provisioner.catalog.pcs import CLUSTER_TAG, SAMPLE_AMI_OWNER, sample_ami_name, version_key
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -118,7 +119,9 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
     # gives, the same as the sandbox's shim (sandbox.pcs.DURATIONS).
     create_seconds, update_seconds, delete_seconds = 600.0, 120.0, 300.0
     policy = policies(
-        slurm_version=Policy(How.IMMUTABLE, f"the Slurm version is {_CLUSTER_FIXED} here"),
+        slurm_version=Policy(
+            How.UPDATE, "UpdateCluster scheduler.version: PCS upgrades the controller in place"
+        ),
         size=Policy(How.IMMUTABLE, f"the controller size is {_CLUSTER_FIXED}"),
         subnets=Policy(How.IMMUTABLE, f"the controller's subnet is {_CLUSTER_FIXED}"),
         security_groups=Policy(How.IMMUTABLE, f"the security groups are {_CLUSTER_FIXED}"),
@@ -126,6 +129,32 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         custom_settings=Policy(How.UPDATE, "UpdateCluster slurmConfiguration"),
         accounting=Policy(How.UPDATE, "UpdateCluster slurmConfiguration accounting"),
     )
+
+    def diff(
+        self,
+        ctx: Context,
+        rid: str,
+        params: PcsClusterParams,
+        observed: Observed[PcsClusterOut, PcsClusterLive],
+    ) -> list[FieldChange]:
+        """A newer Slurm is an upgrade in place (UpdateCluster's scheduler; the node groups
+        then take the new version's AMI); PCS takes no older one ("You can only update to a
+        newer version", botocore's UpdateSchedulerRequest)."""
+        out = []
+        for change in super().diff(ctx, rid, params, observed):
+            if change.path == "slurm_version" and version_key(change.after) <= version_key(
+                change.before
+            ):
+                change = FieldChange(
+                    change.path,
+                    change.before,
+                    change.after,
+                    How.IMMUTABLE,
+                    "PCS cannot downgrade a cluster's Slurm (UpdateCluster takes only a newer "
+                    "version)",
+                )
+            out.append(change)
+        return out
 
     def mine(self, ctx: Context) -> list[dict[str, Any]]:
         """Every PCS cluster carrying the cluster's tag (GetCluster of each)."""
@@ -336,8 +365,28 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         changes: Sequence[FieldChange],
     ) -> PcsClusterOut:
         paths = {c.path.split(".")[0] for c in changes}
-        if paths - {"tags"}:
-            ctx.emit(rid, "updating", ", ".join(sorted(paths - {"tags"})))
+        if "slurm_version" in paths:
+            # The controller first, alone: the settings may name what only the new Slurm
+            # knows, and PCS takes one update at a time.
+            ctx.emit(
+                rid,
+                "updating",
+                f"Slurm {observed.live.slurm_version} -> {params.slurm_version} (UpdateCluster)",
+            )
+            scheduler = {"version": params.slurm_version}
+            patiently(
+                ctx,
+                rid,
+                f"the upgrade to Slurm {params.slurm_version}",
+                lambda: client(ctx).update_cluster(
+                    clusterIdentifier=observed.id,
+                    scheduler=scheduler,
+                    clientToken=ctx.token(f"{rid}/upgrade/{observed.id}/{params.slurm_version}"),
+                ),
+            )
+            self._active(ctx, rid, observed.id, self.update_seconds)
+        if paths - {"tags", "slurm_version"}:
+            ctx.emit(rid, "updating", ", ".join(sorted(paths - {"tags", "slurm_version"})))
             patiently(
                 ctx,
                 rid,

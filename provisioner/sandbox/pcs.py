@@ -9,7 +9,10 @@ ACTIVE, a cluster deleted while it still has node groups or queues, and a node g
 deleted while a queue still uses it (DeleteComputeNodeGroup: "You must delete all queues
 associated with the compute node group first"); ServiceQuotaExceededException for a
 second cluster Creating in the region (CreateCluster: "There can only be 1 cluster in a
-Creating state per AWS Region per AWS account"); ResourceNotFoundException.
+Creating state per AWS Region per AWS account"); ResourceNotFoundException. Slurm versions:
+CreateCluster refuses one past its end of life on the sandbox's day (``pcs_model.today``),
+UpdateCluster takes only a newer one, and only while the cluster's node groups and queues
+are ACTIVE (the User Guide's "Updating a cluster" and "Slurm versions" pages).
 
 A node group, once ACTIVE, keeps ``minInstanceCount`` instances running in the emulator's
 EC2, launched from its launch template (its instance tags, as EC2 applies them) with PCS's
@@ -24,7 +27,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from provisioner.sandbox.pcs_model import (
@@ -36,12 +41,15 @@ from provisioner.sandbox.pcs_model import (
     PcsError,
     Thing,
     busy,
+    check_create_version,
     check_groups,
     check_subnets,
+    check_update_version,
     instance_ids,
     need_active,
     new_id,
     stamp,
+    today,
     validate,
 )
 from provisioner.sandbox.protocol import Call
@@ -59,6 +67,8 @@ class Pcs:
     tags: dict[str, dict[str, str]] = field(default_factory=dict)
     #: (region, operation, client token) -> the id it made.
     tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    #: The day versions are judged on (their end of life): the sandbox's clock.
+    today: Callable[[], date] = today
 
     # -- plumbing --------------------------------------------------------------------------
     def handle(self, call: Call) -> Answer:
@@ -242,8 +252,7 @@ def _create_cluster(s: Pcs, call: Call) -> dict[str, Any]:
             "ServiceQuotaExceededException",
             "There can only be 1 cluster in a Creating state per Region per account",
         )
-    if q["scheduler"]["version"] not in ("24.11", "25.05", "25.11"):
-        raise PcsError("ValidationException", "The scheduler version isn't supported.")
+    check_create_version(q["scheduler"]["version"], s.today())
     net = q["networking"]
     check_subnets(s.account, call.region, net.get("subnetIds", []))
     check_groups(s.account, call.region, net.get("securityGroupIds", []))
@@ -289,6 +298,12 @@ def _list_clusters(s: Pcs, call: Call) -> dict[str, Any]:
 def _update_cluster(s: Pcs, call: Call) -> dict[str, Any]:
     cluster = s.cluster(call.region, call.params["clusterIdentifier"])
     busy(cluster)
+    # "All associated resources (Queues, Compute Node Groups) must be in ACTIVE state" (AWS
+    # PCS User Guide, "Updating a cluster in AWS PCS": prerequisites).
+    for child in s.children(call.region, "group", cluster.data["id"]) + s.children(
+        call.region, "queue", cluster.data["id"]
+    ):
+        busy(child)
     changes: dict[str, Any] = {}
     if "slurmConfiguration" in call.params:
         changes["slurmConfiguration"] = {
@@ -296,7 +311,9 @@ def _update_cluster(s: Pcs, call: Call) -> dict[str, Any]:
             **call.params["slurmConfiguration"],
         }
     if "scheduler" in call.params:
-        changes["scheduler"] = call.params["scheduler"]
+        wanted = call.params["scheduler"]["version"]
+        check_update_version(cluster.data["scheduler"]["version"], wanted)
+        changes["scheduler"] = {**cluster.data["scheduler"], "version": wanted}
     cluster.data["status"] = "UPDATING"
     cluster.landing = changes
     cluster.ready_at = s._after("cluster-update")

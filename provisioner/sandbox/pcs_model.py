@@ -4,9 +4,11 @@ subnets and security groups in the emulator's EC2); ``sandbox.pcs`` serves the A
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from provisioner.sandbox.protocol import Call
@@ -27,6 +29,17 @@ DURATIONS = {
 #: States a resource cannot be deleted in (ConflictException's documentation: "A cluster to
 #: delete is in an unstable state").
 UNSTABLE = ("CREATING", "UPDATING")
+#: The Slurm versions CreateCluster and UpdateCluster take (botocore 1.44.8's pcs model:
+#: SchedulerRequest "24.11 | 25.05 | 25.11 | 26.05"; UpdateSchedulerRequest adds 24.05, and
+#: "You can only update to a newer version").
+CREATE_VERSIONS = ("24.11", "25.05", "25.11", "26.05")
+UPDATE_VERSIONS = ("24.05", *CREATE_VERSIONS)
+#: After these days PCS creates no new cluster on the version (AWS PCS User Guide, "Slurm
+#: versions in AWS PCS": 24.11 on 2026-05-31, 25.05 on 2026-11-30; later ones unpublished).
+#: The sandbox's own table, not fmctl's catalog, so a mistake there shows against it. The
+#: error PCS answers with is not documented: ValidationException, as for a version it has
+#: never run, is the sandbox's choice.
+END_OF_LIFE = {"24.05": date(2025, 11, 30), "24.11": date(2026, 5, 31), "25.05": date(2026, 11, 30)}
 CLUSTER_TAG = "aws:pcs:cluster-id"
 GROUP_TAG = "aws:pcs:compute-node-group-id"
 
@@ -55,6 +68,40 @@ class Thing:
 
 def instance_ids(backend: Any) -> set[str]:
     return {i.id for r in backend.reservations.values() for i in r.instances}
+
+
+def today() -> date:
+    """The sandbox's day: FMCTL_SANDBOX_TODAY (YYYY-MM-DD, for a test that needs another
+    day) or the machine's."""
+    given = os.environ.get("FMCTL_SANDBOX_TODAY")
+    return date.fromisoformat(given) if given else date.today()
+
+
+def check_create_version(version: str, day: date) -> None:
+    """CreateCluster's version: one PCS runs, not past its end of life on ``day``."""
+    if version not in CREATE_VERSIONS:
+        raise PcsError("ValidationException", "The scheduler version isn't supported.")
+    end = END_OF_LIFE.get(version)
+    if end is not None and day > end:
+        raise PcsError(
+            "ValidationException",
+            f"Slurm {version} reached end of life on {end}: new clusters cannot use it.",
+        )
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def check_update_version(current: str, wanted: str) -> None:
+    """UpdateCluster's scheduler: a version PCS runs, newer than the cluster's."""
+    if wanted not in UPDATE_VERSIONS:
+        raise PcsError("ValidationException", "The scheduler version isn't supported.")
+    if version_key(wanted) <= version_key(current):
+        raise PcsError(
+            "ValidationException",
+            f"You can only update to a newer version than {current}, not {wanted}.",
+        )
 
 
 def stamp() -> str:

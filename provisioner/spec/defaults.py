@@ -8,7 +8,10 @@ off with reserved capacity, FSx sizing) are filled by ``provisioner.spec.resolve
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Final
+
+from provisioner.catalog.pcs import default_slurm_version
 
 SCHEDULER: Final = "slurm"
 VPC_CIDR = "10.0.0.0/16"
@@ -37,9 +40,14 @@ SLURM_OS: Final = "alinux2023"
 SLURM_SCALEDOWN_IDLETIME = 10
 SLURM_PROVIDER: Final = "parallelcluster"
 PCS_SIZE: Final = "SMALL"
-#: The newest Slurm AWS PCS supports with a published sample AMI on Amazon Linux 2 (AWS PCS
-#: User Guide, "AWS PCS sample AMIs release notes").
-PCS_SLURM_VERSION: Final = "24.11"
+
+
+def pcs_slurm_version() -> str:
+    """The newest Slurm PCS still creates clusters on today and publishes a sample AMI for
+    (catalog/pcs.py dates each version: a fixed default would go past its end of life)."""
+    return default_slurm_version(date.today())
+
+
 PCS_ACCOUNTING: Final = "none"
 PCS_LOGIN_COUNT = 1
 #: EKS versions fmctl renders for and tests against (kubernetes-validate has schemas for all).

@@ -241,8 +241,10 @@ class PcsSettings(SpecModel):
         "jobs) | MEDIUM (512, 8,192) | LARGE (2,048, 16,384).",
     )
     slurm_version: str = Field(
-        d.PCS_SLURM_VERSION,
-        description='Slurm major version, quoted: "24.11", "25.05" or "25.11".',
+        default_factory=d.pcs_slurm_version,
+        description='Slurm major version, quoted ("25.11"); default: the newest PCS still '
+        "creates clusters on and has a sample AMI for. A newer version on a live cluster is "
+        "an upgrade in place (UpdateCluster); an older one is refused.",
     )
     accounting: Literal["none", "standard"] = Field(
         d.PCS_ACCOUNTING,

@@ -21,6 +21,14 @@ set -uo pipefail
 # shellcheck source=../lib/prolog-common.sh
 . /opt/fmctl/slurm/lib/prolog-common.sh || exit 0
 [ "${FMCTL_IMEX:-false}" = true ] || exit 0
+# Only a job that has its nodes to itself re-forms the domain: restarting nvidia-imex tears
+# down the NVLink memory of every other job on the node (AWS PCS User Guide, "Configure
+# UltraServer instances": its prolog exits unless SLURM_JOB_OVERSUBSCRIBE is NO or TOPO,
+# the values slurmd gives an exclusive job; slurm.conf(5), PrologFlags / prolog environment).
+case "${SLURM_JOB_OVERSUBSCRIBE:-}" in
+  NO | TOPO) ;;
+  *) exit 0 ;;
+esac
 # The guide's defaults: config in /etc/nvidia-imex, the peer list that config names.
 config="${FMCTL_IMEX_CONFIG:-/etc/nvidia-imex/config.cfg}"
 wait_s="${FMCTL_IMEX_READY_TIMEOUT:-60}"

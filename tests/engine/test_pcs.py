@@ -28,7 +28,9 @@ PCS_RESOURCES = {
 }
 
 
-def pcs_spec(tmp: Path, name: str, region: str = "us-east-2", **pool: Any) -> Path:
+def pcs_spec(
+    tmp: Path, name: str, region: str = "us-east-2", version: str = "25.11", **pool: Any
+) -> Path:
     """A PCS cluster of one p5en pool (on demand), new VPC, new FSx."""
     data = {
         "apiVersion": "fmctl.dev/v1alpha1",
@@ -40,7 +42,7 @@ def pcs_spec(tmp: Path, name: str, region: str = "us-east-2", **pool: Any) -> Pa
             "gpuPools": [{"name": "train", "instanceType": "p5en.48xlarge", "count": 2, **pool}]
         },
         "storage": {"fsxLustre": {"capacityGiB": 1200}},
-        "slurm": {"provider": "pcs", "pcs": {"slurmVersion": "24.11"}},
+        "slurm": {"provider": "pcs", "pcs": {"slurmVersion": version}},
     }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -82,7 +84,7 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
         if pcs.list_tags_for_resource(resourceArn=c["arn"])["tags"].get(OWNER_TAG) == name
     ]
     detail = pcs.get_cluster(clusterIdentifier=cluster["id"])["cluster"]
-    assert detail["scheduler"] == {"type": "SLURM", "version": "24.11"}
+    assert detail["scheduler"] == {"type": "SLURM", "version": "25.11"}
     settings = {s["parameterName"] for s in detail["slurmConfiguration"]["slurmCustomSettings"]}
     assert {"Prolog", "Epilog"} <= settings
     role = sandbox.aws(region).client("iam").get_role(RoleName=f"fmctl-{name}-{region}-pcs-node")
@@ -100,7 +102,7 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     seen = json.loads(status.stdout)
     assert {r["resource"] for r in seen["resources"]} >= PCS_RESOURCES
     view = seen["pcs"]
-    assert view["status"] == "ACTIVE" and view["slurmVersion"] == "24.11"
+    assert view["status"] == "ACTIVE" and view["slurmVersion"] == "25.11"
     groups = {g["name"]: g for g in view["nodeGroups"]}
     assert set(groups) == {"login", "train"}
     assert len(groups["train"]["instances"]) == 2 and groups["train"]["status"] == "ACTIVE"
@@ -205,7 +207,7 @@ def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_pa
             if not creating:
                 made = pcs.create_cluster(
                     clusterName=f"someone-elses-{len(others)}",
-                    scheduler={"type": "SLURM", "version": "24.11"},
+                    scheduler={"type": "SLURM", "version": "25.11"},
                     size="SMALL",
                     networking={"subnetIds": [subnet], "securityGroupIds": [group]},
                 )["cluster"]
@@ -274,7 +276,7 @@ def test_pcs_online_checks_are_located(sandbox: Sandbox, tmp_path: Path) -> None
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.1.0/24")["Subnet"]["SubnetId"]
     theirs = pcs.create_cluster(
         clusterName="online-pcs",
-        scheduler={"type": "SLURM", "version": "24.11"},
+        scheduler={"type": "SLURM", "version": "25.11"},
         size="SMALL",
         networking={"subnetIds": [subnet]},
     )["cluster"]
@@ -288,3 +290,93 @@ def test_pcs_online_checks_are_located(sandbox: Sandbox, tmp_path: Path) -> None
                 break
             except pcs.exceptions.ConflictException:
                 time.sleep(0.05)
+
+
+def test_pcs_upgrades_slurm_in_place_and_never_down(sandbox: Sandbox, tmp_path: Path) -> None:
+    """A newer slurmVersion is UpdateCluster's scheduler (plan says update; up applies it;
+    the cluster stays, with its id); an older one is refused before any write. PCS creates
+    no cluster on a version past its end of life (the shim judges by the sandbox's day)."""
+    name, region = "e2e-pcs-upgrade", "us-west-2"
+    aws = sandbox.aws(region)
+    ec2, pcs = aws.client("ec2"), aws.client("pcs")
+    # 26.05 has no sample AMI: an image of the user's with both versions (PCS's rolling
+    # update asks for one), used from the start.
+    ami = ec2.register_image(
+        Name="own-pcs-image-25.11-26.05", Architecture="x86_64", RootDeviceName="/dev/xvda"
+    )["ImageId"]
+
+    def spec_at(version: str) -> Path:
+        path = pcs_spec(tmp_path, name, region, version=version)
+        data = yaml.safe_load(path.read_text())
+        data["slurm"]["amiId"] = ami
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    def version() -> tuple[str, str]:
+        (c,) = [
+            c
+            for c in pcs.list_clusters()["clusters"]
+            if pcs.list_tags_for_resource(resourceArn=c["arn"])["tags"].get(OWNER_TAG) == name
+        ]
+        detail = pcs.get_cluster(clusterIdentifier=c["id"])["cluster"]
+        return c["id"], detail["scheduler"]["version"]
+
+    first = sandbox.fmctl("up", "-f", str(spec_at("25.11")), "--sandbox", "--yes")
+    assert first.returncode == 0, first.stdout + first.stderr
+    ident, at = version()
+    assert at == "25.11"
+    try:
+        before = len(sandbox.requests())
+        plan = sandbox.fmctl("plan", "-f", str(spec_at("26.05")), "--sandbox", "-o", "json")
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        assert not [r for r in sandbox.requests()[before:] if r["action"] == "UpdateCluster"]
+        steps = {r["resource"]: r for r in json.loads(plan.stdout)["changes"]}
+        cluster = steps["pcs/cluster"]
+        assert cluster["action"] == "update", cluster
+        assert "slurm_version" in json.dumps(cluster) and "26.05" in json.dumps(cluster)
+
+        up = sandbox.fmctl("up", "-f", str(spec_at("26.05")), "--sandbox", "--yes")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert version() == (ident, "26.05")
+        updates = [r for r in sandbox.requests()[before:] if r["action"] == "UpdateCluster"]
+        assert updates, "the upgrade is UpdateCluster, not a new cluster"
+        assert not [r for r in sandbox.requests()[before:] if r["action"] == "CreateCluster"]
+
+        before = len(sandbox.requests())
+        down = sandbox.fmctl("up", "-f", str(spec_at("25.11")), "--sandbox", "--yes")
+        assert down.returncode == 1 and "cannot downgrade" in down.stderr, down.stderr
+        assert not [r for r in sandbox.requests()[before:] if r["action"].startswith("Update")]
+        assert version() == (ident, "26.05")
+    finally:
+        gone = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        ec2.deregister_image(ImageId=ami)
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_the_sandbox_creates_no_cluster_on_a_version_past_its_end_of_life(
+    sandbox: Sandbox,
+) -> None:
+    """As PCS: 24.11 ended on 2026-05-31, so CreateCluster refuses it (the sandbox's day is
+    the machine's; tests/engine/test_sandbox_facts.py moves it for the boundary)."""
+    import botocore.exceptions
+
+    aws = sandbox.aws("ap-northeast-1")
+    ec2, pcs = aws.client("ec2"), aws.client("pcs")
+    vpc = ec2.create_vpc(CidrBlock="10.11.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.11.1.0/24")["Subnet"]["SubnetId"]
+    try:
+        request = {
+            "clusterName": "too-old",
+            "size": "SMALL",
+            "networking": {"subnetIds": [subnet]},
+        }
+        try:
+            pcs.create_cluster(scheduler={"type": "SLURM", "version": "24.11"}, **request)
+            raise AssertionError("a 24.11 cluster was created after its end of life")
+        except botocore.exceptions.ClientError as err:
+            assert err.response["Error"]["Code"] == "ValidationException"
+            assert "2026-05-31" in err.response["Error"]["Message"]
+    finally:
+        ec2.delete_subnet(SubnetId=subnet)
+        ec2.delete_vpc(VpcId=vpc)

@@ -35,6 +35,32 @@ def test_versions_past_extended_support_are_not_offered() -> None:
     assert "1.36" in offered(date(2030, 1, 1))  # no end recorded for it yet
 
 
+def test_pcs_versions_end_by_the_sandboxs_day(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CreateCluster refuses a version past its end of life, judged on the sandbox's day
+    (FMCTL_SANDBOX_TODAY moves it); creation is allowed through the end date itself; an
+    update takes only a newer version."""
+    from provisioner.sandbox.pcs_model import (
+        PcsError,
+        check_create_version,
+        check_update_version,
+        today,
+    )
+
+    check_create_version("25.05", date(2026, 11, 30))
+    with pytest.raises(PcsError, match="2026-11-30"):
+        check_create_version("25.05", date(2026, 12, 1))
+    with pytest.raises(PcsError, match="isn't supported"):
+        check_create_version("23.11", date(2024, 1, 1))
+    check_create_version("26.05", date(2030, 1, 1))  # no end published for it yet
+    check_update_version("24.11", "25.11")
+    for older in ("24.11", "25.05"):
+        with pytest.raises(PcsError, match="newer version"):
+            check_update_version("25.05", older)
+    monkeypatch.setenv("FMCTL_SANDBOX_TODAY", "2026-05-31")
+    assert today() == date(2026, 5, 31)
+    check_create_version("24.11", today())
+
+
 def test_gpus_come_from_motos_instance_data() -> None:
     assert gpus_of("p5.48xlarge") == 8 and gpus_of("m7i.2xlarge") == 0
 

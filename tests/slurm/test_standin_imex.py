@@ -137,7 +137,7 @@ def test_ultraserver_nodes_are_told_to_form_nvlink_domains(cluster: Cluster) -> 
 def test_a_two_node_job_forms_the_nvlink_domain(cluster: Cluster) -> None:
     """Each node's IMEX peer list is the job's two addresses (not the AMI's placeholder),
     its daemon restarted on it, bound to the node's own address."""
-    done = _submit(cluster, "--wait", "-N", "2")
+    done = _submit(cluster, "--wait", "--exclusive", "-N", "2")
     assert done.returncode == 0, done.stderr + cluster.slurm.log()
     addresses = sorted(c.addr for c in cluster.computes)
     for c in cluster.computes:
@@ -153,9 +153,23 @@ def test_a_one_node_job_gets_a_domain_of_one(cluster: Cluster) -> None:
     """The next job's list replaces the last one's: a peer from an earlier job would make
     IMEX wait for a node that is not in the job."""
     name = cluster.computes[1].name
-    done = _submit(cluster, "--wait", "-N", "1", "-w", name)
+    done = _submit(cluster, "--wait", "--exclusive", "-N", "1", "-w", name)
     assert done.returncode == 0, done.stderr + cluster.slurm.log()
     assert cluster.computes[1].node.path(PEERS).read_text().split() == [cluster.computes[1].addr]
+
+
+def test_a_shared_job_leaves_the_domain_alone(cluster: Cluster) -> None:
+    """A job that may share its nodes does not restart IMEX: that would tear down the NVLink
+    memory of the jobs beside it (PCS's UltraServer prolog exits unless the job is
+    exclusive). slurmd's own SLURM_JOB_OVERSUBSCRIBE decides, here from a real slurmd."""
+    node = cluster.computes[0]
+    node.node.path(PEERS).write_text("sentinel\n")
+    done = _submit(cluster, "--wait", "--oversubscribe", "-N", "1", "-w", node.name)
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    assert node.node.path(PEERS).read_text() == "sentinel\n"
+    done = _submit(cluster, "--wait", "--exclusive", "-N", "1", "-w", node.name)
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    assert node.node.path(PEERS).read_text().split() == [node.addr]
 
 
 def test_srun_places_ranks_in_the_hostfiles_order(cluster: Cluster) -> None:
@@ -191,7 +205,7 @@ def test_a_node_without_imex_is_drained_with_the_reason(cluster: Cluster) -> Non
     says the NVLink domain did not form (runs last: the node stays drained)."""
     broken = cluster.computes[1]
     broken.node.path("/usr/bin/nvidia-imex").unlink()
-    done = _submit(cluster, "--parsable", "-N", "1", "-w", broken.name)
+    done = _submit(cluster, "--parsable", "--exclusive", "-N", "1", "-w", broken.name)
     assert done.returncode == 0, done.stderr
     state = cluster.slurm.wait_state(broken.name, ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"))
     assert "DRAIN" in state

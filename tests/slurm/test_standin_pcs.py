@@ -1,9 +1,11 @@
 """slurm/ on a stand-in node laid out as an AWS PCS AMI: Slurm under
-/opt/aws/pcs/scheduler/slurm-24.11 (the PCS installer's prefix, AWS PCS User Guide "Install
-SPANK plugins on AWS PCS") and no /opt/slurm. The launch template's user data, exactly as
-`render` writes it for a compute node group, runs as cloud-init runs it (root, `env -i`);
-then the cluster's Prolog, as PCS's slurmCustomSettings name it, runs as slurmd runs it and
-drains a node short of a GPU through the scontrol of PCS's prefix.
+/opt/aws/pcs/scheduler/slurm-VERSION for the spec's default version (the PCS installer's
+prefix, AWS PCS User Guide "Install SPANK plugins on AWS PCS"; the binaries are the
+stand-in's Debian 13 Slurm 24.11, a version PCS no longer makes clusters on) and no
+/opt/slurm. The launch template's user data, exactly as `render` writes it for a compute
+node group, runs as cloud-init runs it (root, `env -i`); then the cluster's Prolog, as PCS's
+slurmCustomSettings name it, runs as slurmd runs it and drains a node short of a GPU
+through the scontrol of PCS's prefix.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import pytest
 import yaml
 
 from provisioner.catalog import load_catalog
+from provisioner.catalog.pcs import slurm_prefix
 from provisioner.render import render
 from provisioner.render.placeholders import fill, find
+from provisioner.spec.defaults import pcs_slurm_version
 from tests.conftest import set_path, validate_data
 from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, StandinNode
@@ -27,7 +31,7 @@ from tests.tools.standin.node import CLOUD_INIT_ENV, StandinNode
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"
 BUCKET = "fmctl-artifacts-standin"
-PREFIX = "/opt/aws/pcs/scheduler/slurm-24.11"
+PREFIX = slurm_prefix(pcs_slurm_version())
 
 pytestmark = rootfs.required()
 
@@ -136,12 +140,16 @@ def test_the_clusters_prolog_drains_through_pcss_scontrol(
 def test_an_ultraserver_node_group_bootstraps_for_imex(
     node: tuple[StandinNode, dict[str, str], Any],
 ) -> None:
-    """A GB200 node group's user data (Slurm 25.05, as PCS requires for UltraServers) tells
+    """A GB200 node group's user data (Slurm 25.11: PCS asks 25.05+ for UltraServers, and an
+    AMI of the user's with nvidia-imex, which no sample AMI has) tells
     the node it forms NVLink domains: the prolog's IMEX step runs there (runs last: the node
     is re-bootstrapped as a GB200 node)."""
     pcs, _, _ = node
     files = _files(
-        (("slurm",), {"provider": "pcs", "pcs": {"slurmVersion": "25.05"}}),
+        (
+            ("slurm",),
+            {"provider": "pcs", "pcs": {"slurmVersion": "25.11"}, "amiId": "ami-0123456789abcdef0"},
+        ),
         (("compute", "gpuPools", 0, "instanceType"), "p6e-gb200.36xlarge"),
         (("compute", "gpuPools", 0, "count"), 18),
         (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
@@ -149,9 +157,11 @@ def test_an_ultraserver_node_group_bootstraps_for_imex(
     text = json.loads(files["pcs/launch-templates/train.json"])["LaunchTemplateData"]["UserData"]
     script = fill(_shell_part(text), {n: BUCKET for n in find(_shell_part(text))})
     assert " - --imex --node-exporter" in script, script
-    # The 25.05 prefix, as PCS's installer lays it out (the fixture's node has 24.11's).
-    laid = pcs.run(["/bin/bash", "-c", f"ln -sfn {PREFIX} /opt/aws/pcs/scheduler/slurm-25.05"])
-    assert laid.returncode == 0, laid.stderr
+    # The 25.11 prefix, as PCS's installer lays it out (the fixture's node has the default's).
+    if slurm_prefix("25.11") != PREFIX:
+        link = f"ln -sfn {PREFIX} {slurm_prefix('25.11')}"
+        laid = pcs.run(["/bin/bash", "-c", link])
+        assert laid.returncode == 0, laid.stderr
     pcs.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(16), 2))
     # Only the bootstrap's own part: the exporters were installed and checked above.
     script = script.split(" --imex ", 1)[0] + " --imex\n"

@@ -31,8 +31,15 @@ HEAD = ("compute", "headNode")
 GB200: list[Edit] = [((*POOL, "instanceType"), "p6e-gb200.36xlarge"), ((*POOL, "count"), 18)]
 #: The base spec on AWS PCS (which runs the controller: no topology.conf of fmctl's).
 PCS: list[Edit] = [(("slurm", "provider"), "pcs"), (("slurm", "topologyAware"), False)]
-#: PCS runs UltraServer node groups on Slurm 25.05 or later.
-PCS_2505: list[Edit] = [*PCS, (("slurm", "pcs"), {"slurmVersion": "25.05"})]
+#: PCS runs UltraServer node groups on Slurm 25.05 or later, on an AMI with nvidia-imex (the
+#: sample AMIs have none): the newest version and an image of the user's.
+PCS_ULTRA: list[Edit] = [
+    *PCS,
+    (("slurm", "pcs"), {"slurmVersion": "25.11"}),
+    (("slurm", "amiId"), "ami-0123456789abcdef0"),
+]
+#: A Blackwell (B200) pool.
+B200 = ((*POOL, "instanceType"), "p6-b200.48xlarge")
 
 # (code, case id, edits, path where the problem must be reported, level)
 FAILING: list[tuple[str, str, list[Edit], str, str]] = [
@@ -690,6 +697,48 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "pcs-version",
+        "past-end-of-life",
+        [*PCS, (("slurm", "pcs"), {"slurmVersion": "24.11"})],
+        "slurm.pcs.slurmVersion",
+        "error",
+    ),
+    (
+        "pcs-version",
+        "no-sample-ami",
+        [*PCS, (("slurm", "pcs"), {"slurmVersion": "26.05"})],
+        "slurm.pcs.slurmVersion",
+        "error",
+    ),
+    (
+        "pcs-driver",
+        "b200-on-a-550-sample",
+        [*PCS, B200, (("slurm", "pcs"), {"slurmVersion": "25.05"})],
+        "slurm.pcs.slurmVersion",
+        "error",
+    ),
+    (
+        "ultraserver-pcs-slurm",
+        "sample-ami-has-no-imex",
+        [*GB200, *PCS, (("slurm", "pcs"), {"slurmVersion": "25.11"})],
+        "slurm.amiId",
+        "error",
+    ),
+    (
+        "pcs-custom-settings",
+        "prolog-flags-on-ultraservers",
+        [
+            *GB200,
+            *PCS_ULTRA,
+            (
+                ("slurm", "pcs"),
+                {"slurmVersion": "25.11", "customSettings": {"PrologFlags": "Alloc"}},
+            ),
+        ],
+        "slurm.pcs.customSettings.PrologFlags",
+        "error",
+    ),
+    (
         "pcs-region",
         "unlisted",
         [
@@ -716,9 +765,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-capacity", "block-of-9", [*GB200, ((*POOL, "count"), 9), (HEAD, DELETE)]),
     ("architecture-mix", "default-head", [*GB200, (HEAD, DELETE)]),
     ("architecture-mix", "graviton-head", [*GB200, ((*HEAD, "instanceType"), "m7g.4xlarge")]),
-    ("architecture-mix", "pcs-login", [*GB200, *PCS_2505]),
-    ("ultraserver-pcs-slurm", "slurm-25.05", [*GB200, *PCS_2505]),
-    ("ultraserver-pcs-slurm", "x86-on-24.11", PCS),
+    ("architecture-mix", "pcs-login", [*GB200, *PCS_ULTRA]),
+    ("ultraserver-pcs-slurm", "slurm-25.11-own-ami", [*GB200, *PCS_ULTRA]),
+    ("ultraserver-pcs-slurm", "x86-sample-ami", PCS),
+    ("pcs-driver", "b200-on-25.11-sample", [*PCS, B200]),
+    ("pcs-driver", "b200-own-ami", [*PCS, B200, (("slurm", "amiId"), "ami-0123456789abcdef0")]),
     ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
     ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),
     (
@@ -912,7 +963,16 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("local-nvme", "p5", []),
     ("pcs-settings", "pcs-plain", PCS),
     ("pcs-names", "plain", PCS),
-    ("pcs-version", "supported", [*PCS, (("slurm", "pcs"), {"slurmVersion": "25.05"})]),
+    ("pcs-version", "supported", [*PCS, (("slurm", "pcs"), {"slurmVersion": "25.11"})]),
+    (
+        "pcs-version",
+        "no-sample-own-ami",
+        [
+            *PCS,
+            (("slurm", "pcs"), {"slurmVersion": "26.05"}),
+            (("slurm", "amiId"), "ami-0123456789abcdef0"),
+        ],
+    ),
     ("pcs-region", "listed", PCS),
     ("pcs-size", "fits", [*PCS, (("slurm", "pcs"), {"size": "SMALL", "loginCount": 2})]),
     (
@@ -990,6 +1050,60 @@ def test_eks_versions_by_the_calendar() -> None:
     (error,) = _version_problems("1.30", date(2026, 12, 1))
     assert error.level == "error" and "2026-07-23" in error.message
     assert _version_problems("1.33", date(2026, 7, 28)) == []
+
+
+def _pcs_problems(version: str, today: date, **pool: Any) -> list[Problem]:
+    """The PCS version and driver rules alone, on a PCS spec at ``version``, on ``today``."""
+    from provisioner.validate.rules.pcs import pcs_driver, pcs_version
+
+    doc = yaml.safe_load((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    doc["slurm"] = {"provider": "pcs"}
+    doc["compute"]["gpuPools"][0].update(pool)
+    spec = validate_data(doc).resolved
+    assert spec is not None
+    slurm = spec.slurm.model_copy(
+        update={"pcs": spec.slurm.pcs.model_copy(update={"slurm_version": version})}
+    )
+    spec = spec.model_copy(update={"slurm": slurm})
+    ctx = RuleContext(catalog=load_catalog(), scheduler="slurm", today=today)
+    return [*pcs_version(spec, ctx), *pcs_driver(spec, ctx)]
+
+
+def test_pcs_versions_by_their_end_of_life() -> None:
+    """Past end of life: refused with the date (PCS creates no cluster on it); within 90
+    days of it: a warning; the day of it is still allowed (creation ends after the date)."""
+    (error,) = _pcs_problems("24.11", date(2026, 12, 3))
+    assert error.level == "error" and "2026-05-31" in error.message
+    assert '"25.11"' in (error.hint or "")
+    (warning,) = _pcs_problems("25.05", date(2026, 10, 1))
+    assert warning.level == "warning" and "2026-11-30" in warning.message
+    assert _pcs_problems("25.05", date(2026, 9, 1)) == []
+    assert [p.level for p in _pcs_problems("25.05", date(2026, 11, 30))] == ["warning"]
+    assert [p.level for p in _pcs_problems("25.05", date(2026, 12, 1))] == ["error"]
+
+
+def test_pcs_default_version_is_alive_with_a_sample_ami() -> None:
+    """The default is the newest version PCS still creates clusters on and publishes a sample
+    AMI for, on the day: 24.11 in 2025, 25.11 once 24.11 and 25.05 are past their ends."""
+    from provisioner.catalog.pcs import SLURM_RELEASES, default_slurm_version
+
+    assert default_slurm_version(date(2026, 12, 3)) == "25.11"
+    today = SLURM_RELEASES[defaults.pcs_slurm_version()]
+    assert today.life(date.today()) != "ended" and today.sample_os is not None
+    assert _pcs_problems(defaults.pcs_slurm_version(), date.today()) == []
+
+
+def test_blackwell_on_pcs_needs_an_r570_driver() -> None:
+    """B200/B300/GB200 pools on a sample AMI with driver 550 are refused (every node would
+    drain); 25.11's sample AMI has 590; H100 pools are not judged."""
+    (error,) = [
+        p
+        for p in _pcs_problems("25.05", date(2026, 9, 1), instanceType="p6-b300.48xlarge")
+        if p.code == "pcs-driver"
+    ]
+    assert "550.127.08" in error.message and '"25.11"' in (error.hint or "")
+    assert _pcs_problems("25.11", date(2026, 12, 3), instanceType="p6-b200.48xlarge") == []
+    assert _pcs_problems("25.05", date(2026, 9, 1)) == []
 
 
 def test_the_default_version_is_in_standard_support_today() -> None:

@@ -61,16 +61,22 @@ def test_without_a_head_node_type_fmctl_picks_one_parallelcluster_accepts(
 
 
 def test_pcs_runs_ultraservers_on_slurm_25_05_or_later(base: dict[str, Any]) -> None:
-    """AWS PCS's UltraServer guide asks for Slurm 25.05+: 24.11 is a located error."""
+    """AWS PCS's UltraServer guide asks for Slurm 25.05+ (24.11 is a located error) and an
+    AMI with nvidia-imex enabled (no sample AMI has it: slurm.amiId is required)."""
     data = set_path(base, ("compute", "gpuPools", 0, "instanceType"), "p6e-gb200.36xlarge")
     data = set_path(data, ("compute", "gpuPools", 0, "count"), 18)
     data = set_path(data, ("compute", "headNode"), DELETE)
+    ami = {"amiId": "ami-0123456789abcdef0"}
     for version, refused in (("24.11", True), ("25.05", False), ("25.11", False)):
-        spec = set_path(data, ("slurm",), {"provider": "pcs", "pcs": {"slurmVersion": version}})
+        slurm = {"provider": "pcs", "pcs": {"slurmVersion": version}, **ami}
+        spec = set_path(data, ("slurm",), slurm)
         found = [p for p in validate_data(spec).problems if p.code == "ultraserver-pcs-slurm"]
         assert bool(found) == refused, (version, found)
         if found:
             assert found[0].path == ("slurm", "pcs", "slurmVersion")
-            assert "25.05" in found[0].hint
+            assert '"25.11"' in found[0].hint
+    sample = set_path(data, ("slurm",), {"provider": "pcs", "pcs": {"slurmVersion": "25.11"}})
+    (found,) = [p for p in validate_data(sample).problems if p.code == "ultraserver-pcs-slurm"]
+    assert found.path == ("slurm", "amiId") and "nvidia-imex" in found.message
     # The same pool on ParallelCluster is not PCS's business.
     assert not [p for p in validate_data(data).problems if p.code == "ultraserver-pcs-slurm"]

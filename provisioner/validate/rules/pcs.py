@@ -11,12 +11,16 @@ import re
 from collections.abc import Iterator
 
 from provisioner.catalog.pcs import (
+    BLACKWELL_DRIVER_MAJOR,
+    BLACKWELL_GPUS,
     CLUSTER_NAME_RE,
     FMCTL_SETTINGS,
     NODE_GROUP_NAME_RE,
     PCS_REGIONS,
     SIZE_NODES,
+    SLURM_RELEASES,
     SLURM_VERSIONS,
+    default_slurm_version,
 )
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem
@@ -105,17 +109,94 @@ def pcs_names(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
 
 @rule("pcs-version")
 def pcs_version(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """The Slurm versions PCS runs (and publishes sample AMIs for)."""
+    """The Slurm versions PCS takes, judged on the day by their end of life (after it PCS
+    creates no cluster on the version), and a sample AMI for the version unless the spec
+    names its own image."""
     if not _pcs(spec, ctx):
         return
+    where = ("slurm", "pcs", "slurmVersion")
     version = spec.slurm.pcs.slurm_version
-    if version not in SLURM_VERSIONS:
+    release = SLURM_RELEASES.get(version)
+    newest = default_slurm_version(ctx.today)
+    if release is None:
         yield Problem(
             "pcs-version",
             f"PCS does not run Slurm {version!r}",
-            ("slurm", "pcs", "slurmVersion"),
+            where,
             hint="one of " + ", ".join(f'"{v}"' for v in SLURM_VERSIONS),
         )
+        return
+    life = release.life(ctx.today)
+    if life == "ended":
+        yield Problem(
+            "pcs-version",
+            f"Slurm {version} reached its end of life on PCS on {release.end_of_life}: PCS "
+            "creates no cluster on it",
+            where,
+            hint=f'use "{newest}"; a cluster already on {version} is upgraded in place to it',
+        )
+    elif life == "ending":
+        yield Problem(
+            "pcs-version",
+            f"Slurm {version} reaches its end of life on PCS on {release.end_of_life}: after "
+            "it PCS creates no cluster on it",
+            where,
+            level="warning",
+            hint=f'"{newest}" lives longer; an upgrade later is UpdateCluster, in place',
+        )
+    if release.sample_os is None and spec.slurm.ami_id is None:
+        yield Problem(
+            "pcs-version",
+            f"AWS publishes no PCS sample AMI for Slurm {version}",
+            where,
+            hint=f"set slurm.amiId to an image with Slurm {version} and PCS's agent, or "
+            f'use "{newest}"',
+        )
+
+
+def _gpu_pools(spec: ClusterSpec, ctx: RuleContext, models: tuple[str, ...]) -> Iterator[int]:
+    for i, pool in enumerate(spec.compute.gpu_pools):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and itype.gpu is not None and itype.gpu.model in models:
+            yield i
+
+
+@rule("pcs-driver")
+def pcs_driver(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Blackwell GPUs need NVIDIA's R570 driver or later; AWS's sample AMI for the version
+    must carry one (its release notes say which), or the spec names its own image."""
+    if not _pcs(spec, ctx) or spec.slurm.ami_id is not None:
+        return
+    version = spec.slurm.pcs.slurm_version
+    release = SLURM_RELEASES.get(version)
+    if release is None or release.sample_os is None:
+        return  # pcs-version says so
+    major = release.driver_major()
+    if major is not None and major >= BLACKWELL_DRIVER_MAJOR:
+        return
+    good = [
+        r.version
+        for r in SLURM_RELEASES.values()
+        if (r.driver_major() or 0) >= BLACKWELL_DRIVER_MAJOR and r.life(ctx.today) != "ended"
+    ]
+    for i in _gpu_pools(spec, ctx, BLACKWELL_GPUS):
+        pool = spec.compute.gpu_pools[i]
+        has = f"driver {release.sample_driver}" if release.sample_driver else "no recorded driver"
+        yield Problem(
+            "pcs-driver",
+            f"{pool.instance_type}'s Blackwell GPUs need NVIDIA driver R{BLACKWELL_DRIVER_MAJOR} "
+            f"or later; AWS's PCS sample AMI for Slurm {version} has {has}, so every node "
+            "would drain",
+            ("slurm", "pcs", "slurmVersion"),
+            hint=(
+                f'slurmVersion "{good[-1]}" (its sample AMI has an R570+ driver), or '
+                if good
+                else ""
+            )
+            + "slurm.amiId: an image with an R570+ driver",
+            related=(("compute", "gpuPools", i, "instanceType"),),
+        )
+        return
 
 
 @rule("pcs-region")
@@ -156,9 +237,21 @@ def pcs_custom_settings(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem
     """Custom settings are slurm.conf parameter names; the ones fmctl sets are its own."""
     if not _pcs(spec, ctx):
         return
+    ultra = any(
+        (t := ctx.catalog.get(p.instance_type)) is not None and t.ultra_server
+        for p in spec.compute.gpu_pools
+    )
     for name in spec.slurm.pcs.custom_settings:
         path = ("slurm", "pcs", "customSettings", name)
-        if name in FMCTL_SETTINGS:
+        if ultra and name == "PrologFlags":
+            yield Problem(
+                "pcs-custom-settings",
+                "PrologFlags is set by fmctl on UltraServer clusters (Alloc,NoHold: the IMEX "
+                "prolog must run on every node at allocation, as PCS's UltraServer guide says)",
+                path,
+                hint="remove PrologFlags",
+            )
+        elif name in FMCTL_SETTINGS:
             yield Problem(
                 "pcs-custom-settings",
                 f"{name} is set by fmctl ({FMCTL_SETTINGS[name]})",

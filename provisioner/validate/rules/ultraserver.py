@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from provisioner.catalog import architecture_of
+from provisioner.catalog.pcs import default_slurm_version
 from provisioner.spec import defaults
 from provisioner.spec.model import ClusterSpec, GpuPool
 from provisioner.spec.problems import Problem, SpecPath
@@ -89,7 +90,7 @@ PCS_ULTRASERVER_SLURM = (25, 5)
 
 @rule("ultraserver-pcs-slurm")
 def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """On AWS PCS, UltraServer pools need Slurm 25.05 or later."""
+    """On AWS PCS, UltraServer pools need Slurm 25.05 or later and an AMI with IMEX."""
     if ctx.scheduler != "slurm" or spec.slurm.provider != "pcs":
         return
     version = spec.slurm.pcs.slurm_version
@@ -97,17 +98,33 @@ def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Probl
         major, minor = (int(part) for part in version.split("."))
     except ValueError:
         return  # pcs-version says what is wrong with it
-    if (major, minor) >= PCS_ULTRASERVER_SLURM:
+    ultra = [
+        (path, pool)
+        for path, pool in _pools(spec)
+        if (itype := ctx.catalog.get(pool.instance_type)) is not None and itype.ultra_server
+    ]
+    if not ultra:
         return
-    for path, pool in _pools(spec):
-        itype = ctx.catalog.get(pool.instance_type)
-        if itype is not None and itype.ultra_server:
-            yield Problem(
-                "ultraserver-pcs-slurm",
-                f"AWS PCS runs {pool.instance_type} node groups on Slurm 25.05 or later, "
-                f"not {version}",
-                ("slurm", "pcs", "slurmVersion"),
-                hint='set slurm.pcs.slurmVersion to "25.05" or "25.11"',
-                related=((*path, "instanceType"),),
-            )
-            return
+    path, pool = ultra[0]
+    if (major, minor) < PCS_ULTRASERVER_SLURM:
+        newest = default_slurm_version(ctx.today)
+        yield Problem(
+            "ultraserver-pcs-slurm",
+            f"AWS PCS runs {pool.instance_type} node groups on Slurm 25.05 or later, not {version}",
+            ("slurm", "pcs", "slurmVersion"),
+            hint=f'set slurm.pcs.slurmVersion to "{newest}"',
+            related=((*path, "instanceType"),),
+        )
+    if spec.slurm.ami_id is None:
+        # The same page's prerequisites: "An AMI with the NVIDIA driver, CUDA, and IMEX
+        # packages installed. The IMEX service (nvidia-imex) must be enabled on the AMI";
+        # AWS's sample AMIs carry no nvidia-imex (their release notes list none).
+        yield Problem(
+            "ultraserver-pcs-slurm",
+            f"{pool.instance_type} node groups on AWS PCS need an AMI with nvidia-imex "
+            "enabled, which AWS's PCS sample AMIs do not have",
+            ("slurm", "amiId"),
+            hint="set slurm.amiId to an image with the NVIDIA driver (R570+), CUDA, IMEX "
+            "and PCS's agent (AWS's PCS-ready DLAMI, or one built with PCS's installers)",
+            related=((*path, "instanceType"),),
+        )
