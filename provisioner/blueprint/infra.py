@@ -196,6 +196,11 @@ class Parts:
         ttl = parse_ttl(meta.ttl) if meta.ttl else None
         return DesiredTags(tuple(sorted(meta.tags.items())), meta.name, rid, ttl)
 
+    def global_tags(self, rid: str) -> DesiredTags:
+        """The tags of an object in an account-wide namespace (IAM): the region too, which
+        find_owned checks (resources.iam.owned_here)."""
+        return dataclasses.replace(self.tags(rid), region=self.spec.metadata.region)
+
     def role(
         self, rid: str, role: str, inline: dict[str, Any] | None = None, path: str = "/"
     ) -> None:
@@ -224,7 +229,7 @@ class Parts:
                 inline=canonical(document) if document else None,
                 instance_profile=service == "ec2.amazonaws.com",
                 description=f"fmctl {self.c.name} ({self.c.region}): {role}",
-                tags=self.tags(rid),
+                tags=self.global_tags(rid),
                 path=path,
             ),
         )
@@ -335,7 +340,7 @@ def _slurm_shared(p: Parts) -> None:
             name,
             canonical(amp_write_policy(c.amp_workspace_arn)),
             f"fmctl {c.name} ({c.region}): amp-write",
-            p.tags("iam/amp-write"),
+            p.global_tags("iam/amp-write"),
         )
         p.add("iam/amp-write", "iam-policy", policy)
     uploads = monitoring_files(c)

@@ -21,6 +21,7 @@ from provisioner.resources.storage import account_of
 from provisioner.resources.tags import (
     CREATED_TAG,
     OWNER_TAG,
+    REGION_TAG,
     RESOURCE_TAG,
     DesiredTags,
     Tags,
@@ -42,8 +43,27 @@ def role_name(cluster: str, region: str, role: str) -> str:
 
 def role_prefix(cluster: str, region: str) -> str:
     """What the names of a cluster's roles, profiles and policies in a region start with
-    (so does another cluster's whose name starts the same: the ownership tag decides)."""
+    (so does another cluster's whose name starts the same, and the same cluster's in a
+    region whose name starts the same once cut: ``owned_here`` decides)."""
     return head_of(f"fmctl-{cluster}-{region}-", ROLE_NAME_LIMIT)
+
+
+def owned_here(name: str, tags: Tags | None, cluster: str, region: str) -> bool:
+    """Whether the IAM object ``name`` (tagged ``tags``) is ``cluster``'s in ``region``.
+
+    IAM is one namespace for the whole account, and a long cluster name cuts the region off
+    the name's readable head (``fmctl-NAME-ap-north…-HASH`` in ap-northeast-1 and -2 alike),
+    so the owner tag is not enough: the region tag must name ``region``. An object made
+    before fmctl wrote that tag is judged by its exact name instead: the one fmctl gives the
+    logical id its resource tag carries (``iam/ROLE`` -> ``role_name(cluster, region,
+    ROLE)``), which differs between regions by its hash."""
+    if tags is None or tags.get(OWNER_TAG) != cluster:
+        return False
+    where = tags.get(REGION_TAG)
+    if where is not None:
+        return where == region
+    logical = tags.get(RESOURCE_TAG) or ""
+    return logical.startswith("iam/") and name == role_name(cluster, region, logical[4:])
 
 
 def canonical(document: Any) -> str:
@@ -285,7 +305,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 if not name.startswith(prefix):
                     continue
                 tags = self._tags(ctx, name)
-                if tags is not None and tags.get(OWNER_TAG) == ctx.cluster:
+                if tags is not None and owned_here(name, tags, ctx.cluster, ctx.region):
                     out[name] = self.owned_item(tags.get(RESOURCE_TAG) or "?", name)
         for page in iam.get_paginator("list_instance_profiles").paginate():
             for profile in page["InstanceProfiles"]:
@@ -293,7 +313,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 if name in out or not name.startswith(prefix):
                     continue
                 tags = self._profile_tags(ctx, name)
-                if tags is not None and tags.get(OWNER_TAG) == ctx.cluster:
+                if tags is not None and owned_here(name, tags, ctx.cluster, ctx.region):
                     out[name] = self.owned_item(tags.get(RESOURCE_TAG) or "?", name)
         return sorted(out.values(), key=lambda o: o.id)
 
@@ -481,7 +501,9 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
                     continue
                 arn = policy["Arn"]
                 tags = self._tags(ctx, arn)
-                if tags is not None and tags.get(OWNER_TAG) == ctx.cluster:
+                if tags is not None and owned_here(
+                    policy["PolicyName"], tags, ctx.cluster, ctx.region
+                ):
                     out.append(self.owned_item(tags.get(RESOURCE_TAG) or "?", arn))
         return out
 

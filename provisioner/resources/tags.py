@@ -12,6 +12,11 @@ OWNER_TAG = "fmctl.dev/cluster"
 RESOURCE_TAG = "fmctl.dev/resource"
 EXPIRES_TAG = "fmctl.dev/expires-at"
 CREATED_TAG = "fmctl.dev/created-at"
+#: The region of a cluster's objects in account-wide namespaces (IAM roles, instance
+#: profiles, policies): two same-named clusters in two regions both own IAM objects whose
+#: names may share their whole head (names.bounded cuts long ones), so the owner tag alone
+#: cannot tell them apart.
+REGION_TAG = "fmctl.dev/region"
 #: What a resource `down` kept (--keep-logs, deletionPolicy: retain) says it came from; no
 #: other fmctl tag is left on it, so nothing of fmctl's finds or deletes it again.
 RETAINED_TAG = "fmctl.dev/retained-from"
@@ -73,11 +78,15 @@ class DesiredTags:
     cluster: str
     resource: str
     ttl_seconds: float | None = None
+    #: Set for objects of account-wide namespaces (IAM): the region they belong to.
+    region: str | None = None
 
     def resolve(self, created_at: str | None) -> Tags:
         """The tags to compare with a live resource created at ``created_at``: every fmctl
         tag but the creation stamp, which never changes."""
         tags = {**dict(self.spec), OWNER_TAG: self.cluster, RESOURCE_TAG: self.resource}
+        if self.region is not None:
+            tags[REGION_TAG] = self.region
         if self.ttl_seconds is not None:
             born = parse_stamp(created_at) or time.time()
             tags[EXPIRES_TAG] = stamp(born + self.ttl_seconds)
