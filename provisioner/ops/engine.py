@@ -214,6 +214,19 @@ def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
             )
     if allow_replace:
         return problems
+    for c in plan.changes:
+        stops = [f for f in c.fields if f.how == How.STOP]
+        if stops and not c.refused:
+            problems.append(
+                Problem(
+                    "stop-refused",
+                    f"this change stops every node of {c.resource} ({stops[0].path}: "
+                    f"{stops[0].reason})",
+                    _path(c.origin) if c.origin else (),
+                    hint="change it back, or run `fmctl up --allow-replace` to stop and "
+                    "restart the pool (its running jobs end)",
+                )
+            )
     causes = _causes(plan)
     by_origin: dict[str | None, list[Change]] = {}
     for c in plan.changes:

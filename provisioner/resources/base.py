@@ -37,6 +37,9 @@ class How(enum.StrEnum):
     UPDATE = "update"  # changed in place
     REPLACE = "replace"  # the resource is made again (what was on it is lost)
     IMMUTABLE = "immutable"  # cannot change, and fmctl will not replace it: refused
+    #: changed in place, but only by stopping every node first (no room to roll them one by
+    #: one): like a replacement, done only with --allow-replace
+    STOP = "stop"
 
 
 @dataclass(frozen=True)

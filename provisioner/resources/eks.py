@@ -19,6 +19,7 @@ from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, 
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
+from provisioner.resources.eks_upgrade import catch_up
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut
@@ -222,7 +223,12 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
                     change.before,
                     change.after,
                     How.UPDATE,
-                    f"UpdateClusterVersion, one minor version at a time: {' -> '.join(steps)}",
+                    f"UpdateClusterVersion, one minor version at a time: {' -> '.join(steps)}"
+                    + (
+                        "; at each minor the node groups and add-ons follow before the next"
+                        if len(steps) > 2
+                        else ""
+                    ),
                 )
             out.append(change)
         return out
@@ -333,6 +339,9 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         while _minor(out.version) < _minor(target):
             major, minor = _minor(out.version)
             step = f"{major}.{minor + 1}"
+            # EKS refuses the step while a node group lags the control plane (a run that
+            # upgraded two minors before this one, or was killed between its steps).
+            catch_up(ctx, rid, out.version)
             ctx.emit(rid, "updating", f"Kubernetes {out.version} -> {step}")
             eks.update_cluster_version(
                 name=ctx.cluster, version=step, clientRequestToken=ctx.token(f"{rid}/{step}")

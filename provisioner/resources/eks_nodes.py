@@ -102,6 +102,22 @@ class NodegroupLive:
 
 
 _FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
+#: The changes EKS makes as a rolling update (UpdateNodegroupVersion: a surge node first).
+_ROLLING = ("version", "launch_template")
+_NO_SURGE = (
+    "scaled to 0 and back: a full UltraServer Capacity Block has no room for the rolling "
+    "update's surge node (AWS's EKS guide for P6e-GB200); every node stops"
+)
+
+
+def _no_surge(params: NodegroupParams) -> bool:
+    """A node group on an UltraServer Capacity Block (the block is the whole pool)."""
+    from provisioner.catalog import load_catalog
+
+    if params.capacity_type != "CAPACITY_BLOCK" or params.instance_type is None:
+        return False
+    itype = load_catalog().get(params.instance_type)
+    return itype is not None and itype.ultra_server
 
 
 class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
@@ -238,6 +254,26 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             template,
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
+
+    def diff(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+    ) -> list[FieldChange]:
+        """On a full UltraServer Capacity Block a rolling update has no room for its surge
+        node: AWS's EKS guide for P6e-GB200 scales such a node group to 0 and back for a
+        change that replaces nodes. Said in the plan; done only with --allow-replace."""
+        out = super().diff(ctx, rid, params, observed)
+        if not _no_surge(params):
+            return out
+        return [
+            FieldChange(c.path, c.before, c.after, How.STOP, _NO_SURGE)
+            if c.path in _ROLLING and c.how == How.UPDATE
+            else c
+            for c in out
+        ]
 
     def renamed(self, params: NodegroupParams, observed: Observed[Any, Any]) -> NodegroupParams:
         """The params of a replacement: a name of its own (EKS names are unique per
@@ -377,6 +413,10 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             )
             self._active(ctx, rid, observed.id, self.config_seconds)
         version: dict[str, Any] = {}
+        stopped = _no_surge(params) and bool(paths & set(_ROLLING))
+        if stopped:
+            # No surge room: no nodes to roll, then the new version, then the nodes back.
+            self._scale_to(ctx, rid, observed.id, Scaling(0, params.scaling.max_size, 0))
         if "launch_template" in paths and params.launch_template is not None:
             template = ctx.get(params.launch_template)
             version["launchTemplate"] = {"id": template.id, "version": str(template.version)}
@@ -388,12 +428,27 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
                 clusterName=ctx.cluster, nodegroupName=observed.id, **version
             )
             self._active(ctx, rid, observed.id, self.update_seconds)
+        if stopped:
+            self._scale_to(ctx, rid, observed.id, params.scaling)
         if "tags" in paths:
             arn = eks.describe_nodegroup(clusterName=ctx.cluster, nodegroupName=observed.id)[
                 "nodegroup"
             ]["nodegroupArn"]
             eks_retag(ctx, arn, changes)
         return observed.outputs
+
+    def _scale_to(self, ctx: Context, rid: str, name: str, scaling: Scaling) -> None:
+        ctx.emit(rid, "updating", f"scaling to {scaling.desired_size} (no surge room)")
+        ctx.aws.client("eks").update_nodegroup_config(
+            clusterName=ctx.cluster,
+            nodegroupName=name,
+            scalingConfig={
+                "minSize": scaling.min_size,
+                "maxSize": scaling.max_size,
+                "desiredSize": scaling.desired_size,
+            },
+        )
+        self._active(ctx, rid, name, self.config_seconds)
 
     def outputs_after(
         self, observed: Observed[NodegroupOut, NodegroupLive], changes: Sequence[FieldChange]

@@ -342,7 +342,12 @@ def _list_clusters(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
 
 
 def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any]:
-    """One minor version at a time, as EKS allows (InvalidParameterException otherwise)."""
+    """One minor version at a time, as EKS allows (InvalidParameterException otherwise), and
+    only while every managed node group runs the cluster's version (botocore's EKS
+    documentation of UpdateClusterVersion: "all of your node groups' Kubernetes versions
+    must match the cluster's Kubernetes version in order to update the cluster to a new
+    Kubernetes version"; the error code EKS answers with is not documented there:
+    InvalidRequestException, its code for a request the resource's state does not allow)."""
     item = s._cluster(call.region, name)
     current, asked = item.data["version"], call.params.get("version", "")
     if asked not in offered() or minor(asked) != (minor(current)[0], minor(current)[1] + 1):
@@ -350,6 +355,21 @@ def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any
             400,
             "InvalidParameterException",
             f"Unsupported Kubernetes minor version update from {current} to {asked}",
+        )
+    behind = sorted(
+        f"{ng_name} ({ng.data['version']})"
+        for (region, cluster, ng_name), ng in s.nodegroups.items()
+        if region == call.region
+        and cluster == name
+        and ng.gone_at is None
+        and ng.data["version"] != current
+    )
+    if behind:
+        raise EksError(
+            400,
+            "InvalidRequestException",
+            f"Nodegroups {', '.join(behind)} must be on the cluster's version {current} "
+            "before the cluster is updated",
         )
     update = start_update(
         s,

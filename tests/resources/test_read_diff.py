@@ -17,7 +17,13 @@ from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksParams
 from provisioner.resources.eks_addons import Addon, AddonParams
-from provisioner.resources.eks_nodes import Nodegroup, NodegroupOut, NodegroupParams, Scaling
+from provisioner.resources.eks_nodes import (
+    Nodegroup,
+    NodegroupLive,
+    NodegroupOut,
+    NodegroupParams,
+    Scaling,
+)
 from provisioner.resources.errors import Foreign
 from provisioner.resources.fsx import FileSystem, FsxParams
 from provisioner.resources.gateways import IgwParams, InternetGateway, NatGateway, NatParams
@@ -590,3 +596,49 @@ def test_the_read_answers_used_here_are_awss_own() -> None:
     assert example("ec2", "DescribeVpcs")["Vpcs"][0]["VpcId"] == "vpc-a01106c2"
     assert json.loads(example("s3", "GetBucketPolicy")["Policy"])["Id"] == "LogPolicy"
     assert isinstance(Observed, type)
+
+
+def test_a_full_ultraserver_block_is_stopped_not_rolled() -> None:
+    """On a GB200 Capacity Block a version or template change cannot surge (AWS's EKS guide
+    for P6e-GB200: scale to 0 and back): the plan says the pool stops, and `up` does it
+    only with --allow-replace (ops.engine.refusals); a p5 block still rolls."""
+    import dataclasses
+
+    aws = RecordedAws("us-west-2")
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
+    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+
+    def case(instance_type: str) -> dict[str, tuple[Any, Any, How]]:
+        base = _ng_params(18, "unused")
+        params = dataclasses.replace(
+            base, capacity_type="CAPACITY_BLOCK", instance_types=(), instance_type=instance_type
+        )
+        live = Nodegroup().desired(ctx, "nodegroup/gpu", params, _observed_like(params, ctx))
+        observed = Observed(NodegroupOut("gpu"), live, "gpu")
+        newer = dataclasses.replace(params, version="1.34")
+        return _fields(Nodegroup().diff(ctx, "nodegroup/gpu", newer, observed))
+
+    assert case("p6e-gb200.36xlarge")["version"] == ("1.33", "1.34", How.STOP)
+    assert case("p5.48xlarge")["version"] == ("1.33", "1.34", How.UPDATE)
+
+
+def _observed_like(params: NodegroupParams, ctx: Context) -> Observed[Any, Any]:
+    """An observation whose tags are the desired ones (what desired() reads off it)."""
+    from provisioner.resources.tags import Tags
+
+    empty = NodegroupLive(
+        "",
+        "",
+        None,
+        frozenset(),
+        None,
+        Scaling(0, 0, 0),
+        frozenset(),
+        frozenset(),
+        1,
+        "",
+        None,
+        Tags.of({}),
+    )
+    return Observed(NodegroupOut("gpu"), empty, "gpu")

@@ -711,6 +711,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "ultraserver-eks-nvlink",
+        "gb200-on-eks",
+        [*GB200, (("scheduler",), "kubernetes"), (HEAD, DELETE)],
+        "compute.gpuPools[0].instanceType",
+        "warning",
+    ),
+    (
         "pcs-driver",
         "b200-on-a-550-sample",
         [*PCS, B200, (("slurm", "pcs"), {"slurmVersion": "25.05"})],
@@ -769,6 +776,7 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-pcs-slurm", "slurm-25.11-own-ami", [*GB200, *PCS_ULTRA]),
     ("ultraserver-pcs-slurm", "x86-sample-ami", PCS),
     ("pcs-driver", "b200-on-25.11-sample", [*PCS, B200]),
+    ("ultraserver-eks-nvlink", "gb200-on-slurm", [*GB200, (HEAD, DELETE)]),
     ("pcs-driver", "b200-own-ami", [*PCS, B200, (("slurm", "amiId"), "ami-0123456789abcdef0")]),
     ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
     ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),

@@ -128,3 +128,27 @@ def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Probl
             "and PCS's agent (AWS's PCS-ready DLAMI, or one built with PCS's installers)",
             related=((*path, "instanceType"),),
         )
+
+
+@rule("ultraserver-eks-nvlink")
+def ultraserver_eks_nvlink(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """UltraServer pools on EKS get no multi-node NVLink domain from fmctl yet: AWS's EKS
+    guide for P6e-GB200 forms it through NVIDIA's DRA driver and a ComputeDomain per job,
+    which fmctl does not install; pods then use one node's GPUs over NVLink and EFA between
+    nodes. A warning, so the cluster can still be made (and DRA set up by hand)."""
+    if ctx.scheduler != "kubernetes":
+        return
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and itype.ultra_server:
+            yield Problem(
+                "ultraserver-eks-nvlink",
+                f"{pool.instance_type} pods on EKS need NVIDIA's DRA driver and a "
+                "ComputeDomain to share NVLink across the UltraServer; fmctl installs neither "
+                "yet, so NCCL crosses nodes over EFA only",
+                (*path, "instanceType"),
+                level="warning",
+                hint="install NVIDIA's k8s-dra-driver-gpu (its ComputeDomain CRD) as AWS's "
+                "EKS P6e-GB200 guide shows, or use scheduler: slurm (IMEX per job)",
+            )
+            return
