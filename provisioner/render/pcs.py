@@ -24,8 +24,9 @@ from provisioner.render.slurm import monitoring_files
 LOGIN = "login"
 #: Where the bootstrap syncs slurm/ on every node (as on ParallelCluster's nodes).
 HOME = "/opt/fmctl/slurm"
-#: Every prolog.d script, in order (a glob, as ParallelCluster's own Prolog setting is): the
-#: node check, then IMEX on UltraServer nodes.
+#: Every prolog.d script (a glob, as ParallelCluster's own Prolog setting is). slurmd runs
+#: a glob's scripts in reverse alphabetical order (slurm.conf(5), Prolog; seen with a real
+#: slurmd 24.11 in the stand-in), so the names put the node check (90-) before IMEX (80-).
 PROLOG = f"{HOME}/prolog.d/*"
 EPILOG = f"{HOME}/epilog.d/50-fmctl-cleanup.sh"
 #: UltraServer clusters: the prolog runs on every node at allocation (Alloc: IMEX must know
@@ -143,7 +144,7 @@ def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
         node = f"{str(pool.efa).lower()} {pool.gpus} {pool.efa_devices} "
         node += str(pool.efa_rdma_read).lower()
         # --imex first (the bootstrap's own flag): on UltraServers the prolog forms each
-        # job's NVLink domain (prolog.d/60-fmctl-imex.sh).
+        # job's NVLink domain (prolog.d/80-fmctl-imex.sh).
         flags = ["--imex"] if pool.itype.ultra_server else []
         flags.append("--node-exporter")
         if c.gpu_metrics:

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The one rule for counting a node's EFA devices, sourced by the prolog
-# (prolog.d/50-fmctl-node-check.sh) and the node check (node-check.sh), whose list
+# (prolog.d/90-fmctl-node-check.sh) and the node check (node-check.sh), whose list
 # `fmctl check` judges: one device per distinct `domain:` of the `provider: efa` entries of
 # endpoint type FI_EP_RDM.
 #

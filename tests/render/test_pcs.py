@@ -185,7 +185,9 @@ def test_the_prolog_and_bootstrap_are_fmctls_shipped_scripts(folder: Rendered) -
         matched = sorted((ROOT / "slurm").glob(shipped))
         assert matched and all(m.is_file() for m in matched), settings[name]
     prologs = sorted((ROOT / "slurm").glob(settings["Prolog"].removeprefix("/opt/fmctl/slurm/")))
-    assert [m.name for m in prologs] == ["50-fmctl-node-check.sh", "60-fmctl-imex.sh"]
+    # slurmd runs a glob's scripts in reverse alphabetical order (seen with a real slurmd:
+    # tests/slurm/test_standin_imex.py): the node check first, then IMEX.
+    assert [m.name for m in reversed(prologs)] == ["90-fmctl-node-check.sh", "80-fmctl-imex.sh"]
     usage = (ROOT / "slurm/actions/pcs-node-bootstrap.sh").read_text()
     positional = int(re.search(r'\[ "\$#" -ge (\d+) \]', usage).group(1))  # type: ignore[union-attr]
     for path, text in folder.files.items():

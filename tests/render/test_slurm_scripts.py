@@ -19,7 +19,7 @@ def test_there_are_scripts() -> None:
         "on-node-start.sh",
         "on-node-configured.sh",
         "nccl-tests.sbatch",
-        "50-fmctl-node-check.sh",
+        "90-fmctl-node-check.sh",
         "50-fmctl-cleanup.sh",
         "install-exporter.sh",
         "enroot-pyxis.sh",

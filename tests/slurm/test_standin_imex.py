@@ -211,3 +211,29 @@ def test_a_node_without_imex_is_drained_with_the_reason(cluster: Cluster) -> Non
     assert "DRAIN" in state
     shown = cluster.slurm.scontrol("show", "node", broken.name)
     assert "NVLink domain not formed: nvidia-imex is not installed" in shown, shown
+
+
+def test_slurmd_runs_the_node_check_before_imex(cluster: Cluster) -> None:
+    """Slurm runs a Prolog glob's scripts in an order of its own (slurm.conf(5), Prolog:
+    reverse alphabetical for several); a real slurmd says which here, and fmctl's names must
+    put the node check first under it: IMEX is re-formed only on a node that passed it."""
+    node = cluster.computes[0]
+    scripts = "/opt/slurm/etc/scripts/prolog.d"
+    record = "/var/tmp/prolog-order"
+    for name in ("00-order-first-by-name.sh", "zz-order-last-by-name.sh"):
+        node.node.write(f"{scripts}/{name}", f"#!/bin/bash\necho {name} >> {record}\n", 0o755)
+    try:
+        done = _submit(cluster, "--wait", "--exclusive", "-N", "1", "-w", node.name)
+        assert done.returncode == 0, done.stderr + cluster.slurm.log()
+        ran = node.node.path(record).read_text().split()
+    finally:
+        for name in ("00-order-first-by-name.sh", "zz-order-last-by-name.sh"):
+            node.node.path(f"{scripts}/{name}").unlink()
+        node.node.path(record).unlink(missing_ok=True)
+    reverse = ran == ["zz-order-last-by-name.sh", "00-order-first-by-name.sh"]
+    assert reverse or ran == ["00-order-first-by-name.sh", "zz-order-last-by-name.sh"], ran
+    ours = sorted(p.name for p in (ROOT / "slurm" / "prolog.d").glob("*.sh"))
+    order = list(reversed(ours)) if reverse else ours
+    check = next(n for n in order if "node-check" in n)
+    imex = next(n for n in order if "imex" in n)
+    assert order.index(check) < order.index(imex), (order, "reverse" if reverse else "forward")

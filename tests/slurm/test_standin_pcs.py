@@ -110,7 +110,7 @@ def test_the_user_data_bootstraps_a_pcs_node(node: tuple[StandinNode, dict[str, 
     assert "FMCTL_EXPECTED_GPUS=8" in env and "FMCTL_EXPECTED_EFA=32" in env
     # Nothing of ParallelCluster's layout is made on a PCS node.
     assert not pcs.path("/opt/slurm").exists()
-    assert pcs.path("/opt/fmctl/slurm/prolog.d/50-fmctl-node-check.sh").is_file()
+    assert pcs.path("/opt/fmctl/slurm/prolog.d/90-fmctl-node-check.sh").is_file()
     assert "fmctl on-node-configured: compute done" in booted.stdout
 
 
@@ -170,4 +170,4 @@ def test_an_ultraserver_node_group_bootstraps_for_imex(
     assert booted.returncode == 0, f"{booted.stdout}\n{booted.stderr}"
     env = pcs.path("/etc/fmctl/node.env").read_text()
     assert "FMCTL_IMEX=true" in env and "FMCTL_EXPECTED_GPUS=4" in env
-    assert pcs.path("/opt/fmctl/slurm/prolog.d/60-fmctl-imex.sh").is_file()
+    assert pcs.path("/opt/fmctl/slurm/prolog.d/80-fmctl-imex.sh").is_file()
