@@ -350,6 +350,19 @@ def os_login_user(os: str) -> str:
     return "ec2-user"
 
 
+def parallelcluster_owns_topology(spec: ClusterSpec, catalog: Catalog) -> bool:
+    """ParallelCluster 3.14+ writes topology.conf itself (topology/block, one block per
+    UltraServer) for p6e-gb200 Capacity Blocks, on create and on update (the cookbook's
+    block topology, aws-parallelcluster-cookbook#3002): a second writer would overwrite it,
+    so on such a cluster fmctl writes no topology of its own."""
+    if spec.scheduler != "slurm" or spec.slurm.provider != "parallelcluster":
+        return False
+    return any(
+        (t := catalog.get(p.instance_type)) is not None and t.ultra_server
+        for p in spec.compute.gpu_pools
+    )
+
+
 def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
     """The render context of a resolved spec (``provisioner.spec.resolve.resolve``)."""
     net = spec.network
@@ -398,7 +411,8 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         efa_metrics=obs.efa_metrics,
         amp_workspace_arn=obs.amp_workspace_arn if obs.prometheus else None,
         slurm_os=spec.slurm.os,
-        topology_aware=spec.slurm.topology_aware,
+        topology_aware=spec.slurm.topology_aware
+        and not parallelcluster_owns_topology(spec, catalog),
         scaledown_idletime=spec.slurm.scaledown_idletime,
         gpu_health_checks=spec.slurm.gpu_health_checks,
         tags=tuple(sorted(tags.items())),

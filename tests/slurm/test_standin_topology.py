@@ -5,8 +5,8 @@ The head node starts with fmctl's provisional topology.conf (rendered), then its
 fmctl-topology timer runs slurm/lib/topology-refresh.sh on the node, as systemd runs it:
 the published topology.json in, topology.conf out (slurm/lib/topology.py over `scontrol
 show nodes -o`, with the node's python3), slurmctld reconfigured. Here: a
-4-layer p6-b200 pool on topology/tree, and two GB200 UltraServer Capacity Blocks (18 and
-9) on topology/block, their nodes given the addresses their instances would have.
+4-layer p6-b200 pool on topology/tree, its nodes given the addresses their instances would
+have. GB200 UltraServer clusters get ParallelCluster's own topology/block, not fmctl's.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from provisioner.catalog import load_catalog
+from provisioner.render import render
 from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.slurm import cluster_slurm_settings, node_names, topology_conf
 from tests.conftest import ROOT, set_path, validate_data
@@ -121,44 +122,33 @@ def test_a_four_layer_tree_is_slurms_tree(image: Path) -> None:
         assert _members(slurm, switches["nn-4b"]) == _members(slurm, "Nodes=" + names(c)[0])[3:]
 
 
-def test_ultraserver_capacity_blocks_are_slurms_blocks(image: Path) -> None:
-    """Two GB200 pools, one per Capacity Block (18 and 9 instances): one Slurm block per
-    UltraServer, the base block size the smaller one's."""
+def test_parallelcluster_keeps_the_ultraserver_blocks_it_writes() -> None:
+    """GB200 Capacity Blocks on ParallelCluster: ParallelCluster 3.14+ writes topology.conf
+    (topology/block) itself, on create and update, so fmctl sets no TopologyPlugin, writes
+    no topology.conf, and the head node runs no refresh of its own (a second writer would
+    overwrite ParallelCluster's blocks every two minutes), for every pool of the cluster."""
     second = {"name": "half", "instanceType": "p6e-gb200.36xlarge", "count": 9}
     second["capacity"] = {"type": "capacity-block", "reservationId": "cr-0123456789abcdef1"}
-    c = _context(
-        [
-            ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
-            ((*POOL, "count"), 18),
-            (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
-            (("compute", "gpuPools", 1), second),
-        ]
-    )
-    assert c.topology_style == "block"
-    assert ("TopologyPlugin", "topology/block") in cluster_slurm_settings(c)
-    instances = [
-        {
-            "ip": f"10.0.2.{i}",
-            "networkNodes": ["nn-1", "nn-2", f"nn-3{i // 9}"],
-            "capacityBlockId": "cb-0aaa" if i < 18 else "cb-0bbb",
-        }
-        for i in range(27)
+    edits = [
+        ((*POOL, "instanceType"), "p6e-gb200.36xlarge"),
+        ((*POOL, "count"), 18),
+        (("compute", "headNode", "instanceType"), "m7g.4xlarge"),
+        (("compute", "gpuPools", 1), second),
     ]
-    for slurm in _cluster(image, c):
-        provisional = slurm.scontrol("show", "topology")
-        assert "BlockName=block-train" in provisional and "BlockName=block-half" in provisional
-        shown = _install(slurm, instances, c.topology_style)
-        blocks = {
-            line.split()[0].split("=", 1)[1]: line
-            for line in shown.splitlines()
-            if line.startswith("BlockName=")
-        }
-        assert set(blocks) >= {"cb-0aaa", "cb-0bbb"}, shown
-        assert all(line.endswith(" BlockSize=9") for line in blocks.values()), shown
-        train, half = names(c)
-        assert _members(slurm, blocks["cb-0aaa"]) == _members(slurm, f"Nodes={train}")
-        assert _members(slurm, blocks["cb-0bbb"]) == _members(slurm, f"Nodes={half}")
-        assert len(_members(slurm, blocks["cb-0aaa"])) == 18
+    c = _context(edits)
+    assert not c.topology_aware
+    assert not [k for k, _ in cluster_slurm_settings(c) if k == "TopologyPlugin"]
+    data = yaml.safe_load(EXAMPLE.read_text())
+    for path, value in edits:
+        data = set_path(data, path, value)
+    result = validate_data(data)
+    assert result.resolved is not None, result.problems
+    warned = [p for p in result.problems if p.code == "ultraserver-topology"]
+    assert [p.level for p in warned] == ["warning"]
+    files = render(result.resolved, load_catalog()).files
+    assert "slurm/topology.conf" not in files
+    config = files["parallelcluster/cluster-config.yaml"]
+    assert "--topology=" not in config and "on-head-node-start.sh" not in config
 
 
 def test_ranks_are_ordered_by_slurms_own_tree(image: Path) -> None:

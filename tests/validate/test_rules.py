@@ -711,6 +711,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "ultraserver-topology",
+        "parallelcluster-writes-it",
+        [*GB200, (HEAD, DELETE), (("slurm", "topologyAware"), True)],
+        "slurm.topologyAware",
+        "warning",
+    ),
+    (
         "ultraserver-eks-nvlink",
         "gb200-on-eks",
         [*GB200, (("scheduler",), "kubernetes"), (HEAD, DELETE)],
@@ -777,6 +784,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-pcs-slurm", "x86-sample-ami", PCS),
     ("pcs-driver", "b200-on-25.11-sample", [*PCS, B200]),
     ("ultraserver-eks-nvlink", "gb200-on-slurm", [*GB200, (HEAD, DELETE)]),
+    (
+        "ultraserver-topology",
+        "gb200-without-topology-aware",
+        [*GB200, (HEAD, DELETE), (("slurm", "topologyAware"), False)],
+    ),
     ("pcs-driver", "b200-own-ami", [*PCS, B200, (("slurm", "amiId"), "ami-0123456789abcdef0")]),
     ("name-format", "dash-and-digits", [(("metadata", "name"), "a1-b2")]),
     ("name-format", "forty-chars", [(("metadata", "name"), "a" * 40)]),

@@ -152,3 +152,28 @@ def ultraserver_eks_nvlink(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
                 "EKS P6e-GB200 guide shows, or use scheduler: slurm (IMEX per job)",
             )
             return
+
+
+@rule("ultraserver-topology")
+def ultraserver_topology(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """On ParallelCluster, UltraServer clusters get ParallelCluster's own block topology
+    (render.context.parallelcluster_owns_topology): slurm.topologyAware is then a no-op,
+    said rather than silently dropped."""
+    if ctx.scheduler != "slurm" or spec.slurm.provider != "parallelcluster":
+        return
+    if not spec.slurm.topology_aware:
+        return
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and itype.ultra_server:
+            yield Problem(
+                "ultraserver-topology",
+                f"ParallelCluster writes the Slurm topology itself for {pool.instance_type} "
+                "Capacity Blocks (topology/block, one block per UltraServer): fmctl writes "
+                "none on this cluster, for any pool",
+                ("slurm", "topologyAware"),
+                level="warning",
+                hint="remove slurm.topologyAware; ParallelCluster 3.14+ keeps the blocks",
+                related=((*path, "instanceType"),),
+            )
+            return
