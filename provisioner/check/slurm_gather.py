@@ -100,16 +100,30 @@ def node_step(context: ClusterContext, include_busy: bool, timeout: int) -> list
     return ["nodes", *busy, "--timeout", str(timeout), *(p.name for p in context.pools)]
 
 
+def shared_folder(context: ClusterContext) -> str | None:
+    """A folder the login or head node and every compute node see, for the NCCL job's log:
+    ParallelCluster NFS-exports /home from the head node (the cookbook's shared dirs); PCS
+    shares nothing of its own, so the cluster's FSx file system, or None without one."""
+    if context.slurm_provider != "pcs":
+        return "/home/fmctl-check"
+    if context.fsx is None:
+        return None
+    return f"{context.fsx.mount_path.rstrip('/')}/.fmctl-check"
+
+
 def nccl_step(context: ClusterContext, passed: dict[str, list[str]], timeout: int) -> list[str]:
     """cluster-check.sh's arguments for NCCL across each pool's passed nodes (two or more):
-    POOL:GPUS:COUNT:HOSTLIST."""
+    POOL:GPUS:COUNT:HOSTLIST (none without a shared folder: ``shared_folder``)."""
     gpus = {p.name: p.gpus for p in context.pools}
     runs = [
         f"{pool}:{gpus[pool]}:{len(nodes)}:{hostlist(nodes)}"
         for pool, nodes in sorted(passed.items())
         if len(nodes) >= 2
     ]
-    return ["nccl", "--timeout", str(timeout), *runs] if runs else []
+    shared = shared_folder(context)
+    if not runs or shared is None:
+        return []
+    return ["nccl", "--timeout", str(timeout), "--shared", shared, *runs]
 
 
 def hostlist(names: list[str]) -> str:
@@ -173,9 +187,18 @@ def gather_slurm(
         sleep,
     )
     skipped = split_stream(run(node_step(context, include_busy, timeout)), folder)
-    step = nccl_step(context, passed_nodes(context, folder), timeout) if nccl else []
+    passed = passed_nodes(context, folder)
+    step = nccl_step(context, passed, timeout) if nccl else []
     if step:
         split_stream(run(step), folder)
+    elif nccl and shared_folder(context) is None:
+        why = (
+            "NCCL not run: PCS shares no /home and the cluster has no FSx file system, so "
+            "no folder is seen by every node for the job's log (add storage.fsxLustre)"
+        )
+        skipped += [
+            ("(nccl)", pool, why) for pool, nodes in sorted(passed.items()) if len(nodes) > 1
+        ]
     return skipped
 
 

@@ -6,9 +6,12 @@
 #     allocation (srun --exclusive: never beside a user's job; --immediate: give up rather
 #     than queue behind one). efa-devices.sh and node-check.sh travel on srun's stdin
 #     (--input=all), so the nodes run this fmctl's copy.
-#   cluster-check.sh nccl [--timeout SECONDS] POOL:GPUS:COUNT:HOSTLIST...
+#   cluster-check.sh nccl [--timeout SECONDS] [--shared DIR] POOL:GPUS:COUNT:HOSTLIST...
 #     nccl-tests.sbatch across the given nodes of each pool (those that passed; HOSTLIST in
-#     Slurm's compressed form, e.g. train-st-p5-[1-4,9]).
+#     Slurm's compressed form, e.g. train-st-p5-[1-4,9]). The job's log is written by its
+#     first node into DIR, which this node must see too: ParallelCluster NFS-shares /home
+#     (the default, /home/fmctl-check); PCS shares no /home, so fmctl names the cluster's
+#     FSx mount there.
 # What it prints is what `fmctl check` reads:
 #   ==> fmctl-check NODE FILE <==          node-check.sh's files, node by node
 #   ==> fmctl-check-nccl POOL <==          the all_reduce_perf log of the pool
@@ -23,7 +26,7 @@ node_check="${FMCTL_NODE_CHECK:-$here/node-check.sh}"
 nccl_job="${FMCTL_NCCL_JOB:-$here/../jobs/nccl-tests.sbatch}"
 # The NCCL job's log is written by the job's first node: a folder every node sees.
 shared="${FMCTL_CHECK_SHARED:-/home/fmctl-check}"
-usage="usage: cluster-check.sh nodes|nccl [--include-busy] [--timeout SECONDS] POOL[:GPUS:COUNT:HOSTS]..."
+usage="usage: cluster-check.sh nodes|nccl [--include-busy] [--timeout SECONDS] [--shared DIR] POOL[:GPUS:COUNT:HOSTS]..."
 step="${1:?$usage}"
 shift
 include_busy=0 timeout=1800
@@ -32,6 +35,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --include-busy) include_busy=1 ;;
     --timeout) timeout="${2:?--timeout needs seconds}"; shift ;;
+    --shared) shared="${2:?--shared needs a folder}"; shift ;;
     -*) echo "cluster-check.sh: unknown flag $1" >&2; exit 2 ;;
     *) pools+=("$1") ;;
   esac
@@ -79,14 +83,23 @@ check_nodes() {
 
 run_nccl() {
   local pool="$1" gpus="$2" count="$3" list="$4" log
-  mkdir -p "$shared"
+  # World-writable and sticky, as /tmp: the job runs as root here, but a user's own check
+  # may share the folder.
+  install -d -m 1777 "$shared"
   log="$shared/nccl-$pool-$$.out"
-  # --deadline: Slurm drops the job rather than let it wait past the check's time.
-  sbatch --wait --partition="$pool" --nodelist="$list" --nodes="$count" \
-    --ntasks-per-node="$gpus" --gpus-per-node="$gpus" --exclusive --time="$minutes" \
-    --deadline="now+$timeout" --output="$log" "$nccl_job" > /dev/null 2>&1
+  # One rank per GPU (a pool without GPUs, one per node, asks for no GPU gres).
+  local per=(--ntasks-per-node="$gpus" --gpus-per-node="$gpus")
+  [ "$gpus" -gt 0 ] || per=(--ntasks-per-node=1)
+  # --deadline: Slurm drops the job rather than let it wait past the check's time to
+  # start. Slurm cancels a job whose start plus its time limit would pass the deadline
+  # (sbatch(1), --deadline; a real slurmctld cancelled one asked for --time equal to the
+  # whole wait), so the deadline is the wait and then the run.
+  sbatch --wait --partition="$pool" --nodelist="$list" --nodes="$count" "${per[@]}" \
+    --exclusive --time="$minutes" --deadline="now+$((timeout + minutes * 60))" \
+    --output="$log" "$nccl_job" > /dev/null 2>&1
   printf '==> fmctl-check-nccl %s <==\n' "$pool"
-  cat "$log" 2>/dev/null || echo "error: the NCCL job left no log at $log"
+  cat "$log" 2>/dev/null ||
+    echo "error: the NCCL job left no log at $log (is $shared shared with the compute nodes?)"
   rm -f "$log"
 }
 

@@ -159,7 +159,32 @@ def test_nccl_needs_two_nodes_that_passed() -> None:
     assert nccl_manifests(context, {}, "ns") == ([], {})
     assert nccl_step(context, {"gpu": ["a"]}, 600) == []
     step = nccl_step(context, {"gpu": ["ip-10-0-0-9", "ip-10-0-0-7"]}, 600)
-    assert step == ["nccl", "--timeout", "600", "gpu:8:2:ip-10-0-0-[7,9]"]
+    assert step == [
+        "nccl",
+        "--timeout",
+        "600",
+        "--shared",
+        "/home/fmctl-check",
+        "gpu:8:2:ip-10-0-0-[7,9]",
+    ]
+
+
+def test_the_nccl_log_goes_where_every_node_sees_it() -> None:
+    """ParallelCluster NFS-shares /home; PCS shares nothing of its own: the log goes to the
+    cluster's FSx, and without one the NCCL step is not run (check says why)."""
+    import dataclasses
+
+    from provisioner.check.slurm_gather import shared_folder
+
+    pcluster = _context("p5-slurm-capacity-block.yaml")
+    assert shared_folder(pcluster) == "/home/fmctl-check"
+    pcs = dataclasses.replace(pcluster, slurm_provider="pcs")
+    assert pcs.fsx is not None
+    assert shared_folder(pcs) == f"{pcs.fsx.mount_path}/.fmctl-check"
+    step = nccl_step(pcs, {"train": ["a-1", "a-2"]}, 60)
+    assert step[step.index("--shared") + 1] == f"{pcs.fsx.mount_path}/.fmctl-check"
+    bare = dataclasses.replace(pcs, fsx=None)
+    assert shared_folder(bare) is None and nccl_step(bare, {"train": ["a-1", "a-2"]}, 60) == []
 
 
 def test_hostlists_are_slurms_compressed_form() -> None:
@@ -238,7 +263,6 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "FAKE": str(tmp_path),
         "DATA": str(DATA),
-        "FMCTL_CHECK_SHARED": str(tmp_path / "shared"),
         "TMPDIR": str(tmp_path),
     }
     folder = tmp_path / "results"
@@ -263,7 +287,10 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
     # NCCL goes across the nodes that passed: not the one with a GPU fallen off the bus.
     passed = passed_nodes(context, folder)
     assert passed == {"train": ["train-st-p5-48xlarge-1", "train-st-p5-48xlarge-5"]}
-    split_stream(_run(nccl_step(context, passed, 600), env), folder)
+    step = nccl_step(context, passed, 600)
+    # The shared folder fmctl names (here a folder of the test's, in place of /home's).
+    step[step.index("--shared") + 1] = str(tmp_path / "shared")
+    split_stream(_run(step, env), folder)
     sbatch = (tmp_path / "calls").read_text().splitlines()[-1]
     assert sbatch.startswith("sbatch")
     for flag in (
@@ -272,7 +299,7 @@ def test_the_head_node_script_checks_idle_nodes_only(tmp_path: Path) -> None:
         "--nodes=2",
         "--gpus-per-node=8",
         "--ntasks-per-node=8",
-        "--deadline=now+600",
+        "--deadline=now+1200",  # ten minutes to start, ten to run
     ):
         assert flag in shlex.split(sbatch), sbatch
 

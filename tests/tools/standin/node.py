@@ -32,10 +32,18 @@ SSM_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 class StandinNode:
     """One node; ``run`` executes a command inside it as the node would."""
 
-    def __init__(self, rootfs: Path, hostname: str, shared_from: StandinNode | None = None) -> None:
-        """``shared_from``: the head node whose /opt/slurm and /home this node mounts, as
-        ParallelCluster's compute nodes mount them over NFS from the head node (the cookbook's
-        shared directories): the same slurm.conf, topology.conf, prolog.d and home folders."""
+    def __init__(
+        self,
+        rootfs: Path,
+        hostname: str,
+        shared_from: StandinNode | None = None,
+        shares: tuple[str, ...] = ("opt/slurm", "home"),
+    ) -> None:
+        """``shared_from``: the head node whose ``shares`` this node mounts: by default
+        /opt/slurm and /home, as ParallelCluster's compute nodes mount them over NFS from the
+        head node (the cookbook's shared directories): the same slurm.conf, topology.conf,
+        prolog.d and home folders. A PCS cluster shares no /home: its nodes share what the
+        spec mounts on all of them (FSx)."""
         self.hostname = hostname
         self._binds: list[Path] = []
         self.scratch = Path(tempfile.mkdtemp(prefix=f"fmctl-standin-{hostname}-", dir="/tmp"))
@@ -56,8 +64,10 @@ class StandinNode:
             check=True,
         )
         if shared_from is not None:
-            for inside in ("opt/slurm", "home"):
+            for inside in shares:
+                (shared_from.root / inside).mkdir(parents=True, exist_ok=True)
                 target = self.root / inside
+                target.mkdir(parents=True, exist_ok=True)
                 subprocess.run(
                     ["mount", "--bind", str(shared_from.root / inside), str(target)], check=True
                 )
