@@ -144,6 +144,11 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
+#: The root device of the PCS sample AMIs (Amazon Linux 2 and 2023 images name their root
+#: volume /dev/xvda: the Amazon Linux 2023 User Guide, "AL2023 on Amazon EC2"), which the
+#: launch templates size and encrypt.
+ROOT_DEVICE = "/dev/xvda"
+
 #: Amazon's images (the owner alias DescribeImages filters on).
 SAMPLE_AMI_OWNER = "amazon"
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from provisioner.catalog.pcs import slurm_prefix
+from provisioner.catalog.pcs import ROOT_DEVICE, slurm_prefix
 from provisioner.render.context import ClusterContext, PcsContext, PoolContext
 from provisioner.render.placeholders import placeholder
 from provisioner.render.slurm import monitoring_files
@@ -223,7 +223,7 @@ def launch_template(c: ClusterContext, name: str, pool: PoolContext | None) -> d
         },
         "BlockDeviceMappings": [
             {
-                "DeviceName": "/dev/xvda",
+                "DeviceName": ROOT_DEVICE,
                 "Ebs": {
                     "VolumeSize": c.head_node_root_gib if pool is None else 200,
                     "VolumeType": "gp3",

@@ -435,7 +435,7 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     exists: slurm.amiId, or AWS's sample AMI for the Slurm version and each architecture."""
     if spec.scheduler != "slurm" or spec.slurm.provider != "pcs":
         return
-    from provisioner.catalog.pcs import SAMPLE_AMI_OWNER, sample_ami_name
+    from provisioner.catalog.pcs import ROOT_DEVICE, SAMPLE_AMI_OWNER, sample_ami_name
     from provisioner.render.pcs import login_architecture
     from provisioner.resources.tags import OWNER_TAG
 
@@ -482,6 +482,18 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
                 f"no AMI {spec.slurm.ami_id} in {region}",
                 ("slurm", "amiId"),
                 hint="AMIs are per region; copy it here, or leave amiId out for AWS's sample AMI",
+            )
+        elif found[0].get("RootDeviceName", ROOT_DEVICE) != ROOT_DEVICE:
+            # The launch templates size and encrypt the root volume by this name (the PCS
+            # sample AMIs' and Amazon Linux's root); another name would add a second volume
+            # and leave the AMI's own root as it is.
+            yield Problem(
+                "pcs-ami",
+                f"AMI {spec.slurm.ami_id}'s root device is {found[0]['RootDeviceName']}: "
+                f"fmctl's PCS launch templates give the root volume as {ROOT_DEVICE}",
+                ("slurm", "amiId"),
+                hint=f"an AMI whose root device is {ROOT_DEVICE} (Amazon Linux based, as the "
+                "PCS sample AMIs are)",
             )
         return
     version = spec.slurm.pcs.slurm_version

@@ -269,6 +269,21 @@ def test_pcs_online_checks_are_located(sandbox: Sandbox, tmp_path: Path) -> None
     spec.write_text(yaml.safe_dump(data))
     message, where = problems(spec)["pcs-ami"]
     assert "no AMI ami-0123456789abcdef0" in message and where == "slurm.amiId"
+    # An image whose root is not /dev/xvda: the launch templates' root volume would be a
+    # second volume, the image's own root left as it is.
+    ec2 = sandbox.aws(region).client("ec2")
+    ubuntu = ec2.register_image(
+        Name="own-ubuntu-pcs-image", Architecture="x86_64", RootDeviceName="/dev/sda1"
+    )["ImageId"]
+    data["slurm"]["amiId"] = ubuntu
+    spec.write_text(yaml.safe_dump(data))
+    try:
+        message, where = problems(spec)["pcs-ami"]
+        assert "root device is /dev/sda1" in message and where == "slurm.amiId", message
+    finally:
+        ec2.deregister_image(ImageId=ubuntu)
+    data["slurm"]["amiId"] = "ami-0123456789abcdef0"
+    spec.write_text(yaml.safe_dump(data))
 
     aws = sandbox.aws(region)
     ec2, pcs = aws.client("ec2"), aws.client("pcs")

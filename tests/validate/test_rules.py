@@ -710,6 +710,8 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "slurm.pcs.slurmVersion",
         "error",
     ),
+    ("pcs-os", "set-on-pcs", PCS, "slurm.os", "warning"),
+    ("pcs-lacks", "said-on-every-pcs-spec", PCS, "slurm.provider", "warning"),
     (
         "ultraserver-topology",
         "parallelcluster-writes-it",
@@ -784,6 +786,8 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-pcs-slurm", "x86-sample-ami", PCS),
     ("pcs-driver", "b200-on-25.11-sample", [*PCS, B200]),
     ("ultraserver-eks-nvlink", "gb200-on-slurm", [*GB200, (HEAD, DELETE)]),
+    ("pcs-os", "parallelcluster", []),
+    ("pcs-lacks", "parallelcluster", []),
     (
         "ultraserver-topology",
         "gb200-without-topology-aware",

@@ -199,6 +199,47 @@ def pcs_driver(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
         return
 
 
+#: What a PCS cluster does not get that fmctl gives a ParallelCluster one (README, "What PCS
+#: clusters get"): said by `validate` on every PCS spec, so nobody learns it from a job.
+PCS_LACKS = (
+    "no TaskProlog: batch jobs do not get the node's NCCL/EFA environment by themselves "
+    "(source /opt/fmctl/slurm/lib/nccl-env.sh in the job script; login shells have it)",
+    "no pyxis/enroot: srun --container-image is not available (PCS runs Slurm configless, "
+    "with no plugstack.conf of fmctl's)",
+    "no Slurm exporter: Grafana's Slurm panels stay empty (GPU, EFA and node metrics work)",
+)
+
+
+@rule("pcs-lacks")
+def pcs_lacks(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """What fmctl does not (yet) set up on PCS that it does on ParallelCluster."""
+    if _pcs(spec, ctx):
+        yield Problem(
+            "pcs-lacks",
+            "on AWS PCS this cluster gets " + "; ".join(PCS_LACKS),
+            ("slurm", "provider"),
+            level="warning",
+            hint="slurm.provider: parallelcluster has all three; the README's "
+            '"What PCS clusters get" table compares the two',
+        )
+
+
+@rule("pcs-os")
+def pcs_os(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """slurm.os is ParallelCluster's image OS: on PCS it picks nothing, said (a warning, so
+    the same spec still switches providers with one line)."""
+    if _pcs(spec, ctx) and "os" in spec.slurm.model_fields_set:
+        yield Problem(
+            "pcs-os",
+            f"slurm.os ({spec.slurm.os}) picks ParallelCluster's image and is ignored on PCS: "
+            "its nodes run slurm.amiId, or AWS's PCS sample AMI (Amazon Linux 2 before Slurm "
+            "25.11, Amazon Linux 2023 from it)",
+            ("slurm", "os"),
+            level="warning",
+            hint="remove slurm.os on PCS; set slurm.amiId for another OS",
+        )
+
+
 @rule("pcs-region")
 def pcs_region(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """A region the PCS endpoints list does not name: a warning (the list grows; `up`'s
