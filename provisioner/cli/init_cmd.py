@@ -27,7 +27,16 @@ from provisioner.spec.defaults import MAX_POOL_COUNT
 )
 @click.option("--name", default="llm-pretrain", show_default=True, help="Cluster name.")
 @click.option("--region", default="us-east-1", show_default=True, help="AWS region.")
-def init(scheduler: str, instance_type: str, count: int, name: str, region: str) -> None:
+@click.option(
+    "--provider",
+    type=click.Choice(["parallelcluster", "pcs"]),
+    default="parallelcluster",
+    show_default=True,
+    help="Who runs Slurm (--scheduler slurm): ParallelCluster or AWS PCS.",
+)
+def init(
+    scheduler: str, instance_type: str, count: int, name: str, region: str, provider: str
+) -> None:
     """Print a commented starter spec; redirect it to a file and edit."""
     from provisioner.catalog import load_catalog
     from provisioner.spec.problems import suggest
@@ -50,6 +59,13 @@ def init(scheduler: str, instance_type: str, count: int, name: str, region: str)
         )
         sys.exit(1)
     click.echo(
-        starter_spec(scheduler=scheduler, itype=itype, count=count, name=name, region=region),
+        starter_spec(
+            scheduler=scheduler,
+            itype=itype,
+            count=count,
+            name=name,
+            region=region,
+            provider=provider,
+        ),
         nl=False,
     )

@@ -17,8 +17,10 @@ def starter_spec(
     count: int,
     name: str,
     region: str,
+    provider: str = defaults.SLURM_PROVIDER,
 ) -> str:
-    """A complete, valid spec with comments explaining each choice."""
+    """A complete, valid spec with comments explaining each choice (``provider``: who runs
+    Slurm, for scheduler slurm)."""
     az = f"{region}a"
     efa = "true" if itype.efa_supported else "false"
     nvme = (
@@ -60,6 +62,7 @@ def starter_spec(
         else "  apiCidrs: []                  # who may reach the Kubernetes API, e.g. your VPN's\n"
         "                                # range; [] = private: fmctl runs inside the VPC\n"
     )
+    slurm = _slurm_block(itype, provider) if scheduler == "slurm" else ""
     return f"""\
 # fmctl cluster spec: `fmctl validate -f FILE` checks it, `fmctl validate -f FILE
 # --show-defaults` prints it with every default, `fmctl schema` gives editors its schema.
@@ -90,5 +93,25 @@ storage:
     mountPath: {defaults.FSX_MOUNT_PATH}
     # s3: {{importPath: s3://bucket/data, exportPath: s3://bucket/checkpoints}}
 {nvme}observability: {{prometheus: true, grafana: true, gpuMetrics: true, efaMetrics: true}}
-kubernetes: {{version: "{defaults.KUBERNETES_VERSION}"}}
+{slurm}kubernetes: {{version: "{defaults.KUBERNETES_VERSION}"}}
+"""
+
+
+def _slurm_block(itype: InstanceType, provider: str) -> str:
+    """The slurm: section: nothing for ParallelCluster (its defaults), PCS's settings with
+    the version PCS still creates clusters on (and an AMI to fill in for UltraServers)."""
+    if provider != "pcs":
+        return ""
+    version = defaults.pcs_slurm_version()
+    ami = (
+        "  amiId: ami-0123456789abcdef0   # UltraServers: an AMI with nvidia-imex (no PCS sample\n"
+        "                                 # AMI has it); put your image's id here\n"
+        if itype.ultra_server
+        else "  # amiId: ami-...              # without it, AWS's PCS sample AMI for the version\n"
+    )
+    return f"""slurm:
+  provider: pcs                  # AWS PCS runs the Slurm controller (no head node)
+{ami}  pcs:
+    slurmVersion: "{version}"        # the newest PCS still creates clusters on
+    size: {defaults.PCS_SIZE}                    # SMALL (32 nodes) | MEDIUM (512) | LARGE (2048)
 """

@@ -395,3 +395,35 @@ def test_the_sandbox_creates_no_cluster_on_a_version_past_its_end_of_life(
     finally:
         ec2.delete_subnet(SubnetId=subnet)
         ec2.delete_vpc(VpcId=vpc)
+
+
+def test_the_pcs_starters_are_made_by_the_sandbox(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`fmctl init --provider pcs` for p5 and p6-b200: specs PCS takes as they are (a
+    version it still creates clusters on, a sample AMI whose driver runs the GPUs), made and
+    removed in the sandbox with nothing left."""
+    for itype, name, region in (
+        ("p5.48xlarge", "starter-p5", "us-east-2"),
+        ("p6-b200.48xlarge", "starter-b200", "us-west-2"),
+    ):
+        made = sandbox.fmctl(
+            "init",
+            "--scheduler",
+            "slurm",
+            "--provider",
+            "pcs",
+            "--instance-type",
+            itype,
+            "--name",
+            name,
+            "--region",
+            region,
+        )
+        assert made.returncode == 0, made.stderr
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(made.stdout)
+        up = sandbox.fmctl("up", "-f", str(path), "--sandbox", "--yes")
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert _instances(sandbox, region, name)["train"] == [itype] * 2
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert raw_leftovers(sandbox, name, region) == []
