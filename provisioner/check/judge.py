@@ -201,10 +201,14 @@ def judge_nccl(pool: Pool, report: NcclReport, saved: tuple[NcclBaseline, ...] =
         )
     else:
         floor = NCCL_FLOOR * expected_busbw_gbs(pool)
-        want = f">= {floor:.0f} GB/s ({NCCL_FLOOR:.0%} of EFA's {expected_busbw_gbs(pool):.0f})"
+        want = (
+            f">= {floor:.0f} GB/s ({NCCL_FLOOR:.0%} of EFA's {expected_busbw_gbs(pool):.0f}: "
+            "a line-rate estimate, not a measurement)"
+        )
         detail += (
-            f"; no measured baseline for {nodes} x {pool.instance_type}: "
-            "`fmctl check --save-baseline` records this pool's from a healthy run"
+            f"; no measured baseline for {nodes} x {pool.instance_type} is published: the "
+            "floor is a line-rate estimate; `fmctl check --save-baseline` records this pool's "
+            "from a healthy run"
         )
     passed = largest.busbw_gbs >= floor
     if not passed:

@@ -157,3 +157,17 @@ def test_network_layers_per_type() -> None:
     assert depth["p6e-gb200.36xlarge"] == 3
     assert CATALOG["p5.4xlarge"].network_layers is None
     assert CATALOG["g5.xlarge"].network_layers is None
+
+
+def test_nccl_baselines_are_the_sources_figures() -> None:
+    """The published rows are the AWS samples' README figures (out-of-place busbw of the
+    2 x p5.48xlarge and 2 x p4de.24xlarge runs, as the README prints them), each with its
+    size: a row typed wrong (16 GiB was once 480, the source says 487.09) fails here."""
+    from provisioner.catalog.nccl_baselines import BASELINES, GIB
+
+    rows = {(b.instance_type, b.nodes, b.size_bytes): b.busbw_gbs for b in BASELINES}
+    assert rows[("p5.48xlarge", 2, 16 * GIB)] == 487.1
+    assert rows[("p5.48xlarge", 2, 8 * GIB)] == 479.3
+    assert rows[("p5.48xlarge", 2, 4 * GIB)] == 465.9
+    assert rows[("p4de.24xlarge", 2, 2 * GIB)] == 78.3
+    assert all(b.size_bytes is not None for b in BASELINES)
