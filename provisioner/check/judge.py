@@ -134,17 +134,17 @@ def _efa(pool: Pool, efa: EfaReport | None) -> Finding:
 
 
 def _nvlink(imex: ImexState | None) -> Finding:
-    want = "IMEX READY (the multi-node NVLink domain formed)"
+    want = "IMEX domain UP: every node READY and connected (the multi-node NVLink domain)"
     if imex is None:
         return Finding("nvlink", False, "no IMEX state", want, "the node did not report")
     if imex.ready:
-        return Finding("nvlink", True, "IMEX READY", want)
+        return Finding("nvlink", True, f"IMEX {imex.said}", want)
     return Finding(
         "nvlink",
         False,
         "NVLink domain not formed",
         want,
-        f"nvidia-imex-ctl -q: {imex.said}; GPUs on other instances are reached over EFA "
+        f"nvidia-imex-ctl: {imex.said}; GPUs on other instances are reached over EFA "
         "only (fmctl configures IMEX on Slurm, not yet on EKS)",
     )
 

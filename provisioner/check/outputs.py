@@ -192,19 +192,56 @@ def parse_exporters(text: str) -> list[ExporterState]:
 
 @dataclass(frozen=True)
 class ImexState:
-    """What ``nvidia-imex-ctl -q`` said on a node (node-check.sh's imex.txt): READY once the
-    node's IMEX daemon is up (NVIDIA's IMEX guide; the NVIDIA DRA driver's compute-domain
-    daemon waits for the same word), else its error."""
+    """What a node said of IMEX (node-check.sh's imex.txt): ``nvidia-imex-ctl -q``'s word
+    (READY once this node's daemon is up: NVIDIA's IMEX guide), then ``-N -j``'s domain
+    (its "status", UP when formed, and each peer's: "not the entire domain" is all ``-q``
+    proves, NVIDIA's DRA driver says). ``ready`` is the domain formed: UP, every peer READY
+    and connected."""
 
     ready: bool
     said: str
+    #: The domain's status (UP, DOWN, DEGRADED), None when the node gave none.
+    domain: str | None = None
+    #: Peers not READY or not connected, by address.
+    lagging: tuple[str, ...] = ()
+
+
+IMEX_DOMAIN_MARK = "-- nvidia-imex-ctl -N -j"
 
 
 def parse_imex(text: str) -> ImexState:
     """node-check.sh's imex.txt."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    local, _, rest = text.partition(IMEX_DOMAIN_MARK)
+    lines = [line.strip() for line in local.splitlines() if line.strip()]
     first = lines[0] if lines else "no output"
-    return ImexState(first == "READY", first)
+    if first != "READY":
+        return ImexState(False, first)
+    try:
+        found = json.loads(rest)
+    except ValueError:
+        return ImexState(False, "READY here, but no domain status (nvidia-imex-ctl -N -j)")
+    nodes = found.get("nodes") or {} if isinstance(found, dict) else {}
+    lagging = tuple(
+        sorted(
+            {
+                f"{n.get('host', '?')} {n.get('status', '?')}"
+                for n in nodes.values()
+                if n.get("status") != "READY"
+            }
+            | {
+                f"{n.get('host', '?')}-{c.get('host', '?')} {c.get('status', '?')}"
+                for n in nodes.values()
+                for c in (n.get("connections") or {}).values()
+                if c.get("status") != "CONNECTED"
+            }
+        )
+    )
+    domain = str(found.get("status", "?")) if isinstance(found, dict) else "?"
+    formed = domain == "UP" and not lagging and bool(nodes)
+    said = f"domain {domain}, {len(nodes)} nodes" + (
+        "; " + ", ".join(lagging[:4]) if lagging else ""
+    )
+    return ImexState(formed, said, domain, lagging)
 
 
 @dataclass(frozen=True)

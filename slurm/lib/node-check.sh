@@ -61,10 +61,14 @@ if [[ "$parts" == *" gpu "* ]]; then
   for record in /var/lib/fmctl/exporters/*; do
     [ -f "$record" ] && printf '%s %s\n' "$(basename "$record")" "$(head -n 1 "$record")" >> "$out/exporters.txt"
   done
-  # The IMEX daemon's own word (READY once it is up: NVIDIA's IMEX guide, `-q`): on an
-  # UltraServer node, whether this job's multi-node NVLink domain formed.
+  # On an UltraServer node, whether this allocation's multi-node NVLink domain formed: the
+  # local daemon's word (`-q`: READY, this node only), then the domain's (`-N -j`: its
+  # status and every peer's; the IMEX prolog waits for the same).
   if command -v nvidia-imex-ctl > /dev/null 2>&1; then
-    timeout 10 nvidia-imex-ctl -q > "$out/imex.txt" 2>&1 || true
+    { timeout 10 nvidia-imex-ctl -q 2>&1 || true
+      echo "-- nvidia-imex-ctl -N -j"
+      timeout 10 nvidia-imex-ctl -N -j 2>&1 || true
+    } > "$out/imex.txt"
   else
     echo "nvidia-imex-ctl not installed on $node" > "$out/imex.txt"
   fi

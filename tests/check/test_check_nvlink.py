@@ -35,7 +35,15 @@ def gb200() -> ClusterContext:
 
 
 def test_imex_parse() -> None:
-    assert outputs.parse_imex("READY\n") == outputs.ImexState(True, "READY")
+    """READY from -q is this node's daemon only: the domain is -N -j's word."""
+    data = ROOT / "tests/data/check"
+    up = outputs.parse_imex((data / "imex-domain-up.txt").read_text())
+    assert up.ready and up.domain == "UP" and up.said == "domain UP, 2 nodes"
+    peer_gone = outputs.parse_imex((data / "imex-domain-down.txt").read_text())
+    assert not peer_gone.ready and peer_gone.domain == "DOWN"
+    assert "10.0.16.22 UNAVAILABLE" in peer_gone.lagging
+    local_only = outputs.parse_imex("READY\n")
+    assert not local_only.ready and "no domain status" in local_only.said
     down = outputs.parse_imex("\nConnection refused: no IMEX daemon answers\n")
     assert not down.ready and down.said.startswith("Connection refused")
     assert outputs.parse_imex("") == outputs.ImexState(False, "no output")
@@ -44,7 +52,8 @@ def test_imex_parse() -> None:
 @pytest.mark.parametrize(
     ("imex", "ok"),
     [
-        (outputs.ImexState(True, "READY"), True),
+        (outputs.ImexState(True, "domain UP, 2 nodes", "UP"), True),
+        (outputs.ImexState(False, "domain DOWN, 2 nodes", "DOWN", ("10.0.16.22 X",)), False),
         (outputs.ImexState(False, "nvidia-imex-ctl not installed on n1"), False),
         (None, False),
     ],

@@ -33,6 +33,11 @@ EXAMPLE = ROOT / "examples/p5-slurm-capacity-block.yaml"
 POOL = ("compute", "gpuPools", 0)
 BUCKET = FILLED["artifactBucket"]
 PEERS = "/etc/nvidia-imex/nodes_config.cfg"
+FABRIC = "/var/lib/standin-imex-fabric"
+#: The major the driver registers nvidia-caps-imex-channels under (any number: the kernel
+#: picks it at load; the prolog must read it from the device table).
+MAJOR, CAPS = 507, "nvidia-caps-imex-channels"
+CHANNELS = "/var/lib/standin-dev/nvidia-caps-imex-channels"
 USER = {"user": "ubuntu", "env": {"PATH": "/usr/bin:/bin", "HOME": "/home/ubuntu"}}
 
 
@@ -84,7 +89,11 @@ def cluster() -> Iterator[Cluster]:
     # The queue's 18 node names; slurmd serves the first two, the rest are declared only.
     base = node_names(c, pool).split("[", 1)[0]
     head = StandinNode(image, "ip-10-0-0-10")
-    nodes = [StandinNode(image, f"ip-10-0-16-{i}", shared_from=head) for i in (21, 22)]
+    # The UltraServer's NVLink fabric, as the stand-in IMEX daemons see each other through it.
+    shares = ("opt/slurm", "home", FABRIC.lstrip("/"))
+    nodes = [
+        StandinNode(image, f"ip-10-0-16-{i}", shared_from=head, shares=shares) for i in (21, 22)
+    ]
     try:
         # No topology.conf of fmctl's: ParallelCluster writes GB200 clusters' blocks itself.
         assert "slurm/topology.conf" not in files
@@ -113,6 +122,17 @@ def cluster() -> Iterator[Cluster]:
         for node in nodes:
             _run_action(node, start)
             _run_action(node, configured)
+            # The driver's device table (this machine has no NVIDIA driver) and a /dev of the
+            # node's own for the channel device (the stand-in's /dev is the machine's).
+            node.write("/etc/standin/proc-devices", f"Character devices:\n{MAJOR} {CAPS}\n")
+            env = node.path("/etc/fmctl/node.env")
+            env.write_text(
+                env.read_text()
+                + "FMCTL_PROC_DEVICES=/etc/standin/proc-devices\n"
+                + f"FMCTL_IMEX_CHANNELS={CHANNELS}\n"
+                # A domain that does not form fails its job in 10 s here, not the 60 s default.
+                + "FMCTL_IMEX_READY_TIMEOUT=10\n"
+            )
         slurm.start_slurmd()
         yield Cluster(head, computes, slurm, [str(a) for a in start["Args"]])
     finally:
@@ -147,6 +167,10 @@ def test_a_two_node_job_forms_the_nvlink_domain(cluster: Cluster) -> None:
         daemon = c.node.run(["cat", "/run/standin-imex/daemon"], env=SSM_ENV).stdout
         assert f"bind={c.addr}" in daemon and f"peer={addresses[0]}" in daemon
         assert cluster.slurm.node_state(c.name).startswith("IDLE")
+        # The IMEX channel CUDA's fabric handles open: a character device of the driver's
+        # major, minor 0 (without it NCCL leaves NVLink for EFA without a word).
+        shown = c.node.run(["stat", "-c", "%F %t:%T", f"{CHANNELS}/channel0"], env=SSM_ENV)
+        assert shown.stdout.strip() == f"character special file {MAJOR:x}:0", shown
 
 
 def test_a_one_node_job_gets_a_domain_of_one(cluster: Cluster) -> None:
@@ -198,6 +222,31 @@ def test_srun_places_ranks_in_the_hostfiles_order(cluster: Cluster) -> None:
     assert done.returncode == 0, done.stderr + cluster.slurm.log()
     out = cluster.computes[0].node.path("/home/ubuntu/ranks.out").read_text()
     assert f"rank=0 node={second}" in out and f"rank=1 node={first}" in out, out
+
+
+def test_a_local_ready_is_not_a_domain(cluster: Cluster) -> None:
+    """A peer whose daemon does not come up: this node's own daemon says READY (`-q`), but
+    the domain is not UP (`-N -j`), so this node is drained too, naming the peer; then both
+    are returned to service for the tests after."""
+    good, bad = cluster.computes
+    broken = bad.node.path("/etc/standin/addresses")
+    saved = broken.read_text()
+    broken.write_text("127.0.99.99\n")  # none of its addresses listed: its daemon cannot bind
+    # Its daemon is gone from the fabric (a record left by an earlier job would count).
+    cluster.head.path(f"{FABRIC}/{bad.node.hostname}").unlink(missing_ok=True)
+    try:
+        done = _submit(cluster, "--parsable", "--exclusive", "-N", "2")
+        assert done.returncode == 0, done.stderr
+        cluster.slurm.wait_state(good.name, ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"))
+        shown = cluster.slurm.scontrol("show", "node", good.name)
+        assert "IMEX domain is not UP" in shown and f"{bad.addr} UNAVAILABLE" in shown, shown
+        local = good.node.run(["nvidia-imex-ctl", "-q"], env=SSM_ENV)
+        assert local.stdout.strip() == "READY"  # what the prolog no longer takes for a domain
+    finally:
+        broken.write_text(saved)
+        cluster.head.run(["/opt/slurm/bin/scancel", "--user=ubuntu"], env=SSM_ENV)
+        for c in cluster.computes:
+            cluster.slurm.scontrol("update", f"NodeName={c.name}", "State=RESUME")
 
 
 def test_a_node_without_imex_is_drained_with_the_reason(cluster: Cluster) -> None:
