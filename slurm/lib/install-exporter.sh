@@ -44,6 +44,17 @@ install_node_exporter() {
 install_dcgm_exporter() {
   local counters bin runtime
   counters="$(dirname "$0")/dcgm-counters.csv"
+  # The exporter is only a client of the host engine: with nv-hostengine not answering it
+  # exits at once and systemd restarts it every 10 s, an exporter "running" that exports
+  # nothing. Ask the engine first (any dcgmi query needs it), and say so instead.
+  command -v dcgmi >/dev/null 2>&1 || {
+    echo "no DCGM on this node (dcgmi missing): nothing for dcgm-exporter to read" >&2
+    return 1
+  }
+  timeout 15 dcgmi discovery -l >/dev/null 2>&1 || {
+    echo "the DCGM host engine (nv-hostengine, nvidia-dcgm.service) does not answer: dcgm-exporter would restart in a loop" >&2
+    return 1
+  }
   bin="$(command -v dcgm-exporter || true)"
   [ -n "$bin" ] || [ ! -x /usr/bin/dcgm-exporter ] || bin=/usr/bin/dcgm-exporter
   if [ -n "$bin" ]; then

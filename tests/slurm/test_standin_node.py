@@ -220,6 +220,29 @@ def test_dcgm_exporter_missing_is_a_warning_not_a_failed_node(cluster: Cluster) 
     assert "warning: the dcgm exporter could not be installed" in cluster.results["compute"].stderr
 
 
+def test_an_exporter_without_its_host_engine_is_not_running(cluster: Cluster) -> None:
+    """With dcgm-exporter installed but nv-hostengine not answering, the exporter would
+    restart every 10 s and export nothing: install-exporter.sh says so and installs no unit,
+    instead of recording it as running."""
+    node = cluster.compute
+    diag = node.path("/etc/standin/dcgmi-diag.json")
+    saved = diag.read_text()
+    diag.unlink()  # the stand-in dcgmi then answers as with no host engine
+    node.write("/usr/bin/dcgm-exporter", "#!/bin/sh\nexit 1\n", 0o755)
+    try:
+        done = node.run(
+            ["/bin/bash", "/opt/fmctl/slurm/lib/install-exporter.sh", "dcgm"],
+            env=CLOUD_INIT_ENV,
+            timeout=60,
+        )
+        assert done.returncode != 0
+        assert "host engine (nv-hostengine, nvidia-dcgm.service) does not answer" in done.stderr
+        assert not node.path("/etc/systemd/system/fmctl-dcgm-exporter.service").exists()
+    finally:
+        node.path("/usr/bin/dcgm-exporter").unlink()
+        diag.write_text(saved)
+
+
 def test_containers_enabled_on_head_and_compute(cluster: Cluster) -> None:
     for node in (cluster.head, cluster.compute):
         plugstack = node.path("/opt/slurm/etc/plugstack.conf").read_text()
