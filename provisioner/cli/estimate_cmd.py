@@ -41,11 +41,14 @@ def _tokens(text: str) -> float:
     help="fsdp, or tp=N,pp=N[,dp=N][,zero=0-3][,mb=B].",
 )
 @click.option(
+    "--compute-efficiency",
     "--mfu",
+    "compute_efficiency",
     type=click.FloatRange(0.01, 1.0),
     default=0.4,
     show_default=True,
-    help="Model FLOPs utilisation to assume for compute.",
+    help="Fraction of peak FLOP/s the compute reaches, communication excluded (--mfu: its "
+    "old name; the MFU of the whole step is printed).",
 )
 @click.option(
     "--recompute",
@@ -64,7 +67,7 @@ def estimate(
     global_batch: int,
     precision: str,
     parallel: str,
-    mfu: float,
+    compute_efficiency: float,
     recompute: str,
     tokens: str,
     pool: str | None,
@@ -86,7 +89,7 @@ def estimate(
             seq=seq,
             global_batch=global_batch,
             precision=precision,
-            mfu=mfu,
+            compute_efficiency=compute_efficiency,
             recompute=recompute,
         )
     except EstimateError as exc:
@@ -108,6 +111,8 @@ def estimate(
                     "stepSeconds": e.step_seconds,
                     "boundBy": e.bound,
                     "tokensPerSecond": e.tokens_per_second,
+                    "computeEfficiency": e.compute_efficiency,
+                    "mfu": e.mfu,
                     "days": e.days_for(budget),
                     "explain": e.explain,
                 },
@@ -118,7 +123,8 @@ def estimate(
     gb = 1e9
     click.echo(
         f"{e.model.name} on {sized.pool}: {sized.count} x {itype.name} = {e.gpus} GPUs, "
-        f"{e.parallel.text}, seq {seq}, global batch {global_batch}, {precision}, MFU {mfu:.0%}"
+        f"{e.parallel.text}, seq {seq}, global batch {global_batch}, {precision}, compute at "
+        f"{compute_efficiency:.0%} of peak"
     )
     hbm = itype.gpu.hbm_gb if itype.gpu else 0
     total = sum(e.memory.values())
@@ -132,7 +138,7 @@ def estimate(
     for key, value in e.seconds.items():
         share = value / e.step_seconds if e.step_seconds else 0
         click.echo(f"{key:<18} {value:8.2f} s  ({share:4.0%} of the step)")
-    click.echo(f"{'step':<18} {e.step_seconds:8.2f} s  bound by {e.bound}")
+    click.echo(f"{'step':<18} {e.step_seconds:8.2f} s  bound by {e.bound}; MFU {e.mfu:.0%}")
     click.echo(
         f"throughput  {e.tokens_per_second:,.0f} tokens/s "
         f"({e.tokens_per_second / e.gpus:,.0f}/GPU); {budget:.3g} tokens in "

@@ -114,7 +114,9 @@ class Estimate:
     seq: int
     global_batch: int
     precision: str
-    mfu: float
+    #: The fraction of peak FLOP/s the compute kernels reach: the compute time's divisor,
+    #: communication excluded (an assumption, not MFU: ``mfu`` is the result).
+    compute_efficiency: float
     recompute: str
     memory: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -124,6 +126,9 @@ class Estimate:
     bound: str = ""
     step_seconds: float = 0.0
     tokens_per_second: float = 0.0
+    #: Model FLOPs utilisation as it is defined (PaLM; Meta's Llama 3 report): the model's
+    #: FLOPs per step over the whole step's time at every GPU's peak, communication included.
+    mfu: float = 0.0
 
     @property
     def gpus(self) -> int:
@@ -158,13 +163,14 @@ def estimate(
     seq: int,
     global_batch: int,
     precision: str = "bf16",
-    mfu: float = 0.4,
+    compute_efficiency: float = 0.4,
     recompute: str = "selective",
 ) -> Estimate:
     """Memory, compute, communication and step time for one configuration."""
     if itype.gpu is None:
         raise EstimateError(f"{itype.name} has no GPUs")
-    e = Estimate(model, itype, nodes, parallel, seq, global_batch, precision, mfu, recompute)
+    efficiency = compute_efficiency
+    e = Estimate(model, itype, nodes, parallel, seq, global_batch, precision, efficiency, recompute)
     p, m, gpu = parallel, model, itype.gpu
     if p.tp * p.pp * p.dp != e.gpus:
         raise EstimateError(f"{p.text} is not {e.gpus} GPUs")
@@ -205,14 +211,14 @@ def estimate(
     # Compute.
     tokens = global_batch * seq
     flops_token = 6 * n + 12 * m.layers * m.hidden * seq
-    compute = flops_token * tokens / (e.gpus * peak * mfu)
+    compute = flops_token * tokens / (e.gpus * peak * efficiency)
     x.append(
         f"FLOPs per token = 6N + 12*L*h*s = {flops_token / 1e9:.0f} GFLOP; per step "
         f"({tokens:,} tokens) {flops_token * tokens / 1e15:,.0f} PFLOP"
     )
     x.append(
-        f"compute = step FLOPs / (GPUs * peak {precision} * MFU) = {compute:.2f} s "
-        f"({e.gpus} x {peak / 1e12:.0f} TFLOP/s x {mfu:.0%})"
+        f"compute = step FLOPs / (GPUs * peak {precision} * compute efficiency) = "
+        f"{compute:.2f} s ({e.gpus} x {peak / 1e12:.0f} TFLOP/s x {efficiency:.0%})"
     )
     micro = global_batch // (p.dp * p.micro_batch)
     bubble = compute * (p.pp - 1) / micro if p.pp > 1 else 0.0
@@ -273,6 +279,11 @@ def estimate(
     x.append(
         f"tokens/s = tokens per step / step = {e.tokens_per_second:,.0f} "
         f"({e.tokens_per_second / e.gpus:,.0f} per GPU)"
+    )
+    e.mfu = flops_token * tokens / (e.step_seconds * e.gpus * peak)
+    x.append(
+        f"MFU = step FLOPs / (step * GPUs * peak) = {e.mfu:.0%} (the compute efficiency "
+        f"{efficiency:.0%}, less what the step spends outside compute)"
     )
     return e
 
