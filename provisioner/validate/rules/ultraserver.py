@@ -24,6 +24,15 @@ def _pools(spec: ClusterSpec) -> Iterator[tuple[SpecPath, GpuPool]]:
         yield ("compute", "gpuPools", i), pool
 
 
+def _first_ultraserver(spec: ClusterSpec, ctx: RuleContext) -> tuple[SpecPath, GpuPool] | None:
+    """The first pool of UltraServers (where a cluster-wide problem about them is located)."""
+    for path, pool in _pools(spec):
+        itype = ctx.catalog.get(pool.instance_type)
+        if itype is not None and itype.ultra_server:
+            return path, pool
+    return None
+
+
 @rule("ultraserver-capacity")
 def ultraserver_capacity(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """UltraServer pools run on a Capacity Block of a size EC2 sells."""
@@ -98,14 +107,10 @@ def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Probl
         major, minor = (int(part) for part in version.split("."))
     except ValueError:
         return  # pcs-version says what is wrong with it
-    ultra = [
-        (path, pool)
-        for path, pool in _pools(spec)
-        if (itype := ctx.catalog.get(pool.instance_type)) is not None and itype.ultra_server
-    ]
-    if not ultra:
+    ultra = _first_ultraserver(spec, ctx)
+    if ultra is None:
         return
-    path, pool = ultra[0]
+    path, pool = ultra
     if (major, minor) < PCS_ULTRASERVER_SLURM:
         newest = default_slurm_version(ctx.today)
         yield Problem(
@@ -136,22 +141,19 @@ def ultraserver_eks_nvlink(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
     guide for P6e-GB200 forms it through NVIDIA's DRA driver and a ComputeDomain per job,
     which fmctl does not install; pods then use one node's GPUs over NVLink and EFA between
     nodes. A warning, so the cluster can still be made (and DRA set up by hand)."""
-    if ctx.scheduler != "kubernetes":
-        return
-    for path, pool in _pools(spec):
-        itype = ctx.catalog.get(pool.instance_type)
-        if itype is not None and itype.ultra_server:
-            yield Problem(
-                "ultraserver-eks-nvlink",
-                f"{pool.instance_type} pods on EKS need NVIDIA's DRA driver and a "
-                "ComputeDomain to share NVLink across the UltraServer; fmctl installs neither "
-                "yet, so NCCL crosses nodes over EFA only",
-                (*path, "instanceType"),
-                level="warning",
-                hint="install NVIDIA's k8s-dra-driver-gpu (its ComputeDomain CRD) as AWS's "
-                "EKS P6e-GB200 guide shows, or use scheduler: slurm (IMEX per job)",
-            )
-            return
+    ultra = _first_ultraserver(spec, ctx) if ctx.scheduler == "kubernetes" else None
+    if ultra is not None:
+        path, pool = ultra
+        yield Problem(
+            "ultraserver-eks-nvlink",
+            f"{pool.instance_type} pods on EKS need NVIDIA's DRA driver and a "
+            "ComputeDomain to share NVLink across the UltraServer; fmctl installs neither "
+            "yet, so NCCL crosses nodes over EFA only",
+            (*path, "instanceType"),
+            level="warning",
+            hint="install NVIDIA's k8s-dra-driver-gpu (its ComputeDomain CRD) as AWS's "
+            "EKS P6e-GB200 guide shows, or use scheduler: slurm (IMEX per job)",
+        )
 
 
 @rule("ultraserver-topology")
@@ -161,19 +163,16 @@ def ultraserver_topology(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Proble
     said rather than silently dropped."""
     if ctx.scheduler != "slurm" or spec.slurm.provider != "parallelcluster":
         return
-    if not spec.slurm.topology_aware:
-        return
-    for path, pool in _pools(spec):
-        itype = ctx.catalog.get(pool.instance_type)
-        if itype is not None and itype.ultra_server:
-            yield Problem(
-                "ultraserver-topology",
-                f"ParallelCluster writes the Slurm topology itself for {pool.instance_type} "
-                "Capacity Blocks (topology/block, one block per UltraServer): fmctl writes "
-                "none on this cluster, for any pool",
-                ("slurm", "topologyAware"),
-                level="warning",
-                hint="remove slurm.topologyAware; ParallelCluster 3.14+ keeps the blocks",
-                related=((*path, "instanceType"),),
-            )
-            return
+    ultra = _first_ultraserver(spec, ctx) if spec.slurm.topology_aware else None
+    if ultra is not None:
+        path, pool = ultra
+        yield Problem(
+            "ultraserver-topology",
+            f"ParallelCluster writes the Slurm topology itself for {pool.instance_type} "
+            "Capacity Blocks (topology/block, one block per UltraServer): fmctl writes "
+            "none on this cluster, for any pool",
+            ("slurm", "topologyAware"),
+            level="warning",
+            hint="remove slurm.topologyAware; ParallelCluster 3.14+ keeps the blocks",
+            related=((*path, "instanceType"),),
+        )
