@@ -21,6 +21,10 @@ an instance again succeeds, as in AWS (TerminateInstances is idempotent: "termin
 instances remain visible ... for approximately one hour"); its interfaces are not deleted
 twice.
 
+RegisterImage keeps the image's RootDeviceName and Architecture (the EC2 API reference's
+RegisterImage request; moto 5.2 drops both and answers /dev/sda1 and x86_64 for every
+registered image, which would hide a launch template naming another root device).
+
 moto 5.2 also copies a launch template's tags once, at creation, and describes that copy:
 tags set later with CreateTags (EC2 tags launch templates like any resource) match tag
 filters but never show in DescribeLaunchTemplates. The template's tags are read live.
@@ -57,6 +61,26 @@ def _referenced(backend: Any, group_id: str) -> bool:
     return False
 
 
+def _mend_register_image() -> None:
+    from moto.ec2.responses.amis import AmisResponse
+
+    register = AmisResponse.register_image
+
+    def register_image(self: Any) -> Any:
+        answer = register(self)
+        made: Any = answer.result
+        image = self.ec2_backend.amis[made["ImageId"]]
+        root = self._get_param("RootDeviceName")
+        if root:
+            image.root_device_name = root
+        architecture = self._get_param("Architecture")
+        if architecture:
+            image.architecture = architecture
+        return answer
+
+    AmisResponse.register_image = register_image  # type: ignore[method-assign]
+
+
 def mend() -> None:
     """Apply the mends above to moto's EC2 (idempotent)."""
     from moto.ec2.models import EC2Backend
@@ -67,6 +91,7 @@ def mend() -> None:
     if getattr(EC2Backend, "_fmctl_mended", False):
         return
     EC2Backend._fmctl_mended = True  # type: ignore[attr-defined]
+    _mend_register_image()
 
     if not isinstance(getattr(LaunchTemplate, "tags", None), property):
         LaunchTemplate.tags = property(  # type: ignore[assignment]

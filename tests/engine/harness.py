@@ -120,7 +120,14 @@ class Sandbox:
             text=True,
             cwd=ROOT,
             env=self.env(**env),
+            # A test run started in the background of a shell ignores SIGINT, and a child
+            # inherits that: fmctl would never see the Ctrl-C a test sends it.
+            preexec_fn=_default_sigint,
         )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def start(home: Path) -> Sandbox:
