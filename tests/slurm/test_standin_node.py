@@ -367,6 +367,29 @@ def test_the_nccl_job_calls_all_reduce_perf_by_its_path_in_the_image(cluster: Cl
     assert f"ranks in network order: {_node(cluster)}" in done.stdout
 
 
+def test_the_nccl_job_assumes_no_image_on_arm64(cluster: Cluster) -> None:
+    """On arm64 (GB200's Grace) the samples' prebuilt image does not run: without a local
+    nccl-tests or NCCL_TESTS_IMAGE the job says how to get one and asks nothing of srun; with
+    NCCL_TESTS_IMAGE it runs that image. (uname answers aarch64 here: the stand-in is x86.)"""
+    node = cluster.compute
+    node.write("/usr/local/bin/srun", '#!/bin/sh\necho "srun $*"\n', 0o755)
+    node.write("/usr/local/bin/uname", '#!/bin/sh\n[ "$1" = -m ] && echo aarch64\n', 0o755)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/opt/slurm/bin", "HOME": "/root"}
+    try:
+        done = node.run(["/bin/bash", "/opt/fmctl/slurm/jobs/nccl-tests.sbatch"], env=env)
+        assert done.returncode == 2 and "srun" not in done.stdout, done.stdout
+        assert "no arm64 nccl-tests image is published" in done.stderr
+        own = {**env, "NCCL_TESTS_IMAGE": "123456789012.dkr.ecr.us-east-1.amazonaws.com/nccl:arm"}
+        done = node.run(["/bin/bash", "/opt/fmctl/slurm/jobs/nccl-tests.sbatch"], env=own)
+        _ok(done)
+        assert "--container-image=123456789012.dkr.ecr.us-east-1.amazonaws.com/nccl:arm" in (
+            done.stdout
+        )
+    finally:
+        node.path("/usr/local/bin/srun").unlink()
+        node.path("/usr/local/bin/uname").unlink()
+
+
 def test_a_node_of_an_earlier_cluster_still_bootstraps(cluster: Cluster) -> None:
     """`up` uploads this script before ParallelCluster's update lands (or when it is
     refused): compute nodes launched meanwhile run it with the Args an earlier fmctl rendered
