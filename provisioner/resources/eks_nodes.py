@@ -23,6 +23,7 @@ from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
 from provisioner.resources.eks_access import AccessOut
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
+from provisioner.resources.eks_upgrade import no_surge, scale
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.launch_template import LtOut, template_version
@@ -111,13 +112,8 @@ _NO_SURGE = (
 
 
 def _no_surge(params: NodegroupParams) -> bool:
-    """A node group on an UltraServer Capacity Block (the block is the whole pool)."""
-    from provisioner.catalog import load_catalog
-
-    if params.capacity_type != "CAPACITY_BLOCK" or params.instance_type is None:
-        return False
-    itype = load_catalog().get(params.instance_type)
-    return itype is not None and itype.ultra_server
+    """A node group on an UltraServer Capacity Block (``eks_upgrade.no_surge``)."""
+    return no_surge(params.capacity_type, params.instance_type)
 
 
 class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
@@ -424,10 +420,11 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             version["version"] = params.version
         if version:
             ctx.emit(rid, "updating", "rolling update: " + ", ".join(sorted(version)))
-            eks.update_nodegroup_version(
+            started = eks.update_nodegroup_version(
                 clusterName=ctx.cluster, nodegroupName=observed.id, **version
             )
             self._active(ctx, rid, observed.id, self.update_seconds)
+            self._succeeded(ctx, observed.id, str(started["update"]["id"]))
         if stopped:
             self._scale_to(ctx, rid, observed.id, params.scaling)
         if "tags" in paths:
@@ -437,18 +434,24 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             eks_retag(ctx, arn, changes)
         return observed.outputs
 
+    def _succeeded(self, ctx: Context, name: str, update: str) -> None:
+        """A node group is ACTIVE again after a failed update too (EKS leaves the old nodes):
+        the update's own status says whether it happened (DescribeUpdate)."""
+        found = ctx.aws.client("eks").describe_update(
+            name=ctx.cluster, nodegroupName=name, updateId=update
+        )["update"]
+        if found.get("status") == "Failed":
+            said = "; ".join(
+                f"{e.get('errorCode')}: {e.get('errorMessage')}" for e in found.get("errors") or []
+            )
+            raise ResourceError(
+                f"the update of node group {name} failed: {said or 'no reason given'}",
+                hint="`fmctl status` shows the node group; on a full Capacity Block a rolling "
+                "update has no room for its new node",
+            )
+
     def _scale_to(self, ctx: Context, rid: str, name: str, scaling: Scaling) -> None:
-        ctx.emit(rid, "updating", f"scaling to {scaling.desired_size} (no surge room)")
-        ctx.aws.client("eks").update_nodegroup_config(
-            clusterName=ctx.cluster,
-            nodegroupName=name,
-            scalingConfig={
-                "minSize": scaling.min_size,
-                "maxSize": scaling.max_size,
-                "desiredSize": scaling.desired_size,
-            },
-        )
-        self._active(ctx, rid, name, self.config_seconds)
+        scale(ctx, rid, name, scaling.min_size, scaling.max_size, scaling.desired_size)
 
     def outputs_after(
         self, observed: Observed[NodegroupOut, NodegroupLive], changes: Sequence[FieldChange]

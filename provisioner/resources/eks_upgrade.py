@@ -22,6 +22,7 @@ from typing import Any
 from provisioner.resources.context import Context
 from provisioner.resources.eks_api import health, unless_gone
 from provisioner.resources.errors import ResourceError
+from provisioner.resources.launch_template import template_version
 from provisioner.resources.tags import OWNER_TAG
 
 #: A rolling update of a node group (every node replaced), and an add-on update: the node
@@ -30,6 +31,38 @@ NODEGROUP_UPDATE_SECONDS = 600.0
 ADDON_UPDATE_SECONDS = 60.0
 #: Statuses a node group or add-on is on its way out of: waited out before judging it.
 _MOVING = ("CREATING", "UPDATING")
+
+
+def no_surge(capacity_type: str, instance_type: str | None) -> bool:
+    """A node group on an UltraServer Capacity Block: the block is the whole pool, so a
+    rolling update has no room for its new node (AWS's EKS guide for P6e-GB200: scale the
+    node group to 0 and back for a change that replaces nodes)."""
+    from provisioner.catalog import load_catalog
+
+    if capacity_type != "CAPACITY_BLOCK" or instance_type is None:
+        return False
+    itype = load_catalog().get(instance_type)
+    return itype is not None and itype.ultra_server
+
+
+def scale(ctx: Context, rid: str, name: str, low: int, high: int, desired: int) -> None:
+    """UpdateNodegroupConfig's scaling, and the node group ACTIVE again."""
+    ctx.emit(rid, "updating", f"node group {name}: scaling to {desired} (no surge room)")
+    ctx.aws.client("eks").update_nodegroup_config(
+        clusterName=ctx.cluster,
+        nodegroupName=name,
+        scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
+    )
+    _settled_nodegroup(ctx, rid, name)
+
+
+def _instance_type(ctx: Context, ng: dict[str, Any]) -> str | None:
+    template = ng.get("launchTemplate") or {}
+    if not template.get("id"):
+        types = ng.get("instanceTypes") or []
+        return str(types[0]) if types else None
+    data = template_version(ctx, template["id"], str(template.get("version", "$Default")))
+    return None if data is None else data.get("InstanceType")
 
 
 def minor(version: str) -> tuple[int, int]:
@@ -98,8 +131,14 @@ def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:
         )
     if ng["status"] != "ACTIVE":
         raise ResourceError(f"node group {name} is {ng['status']}: {health(ng)}")
-    ctx.emit(rid, "updating", f"node group {name} {ng['version']} -> {version} (rolling update)")
     eks = ctx.aws.client("eks")
+    sizes = ng.get("scalingConfig") or {}
+    stop = no_surge(str(ng.get("capacityType", "")), _instance_type(ctx, ng)) and int(
+        sizes.get("desiredSize", 0)
+    )
+    if stop:
+        scale(ctx, rid, name, 0, int(sizes.get("maxSize", 1)), 0)
+    ctx.emit(rid, "updating", f"node group {name} {ng['version']} -> {version} (rolling update)")
     eks.update_nodegroup_version(
         clusterName=ctx.cluster,
         nodegroupName=name,
@@ -109,6 +148,9 @@ def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:
     after = _settled_nodegroup(ctx, rid, name)
     if after is not None and after["status"] != "ACTIVE":
         raise ResourceError(f"node group {name} is {after['status']}: {health(after)}")
+    if stop:
+        low, high = int(sizes.get("minSize", 0)), int(sizes.get("maxSize", 1))
+        scale(ctx, rid, name, low, high, int(sizes.get("desiredSize", 0)))
 
 
 def _offered(ctx: Context, addon: str, version: str) -> tuple[set[str], str | None]:

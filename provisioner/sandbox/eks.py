@@ -28,6 +28,7 @@ import re
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,14 @@ class Eks:
     access: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     #: Pod Identity associations, by (region, cluster, association id).
     identities: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: The account's capacity reservations (the EC2 shim's), by region and id.
+    reservation_source: Callable[[str, str], dict[str, Any] | None] = field(
+        default=lambda region, rid: None
+    )
+
+    def reservation(self, region: str, rid: str) -> dict[str, Any] | None:
+        """A capacity reservation of the account (the EC2 shim's), None when unknown."""
+        return self.reservation_source(region, rid)
 
     def handles(self, call: p.Call) -> bool:
         """True for an EKS REST call."""

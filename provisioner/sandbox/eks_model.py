@@ -137,6 +137,8 @@ class Pending:
     changes: dict[str, Any]
     update: dict[str, Any]
     done: Callable[[], None] | None = None
+    #: The errors the update fails with when it lands (nothing of it is applied then).
+    fails: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -163,6 +165,10 @@ class EksState(Protocol):
     identities: dict[tuple[str, str, str], dict[str, Any]]
 
     def _cluster(self, region: str, name: str) -> Item: ...
+
+    def reservation(self, region: str, rid: str) -> dict[str, Any] | None:
+        """A capacity reservation of the account by region and id, None when unknown."""
+        ...
 
     def _after(self, key: str) -> float: ...
 
@@ -208,10 +214,14 @@ def land(item: Item, at: float) -> None:
     pending = item.pending
     if pending is None or at < pending.at:
         return
-    item.data.update(pending.changes)
     item.data["status"] = "ACTIVE"
-    pending.update["status"] = "Successful"
     item.pending = None
+    if pending.fails:
+        pending.update["status"] = "Failed"
+        pending.update["errors"] = pending.fails
+        return
+    item.data.update(pending.changes)
+    pending.update["status"] = "Successful"
     if pending.done is not None:
         pending.done()
 

@@ -227,7 +227,37 @@ def _update_nodegroup_version(s: EksState, call: p.Call, base: str, cluster: str
         "nodegroup-version",
         lambda: s.sync_nodes(region, ng, fresh=True),
     )
+    full = _no_surge_room(s, region, ng, changes.get("launchTemplate") or ng.get("launchTemplate"))
+    if full is not None and item.pending is not None:
+        item.pending.fails = [{"errorCode": "NodeCreationFailure", "errorMessage": full}]
     return {"update": update}
+
+
+def _no_surge_room(
+    s: EksState, region: str, ng: dict[str, Any], lt: dict[str, Any] | None
+) -> str | None:
+    """Why a rolling update of this node group cannot launch its first new node, or None.
+    EKS's rolling update scales the group up before it drains old nodes (the EKS User
+    Guide, "Managed node update behavior": the scale-up phase adds new nodes first); on a
+    Capacity Block that the group already fills there is no instance to add."""
+    if ng.get("capacityType") != "CAPACITY_BLOCK":
+        return None
+    data = template_data(s.account, region, lt) if lt and lt.get("id") else None
+    target = ((data or {}).get("CapacityReservationSpecification") or {}).get(
+        "CapacityReservationTarget"
+    ) or {}
+    rid = target.get("CapacityReservationId")
+    found = s.reservation(region, rid) if rid else None
+    if found is None:
+        return None
+    total = int(found.get("totalInstanceCount", 0))
+    desired = int((ng.get("scalingConfig") or {}).get("desiredSize", 0))
+    if desired == 0 or desired < total:
+        return None
+    return (
+        f"InsufficientInstanceCapacity: Capacity Block {rid} holds {total} instances and the "
+        f"node group runs {desired}: no room for the update's new node"
+    )
 
 
 # -- add-ons -------------------------------------------------------------------------------

@@ -134,6 +134,8 @@ class Shims:
                 Agent(lambda: self.kube.node_tools, account, aws_state=self.lock),
                 Pcs(account, self.scale),
             )
+            world = found
+            found.eks.reservation_source = lambda region, rid: world.reservations.get((region, rid))
         return found
 
     def handles(self, call: Call) -> bool:

@@ -181,3 +181,74 @@ def test_the_sandbox_refuses_what_eks_refuses(sandbox: Sandbox, tmp_path: Path) 
         clusterName="bare", nodegroupName="ng", WaiterConfig={"Delay": 1, "MaxAttempts": 60}
     )
     eks.delete_cluster(name="bare")
+
+
+def test_a_full_ultraserver_block_is_stopped_not_rolled(sandbox: Sandbox, tmp_path: Path) -> None:
+    """18 GB200 on their UltraServer Capacity Block (the block is the pool): the sandbox
+    fails a rolling update there, as EKS does when it cannot launch the update's new node;
+    fmctl plans the version change as [stop], refuses it without --allow-replace, and with
+    it scales the node group to 0, updates it and scales it back."""
+    name, region = "e2e-gb200-eks", "us-east-1"
+    data = yaml.safe_load((ROOT / "examples" / "p6-b300-eks-capacity-block.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["metadata"].pop("ttl", None)
+    data["compute"]["gpuPools"] = [
+        {
+            "name": "nvl72",
+            "instanceType": "p6e-gb200.36xlarge",
+            "count": 18,
+            "capacity": {"type": "capacity-block", "reservationId": "cr-0b200b200b200b200"},
+        }
+    ]
+    data["storage"] = {}
+    data["observability"] = {"prometheus": False, "grafana": False}
+
+    def at(version: str) -> Path:
+        data["kubernetes"] = {"version": version}
+        path = tmp_path / f"gb200-{version}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    made = sandbox.fmctl("up", "-f", str(at("1.34")), "--sandbox", "--yes")
+    assert made.returncode == 0, made.stdout + made.stderr
+    eks = sandbox.aws(region).client("eks")
+    (group,) = [g for g in eks.list_nodegroups(clusterName=name)["nodegroups"] if "nvl72" in g]
+    try:
+        # The sandbox's rule, without fmctl: a rolling update of the full block fails.
+        update = eks.update_nodegroup_version(clusterName=name, nodegroupName=group)["update"]
+        eks.get_waiter("nodegroup_active").wait(
+            clusterName=name, nodegroupName=group, WaiterConfig={"Delay": 1, "MaxAttempts": 60}
+        )
+        seen = eks.describe_update(name=name, nodegroupName=group, updateId=update["id"])
+        assert seen["update"]["status"] == "Failed", seen
+        assert "InsufficientInstanceCapacity" in seen["update"]["errors"][0]["errorMessage"]
+
+        plan = sandbox.fmctl("plan", "-f", str(at("1.35")), "--sandbox", "-o", "json")
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        hows = {
+            (c["resource"], f["path"]): f["how"]
+            for c in json.loads(plan.stdout)["changes"]
+            for f in c.get("fields", [])
+        }
+        assert hows[("nodegroup/nvl72", "version")] == "stop", hows
+        refused = sandbox.fmctl("up", "-f", str(at("1.35")), "--sandbox", "--yes")
+        assert refused.returncode == 1 and "stops every node of nodegroup/nvl72" in refused.stderr
+        before = len(sandbox.requests())
+        done = sandbox.fmctl("up", "-f", str(at("1.35")), "--sandbox", "--yes", "--allow-replace")
+        assert done.returncode == 0, done.stdout + done.stderr
+        ng = eks.describe_nodegroup(clusterName=name, nodegroupName=group)["nodegroup"]
+        assert ng["version"] == "1.35" and ng["scalingConfig"]["desiredSize"] == 18
+        steps = [
+            r["action"]
+            for r in sandbox.requests()[before:]
+            if r["action"] in ("UpdateNodegroupConfig", "UpdateNodegroupVersion")
+            and r["status"] == 200
+        ]
+        # The GB200 group: scaled to 0, updated, scaled back; the system group rolls.
+        configs = [i for i, a in enumerate(steps) if a == "UpdateNodegroupConfig"]
+        assert len(configs) == 2 and steps.count("UpdateNodegroupVersion") == 2, steps
+        assert "UpdateNodegroupVersion" in steps[configs[0] : configs[1]], steps
+    finally:
+        gone = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert raw_leftovers(sandbox, name, region) == []
