@@ -64,14 +64,24 @@ def kubeconfig_text(target: Target, name: str) -> str:
 
 def forget_locally(target: Target, name: str, keep_state: bool) -> list[str]:
     """After `down`: the kubeconfig entry out, the local folder gone (``keep_state``: kept);
-    what was removed, one line each."""
+    what was removed, one line each. A cluster whose recorded region is another keeps both
+    (the `down` looked in the wrong region), and says so."""
     from provisioner.drivers.eks_auth import remove_kubeconfig_entry
+    from provisioner.ops.region import recorded_region
 
+    folder = target.folder(name)
+    recorded = recorded_region(target.home, name)
+    if recorded is not None and recorded != target.region:
+        # Nothing of the cluster in this region says nothing of the one recorded: a typo'd
+        # --region must not wipe a live cluster's spec, events, audit log and kubeconfig.
+        return [
+            f"kept the local state {folder} and its kubeconfig entry: {name} was applied in "
+            f"{recorded}, not {target.region} (`fmctl down {name} --region {recorded}`)"
+        ]
     lines = []
     path = kubeconfig_path(target, name)
     if remove_kubeconfig_entry(path, name, target.region):
         lines.append(f"removed {name}'s entry from {path}")
-    folder = target.folder(name)
     if not keep_state and folder.is_dir():
         shutil.rmtree(folder)
         lines.append(f"removed the local state {folder} (--keep-state keeps it)")

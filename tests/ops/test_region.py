@@ -93,3 +93,26 @@ def test_a_command_without_a_region_stops_before_any_call(clean: Path, tmp_path:
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr.startswith("error: ") and "no region for cluster nowhere" in done.stderr
     assert "hint: pass --region REGION" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_down_in_the_wrong_region_keeps_the_local_state(tmp_path: Path) -> None:
+    """`down NAME --region us-east-1` finding nothing, for a cluster applied in us-east-2:
+    its spec, events and kubeconfig entry stay (they are a live cluster's), and it says
+    where the cluster is; in its own region the same call removes them."""
+    from provisioner.ops.kubeconfig import forget_locally
+    from provisioner.ops.target import Target
+    from provisioner.state.store import ClusterState
+
+    name = "p5-slurm"
+    ClusterState(tmp_path, name).save_spec(
+        f"apiVersion: fmctl.dev/v1alpha1\nkind: Cluster\nmetadata: {{name: {name}, "
+        "region: us-east-2}\n"
+    )
+    folder = tmp_path / "clusters" / name
+    assert folder.is_dir()
+    said = forget_locally(Target("us-east-1", tmp_path), name, keep_state=False)
+    assert folder.is_dir() and (folder / "spec.yaml").is_file()
+    assert said and "applied in us-east-2, not us-east-1" in said[0]
+    assert "--region us-east-2" in said[0]
+    said = forget_locally(Target("us-east-2", tmp_path), name, keep_state=False)
+    assert not folder.exists() and any("removed the local state" in s for s in said)
