@@ -173,6 +173,26 @@ def test_a_two_node_job_forms_the_nvlink_domain(cluster: Cluster) -> None:
         assert shown.stdout.strip() == f"character special file {MAJOR:x}:0", shown
 
 
+def test_the_node_check_records_the_domain(cluster: Cluster) -> None:
+    """`fmctl check`'s node-check.sh on a GB200 node, as SSM runs it, after a two-node job
+    formed the domain: imex.txt holds the local word and the domain's, which fmctl reads as
+    formed (every peer READY and connected), not merely this daemon up."""
+    from provisioner.check.outputs import parse_imex
+
+    done = _submit(cluster, "--wait", "--exclusive", "-N", "2")
+    assert done.returncode == 0, done.stderr + cluster.slurm.log()
+    node = cluster.computes[0]
+    run = node.node.run(
+        ["/bin/bash", "/opt/fmctl/slurm/lib/node-check.sh", "/var/tmp/check", node.name],
+        env={**SSM_ENV, "NODE_NAME": node.name, "FMCTL_CHECK_PARTS": "gpu"},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    said = node.node.path(f"/var/tmp/check/nodes/{node.name}/imex.txt").read_text()
+    state = parse_imex(said)
+    assert state.ready and state.domain == "UP" and state.said == "domain UP, 2 nodes", said
+
+
 def test_a_one_node_job_gets_a_domain_of_one(cluster: Cluster) -> None:
     """The next job's list replaces the last one's: a peer from an earlier job would make
     IMEX wait for a node that is not in the job."""
