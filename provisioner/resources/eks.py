@@ -20,6 +20,7 @@ from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
 from provisioner.resources.eks_upgrade import catch_up
+from provisioner.resources.eks_upgrade import minor as _minor
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut
@@ -84,11 +85,6 @@ class EksLive:
     authentication_mode: str
     support_type: str
     tags: Tags
-
-
-def _minor(version: str) -> tuple[int, int]:
-    major, minor = version.split(".")[:2]
-    return int(major), int(minor)
 
 
 class EksCluster(Kind[EksParams, EksOut, EksLive]):

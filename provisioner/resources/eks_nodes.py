@@ -23,10 +23,10 @@ from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
 from provisioner.resources.eks_access import AccessOut
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
-from provisioner.resources.eks_upgrade import no_surge, scale
+from provisioner.resources.eks_upgrade import instance_type_of, no_surge, scale
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.iam import RoleOut
-from provisioner.resources.launch_template import LtOut, template_version
+from provisioner.resources.launch_template import LtOut
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.routes import EndpointOut, RouteTableOut
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
@@ -162,21 +162,13 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
         return ctx.cached("eks:nodegroups", load)
 
-    def _instance_type(self, ctx: Context, ng: dict[str, Any]) -> str | None:
-        template = ng.get("launchTemplate") or {}
-        if not template.get("id"):
-            types = ng.get("instanceTypes") or []
-            return str(types[0]) if types else None
-        data = template_version(ctx, template["id"], str(template.get("version", "$Default")))
-        return None if data is None else data.get("InstanceType")
-
     def _observed(self, ctx: Context, ng: dict[str, Any]) -> Observed[NodegroupOut, NodegroupLive]:
         scaling = ng.get("scalingConfig") or {}
         template = ng.get("launchTemplate") or {}
         live = NodegroupLive(
             str(ng.get("amiType", "")),
             str(ng.get("capacityType", "")),
-            self._instance_type(ctx, ng),
+            instance_type_of(ctx, ng),
             frozenset(ng.get("subnets", [])),
             ng.get("nodeRole"),
             Scaling(

@@ -56,7 +56,8 @@ def scale(ctx: Context, rid: str, name: str, low: int, high: int, desired: int) 
     _settled_nodegroup(ctx, rid, name)
 
 
-def _instance_type(ctx: Context, ng: dict[str, Any]) -> str | None:
+def instance_type_of(ctx: Context, ng: dict[str, Any]) -> str | None:
+    """A node group's instance type: its launch template's, or its own list's first."""
     template = ng.get("launchTemplate") or {}
     if not template.get("id"):
         types = ng.get("instanceTypes") or []
@@ -133,7 +134,7 @@ def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:
         raise ResourceError(f"node group {name} is {ng['status']}: {health(ng)}")
     eks = ctx.aws.client("eks")
     sizes = ng.get("scalingConfig") or {}
-    stop = no_surge(str(ng.get("capacityType", "")), _instance_type(ctx, ng)) and int(
+    stop = no_surge(str(ng.get("capacityType", "")), instance_type_of(ctx, ng)) and int(
         sizes.get("desiredSize", 0)
     )
     if stop:
