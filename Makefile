@@ -1,5 +1,8 @@
 # fmctl: the two commands a newcomer needs are `make demo` and `make test`.
 # Both create the virtualenv (.venv) and install fmctl into it on first use.
+# Test tiers (CONTRIBUTING.md): `make check` (lint, types, layering, unit tests: no emulator),
+# `make test` (check's tests plus the scenario tests and a sampled crash campaign; CI runs
+# it), `make campaign` (every crash point).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -18,13 +21,15 @@ CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
 CHECKOV_PIN   := checkov==3.3.30
 
-.PHONY: help install tools slurm-tools demo test lint unit bench golden reliability e2e-kind clean
+.PHONY: help install tools slurm-tools demo check test campaign lint unit bench golden reliability e2e-kind clean
 
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
-	@echo "make test   - install, then lint, type-check and run every test"
+	@echo "make check  - lint, type-check, layering and the unit tests (no emulator; about a minute)"
+	@echo "make test   - check, plus the scenario tests and a sampled crash campaign (what CI runs)"
+	@echo "make campaign - every crash point of every campaign, and the reliability table"
 	@echo "make bench  - benchmarks as one table: start-up, time to cluster, polling, scale (BENCH_FLAGS=--detail adds each one's own)"
-	@echo "make reliability - the fault, crash, ownership and bad-input campaign, with its table"
+	@echo "make reliability - the reliability tests (sampled campaign), with their table"
 	@echo "make golden - re-write the render golden files from examples/"
 	@echo "make e2e-kind - apply the rendered stack to a kind cluster (needs kind and Docker)"
 	@echo "make clean  - remove the virtualenv and caches"
@@ -100,25 +105,36 @@ lint: install
 	$(BIN)/mypy
 
 # Test workers: most of the end-to-end tests' time is waiting on the emulator's clock, so
-# more workers than cores pay. Whole files go to one worker (module fixtures such as the crash
-# campaign's run once); tests/conftest.py orders the longest files first.
-TEST_WORKERS ?= 3
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+# more workers than cores pay. Tests go to whichever worker is free, except the files whose
+# tests share a module fixture (a crash campaign's points run once, up front), which go to
+# one worker whole; tests/conftest.py schedules them so, and orders the longest tests first.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist load
 
 unit: tools
 	rm -f $(CURDIR)/.reliability.json.*
 	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
+# The unit tier: what needs neither the emulator, the stand-in node nor Slurm's daemons.
+check: lint tools
+	$(BIN)/pytest $(PYTEST_PARALLEL) -q -m "not scenario"
+
+# The README's command and CI's: every test, the crash campaigns sampled by the commit
+# (tests/sampling.py; a failing point prints the command that replays it).
 test: lint unit
 
-bench: install
-	$(BIN)/python benchmarks/run.py $(BENCH_FLAGS)
-
-# The reliability campaign alone, and its table (orphans, duplicates, foreign touched: 0).
+# The reliability tests alone, and their table (orphans, duplicates, foreign touched: 0).
 reliability: tools
 	rm -f $(CURDIR)/.reliability.json.*
 	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/reliability
+	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
+
+# Every point of every crash campaign, and the table: run it before resolving work that
+# touches resources/, graph/, ops/executor or the sandbox (CONTRIBUTING.md).
+campaign: tools
+	rm -f $(CURDIR)/.reliability.json.*
+	FMCTL_CAMPAIGN=all FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/reliability
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
 # Re-write the golden files of tests/golden from the examples (review the diff!).

@@ -1,22 +1,13 @@
-"""One sandbox emulator for the engine tests, stopped at the end."""
+"""The engine tests' emulator (the session's one, tests/conftest.py) with no fault left
+over between tests."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from provisioner.sandbox import daemon
-from tests.engine.harness import Sandbox, start
-
-
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
-    home = Path(tmp_path_factory.mktemp("fmctl-home"))
-    box = start(home)
-    yield box
-    daemon.stop(home)
+from tests.engine.harness import Sandbox
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,7 @@ import yaml
 
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
 from tests.engine.harness import (
+    ROOT,
     Sandbox,
     created_calls,
     duplicates,
@@ -160,11 +161,17 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
 
 def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> None:
-    spec = spec_file(tmp_path, "e2e-slurm", example="p5-slurm-capacity-block.yaml")
+    # A reservation of its own: the example's may have been seeded (and said so) by another
+    # test this emulator ran first.
+    data = yaml.safe_load((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    data["compute"]["gpuPools"][0]["capacity"]["reservationId"] = "cr-0e2e51a0de5c21975"
+    spec = spec_file(
+        tmp_path, "e2e-slurm", example="p5-slurm-capacity-block.yaml", compute=data["compute"]
+    )
     region = region_of(spec)
     result = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "sandbox: seeded cr-0123456789abcdef0" in result.stderr
+    assert "sandbox: seeded cr-0e2e51a0de5c21975" in result.stderr
     s3 = sandbox.aws(region).client("s3")
     bucket = next(i for k, _, i in owned(sandbox, "e2e-slurm", region) if k == "bucket")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]}

@@ -203,8 +203,10 @@ def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_pa
         while not stop.is_set() and time.monotonic() < min(deadline, until or deadline):
             if until is None and refused():
                 until = time.monotonic() + 1.0
-            creating = [c for c in pcs.list_clusters()["clusters"] if c["status"] == "CREATING"]
-            if not creating:
+            # The one it made last, read by id: the gap between its create ending and the
+            # next starting (when fmctl's CreateCluster could slip through) stays a request.
+            current = others and pcs.get_cluster(clusterIdentifier=others[-1])["cluster"]
+            if not current or current["status"] != "CREATING":
                 made = pcs.create_cluster(
                     clusterName=f"someone-elses-{len(others)}",
                     scheduler={"type": "SLURM", "version": "25.11"},
@@ -212,7 +214,8 @@ def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_pa
                     networking={"subnetIds": [subnet], "securityGroupIds": [group]},
                 )["cluster"]
                 others.append(made["id"])
-            time.sleep(0.05)
+                continue
+            time.sleep(0.005)
 
     other = threading.Thread(target=someone_else)
     other.start()

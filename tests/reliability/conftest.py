@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import no_faults, sandbox
+from tests.engine.conftest import no_faults
 from tests.engine.harness import Sandbox
 from tests.reliability.campaign import tally
 
-__all__ = ["no_faults", "sandbox"]
+__all__ = ["no_faults"]
 
 
 @pytest.fixture(scope="session", autouse=True)

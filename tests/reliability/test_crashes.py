@@ -14,6 +14,7 @@ import pytest
 from tests.engine.harness import Sandbox, kill_after, owned, region_of, spec_file
 from tests.engine.test_lifecycle import P5EN_RESOURCES
 from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
+from tests.sampling import selected_params
 
 #: Kill `up` after the Nth resource started being created, and `down` after the Nth started
 #: being deleted: every step of the plan in turn.
@@ -42,6 +43,10 @@ STATE = {"FMCTL_STATE": "s3://fmctl-crash-state/crash", "FMCTL_LOCK_LEASE": "15"
 #: beside it). The first and the last step are among them.
 S3_POINTS = sorted({*KILL_POINTS[::6], KILL_POINTS[-1]})
 POINTS = [(point, "local") for point in KILL_POINTS] + [(point, "s3") for point in S3_POINTS]
+#: `make test` tries one point in this many of each backend's (a different slice each
+#: commit); `make campaign` tries them all.
+SAMPLE_STRIDE = 6
+TEST = "test_killed_at_each_step_then_rerun"
 
 
 def _killed(
@@ -133,16 +138,21 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
 
 @pytest.fixture(scope="module")
 def crash_runs(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> dict[tuple[int, str], BaseException | None]:
-    """Every crash point with each backend, CRASH_PARALLELISM at a time; what each raised."""
+    """This run's crash points (tests/sampling.py: a slice of each backend's, or all),
+    CRASH_PARALLELISM at a time; what each raised."""
+    chosen = [
+        (int(str(p["point"])), str(p["backend"]))
+        for p in selected_params(request.session, request.module, TEST)
+    ]
     tmp = tmp_path_factory.mktemp("crashes")
     made = sandbox.fmctl(
         "state", "init", STATE["FMCTL_STATE"], "--sandbox", "--region", "us-east-1"
     )
     assert made.returncode == 0, made.stderr
     return run_points(
-        POINTS,
+        chosen,
         lambda key: _crash_point(sandbox, tmp, *key),
         CRASH_PARALLELISM,
         "crash",
@@ -150,6 +160,7 @@ def crash_runs(
 
 
 @pytest.mark.timeout(2400)
+@pytest.mark.campaign(stride=SAMPLE_STRIDE, by=("backend",))
 @pytest.mark.parametrize(("point", "backend"), POINTS)
 def test_killed_at_each_step_then_rerun(
     crash_runs: dict[tuple[int, str], BaseException | None], point: int, backend: str

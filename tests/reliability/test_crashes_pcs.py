@@ -13,12 +13,16 @@ import pytest
 from tests.engine.harness import Sandbox, kill_after, owned
 from tests.engine.test_pcs import PCS_RESOURCES, pcs_spec
 from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
+from tests.sampling import selected_params
 
 #: Resources a clean `up` creates (the sample AMI is looked up, not made), and the deletes
 #: of a clean `down` (the artifacts go with their bucket).
 UP_STEPS, DOWN_STEPS = 23, 22
 POINTS = list(range(1, UP_STEPS + 1))
 CRASH_PARALLELISM = 6
+#: `make test` tries one point in this many (a different slice each commit).
+SAMPLE_STRIDE = 6
+TEST = "test_pcs_killed_at_each_step_then_rerun"
 KILL_TRIES = 3
 REGION = "us-west-2"
 
@@ -62,13 +66,15 @@ def _crash_point(sandbox: Sandbox, tmp: Path, point: int) -> None:
 
 @pytest.fixture(scope="module")
 def crash_runs(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> dict[int, BaseException | None]:
-    """Every crash point, CRASH_PARALLELISM at a time; what each raised. PCS creates one
+    """This run's crash points (tests/sampling.py), CRASH_PARALLELISM at a time; what each
+    raised. PCS creates one
     cluster at a time per region: the points' clusters wait behind each other (as a team's
     would), which the campaign exercises too."""
+    chosen = [int(str(p["point"])) for p in selected_params(request.session, request.module, TEST)]
     tmp = tmp_path_factory.mktemp("pcs-crashes")
-    return run_points(POINTS, lambda p: _crash_point(sandbox, tmp, p), CRASH_PARALLELISM, "pcs")
+    return run_points(chosen, lambda p: _crash_point(sandbox, tmp, p), CRASH_PARALLELISM, "pcs")
 
 
 def test_a_clean_run_has_the_steps_the_points_cover(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -86,6 +92,7 @@ def test_a_clean_run_has_the_steps_the_points_cover(sandbox: Sandbox, tmp_path: 
 
 
 @pytest.mark.timeout(2400)
+@pytest.mark.campaign(stride=SAMPLE_STRIDE)
 @pytest.mark.parametrize("point", POINTS)
 def test_pcs_killed_at_each_step_then_rerun(
     crash_runs: dict[int, BaseException | None], point: int

@@ -17,6 +17,7 @@ import yaml
 from tests.engine.harness import ROOT, Sandbox, owned
 from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
 from tests.reliability.test_faults import FAULTS
+from tests.sampling import selected_params
 
 REGION = "us-west-2"
 #: What a step of `up` prints when it starts.
@@ -25,6 +26,9 @@ STARTS = (" creating", " updating", " deleting", " waiting")
 #: group, kube-proxy, file system, stack, and the removed pool's three resources.
 KILL_POINTS = list(range(1, 10))
 PARALLELISM = 4
+#: `make test` tries one point in this many (a different slice each commit).
+SAMPLE_STRIDE = 3
+TEST = "test_an_update_killed_at_each_step_converges"
 
 
 def _spec(name: str, changed: bool) -> dict[str, Any]:
@@ -102,16 +106,18 @@ def _crash_point(sandbox: Sandbox, folder: Path, point: int) -> None:
 
 @pytest.fixture(scope="module")
 def crash_runs(
-    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory
+    sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> dict[int, BaseException | None]:
-    """Every kill point, PARALLELISM at a time; what each one raised."""
+    """This run's kill points (tests/sampling.py), PARALLELISM at a time; what each raised."""
+    chosen = [int(str(p["point"])) for p in selected_params(request.session, request.module, TEST)]
     folder = tmp_path_factory.mktemp("update-crashes")
     return run_points(
-        KILL_POINTS, lambda point: _crash_point(sandbox, folder, point), PARALLELISM, "update-crash"
+        chosen, lambda point: _crash_point(sandbox, folder, point), PARALLELISM, "update-crash"
     )
 
 
 @pytest.mark.timeout(1200)
+@pytest.mark.campaign(stride=SAMPLE_STRIDE)
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_an_update_killed_at_each_step_converges(
     crash_runs: dict[int, BaseException | None], point: int
