@@ -1,5 +1,6 @@
-"""The e2e harness: one sandbox emulator per session, the real `fmctl` as a subprocess, and
-views of the emulator's state (what a cluster owns, duplicates, the request log)."""
+"""The e2e harness: one sandbox emulator per session, the real `fmctl` as a process (forked
+from a server that has imported it once, tests/tools/zygote.py), and views of the
+emulator's state (what a cluster owns, duplicates, the request log)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from provisioner.resources.context import Context
 from provisioner.resources.tags import OWNER_TAG, RETAINED_TAG
 from provisioner.sandbox import daemon, server
 from tests.tools import sandbox_doubles as doubles
+from tests.tools import zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Documented durations x this: FSx's 10 minutes take 1.2 s.
@@ -102,6 +104,10 @@ class Sandbox:
     def fmctl(
         self, *args: str, timeout: float = 180, **env: str
     ) -> subprocess.CompletedProcess[str]:
+        """`fmctl ARGS` as a process (forked from tests/tools/zygote.py's preloaded server
+        unless FMCTL_TEST_FORK=0), its output captured."""
+        if zygote.enabled():
+            return zygote.run(args, self.env(**env), ROOT, timeout)
         return subprocess.run(
             [sys.executable, "-m", "provisioner", *args],
             capture_output=True,
@@ -113,6 +119,10 @@ class Sandbox:
         )
 
     def spawn(self, *args: str, **env: str) -> subprocess.Popen[str]:
+        """`fmctl ARGS` started, stdout and stderr on one pipe (forked, as ``fmctl``)."""
+        if zygote.enabled():
+            forked = zygote.Forked(args, self.env(**env), ROOT, subprocess.PIPE, subprocess.STDOUT)
+            return forked  # type: ignore[return-value]  # Popen's interface, as the tests use it
         return subprocess.Popen(
             [sys.executable, "-m", "provisioner", *args],
             stdout=subprocess.PIPE,
