@@ -1,6 +1,6 @@
-"""The layering of DESIGN.md holds: every import between provisioner's folders points down,
-the CLI reaches only the use cases, the drivers, the graph engine and the sandbox import
-nothing of fmctl, and no modules import each other in a circle. Imports under
+"""The layering of docs/ARCHITECTURE.md holds: every import between provisioner's folders
+points down, the CLI reaches only the use cases, the drivers, the graph engine and the
+sandbox import nothing of fmctl, and no modules import each other in a circle. Imports under
 ``if TYPE_CHECKING:`` count: they are dependencies of the design."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.conftest import ROOT, SHARED
 
 PACKAGE = ROOT / "provisioner"
-#: Folder -> rank (an import may point to a lower rank only), as DESIGN.md draws them.
+#: Folder -> rank (an import may point to a lower rank only), as docs/ARCHITECTURE.md draws them.
 RANK = {
     "cli": 10,
     "ops": 9,
@@ -34,7 +34,7 @@ RANK = {
 }
 #: Folders that import nothing of fmctl but themselves.
 ISOLATED = {"drivers", "graph", "sandbox"}
-#: Same-or-lower-rank imports DESIGN.md allows explicitly.
+#: Same-or-lower-rank imports the design allows explicitly (render and check ship files).
 ALLOWED = {("spec", "catalog"), ("render", "shipped"), ("check", "shipped")}
 #: The CLI stays thin: the use cases, and the spec and catalog for their types.
 CLI_MAY_USE = {"ops", "spec", "catalog", "shipped"}
@@ -167,3 +167,19 @@ def test_the_kinds_derive_their_teardown_order() -> None:
     for kind, blockers in order.deps.items():
         reasons[kind] |= set(blockers)
     assert not reasons["kube-stack"], "the in-cluster cleanup runs first"
+
+
+def test_the_architecture_document_draws_these_ranks() -> None:
+    """docs/ARCHITECTURE.md's layer table says exactly what this test enforces: each folder
+    at its rank, and the folders that import nothing of fmctl."""
+    import re
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    drawn: dict[str, int] = {}
+    for rank, folders in re.findall(r"^\| (\d+) \| ([^|]+) \|", text, flags=re.MULTILINE):
+        for folder in re.findall(r"`(\w+)/`", folders):
+            drawn[folder] = int(rank)
+    assert drawn == RANK
+    isolated = re.search(r"^((?:`\w+/`(?:, | and )?)+) import nothing of fmctl", text, re.MULTILINE)
+    assert isolated is not None
+    assert set(re.findall(r"`(\w+)/`", isolated.group(1))) == ISOLATED

@@ -14,8 +14,8 @@ from provisioner.render.efa import NetworkInterface, efa_device_count, efa_inter
 from provisioner.render.images import Images
 from provisioner.render.placeholders import placeholder
 from provisioner.spec.model import ClusterSpec, GpuPool, Network
+from provisioner.spec.tags import OWNER_TAG
 
-OWNER_TAG = "fmctl.dev/cluster"
 POOL_LABEL = "fmctl.dev/pool"
 EFA_LABEL = "fmctl.dev/efa"
 #: 2 MiB hugepages per GPU on a node (the AWS EFA samples give each pod about 5 GiB).

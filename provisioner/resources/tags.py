@@ -8,7 +8,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-OWNER_TAG = "fmctl.dev/cluster"
+from provisioner.spec.tags import OWNER_TAG
+
+__all__ = ["OWNER_TAG"]  # re-exported: the kinds and use cases take every tag name from here
 RESOURCE_TAG = "fmctl.dev/resource"
 EXPIRES_TAG = "fmctl.dev/expires-at"
 CREATED_TAG = "fmctl.dev/created-at"
