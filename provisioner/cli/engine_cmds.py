@@ -38,6 +38,7 @@ _SIGN = {
     "unchanged": " ",
     "use": " ",
     "unreadable": "?",
+    "refuse": "!",
 }
 
 
@@ -56,7 +57,9 @@ def show_plan(data: dict[str, Any], out: Any = None) -> None:
             mark = " (drift)" if f.get("drift") else ""
             how = "" if f["how"] == "update" else f"  [{f['how']}]"
             echo(f"        {f['path']}: {_short(f['from'])} -> {_short(f['to'])}{how}{mark}")
-        if change.get("reason") and action not in ("update",):
+        if action == "refuse":
+            echo(f"        {change['reason']}")
+        elif change.get("reason") and action not in ("update",):
             echo(f"        ({change['reason']})")
         if change.get("loses"):
             echo(f"        lost: {change['loses']}")
@@ -73,8 +76,11 @@ def show_plan(data: dict[str, Any], out: Any = None) -> None:
             f"{' -> '.join(data['critical_path'])}; one after another would take "
             f"~{data['serial_s'] / 60:.0f} min"
         )
-    else:
+    elif not data.get("refusals"):
         echo("nothing to do: the cluster is what the spec says")
+    if data.get("refusals"):
+        fields = ", ".join(f"{r['resource']} {r['field']}" for r in data["refusals"])
+        echo(f"up will refuse this plan and change nothing: AWS cannot make {fields}")
     for note in data.get("notes", []):
         echo(f"note: {note}")
     capacity = data.get("capacity", {})
@@ -95,7 +101,7 @@ def _short(value: Any) -> str:
 @click.option(
     "--detailed-exitcode",
     is_flag=True,
-    help="Exit 2 when there are changes (0: none, 1: an error).",
+    help="Exit 2 when there are changes (0: none; 1: an error, or a change up would refuse).",
 )
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @state_option
@@ -126,7 +132,8 @@ def plan(
         click.echo(json.dumps(data, indent=2, default=str))
     else:
         show_plan(data)
-    if view.plan.unreadable:
+    # A plan `up` would refuse fails, as Terraform fails a plan it cannot apply.
+    if view.plan.unreadable or view.plan.refused:
         sys.exit(1)
     if detailed_exitcode and view.plan.acting:
         sys.exit(2)

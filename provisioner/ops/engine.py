@@ -15,7 +15,7 @@ from typing import Any
 from provisioner.blueprint import Blueprint, Where, build
 from provisioner.graph.runner import RunResult
 from provisioner.ops.executor import apply, critical_path
-from provisioner.ops.planner import Action, Change, Plan, Planner, find_owned
+from provisioner.ops.planner import REFUSED_HINT, Action, Change, Plan, Planner, find_owned
 from provisioner.ops.reservation_topology import ReservedPlace
 from provisioner.ops.target import (
     Target,
@@ -118,6 +118,18 @@ class PlanView:
                 for item in self.plan.blueprint
             ],
             "counts": self.plan.counts(),
+            # What `up` will refuse (AWS cannot make it): one entry per refused field.
+            "refusals": [
+                {
+                    "resource": c.resource,
+                    "field": f.path,
+                    "reason": f.reason,
+                    "spec": c.origin,
+                    "hint": f.hint or REFUSED_HINT,
+                }
+                for c in self.plan.refused
+                for f in c.refused
+            ],
             "waves": waves,
             "critical_path": chain,
             "critical_path_s": seconds,
@@ -208,8 +220,7 @@ def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
                     f"{c.resource}: {f.path} cannot change from {f.before} to {f.after}: "
                     f"{f.reason}",
                     _path(c.origin) if c.origin else (),
-                    hint=f.hint
-                    or "change it back in the spec, or make a new cluster with the new value",
+                    hint=f.hint or REFUSED_HINT,
                 )
             )
     if allow_replace:

@@ -45,9 +45,13 @@ class Action(enum.StrEnum):
     UNCHANGED = "unchanged"
     USE = "use"  # named by the spec, not fmctl's: read, never changed
     UNREADABLE = "unreadable"
+    #: A change AWS cannot make (and fmctl will not replace around): `up` refuses the plan.
+    REFUSE = "refuse"
 
 
 #: Actions that make `up` do something.
+#: What to do about a change AWS cannot make, when its field says nothing better.
+REFUSED_HINT = "change it back in the spec, or make a new cluster with the new value"
 ACTING = {Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE, Action.DRIFT, Action.WAIT}
 
 
@@ -118,6 +122,11 @@ class Plan:
     def acting(self) -> list[Change]:
         """Changes that make `up` do something."""
         return [c for c in self.changes if c.action in ACTING]
+
+    @property
+    def refused(self) -> list[Change]:
+        """Changes `up` refuses (AWS cannot make them): with one, `up` changes nothing."""
+        return [c for c in self.changes if c.action == Action.REFUSE]
 
     @property
     def unreadable(self) -> list[Change]:
@@ -264,6 +273,9 @@ class Planner:
             if observed.pending:
                 reason = f"{observed.pending} since an earlier run; up waits, then updates"
             refused = [f for f in fields if f.how == How.IMMUTABLE]
+            if refused:
+                action = Action.REFUSE
+                reason = f"up will refuse this: {refused[0].path}: {refused[0].reason}"
             after = getattr(kind, "outputs_after", None)
             outputs = after(observed, fields) if after else observed.outputs
             return (
@@ -274,6 +286,7 @@ class Planner:
                     tuple(fields),
                     reason,
                     observed.id,
+                    hint=(refused[0].hint or REFUSED_HINT) if refused else None,
                     origin=_origin(item, refused) if refused else None,
                 ),
                 outputs,

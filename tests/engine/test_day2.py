@@ -263,8 +263,23 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
     cluster.spec["storage"]["fsxLustre"]["capacityGiB"] = 2400
 
     # Another increase so soon is refused before any call: FSx takes the next one 6 hours
-    # after the last was requested, and the way out says when.
+    # after the last was requested, and the way out says when. The plan says so first, and
+    # fails as a plan that cannot be applied (JSON and text; --detailed-exitcode too).
     cluster.spec["storage"]["fsxLustre"]["capacityGiB"] = 4800
+    cluster.write()
+    planned = sandbox.fmctl("plan", "-f", str(cluster.path), "--sandbox", "-o", "json")
+    assert planned.returncode == 1, planned.stdout + planned.stderr
+    data = json.loads(planned.stdout)
+    (fsx_change,) = [c for c in data["changes"] if c["resource"] == "fsx"]
+    assert fsx_change["action"] == "refuse", fsx_change
+    assert fsx_change["reason"].startswith("up will refuse this: capacity_gib")
+    assert [(r["resource"], r["spec"]) for r in data["refusals"]] == [
+        ("fsx", "storage.fsxLustre.capacityGiB")
+    ]
+    text = sandbox.fmctl("plan", "-f", str(cluster.path), "--sandbox", "--detailed-exitcode")
+    assert text.returncode == 1 and "up will refuse this: capacity_gib" in text.stdout
+    assert "up will refuse this plan and change nothing" in text.stdout
+    assert "nothing to do" not in text.stdout
     out, calls = cluster.up(ok=False)
     assert "capacityGiB" in out and "6 hours after the last" in out, out
     assert "hint: keep capacityGiB at 2400 for now" in out and writes(calls) == []

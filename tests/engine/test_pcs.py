@@ -360,6 +360,11 @@ def test_pcs_upgrades_slurm_in_place_and_never_down(sandbox: Sandbox, tmp_path: 
         assert updates, "the upgrade is UpdateCluster, not a new cluster"
         assert not [r for r in sandbox.requests()[before:] if r["action"] == "CreateCluster"]
 
+        # A downgrade: the plan says up will refuse it (and fails), then up does.
+        planned = sandbox.fmctl("plan", "-f", str(spec_at("25.11")), "--sandbox", "-o", "json")
+        assert planned.returncode == 1, planned.stdout + planned.stderr
+        refusal = {r["resource"]: r for r in json.loads(planned.stdout)["refusals"]}
+        assert "cannot downgrade" in refusal["pcs/cluster"]["reason"], refusal
         before = len(sandbox.requests())
         down = sandbox.fmctl("up", "-f", str(spec_at("25.11")), "--sandbox", "--yes")
         assert down.returncode == 1 and "cannot downgrade" in down.stderr, down.stderr
