@@ -271,6 +271,15 @@ _SETUP_HINTS = {
 }
 
 
+#: botocore's errors for a request that never got an answer (its exceptions module: under
+#: ConnectionError or HTTPClientError), after the retries: the network, not fmctl or AWS.
+_NETWORK_HINT = (
+    "the endpoint did not answer: check the network, a proxy (HTTPS_PROXY, NO_PROXY) and "
+    "AWS_ENDPOINT_URL if set, then run the command again (up and down resume where they "
+    "stopped)"
+)
+
+
 def translate(exc: BaseException, doing: str) -> AwsError:
     """An AwsError saying what fmctl was doing, what AWS said, and what to try."""
     if isinstance(exc, AwsError):  # already says what to do: keep its hint
@@ -278,6 +287,8 @@ def translate(exc: BaseException, doing: str) -> AwsError:
     setup = next((n for n in _SETUP_HINTS if _is(exc, n)), None)
     if setup is not None:
         return AwsError(f"{doing}: {exc}", _SETUP_HINTS[setup], setup)
+    if _is(exc, "ConnectionError") or _is(exc, "HTTPClientError"):
+        return AwsError(f"{doing}: {exc}", _NETWORK_HINT, type(exc).__name__)
     code = error_code(exc)
     if code is None:
         return AwsError(f"{doing}: {exc}", code=None)

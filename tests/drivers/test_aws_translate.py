@@ -22,6 +22,9 @@ from provisioner.drivers.aws import translate
         (exceptions.UnauthorizedSSOTokenError(), "aws sso login"),
         (exceptions.TokenRetrievalError(provider="sso", error_msg="expired"), "aws sso login"),
         (exceptions.NoRegionError(), "--region"),
+        (exceptions.EndpointConnectionError(endpoint_url="https://ec2.x"), "the network"),
+        (exceptions.ConnectTimeoutError(endpoint_url="https://ec2.x"), "HTTPS_PROXY"),
+        (exceptions.ReadTimeoutError(endpoint_url="https://ec2.x"), "resume"),
     ],
 )
 def test_setup_errors_get_a_hint(error: Exception, hint: str) -> None:
@@ -30,7 +33,10 @@ def test_setup_errors_get_a_hint(error: Exception, hint: str) -> None:
     assert translated.hint is not None and hint in translated.hint
 
 
-def _fmctl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _fmctl(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     (tmp_path / "config").write_text("[default]\nregion = us-east-1\n")
     env.update(
@@ -39,6 +45,7 @@ def _fmctl(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         AWS_EC2_METADATA_DISABLED="true",
         FMCTL_HOME=str(tmp_path / "home"),
     )
+    env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "provisioner", *args],
         capture_output=True,
@@ -61,4 +68,29 @@ def test_no_credentials_at_the_command_line(tmp_path: Path) -> None:
     done = _fmctl(tmp_path, "status", "cluster-one", "--region", "us-east-1")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Unable to locate credentials" in done.stderr and "--sandbox" in done.stderr
+    assert "Traceback" not in done.stderr and "report it" not in done.stderr
+
+
+def test_an_endpoint_that_does_not_answer_at_the_command_line(tmp_path: Path) -> None:
+    """A closed port on loopback (never AWS): a plain message naming the endpoint, what to
+    check, no traceback and no "report it"."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "credentials").write_text(
+        "[default]\naws_access_key_id = AKIDEXAMPLE\naws_secret_access_key = fake\n"
+    )
+    done = _fmctl(
+        tmp_path,
+        "status",
+        "cluster-one",
+        "--region",
+        "us-east-1",
+        env={"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_MAX_ATTEMPTS": "1"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Could not connect to the endpoint URL" in done.stderr, done.stderr
+    assert "hint: the endpoint did not answer: check the network" in done.stderr
     assert "Traceback" not in done.stderr and "report it" not in done.stderr
