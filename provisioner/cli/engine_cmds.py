@@ -248,7 +248,7 @@ def up(
         if not ok:
             sys.exit(1)
         if spec.scheduler == "kubernetes" and spec.kubernetes.in_cluster_stack == "gitops":
-            _hand_over(path, spec, target)
+            _hand_over(path, spec, target, as_json=True)
         return
     _report(outcome.result, "up", [c.resource for c in outcome.pending])
     _summary(spec.metadata.name, outcome)
@@ -257,14 +257,20 @@ def up(
         _hand_over(path, spec, target)
 
 
-def _hand_over(path: str, spec: Any, target: Any) -> None:
+def _hand_over(path: str, spec: Any, target: Any, as_json: bool = False) -> None:
     """``inClusterStack: gitops``: the deployment folder filled from the cluster just made,
-    for the user to commit where Argo CD or Flux reads it."""
+    for the user to commit where Argo CD or Flux reads it (with ``-o json``, a JSON line:
+    stdout holds nothing else)."""
     from provisioner.ops.render import render_to
 
     out = target.home / "clusters" / spec.metadata.name / "deployment"
     render_to(path, out, target_of=lambda _spec: target)
     where = spec.gitops.path or "the folder's place in the repository"
+    if as_json:
+        jsonout.line(
+            {"gitops": {"folder": str(out), "repoUrl": spec.gitops.repo_url, "path": where}}
+        )
+        return
     click.echo(
         f"gitops: kubernetes/ is for Argo CD or Flux to apply; the filled folder is {out}: "
         f"commit it at {where} of {spec.gitops.repo_url} (or run `fmctl render -f {path} -o "

@@ -153,6 +153,12 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
         assert again.returncode == 0, again.stdout + again.stderr
         assert "nothing to change" in again.stdout
+        # With -o json, stdout is JSON lines only: the hand-over is one of them.
+        as_json = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "-o", "json")
+        assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+        lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+        (handed,) = [d["gitops"] for d in lines if "gitops" in d]
+        assert handed["folder"] == str(folder) and handed["path"] == f"eks/{name}"
         status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
         stack = {r["name"] for r in json.loads(status.stdout)["kubernetes"]["stack"]}
         assert "nvidia-device-plugin" in stack
