@@ -1148,3 +1148,37 @@ def test_an_arm64_fleet_gets_an_arm64_head_node(base: dict[str, Any]) -> None:
     x86 = validate_data(_apply(base, [(HEAD, DELETE)]))
     assert x86.resolved is not None
     assert x86.resolved.compute.head_node.instance_type == defaults.HEAD_NODE_INSTANCE_TYPE
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["workload", "team.example.com/role", "a", "x_y.z-1", "acme.io/" + "n" * 55],
+)
+def test_node_labels_kubernetes_and_eks_take(key: str) -> None:
+    from provisioner.validate.rules.compute import label_problem
+
+    assert label_problem(key, "training") is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("kubernetes.io/role", "gpu", "prefix EKS reserves"),
+        ("node-role.kubernetes.io/gpu", "true", "prefix EKS reserves"),
+        ("topology.k8s.io/zone", "a", "prefix EKS reserves"),
+        ("eks.amazonaws.com/nodegroup", "x", "prefix EKS reserves"),
+        ("fmctl.dev/pool", "other", "fmctl's own"),
+        ("-leading-dash", "x", "not a Kubernetes label key"),
+        ("Upper.Case/x", "y", "not a Kubernetes label key"),
+        ("a" * 64, "x", "not a Kubernetes label key"),
+        ("acme.io/" + "n" * 56, "x", "64 characters"),
+        ("workload", "", "not a Kubernetes label value"),
+        ("workload", "pre training", "not a Kubernetes label value"),
+        ("workload", "v" * 64, "not a Kubernetes label value"),
+    ],
+)
+def test_node_labels_they_refuse(key: str, value: str, says: str) -> None:
+    from provisioner.validate.rules.compute import label_problem
+
+    found = label_problem(key, value)
+    assert found is not None and says in found[0], found

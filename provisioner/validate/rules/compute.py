@@ -288,3 +288,62 @@ def head_node_ssh(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             hint="add network.sshCidr: YOUR.RANGE/NN to log in with the key from there; "
             "`aws ssm start-session` works either way",
         )
+
+
+#: A label name (and a prefix's DNS labels): Kubernetes' "Labels and Selectors, syntax and
+#: character set" (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/):
+#: up to 63 characters, alphanumeric at both ends, '-', '_' and '.' between.
+LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+#: A label prefix: a DNS subdomain, lowercase RFC 1123 labels joined by dots.
+LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: EKS's limit on a node group label's whole key and its value (API reference,
+#: UpdateLabelsPayload and CreateNodegroup: length 1-63 each: no empty value either).
+EKS_LABEL_MAX = 63
+#: Prefixes EKS refuses on node group labels ("Label cannot contain reserved prefixes
+#: [kubernetes.io/, k8s.io/, eks.amazonaws.com/]", CreateNodegroup's error as eksctl issue
+#: 4006 records it); their subdomains (node-role.kubernetes.io) are the kubelet's to set,
+#: which NodeRestriction refuses to a node's own labels.
+RESERVED_LABEL_DOMAINS = ("kubernetes.io", "k8s.io", "eks.amazonaws.com")
+#: Labels fmctl sets on every pool's nodes itself (render/context.py).
+FMCTL_LABELS = ("fmctl.dev/pool", "fmctl.dev/efa")
+
+
+def label_problem(key: str, value: str) -> tuple[str, str] | None:
+    """What is wrong with a node label (message, hint), or None."""
+    prefix, _, name = key.rpartition("/")
+    if key in FMCTL_LABELS:
+        return f"label {key!r} is fmctl's own", "fmctl sets it on every pool's nodes; drop it"
+    domain = prefix.lower()
+    if any(domain == d or domain.endswith("." + d) for d in RESERVED_LABEL_DOMAINS):
+        return (
+            f"label {key!r} uses a prefix EKS reserves",
+            "EKS refuses node group labels under kubernetes.io/, k8s.io/ and "
+            "eks.amazonaws.com/ (and the kubelet may not set them); use a prefix of your own",
+        )
+    if (prefix and not LABEL_PREFIX_RE.match(prefix)) or not LABEL_NAME_RE.match(name):
+        return (
+            f"label key {key!r} is not a Kubernetes label key",
+            "[prefix/]name: the name up to 63 letters, digits, '-', '_' or '.', starting and "
+            "ending with a letter or digit; the prefix a lowercase DNS name",
+        )
+    if len(key) > EKS_LABEL_MAX:
+        return f"label key {key!r} is {len(key)} characters", "EKS takes keys of up to 63"
+    if not value or not LABEL_NAME_RE.match(value):
+        return (
+            f"label value {value!r} of {key!r} is not a Kubernetes label value",
+            "1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or "
+            "digit (EKS takes no empty value)",
+        )
+    return None
+
+
+@rule("pool-labels")
+def pool_labels(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """Pool labels become node group labels and node labels: Kubernetes' syntax, EKS's
+    lengths and reserved prefixes, checked offline instead of failing at CreateNodegroup."""
+    for path, pool in _pools(spec):
+        for key, value in pool.labels.items():
+            found = label_problem(str(key), str(value))
+            if found is not None:
+                message, hint = found
+                yield Problem("pool-labels", message, (*path, "labels", key), hint=hint)
