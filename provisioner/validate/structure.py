@@ -127,10 +127,7 @@ def _translate(error: Any) -> Problem:
     if expected is not None:
         hint = None
         if expected == "a string" and isinstance(value, bool | int | float):
-            hint = (
-                "YAML read this as a number or boolean; quote it to keep it as written, "
-                'e.g. version: "1.30"'
-            )
+            hint = _quote_hint(path, value)
         elif expected in ("an integer", "a number", "true or false") and isinstance(value, str):
             hint = "write it without quotes"
         elif expected == "a mapping" and isinstance(value, list):
@@ -256,3 +253,14 @@ def suppressed(problem: Problem, dropped: list[SpecPath]) -> bool:
             if probe[: len(path)] == path:
                 return True
     return False
+
+
+def _quote_hint(path: SpecPath, value: object) -> str:
+    """What to write instead of a number YAML read where a string belongs, in the terms of
+    the field: a lifetime needs its unit, a version its quotes."""
+    if path == ("metadata", "ttl"):
+        return f'a lifetime needs its unit: ttl: "{value}h" (or days and minutes: 3d, 1h30m)'
+    if path and str(path[-1]).lower().endswith("version"):
+        # 1.30 reads as the number 1.3: the example shows the quotes, not the lost zero.
+        return 'YAML read this as a number; quote it to keep it as written, e.g. "1.30"'
+    return "YAML read this as a number or boolean; quote it to keep it as written"

@@ -564,6 +564,27 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "fsx-two-way",
+        "same-prefix",
+        [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm/")],
+        "storage.fsxLustre.s3.exportPath",
+        "warning",
+    ),
+    (
+        "pool-labels",
+        "reserved-prefix",
+        [((*POOL, "labels"), {"kubernetes.io/role": "gpu"})],
+        "compute.gpuPools[0].labels.kubernetes.io/role",
+        "error",
+    ),
+    (
+        "pool-labels",
+        "value-with-a-space",
+        [((*POOL, "labels"), {"workload": "pre training"})],
+        "compute.gpuPools[0].labels.workload",
+        "error",
+    ),
+    (
         "fsx-existing",
         "with-capacity",
         [((*FSX, "fileSystemId"), "fs-0123456789abcdef0")],
@@ -944,6 +965,8 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     # The same prefix both ways is what the user asked for.
     ("fsx-export-under-import", "same", [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm")]),
+    ("fsx-two-way", "apart", [((*FSX, "s3", "exportPath"), "s3://my-datasets/llm-out")]),
+    ("pool-labels", "prefixed", [((*POOL, "labels"), {"team.example.com/role": "trainer"})]),
     ("fsx-existing", "id-only", [((*FSX,), {"fileSystemId": "fs-0123456789abcdef0"})]),
     ("mount-path", "nested", [((*FSX, "mountPath"), "/mnt/fsx")]),
     ("log-retention", "two-weeks", [(("kubernetes", "controlPlaneLogDays"), 14)]),
@@ -1182,3 +1205,26 @@ def test_node_labels_they_refuse(key: str, value: str, says: str) -> None:
 
     found = label_problem(key, value)
     assert found is not None and says in found[0], found
+
+
+def test_a_ttl_read_as_a_number_gets_a_lifetime_hint() -> None:
+    from tests.conftest import validate_text
+
+    text = (ROOT / "tests/data/bad-specs/106-ttl-without-unit.yaml").read_text()
+    found = validate_text(text)
+    (ttl,) = [p for p in found.problems if p.path == ("metadata", "ttl")]
+    assert ttl.hint is not None and 'ttl: "8h"' in ttl.hint and "version" not in ttl.hint
+
+
+def test_the_same_import_and_export_prefix_warns_that_deletes_flow_both_ways() -> None:
+    from tests.conftest import validate_text
+
+    text = (ROOT / "tests/data/bad-specs/106-ttl-without-unit.yaml").read_text()
+    found = validate_text(text.replace("  ttl: 8\n", ""))
+    (two_way,) = [p for p in found.problems if p.code == "fsx-two-way"]
+    assert two_way.level == "warning" and "deletes flow both ways" in two_way.message
+    assert found.ok  # a warning: the spec is valid
+    apart = text.replace("  ttl: 8\n", "").replace(
+        "exportPath: s3://acme-ml-data/corpora/", "exportPath: s3://acme-ml-data/out"
+    )
+    assert not [p for p in validate_text(apart).problems if p.code == "fsx-two-way"]

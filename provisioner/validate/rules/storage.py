@@ -177,6 +177,31 @@ def fsx_export_under_import(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Pro
     )
 
 
+@rule("fsx-two-way")
+def fsx_two_way(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """importPath and exportPath the same prefix: one association importing and exporting
+    new, changed and deleted files (AutoImportPolicy and AutoExportPolicy with DELETED, FSx
+    API reference): a file deleted on either side is deleted on the other. A two-way sync
+    may be meant, so it warns, saying so."""
+    fsx = spec.storage.fsx_lustre
+    if fsx is None or fsx.s3 is None or not fsx.s3.import_path or not fsx.s3.export_path:
+        return
+    if fsx.s3.import_path.rstrip("/") != fsx.s3.export_path.rstrip("/"):
+        return
+    base: SpecPath = (*FSX, "s3")
+    yield Problem(
+        "fsx-two-way",
+        f"importPath and exportPath are both {fsx.s3.import_path!r}: deletes flow both ways "
+        "(a file removed on the file system is removed from S3, and one removed in S3 from "
+        "the file system)",
+        (*base, "exportPath"),
+        hint="if that is not meant, export to a prefix of its own beside the data (e.g. "
+        "s3://BUCKET/checkpoints), or drop exportPath",
+        level="warning",
+        related=((*base, "importPath"),),
+    )
+
+
 def _creation_keys(fsx: FsxLustre) -> list[str]:
     keys = [
         ("capacityGiB", fsx.capacity_gib),
