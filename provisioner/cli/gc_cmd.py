@@ -5,8 +5,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from provisioner.ops.gc import ClusterSeen
 
 from provisioner.cli import jsonout
 from provisioner.cli.common import GuardedCommand, _fail, _failures, _report, _target
@@ -60,9 +64,11 @@ def gc(
     a run holds the lock of)."""
     from provisioner.catalog.regions import REGIONS
     from provisioner.cli.progress import Progress
-    from provisioner.ops.engine import down
+    from provisioner.ops.engine import down, owned_by
     from provisioner.ops.errors import LockHeld
     from provisioner.ops.gc import find_clusters, lock_holder, parse_age, select
+    from provisioner.ops.kubeconfig import forget_locally
+    from provisioner.ops.teardown import data_notes
 
     if not expired and older_than is None:
         _fail("say which clusters to collect", "pass --expired, --older-than AGE, or both")
@@ -97,19 +103,22 @@ def gc(
         click.echo(f"skip {name}{place}: locked by {who}", err=True)
     chosen = [c for c in chosen if (c.region, c.name) not in held]
     now = time.time()
+    # What `down` will find and delete, by the same reads (every kind's find_owned): the
+    # count listed is the count deleted. Clusters kept are counted by their tags alone.
+    owned = {(c.region, c.name): owned_by(targets[c.region], c.name) for c in chosen}
     marks = {}
     for cluster in sorted(seen.values(), key=lambda c: (c.region, c.name)):
-        locked = (cluster.region, cluster.name) in held
-        mark = "collect" if cluster in chosen else "locked" if locked else "keep"
-        marks[(cluster.region, cluster.name)] = mark
+        at = (cluster.region, cluster.name)
+        mark = "collect" if cluster in chosen else "locked" if at in held else "keep"
+        marks[at] = mark
         age = f"{(now - cluster.created_at) / 3600:.1f}h old" if cluster.created_at else "age ?"
         ttl = ("expired" if cluster.expired(now) else "ttl ok") if cluster.expires_at else "no ttl"
         where = f" ({cluster.region})" if all_regions else ""
-        click.echo(
-            f"  {mark:<8} {cluster.name:<40} {cluster.resources:>3} resources, {age}, {ttl}"
-            + where,
-            err=as_json,
+        count = (
+            f"{len(owned[at]):>3} resources" if at in owned else f"{cluster.resources:>3} tagged"
         )
+        why = f": {_reason(cluster, expired, older_than, ignore_ttl, now)}" if at in owned else ""
+        click.echo(f"  {mark:<8} {cluster.name:<40} {count}, {age}, {ttl}{where}{why}", err=as_json)
     seen_data = [
         {"cluster": c.name, "region": c.region, "action": marks[(c.region, c.name)]}
         for c in sorted(seen.values(), key=lambda c: (c.region, c.name))
@@ -122,6 +131,10 @@ def gc(
         if as_json:
             jsonout.line({"summary": {"ok": True, "dry_run": dry_run, "clusters": seen_data}})
         return
+    # As `down` says it, with --yes too: the data a teardown cannot give back.
+    for cluster in chosen:
+        for line in data_notes(targets[cluster.region], owned[(cluster.region, cluster.name)]):
+            click.echo(f"warning: {cluster.name}: {line}", err=True)
     if not yes:
         if as_json or not sys.stdin.isatty():
             _fail("`gc` asks before deleting", "pass --yes to run without asking")
@@ -140,17 +153,34 @@ def gc(
             progress.close()
         done = _report(result, f"down {cluster.name}", exit=not as_json)
         ok = ok and done
+        # gc is down: what down leaves of a cluster on this machine goes too.
+        local = forget_locally(targets[cluster.region], cluster.name, False) if done else []
         collected.append(
             {
                 "cluster": cluster.name,
                 "region": cluster.region,
                 "ok": done,
                 "deleted": len(found),
+                "local": local,
                 **_failures(result),
             }
         )
         click.echo(f"{cluster.name}: {len(found)} resources deleted", err=as_json)
+        for line in local:
+            click.echo(f"{cluster.name}: {line}", err=as_json)
     if as_json:
         jsonout.line({"summary": {"ok": ok, "clusters": seen_data, "collected": collected}})
         if not ok:
             sys.exit(1)
+
+
+def _reason(
+    cluster: ClusterSeen, expired: bool, older_than: str | None, ignore_ttl: bool, now: float
+) -> str:
+    """Why gc collects ``cluster``: its ttl passed, or its age (saying when its ttl is
+    ignored to do so)."""
+    if expired and cluster.expired(now):
+        return "its ttl has passed"
+    if ignore_ttl and cluster.expires_at is not None and not cluster.expired(now):
+        return f"older than {older_than} (its ttl, not passed, is ignored: --ignore-ttl)"
+    return f"older than {older_than}"

@@ -228,6 +228,9 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
         "gc", "--older-than", "1m", "--ignore-ttl", "--dry-run", "--region", region, "--sandbox"
     )
     assert "collect  e2e-gc-short" in forced.stdout
+    # Age is the reason, and the ttl it overrides is named.
+    (line,) = [x for x in forced.stdout.splitlines() if "collect  e2e-gc-short" in x]
+    assert "older than 1m (its ttl, not passed, is ignored: --ignore-ttl)" in line, line
     nobody = sandbox.fmctl(
         "gc",
         "--older-than",
@@ -259,9 +262,22 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
     everywhere = sandbox.fmctl("gc", "--expired", "--dry-run", "--all-regions", "--sandbox")
     assert "collect  e2e-gc-short" in everywhere.stdout and f"({region})" in everywhere.stdout
     assert owned(sandbox, "e2e-gc-short", region), "a dry run deletes nothing"
+    (line,) = [x for x in listed.stdout.splitlines() if "collect  e2e-gc-short" in x]
+    assert "its ttl has passed" in line, line
+    folder = sandbox.home / "clusters" / "e2e-gc-short"
+    assert folder.is_dir()
     collected = sandbox.fmctl("gc", "--expired", "--yes", "--region", region, "--sandbox")
     assert collected.returncode == 0, collected.stdout + collected.stderr
     assert raw_leftovers(sandbox, "e2e-gc-short", region) == []
+    # gc is down: the count listed is the count deleted, the file system's data is warned
+    # about first, and the local state and kubeconfig entry go too.
+    (line,) = [x for x in collected.stdout.splitlines() if "collect  e2e-gc-short" in x]
+    listed_count = int(line.split()[2])
+    assert f"e2e-gc-short: {listed_count} resources deleted" in collected.stdout
+    assert listed_count == len(P5EN_RESOURCES)
+    assert "warning: e2e-gc-short: the FSx file system" in collected.stderr
+    assert "removed the local state" in collected.stdout and not folder.exists()
+    assert "e2e-gc-short's entry" in collected.stdout
     assert {logical for _, logical, _ in owned(sandbox, "e2e-gc-keep", region)} == P5EN_RESOURCES
     sandbox.fmctl("down", "e2e-gc-keep", "--region", region, "--sandbox", "--yes")
 
