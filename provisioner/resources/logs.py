@@ -221,7 +221,11 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
             resourceArn=arn, tagKeys=[k for k in keys if k.startswith(FMCTL_PREFIX)]
         )
         logs.tag_resource(resourceArn=arn, tags={RETAINED_TAG: ctx.cluster})
+        # EKS writes a cluster's control-plane logs to /aws/eks/NAME/cluster: while this
+        # group is there, `up` refuses a new cluster of the name (the log-group-foreign check).
         return (
-            f"kept log group {owned.id} (its retention still applies; delete it with "
-            f"`aws logs delete-log-group --log-group-name {owned.id} --region {ctx.region}`)"
+            f"kept log group {owned.id} (its retention still applies; until it is deleted, "
+            f"`up` refuses a new cluster named {ctx.cluster} in {ctx.region}, whose control "
+            f"plane would log into it; delete it with `aws logs delete-log-group "
+            f"--log-group-name {owned.id} --region {ctx.region}`)"
         )

@@ -93,6 +93,13 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
     group = f"/aws/eks/{NAME}/cluster"
     assert f"kept log group {group}" in down.stderr
     assert f"aws logs delete-log-group --log-group-name {group}" in down.stderr
+    # It says what the kept group blocks: a new cluster of the name, as `up` refuses it.
+    assert f"`up` refuses a new cluster named {NAME} in {region}" in down.stderr
+    refused = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert (
+        refused.returncode == 1 and f"log group {group} exists" in refused.stdout + refused.stderr
+    )
+    assert raw_leftovers(sandbox, NAME, region) == []
     logs = sandbox.aws(region).client("logs")
     (kept,) = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]
     tags = logs.list_tags_for_resource(resourceArn=kept["logGroupArn"])["tags"]
