@@ -205,6 +205,15 @@ def _causes(plan: Plan) -> dict[str, str | None]:
     return out
 
 
+#: The kinds that are a scheduler's cluster: deleting one (a scheduler or provider switch)
+#: ends every job on it, so it needs the same leave as a replacement.
+SCHEDULER_KINDS = {
+    "eks-cluster": "EKS",
+    "parallelcluster": "ParallelCluster",
+    "pcs-cluster": "AWS PCS",
+}
+
+
 def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
     """What stops `up` before any call: unreadable resources, changes AWS cannot make, and
     replacements without leave (one problem per spec setting, naming all it replaces and
@@ -236,6 +245,18 @@ def refusals(plan: Plan, allow_replace: bool) -> list[Problem]:
                     _path(c.origin) if c.origin else (),
                     hint="change it back, or run `fmctl up --allow-replace` to stop and "
                     "restart the pool (its running jobs end)",
+                )
+            )
+    for c in plan.changes:
+        if c.action == Action.DELETE and c.kind in SCHEDULER_KINDS:
+            problems.append(
+                Problem(
+                    "scheduler-switch-refused",
+                    f"this change deletes the {SCHEDULER_KINDS[c.kind]} cluster {c.aws_id} "
+                    f"({c.reason}): every node goes, with the jobs or pods running on it",
+                    ("scheduler",),
+                    hint="change scheduler (or slurm.provider) back, or run `fmctl up "
+                    "--allow-replace` to delete it and make the new one",
                 )
             )
     causes = _causes(plan)

@@ -317,6 +317,17 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
     assert writes(calls) == []
     cluster.spec["network"]["availabilityZone"] = "us-west-2a"
 
+    # A scheduler switch on a live cluster: the plan names the EKS cluster as going, and
+    # up refuses it without --allow-replace, on the spec's scheduler line; nothing is called.
+    cluster.spec["scheduler"] = "slurm"
+    switch = cluster.plan()
+    assert switch["delete:eks"]["kind"] == "eks-cluster", sorted(switch)
+    out, calls = cluster.up(ok=False)
+    assert "deletes the EKS cluster" in out and "every node goes" in out, out
+    assert "scheduler:" in out and "--allow-replace" in out
+    assert writes(calls) == []
+    cluster.spec["scheduler"] = "kubernetes"
+
     # Another instance type for a pool: blue/green with --allow-replace. The new node group
     # is made and ACTIVE before the old one is deleted.
     cluster.spec["compute"]["gpuPools"][0]["instanceType"] = "p5.48xlarge"
