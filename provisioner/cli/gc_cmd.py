@@ -66,7 +66,13 @@ def gc(
     from provisioner.cli.progress import Progress
     from provisioner.ops.engine import down, owned_by
     from provisioner.ops.errors import LockHeld
-    from provisioner.ops.gc import find_clusters, lock_holder, parse_age, select
+    from provisioner.ops.gc import (
+        REGIONS_IN_FLIGHT,
+        find_everywhere,
+        lock_holder,
+        parse_age,
+        select,
+    )
     from provisioner.ops.kubeconfig import forget_locally
     from provisioner.ops.teardown import data_notes
 
@@ -88,11 +94,12 @@ def gc(
     target = _target(region, state_dir, sandbox, state_url)
     regions = REGIONS if all_regions else (region,)
     targets = {r: dataclasses.replace(target, region=r) for r in regions}
-    seen = {
-        (r, name): cluster
-        for r, t in targets.items()
-        for name, cluster in find_clusters(t.aws()).items()
-    }
+    started = time.monotonic()
+    if all_regions:
+        click.echo(f"reading {len(regions)} regions, {REGIONS_IN_FLIGHT} at a time...", err=True)
+    seen = find_everywhere(lambda r: targets[r].aws(), regions)
+    if all_regions:
+        click.echo(f"read {len(regions)} regions in {time.monotonic() - started:.1f}s", err=True)
     chosen = select(seen, expired, limit, ignore_ttl=ignore_ttl, tags=tuple(tags))
     held = {
         (c.region, c.name): who for c in chosen if (who := lock_holder(targets[c.region], c.name))

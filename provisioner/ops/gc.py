@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +65,26 @@ def find_clusters(aws: Aws) -> dict[str, ClusterSeen]:
     for entry in seen.values():
         entry.region = aws.region
     return seen
+
+
+#: Regions read at once by --all-regions (each one a handful of list calls).
+REGIONS_IN_FLIGHT = 8
+
+
+def find_everywhere(
+    aws_for: Callable[[str], Aws], regions: Sequence[str]
+) -> dict[tuple[str, str], ClusterSeen]:
+    """Every cluster in each of ``regions``, by (region, name), the regions read side by
+    side (one after another took 10-27 s for every region fmctl accepts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(REGIONS_IN_FLIGHT, len(regions) or 1)) as pool:
+        found = pool.map(lambda region: find_clusters(aws_for(region)), regions)
+        return {
+            (region, name): seen
+            for region, clusters in zip(regions, found, strict=True)
+            for name, seen in clusters.items()
+        }
 
 
 def _gather(aws: Aws, seen: dict[str, ClusterSeen]) -> None:

@@ -19,11 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import Aws, error_code
-from provisioner.ops.gc import ClusterSeen, find_clusters
+from provisioner.ops.gc import REGIONS_IN_FLIGHT, ClusterSeen, find_clusters
 from provisioner.resources.tags import OWNER_TAG, stamp
-
-#: Regions listed at once under --all-regions (each is a handful of calls).
-REGIONS_IN_FLIGHT = 8
 
 
 @dataclass(frozen=True)

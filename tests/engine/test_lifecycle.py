@@ -261,6 +261,11 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
     assert "collect  e2e-gc-short" in listed.stdout and "keep     e2e-gc-keep" in listed.stdout
     everywhere = sandbox.fmctl("gc", "--expired", "--dry-run", "--all-regions", "--sandbox")
     assert "collect  e2e-gc-short" in everywhere.stdout and f"({region})" in everywhere.stdout
+    # Every region read side by side, and said so.
+    from provisioner.catalog.regions import REGIONS
+
+    assert f"reading {len(REGIONS)} regions, 8 at a time" in everywhere.stderr
+    assert f"read {len(REGIONS)} regions in " in everywhere.stderr
     assert owned(sandbox, "e2e-gc-short", region), "a dry run deletes nothing"
     (line,) = [x for x in listed.stdout.splitlines() if "collect  e2e-gc-short" in x]
     assert "its ttl has passed" in line, line
