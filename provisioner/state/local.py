@@ -111,19 +111,26 @@ class LocalBackend:
         return os.fdopen(fd, "r+")
 
     def lock(self, holder: Holder, wait: bool, notice: Callable[[str], None]) -> FileLock:
-        """flock the lock file and write the holder into it."""
+        """flock the lock file and write the holder into it; with ``wait``, say whose run
+        it waits for (as the S3 lock does), then wait for its end."""
         handle = self._open()
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             found = Holder.parse(handle.read())
-            handle.close()
             who = found.describe() if found else "another fmctl process"
-            raise LockHeld(
-                f"cluster {self.folder.name} is being changed by {who}",
-                "wait for it to finish (or stop it), or pass --wait to wait for it",
-                found,
-            ) from None
+            if not wait:
+                handle.close()
+                raise LockHeld(
+                    f"cluster {self.folder.name} is being changed by {who}",
+                    "wait for it to finish (or stop it), or pass --wait to wait for it",
+                    found,
+                ) from None
+            notice(
+                f"waiting for the lock of cluster {self.folder.name}, held by {who} "
+                "(a local lock: it is free when that process ends)"
+            )
+            fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
         handle.write(holder.body(holder.since))
