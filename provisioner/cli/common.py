@@ -4,7 +4,9 @@ failures are reported."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -83,6 +85,22 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
 def missing_cluster(name: str, region: str) -> str:
     """How `status` and `down` say that a cluster does not exist."""
     return f"no cluster in {region} (nothing tagged fmctl.dev/cluster={name})"
+
+
+@contextlib.contextmanager
+def reading_regions(regions: Sequence[str], every: bool) -> Iterator[None]:
+    """Around a read of ``regions`` (``every``: --all-regions), say on stderr how many are
+    read at once and how long it took; one region is read without a word."""
+    import time
+
+    from provisioner.ops.gc import REGIONS_IN_FLIGHT
+
+    started = time.monotonic()
+    if every:
+        click.echo(f"reading {len(regions)} regions, {REGIONS_IN_FLIGHT} at a time...", err=True)
+    yield
+    if every:
+        click.echo(f"read {len(regions)} regions in {time.monotonic() - started:.1f}s", err=True)
 
 
 def _notice(line: str) -> None:

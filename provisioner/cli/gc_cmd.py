@@ -13,7 +13,14 @@ if TYPE_CHECKING:
     from provisioner.ops.gc import ClusterSeen
 
 from provisioner.cli import jsonout
-from provisioner.cli.common import GuardedCommand, _fail, _failures, _report, _target
+from provisioner.cli.common import (
+    GuardedCommand,
+    _fail,
+    _failures,
+    _report,
+    _target,
+    reading_regions,
+)
 from provisioner.cli.options import output_option, region_option, state_option, target_options
 
 
@@ -67,7 +74,6 @@ def gc(
     from provisioner.ops.engine import down, owned_by
     from provisioner.ops.errors import LockHeld
     from provisioner.ops.gc import (
-        REGIONS_IN_FLIGHT,
         find_everywhere,
         lock_holder,
         parse_age,
@@ -94,12 +100,8 @@ def gc(
     target = _target(region, state_dir, sandbox, state_url)
     regions = REGIONS if all_regions else (region,)
     targets = {r: dataclasses.replace(target, region=r) for r in regions}
-    started = time.monotonic()
-    if all_regions:
-        click.echo(f"reading {len(regions)} regions, {REGIONS_IN_FLIGHT} at a time...", err=True)
-    seen = find_everywhere(lambda r: targets[r].aws(), regions)
-    if all_regions:
-        click.echo(f"read {len(regions)} regions in {time.monotonic() - started:.1f}s", err=True)
+    with reading_regions(regions, all_regions):
+        seen = find_everywhere(lambda r: targets[r].aws(), regions)
     chosen = select(seen, expired, limit, ignore_ttl=ignore_ttl, tags=tuple(tags))
     held = {
         (c.region, c.name): who for c in chosen if (who := lock_holder(targets[c.region], c.name))

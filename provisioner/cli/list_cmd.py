@@ -8,7 +8,7 @@ import time
 
 import click
 
-from provisioner.cli.common import GuardedCommand, _target
+from provisioner.cli.common import GuardedCommand, _target, reading_regions
 from provisioner.cli.options import region_option, target_options
 
 
@@ -32,17 +32,12 @@ def list_(
     """Every cluster fmctl owns in the region: name, scheduler, state, age and expiry, read
     from AWS's tags (no local state needed: a teammate's clusters show too)."""
     from provisioner.catalog.regions import REGIONS
-    from provisioner.ops.gc import REGIONS_IN_FLIGHT
     from provisioner.ops.listing import list_clusters
 
     target = _target(region, state_dir, sandbox)
     regions = REGIONS if all_regions else (region,)
-    started = time.monotonic()
-    if all_regions:
-        click.echo(f"reading {len(regions)} regions, {REGIONS_IN_FLIGHT} at a time...", err=True)
-    rows = list_clusters(lambda r: dataclasses.replace(target, region=r).aws(), regions)
-    if all_regions:
-        click.echo(f"read {len(regions)} regions in {time.monotonic() - started:.1f}s", err=True)
+    with reading_regions(regions, all_regions):
+        rows = list_clusters(lambda r: dataclasses.replace(target, region=r).aws(), regions)
     now = time.time()
     if output == "json":
         click.echo(json.dumps([row.as_data(now) for row in rows], indent=2))
