@@ -79,6 +79,11 @@ class Sandbox:
     def faults(self, rules: list[dict[str, Any]]) -> None:
         doubles.control(self.home, "/_fmctl/faults", {"rules": rules})
 
+    def pcs_hold(self, cluster_id: str, hold: bool) -> None:
+        """Keep a PCS cluster Creating until released (``hold`` False lets it land now)."""
+        done = doubles.control(self.home, "/_fmctl/pcs/hold", {"id": cluster_id, "hold": hold})
+        assert done["held"] is hold, f"no PCS cluster {cluster_id} in the sandbox"
+
     def node_tools(self, path: Path | None) -> None:
         """The folder the nodes' pods and Run Command scripts find their tools in."""
         doubles.control(self.home, "/_fmctl/seed/node-tools", {"path": path and str(path)})

@@ -5,7 +5,6 @@ changed, down; and the one-Creating-cluster-per-region quota waited out."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -178,71 +177,67 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
 def test_pcs_waits_behind_another_cluster_being_created(sandbox: Sandbox, tmp_path: Path) -> None:
     """One PCS cluster Creating per region and account (CreateCluster's reference): fmctl
     waits behind clusters it did not make, says so, and creates its own once none is
-    Creating; the others are never touched."""
+    Creating; the others are never touched.
+
+    Someone else's cluster is held Creating until fmctl has been turned away twice (a real
+    create takes minutes; at the sandbox's scale it would land in about a second, and a run
+    slowed by a busy machine could then reach CreateCluster after it, waiting behind
+    nothing)."""
     name, region = "e2e-pcs-quota", "eu-north-1"
     aws = sandbox.aws(region)
     ec2, pcs = aws.client("ec2"), aws.client("pcs")
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.1.0/24")["Subnet"]["SubnetId"]
     group = ec2.create_security_group(GroupName="other", Description="x", VpcId=vpc)["GroupId"]
-    others: list[str] = []
-    stop = threading.Event()
-
+    other = pcs.create_cluster(
+        clusterName="someone-elses-0",
+        scheduler={"type": "SLURM", "version": "25.11"},
+        size="SMALL",
+        networking={"subnetIds": [subnet], "securityGroupIds": [group]},
+    )["cluster"]["id"]
+    sandbox.pcs_hold(other, True)
     seen = len(sandbox.requests())
 
-    def refused() -> bool:
-        """fmctl's CreateCluster has been refused (it is waiting)."""
+    def waiting() -> bool:
+        """fmctl's CreateCluster was refused, and it has since looked again at who is
+        Creating (it waits, rather than failing or creating anyway)."""
         log = sandbox.requests()[seen:]
-        return any(r["action"] == "CreateCluster" and r.get("status") == 400 for r in log)
+        refused = [
+            i
+            for i, r in enumerate(log)
+            if r["action"] == "CreateCluster" and r.get("status") == 400
+        ]
+        return bool(refused) and any(r["action"] == "ListClusters" for r in log[refused[0] :])
 
-    def someone_else() -> None:
-        """Another user of the account keeps a cluster Creating (at the sandbox's scale a
-        create takes about a second) until a second after fmctl was turned away."""
-        deadline = time.monotonic() + 60.0
-        until: float | None = None
-        while not stop.is_set() and time.monotonic() < min(deadline, until or deadline):
-            if until is None and refused():
-                until = time.monotonic() + 1.0
-            # The one it made last, read by id: the gap between its create ending and the
-            # next starting (when fmctl's CreateCluster could slip through) stays a request.
-            current = others and pcs.get_cluster(clusterIdentifier=others[-1])["cluster"]
-            if not current or current["status"] != "CREATING":
-                made = pcs.create_cluster(
-                    clusterName=f"someone-elses-{len(others)}",
-                    scheduler={"type": "SLURM", "version": "25.11"},
-                    size="SMALL",
-                    networking={"subnetIds": [subnet], "securityGroupIds": [group]},
-                )["cluster"]
-                others.append(made["id"])
-                continue
-            time.sleep(0.005)
-
-    other = threading.Thread(target=someone_else)
-    other.start()
+    spec = pcs_spec(tmp_path, name, region)
+    run = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
     try:
-        time.sleep(0.2)
-        up = sandbox.fmctl("up", "-f", str(pcs_spec(tmp_path, name, region)), "--sandbox", "--yes")
-        stop.set()
-        other.join()
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "one cluster at a time" in up.stdout and "someone-elses-" in up.stdout, up.stdout
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-        assert down.returncode == 0, down.stdout + down.stderr
-        assert raw_leftovers(sandbox, name, region) == []
-        # The clusters fmctl waited behind are not its own: untouched by up and by down.
-        assert len(others) >= 2
-        for ident in others:
-            assert pcs.get_cluster(clusterIdentifier=ident)["cluster"]["status"] == "ACTIVE"
+        deadline = time.monotonic() + 120
+        while not waiting() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert run.poll() is None, "up ended while another cluster was Creating"
+        assert waiting(), "up never reached CreateCluster"
+        creates = [r for r in sandbox.requests()[seen:] if r["action"] == "CreateCluster"]
+        assert creates and all(r["status"] == 400 for r in creates), creates
+        sandbox.pcs_hold(other, False)
+        output, _ = run.communicate(timeout=180)
     finally:
-        stop.set()
-        other.join()
-        for ident in others:
-            for _ in range(200):
-                try:
-                    pcs.delete_cluster(clusterIdentifier=ident)
-                    break
-                except pcs.exceptions.ConflictException:
-                    time.sleep(0.05)
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, output
+    assert "one cluster at a time" in output and "someone-elses-0" in output, output
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+    # The cluster fmctl waited behind is not its own: untouched by up and by down.
+    assert pcs.get_cluster(clusterIdentifier=other)["cluster"]["status"] == "ACTIVE"
+    for _ in range(200):
+        try:
+            pcs.delete_cluster(clusterIdentifier=other)
+            break
+        except pcs.exceptions.ConflictException:
+            time.sleep(0.05)
 
 
 def test_pcs_online_checks_are_located(sandbox: Sandbox, tmp_path: Path) -> None:

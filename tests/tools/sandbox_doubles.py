@@ -13,6 +13,10 @@ secret key in ``X-Fmctl-Secret``; anyone else gets 403):
   GET  /_fmctl/requests          -> the request log
   POST /_fmctl/faults            <- {"rules": [...]}: replaces the rules
   POST /_fmctl/seed/node-tools   <- {"path": DIR or null}
+  POST /_fmctl/pcs/hold          <- {"id": CLUSTER-ID, "hold": true|false}: a PCS cluster
+                                    stays Creating until released (a real create takes
+                                    minutes; at the sandbox's scale a test could not
+                                    otherwise be sure to reach it while it is Creating)
 
 Run by ``daemon.ensure(home, scale, server=MODULE, cwd=ROOT)`` (see ``harness.start``), with
 the product server's command line.
@@ -192,9 +196,22 @@ class Doubles:
         elif path == "/_fmctl/seed/node-tools" and method == "POST":
             self.app.shims.kube.node_tools = json.loads(body).get("path")
             data = {"ok": True}
+        elif path == "/_fmctl/pcs/hold" and method == "POST":
+            data = self._hold(json.loads(body))
         else:
             return answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
         return answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
+
+
+    def _hold(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """Hold a PCS cluster in its create (ready at no time), or let it land now."""
+        with self.app.shims.lock:
+            for world in self.app.shims.worlds.values():
+                for (_, ident), thing in world.pcs.things.items():
+                    if ident == ask["id"] and thing.kind == "cluster":
+                        thing.ready_at = float("inf") if ask["hold"] else time.monotonic()
+                        return {"held": bool(ask["hold"])}
+        return {"held": None}
 
 
 def control(home: Path, path: str, body: Any = None) -> Any:
