@@ -21,7 +21,7 @@ def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
     from provisioner.render.context import build_context
 
     context = build_context(spec, catalog)
-    parts = infra.Parts(spec, context)
+    parts = infra.Parts(spec, context, state=where.state)
     infra.network(parts)
     infra.shared(parts)
     notes: list[str] = []

@@ -169,6 +169,8 @@ class Parts:
     spec: ClusterSpec
     c: ClusterContext
     items: list[Planned] = field(default_factory=list)
+    #: The shared state's URL, which every resource is created carrying (``STATE_TAG``).
+    state: str | None = None
 
     def add(self, rid: str, kind: str, params: Any, **origins: str) -> None:
         """Plan a resource (``origins``: live field -> spec path it comes from)."""
@@ -194,7 +196,7 @@ class Parts:
 
         meta = self.spec.metadata
         ttl = parse_ttl(meta.ttl) if meta.ttl else None
-        return DesiredTags(tuple(sorted(meta.tags.items())), meta.name, rid, ttl)
+        return DesiredTags(tuple(sorted(meta.tags.items())), meta.name, rid, ttl, state=self.state)
 
     def global_tags(self, rid: str) -> DesiredTags:
         """The tags of an object in an account-wide namespace (IAM): the region too, which

@@ -30,6 +30,8 @@ class Where:
     parallelcluster: bool = True
     #: The sandbox with ParallelCluster installed: its create is validated, not run.
     validate_only: bool = False
+    #: Where the cluster's state is shared (``s3://BUCKET/PREFIX``), None for local state.
+    state: str | None = None
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def down(
         # to report and fails.
         click.echo(f"{name}: {missing_cluster(name, region)}: nothing to delete", err=as_json)
         # A down stopped after its last delete left these.
-        local = forget_locally(target, name, keep_state)
+        local = forget_locally(target, name, keep_state, found_nothing=True)
         for line in local:
             click.echo(f"{name}: {line}", err=as_json)
         if as_json:

@@ -50,11 +50,17 @@ def region_option(fn: F) -> F:
     def resolved(*args: Any, **kwargs: Any) -> Any:
         from provisioner.ops.region import RegionUnknown, Unresolved, resolve_region
         from provisioner.ops.target import home_of
+        from provisioner.ops.team import team_region
 
         home = home_of(kwargs.get("state_dir"))
+        name, sandbox = kwargs.get("name"), bool(kwargs.get("sandbox"))
         try:
             kwargs["region"] = resolve_region(
-                kwargs.get("region"), kwargs.get("name"), home, bool(kwargs.get("sandbox"))
+                kwargs.get("region"),
+                name,
+                home,
+                sandbox,
+                lambda: team_region(home, str(name), sandbox, kwargs.get("state_url")),
             )
         except RegionUnknown as exc:
             if kwargs.get("all_regions"):
@@ -70,8 +76,8 @@ def region_option(fn: F) -> F:
         "--region",
         default=None,
         metavar="REGION",
-        help="AWS region (default: the cluster's region recorded by `up` on this machine, "
-        "else AWS_REGION / AWS_DEFAULT_REGION, else the profile's).",
+        help="AWS region (default: the cluster's region recorded by `up` on this machine "
+        "or in its team state, else AWS_REGION / AWS_DEFAULT_REGION, else the profile's).",
     )(resolved)
 
 

@@ -48,7 +48,7 @@ def state_init(url: str, region: str, sandbox: bool, state_dir: str | None) -> N
         click.echo(line)
 
 
-def _move_command(verb: str, doc: str, done: str) -> None:
+def _move_command(verb: str, doc: str, done: str, marked: str) -> None:
     """`fmctl state push|pull NAME`: the same options, ops.team's function of that name."""
 
     @state.command(verb, cls=GuardedCommand, help=doc)
@@ -63,19 +63,24 @@ def _move_command(verb: str, doc: str, done: str) -> None:
 
         location = _location(state_url)
         target = _target(region, state_dir, sandbox)
-        copied = getattr(team, verb)(target, name, location)
-        click.echo(f"{name}: {', '.join(copied)} {done.format(url=state_url)}")
+        moved = getattr(team, verb)(target, name, location)
+        click.echo(f"{name}: {', '.join(moved.copied)} {done.format(url=state_url)}")
+        if moved.marked:
+            click.echo(f"{name}: {marked.format(count=moved.marked, url=state_url)}")
 
 
 _move_command(
     "push",
     "Move this machine's state of cluster NAME to --state (FMCTL_STATE).",
     "moved to {url}; runs here use it from now on",
+    "{count} of its VPC and security groups now say so (fmctl.dev/state): a run from any "
+    "machine takes the lock there",
 )
 _move_command(
     "pull",
     "Copy cluster NAME's state from --state (FMCTL_STATE) to this machine, and use it.",
     "copied here; runs here use the local state now",
+    "fmctl.dev/state taken off {count} of its VPC and security groups",
 )
 
 
@@ -94,7 +99,7 @@ def unlock(
     state_dir: str | None,
 ) -> None:
     """Show who holds cluster NAME's lock, and remove it (asks first)."""
-    from provisioner.ops.team import open_state
+    from provisioner.ops.team import caller, open_state, process_gone
 
     target = _target(region, state_dir, sandbox, state_url)
     cluster = open_state(target, name)
@@ -114,17 +119,24 @@ def unlock(
         else f"its lease runs {seen.remaining_s:.0f} s more"
     )
     click.echo(f"{name} is locked by {who}; {lease}")
-    if not force:
+    gone = seen.holder is not None and process_gone(seen.holder)
+    if gone and seen.holder is not None:
+        # Its own host, and no such process: the run is over for certain, nobody to ask.
+        click.echo(f"{name}: that run's process (pid {seen.holder.pid}) no longer exists here")
+    elif not force:
         if not sys.stdin.isatty():
             _fail("`unlock` asks first", "pass --force to remove the lock without asking")
         if not click.confirm("remove the lock (only if that run is gone for good)?"):
             _fail("nothing changed")
-    if not cluster.break_lock(seen):
+    if not cluster.break_lock(seen, caller(target)):
         _fail(
             "the lock changed while you looked (renewed or taken): it was left alone",
             f"run `fmctl unlock {name}` again to see who holds it now",
         )
-    click.echo(f"{name}: lock removed; a run of that holder stops at its next renewal")
+    click.echo(
+        f"{name}: lock removed; `fmctl history {name}` records that run as ended by this "
+        "unlock" + ("" if gone else "; if it still runs, it stops at its next renewal")
+    )
 
 
 @click.command("history", cls=GuardedCommand)
@@ -155,6 +167,7 @@ def history(
     for e in entries:
         data = e.as_data()
         took = f", took over from {e.took_over}" if e.took_over else ""
+        took += f", lock removed by {e.ended_by}" if e.ended_by else ""
         click.echo(
             f"{data['started']}  {e.command:<5} {e.result:<8} {e.who} on {e.host} "
             f"(pid {e.pid}, run {e.run}){took}"

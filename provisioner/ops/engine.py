@@ -43,8 +43,9 @@ class Refused(Exception):
         self.problems = problems
 
 
-def where_for(spec: ClusterSpec, target: Target | None) -> Where:
-    """The blueprint's view of this machine and target."""
+def where_for(spec: ClusterSpec, target: Target | None, state: str | None = None) -> Where:
+    """The blueprint's view of this machine and target (``state``: the shared state's URL,
+    which new resources carry)."""
     from pathlib import Path
 
     home = target.home if target else Path("~/.fmctl").expanduser()
@@ -56,31 +57,28 @@ def where_for(spec: ClusterSpec, target: Target | None) -> Where:
         token_args=target.token_args() if target is not None else (),
         parallelcluster=not sandbox or has_pcluster,
         validate_only=sandbox and target is not None and sandbox_validates_only(target),
+        state=state,
     )
 
 
-def blueprint_of(spec: ClusterSpec, target: Target | None) -> Blueprint:
-    """The desired graph of ``spec`` on ``target``."""
+def blueprint_of(spec: ClusterSpec, target: Target | None, state: str | None = None) -> Blueprint:
+    """The desired graph of ``spec`` on ``target`` (``state``: see ``where_for``)."""
     from provisioner.catalog import load_catalog
 
-    return build(spec, load_catalog(), where_for(spec, target))
+    return build(spec, load_catalog(), where_for(spec, target, state))
 
 
-def _last_blueprint(
-    spec: ClusterSpec, target: Target, state: ClusterState | None = None
-) -> Blueprint | None:
+def _last_blueprint(spec: ClusterSpec, target: Target, state: ClusterState) -> Blueprint | None:
     """The blueprint of the spec `up` last applied (to tell drift from a change), if any."""
-    from provisioner.ops.team import open_state
     from provisioner.spec.source import parse_source
     from provisioner.validate import validate_document
 
-    state = state or open_state(target, spec.metadata.name, spec)
     text = state.spec_text()
     if not text:
         return None
     try:
         last = validate_document(parse_source(text)[0], spec.scheduler).resolved
-        return blueprint_of(last, target) if last is not None else None
+        return blueprint_of(last, target, state.shared_url) if last is not None else None
     except Exception:  # an old spec this fmctl no longer reads: no drift, only changes
         return None
 
@@ -167,8 +165,12 @@ def plan_cluster(
 ) -> Plan:
     """Read and compare (read-only clients: no write call can leave this machine; the
     state is read, never locked)."""
+    from provisioner.ops.team import open_state
+
     ctx = ctx or make_context(target, spec.metadata.name, read_only=True)
-    planner = Planner(blueprint_of(spec, target), ctx, _last_blueprint(spec, target, state))
+    state = state or open_state(target, spec.metadata.name, spec)
+    desired = blueprint_of(spec, target, state.shared_url)
+    planner = Planner(desired, ctx, _last_blueprint(spec, target, state))
     return planner.plan()
 
 
@@ -328,6 +330,7 @@ def up(
         # while the user read the plan, another run may have changed both since, and
         # audit_start (fenced, as every state write) stops here.
         state.audit_start(tuple(c.summary() for c in plan.acting))
+        state.save_region(spec.metadata.region)
         ctx = make_context(target, spec.metadata.name, record, fence=state.fence)
         result = apply(plan, ctx)
         outcome = UpOutcome(plan, result, ctx)

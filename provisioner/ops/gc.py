@@ -160,10 +160,16 @@ def select(
 def lock_holder(target: Target, name: str) -> str | None:
     """Who holds cluster ``name``'s lock, described; None when it is free (reads only).
 
-    gc never tears down a cluster some run is changing: it skips it and says so."""
+    gc never tears down a cluster some run is changing: it skips it and says so; nor one
+    whose lock it cannot find for certain (its resources and this machine name two state
+    locations)."""
     from provisioner.ops.team import open_state
+    from provisioner.state.errors import StateError
 
-    seen = open_state(target, name).peek_lock()
+    try:
+        seen = open_state(target, name).peek_lock()
+    except StateError as exc:
+        return f"a lock gc cannot place: {exc}"
     if seen is None:
         return None
     who = seen.who

@@ -62,12 +62,16 @@ def kubeconfig_text(target: Target, name: str) -> str:
     return str(yaml.safe_dump(kubeconfig_of(_entry(target, name)), sort_keys=False))
 
 
-def forget_locally(target: Target, name: str, keep_state: bool) -> list[str]:
+def forget_locally(
+    target: Target, name: str, keep_state: bool, found_nothing: bool = False
+) -> list[str]:
     """After `down`: the kubeconfig entry out, the local folder gone (``keep_state``: kept);
-    what was removed, one line each. A cluster whose recorded region is another keeps both
-    (the `down` looked in the wrong region), and says so."""
+    what was removed, one line each. When the `down` found nothing (``found_nothing``), a
+    cluster recorded in another region, or whose state is shared, keeps both and says so:
+    nothing found here says nothing of it."""
     from provisioner.drivers.eks_auth import remove_kubeconfig_entry
     from provisioner.ops.region import recorded_region
+    from provisioner.ops.team import POINTER
 
     folder = target.folder(name)
     recorded = recorded_region(target.home, name)
@@ -78,6 +82,15 @@ def forget_locally(target: Target, name: str, keep_state: bool) -> list[str]:
             f"kept the local state {folder} and its kubeconfig entry: {name} was applied in "
             f"{recorded}, not {target.region} (`fmctl down {name} --region {recorded}`)"
         ]
+    shared = _shared_url(target, folder / POINTER)
+    if found_nothing and shared is not None:
+        # Its spec, lock and history are the team's: this machine's note of where they are
+        # (and its kubeconfig entry) is all it has, and a teammate's cluster may be
+        # elsewhere than this run looked.
+        return [
+            f"kept the local state {folder} and its kubeconfig entry: {name}'s state lives "
+            f"in {shared} (`fmctl history {name}` shows where its runs were made)"
+        ]
     lines = []
     path = kubeconfig_path(target, name)
     if remove_kubeconfig_entry(path, name, target.region):
@@ -86,3 +99,14 @@ def forget_locally(target: Target, name: str, keep_state: bool) -> list[str]:
         shutil.rmtree(folder)
         lines.append(f"removed the local state {folder} (--keep-state keeps it)")
     return lines
+
+
+def _shared_url(target: Target, pointer: Path) -> str | None:
+    """The team state's URL the cluster uses from this machine, None when it is local."""
+    if target.state is not None and not target.state.local:
+        return target.state.url
+    try:
+        text = pointer.read_text().strip()
+    except OSError:
+        return None
+    return text if text.startswith("s3://") else None

@@ -1,9 +1,12 @@
 """Which region a command about a named cluster runs in, when ``--region`` does not say.
 
-The order: ``--region``; the region of the spec last applied to that cluster from this
-machine (its local folder's spec.yaml); ``AWS_REGION``, then ``AWS_DEFAULT_REGION``; the
-region of the profile in use (botocore's own lookup, so ``AWS_PROFILE`` and ``--profile``
-count); else an error saying how to set one. Never a silent us-east-1: a `down` or `status`
+The order: ``--region``; the region recorded for that cluster on this machine (the spec
+last applied, else the region of a first `up` cut short before it applied one); the same
+record in the team's state, when the cluster's state is shared (``--state`` /
+FMCTL_STATE, or this machine's note of where it lives: a teammate's cluster, or one this
+machine pushed); ``AWS_REGION``, then ``AWS_DEFAULT_REGION``; the region of the profile in
+use (botocore's own lookup, so ``AWS_PROFILE`` and ``--profile`` count); else an error
+saying how to set one. Never a silent us-east-1: a `down` or `status`
 in the wrong region finds nothing and says so, which reads like a cluster that is gone.
 
 In the sandbox the profile is not read: its runs touch none of the user's AWS settings.
@@ -12,9 +15,8 @@ In the sandbox the profile is not read: its runs touch none of the user's AWS se
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-
-import yaml
 
 from provisioner.drivers.aws import AwsError
 
@@ -37,15 +39,13 @@ class Unresolved(str):
 
 
 def recorded_region(home: Path, name: str) -> str | None:
-    """The region of the spec `up` last applied to ``name`` from this machine."""
+    """The region recorded for ``name`` in this machine's folder (``ClusterState.region``)."""
     from provisioner.state.store import ClusterState
 
     try:
-        doc = yaml.safe_load(ClusterState(home, name).spec_text() or "")
-    except (OSError, yaml.YAMLError):
+        return ClusterState(home, name).region()
+    except OSError:
         return None
-    region = (doc or {}).get("metadata", {}).get("region") if isinstance(doc, dict) else None
-    return region if isinstance(region, str) and region else None
 
 
 def profile_region() -> str | None:
@@ -60,12 +60,20 @@ def profile_region() -> str | None:
     return str(region) if region else None
 
 
-def resolve_region(explicit: str | None, name: str | None, home: Path, sandbox: bool) -> str:
-    """The region to use (see the module's docstring for the order)."""
+def resolve_region(
+    explicit: str | None,
+    name: str | None,
+    home: Path,
+    sandbox: bool,
+    shared: Callable[[], str | None] = lambda: None,
+) -> str:
+    """The region to use (see the module's docstring for the order); ``shared`` reads the
+    record in the cluster's team state (``ops.team.team_region``), asked only when this
+    machine has none."""
     if explicit:
         return explicit
     if name:
-        recorded = recorded_region(home, name)
+        recorded = recorded_region(home, name) or shared()
         if recorded:
             return recorded
     for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
@@ -77,7 +85,7 @@ def resolve_region(explicit: str | None, name: str | None, home: Path, sandbox: 
     subject = f"cluster {name}" if name else "this command"
     raise RegionUnknown(
         f"no region for {subject}: no --region, "
-        + ("no record of it on this machine, " if name else "")
+        + ("no record of it on this machine or in its team state, " if name else "")
         + "no AWS_REGION or AWS_DEFAULT_REGION, and no region in the AWS profile",
         hint="pass --region REGION (or export AWS_REGION=REGION, or `aws configure set "
         "region REGION`)",

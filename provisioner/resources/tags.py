@@ -22,9 +22,17 @@ REGION_TAG = "fmctl.dev/region"
 #: What a resource `down` kept (--keep-logs, deletionPolicy: retain) says it came from; no
 #: other fmctl tag is left on it, so nothing of fmctl's finds or deletes it again.
 RETAINED_TAG = "fmctl.dev/retained-from"
+#: Where the cluster's state and lock live when a team shares them (``s3://BUCKET/PREFIX``):
+#: set at creation by a run whose state is shared, and on the cluster's EC2 resources by
+#: `state push` (taken off by `state pull`), so that a command run anywhere, whatever its
+#: own configuration, finds the lock a teammate's run holds. The state commands own it:
+#: a plan neither asks for it nor removes it.
+STATE_TAG = "fmctl.dev/state"
 #: Tags of fmctl's own namespace: a live one the spec no longer asks for is removed.
 FMCTL_PREFIX = "fmctl.dev/"
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
+#: fmctl's tags a plan never changes once set.
+UNPLANNED = frozenset({CREATED_TAG, STATE_TAG})
 
 
 def stamp(at: float) -> str:
@@ -82,6 +90,8 @@ class DesiredTags:
     ttl_seconds: float | None = None
     #: Set for objects of account-wide namespaces (IAM): the region they belong to.
     region: str | None = None
+    #: The shared state's URL (``STATE_TAG``), given at creation only.
+    state: str | None = None
 
     def resolve(self, created_at: str | None) -> Tags:
         """The tags to compare with a live resource created at ``created_at``: every fmctl
@@ -99,13 +109,15 @@ class DesiredTags:
         at = time.time() if now is None else now
         tags = self.resolve(stamp(at)).as_dict()
         tags[CREATED_TAG] = stamp(at)
+        if self.state is not None:
+            tags[STATE_TAG] = self.state
         return tags
 
 
 def tag_change(want: Tags, have: Tags) -> tuple[dict[str, str], dict[str, str | None]] | None:
     """(live, desired) of the tags that differ, or None: desired keys with another value, and
     fmctl tags the spec no longer asks for (desired None). Tags others set stay theirs, and
-    the creation stamp is never rewritten."""
+    neither the creation stamp nor the state's place (the state commands') is rewritten."""
     live = have.as_dict()
     wanted = want.as_dict()
     before: dict[str, str] = {}
@@ -116,7 +128,7 @@ def tag_change(want: Tags, have: Tags) -> tuple[dict[str, str], dict[str, str | 
                 before[key] = live[key]
             after[key] = value
     for key, value in live.items():
-        if key.startswith(FMCTL_PREFIX) and key not in wanted and key != CREATED_TAG:
+        if key.startswith(FMCTL_PREFIX) and key not in wanted and key not in UNPLANNED:
             before[key] = value
             after[key] = None
     return (before, after) if after else None

@@ -73,13 +73,16 @@ class AuditEntry:
     command: str
     spec: str
     started: float
-    #: running | ok | failed | declined | lost (its lease was taken over)
+    #: running | ok | failed | declined | lost (its lease was taken over) | unlocked
     result: str = "running"
     finished: float | None = None
     #: The plan's changes, one line each (``update nodegroup/p5en: scaling.desiredSize``).
     changes: tuple[str, ...] = field(default_factory=tuple)
     #: The run whose expired lock this one took over, with its holder.
     took_over: str | None = None
+    #: Who removed this run's lock with `fmctl unlock`, and when (its end as far as the
+    #: state knows: the run itself writes nothing more).
+    ended_by: str | None = None
 
     @classmethod
     def start(cls, holder: Holder, changes: tuple[str, ...], took_over: str | None) -> AuditEntry:
@@ -99,6 +102,11 @@ class AuditEntry:
     def finish(self, result: str) -> AuditEntry:
         """The entry once the run ended with ``result``."""
         return replace(self, result=result, finished=time.time())
+
+    def unlocked(self, by: str) -> AuditEntry:
+        """The entry of a run whose lock ``by`` removed (`fmctl unlock`)."""
+        at = time.time()
+        return replace(self, result="unlocked", finished=at, ended_by=f"{by} at {stamp(at)}")
 
     @property
     def key(self) -> str:

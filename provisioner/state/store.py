@@ -26,7 +26,7 @@ from provisioner.state.records import AuditEntry, Holder, stamp
 __all__ = ["ClusterState", "LockHeld", "fmctl_home", "write_private"]
 
 #: The objects a run replaces (compare-and-swap against what it saw when it took the lock).
-REPLACED = ("spec.yaml", "outputs.json", "nccl-baselines.json")
+REPLACED = ("spec.yaml", "outputs.json", "nccl-baselines.json", "cluster.json")
 
 
 def fmctl_home(explicit: str | None = None) -> Path:
@@ -55,6 +55,11 @@ class ClusterState:
         """True when the state is not this machine's folder."""
         return not isinstance(self.backend, LocalBackend)
 
+    @property
+    def shared_url(self) -> str | None:
+        """``s3://BUCKET/PREFIX`` of a shared state; None for this machine's folder."""
+        return self.backend.where.rsplit("/", 1)[0] if self.shared else None
+
     # -- objects ------------------------------------------------------------------------
     def _write(self, name: str, text: str) -> None:
         if self._held is not None:
@@ -76,6 +81,28 @@ class ClusterState:
         """The spec `up` last applied, or None."""
         stored = self.backend.read("spec.yaml")
         return stored.text if stored else None
+
+    def save_region(self, region: str) -> None:
+        """Keep the region a run works in, before its first change (``cluster.json``): a
+        first `up` cut short has no applied spec yet, and its resources still need a
+        `down` that knows where to look."""
+        if self.region() != region:
+            self._write("cluster.json", json.dumps({"region": region}))
+
+    def region(self) -> str | None:
+        """The region of the spec last applied, else of the last run that began changing
+        the cluster; None when neither is recorded."""
+        import yaml
+
+        try:
+            doc = yaml.safe_load(self.spec_text() or "")
+        except yaml.YAMLError:
+            doc = None
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        region = meta.get("region") if isinstance(meta, dict) else None
+        if not region:
+            region = self._json("cluster.json", {}).get("region")
+        return region if isinstance(region, str) and region else None
 
     def save_outputs(self, outputs: dict[str, Any]) -> None:
         """Keep the outputs of the last run."""
@@ -161,9 +188,19 @@ class ClusterState:
         """Who holds the lock now (reads only)."""
         return self.backend.peek()
 
-    def break_lock(self, seen: LockView) -> bool:
-        """Remove the lock ``seen`` (only if it is still that one)."""
-        return self.backend.break_lock(seen)
+    def break_lock(self, seen: LockView, by: str = "") -> bool:
+        """Remove the lock ``seen`` (only if it is still that one); the run that held it is
+        recorded in the audit log as ended by ``by`` (who unlocked it), when it has an
+        entry still running."""
+        if not self.backend.break_lock(seen):
+            return False
+        if seen.holder is not None and by:
+            for name in self.backend.names("audit/"):
+                stored = self.backend.read(name)
+                entry = AuditEntry.parse(stored.text) if stored else None
+                if entry is not None and entry.run == seen.holder.run and entry.result == "running":
+                    self.backend.add(name, entry.unlocked(by).text())
+        return True
 
     # -- the audit log ------------------------------------------------------------------
     def audit_start(self, changes: tuple[str, ...]) -> None:

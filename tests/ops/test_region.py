@@ -116,3 +116,35 @@ def test_a_down_in_the_wrong_region_keeps_the_local_state(tmp_path: Path) -> Non
     assert "--region us-east-2" in said[0]
     said = forget_locally(Target("us-east-2", tmp_path), name, keep_state=False)
     assert not folder.exists() and any("removed the local state" in s for s in said)
+
+
+def test_a_first_up_cut_short_still_records_its_region(clean: Path, tmp_path: Path) -> None:
+    """No spec was applied yet, but the run wrote where it works before its first change."""
+    from provisioner.state.store import ClusterState
+
+    home = tmp_path / "home"
+    state = ClusterState(home, "c1")
+    state.save_region("ap-northeast-2")
+    assert resolve_region(None, "c1", home, sandbox=False) == "ap-northeast-2"
+    # The applied spec, once there, is the record.
+    (home / "clusters" / "c1" / "spec.yaml").write_text("metadata: {name: c1, region: eu-west-1}\n")
+    assert resolve_region(None, "c1", home, sandbox=False) == "eu-west-1"
+
+
+def test_the_team_state_is_asked_only_without_a_local_record(
+    clean: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+
+    def shared() -> str:
+        asked.append("c1")
+        return "us-east-2"
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("AWS_REGION", "eu-north-1")
+    assert resolve_region(None, "c1", home, sandbox=False, shared=shared) == "us-east-2"
+    assert asked == ["c1"]
+    _record(home, "c1", "us-west-2")
+    assert resolve_region(None, "c1", home, sandbox=False, shared=shared) == "us-west-2"
+    assert resolve_region("ca-central-1", "c1", home, sandbox=False, shared=shared)
+    assert asked == ["c1"]

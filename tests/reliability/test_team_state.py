@@ -4,7 +4,11 @@ state and leased lock in S3, the real `fmctl` as subprocesses.
 - two concurrent `up`s: exactly one proceeds, the other refuses naming the holder;
 - a holder SIGKILLed: `up --wait` waits out its lease, takes over, converges, no duplicate;
 - a holder paused past its lease (SIGSTOP) and resumed after a takeover writes nothing;
-- `gc` skips a locked cluster; `history` shows every run.
+- `gc` skips a locked cluster; `history` shows every run;
+- a machine that knows nothing of the team state (no FMCTL_STATE) finds it from the
+  cluster's own tag (fmctl.dev/state) and honours its lock: gc skips, down refuses;
+- the region comes from the team state (a teammate's cluster, a first `up` cut short);
+- `unlock` records the run it ends, and on the holder's host sees that its process is gone.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import pytest
 
 from provisioner.drivers.aws import READ_PREFIXES
 from provisioner.graph.runner import DEFAULT_PARALLELISM
-from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
+from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG, STATE_TAG
 from tests.engine.harness import Sandbox, kill_after, owned, region_of, spec_file
 from tests.engine.test_lifecycle import P5EN_RESOURCES
 from tests.reliability.campaign import duplicates, raw_leftovers
@@ -38,13 +42,16 @@ LEASE = "8"
 
 @pytest.fixture(scope="module")
 def team(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Machine A is the sandbox's own home; machine B another home reaching the same
-    emulator (its `sandbox/` is A's: both machines see one AWS)."""
-    b = tmp_path_factory.mktemp("machine-b")
-    (b / "sandbox").symlink_to(sandbox.home / "sandbox")
+    """Machine A is the sandbox's own home; machines B and C other homes reaching the same
+    emulator (their `sandbox/` is A's: every machine sees one AWS). A and B are configured
+    for the team state (FMCTL_STATE); C is not (``_alone``)."""
+    homes = {"a": sandbox.home}
+    for key in ("b", "c"):
+        homes[key] = tmp_path_factory.mktemp(f"machine-{key}")
+        (homes[key] / "sandbox").symlink_to(sandbox.home / "sandbox")
     init = sandbox.fmctl("state", "init", STATE, "--sandbox", "--region", "us-east-1")
     assert init.returncode == 0, init.stdout + init.stderr
-    return {"a": sandbox.home, "b": b}
+    return homes
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -53,6 +60,11 @@ def _env(home: Path) -> dict[str, str]:
 
 def _run(sandbox: Sandbox, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return sandbox.fmctl(*args, "--sandbox", timeout=300, **_env(home))
+
+
+def _alone(sandbox: Sandbox, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A run on a machine that was told nothing of the team state."""
+    return sandbox.fmctl(*args, "--sandbox", timeout=300, FMCTL_HOME=str(home), FMCTL_STATE="")
 
 
 def _spawn(sandbox: Sandbox, home: Path, *args: str, lease: str = LEASE) -> subprocess.Popen[str]:
@@ -248,6 +260,27 @@ def test_paused_holder_writes_nothing_after_a_takeover(
         assert listed.returncode == 0, listed.stdout + listed.stderr
         assert f"skip {name}: locked by" in listed.stderr and f"pid {a.pid}" in listed.stderr
         assert f"locked   {name}" in listed.stdout
+        # Machine C, told nothing of the team state, reads it off the cluster's VPC.
+        vpc = next(i for k, _, i in owned(sandbox, name, region) if k == "vpc")
+        ec2 = sandbox.aws(region).client("ec2")
+        tags = ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"][0]["Tags"]
+        assert {"Key": STATE_TAG, "Value": STATE} in tags
+        blind = _alone(sandbox, team["c"], "gc", "--expired", "--region", region, "--yes")
+        assert blind.returncode == 0, blind.stdout + blind.stderr
+        assert f"skip {name}: locked by" in blind.stderr and f"pid {a.pid}" in blind.stderr
+        refused = _alone(sandbox, team["c"], "down", name, "--region", region, "--yes")
+        assert refused.returncode == 1 and f"pid {a.pid}" in refused.stderr, refused.stderr
+        mixed = sandbox.fmctl(
+            "down",
+            name,
+            "--region",
+            region,
+            "--yes",
+            "--sandbox",
+            FMCTL_HOME=str(team["c"]),
+            FMCTL_STATE=f"s3://{BUCKET}/elsewhere",
+        )
+        assert mixed.returncode == 1 and f"live in {STATE}" in mixed.stderr, mixed.stderr
         assert owned(sandbox, name, region), "gc deleted nothing of a locked cluster"
         taken = _run(sandbox, team["b"], "up", "-f", str(spec), "--yes", "--wait")
         assert taken.returncode == 0, taken.stdout + taken.stderr
@@ -295,24 +328,62 @@ def test_paused_holder_writes_nothing_after_a_takeover(
     assert raw_leftovers(sandbox, name, region) == []
 
 
-def test_unlock_shows_the_holder_and_removes_a_dead_lock(
+def test_unlock_ends_a_dead_run_and_the_region_comes_from_the_team(
     sandbox: Sandbox, team: dict[str, Path], tmp_path: Path
 ) -> None:
+    """A first `up` killed once its first resource is made: its process is gone on this host, so
+    `unlock` removes its lock without asking and the history says who ended it. B, with
+    no local record of the cluster and no region given, finds the region in the team
+    state (the run recorded it before its first change) to finish it, show it and tear it
+    down. A live holder (paused) is only unlocked when asked (--force)."""
     name = "e2e-team-unlock"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
-    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes")
-    kill_after(a, " creating", 1)
-    asked = _run(sandbox, team["b"], "unlock", name)
-    assert asked.returncode == 1 and f"pid {a.pid}" in asked.stdout and "--force" in asked.stderr
-    forced = _run(sandbox, team["b"], "unlock", name, "--force")
-    assert forced.returncode == 0 and "lock removed" in forced.stdout
+    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="60")
+    kill_after(a, " ready ", 1)
+    freed = _run(sandbox, team["b"], "unlock", name)
+    assert freed.returncode == 0, freed.stdout + freed.stderr
+    assert f"pid {a.pid}" in freed.stdout and "no longer exists here" in freed.stdout
+    assert "lock removed" in freed.stdout
     free = _run(sandbox, team["b"], "unlock", name)
     assert free.returncode == 0 and "not locked" in free.stdout
+    (run,) = _history(sandbox, team["b"], name)
+    assert run["pid"] == a.pid and run["result"] == "unlocked", run
+    assert run["ended_by"] and " on " in run["ended_by"] and run["finished"]
+    # B has nothing of it locally, and no region is configured: the team state says it.
+    assert not (team["b"] / "clusters" / name / "spec.yaml").exists()
+    shown = _run(sandbox, team["b"], "status", name)
+    assert shown.returncode == 0 and f"{name} in {region}" in shown.stdout, shown.stderr
+    b = _spawn(sandbox, team["b"], "up", "-f", str(spec), "--yes")
+    lines: list[str] = []
+    reader = _drain(b, lines)
+    deadline = time.monotonic() + 120
+    while not any(" creating" in line for line in lines):
+        assert time.monotonic() < deadline and b.poll() is None, "".join(lines)
+        time.sleep(0.02)
+    os.kill(b.pid, signal.SIGSTOP)
+    try:
+        asked = _run(sandbox, team["a"], "unlock", name)
+        assert asked.returncode == 1 and f"pid {b.pid}" in asked.stdout
+        assert "--force" in asked.stderr
+        forced = _run(sandbox, team["a"], "unlock", name, "--force")
+        assert forced.returncode == 0 and "lock removed" in forced.stdout
+        time.sleep(float(LEASE) + 1)  # B's lease, by its own clock, is over when it wakes
+    finally:
+        os.kill(b.pid, signal.SIGCONT)
+    b.wait(timeout=120)
+    reader.join(timeout=30)
+    assert b.returncode == 1, "".join(lines)
     again = _run(sandbox, team["b"], "up", "-f", str(spec), "--yes")
     assert again.returncode == 0, again.stdout + again.stderr
-    down = _run(sandbox, team["b"], "down", name, "--region", region, "--yes")
-    assert down.returncode == 0
+    assert [r["result"] for r in _history(sandbox, team["a"], name)] == [
+        "unlocked",
+        "unlocked",
+        "ok",
+    ]
+    down = _run(sandbox, team["b"], "down", name, "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert f"down {name}" in down.stderr + down.stdout
     assert raw_leftovers(sandbox, name, region) == []
 
 
@@ -327,7 +398,20 @@ def test_push_moves_a_local_state_and_pull_brings_it_back(
     assert made.returncode == 0, made.stderr
     pushed = _run(sandbox, team["a"], "state", "push", name)
     assert pushed.returncode == 0, pushed.stderr
-    assert "spec.yaml" in pushed.stdout
+    assert "spec.yaml" in pushed.stdout and "history object(s)" in pushed.stdout
+    assert "now say so (fmctl.dev/state)" in pushed.stdout
+    # The history moved with it: B sees A's `up`.
+    assert [r["command"] for r in _history(sandbox, team["b"], name)] == ["up"]
+    # A `down` in the wrong region finds nothing, and keeps this machine's note of where
+    # the state lives (and the kubeconfig entry): only the state knows where the cluster is.
+    wrong = "us-east-2" if region != "us-east-2" else "us-west-1"
+    missed = _alone(sandbox, team["a"], "down", name, "--region", wrong, "--yes")
+    assert missed.returncode == 0, missed.stderr
+    assert f"state lives in {STATE}" in missed.stdout, missed.stdout
+    assert (team["a"] / "clusters" / name / "state-location").exists()
+    # C, told nothing, plans against the team state: the resources say where it is.
+    blind = _alone(sandbox, team["c"], "plan", "-f", str(spec), "--detailed-exitcode")
+    assert blind.returncode == 0, blind.stdout + blind.stderr
     # Machine B, with only the bucket, sees the applied spec: its plan changes nothing.
     plan = _run(sandbox, team["b"], "plan", "-f", str(spec), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr
@@ -335,6 +419,7 @@ def test_push_moves_a_local_state_and_pull_brings_it_back(
     assert twice.returncode == 1 and "no local state" in twice.stderr
     pulled = _run(sandbox, team["b"], "state", "pull", name)
     assert pulled.returncode == 0, pulled.stderr
+    assert "fmctl.dev/state taken off" in pulled.stdout
     assert (team["b"] / "clusters" / name / "spec.yaml").read_text() == spec.read_text()
     down = _run(sandbox, team["b"], "down", name, "--region", region, "--yes")
     assert down.returncode == 0

@@ -202,7 +202,6 @@ class Doubles:
             return answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
         return answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
 
-
     def _hold(self, ask: dict[str, Any]) -> dict[str, Any]:
         """Hold a PCS cluster in its create (ready at no time), or let it land now."""
         with self.app.shims.lock:
