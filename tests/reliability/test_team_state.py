@@ -245,7 +245,9 @@ def test_paused_holder_writes_nothing_after_a_takeover(
     name = "e2e-team-paused"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
-    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes")
+    # A's lease outlasts the reads below however loaded the machine (gc and down from two
+    # machines): they must find it live.
+    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="30")
     lines: list[str] = []
     reader = _drain(a, lines)
     deadline = time.monotonic() + 120
