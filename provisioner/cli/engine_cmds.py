@@ -42,21 +42,25 @@ _SIGN = {
 }
 
 
-def show_plan(data: dict[str, Any], out: Any = None) -> None:
-    """The plan as people read it: one line per resource, each changed field, then the waves
-    and the critical path of what `up` runs."""
+def show_plan(data: dict[str, Any], out: Any = None, show_unchanged: bool = False) -> None:
+    """The plan as people read it: one line per resource that changes, each changed field
+    (by the spec setting it comes from, where known; text as its changed lines), the ones
+    that stay summed up in a line (``show_unchanged``: listed), then the waves and the
+    critical path of what `up` runs."""
     echo = (lambda text: click.echo(text, file=out)) if out else click.echo
     echo(f"plan for {data['cluster']} ({data['region']}):")
+    quiet = [c for c in data["changes"] if c["action"] in ("unchanged", "use")]
     for change in data["changes"]:
         action = change["action"]
+        if change in quiet and not show_unchanged:
+            continue
         what = f"  {_SIGN[action]:>3} {change['resource']:<34} {action}"
         if change.get("aws_id") and action in ("unchanged", "use", "delete", "drift"):
             what += f"  {change['aws_id']}"
         echo(what)
         for f in change["fields"]:
-            mark = " (drift)" if f.get("drift") else ""
-            how = "" if f["how"] == "update" else f"  [{f['how']}]"
-            echo(f"        {f['path']}: {_short(f['from'])} -> {_short(f['to'])}{how}{mark}")
+            for line in field_lines(f):
+                echo(f"        {line}")
         if action == "refuse":
             echo(f"        {change['reason']}")
         elif change.get("reason") and action not in ("update",):
@@ -65,6 +69,10 @@ def show_plan(data: dict[str, Any], out: Any = None) -> None:
             echo(f"        lost: {change['loses']}")
         if change.get("hint"):
             echo(f"        hint: {change['hint']}")
+    if quiet and not show_unchanged:
+        used = sum(c["action"] == "use" for c in quiet)
+        also = f" ({used} of them named by the spec, used as they are)" if used else ""
+        echo(f"  {len(quiet)} resources unchanged{also}; --show-unchanged lists them")
     counts = data["counts"]
     summary = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
     echo(f"{summary}")
@@ -90,6 +98,40 @@ def show_plan(data: dict[str, Any], out: Any = None) -> None:
         echo(f"capacity: where the reservations sit is unknown ({capacity['unread']})")
 
 
+def field_lines(f: dict[str, Any]) -> list[str]:
+    """One changed field for people: ``SPEC (field): before -> after``; a text of several
+    lines as the lines that change (a unified diff), a set of changed settings (an object
+    changed in the cluster) one line each."""
+    mark = " (drift)" if f.get("drift") else ""
+    how = "" if f["how"] == "update" else f"  [{f['how']}]"
+    name = f"{f['spec']} ({f['path']})" if f.get("spec") else f["path"]
+    before, after = f["from"], f["to"]
+    if isinstance(before, dict) and isinstance(after, dict) and before.keys() == after.keys():
+        lines = [f"{name}: {f['reason']}{how}{mark}"]
+        for key in sorted(after):
+            lines += ["  " + line for line in _value_lines(key, before[key], after[key])]
+        return lines
+    changed = _value_lines(name, before, after)
+    changed[0] += f"{how}{mark}"
+    return changed
+
+
+def _value_lines(name: str, before: Any, after: Any) -> list[str]:
+    if _multiline(before) or _multiline(after):
+        import difflib
+
+        old = before.splitlines() if isinstance(before, str) else []
+        new = after.splitlines() if isinstance(after, str) else []
+        diff = list(difflib.unified_diff(old, new, lineterm="", n=1))[2:]  # no file headers
+        count = sum(1 for line in diff if line[:1] in "+-")
+        return [f"{name}: {count} lines change"] + [f"  {line}" for line in diff]
+    return [f"{name}: {_short(before)} -> {_short(after)}"]
+
+
+def _multiline(value: Any) -> bool:
+    return isinstance(value, str) and "\n" in value.strip()
+
+
 def _short(value: Any) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= 90 else text[:87] + "..."
@@ -103,6 +145,9 @@ def _short(value: Any) -> str:
     is_flag=True,
     help="Exit 2 when there are changes (0: none; 1: an error, or a change up would refuse).",
 )
+@click.option(
+    "--show-unchanged", is_flag=True, help="List the resources that stay as they are too."
+)
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
 @state_option
 @target_options
@@ -111,6 +156,7 @@ def plan(
     scheduler: str | None,
     offline: bool,
     detailed_exitcode: bool,
+    show_unchanged: bool,
     output: str,
     state_url: str | None,
     sandbox: bool,
@@ -131,7 +177,7 @@ def plan(
     if output == "json":
         click.echo(json.dumps(data, indent=2, default=str))
     else:
-        show_plan(data)
+        show_plan(data, show_unchanged=show_unchanged)
     # A plan `up` would refuse fails, as Terraform fails a plan it cannot apply.
     if view.plan.unreadable or view.plan.refused:
         sys.exit(1)

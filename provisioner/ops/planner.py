@@ -53,6 +53,8 @@ class Action(enum.StrEnum):
 #: What to do about a change AWS cannot make, when its field says nothing better.
 REFUSED_HINT = "change it back in the spec, or make a new cluster with the new value"
 ACTING = {Action.CREATE, Action.UPDATE, Action.REPLACE, Action.DELETE, Action.DRIFT, Action.WAIT}
+#: What a spec edit makes of a resource (drift and waits are not the spec's doing).
+SPEC_CHANGES = {Action.CREATE, Action.UPDATE, Action.REPLACE, Action.REFUSE}
 
 
 @dataclass(frozen=True)
@@ -153,14 +155,22 @@ def _value_at(view: Any, path: str) -> Any:
     return value
 
 
+def _spec_of(item: Planned, path: str) -> str | None:
+    """The spec setting a live field comes from (the longest of its prefixes the builder
+    named), or None."""
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        found = item.origins.get(".".join(parts[:n]))
+        if found:
+            return found
+    return None
+
+
 def _origin(item: Planned, changes: list[FieldChange]) -> str | None:
     """The spec path of the first change that forces a replacement or is refused."""
     for change in changes:
-        if change.how == How.UPDATE:
-            continue
-        parts = change.path.split(".")
-        for n in range(len(parts), 0, -1):
-            found = item.origins.get(".".join(parts[:n]))
+        if change.how != How.UPDATE:
+            found = _spec_of(item, change.path)
             if found:
                 return found
     return None
@@ -177,6 +187,8 @@ class Planner:
     parallelism: int = 8
     observed: dict[str, Observed[Any, Any]] = field(default_factory=dict)
     errors: dict[str, BaseException] = field(default_factory=dict)
+    #: The changes compared so far (a resource is compared after what it refers to).
+    _changes: dict[str, Change] = field(default_factory=dict)
 
     def plan(self) -> Plan:
         """Read, compare, and list what the cluster owns that the spec no longer has."""
@@ -185,7 +197,7 @@ class Planner:
         plan = Plan(self.ctx.cluster, self.ctx.region, self.blueprint, observed=self.observed)
         plan.notes.extend(self.blueprint.notes)
         diff_ctx = dataclasses.replace(self.ctx, outputs={})
-        changes: dict[str, Change] = {}
+        changes = self._changes = {}
 
         def task(rid: str) -> str:
             change, outputs = self._compare(diff_ctx, self.blueprint[rid])
@@ -252,6 +264,7 @@ class Planner:
             return Change(item.id, item.kind, Action.USE, aws_id=observed.id), observed.outputs
         fields = kind.diff(ctx, item.id, item.params, observed)
         fields = self._mark_drift(ctx, item, observed, fields)
+        fields = [dataclasses.replace(f, spec=f.spec or _spec_of(item, f.path)) for f in fields]
         replaces = [f for f in fields if f.how == How.REPLACE]
         if replaces:
             change = Change(
@@ -267,7 +280,7 @@ class Planner:
             )
             return change, None
         if fields:
-            drift = all(getattr(f, "drift", False) for f in fields)
+            drift = all(f.drift for f in fields)
             action = Action.DRIFT if drift else Action.UPDATE
             reason = "changed outside fmctl; up puts it back" if drift else ""
             if observed.pending:
@@ -302,8 +315,14 @@ class Planner:
         self, ctx: Context, item: Planned, observed: Observed[Any, Any], fields: list[FieldChange]
     ) -> list[FieldChange]:
         """A change the spec did not make (the last applied spec asked for the same value)
-        is drift: someone changed the resource by hand."""
+        is drift: someone changed the resource by hand. Not when something it refers to
+        changes with this spec: its new value (a launch template's version, an id) is a
+        consequence of the edit, however the old spec's params read it."""
         if self.last is None or item.id not in self.last or not fields:
+            return fields
+        with self.ctx.lock:
+            under = [self._changes.get(rid) for rid in references(item)]
+        if any(c is not None and c.action in SPEC_CHANGES for c in under):
             return fields
         old = self.last[item.id]
         if old.kind != item.kind:
@@ -318,7 +337,7 @@ class Planner:
             old_value, new_value = _value_at(before, f.path), _value_at(now, f.path)
             known = not has_unknown(old_value) and not has_unknown(new_value)
             same = known and _plain(old_value) == _plain(new_value)
-            out.append(Drifted(f.path, f.before, f.after, f.how, f.reason, f.hint) if same else f)
+            out.append(dataclasses.replace(f, drift=True) if same else f)
         return out
 
     def _loses(self, item: Planned, observed: Observed[Any, Any]) -> str | None:
@@ -378,16 +397,6 @@ class Planner:
                 )
             )
         return out
-
-
-@dataclass(frozen=True)
-class Drifted(FieldChange):
-    """A field changed outside fmctl."""
-
-    drift: bool = True
-
-    def as_data(self) -> dict[str, Any]:
-        return {**super().as_data(), "drift": True}
 
 
 def _plain(value: Any) -> Any:

@@ -66,9 +66,14 @@ class FieldChange:
     reason: str
     #: For a refused change, the way out when it is not "change it back" (e.g. "later").
     hint: str | None = None
+    #: Changed outside fmctl: the spec asks for what it asked for when last applied.
+    drift: bool = False
+    #: Where in the spec the value comes from (``compute.gpuPools[0].count``), when known.
+    spec: str | None = None
 
     def as_data(self) -> dict[str, Any]:
-        """JSON-able form (``from``/``to``, as `plan -o json` prints it)."""
+        """JSON-able form (``from``/``to``, as `plan -o json` prints it; ``path`` is the
+        resource's own field, ``spec`` the spec's setting it comes from)."""
         data = {
             "path": self.path,
             "from": jsonable(self.before),
@@ -78,6 +83,10 @@ class FieldChange:
         }
         if self.hint:
             data["hint"] = self.hint
+        if self.drift:
+            data["drift"] = True
+        if self.spec:
+            data["spec"] = self.spec
         return data
 
 

@@ -3,8 +3,10 @@ under ``kubernetes/`` applied server-side, the wait until it runs, and the readi
 every GPU node.
 
 Read is a list per kind (fmctl's label): what is missing, what differs from the rendered
-object (each applied object carries the digest of what fmctl sent), what fmctl applied and no
-longer renders, and how many nodes per pool are Ready with their GPUs and EFA devices.
+object (each applied object carries the digest of what fmctl sent, and the fields fmctl
+sets are compared with their live values: a hand edit is drift, ``kube_drift``), what fmctl
+applied and no longer renders, and how many nodes per pool are Ready with their GPUs and
+EFA devices.
 
 On `down` it goes first: Services of type LoadBalancer and Ingresses (their load balancers
 are made by controllers, outside fmctl's graph), and claims whose volumes were provisioned
@@ -17,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +93,9 @@ class StackLive:
     external: Any = frozenset()
     #: The kubeconfig holds the cluster's entry (compared with ``inClusterStack: gitops``).
     kubeconfig: bool = True
+    #: The live objects fmctl applied (key -> object): what their fields are compared
+    #: with (read, not a setting of its own).
+    content: Any = field(default=None, compare=False)
 
 
 def placeholder_values(ctx: Context, params: StackParams) -> dict[str, str]:
@@ -191,6 +196,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         try:
             kinds = sorted({(v, k) for v, k in self._kinds(params)})
             applied: dict[str, str] = {}
+            content: dict[str, dict[str, Any]] = {}
             external: dict[str, str] = {}
             for api_version, kind in kinds:
                 for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
@@ -200,6 +206,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                         external[key] = owner
                         continue
                     applied[key] = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
+                    content[key] = obj
             nodes = pool_nodes(api, params.pools)
         finally:
             _close(api)
@@ -214,7 +221,9 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
             )
         if not applied and not external:
             return None
-        live = StackLive(frozenset(applied.items()), nodes, frozenset(external.items()))
+        live = StackLive(
+            frozenset(applied.items()), nodes, frozenset(external.items()), content=content
+        )
         out = StackOut(f"{len(applied)} objects", params.kubeconfig)
         return Observed(out, live, ctx.cluster)
 
@@ -265,10 +274,15 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         else:
             have, need = dict(observed.live.objects), dict(want.objects)
             theirs = dict(observed.live.external)
+            rendered = {key_of(o): o for o in self._objects(ctx, params)}
             for key in sorted(set(have) | set(need)):
                 if key in theirs:
                     continue  # Argo CD's or Flux's to apply: reported by `up`, not fought
-                if have.get(key) != need.get(key):
+                if have.get(key) == need.get(key):
+                    live_obj = (observed.live.content or {}).get(key)
+                    if live_obj is not None:
+                        out += _drifted(key, rendered[key], live_obj)
+                elif have.get(key) != need.get(key):
                     why = (
                         "no longer rendered: deleted"
                         if key not in need
@@ -336,7 +350,13 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
             if isinstance(observed.live.objects, frozenset):
                 wanted = {key_of(o) for o in self._objects(ctx, params)}
                 stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
-            self._apply(ctx, rid, params, stale, dict(observed.live.external))
+            # The objects the plan showed changed in the cluster: their fields taken back.
+            taken = {
+                c.path.removeprefix("objects.")
+                for c in changes
+                if c.reason.startswith(CHANGED_IN_CLUSTER)
+            }
+            self._apply(ctx, rid, params, stale, dict(observed.live.external), taken)
         # Only the nodes changed (a pool scaled or rolled): nothing to apply, check them.
         return self._settle(ctx, rid, params)
 
@@ -347,6 +367,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         params: StackParams,
         stale: tuple[str, ...],
         theirs: dict[str, str] | None = None,
+        taken: set[str] | frozenset[str] = frozenset(),
     ) -> None:
         cluster = ctx.get(params.cluster)
         kubeconfig = Path(params.kubeconfig)
@@ -357,7 +378,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         objects = [o for o in objects if key_of(o) not in (theirs or {})]
         api = connect(ctx, cluster.endpoint, cluster.ca)
         try:
-            apply_all(api, objects)
+            apply_all(api, objects, taken=taken)
             kinds = {(o["kind"]): o["apiVersion"] for o in objects}
             for key in stale:  # applied before, no longer rendered: pruned
                 kind, namespace, name = key.split("/", 2)
@@ -466,23 +487,31 @@ def _delete_billed(ctx: Context, api: KubeApi) -> None:
     )
 
 
-def apply_all(api: KubeApi, objects: list[dict[str, Any]], parallelism: int = 8) -> None:
+def apply_all(
+    api: KubeApi,
+    objects: list[dict[str, Any]],
+    parallelism: int = 8,
+    taken: set[str] | frozenset[str] = frozenset(),
+) -> None:
     """Apply what others need first (CRDs, namespaces, storage) in order, then the rest in
-    parallel: server-side apply of independent objects commutes."""
+    parallel: server-side apply of independent objects commutes. The objects of ``taken``
+    (keys) are applied with force: the plan showed their fields changed in the cluster,
+    and `up` was asked to put them back."""
     from concurrent.futures import ThreadPoolExecutor
 
     first = [o for o in objects if o["kind"] in FIRST]
     rest = [o for o in objects if o["kind"] not in FIRST]
     for obj in first:
-        _apply(api, obj)
+        _apply(api, obj, key_of(obj) in taken)
     with ThreadPoolExecutor(parallelism, thread_name_prefix="fmctl-apply") as pool:
-        list(pool.map(lambda o: _apply(api, o), rest))
+        list(pool.map(lambda o: _apply(api, o, key_of(o) in taken), rest))
 
 
-def _apply(api: KubeApi, obj: dict[str, Any]) -> None:
-    """Apply one object; a field someone else took over is reported, never overwritten."""
+def _apply(api: KubeApi, obj: dict[str, Any], force: bool = False) -> None:
+    """Apply one object; a field someone else took over since the plan is reported, never
+    overwritten (``force``: one the plan showed, taken back)."""
     try:
-        api.apply(obj)
+        api.apply(obj, force=force)
     except KubeError as err:
         if err.status != 409:
             raise
@@ -493,6 +522,32 @@ def _apply(api: KubeApi, obj: dict[str, Any]) -> None:
             hint="undo the change, or hand the fields back with `kubectl apply --server-side "
             "--force-conflicts --field-manager fmctl` on the rendered file",
         ) from err
+
+
+#: How a FieldChange of an object changed in the cluster begins (what `up` takes back).
+CHANGED_IN_CLUSTER = "changed in the cluster"
+
+
+def _drifted(key: str, rendered: dict[str, Any], live: dict[str, Any]) -> list[FieldChange]:
+    """The object's fields whose live values are not what fmctl applied, as one change:
+    before and after by field path, and who changed them."""
+    from provisioner.resources.kube_drift import content_drift, managers_of
+
+    drifts = content_drift(rendered, live)
+    if not drifts:
+        return []
+    who = sorted({m for d in drifts for m in managers_of(live, d)})
+    by = f" by {', '.join(who)}" if who else ""
+    return [
+        FieldChange(
+            f"objects.{key}",
+            {d.path: d.live for d in drifts},
+            {d.path: d.want for d in drifts},
+            How.UPDATE,
+            f"{CHANGED_IN_CLUSTER}{by}: up applies fmctl's fields again",
+            drift=True,
+        )
+    ]
 
 
 def _close(api: KubeApi) -> None:

@@ -111,6 +111,54 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     assert "34 created" in out
     assert acting(cluster.plan()) == {}, "nothing to do once up"
 
+    # A hand edit that takes a field over (kubectl apply --server-side --force-conflicts on
+    # Prometheus's config): plan shows it by content, as the lines that changed, names who
+    # changed it, and up puts fmctl's back.
+    api = kube_client(sandbox, NAME, REGION, manager="kubectl")
+    try:
+        mine = api.get("v1", "ConfigMap", "prometheus-config", "monitoring")
+        assert mine is not None
+        config = mine["data"]["prometheus.yml"]
+        edited = config.replace("scrape_interval: 15s", "scrape_interval: 60s")
+        assert edited != config
+        api.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "prometheus-config", "namespace": "monitoring"},
+                "data": {"prometheus.yml": edited},
+            },
+            force=True,
+        )
+    finally:
+        api.close()
+    drifted = cluster.plan()
+    assert acting(drifted) == {"kube-stack": "drift"}
+    (field,) = drifted["kube-stack"]["fields"]
+    assert field["path"] == "objects.ConfigMap/monitoring/prometheus-config"
+    assert field["drift"] and "kubectl" in field["reason"]
+    assert field["from"] == {"data.prometheus.yml": edited}
+    assert field["to"] == {"data.prometheus.yml": config}
+    text = sandbox.fmctl("plan", "-f", str(cluster.path), "--sandbox", "--detailed-exitcode")
+    assert text.returncode == 2, text.stdout + text.stderr
+    assert "data.prometheus.yml: 2 lines change" in text.stdout, text.stdout
+    assert "-  scrape_interval: 60s\n" in text.stdout, text.stdout
+    assert "+  scrape_interval: 15s\n" in text.stdout
+    assert "changed in the cluster by kubectl" in text.stdout
+    assert "resources unchanged; --show-unchanged lists them" in text.stdout
+    assert " vpc " not in text.stdout
+    listed = sandbox.fmctl("plan", "-f", str(cluster.path), "--sandbox", "--show-unchanged")
+    assert " vpc " in listed.stdout
+    out, calls = cluster.up()
+    assert [w for w in writes(calls) if not w.startswith("kubernetes:")] == [], out
+    api = kube_client(sandbox, NAME, REGION)
+    try:
+        back = api.get("v1", "ConfigMap", "prometheus-config", "monitoring")
+    finally:
+        api.close()
+    assert back is not None and back["data"]["prometheus.yml"] == config
+    assert acting(cluster.plan()) == {}, "fmctl's fields are its own again"
+
     # Scale a pool 2 -> 4: the node group's scaling, in place; nothing else is called.
     cluster.spec["compute"]["gpuPools"][0]["count"] = 4
     plan = cluster.plan()
@@ -120,6 +168,9 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
         "scaling.max_size",
         "scaling.desired_size",
     }
+    # In the spec's own terms, and never drift: the change is the spec's.
+    assert {f["spec"] for f in plan["nodegroup/gpu"]["fields"]} == {"compute.gpuPools[0].count"}
+    assert not any(f.get("drift") for c in plan.values() for f in c["fields"])
     out, calls = cluster.up()
     assert "2 updated" in out
     assert [w for w in writes(calls) if not w.startswith("kubernetes:")] == [
@@ -169,6 +220,7 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     }
     plan = cluster.plan()
     assert plan["eks"]["fields"][0]["to"] == "1.34"
+    assert not any(f.get("drift") for c in plan.values() for f in c["fields"])
     assert {"nodegroup/system", "nodegroup/gpu", "addon/kube-proxy", "addon/coredns"} <= set(
         acting(plan)
     )
@@ -423,7 +475,7 @@ def test_a_denied_read_is_reported_against_its_resource(sandbox: Sandbox, tmp_pa
             }
         ]
     )
-    done = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
+    done = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "--show-unchanged")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "natgw" in done.stdout and "unreadable" in done.stdout
     assert "UnauthorizedOperation" in done.stdout and "Traceback" not in done.stdout + done.stderr

@@ -135,6 +135,11 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     retyped = pcs_spec(tmp_path, name, region, count=3, instanceType="p5.48xlarge")
     refused = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes")
     assert refused.returncode == 1 and "replaces pcs/node-group/train" in refused.stderr
+    # Everything that changes with it (the launch template's new version, the queue that
+    # moves) is the spec's doing: none of it is drift.
+    planned = sandbox.fmctl("plan", "-f", str(retyped), "--sandbox", "-o", "json")
+    fields = [f for c in json.loads(planned.stdout)["changes"] for f in c["fields"]]
+    assert fields and not [f for f in fields if f.get("drift")], fields
     replaced = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes", "--allow-replace")
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
     assert "1 replaced" in replaced.stdout
