@@ -38,7 +38,7 @@ def _print_kube(kube: Any) -> None:
         for n in nodes:
             click.echo(
                 f"    {n.name:<34} {'Ready' if n.ready else 'NotReady':<9} "
-                f"gpu {n.gpus:>2}  efa {n.efa:>2}"
+                f"gpu {n.gpus:>2}  efa {n.efa:>2}" + (f"  ! {n.problem}" if n.problem else "")
             )
     if kube.stack:
         click.echo("  stack:")

@@ -235,11 +235,11 @@ def up(
 
     def confirm(planned: Any) -> bool:
         acting = planned.acting
-        if not acting:
-            click.echo(f"up {spec.metadata.name} in {where}: nothing to change", err=as_json)
-            return True
-        if yes:
-            click.echo(f"up {spec.metadata.name} in {where}:", err=as_json)
+        if not acting or yes:
+            said = ": nothing to change" if not acting else ":"
+            click.echo(f"up {spec.metadata.name} in {where}{said}", err=as_json)
+            for note in planned.notes:  # the plan's, which nobody was shown
+                click.echo(f"note: {note}", err=True)
             return True
         show_plan(PlanView(planned).as_data())
         if not sys.stdin.isatty():

@@ -214,6 +214,12 @@ class Planner:
             changes[rid] = Change(
                 rid, self.blueprint[rid].kind, Action.UNREADABLE, reason="not compared"
             )
+        plan.notes.extend(
+            f"{rid}: {note}"
+            for rid in self.blueprint.ids
+            if rid in self.observed
+            for note in self.observed[rid].notes
+        )
         plan.changes = [changes[rid] for rid in self.blueprint.ids]
         plan.changes += self._deletes()
         plan.outputs = dict(diff_ctx.outputs)

@@ -21,6 +21,9 @@ class NodeRow:
     ready: bool
     gpus: str
     efa: str
+    #: Why its GPUs cannot be used as they are (None: they can): fewer GPUs or EFA devices
+    #: allocatable than its type has, or not Ready.
+    problem: str | None = None
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form (counts as numbers)."""
@@ -29,6 +32,7 @@ class NodeRow:
             "ready": self.ready,
             "gpus": _count(self.gpus),
             "efa": _count(self.efa),
+            "problem": self.problem,
         }
 
 
@@ -72,7 +76,8 @@ class KubeStatus:
     stack: tuple[StackRow, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
-        """JSON-able form: what the text shows, and whether all of it is healthy."""
+        """JSON-able form: what the text shows, and whether all of it is healthy (every
+        GPU node usable as its type is, ``unhealthy`` saying which is not and why)."""
         nodes = [n for _, rows in self.pools for n in rows]
         return {
             "status": self.status,
@@ -83,9 +88,15 @@ class KubeStatus:
             ],
             "stack": [row.as_data() for row in self.stack],
             "healthy": self.status == "ACTIVE"
-            and all(n.ready for n in nodes)
+            and all(n.ready and n.problem is None for n in nodes)
             and all(r.ready >= r.desired for r in self.stack)
             and all(st == "ACTIVE" for _, _, st in self.addons),
+            "unhealthy": [
+                {"node": n.name, "pool": pool, "why": n.problem}
+                for pool, rows in self.pools
+                for n in rows
+                if n.problem is not None
+            ],
         }
 
 
@@ -250,7 +261,8 @@ def slurm_access(
 
 
 def kube_status(target: Target, name: str) -> KubeStatus | None:
-    """Nodes per pool (GPU/EFA allocatable), add-ons and the stack's health."""
+    """Nodes per pool (GPU/EFA allocatable, and whether that is all their type has), add-ons
+    and the stack's health."""
     from provisioner.resources.eks import EksCluster
     from provisioner.resources.kube_health import EFA, GPU, POOL_LABEL
     from provisioner.resources.kube_stack import connect
@@ -267,6 +279,7 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
     status, version = str(cluster["status"]), str(cluster.get("version"))
     if status != "ACTIVE":
         return KubeStatus(status, version, tuple(addons))
+    expected = expected_devices(target, name)
     api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
     try:
         pools: dict[str, list[NodeRow]] = {}
@@ -278,13 +291,73 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
                 c.get("type") == "Ready" and c.get("status") == "True"
                 for c in node.get("status", {}).get("conditions", [])
             )
-            row = NodeRow(node["metadata"]["name"], ready, alloc.get(GPU, "0"), alloc.get(EFA, "0"))
+            gpus, efa = alloc.get(GPU, "0"), alloc.get(EFA, "0")
+            want = expected(pool, labels.get(INSTANCE_TYPE_LABEL, ""))
+            problem = _short_of(ready, gpus, efa, want)
+            row = NodeRow(node["metadata"]["name"], ready, gpus, efa, problem)
             pools.setdefault(pool, []).append(row)
         stack = _stack_health(api)
     finally:
         api.close() if hasattr(api, "close") else None
     rows = tuple((pool, tuple(nodes)) for pool, nodes in sorted(pools.items()))
     return KubeStatus(status, version, tuple(addons), rows, tuple(stack))
+
+
+#: The well-known label the kubelet sets to the node's EC2 instance type (Kubernetes'
+#: "Well-Known Labels, Annotations and Taints": node.kubernetes.io/instance-type).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def expected_devices(target: Target, name: str) -> Any:
+    """``(pool, instance type) -> (GPUs, EFA devices)`` a node must advertise: the applied
+    spec's pools (EFA as the spec set it), else the catalog's facts of the type (EFA on,
+    as fmctl's pools have it by default); (0, 0) for a node of no GPU type."""
+    from provisioner.catalog import load_catalog
+    from provisioner.ops.team import applied_spec
+    from provisioner.render.context import build_context
+    from provisioner.render.efa import efa_device_count, efa_interfaces
+
+    catalog = load_catalog()
+    by_pool: dict[str, tuple[int, int]] = {}
+    try:
+        spec = applied_spec(target, name)
+    except Exception:  # no state to read: the catalog alone says what each type has
+        spec = None
+    if spec is not None and spec.scheduler == "kubernetes":
+        for pool in build_context(spec, catalog).pools:
+            by_pool[pool.name] = (pool.gpus, pool.efa_devices if pool.efa else 0)
+
+    def expected(pool: str, instance_type: str) -> tuple[int, int]:
+        if pool in by_pool:
+            return by_pool[pool]
+        itype = catalog.get(instance_type)
+        if itype is None or not itype.is_gpu:
+            return (0, 0)
+        gpus = itype.gpu.count if itype.gpu else 0
+        return (gpus, efa_device_count(efa_interfaces(itype, True)))
+
+    return expected
+
+
+def _short_of(ready: bool, gpus: str, efa: str, want: tuple[int, int]) -> str | None:
+    """Why a node's GPUs cannot be used as its type allows, or None."""
+    from provisioner.resources.kube_health import EFA, GPU
+
+    wanted_gpus, wanted_efa = want
+    if wanted_gpus == 0:
+        return None if ready else "not Ready"
+    short = [
+        f"advertises {have or 0} {resource}, expected {count}"
+        for resource, have, count in ((GPU, gpus, wanted_gpus), (EFA, efa, wanted_efa))
+        if count and _number(have) < count
+    ]
+    if not ready:
+        short.insert(0, "not Ready")
+    return "; ".join(short) or None
+
+
+def _number(quantity: str) -> int:
+    return int(quantity) if str(quantity).isdigit() else 0
 
 
 def _stack_health(api: Any) -> list[StackRow]:

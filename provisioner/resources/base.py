@@ -100,6 +100,9 @@ class Observed(Generic[Out, L]):
     id: str
     #: Not usable yet: made by an earlier run and still on its way (e.g. "CREATING").
     pending: str | None = None
+    #: What the read found that is not for `up` to change, for the plan to say (one line
+    #: each): the folder Argo CD or Flux applies is out of date with the spec.
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,10 @@ def content_drift(desired: dict[str, Any], live: dict[str, Any]) -> list[Drift]:
 
 def _compare(want: Any, have: Any, steps: Steps, out: list[Drift]) -> None:
     if have is _MISSING:
-        out.append(Drift(steps, None, want))
+        # The API server leaves out empty values (omitempty): an empty map, list or a null
+        # fmctl sends is not stored, and is not missing.
+        if want not in ({}, [], None, ""):
+            out.append(Drift(steps, None, want))
         return
     if isinstance(want, dict):
         if not isinstance(have, dict):

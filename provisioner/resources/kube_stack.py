@@ -198,34 +198,72 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
             applied: dict[str, str] = {}
             content: dict[str, dict[str, Any]] = {}
             external: dict[str, str] = {}
+            theirs: dict[str, dict[str, Any]] = {}
             for api_version, kind in kinds:
                 for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
                     key = key_of({"kind": kind, "metadata": obj["metadata"]})
                     owner = gitops_owner(obj["metadata"])
                     if owner is not None:
                         external[key] = owner
+                        theirs[key] = obj
                         continue
                     applied[key] = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
                     content[key] = obj
             nodes = pool_nodes(api, params.pools)
         finally:
             _close(api)
+        notes = self._out_of_date(ctx, params, theirs, external)
         if not params.apply:
             # Nothing of fmctl's to apply: what is live is Argo CD's or Flux's; the one thing
             # fmctl keeps is the kubeconfig entry.
             live = StackLive(
                 frozenset(), frozenset(), frozenset(external.items()), self._has_entry(ctx, params)
             )
-            return Observed(
-                StackOut(f"{len(external)} objects", params.kubeconfig), live, ctx.cluster
-            )
+            out = StackOut(f"{len(external)} objects", params.kubeconfig)
+            return Observed(out, live, ctx.cluster, notes=notes)
         if not applied and not external:
             return None
         live = StackLive(
             frozenset(applied.items()), nodes, frozenset(external.items()), content=content
         )
         out = StackOut(f"{len(applied)} objects", params.kubeconfig)
-        return Observed(out, live, ctx.cluster)
+        return Observed(out, live, ctx.cluster, notes=notes)
+
+    def _out_of_date(
+        self,
+        ctx: Context,
+        params: StackParams,
+        theirs: dict[str, dict[str, Any]],
+        owners: dict[str, str],
+    ) -> tuple[str, ...]:
+        """What Argo CD or Flux applies that is not what the spec renders now: the folder
+        they read is out of date (fmctl never applies over them; the user re-renders and
+        commits). Objects they have not applied yet are not said here (`status` shows the
+        GPU nodes left without their devices)."""
+        from provisioner.resources.kube_drift import content_drift
+
+        if not theirs:
+            return ()
+        values = placeholder_values(ctx, params)
+        if any(v == repr(UNKNOWN) for v in values.values()):
+            return ()
+        stale: dict[str, list[str]] = {}
+        for obj in self._objects(ctx, params):
+            key = key_of(obj)
+            if key not in theirs:
+                continue
+            # The digest is what fmctl stamps when it applies; the committed files lack it.
+            obj["metadata"]["annotations"].pop(DIGEST, None)
+            drifts = content_drift(obj, theirs[key])
+            if drifts:
+                fields = ", ".join(d.path for d in drifts[:3])
+                more = f" and {len(drifts) - 3} more" if len(drifts) > 3 else ""
+                stale.setdefault(owners[key], []).append(f"{key} ({fields}{more})")
+        return tuple(
+            f"what {owner} applies is out of date with the spec: {'; '.join(keys)}; re-render "
+            "(`fmctl render --from-cluster`) and commit the folder it reads"
+            for owner, keys in sorted(stale.items())
+        )
 
     def _kinds(self, params: StackParams) -> set[tuple[str, str]]:
         kinds = set()

@@ -138,6 +138,21 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         assert app["path"] == f"eks/{name}/kubernetes"
         assert (sandbox.home / "clusters" / name / "kubeconfig").is_file()
 
+        # Before Argo CD syncs, the GPU nodes run without their device plugins: not healthy,
+        # and status says which nodes and why.
+        early = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+        kube = json.loads(early.stdout)["kubernetes"]
+        assert kube["healthy"] is False
+        short = {u["node"]: u["why"] for u in kube["unhealthy"]}
+        gpu_nodes = [n["name"] for p in kube["pools"] if p["pool"] == "gpu" for n in p["nodes"]]
+        assert gpu_nodes and set(short) == set(gpu_nodes)
+        assert all(
+            w == "advertises 0 nvidia.com/gpu, expected 8; advertises 0 vpc.amazonaws.com/efa, "
+            "expected 16"
+            for w in short.values()
+        ), short
+        text = sandbox.fmctl("status", name, "--region", region, "--sandbox")
+        assert "! advertises 0 nvidia.com/gpu, expected 8" in text.stdout
         argo = kube_client(sandbox, name, region, manager="argocd-controller")
         try:
             assert argo.list("apps/v1", "DaemonSet", selector=f"fmctl.dev/cluster={name}") == []
@@ -153,6 +168,10 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
             plugin["metadata"].setdefault("annotations", {})[ARGO_ANNOTATION] = (
                 f"fmctl-{name}:apps/DaemonSet:fmctl-system/nvidia-device-plugin"
             )
+            # The folder committed before the spec moved the plugin on: an older image.
+            (container,) = plugin["spec"]["template"]["spec"]["containers"]
+            rendered_image = container["image"]
+            container["image"] = "nvcr.io/nvidia/k8s-device-plugin:v0.14.0"
             argo.apply(plugin)
         finally:
             argo.close()
@@ -160,6 +179,21 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
         assert again.returncode == 0, again.stdout + again.stderr
         assert "nothing to change" in again.stdout
+        # What Argo CD applies is not what the spec renders: up and plan say so, and what
+        # to do; fmctl never applies over it.
+        stale = f"what Argo CD (fmctl-{name}) applies is out of date with the spec"
+        assert stale in again.stderr, again.stderr
+        assert (
+            "DaemonSet/fmctl-system/nvidia-device-plugin "
+            "(spec.template.spec.containers[nvidia-device-plugin].image)" in again.stderr
+        ), again.stderr
+        assert "re-render (`fmctl render --from-cluster`) and commit" in again.stderr
+        planned = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
+        assert stale in planned.stdout, planned.stdout
+        synced = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+        whys = {u["why"] for u in json.loads(synced.stdout)["kubernetes"]["unhealthy"]}
+        assert whys == {"advertises 0 vpc.amazonaws.com/efa, expected 16"}, whys
+        assert rendered_image != container["image"]
         # With -o json, stdout is JSON lines only: the hand-over is one of them.
         as_json = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "-o", "json")
         assert as_json.returncode == 0, as_json.stdout + as_json.stderr
