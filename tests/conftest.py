@@ -38,6 +38,8 @@ def shared_file(relative: str) -> Path:
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
     os.environ.pop(_var, None)
+# Nor the developer's ~/.aws: `fmctl init` asks EC2 when it finds credentials.
+os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 
 
 #: Run first, in this order: the longest tests (the crash campaigns, whose points run up front

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from provisioner.cli.options import target_options
 from provisioner.spec.defaults import MAX_POOL_COUNT
 
 
@@ -34,10 +35,25 @@ from provisioner.spec.defaults import MAX_POOL_COUNT
     show_default=True,
     help="Who runs Slurm (--scheduler slurm): ParallelCluster or AWS PCS.",
 )
+@click.option(
+    "--offline",
+    is_flag=True,
+    help="Do not ask EC2 which zone offers the type (the region's first zone is named).",
+)
+@target_options
 def init(
-    scheduler: str, instance_type: str, count: int, name: str, region: str, provider: str
+    scheduler: str,
+    instance_type: str,
+    count: int,
+    name: str,
+    region: str,
+    provider: str,
+    offline: bool,
+    sandbox: bool,
+    state_dir: str | None,
 ) -> None:
-    """Print a commented starter spec; redirect it to a file and edit."""
+    """Print a commented starter spec; redirect it to a file and edit. With AWS
+    credentials (or --sandbox) its zone is one that offers the type."""
     from provisioner.catalog import load_catalog
     from provisioner.spec.problems import suggest
     from provisioner.spec.starter import starter_spec
@@ -58,6 +74,13 @@ def init(
             err=True,
         )
         sys.exit(1)
+    from provisioner.ops.target import home_of
+    from provisioner.ops.zones import starter_zone
+
+    block = itype.ultra_server  # an UltraServer's zone is its Capacity Block's
+    choice = starter_zone(
+        region, instance_type, sandbox, home_of(state_dir), not offline and not block
+    )
     click.echo(
         starter_spec(
             scheduler=scheduler,
@@ -66,6 +89,8 @@ def init(
             name=name,
             region=region,
             provider=provider,
+            zone=choice.zone,
+            zone_note="" if block else choice.note,
         ),
         nl=False,
     )

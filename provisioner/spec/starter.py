@@ -18,10 +18,18 @@ def starter_spec(
     name: str,
     region: str,
     provider: str = defaults.SLURM_PROVIDER,
+    zone: str | None = None,
+    zone_note: str = "",
 ) -> str:
     """A complete, valid spec with comments explaining each choice (``provider``: who runs
-    Slurm, for scheduler slurm)."""
-    az = f"{region}a"
+    Slurm, for scheduler slurm; ``zone``: the availability zone, with what was checked of
+    it, ``zone_note``)."""
+    az = zone or f"{region}a"
+    zone_comment = f"  # {az}: {zone_note}\n" if zone_note else ""
+    vpc = (
+        f"  vpcCidr: {defaults.VPC_CIDR}        # a new VPC; or vpcId + subnetId to reuse "
+        "existing ones\n"
+    )
     efa = "true" if itype.efa_supported else "false"
     nvme = (
         f"  localNvme: {{mountPath: {defaults.LOCAL_NVME_MOUNT_PATH}}}   # RAID0 over "
@@ -76,8 +84,7 @@ metadata:
 scheduler: {scheduler}              # slurm | kubernetes; `--scheduler` overrides it
 network:
   availabilityZone: {az}    # one AZ: EFA and cluster placement groups need it
-  vpcCidr: {defaults.VPC_CIDR}        # a new VPC; or vpcId + subnetId to reuse existing ones
-{access}compute:
+{zone_comment}{vpc}{access}compute:
 {nodes_block}  gpuPools:
     - name: train
       instanceType: {itype.name}   # {gpus}, {efa_note}

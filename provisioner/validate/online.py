@@ -63,13 +63,30 @@ def _offerings(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             "reservation",
             "capacity-block",
         ):
+            elsewhere = zones_offering(aws, pool.instance_type)
             yield Problem(
                 "az-offering",
                 f"{az} does not offer {pool.instance_type}",
                 ("compute", "gpuPools", i, "instanceType"),
-                hint="choose another availability zone (aws ec2 "
-                "describe-instance-type-offerings --location-type availability-zone)",
+                hint=(
+                    f"zones of {spec.metadata.region} that offer it: {', '.join(elsewhere)}"
+                    if elsewhere
+                    else f"no zone of {spec.metadata.region} offers it to this account: "
+                    "another region, or a reservation or Capacity Block where it is sold"
+                ),
+                related=(("network", "availabilityZone"),),
             )
+
+
+def zones_offering(aws: Aws, instance_type: str) -> list[str]:
+    """The zones of ``aws``'s region that offer ``instance_type`` to this account, sorted
+    (DescribeInstanceTypeOfferings by availability zone)."""
+    ec2 = aws.client("ec2")
+    found = ec2.describe_instance_type_offerings(
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+    )["InstanceTypeOfferings"]
+    return sorted({str(o["Location"]) for o in found})
 
 
 def _reservations(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:

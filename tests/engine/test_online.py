@@ -282,20 +282,31 @@ def test_a_control_plane_log_group_left_by_another_cluster_is_refused(
         logs.delete_log_group(logGroupName=group)
 
 
-def test_an_availability_zone_the_region_lacks_is_refused(sandbox: Sandbox, tmp_path: Path) -> None:
-    """us-west-2z has the right shape (checked offline) but no such zone exists: said at the
-    zone's line, and nothing else is judged there."""
+def test_an_availability_zone_the_account_lacks_is_refused(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """us-west-1c is a zone of the region (some accounts have it: AWS maps its zones to
+    letters per account), so it passes offline; this account (the sandbox's, as moto
+    records one: us-west-1a and 1b) has none: said at the zone's line, and nothing else is
+    judged there. A letter no account has (us-west-2z) never gets this far."""
     spec = spec_file(tmp_path, "online-zone")
     data = yaml.safe_load(spec.read_text())
-    data["network"]["availabilityZone"] = "us-west-2z"
+    data["metadata"]["region"] = "us-west-1"
+    data["network"]["availabilityZone"] = "us-west-1c"
     spec.write_text(yaml.safe_dump(data))
     problems = _problems(sandbox, spec)
-    assert problems == {
-        "az-missing": (
-            "us-west-2 has no availability zone us-west-2z in this account",
-            "network.availabilityZone",
-        )
-    }
+    assert problems["az-missing"] == (
+        "us-west-1 has no availability zone us-west-1c in this account",
+        "network.availabilityZone",
+    ), problems
+    assert [p for p in problems if p.startswith("az-")] == ["az-missing"]
+    data["metadata"]["region"] = "us-west-2"
+    data["network"]["availabilityZone"] = "us-west-2z"
+    spec.write_text(yaml.safe_dump(data))
+    offline = load_and_validate(str(spec))
+    (problem,) = [p for p in offline.problems if p.code == "az-region"]
+    assert "us-west-2 has no availability zone 'us-west-2z'" in problem.message
+    assert "us-west-2a, us-west-2b, us-west-2c, us-west-2d" in problem.message
 
 
 def test_the_head_nodes_key_pair_must_exist(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -314,3 +325,36 @@ def test_the_head_nodes_key_pair_must_exist(sandbox: Sandbox, tmp_path: Path) ->
         assert "key-pair-missing" not in _problems(sandbox, spec)
     finally:
         ec2.delete_key_pair(KeyName="fmctl-test-ops")
+
+
+def test_a_zone_that_does_not_offer_the_type_names_the_ones_that_do(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """p5en.48xlarge on demand in us-west-2b, which (as moto records EC2's offerings) does
+    not sell it: the error is at the pool's type, and the hint lists the region's zones that
+    offer it (DescribeInstanceTypeOfferings by zone)."""
+    spec = spec_file(tmp_path, "online-offer")  # p5en on EKS, us-west-2
+    data = yaml.safe_load(spec.read_text())
+    data["network"]["availabilityZone"] = "us-west-2b"
+    spec.write_text(yaml.safe_dump(data))
+    validation = load_and_validate(str(spec))
+    assert validation.resolved is not None
+    found = online_problems(sandbox.aws("us-west-2"), validation.resolved, load_catalog())
+    (offer,) = [p for p in found if p.code == "az-offering"]
+    assert offer.message == "us-west-2b does not offer p5en.48xlarge"
+    assert offer.hint == "zones of us-west-2 that offer it: us-west-2a, us-west-2c, us-west-2d"
+
+
+def test_init_names_a_zone_that_offers_the_type(sandbox: Sandbox) -> None:
+    """Asked (here the sandbox, whose EC2 offers p6-b200 only in us-east-1c, as moto records
+    EC2's offerings), `init` names that zone and says it asked; offline, the region's first
+    zone, said to be unchecked."""
+    args = ("init", "--scheduler", "slurm", "--instance-type", "p6-b200.48xlarge")
+    asked = sandbox.fmctl(*args, "--region", "us-east-1", "--sandbox")
+    assert asked.returncode == 0, asked.stderr
+    data = yaml.safe_load(asked.stdout)
+    assert data["network"]["availabilityZone"] == "us-east-1c"
+    assert "us-east-1c: offers p6-b200.48xlarge (EC2's offerings, asked now)" in asked.stdout
+    offline = sandbox.fmctl(*args, "--region", "us-east-1", "--offline")
+    assert yaml.safe_load(offline.stdout)["network"]["availabilityZone"] == "us-east-1a"
+    assert "not checked (--offline)" in offline.stdout

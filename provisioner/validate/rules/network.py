@@ -16,14 +16,27 @@ SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8}(?:[0-9a-f]{9})?$")
 
 @rule("az-region")
 def availability_zone(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """The AZ is the region's name plus one letter (local zones cannot host these nodes)."""
+    """The AZ is the region's name plus one letter the region has (``catalog.regions``'s
+    dated table; local zones cannot host these nodes)."""
+    from provisioner.catalog.regions import ZONES_AS_OF, zones_of
+
     az, region = spec.network.availability_zone, spec.metadata.region
+    known = zones_of(region)
     if not re.fullmatch(re.escape(region) + r"[a-z]", az):
         yield Problem(
             "az-region",
             f"availability zone {az!r} is not in region {region!r}",
             ("network", "availabilityZone"),
-            hint=f"use a zone of {region}, such as {region}a",
+            hint=f"use a zone of {region}, such as {(known or (region + 'a',))[0]}",
+            related=(("metadata", "region"),),
+        )
+    elif known and az not in known:
+        yield Problem(
+            "az-region",
+            f"{region} has no availability zone {az!r} (its zones: {', '.join(known)})",
+            ("network", "availabilityZone"),
+            hint=f"use one of them; fmctl's table of zones is of {ZONES_AS_OF.isoformat()} "
+            "(aws ec2 describe-availability-zones lists this account's)",
             related=(("metadata", "region"),),
         )
 
