@@ -15,6 +15,7 @@ from typing import Any
 
 from provisioner.catalog import Catalog
 from provisioner.drivers.aws import Aws, error_code
+from provisioner.resources.compute import LUSTRE_PORTS
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem
 
@@ -406,6 +407,93 @@ def _existing_file_system(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             )
 
 
+def _existing_fsx_ports(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """The file system's security groups let the nodes' subnet reach Lustre's ports (TCP
+    988 and 1018-1023: the FSx for Lustre User Guide, "File system access control with
+    Amazon VPC"). On EKS and PCS the nodes are in groups fmctl makes, which no rule of the
+    file system's can name yet: a CIDR rule over the nodes' subnet must let them in.
+    ParallelCluster checks this itself (its FsxNetworkingValidator)."""
+    fsx = spec.storage.fsx_lustre
+    fs_id = fsx.file_system_id if fsx is not None else None
+    subnet_id = spec.network.subnet_id
+    if fs_id is None or subnet_id is None:
+        return
+    if spec.scheduler == "slurm" and spec.slurm.provider != "pcs":
+        return
+    ec2 = aws.client("ec2")
+    try:
+        (fs,) = aws.client("fsx").describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
+        (subnet,) = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"]
+    except Exception as exc:  # said by the checks of the file system and the subnet
+        if error_code(exc) in ("FileSystemNotFound", "InvalidSubnetID.NotFound"):
+            return
+        raise
+    enis = list(fs.get("NetworkInterfaceIds") or [])
+    if not enis or fs.get("VpcId") != subnet.get("VpcId"):
+        return  # another VPC: said by the file system's own check
+    groups = sorted(
+        {
+            g["GroupId"]
+            for eni in ec2.describe_network_interfaces(NetworkInterfaceIds=enis)[
+                "NetworkInterfaces"
+            ]
+            for g in eni.get("Groups", [])
+        }
+    )
+    rules = (
+        [
+            rule
+            for group in ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"]
+            for rule in group.get("IpPermissions", [])
+        ]
+        if groups
+        else []
+    )
+    cidr = str(subnet["CidrBlock"])
+    shut = [
+        f"{low}" if low == high else f"{low}-{high}"
+        for low, high in LUSTRE_PORTS
+        if not any(_admits(rule, low, high, cidr) for rule in rules)
+    ]
+    if shut:
+        path = ("storage", "fsxLustre", "fileSystemId")
+        ports = " ".join(
+            f"IpProtocol=tcp,FromPort={lo},ToPort={hi},IpRanges=[{{CidrIp={cidr}}}]"
+            for lo, hi in LUSTRE_PORTS
+        )
+        yield Problem(
+            "existing-fsx-ports",
+            f"{fs_id}'s security groups ({', '.join(groups) or 'none'}) let no Lustre "
+            f"traffic in from the nodes' subnet {cidr} (TCP {' and '.join(shut)}): every "
+            "mount would hang",
+            path,
+            hint=f"allow it on one of them: aws ec2 authorize-security-group-ingress "
+            f"--group-id {groups[0] if groups else 'sg-...'} --ip-permissions {ports}",
+            related=(("network", "subnetId"),),
+        )
+
+
+def _admits(rule: dict[str, Any], low: int, high: int, cidr: str) -> bool:
+    """True when an inbound rule lets TCP ``low``-``high`` in from every address of
+    ``cidr`` (all traffic, or TCP over those ports, from a range that holds it)."""
+    import ipaddress
+
+    protocol = str(rule.get("IpProtocol"))
+    if protocol not in ("-1", "tcp", "6"):
+        return False
+    if protocol != "-1" and not (rule.get("FromPort", 0) <= low and rule.get("ToPort", 0) >= high):
+        return False
+    nodes = ipaddress.IPv4Network(cidr)
+    for item in rule.get("IpRanges", []):  # IPv4 ranges (IPv6 ones are Ipv6Ranges)
+        try:
+            allowed = ipaddress.IPv4Network(str(item.get("CidrIp")), strict=False)
+        except ValueError:
+            continue
+        if nodes.subnet_of(allowed):
+            return True
+    return False
+
+
 def _key_pair(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     """The head node's key pair exists in the region (ParallelCluster's KeyPairValidator
     would refuse it, later)."""
@@ -547,6 +635,7 @@ def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Probl
         *_data_bucket(aws, spec),
         *_existing_network(aws, spec),
         *_existing_file_system(aws, spec),
+        *_existing_fsx_ports(aws, spec),
         *_log_group(aws, spec),
         *_key_pair(aws, spec),
         *_pcs(aws, spec, catalog),

@@ -195,6 +195,20 @@ def test_existing_vpc_subnets_and_file_system_are_checked(sandbox: Sandbox, tmp_
     second = subnet(vpc, "10.78.32.0/20", "us-west-2b")
     foreign = subnet(other, "10.79.0.0/20", "us-west-2a")
     foreign_second = subnet(other, "10.79.16.0/20", "us-west-2b")
+    # The file system's group: TCP 988 from the VPC, 1018-1023 not yet.
+    lustre = ec2.create_security_group(GroupName="lustre", Description="fsx", VpcId=other)
+    group = lustre["GroupId"]
+    ec2.authorize_security_group_ingress(
+        GroupId=group,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 988,
+                "ToPort": 988,
+                "IpRanges": [{"CidrIp": "10.79.0.0/16"}],
+            }
+        ],
+    )
     fs = (
         sandbox.aws(region)
         .client("fsx")
@@ -202,6 +216,7 @@ def test_existing_vpc_subnets_and_file_system_are_checked(sandbox: Sandbox, tmp_
             FileSystemType="LUSTRE",
             StorageCapacity=1200,
             SubnetIds=[foreign],
+            SecurityGroupIds=[group],
             LustreConfiguration={"DeploymentType": "PERSISTENT_2", "PerUnitStorageThroughput": 250},
         )["FileSystem"]["FileSystemId"]
     )
@@ -251,10 +266,24 @@ def test_existing_vpc_subnets_and_file_system_are_checked(sandbox: Sandbox, tmp_
     assert missing["network.vpcId"] == ["vpc-0123456789abcdef0 does not exist in us-west-2"]
     assert "fs-0123456789abcdef0 does not exist" in missing["storage.fsxLustre.fileSystemId"][0]
 
-    fits = problems(
-        {"vpcId": other, "subnetId": foreign, "secondarySubnetId": foreign_second},
-        {"fileSystemId": fs},
+    where = {"vpcId": other, "subnetId": foreign, "secondarySubnetId": foreign_second}
+    (shut,) = problems(where, {"fileSystemId": fs})["storage.fsxLustre.fileSystemId"]
+    assert shut == (
+        f"{fs}'s security groups ({group}) let no Lustre traffic in from the nodes' subnet "
+        "10.79.0.0/20 (TCP 1018-1023): every mount would hang"
     )
+    ec2.authorize_security_group_ingress(
+        GroupId=group,
+        IpPermissions=[
+            {
+                "IpProtocol": "tcp",
+                "FromPort": 1018,
+                "ToPort": 1023,
+                "IpRanges": [{"CidrIp": "10.79.0.0/20"}],
+            }
+        ],
+    )
+    fits = problems(where, {"fileSystemId": fs})
     assert fits == {}
 
 
