@@ -74,10 +74,14 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
         state = parse_state_url(state_url) if state_url else None
     except BadStateUrl as exc:
         _fail(f"--state/FMCTL_STATE: {exc}", "write it as s3://BUCKET/PREFIX")
+    from provisioner.drivers.endpoint_pace import BadTimeScale
+
     try:
         target = target_for(region, home_of(state_dir), sandbox)
     except SandboxError as exc:
         _fail(str(exc))
+    except BadTimeScale as exc:
+        _fail(str(exc), "unset it to pace waits as on AWS; it applies with AWS_ENDPOINT_URL only")
     target.state = state
     return target
 

@@ -73,7 +73,8 @@ class Target:
 def target_for(region: str, home: Path, sandbox: bool) -> Target:
     """A target; starts the sandbox emulator when asked and not running."""
     if not sandbox:
-        return Target(region, home, endpoint=os.environ.get("AWS_ENDPOINT_URL"))
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        return Target(region, home, endpoint=endpoint, time_scale=endpoint_pace(endpoint))
     from provisioner.sandbox import daemon
 
     endpoint, scale, ca = daemon.ensure(home)
@@ -81,6 +82,17 @@ def target_for(region: str, home: Path, sandbox: bool) -> Target:
     return Target(
         region, home, True, endpoint, scale, ca, credentials=(creds.access_key, creds.secret_key)
     )
+
+
+def endpoint_pace(endpoint: str | None) -> float:
+    """The time scale of waits against ``endpoint``: 1 against AWS; against another
+    endpoint FMCTL_TIME_SCALE, else the endpoint's own word (a sandbox's), else 1
+    (``drivers.endpoint_pace``)."""
+    if not endpoint:
+        return 1.0
+    from provisioner.drivers.endpoint_pace import configured_scale, endpoint_scale
+
+    return configured_scale() or endpoint_scale(endpoint, os.environ.get("AWS_CA_BUNDLE")) or 1.0
 
 
 def pcluster_command(target: Target) -> list[str] | None:

@@ -129,7 +129,11 @@ class Emulator:
     def _own(self, call: protocol.Call) -> tuple[int, dict[str, str], bytes]:
         """The sandbox's own operations (see the module's docstring)."""
         if call.action == "Health":
-            return protocol.json_response({"ok": True, "account": call.account})
+            # Its scale too: a home that reaches this sandbox through AWS_ENDPOINT_URL paces
+            # its waits by it (provisioner.drivers.endpoint_pace).
+            return protocol.json_response(
+                {"ok": True, "account": call.account, "scale": self.shims.scale}
+            )
         if call.action == "SeedCapacityReservation":
             self.shims.seed_reservation(call.account, call.region, call.params)
             return protocol.json_response({})
