@@ -110,9 +110,10 @@ def catalog(family: str | None, output: str, show_all: bool) -> None:
     console = Console(width=width)
     console.print(table)
     if len(shown) < len(HEADERS):
+        dropped = ", ".join(h for i, h in enumerate(HEADERS) if i not in shown)
         console.print(
-            f"{len(HEADERS) - len(shown)} columns left out to fit {width} columns; a wider "
-            "terminal or `-o json` shows every fact"
+            f"left out to fit {width} columns: {dropped}; a wider terminal or `-o json` "
+            "shows every fact"
         )
 
 

@@ -127,9 +127,26 @@ def cluster_name_check(ctx: click.Context, param: click.Parameter, value: str | 
     return value
 
 
+def known_clusters(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of NAME: the clusters this machine keeps state of (folders under
+    FMCTL_HOME/clusters, or --state-dir's), nothing read from AWS."""
+    from provisioner.ops.target import home_of
+
+    given = ctx.params.get("state_dir")
+    folder = home_of(given if isinstance(given, str) else None) / "clusters"
+    try:
+        names = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
 def name_argument(required: bool = True) -> Callable[[F], F]:
-    """The cluster NAME argument, checked before anything reaches AWS."""
-    return click.argument("name", required=required, callback=cluster_name_check)
+    """The cluster NAME argument, checked before anything reaches AWS; the shell completes
+    it from the clusters this machine knows."""
+    return click.argument(
+        "name", required=required, callback=cluster_name_check, shell_complete=known_clusters
+    )
 
 
 def output_option(fn: F) -> F:

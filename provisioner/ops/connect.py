@@ -80,7 +80,27 @@ def connection(
     spec: ClusterSpec | None,
 ) -> Connection:
     """What `fmctl connect` runs for cluster ``name`` (``spec``: the one `up` last applied,
-    for the head node's SSH settings)."""
+    for the head node's SSH settings). An `aws` command names the endpoint the target
+    reaches when it is not AWS (the sandbox, AWS_ENDPOINT_URL), and its CA bundle: the
+    same session asked of AWS would name an instance AWS never heard of."""
+    found = _connection(target, name, node, head, login, forward, spec)
+    if found.argv[:1] != ("aws",) or not target.endpoint:
+        return found
+    extra: tuple[str, ...] = ("--endpoint-url", target.endpoint)
+    if target.ca_bundle:
+        extra += ("--ca-bundle", target.ca_bundle)
+    return Connection((*found.argv, *extra), found.reaches)
+
+
+def _connection(
+    target: Target,
+    name: str,
+    node: str | None,
+    head: bool,
+    login: bool,
+    forward: int | None,
+    spec: ClusterSpec | None,
+) -> Connection:
     from provisioner.resources.eks import EksCluster
 
     ctx = make_context(target, name, read_only=True)

@@ -50,6 +50,12 @@ def starter_spec(
         if itype.architecture == "arm64"
         else defaults.HEAD_NODE_INSTANCE_TYPE
     )
+    # One architecture for the whole cluster, as the default for arm64 pools has it.
+    system = (
+        defaults.SYSTEM_NODE_INSTANCE_TYPE_ARM64
+        if itype.architecture == "arm64"
+        else defaults.SYSTEM_NODE_INSTANCE_TYPE
+    )
     capacity = (
         "{type: capacity-block, reservationId: cr-0123456789abcdef0}   # UltraServers: "
         "Capacity\n      # Blocks only; put your block's id here"
@@ -60,8 +66,9 @@ def starter_spec(
         f"  headNode: {{instanceType: {head}}}   # Slurm controller ({itype.architecture}, as the "
         "pools)\n"
         if scheduler == "slurm"
-        else f"  systemNodes: {{instanceType: {defaults.SYSTEM_NODE_INSTANCE_TYPE}, "
-        f"count: {defaults.SYSTEM_NODE_COUNT}}}   # controllers, Prometheus, Grafana\n"
+        else f"  systemNodes: {{instanceType: {system}, "
+        f"count: {defaults.SYSTEM_NODE_COUNT}}}   # controllers, Prometheus, Grafana "
+        f"({itype.architecture}, as the pools)\n"
     )
     access = (
         "  # sshCidr: 198.51.100.0/24    # who may SSH to the head node; absent = nobody "

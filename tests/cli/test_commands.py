@@ -80,6 +80,10 @@ def test_init_output_validates(tmp_path: Path, scheduler: str, itype: str) -> No
         assert check.stderr == "", check.stderr  # not even a warning
     spec = yaml.safe_load(result.stdout)
     assert spec["scheduler"] == scheduler
+    if scheduler == "kubernetes":  # one architecture: Graviton system nodes for arm64 pools
+        arm = load_catalog()[itype].architecture == "arm64"
+        want = "m7g.2xlarge" if arm else "m7i.2xlarge"
+        assert spec["compute"]["systemNodes"]["instanceType"] == want
     assert spec["compute"]["gpuPools"][0] == {
         **spec["compute"]["gpuPools"][0],
         "instanceType": itype,
@@ -215,13 +219,15 @@ def test_catalog_family_is_case_insensitive() -> None:
 @pytest.mark.parametrize("columns", [80, 120, 160, 250])
 def test_catalog_table_fits_the_terminal(columns: int) -> None:
     """Every line fits the terminal's width; narrower terminals keep the telling columns and
-    say how many were left out; piped output (no COLUMNS) has every column."""
+    name the ones left out; piped output (no COLUMNS) has every column."""
     result = fmctl("catalog", env={"COLUMNS": str(columns), "NO_COLOR": "1"})
     assert result.returncode == 0, result.stderr
     assert max(len(line) for line in result.stdout.splitlines()) <= columns
     assert "p5en.48xlarge" in result.stdout and "EFA" in result.stdout
     if columns < 190:
-        assert "columns left out to fit" in result.stdout
+        said = " ".join(result.stdout.split())  # the note wraps at the terminal's width
+        assert f"left out to fit {columns} columns:" in said
+        assert "HBM BW/GPU" in said and "vCPU" in said
     assert "\x1b[" not in result.stdout  # NO_COLOR: no escape codes
 
 
@@ -258,3 +264,16 @@ def test_init_for_pcs_validates(tmp_path: Path, itype: str) -> None:
     spec = yaml.safe_load(result.stdout)
     assert spec["slurm"]["provider"] == "pcs"
     assert ("amiId" in spec["slurm"]) == load_catalog()[itype].ultra_server
+
+
+def test_shell_completion_offers_the_clusters_this_machine_knows(tmp_path: Path) -> None:
+    for name in ("alpha", "alpine", "beta"):
+        (tmp_path / "clusters" / name).mkdir(parents=True)
+    env = {
+        "COMP_WORDS": "fmctl status al",
+        "COMP_CWORD": "2",
+        "_FMCTL_COMPLETE": "bash_complete",
+        "FMCTL_HOME": str(tmp_path),
+    }
+    done = fmctl(env=env)
+    assert done.stdout.split() == ["plain,alpha", "plain,alpine"], done.stdout + done.stderr

@@ -38,8 +38,11 @@ def test_connect_to_eks_nodes_and_grafana(sandbox: Sandbox, tmp_path: Path) -> N
             "connect", name, node["metadata"]["name"], "--print", "--sandbox", "--region", region
         )
         assert done.returncode == 0, done.stderr
+        # The sandbox's endpoint and CA: asked of AWS, the session would name an instance
+        # AWS never heard of.
         assert done.stdout.strip() == (
-            f"aws ssm start-session --target {instance} --region {region}"
+            f"aws ssm start-session --target {instance} --region {region} --endpoint-url "
+            f"{sandbox.endpoint} --ca-bundle {sandbox.info['ca']}"
         )
         grafana = sandbox.fmctl("connect", name, "--port-forward", "3000", "--print", "--sandbox")
         assert grafana.returncode == 0, grafana.stderr  # the region from up's record
@@ -77,7 +80,10 @@ def test_connect_and_logs_of_a_slurm_cluster(sandbox: Sandbox, tmp_path: Path) -
     region = "us-east-1"
     instance = head_node_instance(sandbox, region, name, "10.66.0.0/16")
     ssm = sandbox.fmctl("connect", name, "--print", "--sandbox", "--region", region)
-    assert ssm.stdout.strip() == f"aws ssm start-session --target {instance} --region {region}"
+    assert ssm.stdout.strip() == (
+        f"aws ssm start-session --target {instance} --region {region} --endpoint-url "
+        f"{sandbox.endpoint} --ca-bundle {sandbox.info['ca']}"
+    )
     forward = sandbox.fmctl(
         "connect", name, "--port-forward", "3001", "--print", "--sandbox", "--region", region
     )
