@@ -74,7 +74,7 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
         state = parse_state_url(state_url) if state_url else None
     except BadStateUrl as exc:
         _fail(f"--state/FMCTL_STATE: {exc}", "write it as s3://BUCKET/PREFIX")
-    from provisioner.drivers.endpoint_pace import BadTimeScale
+    from provisioner.ops.errors import BadTimeScale
 
     try:
         target = target_for(region, home_of(state_dir), sandbox)

@@ -4,6 +4,7 @@ and a hint (AWS's errors translated, fmctl's own carrying theirs)."""
 from __future__ import annotations
 
 from provisioner.drivers.aws import AwsError, translate
+from provisioner.drivers.endpoint_pace import BadTimeScale
 from provisioner.sandbox.daemon import SandboxError
 from provisioner.state.errors import LeaseLost, LockHeld, StateConflict, StateError
 from provisioner.state.location import BadStateUrl
@@ -11,6 +12,7 @@ from provisioner.state.location import BadStateUrl
 __all__ = [
     "AwsError",
     "BadStateUrl",
+    "BadTimeScale",
     "LeaseLost",
     "LockHeld",
     "SandboxError",

@@ -207,33 +207,25 @@ class Eks:
         ]
         if fresh:
             ng["_generation"] = ng.get("_generation", 0) + 1
-        base = 10 + 64 * (ng.get("_generation", 0) % 3)
+            ng["_slots"] = []
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
-        zone, group = f"{region}a", ng["nodegroupName"]
-
-        def labels_of(i: int) -> dict[str, str]:
-            # The group's labels, and EKS's topology labels where EC2 places the type.
-            instance = _instance_id(region, group, base + i)
-            return {**ng.get("labels", {}), **layer_labels(self.account, zone, instance, itype)}
-
+        zone = f"{region}a"
         nodes = [
             {
-                "name": f"ip-10-0-{subnet}-{base + i}.ec2.internal",
+                "name": f"ip-10-0-{subnet}-{index}.ec2.internal",
                 # As the AWS cloud provider registers a node: aws:///ZONE/INSTANCE-ID (the
                 # sandbox's nodes are Kubernetes objects only, with ids of their own).
-                "provider_id": f"aws:///{zone}/{_instance_id(region, group, base + i)}",
+                "provider_id": f"aws:///{zone}/{instance}",
                 "labels": {
                     **ng.get("labels", {}),
-                    **layer_labels(
-                        self.account, zone, _instance_id(region, group, base + i), itype
-                    ),
+                    **layer_labels(self.account, zone, instance, itype),
                 },
                 "taints": taints,
                 "gpus": gpus_of(itype),
                 "efa": efa,
                 "instance_type": itype,
             }
-            for i in range(ng["scalingConfig"]["desiredSize"])
+            for index, instance in node_slots(region, ng)
         ]
         endpoint = self.endpoints.get((region, ng["clusterName"]), "")
         self.kube.sync(endpoint, ng["nodegroupName"], nodes)
@@ -530,6 +522,23 @@ def _ok(body: dict[str, Any]) -> Answer:
 
 def _error(err: EksError) -> Answer:
     return p.rest_json_error(err.status, err.code, err.message)
+
+
+def node_slots(region: str, ng: dict[str, Any]) -> list[tuple[int, str]]:
+    """The node group's instances as (index, instance id), as many as its desired size: the
+    ones it has keep their place (an Auto Scaling group scaled in drops the newest; one told
+    to terminate an instance drops that one, ``eks_asg``), new ones take the next index.
+    Each generation (a rolling update) numbers its nodes afresh, apart from the last's."""
+    base = 10 + 64 * (ng.get("_generation", 0) % 3)
+    slots: list[int] = ng.setdefault("_slots", [])
+    desired = int(ng["scalingConfig"]["desiredSize"])
+    del slots[desired:]
+    following = max(slots, default=-1) + 1
+    while len(slots) < desired:
+        slots.append(following)
+        following += 1
+    group = ng["nodegroupName"]
+    return [(base + i, _instance_id(region, group, base + i)) for i in slots]
 
 
 def _instance_id(region: str, nodegroup: str, index: int) -> str:

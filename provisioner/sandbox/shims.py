@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.sandbox import fsx_update
+from provisioner.sandbox import eks_asg, fsx_update
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.ec2_capacity import (
     describe_instance_topology,
@@ -142,6 +142,9 @@ class Shims:
         """True when the call is one of the shims'."""
         if call.service in ("eks", "pcs"):
             return True
+        if call.service == "autoscaling":  # a node group's own group; moto has the rest
+            with self.lock:
+                return eks_asg.handles(self.world(call.account).eks, call)
         if call.service == "s3":
             return call.action.endswith("?policy")
         if call.service == "fsx" and call.action in fsx_update.HANDLERS:
@@ -161,6 +164,8 @@ class Shims:
                 return world.eks.handle(call, base_url)
             if call.service == "pcs":
                 return world.pcs.handle(call)
+            if call.service == "autoscaling":
+                return eks_asg.handle(world.eks, call)
             world._advance(time.monotonic())
             if call.service == "s3":
                 return _bucket_policy(world, call)

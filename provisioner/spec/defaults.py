@@ -63,3 +63,9 @@ GITOPS_REVISION = "main"
 #: Where state lives unless the spec or FMCTL_STATE says otherwise.
 STATE_BACKEND: Final = "local"
 STATE_PREFIX = "fmctl"
+#: How long `up` waits for the pods or jobs on nodes a change takes away (a pool scaled in
+#: or removed) before it stops: long enough for a training job to checkpoint and end, short
+#: enough that a forgotten job does not hold a change for a day.
+DRAIN_TIMEOUT: Final = "30m"
+#: Slurm jobs on such nodes: waited for (requeue: put back in the queue at once).
+DRAIN_JOBS: Final = "wait"

@@ -138,12 +138,29 @@ class GpuPool(SpecModel):
     )
 
 
+class Drain(SpecModel):
+    """What `up` does to the work on nodes a change takes away (a pool scaled in or
+    removed): the nodes take no new work, then it waits for what runs there."""
+
+    timeout: str = Field(
+        d.DRAIN_TIMEOUT,
+        description="How long `up` waits for a node's pods (EKS: evicted, their disruption "
+        "budgets respected) or jobs (Slurm) to leave before it stops, the nodes left "
+        "drained; like 30m, 2h.",
+    )
+    jobs: Literal["wait", "requeue"] = Field(
+        d.DRAIN_JOBS,
+        description="Slurm: wait for running jobs to end, or requeue them (scontrol requeue).",
+    )
+
+
 class Compute(SpecModel):
     """All instances of the cluster."""
 
     head_node: HeadNode = Field(default_factory=HeadNode)
     system_nodes: SystemNodes = Field(default_factory=SystemNodes)
     gpu_pools: list[GpuPool] = Field(description="At least one GPU pool.")
+    drain: Drain = Field(default_factory=Drain)
 
 
 class S3Link(SpecModel):

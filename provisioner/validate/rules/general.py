@@ -66,6 +66,18 @@ def parse_ttl(text: str) -> int | None:
     return seconds or None
 
 
+@rule("drain-timeout")
+def drain_timeout(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """compute.drain.timeout is a positive duration."""
+    if parse_ttl(spec.compute.drain.timeout) is None:
+        yield Problem(
+            "drain-timeout",
+            f"drain timeout {spec.compute.drain.timeout!r} is not a duration",
+            ("compute", "drain", "timeout"),
+            hint="write it like 30m, 2h or 1h30m",
+        )
+
+
 @rule("ttl-format")
 def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """The ttl must be a positive duration in days, hours and minutes."""

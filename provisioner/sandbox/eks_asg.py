@@ -1,0 +1,149 @@
+"""The Auto Scaling groups behind the sandbox's EKS managed node groups.
+
+EKS runs each managed node group as an EC2 Auto Scaling group in the account (the node
+group's ``resources.autoScalingGroups``), and what scales a group in by picking its
+instances, as the Kubernetes Cluster Autoscaler does, calls that group directly:
+``TerminateInstanceInAutoScalingGroup`` with ``ShouldDecrementDesiredCapacity`` (the EC2
+Auto Scaling API reference: the instance is terminated and, when decremented, not replaced;
+without it the group launches a replacement). The desired capacity never goes below the
+group's minimum (the reference: decrementing would violate it, a ValidationError), so a
+caller lowers the node group's minimum first. The node group reports the group's desired
+size as its own.
+
+Served here for those groups only (``DescribeAutoScalingGroups`` by name, and the
+termination); every other Auto Scaling call is moto's. Answers are the query protocol's
+XML in the 2011-01-01 namespace, as botocore parses them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from xml.sax.saxutils import escape
+
+from provisioner.sandbox import protocol as p
+from provisioner.sandbox.eks import Eks, node_slots
+from provisioner.sandbox.eks_model import Item
+
+Answer = tuple[int, dict[str, str], bytes]
+NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"
+ACTIONS = ("DescribeAutoScalingGroups", "TerminateInstanceInAutoScalingGroup")
+
+
+def _groups(eks: Eks, region: str) -> dict[str, Item]:
+    """Auto Scaling group name -> its node group, for the live node groups of ``region``."""
+    out = {}
+    for (r, _, _), item in eks.nodegroups.items():
+        if r != region or item.gone_at is not None:
+            continue
+        for group in (item.data.get("resources") or {}).get("autoScalingGroups", []):
+            out[str(group["name"])] = item
+    return out
+
+
+def handles(eks: Eks, call: p.Call) -> bool:
+    """True when ``call`` is about a node group's Auto Scaling group (or one of its
+    instances)."""
+    if call.service != "autoscaling" or call.action not in ACTIONS:
+        return False
+    groups = _groups(eks, call.region)
+    if call.action == "DescribeAutoScalingGroups":
+        names = p.indexed(call.params, "AutoScalingGroupNames.member")
+        return bool(names) and all(n in groups for n in names)
+    instance = call.params.get("InstanceId", "")
+    return any(instance in _instances(call.region, item) for item in groups.values())
+
+
+def _instances(region: str, item: Item) -> list[str]:
+    return [instance for _, instance in node_slots(region, item.data)]
+
+
+def handle(eks: Eks, call: p.Call) -> Answer:
+    """Answer one of ``ACTIONS`` (``handles`` said it is ours)."""
+    eks.advance(time.monotonic())
+    groups = _groups(eks, call.region)
+    if call.action == "DescribeAutoScalingGroups":
+        names = p.indexed(call.params, "AutoScalingGroupNames.member")
+        members = "".join(
+            f"<member>{_group(call.region, n, groups[n])}</member>" for n in names if n in groups
+        )
+        return _answer(call.action, f"<AutoScalingGroups>{members}</AutoScalingGroups>")
+    return _terminate(eks, call, groups)
+
+
+def _group(region: str, name: str, item: Item) -> str:
+    scaling = item.data["scalingConfig"]
+    instances = "".join(
+        "<member>"
+        f"<InstanceId>{i}</InstanceId><AvailabilityZone>{region}a</AvailabilityZone>"
+        "<LifecycleState>InService</LifecycleState><HealthStatus>Healthy</HealthStatus>"
+        "<ProtectedFromScaleIn>false</ProtectedFromScaleIn>"
+        "</member>"
+        for i in _instances(region, item)
+    )
+    return (
+        f"<AutoScalingGroupName>{escape(name)}</AutoScalingGroupName>"
+        f"<MinSize>{scaling['minSize']}</MinSize><MaxSize>{scaling['maxSize']}</MaxSize>"
+        f"<DesiredCapacity>{scaling['desiredSize']}</DesiredCapacity>"
+        "<DefaultCooldown>300</DefaultCooldown>"
+        f"<AvailabilityZones><member>{region}a</member></AvailabilityZones>"
+        "<HealthCheckType>EC2</HealthCheckType>"
+        f"<CreatedTime>{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}</CreatedTime>"
+        f"<Instances>{instances}</Instances>"
+    )
+
+
+def _terminate(eks: Eks, call: p.Call, groups: dict[str, Item]) -> Answer:
+    instance = call.params.get("InstanceId", "")
+    decrement = call.params.get("ShouldDecrementDesiredCapacity", "false").lower() == "true"
+    name, item = next((n, i) for n, i in groups.items() if instance in _instances(call.region, i))
+    ng = item.data
+    scaling = ng["scalingConfig"]
+    if decrement and scaling["desiredSize"] - 1 < scaling["minSize"]:
+        return _error(
+            400,
+            "ValidationError",
+            f"Currently, desiredSize equals minSize ({scaling['minSize']}). Terminating "
+            "instance without replacement will violate group's min size constraint. Either "
+            "set shouldDecrementDesiredCapacity flag to false or lower group's min size.",
+        )
+    base = 10 + 64 * (ng.get("_generation", 0) % 3)
+    index = dict((i, n) for n, i in node_slots(call.region, ng))[instance] - base
+    ng["_slots"].remove(index)
+    if decrement:
+        scaling["desiredSize"] -= 1
+    # The node drains and leaves (EKS's lifecycle hook drains it as the group terminates
+    # it); without the decrement a new instance takes the next place.
+    eks.sync_nodes(call.region, ng)
+    activity = (
+        f"<Activity><ActivityId>{uuid.uuid4()}</ActivityId>"
+        f"<AutoScalingGroupName>{escape(name)}</AutoScalingGroupName>"
+        f"<Description>Terminating EC2 instance: {instance}</Description>"
+        f"<Cause>At {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} instance {instance} "
+        "was taken out of service in response to a user request"
+        + (", shrinking the capacity." if decrement else ".")
+        + "</Cause>"
+        f"<StartTime>{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}</StartTime>"
+        "<StatusCode>InProgress</StatusCode><Progress>0</Progress></Activity>"
+    )
+    return _answer(call.action, activity)
+
+
+def _answer(action: str, result: str) -> Answer:
+    xml = (
+        f'<?xml version="1.0" encoding="UTF-8"?><{action}Response xmlns="{NS}">'
+        f"<{action}Result>{result}</{action}Result>"
+        f"<ResponseMetadata><RequestId>{uuid.uuid4()}</RequestId></ResponseMetadata>"
+        f"</{action}Response>"
+    )
+    return 200, {"Content-Type": "text/xml"}, xml.encode()
+
+
+def _error(status: int, code: str, message: str) -> Answer:
+    xml = (
+        f'<?xml version="1.0" encoding="UTF-8"?><ErrorResponse xmlns="{NS}"><Error>'
+        f"<Type>Sender</Type><Code>{code}</Code><Message>{escape(message)}</Message>"
+        f"</Error><RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>"
+    )
+    return status, {"Content-Type": "text/xml"}, xml.encode()
+
