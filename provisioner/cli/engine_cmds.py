@@ -113,6 +113,8 @@ def field_lines(f: dict[str, Any]) -> list[str]:
         return lines
     changed = _value_lines(name, before, after)
     changed[0] += f"{how}{mark}"
+    if f.get("note"):
+        changed.append(f"  ({f['note']})")
     return changed
 
 

@@ -57,6 +57,14 @@ class KubeApi(Protocol):
         """What the pod's container printed (``container`` may be left out when the pod has
         only one)."""
 
+    def cordon(self, node: str, labels: dict[str, str | None] | None = None) -> None:
+        """Mark the node unschedulable (`kubectl cordon`), with ``labels`` set (None:
+        removed) in the same change."""
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        """Ask the API to evict the pod (policy/v1 Eviction: its disruption budgets are
+        respected); True when it went (or was gone), False when a budget forbids it now."""
+
 
 class _Bearer:
     """The Authorization header value, from a token made again before it expires."""
@@ -282,6 +290,35 @@ class KubeClient:
             "GET", self._path(api_version, kind, namespace), query
         ).get("items", [])
         return items
+
+    def cordon(self, node: str, labels: dict[str, str | None] | None = None) -> None:
+        body: dict[str, Any] = {"spec": {"unschedulable": True}}
+        if labels:
+            body["metadata"] = {"labels": labels}
+        # A JSON merge patch: the Node's other fields are left as they are (RFC 7386).
+        self._call(
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            [("fieldManager", self._manager)],
+            body,
+            "application/merge-patch+json",
+        )
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        }
+        try:
+            self._call("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body=body)
+        except KubeError as err:
+            if err.status == 404:
+                return True
+            if err.status == 429:  # a disruption budget says not now (the API's answer)
+                return False
+            raise
+        return True
 
     def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"

@@ -122,7 +122,7 @@ def gather_and_judge(
     if context.scheduler == "kubernetes":
         from provisioner.check.kube_gather import gather
         from provisioner.resources.eks import EksCluster
-        from provisioner.resources.kube_stack import connect
+        from provisioner.resources.kube_api import connect
 
         cluster = EksCluster().describe(ctx)
         if cluster is None or cluster["status"] != "ACTIVE":

@@ -58,7 +58,7 @@ def _instance(ctx: Any, filters: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _eks_nodes(target: Target, name: str, cluster: dict[str, Any]) -> list[dict[str, Any]]:
-    from provisioner.resources.kube_stack import connect as kube_connect
+    from provisioner.resources.kube_api import connect as kube_connect
 
     ctx = make_context(target, name, read_only=True)
     api = kube_connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])

@@ -26,7 +26,7 @@ from provisioner.ops.target import (
 )
 from provisioner.resources import registry
 from provisioner.resources.base import How, Owned
-from provisioner.resources.context import Context, Event
+from provisioner.resources.context import Context, DrainSettings, Event
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, SpecPath
 from provisioner.state.store import ClusterState
@@ -332,6 +332,7 @@ def up(
         state.audit_start(tuple(c.summary() for c in plan.acting))
         state.save_region(spec.metadata.region)
         ctx = make_context(target, spec.metadata.name, record, fence=state.fence)
+        ctx.drain = drain_settings(spec)
         result = apply(plan, ctx)
         outcome = UpOutcome(plan, result, ctx)
         state.save_outputs({k: _plain(v) for k, v in ctx.outputs.items()})
@@ -349,6 +350,14 @@ def up(
         return outcome
     finally:
         state.unlock()
+
+
+def drain_settings(spec: ClusterSpec) -> DrainSettings:
+    """The spec's ``compute.drain``, for the run context."""
+    from provisioner.validate.rules.general import parse_ttl
+
+    drain = spec.compute.drain
+    return DrainSettings(float(parse_ttl(drain.timeout) or 0), drain.jobs)
 
 
 def _plain(outputs: Any) -> Any:

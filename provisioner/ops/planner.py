@@ -385,6 +385,9 @@ class Planner:
             item = wanted.get(owned.resource)
             if item is None:
                 reason = "owned by the cluster, no longer in the spec"
+                displaced = _displaced(self.ctx, owned)
+                if displaced:
+                    reason += f"; {displaced}"
             elif item.kind == owned.kind and owned.resource in self.observed:
                 if self.observed[owned.resource].id == owned.id:
                     continue
@@ -409,6 +412,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Tags):
         return value.items
     return jsonable(value)
+
+
+def _displaced(ctx: Context, owned: Owned) -> str | None:
+    """What the delete takes from running work, as its kind counts it; a count that cannot
+    be read is said, not fatal to the plan."""
+    try:
+        return kinds()[owned.kind].displaces(ctx, owned)
+    except Exception as exc:  # its cluster's API out of reach from here: the plan goes on
+        return f"the work on it could not be counted ({translate(exc, 'counting')})"
 
 
 def _lost_on_delete(owned: Owned) -> str | None:

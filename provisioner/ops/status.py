@@ -264,8 +264,8 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
     """Nodes per pool (GPU/EFA allocatable, and whether that is all their type has), add-ons
     and the stack's health."""
     from provisioner.resources.eks import EksCluster
+    from provisioner.resources.kube_api import connect
     from provisioner.resources.kube_health import EFA, GPU, POOL_LABEL
-    from provisioner.resources.kube_stack import connect
 
     ctx = make_context(target, name, read_only=True)
     cluster = EksCluster().describe(ctx)

@@ -70,6 +70,8 @@ class FieldChange:
     drift: bool = False
     #: Where in the spec the value comes from (``compute.gpuPools[0].count``), when known.
     spec: str | None = None
+    #: What the change does besides (what a scale-in drains first), for the plan to say.
+    note: str | None = None
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form (``from``/``to``, as `plan -o json` prints it; ``path`` is the
@@ -87,6 +89,8 @@ class FieldChange:
             data["drift"] = True
         if self.spec:
             data["spec"] = self.spec
+        if self.note:
+            data["note"] = self.note
         return data
 
 
@@ -252,6 +256,12 @@ class Kind(Generic[P, Out, L]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         """Every resource of this kind the cluster owns (by tag; no local state)."""
         return []
+
+    def displaces(self, ctx: Context, owned: Owned) -> str | None:
+        """What deleting ``owned`` in `up` takes from the work running on it (a node group's
+        pods, a Slurm pool's jobs), said in the plan and the prompt; None: nothing runs
+        there. Reads only."""
+        return None
 
     def release(self, ctx: Context, owned: Owned) -> str:
         """Keep it past `down`: no longer tagged as the cluster's (so no later `down` or `gc`

@@ -33,6 +33,17 @@ class Event:
     expected: float | None = None
 
 
+@dataclass(frozen=True)
+class DrainSettings:
+    """What `up` does to the work on nodes a change takes away (the spec's
+    ``compute.drain``)."""
+
+    #: How long to wait for a node's pods or jobs to leave before stopping.
+    timeout_s: float
+    #: Slurm: "wait" for running jobs, or "requeue" them.
+    jobs: str = "wait"
+
+
 @dataclass
 class Context:
     """Shared by every resource of a run (plan, up, down, status)."""
@@ -50,6 +61,9 @@ class Context:
     #: `down --skip-kubernetes-cleanup`: do not reach into the cluster's API to clear load
     #: balancers and volumes (the way out when the API cannot be reached from here).
     skip_kubernetes_cleanup: bool = False
+    #: `up`: drain the nodes a change takes away first (None: `down`, which takes the whole
+    #: cluster, its work with it, as the user was told before it asked).
+    drain: DrainSettings | None = None
     #: Raises when this run may no longer change anything (its lease on the cluster's lock
     #: is gone); checked before each step and, through ``aws``, before each write call.
     fence: Callable[[], None] = lambda: None

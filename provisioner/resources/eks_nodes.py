@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources import eks_drain
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
@@ -26,6 +27,7 @@ from provisioner.resources.eks_api import created_or_found, eks_retag, health, u
 from provisioner.resources.eks_upgrade import instance_type_of, no_surge, scale
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.iam import RoleOut
+from provisioner.resources.kube_api import close, connect
 from provisioner.resources.launch_template import LtOut
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.routes import EndpointOut, RouteTableOut
@@ -253,7 +255,10 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         """On a full UltraServer Capacity Block a rolling update has no room for its surge
         node: AWS's EKS guide for P6e-GB200 scales such a node group to 0 and back for a
         change that replaces nodes. Said in the plan; done only with --allow-replace."""
-        out = super().diff(ctx, rid, params, observed)
+        out = [
+            self._scale_in_said(ctx, params, observed, c) if c.path == "scaling.desired_size" else c
+            for c in super().diff(ctx, rid, params, observed)
+        ]
         if not _no_surge(params):
             return out
         return [
@@ -262,6 +267,51 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             else c
             for c in out
         ]
+
+    def _scale_in_said(
+        self,
+        ctx: Context,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+        change: FieldChange,
+    ) -> FieldChange:
+        """A scale-in, with what it moves: the nodes `up` will drain and their pods."""
+        going = observed.live.scaling.desired_size - params.scaling.desired_size
+        if going <= 0 or not ctx.known(params.cluster):
+            return change
+        cluster = ctx.get(params.cluster)
+        try:
+            api = connect(ctx, cluster.endpoint, cluster.ca)
+            try:
+                nodes, pods = eks_drain.affected(api, observed.id, going)
+            finally:
+                close(api)
+        except Exception as exc:  # its API out of reach from here: said, the plan goes on
+            said = f"their pods could not be counted: {exc}"
+        else:
+            said = f"{pods} pod(s) on {nodes} node(s) to move"
+        note = (
+            f"up first drains the {going} node(s) that go ({said}, their disruption budgets "
+            "respected, for at most compute.drain.timeout), then ends exactly those"
+        )
+        return dataclasses.replace(change, note=note)
+
+    def displaces(self, ctx: Context, owned: Owned) -> str | None:
+        """The pool's pods, which `up` drains before the group goes."""
+        from provisioner.resources.eks import EksCluster
+
+        cluster = EksCluster().describe(ctx)
+        if cluster is None or cluster.get("status") != "ACTIVE":
+            return None
+        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        try:
+            nodes, pods = eks_drain.affected(api, owned.id)
+        finally:
+            close(api)
+        return (
+            f"up first drains its {nodes} node(s) ({pods} pod(s) to move, their disruption "
+            "budgets respected, for at most compute.drain.timeout)"
+        )
 
     def renamed(self, params: NodegroupParams, observed: Observed[Any, Any]) -> NodegroupParams:
         """The params of a replacement: a name of its own (EKS names are unique per
@@ -393,6 +443,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
     ) -> NodegroupOut:
         eks = ctx.aws.client("eks")
         paths = {c.path.split(".")[0] for c in changes}
+        if "scaling" in paths and ctx.drain is not None:
+            self._scale_in(ctx, rid, params, observed)
         config = self._config_change(params, observed.live, paths)
         if config:
             ctx.emit(rid, "updating", ", ".join(sorted(config)))
@@ -425,6 +477,33 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             ]["nodegroupArn"]
             eks_retag(ctx, arn, changes)
         return observed.outputs
+
+    def _scale_in(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodegroupParams,
+        observed: Observed[NodegroupOut, NodegroupLive],
+    ) -> None:
+        """Fewer nodes: the ones that go are picked, drained and ended by `up` itself
+        (``eks_drain``), before EKS is told the new size."""
+        live, want = observed.live.scaling, params.scaling
+        if ctx.drain is None or want.desired_size >= live.desired_size:
+            return
+        cluster = ctx.get(params.cluster)
+        api = connect(ctx, cluster.endpoint, cluster.ca)
+        try:
+            eks_drain.scale_in(
+                ctx,
+                rid,
+                observed.id,
+                api,
+                (live.min_size, live.max_size, live.desired_size),
+                (want.min_size, want.max_size, want.desired_size),
+                ctx.drain,
+            )
+        finally:
+            close(api)
 
     def _succeeded(self, ctx: Context, name: str, update: str) -> None:
         """A node group is ACTIVE again after a failed update too (EKS leaves the old nodes):
@@ -460,8 +539,25 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             for ng in self._groups(ctx)
         ]
 
+    def _drain_all(self, ctx: Context, owned: Owned) -> None:
+        """A pool removed (or replaced blue/green) in `up`: every node drained before EKS
+        deletes the group (it would give each five minutes)."""
+        from provisioner.resources.eks import EksCluster
+
+        cluster = EksCluster().describe(ctx)
+        if ctx.drain is None or cluster is None or cluster.get("status") != "ACTIVE":
+            return
+        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        try:
+            leaving = eks_drain.everyone(api, owned.id)
+            eks_drain.drain(ctx, owned.resource, api, leaving, ctx.drain)
+        finally:
+            close(api)
+
     def delete(self, ctx: Context, owned: Owned) -> None:
         eks = ctx.aws.client("eks")
+        if ctx.drain is not None:  # `up` takes a pool away: its work leaves first
+            self._drain_all(ctx, owned)
         gone = unless_gone(
             lambda: eks.delete_nodegroup(clusterName=ctx.cluster, nodegroupName=owned.id)
         )

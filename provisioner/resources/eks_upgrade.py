@@ -53,7 +53,7 @@ def scale(ctx: Context, rid: str, name: str, low: int, high: int, desired: int) 
         nodegroupName=name,
         scalingConfig={"minSize": low, "maxSize": high, "desiredSize": desired},
     )
-    _settled_nodegroup(ctx, rid, name)
+    settled_nodegroup(ctx, rid, name)
 
 
 def instance_type_of(ctx: Context, ng: dict[str, Any]) -> str | None:
@@ -93,7 +93,7 @@ def _addons(ctx: Context) -> list[str]:
     return sorted(name for page in pages for name in page["addons"])
 
 
-def _settled_nodegroup(ctx: Context, rid: str, name: str) -> dict[str, Any] | None:
+def settled_nodegroup(ctx: Context, rid: str, name: str) -> dict[str, Any] | None:
     """The node group once no update of it is in flight (None: it is gone)."""
     eks = ctx.aws.client("eks")
     describe = functools.partial(
@@ -119,7 +119,7 @@ def _settled_nodegroup(ctx: Context, rid: str, name: str) -> dict[str, Any] | No
 
 
 def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:
-    ng = _settled_nodegroup(ctx, rid, name)
+    ng = settled_nodegroup(ctx, rid, name)
     if ng is None or minor(str(ng["version"])) >= minor(version):
         return
     if (ng.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
@@ -146,7 +146,7 @@ def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:
         version=version,
         clientRequestToken=ctx.token(f"{rid}/nodegroup/{name}/{version}"),
     )
-    after = _settled_nodegroup(ctx, rid, name)
+    after = settled_nodegroup(ctx, rid, name)
     if after is not None and after["status"] != "ACTIVE":
         raise ResourceError(f"node group {name} is {after['status']}: {health(after)}")
     if stop:

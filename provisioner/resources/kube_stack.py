@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from provisioner.drivers.aws import AwsError
-from provisioner.drivers.kube import KubeApi, KubeClient, KubeError
+from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -38,6 +38,7 @@ from provisioner.resources.eks_addons import AddonOut, IdentityOut
 from provisioner.resources.eks_nodes import NodegroupOut
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.fsx import FsxOut
+from provisioner.resources.kube_api import close, connect
 from provisioner.resources.kube_health import PoolCheck, node_problems, not_ready, pool_nodes
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
@@ -159,19 +160,6 @@ def key_of(obj: dict[str, Any]) -> str:
     return f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"
 
 
-def connect(ctx: Context, endpoint: str, ca: str) -> KubeApi:
-    """The cluster's API, authenticated with a fresh EKS token (never written down)."""
-    from provisioner.drivers.eks_auth import token
-
-    return KubeClient.for_eks(
-        endpoint,
-        ca,
-        lambda: token(ctx.aws, ctx.cluster),
-        read_only=ctx.aws.read_only,
-        fence=ctx.aws.fence,
-    )
-
-
 class KubeStack(Kind[StackParams, StackOut, StackLive]):
     """Apply, wait for and check the in-cluster stack; clear load balancers and dynamic
     volumes before `down` takes the nodes."""
@@ -211,7 +199,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                     content[key] = obj
             nodes = pool_nodes(api, params.pools)
         finally:
-            _close(api)
+            close(api)
         notes = self._out_of_date(ctx, params, theirs, external)
         if not params.apply:
             # Nothing of fmctl's to apply: what is live is Argo CD's or Flux's; the one thing
@@ -424,7 +412,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                     ctx.emit(rid, "deleting", key)
                     api.delete(kinds[kind], kind, name, namespace)
         finally:
-            _close(api)
+            close(api)
         ctx.emit(rid, "note", f"applied {len(objects)} objects; kubeconfig {kubeconfig}")
 
     def _settle(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
@@ -445,7 +433,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         except Exception as exc:
             raise ResourceError("; ".join(last) or str(exc)) from exc
         finally:
-            _close(api)
+            close(api)
         return StackOut(f"{len(objects)} objects", params.kubeconfig)
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -476,7 +464,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 "would then be left, tagged with the cluster's name.",
             ) from exc
         finally:
-            _close(api)
+            close(api)
 
 
 #: What `down --skip-kubernetes-cleanup` says it did not do.
@@ -586,9 +574,3 @@ def _drifted(key: str, rendered: dict[str, Any], live: dict[str, Any]) -> list[F
             drift=True,
         )
     ]
-
-
-def _close(api: KubeApi) -> None:
-    close = getattr(api, "close", None)
-    if close is not None:
-        close()

@@ -146,4 +146,3 @@ def _error(status: int, code: str, message: str) -> Answer:
         f"</Error><RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>"
     )
     return status, {"Content-Type": "text/xml"}, xml.encode()
-

@@ -47,6 +47,7 @@ from urllib.parse import parse_qs, unquote
 
 from provisioner.sandbox.kube_apply import fields_v1, merge, owned, owners_of
 from provisioner.sandbox.kube_controllers import reconcile
+from provisioner.sandbox.kube_evict import evict
 from provisioner.sandbox.kube_jobs import step
 from provisioner.sandbox.kube_model import (
     RECONCILED,
@@ -56,61 +57,8 @@ from provisioner.sandbox.kube_model import (
     Hardware,
 )
 from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_owners
+from provisioner.sandbox.kube_resources import JOBS, RESOURCES, SHORT_NAMES, VERBS
 from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
-
-#: Kinds whose objects the Job controller and kubelet move on (``kube_jobs``).
-JOBS = {"jobs", "pods"}
-#: plural -> (group, version, kind, namespaced): what the server knows.
-RESOURCES: dict[str, tuple[str, str, str, bool]] = {
-    "namespaces": ("", "v1", "Namespace", False),
-    "nodes": ("", "v1", "Node", False),
-    "persistentvolumes": ("", "v1", "PersistentVolume", False),
-    "configmaps": ("", "v1", "ConfigMap", True),
-    "secrets": ("", "v1", "Secret", True),
-    "services": ("", "v1", "Service", True),
-    "serviceaccounts": ("", "v1", "ServiceAccount", True),
-    "persistentvolumeclaims": ("", "v1", "PersistentVolumeClaim", True),
-    "pods": ("", "v1", "Pod", True),
-    "daemonsets": ("apps", "v1", "DaemonSet", True),
-    "deployments": ("apps", "v1", "Deployment", True),
-    "statefulsets": ("apps", "v1", "StatefulSet", True),
-    "jobs": ("batch", "v1", "Job", True),
-    "networkpolicies": ("networking.k8s.io", "v1", "NetworkPolicy", True),
-    "ingresses": ("networking.k8s.io", "v1", "Ingress", True),
-    "storageclasses": ("storage.k8s.io", "v1", "StorageClass", False),
-    "clusterroles": ("rbac.authorization.k8s.io", "v1", "ClusterRole", False),
-    "clusterrolebindings": ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", False),
-    "roles": ("rbac.authorization.k8s.io", "v1", "Role", True),
-    "rolebindings": ("rbac.authorization.k8s.io", "v1", "RoleBinding", True),
-    "customresourcedefinitions": (
-        "apiextensions.k8s.io",
-        "v1",
-        "CustomResourceDefinition",
-        False,
-    ),
-}
-
-
-#: plural -> the short names discovery gives (`kubectl api-resources`, Kubernetes 1.33).
-SHORT_NAMES: dict[str, list[str]] = {
-    "namespaces": ["ns"],
-    "nodes": ["no"],
-    "persistentvolumes": ["pv"],
-    "configmaps": ["cm"],
-    "services": ["svc"],
-    "serviceaccounts": ["sa"],
-    "persistentvolumeclaims": ["pvc"],
-    "pods": ["po"],
-    "daemonsets": ["ds"],
-    "deployments": ["deploy"],
-    "statefulsets": ["sts"],
-    "networkpolicies": ["netpol"],
-    "ingresses": ["ing"],
-    "storageclasses": ["sc"],
-    "customresourcedefinitions": ["crd", "crds"],
-}
-#: What the server does with each resource.
-VERBS = ["create", "delete", "get", "list", "patch"]
 
 
 @dataclass
@@ -169,11 +117,14 @@ class KubeServer:
                 status = (existing or {}).get("status") or {
                     "conditions": [{"type": "Ready", "status": "True"}]
                 }
+                spec = {"taints": n["taints"], "providerID": n.get("provider_id", "")}
+                if ((existing or {}).get("spec") or {}).get("unschedulable"):
+                    spec["unschedulable"] = True  # a cordon outlives the group's changes
                 node = {
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": n["name"], "labels": labels},
-                    "spec": {"taints": n["taints"], "providerID": n.get("provider_id", "")},
+                    "spec": spec,
                     "status": status,
                 }
                 self._put(c, "nodes", "", node, existing)
@@ -290,6 +241,10 @@ class KubeServer:
             return discovery
         if method == "GET" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "log":
             return self._log(c, parts[3], parts[5], query.get("container", [""])[0])
+        if method == "POST" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "eviction":
+            evict(c, parts[3], parts[5])
+            self._settle(c, "pods")  # a workload's pod is made again where it fits
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
         plural, namespace, name = _target(parts)
         if method == "GET" and name:
             return self._get(c, plural, namespace, name)

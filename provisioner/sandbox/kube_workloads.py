@@ -5,7 +5,8 @@ What the controllers do, simply: a DaemonSet has one pod per node that admits it
 (``kube_controllers.admits``); a Deployment ``replicas`` pods named
 ``NAME-<template hash>-<suffix>`` and owned by its ReplicaSet ``NAME-<template hash>``; a
 StatefulSet pods ``NAME-0`` … ``NAME-(replicas-1)``. A pod is bound to a node that admits it
-and is not cordoned, Running and Ready; with no such node it is Pending and Unschedulable.
+and is not cordoned (a DaemonSet's: cordoned or not), Running and Ready; with no such node
+it is Pending and Unschedulable.
 A pod whose node is gone (drained: a node group scaled in, replaced by a version update or
 deleted) or that no longer matches its template is deleted, and its controller makes it
 again where it fits: what `kubectl drain` and a rolling update do. The pods do not run
@@ -36,12 +37,18 @@ def _hash(data: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def _schedulable(c: Cluster, template: dict[str, Any]) -> list[str]:
+def _schedulable(c: Cluster, template: dict[str, Any], daemon: bool = False) -> list[str]:
+    """The nodes a pod of ``template`` may be placed on. A DaemonSet's pods stay on a
+    cordoned node (its controller adds the node.kubernetes.io/unschedulable toleration to
+    them: Kubernetes docs, "DaemonSet", taints and tolerations), so a drained node keeps its
+    device plugins and exporters while its other pods leave."""
     spec = template.get("spec") or {}
     return sorted(
         name
         for (plural, _, name), node in c.objects.items()
-        if plural == "nodes" and not node["spec"].get("unschedulable") and admits(spec, node)
+        if plural == "nodes"
+        and (daemon or not node["spec"].get("unschedulable"))
+        and admits(spec, node)
     )
 
 
@@ -112,7 +119,7 @@ def reconcile_pods(c: Cluster, put: Put) -> None:
             continue
         template = workload["spec"].get("template") or {}
         digest = _hash(template)
-        fits = _schedulable(c, template)
+        fits = _schedulable(c, template, daemon=plural == "daemonsets")
         mine = {
             key[2]: pod
             for key, pod in c.objects.items()
