@@ -222,6 +222,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         instance_types=tuple(str(t) for t in doc.take("instanceTypes", [])),
         launch_template=refs(template["id"], f"{path}.launchTemplate") if template else None,
         instance_type=pool.instance_type if pool is not None else None,
+        reservation_id=pool.reservation_id if pool is not None else None,
         routes=routes,
         endpoint=endpoint,
     )

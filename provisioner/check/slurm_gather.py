@@ -24,49 +24,16 @@ from typing import Any
 
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers.aws import AwsError
-from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import ClusterContext
 from provisioner.resources.context import Context
+from provisioner.resources.ssm_run import bundle, head_node, wait_invocation
 from provisioner.resources.storage import artifact_bucket
 from provisioner.shipped import shipped_dir
 
-#: Run Command's states that end an invocation.
-FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
 #: How long one pool's check takes (DCGM's level-2 diagnostic, then NCCL): when to look.
 EXPECTED_SECONDS = 300.0
 #: Where the command's output goes in the artifact bucket (the head node's one writable place).
 CHECK_PREFIX = "{cluster}-check"
-
-
-def head_node(ctx: Context, provider: str = "parallelcluster") -> str:
-    """The running head node's instance id, from the tags ParallelCluster puts on it; on AWS
-    PCS, a running login node's (PCS's cluster tag, fmctl's cluster and pool tags)."""
-    ec2 = ctx.aws.client("ec2")
-    if provider == "pcs":
-        from provisioner.catalog.pcs import CLUSTER_TAG
-
-        filters = [
-            {"Name": "tag:fmctl.dev/cluster", "Values": [ctx.cluster]},
-            {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
-            {"Name": "tag-key", "Values": [CLUSTER_TAG]},
-        ]
-        what = "login node"
-    else:
-        filters = [
-            {"Name": "tag:parallelcluster:cluster-name", "Values": [ctx.cluster]},
-            {"Name": "tag:parallelcluster:node-type", "Values": ["HeadNode"]},
-        ]
-        what = "head node"
-    found = ec2.describe_instances(
-        Filters=[*filters, {"Name": "instance-state-name", "Values": ["running"]}]
-    )
-    ids = [i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]]
-    if not ids:
-        raise AwsError(
-            f"{ctx.cluster} has no running {what} in {ctx.aws.region}",
-            hint=f"`fmctl status {ctx.cluster}` shows the cluster's state",
-        )
-    return str(sorted(ids)[0])
 
 
 def command_script(args: list[str]) -> str:
@@ -82,16 +49,11 @@ def command_script(args: list[str]) -> str:
         "efa-devices.sh": (slurm / "lib" / "efa-devices.sh").read_text(),
         "nccl-tests.sbatch": (slurm / "jobs" / "nccl-tests.sbatch").read_text(),
     }
-    lines = ["set -euo pipefail", "work=$(mktemp -d)", "trap 'rm -rf \"$work\"' EXIT"]
-    for name, text in files.items():
-        marker = "FMCTL_CHECK_EOF"
-        assert marker not in text, f"{name} contains the heredoc marker"
-        lines += [f"cat > \"$work/{name}\" <<'{marker}'", text.rstrip("\n"), marker]
-    lines.append(
+    return bundle(
+        files,
         'FMCTL_NODE_CHECK="$work/node-check.sh" FMCTL_NCCL_JOB="$work/nccl-tests.sbatch" '
-        f'bash "$work/cluster-check.sh" {shlex.join(args)}'
+        f'bash "$work/cluster-check.sh" {shlex.join(args)}',
     )
-    return "\n".join(lines) + "\n"
 
 
 def node_step(context: ClusterContext, include_busy: bool, timeout: int) -> list[str]:
@@ -152,17 +114,6 @@ def hostlist(names: list[str]) -> str:
         one = len(numbers) == 1
         parts.append(f"{prefix}{numbers[0]}" if one else f"{prefix}[{','.join(spans)}]")
     return ",".join(parts)
-
-
-def _invocation(ssm: Any, command: str, instance: str) -> dict[str, Any] | None:
-    try:
-        found: dict[str, Any] = ssm.get_command_invocation(CommandId=command, InstanceId=instance)
-    except Exception as exc:
-        # Run Command answers InvocationDoesNotExist until the agent has the command.
-        if "InvocationDoesNotExist" in type(exc).__name__ + str(exc):
-            return None
-        raise
-    return found
 
 
 def gather_slurm(
@@ -230,7 +181,9 @@ def _run_on_head_node(
     on_progress(f"{args[0]}: sent command {command} to head node {instance}")
     try:
         expected = EXPECTED_SECONDS * max(pools, 1)
-        found = _wait(ssm, command, instance, expected, budget + 600, ctx.time_scale, sleep)
+        found = wait_invocation(
+            ssm, command, instance, expected, budget + 600, ctx.time_scale, sleep
+        )
         if found["Status"] != "Success":
             raise AwsError(
                 f"the check on head node {instance} ended {found['Status']}: "
@@ -247,30 +200,6 @@ def _run_on_head_node(
         raise
     finally:
         _delete_prefix(s3, bucket, prefix)
-
-
-def _wait(
-    ssm: Any,
-    command: str,
-    instance: str,
-    expected: float,
-    limit: float,
-    scale: float,
-    sleep: Callable[[float], None],
-) -> dict[str, Any]:
-    """The invocation once it finished (or an error past ``limit`` seconds)."""
-    started = time.monotonic()
-    for offset in poll_schedule(expected, scale):
-        sleep(max(0.0, started + offset - time.monotonic()))
-        found = _invocation(ssm, command, instance)
-        if found is not None and found["Status"] in FINISHED:
-            return found
-        if time.monotonic() - started > limit:
-            break
-    raise AwsError(
-        f"the check on {instance} did not finish in {limit:.0f}s",
-        hint=f"aws ssm list-command-invocations --command-id {command} --details",
-    )
 
 
 def _output(s3: Any, bucket: str, key_prefix: str, found: dict[str, Any]) -> str:

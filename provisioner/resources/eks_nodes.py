@@ -84,6 +84,9 @@ class NodegroupParams:
     #: The private subnet's route out (NAT) and the S3 endpoint: nodes pull images to join.
     routes: tuple[Ref[RouteTableOut], ...] = ()
     endpoint: Ref[EndpointOut] | None = None
+    #: The ODCR or Capacity Block the pool runs on (its launch template targets it): a
+    #: rolling update needs room in it for a new node.
+    reservation_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,32 @@ _NO_SURGE = (
     "scaled to 0 and back: a full UltraServer Capacity Block has no room for the rolling "
     "update's surge node (AWS's EKS guide for P6e-GB200); every node stops"
 )
+
+
+def _full_reservation(
+    ctx: Context, params: NodegroupParams, observed: Observed[NodegroupOut, NodegroupLive]
+) -> str | None:
+    """Why a rolling update of this node group has no room, or None: EKS's update scales the
+    group up before it drains old nodes (the EKS User Guide, "Managed node update behavior":
+    the scale-up phase), and on an ODCR or a Capacity Block the group already fills, no new
+    instance can start (the update fails with NodeCreationFailure)."""
+    if params.reservation_id is None:
+        return None
+    found = ctx.aws.client("ec2").describe_capacity_reservations(
+        CapacityReservationIds=[params.reservation_id]
+    )["CapacityReservations"]
+    if not found:
+        return None
+    total = int(found[0].get("TotalInstanceCount", 0))
+    running = observed.live.scaling.desired_size
+    if running < total:
+        return None
+    kind = "Capacity Block" if params.capacity_type == "CAPACITY_BLOCK" else "reservation"
+    return (
+        f"scaled to 0 and back: the group fills its {kind} {params.reservation_id} "
+        f"({running} of {total} instances), so a rolling update has no room for its first "
+        "new node (EKS's update adds nodes before it drains old ones); every node stops"
+    )
 
 
 def _no_surge(params: NodegroupParams) -> bool:
@@ -259,12 +288,14 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             self._scale_in_said(ctx, params, observed, c) if c.path == "scaling.desired_size" else c
             for c in super().diff(ctx, rid, params, observed)
         ]
-        if not _no_surge(params):
+        rolling = [c for c in out if c.path in _ROLLING and c.how == How.UPDATE]
+        why = _NO_SURGE if _no_surge(params) else None
+        if rolling and why is None:
+            why = _full_reservation(ctx, params, observed)
+        if why is None:
             return out
         return [
-            FieldChange(c.path, c.before, c.after, How.STOP, _NO_SURGE)
-            if c.path in _ROLLING and c.how == How.UPDATE
-            else c
+            FieldChange(c.path, c.before, c.after, How.STOP, why) if c in rolling else c
             for c in out
         ]
 
@@ -453,7 +484,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             )
             self._active(ctx, rid, observed.id, self.config_seconds)
         version: dict[str, Any] = {}
-        stopped = _no_surge(params) and bool(paths & set(_ROLLING))
+        stopped = any(c.how == How.STOP for c in changes) and bool(paths & set(_ROLLING))
         if stopped:
             # No surge room: no nodes to roll, then the new version, then the nodes back.
             self._scale_to(ctx, rid, observed.id, Scaling(0, params.scaling.max_size, 0))

@@ -13,6 +13,7 @@ from typing import Any
 from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.resources import pcs_drain
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
 from provisioner.resources.errors import ResourceError
@@ -169,6 +170,24 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
                 return candidate
         return observed[0]
 
+    def diff(
+        self,
+        ctx: Context,
+        rid: str,
+        params: NodeGroupParams,
+        observed: Observed[NodeGroupOut, NodeGroupLive],
+    ) -> list[FieldChange]:
+        """A group scaled in says which Slurm nodes `up` drains first."""
+        going = observed.live.max_count - params.max_count
+        out = super().diff(ctx, rid, params, observed)
+        if going <= 0:
+            return out
+        nodes = pcs_drain.nodelist(
+            params.group_name, params.max_count + 1, params.max_count + going
+        )
+        note = pcs_drain.plan_note(nodes)
+        return [dataclasses.replace(c, note=note) if c.path == "max_count" else c for c in out]
+
     def desired(
         self,
         ctx: Context,
@@ -306,6 +325,13 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         paths = {c.path.split(".")[0] for c in changes} - {"tags"}
         cluster = ctx.get(params.cluster).id
         group = observed.outputs.id
+        going = observed.live.max_count - params.max_count
+        if ctx.drain is not None and going > 0 and "max_count" in paths:
+            # The group's Slurm nodes are numbered up to its maximum: the top ones go.
+            nodes = pcs_drain.nodelist(
+                params.group_name, params.max_count + 1, params.max_count + going
+            )
+            pcs_drain.drain(ctx, rid, nodes, ctx.drain, f"node group {params.group_name} scaled in")
         if paths:
             ctx.emit(rid, "updating", ", ".join(sorted(paths)))
             body = self._body(ctx, params)
@@ -348,6 +374,8 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         cluster, group = split_id(ctx, owned)
         if cluster is None:
             return
+        if ctx.drain is not None:  # `up` takes the group away: its jobs leave first
+            pcs_drain.drain_group(ctx, owned.resource, cluster, group, ctx.drain)
         self._hand_over(ctx, owned, cluster, group)
         patiently(
             ctx,

@@ -9,7 +9,7 @@ from typing import Any
 
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
-from provisioner.resources.context import Context
+from provisioner.resources.context import Context, DrainSettings
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.pcs import NodeGroupOut, PcsClusterOut, children, split_id
 from provisioner.resources.pcs_api import (
@@ -22,6 +22,7 @@ from provisioner.resources.pcs_api import (
     tags_of,
     unless_gone,
 )
+from provisioner.resources.pcs_drain import drain_group, group_note
 from provisioner.resources.tags import (
     CREATED_TAG,
     RESOURCE_TAG,
@@ -188,6 +189,8 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
         cluster, queue = split_id(ctx, owned)
         if cluster is None:
             return
+        if ctx.drain is not None:  # `up` takes the pool away: its jobs leave first
+            self._drain(ctx, owned, cluster, queue, ctx.drain)
         patiently(
             ctx,
             owned.resource,
@@ -209,3 +212,34 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
             f"PCS queue {queue} to be deleted", absent, self.delete_seconds, 3600, owned.resource
         )
         ctx.forget("pcs:queues")
+
+    def displaces(self, ctx: Context, owned: Owned) -> str | None:
+        """The queue's Slurm nodes, which `up` drains before the partition goes."""
+        cluster, queue = split_id(ctx, owned)
+        if cluster is None:
+            return None
+        q = unless_gone(
+            lambda: client(ctx).get_queue(clusterIdentifier=cluster, queueIdentifier=queue)
+        )
+        groups = ((q or {}).get("queue") or {}).get("computeNodeGroupConfigurations") or []
+        notes = [
+            group_note(
+                ctx, Owned("pcs-node-group", owned.resource, f"{cluster}/{g['computeNodeGroupId']}")
+            )
+            for g in groups
+            if g.get("computeNodeGroupId")
+        ]
+        return "; ".join(n for n in notes if n) or None
+
+    def _drain(
+        self, ctx: Context, owned: Owned, cluster: str, queue: str, settings: DrainSettings
+    ) -> None:
+        """Every node group of the queue drained: deleting the partition would end what
+        runs there."""
+        q = unless_gone(
+            lambda: client(ctx).get_queue(clusterIdentifier=cluster, queueIdentifier=queue)
+        )
+        for config in ((q or {}).get("queue") or {}).get("computeNodeGroupConfigurations") or []:
+            group = config.get("computeNodeGroupId")
+            if group:
+                drain_group(ctx, owned.resource, cluster, str(group), settings)

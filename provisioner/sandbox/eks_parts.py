@@ -239,9 +239,8 @@ def _no_surge_room(
     """Why a rolling update of this node group cannot launch its first new node, or None.
     EKS's rolling update scales the group up before it drains old nodes (the EKS User
     Guide, "Managed node update behavior": the scale-up phase adds new nodes first); on a
-    Capacity Block that the group already fills there is no instance to add."""
-    if ng.get("capacityType") != "CAPACITY_BLOCK":
-        return None
+    Capacity Block, or an ODCR its launch template targets, that the group already fills
+    there is no instance to add."""
     data = template_data(s.account, region, lt) if lt and lt.get("id") else None
     target = ((data or {}).get("CapacityReservationSpecification") or {}).get(
         "CapacityReservationTarget"
@@ -254,8 +253,9 @@ def _no_surge_room(
     desired = int((ng.get("scalingConfig") or {}).get("desiredSize", 0))
     if desired == 0 or desired < total:
         return None
+    kind = "Capacity Block" if ng.get("capacityType") == "CAPACITY_BLOCK" else "reservation"
     return (
-        f"InsufficientInstanceCapacity: Capacity Block {rid} holds {total} instances and the "
+        f"InsufficientInstanceCapacity: {kind} {rid} holds {total} instances and the "
         f"node group runs {desired}: no room for the update's new node"
     )
 

@@ -123,8 +123,7 @@ def test_scale_in_and_pool_removal_drain_first(sandbox: Sandbox, tmp_path: Path)
         if f["path"] == "scaling.desired_size"
     ]
     assert (
-        "up first drains the 1 node(s) that go (0 pod(s) on 1 node(s) to move"
-        in (scaling["note"])
+        "up first drains the 1 node(s) that go (0 pod(s) on 1 node(s) to move" in (scaling["note"])
     ), scaling
     seen = len(sandbox.requests())
     _up(sandbox, spec)

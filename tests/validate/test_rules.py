@@ -79,6 +79,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ("name-format", "too-long", [(("metadata", "name"), "a" * 41)], "metadata.name", "error"),
     ("region-unknown", "typo", [(("metadata", "region"), "us-esat-1")], "metadata.region", "error"),
     ("ttl-format", "words", [(("metadata", "ttl"), "8 hours")], "metadata.ttl", "error"),
+    (
+        "drain-timeout",
+        "words",
+        [(("compute", "drain", "timeout"), "half an hour")],
+        "compute.drain.timeout",
+        "error",
+    ),
     ("ttl-format", "zero", [(("metadata", "ttl"), "0h")], "metadata.ttl", "error"),
     ("state-location", "s3-no-bucket", [(("state",), {"backend": "s3"})], "state", "error"),
     (
@@ -823,6 +830,7 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         [(("metadata", "region"), "eu-west-1"), (("network", "availabilityZone"), "eu-west-1c")],
     ),
     ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
+    ("drain-timeout", "hours", [(("compute", "drain", "timeout"), "2h")]),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     (
         "state-location",

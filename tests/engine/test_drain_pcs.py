@@ -1,0 +1,89 @@
+"""On AWS PCS, capacity taken away drains first: `up` drains the Slurm nodes a scale-in or a
+removed pool takes (PCS numbers a group's nodes up to its maximum: the top ones go) on the
+login node through Run Command, before it tells PCS; a job that does not leave in time stops
+`up`, the nodes left drained. The login node's Slurm here is a fake that records what it
+is asked (drain-nodes.sh itself runs against a real slurmctld in
+tests/slurm/test_standin_drain.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.check import fakes
+from tests.engine.harness import Sandbox, raw_leftovers
+from tests.engine.test_pcs import pcs_spec
+
+#: scontrol: every call recorded; squeue: the jobs in $FAKE/squeue.txt hold the nodes.
+SLURM = {
+    "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n',
+    "squeue": '#!/bin/bash\necho "squeue $*" >> "$FAKE/calls"\ncat "$FAKE/squeue.txt"\n',
+}
+
+
+@pytest.fixture
+def slurm(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
+    real, folder = fakes.install(tmp_path / "fakes", SLURM), tmp_path / "tools"
+    folder.mkdir()
+    (tmp_path / "squeue.txt").write_text("")
+    (tmp_path / "calls").write_text("")
+    for name in SLURM:
+        wrapper = folder / name
+        wrapper.write_text(f'#!/bin/bash\nexport FAKE="{tmp_path}"\nexec "{real / name}" "$@"\n')
+        wrapper.chmod(0o755)
+    sandbox.node_tools(folder)
+    yield tmp_path
+    sandbox.node_tools(None)
+
+
+def _calls(slurm: Path) -> list[str]:
+    return [line for line in (slurm / "calls").read_text().splitlines() if line]
+
+
+def test_pcs_scale_in_drains_the_top_nodes_first(
+    sandbox: Sandbox, slurm: Path, tmp_path: Path
+) -> None:
+    name, region = "e2e-drain-pcs", "eu-west-1"
+    made = sandbox.fmctl(
+        "up", "-f", str(pcs_spec(tmp_path, name, region, count=4)), "--sandbox", "--yes"
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    try:
+        smaller = pcs_spec(tmp_path, name, region, count=2)
+        planned = sandbox.fmctl("plan", "-f", str(smaller), "--sandbox", "-o", "json")
+        notes = [
+            f.get("note", "")
+            for c in json.loads(planned.stdout)["changes"]
+            for f in c["fields"]
+            if c["resource"] == "pcs/node-group/train"
+        ]
+        assert any("up first drains train-[3-4] on the login node" in n for n in notes), notes
+
+        # A job that holds a node past the timeout: up stops, PCS is not told.
+        (slurm / "squeue.txt").write_text("41 alice pretrain\n")
+        seen = len(sandbox.requests())
+        held = sandbox.fmctl("up", "-f", str(smaller), "--sandbox", "--yes", timeout=300)
+        assert held.returncode == 1, held.stdout + held.stderr
+        assert "1 job(s) still running on train-[3-4]" in held.stderr, held.stderr
+        assert "41 alice pretrain" in held.stderr
+        calls = [r["action"] for r in sandbox.requests()[seen:]]
+        assert "SendCommand" in calls and "UpdateComputeNodeGroup" not in calls
+        assert "scontrol update NodeName=train-[3-4] State=DRAIN" in " ".join(_calls(slurm))
+
+        # Nothing runs there now: drained, then PCS scales the group in.
+        (slurm / "squeue.txt").write_text("")
+        seen = len(sandbox.requests())
+        done = sandbox.fmctl("up", "-f", str(smaller), "--sandbox", "--yes", timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        calls = [r["action"] for r in sandbox.requests()[seen:]]
+        assert calls.index("SendCommand") < calls.index("UpdateComputeNodeGroup"), calls
+    finally:
+        seen = len(sandbox.requests())
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+    # down takes the whole cluster (the user was asked first): no drain of its own.
+    assert "SendCommand" not in [r["action"] for r in sandbox.requests()[seen:]]
