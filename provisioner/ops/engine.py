@@ -352,12 +352,13 @@ def up(
         state.unlock()
 
 
-def drain_settings(spec: ClusterSpec) -> DrainSettings:
-    """The spec's ``compute.drain``, for the run context."""
+def drain_settings(spec: ClusterSpec) -> DrainSettings | None:
+    """The spec's ``compute.drain``, for the run context (None: timeout 0, no drain)."""
     from provisioner.validate.rules.general import parse_ttl
 
     drain = spec.compute.drain
-    return DrainSettings(float(parse_ttl(drain.timeout) or 0), drain.jobs)
+    seconds = parse_ttl(drain.timeout)
+    return DrainSettings(float(seconds), drain.jobs) if seconds else None
 
 
 def _plain(outputs: Any) -> Any:

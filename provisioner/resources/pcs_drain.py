@@ -79,7 +79,8 @@ def drain(ctx: Context, rid: str, nodes: str, settings: DrainSettings, why: str)
     raise ResourceError(
         f"could not drain {nodes} on login node {login}: {found.get('Status')} "
         f"(exit {code}): {str(found.get('StandardErrorContent', '')).strip()[-300:]}",
-        hint="SSM's agent must run on the login node (it does on PCS's sample AMIs)",
+        hint="SSM's agent must run on the login node (it does on PCS's sample AMIs); "
+        "compute.drain.timeout: 0 takes the nodes without draining them (their jobs end)",
     )
 
 

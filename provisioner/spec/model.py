@@ -146,7 +146,7 @@ class Drain(SpecModel):
         d.DRAIN_TIMEOUT,
         description="How long `up` waits for a node's pods (EKS: evicted, their disruption "
         "budgets respected) or jobs (Slurm) to leave before it stops, the nodes left "
-        "drained; like 30m, 2h.",
+        "drained; like 30m, 2h. 0: no drain (what runs there ends with the node).",
     )
     jobs: Literal["wait", "requeue"] = Field(
         d.DRAIN_JOBS,

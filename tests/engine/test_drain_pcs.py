@@ -13,40 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.check import fakes
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.engine.test_pcs import pcs_spec
-
-#: scontrol: every call recorded; squeue: the jobs in $FAKE/squeue.txt hold the nodes.
-SLURM = {
-    "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n',
-    "squeue": '#!/bin/bash\necho "squeue $*" >> "$FAKE/calls"\ncat "$FAKE/squeue.txt"\n',
-}
+from tests.tools.fake_slurm import calls, login_slurm
 
 
 @pytest.fixture
 def slurm(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
-    real, folder = fakes.install(tmp_path / "fakes", SLURM), tmp_path / "tools"
-    folder.mkdir()
-    (tmp_path / "squeue.txt").write_text("")
-    (tmp_path / "calls").write_text("")
-    for name in SLURM:
-        wrapper = folder / name
-        wrapper.write_text(f'#!/bin/bash\nexport FAKE="{tmp_path}"\nexec "{real / name}" "$@"\n')
-        wrapper.chmod(0o755)
-    sandbox.node_tools(folder)
-    yield tmp_path
-    sandbox.node_tools(None)
-
-
-def _calls(slurm: Path) -> list[str]:
-    return [line for line in (slurm / "calls").read_text().splitlines() if line]
+    with login_slurm(sandbox, tmp_path / "slurm") as folder:
+        yield folder
 
 
 def test_pcs_scale_in_drains_the_top_nodes_first(
     sandbox: Sandbox, slurm: Path, tmp_path: Path
 ) -> None:
-    name, region = "e2e-drain-pcs", "eu-west-1"
+    name, region = "e2e-drain-pcs", "us-east-2"
     made = sandbox.fmctl(
         "up", "-f", str(pcs_spec(tmp_path, name, region, count=4)), "--sandbox", "--yes"
     )
@@ -69,17 +50,17 @@ def test_pcs_scale_in_drains_the_top_nodes_first(
         assert held.returncode == 1, held.stdout + held.stderr
         assert "1 job(s) still running on train-[3-4]" in held.stderr, held.stderr
         assert "41 alice pretrain" in held.stderr
-        calls = [r["action"] for r in sandbox.requests()[seen:]]
-        assert "SendCommand" in calls and "UpdateComputeNodeGroup" not in calls
-        assert "scontrol update NodeName=train-[3-4] State=DRAIN" in " ".join(_calls(slurm))
+        actions = [r["action"] for r in sandbox.requests()[seen:]]
+        assert "SendCommand" in actions and "UpdateComputeNodeGroup" not in actions
+        assert "scontrol update NodeName=train-[3-4] State=DRAIN" in " ".join(calls(slurm))
 
         # Nothing runs there now: drained, then PCS scales the group in.
         (slurm / "squeue.txt").write_text("")
         seen = len(sandbox.requests())
         done = sandbox.fmctl("up", "-f", str(smaller), "--sandbox", "--yes", timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
-        calls = [r["action"] for r in sandbox.requests()[seen:]]
-        assert calls.index("SendCommand") < calls.index("UpdateComputeNodeGroup"), calls
+        actions = [r["action"] for r in sandbox.requests()[seen:]]
+        assert actions.index("SendCommand") < actions.index("UpdateComputeNodeGroup"), actions
     finally:
         seen = len(sandbox.requests())
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")

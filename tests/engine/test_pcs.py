@@ -13,6 +13,7 @@ import yaml
 
 from provisioner.resources.tags import OWNER_TAG
 from tests.engine.harness import Sandbox, created_calls, duplicates, owned, raw_leftovers
+from tests.tools.fake_slurm import calls, login_slurm
 
 #: What a PCS cluster of one pool owns beside the shared network, bucket and FSx.
 PCS_RESOURCES = {
@@ -140,9 +141,14 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     planned = sandbox.fmctl("plan", "-f", str(retyped), "--sandbox", "-o", "json")
     fields = [f for c in json.loads(planned.stdout)["changes"] for f in c["fields"]]
     assert fields and not [f for f in fields if f.get("drift")], fields
-    replaced = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes", "--allow-replace")
+    # The old group's nodes are drained on the login node before the group goes.
+    with login_slurm(sandbox, tmp_path / "slurm") as slurm:
+        replaced = sandbox.fmctl("up", "-f", str(retyped), "--sandbox", "--yes", "--allow-replace")
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
     assert "1 replaced" in replaced.stdout
+    assert any(
+        c.startswith("scontrol update NodeName=train-[1-3] State=DRAIN") for c in calls(slurm)
+    ), calls(slurm)
     assert _instances(sandbox, region, name)["train"] == ["p5.48xlarge"] * 3
     after = owned(sandbox, name, region)
     assert duplicates(after) == {}, after

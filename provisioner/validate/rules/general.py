@@ -68,13 +68,15 @@ def parse_ttl(text: str) -> int | None:
 
 @rule("drain-timeout")
 def drain_timeout(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """compute.drain.timeout is a positive duration."""
-    if parse_ttl(spec.compute.drain.timeout) is None:
+    """compute.drain.timeout is a positive duration, or 0 (take the nodes without
+    draining them: the way out when the login node cannot be reached)."""
+    text = spec.compute.drain.timeout
+    if text.strip() != "0" and parse_ttl(text) is None:
         yield Problem(
             "drain-timeout",
             f"drain timeout {spec.compute.drain.timeout!r} is not a duration",
             ("compute", "drain", "timeout"),
-            hint="write it like 30m, 2h or 1h30m",
+            hint="write it like 30m, 2h or 1h30m (0: no drain, the work on them ends)",
         )
 
 
