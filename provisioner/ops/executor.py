@@ -124,6 +124,7 @@ def _run(ctx: Context, plan: Plan, step: Step) -> str:
     rid = change.resource
     if step.verb == "delete":
         owned = change.owned or Owned(change.kind, rid, change.aws_id or "")
+        kind.before_delete(ctx, owned)
         ctx.emit(rid, "deleting", owned.id)
         kind.delete(ctx, owned)
         ctx.emit(rid, "deleted", owned.id)
@@ -166,8 +167,13 @@ def _run(ctx: Context, plan: Plan, step: Step) -> str:
             fresh = renamed(params, observed) if renamed else params
             ctx.emit(rid, "creating", "the replacement, before the old one goes")
             out = kind.create(ctx, rid, fresh)
+            # Said in the order it happens: the new one usable, what must happen before the
+            # old one goes (a drain, queues moved), then its deletion.
+            ctx.emit(rid, "note", f"the replacement {getattr(out, 'id', '')} is ready")
+            old = Owned(change.kind, rid, observed.id)
+            kind.before_delete(ctx, old)
             ctx.emit(rid, "deleting", f"{observed.id} (replaced)")
-            kind.delete(ctx, Owned(change.kind, rid, observed.id))
+            kind.delete(ctx, old)
         verb = "replaced"
     ctx.record(rid, out)
     ctx.emit(rid, "ready", str(getattr(out, "id", "")))

@@ -249,6 +249,11 @@ class Kind(Generic[P, Out, L]):
             f"{rid}: {self.name} has no in-place update for {', '.join(c.path for c in changes)}"
         )
 
+    def before_delete(self, ctx: Context, owned: Owned) -> None:
+        """What must happen before ``delete`` starts, said in its own events first: the
+        work on a node group drained (`up` only: ``ctx.drain``), the queues moved off
+        it."""
+
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Delete it and wait until it is gone; one already gone is not an error."""
         raise NotImplementedError

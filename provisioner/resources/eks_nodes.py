@@ -585,10 +585,12 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         finally:
             close(api)
 
-    def delete(self, ctx: Context, owned: Owned) -> None:
-        eks = ctx.aws.client("eks")
+    def before_delete(self, ctx: Context, owned: Owned) -> None:
         if ctx.drain is not None:  # `up` takes a pool away: its work leaves first
             self._drain_all(ctx, owned)
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        eks = ctx.aws.client("eks")
         gone = unless_gone(
             lambda: eks.delete_nodegroup(clusterName=ctx.cluster, nodegroupName=owned.id)
         )

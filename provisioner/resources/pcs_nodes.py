@@ -369,14 +369,19 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             if ng["status"] != "DELETED"
         ]
 
-    def delete(self, ctx: Context, owned: Owned) -> None:
-        pcs = client(ctx)
+    def before_delete(self, ctx: Context, owned: Owned) -> None:
         cluster, group = split_id(ctx, owned)
         if cluster is None:
             return
         if ctx.drain is not None:  # `up` takes the group away: its jobs leave first
             pcs_drain.drain_group(ctx, owned.resource, cluster, group, ctx.drain)
         self._hand_over(ctx, owned, cluster, group)
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        pcs = client(ctx)
+        cluster, group = split_id(ctx, owned)
+        if cluster is None:
+            return
         patiently(
             ctx,
             owned.resource,

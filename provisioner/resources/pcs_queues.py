@@ -189,8 +189,6 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
         cluster, queue = split_id(ctx, owned)
         if cluster is None:
             return
-        if ctx.drain is not None:  # `up` takes the pool away: its jobs leave first
-            self._drain(ctx, owned, cluster, queue, ctx.drain)
         patiently(
             ctx,
             owned.resource,
@@ -212,6 +210,12 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
             f"PCS queue {queue} to be deleted", absent, self.delete_seconds, 3600, owned.resource
         )
         ctx.forget("pcs:queues")
+
+    def before_delete(self, ctx: Context, owned: Owned) -> None:
+        cluster, queue = split_id(ctx, owned)
+        if cluster is not None and ctx.drain is not None:
+            # `up` takes the pool away: its jobs leave before the partition does.
+            self._drain(ctx, owned, cluster, queue, ctx.drain)
 
     def displaces(self, ctx: Context, owned: Owned) -> str | None:
         """The queue's Slurm nodes, which `up` drains before the partition goes."""
