@@ -13,6 +13,16 @@ from provisioner.catalog import Catalog, InstanceType, architecture_of
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
 from provisioner.render.images import Images
 from provisioner.render.placeholders import placeholder
+from provisioner.render.queueing import (
+    CHANNEL_RESOURCE,
+    Flavor,
+    Queueing,
+    Quota,
+    Topology,
+    pool_levels,
+    topology_name,
+    uses_dra,
+)
 from provisioner.spec.model import ClusterSpec, GpuPool, Network
 from provisioner.spec.tags import OWNER_TAG
 
@@ -232,6 +242,16 @@ class ClusterContext:
     #: Slurm's provider: parallelcluster | pcs.
     slurm_provider: str = "parallelcluster"
     pcs: PcsContext | None = None
+    #: Kueue (kubernetes.queueing: kueue), None without it.
+    queueing: Queueing | None = None
+    #: UltraServer pools whose nodes NVIDIA's DRA driver serves ComputeDomains on (empty:
+    #: no DRA driver).
+    dra_pools: tuple[str, ...] = ()
+
+    @property
+    def dra(self) -> bool:
+        """NVIDIA's DRA driver is installed: jobs on UltraServer pools get a ComputeDomain."""
+        return bool(self.dra_pools)
 
     @property
     def topology_style(self) -> str:
@@ -262,6 +282,13 @@ class ClusterContext:
         """Where kubernetes/ is, from the repository's root (Argo CD's form: no ./)."""
         base = (self.git_path or self.name).strip("/")
         return "kubernetes" if base in ("", ".") else f"{base}/kubernetes"
+
+    @property
+    def flux_charts_path(self) -> str:
+        """Where gitops/flux/ (the upstream charts' HelmReleases) is, from the repository's
+        root."""
+        base = (self.git_path or self.name).strip("/")
+        return "gitops/flux" if base in ("", ".") else f"{base}/gitops/flux"
 
     @property
     def amp_region(self) -> str | None:
@@ -328,6 +355,42 @@ def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
     )
 
 
+def _queueing(spec: ClusterSpec, pools: tuple[PoolContext, ...], dra: bool) -> Queueing:
+    """Kueue's objects from the pools (render.queueing says why each is as it is)."""
+    channels = dra and any(p.itype.ultra_server for p in pools)
+    covered = ["cpu", "memory", "nvidia.com/gpu"]
+    if any(p.efa for p in pools):
+        covered.append("vpc.amazonaws.com/efa")
+    covered.append("hugepages-2Mi")
+    if channels:
+        covered.append(CHANNEL_RESOURCE)
+    topologies: dict[str, Topology] = {}
+    flavors = []
+    for p in pools:
+        layers = p.itype.network_layers.count if p.itype.network_layers else 0
+        levels = pool_levels(layers, p.itype.ultra_server)
+        topo = Topology(topology_name(levels), levels)
+        topologies.setdefault(topo.name, topo)
+        amounts = {
+            "cpu": str(p.itype.cpu.vcpus * p.count),
+            "memory": f"{p.itype.cpu.memory_gib * p.count}Gi",
+            "nvidia.com/gpu": str(p.gpus * p.count),
+            "vpc.amazonaws.com/efa": str(p.efa_devices * p.count if p.efa else 0),
+            "hugepages-2Mi": f"{p.hugepages_2mi * 2 * p.count}Mi",
+            # One channel per pod, one pod per node: the pool's node count.
+            CHANNEL_RESOURCE: str(p.count if p.itype.ultra_server else 0),
+        }
+        quotas = tuple(Quota(r, amounts[r]) for r in covered)
+        flavors.append(Flavor(p.name, p.name, topo.name, quotas, p.efa))
+    return Queueing(
+        topologies=tuple(sorted(topologies.values(), key=lambda t: t.name)),
+        flavors=tuple(flavors),
+        covered=tuple(covered),
+        mode=spec.kubernetes.topology_placement,
+        channels=channels,
+    )
+
+
 def _eks_subnets(net: Network) -> tuple[str, ...]:
     """A new VPC's three subnets, or what an existing VPC's spec names."""
     if net.vpc_id is None:
@@ -382,6 +445,11 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         )
     tags = {**spec.metadata.tags, OWNER_TAG: spec.metadata.name}
     obs = spec.observability
+    pools = tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools)
+    kube = spec.scheduler == "kubernetes"
+    ultra = tuple(p.name for p in pools if p.itype.ultra_server)
+    dra = kube and uses_dra(spec.kubernetes.version, len(ultra))
+    kueue = kube and spec.kubernetes.queueing == "kueue"
     return ClusterContext(
         name=spec.metadata.name,
         region=spec.metadata.region,
@@ -402,7 +470,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         system_node_type=spec.compute.system_nodes.instance_type,
         system_node_arch=architecture_of(spec.compute.system_nodes.instance_type, catalog),
         system_node_count=spec.compute.system_nodes.count,
-        pools=tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools),
+        pools=pools,
         fsx=fsx,
         local_nvme_path=spec.storage.local_nvme.mount_path if spec.storage.local_nvme else None,
         prometheus=obs.prometheus,
@@ -422,6 +490,8 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         git_path=spec.gitops.path or "",
         slurm_provider=spec.slurm.provider,
         pcs=_pcs(spec) if spec.scheduler == "slurm" and spec.slurm.provider == "pcs" else None,
+        queueing=_queueing(spec, pools, dra) if kueue else None,
+        dra_pools=ultra if dra else (),
     )
 
 

@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from provisioner.catalog.charts import DRA_DRIVER, KUEUE, Chart
 from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
+from provisioner.render.queueing import Placement, dra_values, dump_values, kueue_values
 from provisioner.shipped import shipped_dir
 
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
@@ -24,8 +26,39 @@ SYNC_WAVES = {
     "kube-state-metrics": 1,
     "prometheus": 2,
     "grafana": 3,
+    "kueue": 4,
     "nccl-test": 5,
 }
+
+
+@dataclass(frozen=True)
+class ChartInstall:
+    """An upstream chart this cluster gets, with the values fmctl writes for it (in the
+    deployment folder, for `up`, `helm` by hand, Argo CD and Flux alike)."""
+
+    chart: Chart
+    values: str
+    #: The Pod Security level its namespace enforces (its pods' needs).
+    pod_security: str
+
+    @property
+    def values_file(self) -> str:
+        """Where the values are in the deployment folder."""
+        return f"charts/{self.chart.name}-values.yaml"
+
+
+def chart_installs(c: ClusterContext) -> tuple[ChartInstall, ...]:
+    """Kueue (kubernetes.queueing: kueue) and NVIDIA's DRA driver (UltraServer pools), in
+    install order."""
+    out = []
+    if c.queueing is not None:
+        # Kueue's controller runs as non-root with every capability dropped.
+        out.append(ChartInstall(KUEUE, dump_values(kueue_values(c.queueing)), "restricted"))
+    if c.dra:
+        # Its kubelet plugin is privileged: it manages the GPUs' IMEX channels.
+        values = dump_values(dra_values(c.kubernetes_version, c.dra_pools))
+        out.append(ChartInstall(DRA_DRIVER, values, "privileged"))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -39,6 +72,19 @@ class NcclRun:
     nodes: tuple[str, ...] = ()
     suspend: bool = True
     service_account: str = "trainer"
+    #: Kueue's placement of the job's pods (None: no queue, kube-scheduler places them).
+    placement: Placement | None = None
+    #: The job's ComputeDomain (NVLink across the UltraServer's nodes), on DRA pools.
+    compute_domain: bool = False
+
+
+def queued(c: ClusterContext, pool: PoolContext, run: NcclRun) -> NcclRun:
+    """``run`` with this cluster's queue placement and, on a DRA pool, a ComputeDomain."""
+    count = len(run.nodes) if run.nodes else run.count
+    placement = (
+        c.queueing.placement(pool.name, count, pool.itype.ultra_server) if c.queueing else None
+    )
+    return replace(run, placement=placement, compute_domain=pool.name in c.dra_pools)
 
 
 def nccl_job(c: ClusterContext, pool: PoolContext, run: NcclRun) -> str:
@@ -121,6 +167,8 @@ def components(c: ClusterContext) -> list[Component]:
                     "monitoring",
                 )
             )
+    if c.queueing is not None:
+        out.append(Component("kueue", (("queues.yaml.j2", "queues.yaml"),)))
     if c.efa_pools or c.pools:
         out.append(Component("nccl-test", (("job.yaml.j2", "job.yaml"),), "training"))
     return out
@@ -142,6 +190,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     efa_script = (shipped_dir("slurm") / "lib" / "efa-metrics.sh").read_text()
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
     rules = alert_rules()
+    charts = chart_installs(c)
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -149,11 +198,12 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 f"kubernetes/{comp.name}/{template}",
                 c=c,
                 nccl_pool=nccl_pool,
-                run=NcclRun(count=min(nccl_pool.count, 2)),
+                run=queued(c, nccl_pool, NcclRun(count=min(nccl_pool.count, 2))),
                 dashboards=boards,
                 efa_script=efa_script,
                 dcgm_counters=dcgm_counters,
                 alert_rules=rules,
+                charts=charts,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(
@@ -190,12 +240,25 @@ def _aws(c: ClusterContext) -> dict[str, str]:
 def render_kubernetes(c: ClusterContext) -> dict[str, str]:
     """Files of a Kubernetes (EKS) deployment folder."""
     files = {**_aws(c), **_manifests(c)}
+    charts = chart_installs(c)
+    for install in charts:
+        files[install.values_file] = render_template(
+            "charts/upstream-values.yaml.j2", c=c, install=install
+        )
     files["gitops/argocd-application.yaml"] = render_template(
-        "gitops/argocd-application.yaml.j2", c=c
+        "gitops/argocd-application.yaml.j2", c=c, charts=charts
     )
     files["gitops/flux-kustomization.yaml"] = render_template(
-        "gitops/flux-kustomization.yaml.j2", c=c
+        "gitops/flux-kustomization.yaml.j2", c=c, charts=charts
     )
+    if charts:
+        for install in charts:
+            files[f"gitops/flux/{install.chart.name}.yaml"] = render_template(
+                "gitops/flux-helmrelease.yaml.j2", c=c, install=install
+            )
+        files["gitops/flux/kustomization.yaml"] = render_template(
+            "gitops/flux-charts-kustomization.yaml.j2", c=c, charts=charts
+        )
     files[f"charts/values-{c.name}.yaml"] = render_template(
         "charts/values.yaml.j2", c=c, p=(c.efa_pools or c.pools)[0]
     )

@@ -57,6 +57,8 @@ KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 KUBERNETES_VERSION = "1.35"
 #: Who applies the in-cluster stack (kubernetes/): fmctl, or Argo CD / Flux.
 IN_CLUSTER_STACK: Final = "fmctl"
+#: Kueue's topology annotation on fmctl's jobs: all pods in one domain, or only preferably.
+TOPOLOGY_PLACEMENT: Final = "required"
 #: CloudWatch retention of the EKS control-plane logs (days; CloudWatch accepts a fixed set).
 CONTROL_PLANE_LOG_DAYS = 30
 GITOPS_REVISION = "main"

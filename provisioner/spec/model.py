@@ -242,6 +242,18 @@ class KubernetesSettings(SpecModel):
         description="Days CloudWatch keeps the EKS control-plane logs (fmctl creates their "
         "log group with this retention; `down` deletes it unless --keep-logs).",
     )
+    queueing: Literal["kueue", "none"] | None = Field(
+        None,
+        description="Who admits training jobs: kueue (fmctl installs Kueue; a job starts "
+        "when all its pods fit, placed by the network topology) | none (pod by pod). "
+        "Default: kueue when a GPU pool has more than one node.",
+    )
+    topology_placement: Literal["required", "preferred"] = Field(
+        d.TOPOLOGY_PLACEMENT,
+        description="queueing kueue: a job's pods must share the tightest network domain "
+        "that holds them (required: it waits until one has room) or only should (preferred: "
+        "Kueue widens the domain when it must).",
+    )
     addon_versions: dict[EksAddon, str] = Field(
         default_factory=dict,
         description="Pinned EKS add-on versions (e.g. coredns: v1.12.3-eksbuild.1); others "

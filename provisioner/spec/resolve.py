@@ -43,6 +43,12 @@ def pool_placement_group(pool: GpuPool, catalog: Catalog) -> bool:
     return pool.capacity.type not in ("reservation", "capacity-block")
 
 
+def default_queueing(spec: ClusterSpec) -> str:
+    """Kueue where a job can span nodes (a GPU pool of more than one): gang admission and
+    topology placement are what it is for; a cluster of single nodes gains nothing."""
+    return "kueue" if any(p.count > 1 for p in spec.compute.gpu_pools) else "none"
+
+
 def _fsx(fsx: FsxLustre) -> FsxLustre:
     if fsx.file_system_id:
         return fsx
@@ -90,8 +96,12 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
             update={"instance_type": SYSTEM_NODE_INSTANCE_TYPE_ARM64}
         )
         compute = compute.model_copy(update={"system_nodes": system})
+    kubernetes = spec.kubernetes
+    if kubernetes.queueing is None:
+        kubernetes = kubernetes.model_copy(update={"queueing": default_queueing(spec)})
     return spec.model_copy(
         update={
+            "kubernetes": kubernetes,
             "scheduler": scheduler or spec.scheduler,
             "network": network,
             "compute": compute,

@@ -40,6 +40,12 @@ PCS_ULTRA: list[Edit] = [
 ]
 #: A Blackwell (B200) pool.
 B200 = ((*POOL, "instanceType"), "p6-b200.48xlarge")
+#: GB200 on EKS (Graviton system nodes, no head node), on 1.34 unless an edit says.
+EKS_GB200: list[Edit] = [
+    (("scheduler",), "kubernetes"),
+    (HEAD, DELETE),
+    (("kubernetes",), {"version": "1.34"}),
+]
 
 # (code, case id, edits, path where the problem must be reported, level)
 FAILING: list[tuple[str, str, list[Edit], str, str]] = [
@@ -749,10 +755,24 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     (
         "ultraserver-eks-nvlink",
-        "gb200-on-eks",
-        [*GB200, (("scheduler",), "kubernetes"), (HEAD, DELETE)],
-        "compute.gpuPools[0].instanceType",
+        "gb200-on-eks-1.32",
+        [*GB200, *EKS_GB200, (("kubernetes",), {"version": "1.32", "queueing": "none"})],
+        "kubernetes.version",
         "warning",
+    ),
+    (
+        "queueing-kubernetes-version",
+        "gb200-kueue-on-1.33",
+        [*GB200, *EKS_GB200, (("kubernetes",), {"version": "1.33"})],
+        "kubernetes.version",
+        "error",
+    ),
+    (
+        "queueing-kubernetes-version",
+        "kueue-said-on-1.33",
+        [*GB200, *EKS_GB200, (("kubernetes",), {"version": "1.33", "queueing": "kueue"})],
+        "kubernetes.queueing",
+        "error",
     ),
     (
         "pcs-driver",
@@ -814,6 +834,13 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ultraserver-pcs-slurm", "x86-sample-ami", PCS),
     ("pcs-driver", "b200-on-25.11-sample", [*PCS, B200]),
     ("ultraserver-eks-nvlink", "gb200-on-slurm", [*GB200, (HEAD, DELETE)]),
+    ("ultraserver-eks-nvlink", "gb200-on-eks-1.33", [*GB200, *EKS_GB200]),
+    ("queueing-kubernetes-version", "gb200-kueue-on-1.34", [*GB200, *EKS_GB200]),
+    (
+        "queueing-kubernetes-version",
+        "gb200-no-queueing-on-1.33",
+        [*GB200, *EKS_GB200, (("kubernetes",), {"version": "1.33", "queueing": "none"})],
+    ),
     ("pcs-os", "parallelcluster", []),
     ("pcs-lacks", "parallelcluster", []),
     (

@@ -38,6 +38,7 @@ def _register() -> None:
         general,
         network,
         pcs,
+        queueing,
         storage,
         ultraserver,
     )

@@ -135,27 +135,6 @@ def ultraserver_pcs_slurm(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Probl
         )
 
 
-@rule("ultraserver-eks-nvlink")
-def ultraserver_eks_nvlink(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """UltraServer pools on EKS get no multi-node NVLink domain from fmctl yet: AWS's EKS
-    guide for P6e-GB200 forms it through NVIDIA's DRA driver and a ComputeDomain per job,
-    which fmctl does not install; pods then use one node's GPUs over NVLink and EFA between
-    nodes. A warning, so the cluster can still be made (and DRA set up by hand)."""
-    ultra = _first_ultraserver(spec, ctx) if ctx.scheduler == "kubernetes" else None
-    if ultra is not None:
-        path, pool = ultra
-        yield Problem(
-            "ultraserver-eks-nvlink",
-            f"{pool.instance_type} pods on EKS need NVIDIA's DRA driver and a "
-            "ComputeDomain to share NVLink across the UltraServer; fmctl installs neither "
-            "yet, so NCCL crosses nodes over EFA only",
-            (*path, "instanceType"),
-            level="warning",
-            hint="install NVIDIA's k8s-dra-driver-gpu (its ComputeDomain CRD) as AWS's "
-            "EKS P6e-GB200 guide shows, or use scheduler: slurm (IMEX per job)",
-        )
-
-
 @rule("ultraserver-topology")
 def ultraserver_topology(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """On ParallelCluster, UltraServer clusters get ParallelCluster's own block topology
