@@ -40,6 +40,8 @@ for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_S
     os.environ.pop(_var, None)
 # Nor the developer's ~/.aws: `fmctl init` asks EC2 when it finds credentials.
 os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+# Nor a chart registry: Kueue's and NVIDIA's charts come from the release copies in shared/.
+os.environ["FMCTL_CHART_MIRROR"] = str(SHARED / "charts")
 
 
 #: Run first, in this order: the longest tests (the crash campaigns, whose points run up front

@@ -24,6 +24,7 @@ from provisioner.blueprint.files import launch_template, load, tags_match
 from provisioner.blueprint.infra import Parts, amp_write_policy, way_out
 from provisioner.blueprint.model import BlueprintError, Where
 from provisioner.graph.ref import After, Ref
+from provisioner.render.context import ClusterContext
 from provisioner.render.placeholders import PATTERN
 from provisioner.resources.compute import SgOut
 from provisioner.resources.eks import EksOut, EksParams
@@ -33,6 +34,7 @@ from provisioner.resources.eks_nodes import NodegroupOut, NodegroupParams, Scali
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams
+from provisioner.resources.kube_chart import ChartOut, ChartParams
 from provisioner.resources.kube_health import PoolCheck
 from provisioner.resources.kube_stack import StackParams
 from provisioner.resources.launch_template import LtOut
@@ -106,7 +108,29 @@ def cluster(p: Parts, where: Where) -> None:
         launch_template(p, files, refs, pool.name)
         _nodegroup(p, files, refs, pool.name, index)
     _addons(p)
+    if p.spec.kubernetes.in_cluster_stack == "fmctl":  # else Argo CD or Flux installs them
+        _charts(p)
     _stack(p, files, where)
+
+
+def _charts(p: Parts) -> None:
+    """The upstream charts (Kueue, NVIDIA's DRA driver), with the values render wrote, on
+    the system nodes."""
+    from provisioner.drivers.helm import ChartRef
+    from provisioner.render.kubernetes import chart_installs
+
+    for install in chart_installs(p.c):
+        ch = install.chart
+        params = ChartParams(
+            cluster=p.ref("eks", EksOut),
+            chart=ChartRef(ch.name, ch.version, ch.repository, ch.release, ch.namespace),
+            values=install.values,
+            kube_version=p.c.kubernetes_version,
+            pod_security=install.pod_security,
+            admin=p.ref("access/admin", AccessOut),
+            nodegroups=(p.ref("nodegroup/system", NodegroupOut),),
+        )
+        p.add(f"chart/{ch.name}", "kube-chart", params, version="kubernetes.queueing")
 
 
 def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
@@ -287,6 +311,15 @@ def _addons(p: Parts) -> None:
         p.add("pod-identity/prometheus", "eks-pod-identity", identity)
 
 
+def _applied(c: ClusterContext, path: str) -> bool:
+    """What `up` applies of the rendered files: kubernetes/, except, with Kueue, the NCCL
+    test (queued, Kueue would start it at once; `kubectl apply -k` or `fmctl check` runs it
+    when wanted)."""
+    if not path.startswith("kubernetes/"):
+        return False
+    return c.queueing is None or not path.startswith("kubernetes/nccl-test/")
+
+
 def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
     c = p.c
     pools = tuple(
@@ -295,7 +328,7 @@ def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
     ids = [i.id for i in p.items]
     params = StackParams(
         cluster=p.ref("eks", EksOut),
-        files=tuple(sorted((k, v) for k, v in files.items() if k.startswith("kubernetes/"))),
+        files=tuple(sorted((k, v) for k, v in files.items() if _applied(c, k))),
         pools=pools,
         kubeconfig=str(where.kubeconfig),
         private_subnet=p.ref("subnet/private", SubnetOut),
@@ -303,6 +336,7 @@ def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
         nodegroups=tuple(Ref(i, NodegroupOut) for i in ids if i.startswith("nodegroup/")),
         addons=tuple(Ref(i, AddonOut) for i in ids if i.startswith("addon/")),
         identities=tuple(Ref(i, IdentityOut) for i in ids if i.startswith("pod-identity/")),
+        charts=tuple(Ref(i, ChartOut) for i in ids if i.startswith("chart/")),
         fsx=p.maybe("fsx", FsxOut),
         fsx_group=p.maybe("sg/fsx", SgOut),
         token_args=where.token_args,

@@ -263,7 +263,10 @@ class KubeClient:
     def apply(self, obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
         meta = obj["metadata"]
         path = self._path(obj["apiVersion"], obj["kind"], meta.get("namespace", ""), meta["name"])
-        query = [("fieldManager", self._manager)] + ([("force", "true")] if force else [])
+        # Strict: a field the server does not know is an error, not silently dropped (what
+        # kubectl asks for too).
+        query = [("fieldManager", self._manager), ("fieldValidation", "Strict")]
+        query += [("force", "true")] if force else []
         result: dict[str, Any] = self._call(
             "PATCH", path, query, obj, "application/apply-patch+yaml"
         )

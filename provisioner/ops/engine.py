@@ -399,6 +399,7 @@ def down(
 
         ctx = make_context(target, name, record, fence=state.fence)
         ctx.skip_kubernetes_cleanup = skip_kubernetes_cleanup
+        ctx.teardown = True
         from provisioner.ops.teardown import retained
 
         found = find_owned(ctx)

@@ -61,6 +61,9 @@ class Context:
     #: `down --skip-kubernetes-cleanup`: do not reach into the cluster's API to clear load
     #: balancers and volumes (the way out when the API cannot be reached from here).
     skip_kubernetes_cleanup: bool = False
+    #: `down`: the whole cluster goes, and what lives inside its Kubernetes API goes with
+    #: it (kinds need not delete such objects one by one).
+    teardown: bool = False
     #: `up`: drain the nodes a change takes away first (None: `down`, which takes the whole
     #: cluster, its work with it, as the user was told before it asked).
     drain: DrainSettings | None = None

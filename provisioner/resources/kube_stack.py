@@ -16,8 +16,6 @@ nothing billed is orphaned when the nodes and the cluster go.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,18 +37,23 @@ from provisioner.resources.eks_nodes import NodegroupOut
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.kube_api import close, connect
+from provisioner.resources.kube_chart import CHART_LABEL, ChartOut
 from provisioner.resources.kube_health import PoolCheck, node_problems, not_ready, pool_nodes
+from provisioner.resources.kube_objects import (
+    CHANGED_IN_CLUSTER,
+    DIGEST,
+    apply_all,
+    drifted,
+    first_then_rest,
+    key_of,
+    stamp,
+)
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
 
 #: libyaml's safe loader where PyYAML has it: the pure-Python one took a second of each
 #: `up` parsing the in-cluster stack.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-MANAGED_BY = "app.kubernetes.io/managed-by"
-DIGEST = "fmctl.dev/applied-digest"
-#: Kinds applied first: what other objects need to exist (CRDs, namespaces, storage).
-FIRST = ("CustomResourceDefinition", "Namespace", "StorageClass", "PersistentVolume")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class StackParams:
     nodegroups: tuple[Ref[NodegroupOut], ...]
     addons: tuple[Ref[AddonOut], ...]
     identities: tuple[Ref[IdentityOut], ...] = ()
+    #: The upstream charts whose CRDs and webhooks the stack's objects need (Kueue).
+    charts: tuple[Ref[ChartOut], ...] = ()
     fsx: Ref[FsxOut] | None = None
     fsx_group: Ref[SgOut] | None = None
     #: Arguments of the kubeconfig's `fmctl token` besides cluster and region (the target's).
@@ -121,16 +126,10 @@ def manifests(files: dict[str, str], values: dict[str, str], cluster: str) -> li
         if not path.startswith("kubernetes/") or path.endswith("kustomization.yaml"):
             continue
         for doc in yaml.load_all(fill(text, values), Loader=_LOADER):
-            if not doc:
-                continue
-            meta = doc.setdefault("metadata", {})
-            labels = meta.setdefault("labels", {})
-            labels[MANAGED_BY] = "fmctl"
-            labels[OWNER_TAG] = cluster
-            digest = hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-            meta.setdefault("annotations", {})[DIGEST] = digest
-            objects.append(doc)
-    return sorted(objects, key=lambda o: FIRST.index(o["kind"]) if o["kind"] in FIRST else 9)
+            if doc:
+                stamp(doc, cluster)
+                objects.append(doc)
+    return first_then_rest(objects)
 
 
 #: How Argo CD and Flux mark what they apply: Argo CD's resource tracking (the annotation,
@@ -152,12 +151,6 @@ def gitops_owner(meta: dict[str, Any]) -> str | None:
     if ARGO_LABEL in labels:  # fmctl's own objects never carry it
         return f"Argo CD ({labels[ARGO_LABEL]})"
     return None
-
-
-def key_of(obj: dict[str, Any]) -> str:
-    """kind/namespace/name."""
-    meta = obj["metadata"]
-    return f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"
 
 
 class KubeStack(Kind[StackParams, StackOut, StackLive]):
@@ -188,7 +181,15 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
             external: dict[str, str] = {}
             theirs: dict[str, dict[str, Any]] = {}
             for api_version, kind in kinds:
-                for obj in api.list(api_version, kind, selector=f"{OWNER_TAG}={ctx.cluster}"):
+                # Not the charts' objects (kube_chart applies and reads those).
+                selector = f"{OWNER_TAG}={ctx.cluster},!{CHART_LABEL}"
+                try:
+                    found = api.list(api_version, kind, selector=selector)
+                except KubeError as err:
+                    if err.status != 404:
+                        raise
+                    continue  # a chart's kind whose CRD is not there yet: none applied
+                for obj in found:
                     key = key_of({"kind": kind, "metadata": obj["metadata"]})
                     owner = gitops_owner(obj["metadata"])
                     if owner is not None:
@@ -307,7 +308,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 if have.get(key) == need.get(key):
                     live_obj = (observed.live.content or {}).get(key)
                     if live_obj is not None:
-                        out += _drifted(key, rendered[key], live_obj)
+                        out += drifted(key, rendered[key], live_obj)
                 elif have.get(key) != need.get(key):
                     why = (
                         "no longer rendered: deleted"
@@ -511,66 +512,3 @@ def _delete_billed(ctx: Context, api: KubeApi) -> None:
         1200,
         "kube-stack",
     )
-
-
-def apply_all(
-    api: KubeApi,
-    objects: list[dict[str, Any]],
-    parallelism: int = 8,
-    taken: set[str] | frozenset[str] = frozenset(),
-) -> None:
-    """Apply what others need first (CRDs, namespaces, storage) in order, then the rest in
-    parallel: server-side apply of independent objects commutes. The objects of ``taken``
-    (keys) are applied with force: the plan showed their fields changed in the cluster,
-    and `up` was asked to put them back."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    first = [o for o in objects if o["kind"] in FIRST]
-    rest = [o for o in objects if o["kind"] not in FIRST]
-    for obj in first:
-        _apply(api, obj, key_of(obj) in taken)
-    with ThreadPoolExecutor(parallelism, thread_name_prefix="fmctl-apply") as pool:
-        list(pool.map(lambda o: _apply(api, o, key_of(o) in taken), rest))
-
-
-def _apply(api: KubeApi, obj: dict[str, Any], force: bool = False) -> None:
-    """Apply one object; a field someone else took over since the plan is reported, never
-    overwritten (``force``: one the plan showed, taken back)."""
-    try:
-        api.apply(obj, force=force)
-    except KubeError as err:
-        if err.status != 409:
-            raise
-        meta = obj["metadata"]
-        raise ResourceError(
-            f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']} was changed outside "
-            f"fmctl ({err.message}); fmctl does not overwrite it silently",
-            hint="undo the change, or hand the fields back with `kubectl apply --server-side "
-            "--force-conflicts --field-manager fmctl` on the rendered file",
-        ) from err
-
-
-#: How a FieldChange of an object changed in the cluster begins (what `up` takes back).
-CHANGED_IN_CLUSTER = "changed in the cluster"
-
-
-def _drifted(key: str, rendered: dict[str, Any], live: dict[str, Any]) -> list[FieldChange]:
-    """The object's fields whose live values are not what fmctl applied, as one change:
-    before and after by field path, and who changed them."""
-    from provisioner.resources.kube_drift import content_drift, managers_of
-
-    drifts = content_drift(rendered, live)
-    if not drifts:
-        return []
-    who = sorted({m for d in drifts for m in managers_of(live, d)})
-    by = f" by {', '.join(who)}" if who else ""
-    return [
-        FieldChange(
-            f"objects.{key}",
-            {d.path: d.live for d in drifts},
-            {d.path: d.want for d in drifts},
-            How.UPDATE,
-            f"{CHANGED_IN_CLUSTER}{by}: up applies fmctl's fields again",
-            drift=True,
-        )
-    ]

@@ -19,6 +19,7 @@ from provisioner.resources.fsx_dra import RepositoryLink
 from provisioner.resources.gateways import ElasticIp, InternetGateway, NatGateway
 from provisioner.resources.iam import ManagedPolicy, Role
 from provisioner.resources.kms import KmsKey
+from provisioner.resources.kube_chart import KubeChart
 from provisioner.resources.kube_stack import KubeStack
 from provisioner.resources.launch_template import LaunchTemplate
 from provisioner.resources.logs import LogGroup
@@ -64,6 +65,7 @@ def kinds() -> dict[str, AnyKind]:
         Nodegroup(),
         Addon(),
         PodIdentity(),
+        KubeChart(),
         KubeStack(),
         ParallelClusterCheck(),
         ParallelClusterKind(),

@@ -294,7 +294,7 @@ def _create_cluster(s: Eks, call: p.Call, base: str) -> dict[str, Any]:
     s.clusters[(region, name)] = Item(data, s._after("cluster-create"))
     _log_group_for(s.account, region, name, data["logging"])
     s.endpoints[(region, name)] = endpoint
-    s.kube.ensure(endpoint, name)
+    s.kube.ensure(endpoint, name, version)
     if q.get("accessConfig", {}).get("bootstrapClusterCreatorAdminPermissions", True):
         creator = f"arn:aws:iam::{s.account}:user/sandbox"
         s.access[(region, name, creator)] = access_entry(
@@ -372,6 +372,7 @@ def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any
             f"Nodegroups {', '.join(behind)} must be on the cluster's version {current} "
             "before the cluster is updated",
         )
+    endpoint = s.endpoints.get((call.region, name), "")
     update = start_update(
         s,
         item,
@@ -379,6 +380,7 @@ def _update_version(s: Eks, call: p.Call, base: str, name: str) -> dict[str, Any
         [("Version", asked), ("PlatformVersion", "eks.1")],
         {"version": asked, "platformVersion": "eks.1"},
         "cluster-version",
+        done=lambda: s.kube.set_version(endpoint, asked),
     )
     return {"update": update}
 

@@ -47,6 +47,7 @@ from urllib.parse import parse_qs, unquote
 
 from provisioner.sandbox.kube_apply import fields_v1, merge, owned, owners_of
 from provisioner.sandbox.kube_controllers import reconcile
+from provisioner.sandbox.kube_crds import checked, define, selects, undefine
 from provisioner.sandbox.kube_evict import evict
 from provisioner.sandbox.kube_jobs import step
 from provisioner.sandbox.kube_model import (
@@ -57,7 +58,8 @@ from provisioner.sandbox.kube_model import (
     Hardware,
 )
 from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_owners
-from provisioner.sandbox.kube_resources import JOBS, RESOURCES, SHORT_NAMES, VERBS
+from provisioner.sandbox.kube_resources import JOBS, VERBS, Served, served
+from provisioner.sandbox.kube_webhooks import refuse_by_webhook
 from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
 
 
@@ -72,13 +74,13 @@ class KubeServer:
     node_tools: str | None = None
 
     # -- what the EKS shim calls -------------------------------------------------------
-    def ensure(self, cluster: str, name: str) -> None:
-        """Create the API at endpoint ``cluster`` of the EKS cluster ``name``, with the
-        namespaces every cluster starts with."""
+    def ensure(self, cluster: str, name: str, version: str = "1.33") -> None:
+        """Create the API at endpoint ``cluster`` of the EKS cluster ``name`` (Kubernetes
+        ``version``), with the namespaces every cluster starts with."""
         with self.lock:
             if cluster in self.clusters:
                 return
-            c = self.clusters[cluster] = Cluster(name)
+            c = self.clusters[cluster] = Cluster(name, version=version)
             for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
                 self._put(
                     c,
@@ -86,6 +88,13 @@ class KubeServer:
                     "",
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                 )
+
+    def set_version(self, cluster: str, version: str) -> None:
+        """The control plane was upgraded to ``version``."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is not None:
+                c.version = version
 
     def drop(self, cluster: str) -> None:
         """The cluster was deleted."""
@@ -236,7 +245,7 @@ class KubeServer:
         body: bytes,
     ) -> Any:
         parts = [unquote(p) for p in path.split("/") if p]
-        discovery = _discovery(parts)
+        discovery = _discovery(parts, served(c.version, c.crds), c.version)
         if discovery is not None:
             return discovery
         if method == "GET" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "log":
@@ -245,24 +254,36 @@ class KubeServer:
             evict(c, parts[3], parts[5])
             self._settle(c, "pods")  # a workload's pod is made again where it fits
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
-        plural, namespace, name = _target(parts)
+        res, version, namespace, name = _target(parts, served(c.version, c.crds))
+        plural = res.plural
         if method == "GET" and name:
             return self._get(c, plural, namespace, name)
         if method == "GET":
-            return self._list(c, plural, namespace, query.get("labelSelector", [""])[0])
+            selector = query.get("labelSelector", [""])[0]
+            return self._list(c, res, version, namespace, selector)
         ctype = headers.get("content-type", "")
+        strict = query.get("fieldValidation", [""])[0] == "Strict"
+        if method in ("PATCH", "POST"):
+            operation = (
+                "CREATE"
+                if method == "POST" or (plural, namespace, name) not in (c.objects)
+                else "UPDATE"
+            )
+            refuse_by_webhook(c, res, namespace, operation, lambda: self._settle(c, "deployments"))
         if method == "PATCH" and name and "apply-patch" in ctype:
             manager = query.get("fieldManager", [""])[0]
             if not manager:
                 raise ApiError(422, "Invalid", "fieldManager is required for apply patch")
             force = query.get("force", ["false"])[0] == "true"
-            return self._apply(c, plural, namespace, name, _load(body), manager, force)
+            return self._apply(
+                c, res, version, namespace, name, _load(body), manager, force, strict=strict
+            )
         if method == "PATCH" and name:
             manager = query.get("fieldManager", ["kubectl-patch"])[0]
-            return self._patch(c, plural, namespace, name, ctype, _load(body), manager)
+            return self._patch(c, res, version, namespace, name, ctype, _load(body), manager)
         if method == "POST" and not name:
             manager = query.get("fieldManager", ["kubectl-create"])[0]
-            return self._create(c, plural, namespace, _load(body), manager)
+            return self._create(c, res, version, namespace, _load(body), manager, strict)
         if method == "DELETE" and name:
             return self._delete(c, plural, namespace, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
@@ -303,20 +324,21 @@ class KubeServer:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
         return copy.deepcopy(obj)
 
-    def _list(self, c: Cluster, plural: str, namespace: str, selector: str) -> dict[str, Any]:
-        self._settle(c, plural)
-        wanted = dict(t.split("=", 1) for t in selector.split(",") if "=" in t)
+    def _list(
+        self, c: Cluster, res: Served, version: str, namespace: str, selector: str
+    ) -> dict[str, Any]:
+        self._settle(c, res.plural)
+        match = selects(selector)
         items = [
             copy.deepcopy(obj)
             for (p, ns, _), obj in sorted(c.objects.items())
-            if p == plural
+            if p == res.plural
             and (not namespace or ns == namespace)
-            and all(obj["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+            and match(obj["metadata"].get("labels") or {})
         ]
-        group, version, kind, _ = RESOURCES[plural]
         return {
-            "apiVersion": f"{group}/{version}".lstrip("/"),
-            "kind": f"{kind}List",
+            "apiVersion": res.api_version(version),
+            "kind": f"{res.kind}List",
             "metadata": {"resourceVersion": str(next(self.versions))},
             "items": items,
         }
@@ -324,31 +346,33 @@ class KubeServer:
     def _apply(
         self,
         c: Cluster,
-        plural: str,
+        res: Served,
+        version: str,
         namespace: str,
         name: str,
         applied: dict[str, Any],
         manager: str,
         force: bool,
         operation: str = "Apply",
+        strict: bool = False,
     ) -> dict[str, Any]:
-        group, version, kind, namespaced = RESOURCES[plural]
-        want = f"{group}/{version}".lstrip("/")
-        if applied.get("apiVersion") != want or applied.get("kind") != kind:
+        plural = res.plural
+        want = res.api_version(version)
+        if applied.get("apiVersion") != want or applied.get("kind") != res.kind:
             raise ApiError(
                 400,
                 "BadRequest",
                 f"body is {applied.get('apiVersion')} "
-                f"{applied.get('kind')}, the URL is {want} {kind}",
+                f"{applied.get('kind')}, the URL is {want} {res.kind}",
             )
         meta = applied.get("metadata") or {}
         if meta.get("name") != name:
             raise ApiError(400, "BadRequest", "the name in the body differs from the URL's")
-        if namespaced and ("namespaces", "", namespace) not in c.objects:
+        if res.namespaced and ("namespaces", "", namespace) not in c.objects:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
         body = copy.deepcopy(applied)
         body["metadata"].pop("managedFields", None)
-        if namespaced:
+        if res.namespaced:
             body["metadata"]["namespace"] = namespace
         live = c.objects.get((plural, namespace, name))
         if live is None:
@@ -358,14 +382,18 @@ class KubeServer:
             obj, owners = merge(live, body, manager, force)
             if obj == live:
                 return copy.deepcopy(live)
+        obj = checked(res, version, obj, live, strict)
         _record(obj, live, owners, {manager: operation}, want)
         self._put(c, plural, namespace, obj, live)
+        if plural == "customresourcedefinitions":
+            define(c, obj)
         return copy.deepcopy(c.objects[(plural, namespace, name)])
 
     def _patch(
         self,
         c: Cluster,
-        plural: str,
+        res: Served,
+        version: str,
         namespace: str,
         name: str,
         ctype: str,
@@ -373,6 +401,7 @@ class KubeServer:
         manager: str,
     ) -> dict[str, Any]:
         """A JSON merge or strategic merge patch of an existing object (``kube_patch``)."""
+        plural = res.plural
         live = c.objects.get((plural, namespace, name))
         if live is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
@@ -396,22 +425,29 @@ class KubeServer:
             raise ApiError(400, "BadRequest", "a patch may not change the name or namespace")
         if obj == live:
             return copy.deepcopy(live)
-        group, version, _, _ = RESOURCES[plural]
+        obj = checked(res, version, obj, live, strict=False)
         owners = update_owners(live, obj, owners_of(live), manager)
-        _record(obj, live, owners, {manager: "Update"}, f"{group}/{version}".lstrip("/"))
+        _record(obj, live, owners, {manager: "Update"}, res.api_version(version))
         self._put(c, plural, namespace, obj, live)
         return copy.deepcopy(c.objects[(plural, namespace, name)])
 
     def _create(
-        self, c: Cluster, plural: str, namespace: str, body: dict[str, Any], manager: str
+        self,
+        c: Cluster,
+        res: Served,
+        version: str,
+        namespace: str,
+        body: dict[str, Any],
+        manager: str,
+        strict: bool = False,
     ) -> dict[str, Any]:
         """POST to a collection: a new object, or AlreadyExists."""
         name = (body.get("metadata") or {}).get("name", "")
         if not name:
             raise ApiError(422, "Invalid", "metadata.name: Required value")
-        if (plural, namespace, name) in c.objects:
-            raise ApiError(409, "AlreadyExists", f'{plural} "{name}" already exists')
-        return self._apply(c, plural, namespace, name, body, manager, False, "Update")
+        if (res.plural, namespace, name) in c.objects:
+            raise ApiError(409, "AlreadyExists", f'{res.plural} "{name}" already exists')
+        return self._apply(c, res, version, namespace, name, body, manager, False, "Update", strict)
 
     def _delete(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:
         obj = c.objects.pop((plural, namespace, name), None)
@@ -420,6 +456,8 @@ class KubeServer:
         if plural == "namespaces":
             for key in [k for k in c.objects if k[1] == name]:
                 del c.objects[key]
+        if plural == "customresourcedefinitions":
+            undefine(c, obj)
         if plural == "jobs":  # background propagation: the Job's pods go with it
             for key, pod in list(c.objects.items()):
                 labels = pod["metadata"].get("labels", {})
@@ -497,55 +535,74 @@ def _load(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _target(parts: list[str]) -> tuple[str, str, str]:
-    """(plural, namespace, name) of a resource path."""
-    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+def _target(parts: list[str], known: dict[str, Served]) -> tuple[Served, str, str, str]:
+    """(resource, version, namespace, name) of a resource path; 404 for a resource the
+    cluster does not serve at that group and version."""
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 3:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise ApiError(404, "NotFound", f"the server could not find /{'/'.join(parts)}")
     namespace = ""
     if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
         namespace, rest = rest[1], rest[2:]
-    if not rest or rest[0] not in RESOURCES:
-        raise ApiError(404, "NotFound", f"the server could not find /{'/'.join(parts)}")
-    return rest[0], namespace, rest[1] if len(rest) > 1 else ""
+    res = known.get(rest[0]) if rest else None
+    if res is None or res.group != group or version not in res.versions:
+        raise ApiError(
+            404,
+            "NotFound",
+            f"the server could not find the requested resource (/{'/'.join(parts)})",
+        )
+    return res, version, namespace, rest[1] if len(rest) > 1 else ""
 
 
-def _discovery(parts: list[str]) -> dict[str, Any] | None:
+def _discovery(parts: list[str], known: dict[str, Served], kube: str) -> dict[str, Any] | None:
     if parts == ["api"]:
         return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
     if parts == ["apis"]:
-        groups = sorted({g for g, *_ in RESOURCES.values() if g})
+        groups: dict[str, list[str]] = {}
+        for res in known.values():
+            if res.group:
+                seen = groups.setdefault(res.group, [])
+                seen += [v for v in res.versions if v not in seen]
         return {
             "kind": "APIGroupList",
             "apiVersion": "v1",
             "groups": [
                 {
                     "name": g,
-                    "versions": [{"groupVersion": f"{g}/v1", "version": "v1"}],
-                    "preferredVersion": {"groupVersion": f"{g}/v1", "version": "v1"},
+                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
+                    "preferredVersion": {
+                        "groupVersion": f"{g}/{versions[0]}",
+                        "version": versions[0],
+                    },
                 }
-                for g in groups
+                for g, versions in sorted(groups.items())
             ],
         }
-    if parts in (["api", "v1"],) or (len(parts) == 3 and parts[0] == "apis"):
-        group = "" if parts[0] == "api" else parts[1]
+    if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
+        group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
         return {
             "kind": "APIResourceList",
             "apiVersion": "v1",
-            "groupVersion": f"{group}/v1".lstrip("/"),
+            "groupVersion": f"{group}/{version}".lstrip("/"),
             "resources": [
                 {
-                    "name": plural,
-                    "kind": kind,
-                    "namespaced": ns,
-                    "singularName": kind.lower(),
+                    "name": res.plural,
+                    "kind": res.kind,
+                    "namespaced": res.namespaced,
+                    "singularName": res.kind.lower(),
                     "verbs": VERBS,
-                    **({"shortNames": SHORT_NAMES[plural]} if plural in SHORT_NAMES else {}),
+                    **({"shortNames": res.short_names} if res.short_names else {}),
                 }
-                for plural, (g, _, kind, ns) in RESOURCES.items()
-                if g == group
+                for res in known.values()
+                if res.group == group and version in res.versions
             ],
         }
     if parts == ["version"]:
-        return {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fmctl-sandbox"}
+        minor = kube.split(".")[1]
+        return {"major": "1", "minor": minor, "gitVersion": f"v{kube}.0-fmctl-sandbox"}
     return None
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner.sandbox.crd_schema import Crd
+
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 #: Kinds whose status the controllers below keep; reading others needs no reconcile.
 RECONCILED = {"nodes", "daemonsets", "deployments", "statefulsets", "persistentvolumeclaims"}
@@ -43,3 +45,7 @@ class Cluster:
     #: What each pod's container printed: (namespace, pod) -> text.
     #: (namespace, pod) -> container -> what it printed
     logs: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    #: The cluster's Kubernetes version (EKS's), which decides what some groups serve.
+    version: str = "1.33"
+    #: The kinds CustomResourceDefinitions added, by plural.
+    crds: dict[str, Crd] = field(default_factory=dict)
