@@ -323,7 +323,8 @@ def _applied(c: ClusterContext, path: str) -> bool:
 def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
     c = p.c
     pools = tuple(
-        PoolCheck(x.name, x.count, x.gpus, x.efa_devices if x.efa else 0) for x in c.pools
+        PoolCheck(x.name, x.count, x.gpus, x.efa_devices if x.efa else 0, x.itype.ultra_server)
+        for x in c.pools
     )
     ids = [i.id for i in p.items]
     params = StackParams(

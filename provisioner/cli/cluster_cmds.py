@@ -44,6 +44,17 @@ def _print_kube(kube: Any) -> None:
         click.echo("  stack:")
         for row in kube.stack:
             click.echo(f"    {row}")
+    for queue in kube.queues:
+        click.echo(f"  queue {queue.name}: {queue.admitted} admitted, {queue.pending} pending")
+        for w in queue.workloads:
+            where = f"{w.namespace}/{w.name}"
+            said = f"on {w.flavor}" if w.state == "admitted" else w.reason
+            click.echo(f"    {where:<44} {w.state:<9} {w.pods:>3} pods  {said}")
+    if kube.domains:
+        click.echo("  compute domains:")
+        for d in kube.domains:
+            where = f"{d.namespace}/{d.name}"
+            click.echo(f"    {where:<44} {d.status:<9} {d.ready}/{d.nodes} nodes ready")
 
 
 @click.command("down", cls=GuardedCommand)

@@ -61,6 +61,9 @@ class KubeApi(Protocol):
         """Mark the node unschedulable (`kubectl cordon`), with ``labels`` set (None:
         removed) in the same change."""
 
+    def label(self, node: str, labels: dict[str, str | None]) -> None:
+        """Set (None: remove) labels of a node, its other fields left as they are."""
+
     def evict(self, namespace: str, pod: str) -> bool:
         """Ask the API to evict the pod (policy/v1 Eviction: its disruption budgets are
         respected); True when it went (or was gone), False when a budget forbids it now."""
@@ -304,6 +307,16 @@ class KubeClient:
             f"/api/v1/nodes/{node}",
             [("fieldManager", self._manager)],
             body,
+            "application/merge-patch+json",
+        )
+
+    def label(self, node: str, labels: dict[str, str | None]) -> None:
+        # A JSON merge patch of the labels alone (RFC 7386: null removes one).
+        self._call(
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            [("fieldManager", self._manager)],
+            {"metadata": {"labels": labels}},
             "application/merge-patch+json",
         )
 

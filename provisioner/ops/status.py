@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.ops.pcs_status import PcsStatus
+from provisioner.ops.queue_status import DomainRow, QueueRow, domains, queues
 from provisioner.ops.target import Target, kubeconfig_path, make_context, pcluster_command
 from provisioner.resources.base import Owned
 from provisioner.spec.model import ClusterSpec
@@ -74,6 +75,9 @@ class KubeStatus:
     addons: tuple[tuple[str, str, str], ...] = ()
     pools: tuple[tuple[str, tuple[NodeRow, ...]], ...] = ()
     stack: tuple[StackRow, ...] = ()
+    #: Kueue's ClusterQueues and their workloads; NVIDIA's ComputeDomains.
+    queues: tuple[QueueRow, ...] = ()
+    domains: tuple[DomainRow, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: what the text shows, and whether all of it is healthy (every
@@ -87,6 +91,8 @@ class KubeStatus:
                 {"pool": pool, "nodes": [n.as_data() for n in rows]} for pool, rows in self.pools
             ],
             "stack": [row.as_data() for row in self.stack],
+            "queues": [q.as_data() for q in self.queues],
+            "computeDomains": [d.as_data() for d in self.domains],
             "healthy": self.status == "ACTIVE"
             and all(n.ready and n.problem is None for n in nodes)
             and all(r.ready >= r.desired for r in self.stack)
@@ -297,10 +303,11 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
             row = NodeRow(node["metadata"]["name"], ready, gpus, efa, problem)
             pools.setdefault(pool, []).append(row)
         stack = _stack_health(api)
+        queue_rows, domain_rows = queues(api), domains(api)
     finally:
         api.close() if hasattr(api, "close") else None
     rows = tuple((pool, tuple(nodes)) for pool, nodes in sorted(pools.items()))
-    return KubeStatus(status, version, tuple(addons), rows, tuple(stack))
+    return KubeStatus(status, version, tuple(addons), rows, tuple(stack), queue_rows, domain_rows)
 
 
 #: The well-known label the kubelet sets to the node's EC2 instance type (Kubernetes'

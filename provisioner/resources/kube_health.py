@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.kube import KubeApi
+from provisioner.render.queueing import ULTRASERVER_LABEL
 from provisioner.resources.tags import OWNER_TAG
 
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
@@ -25,6 +26,8 @@ class PoolCheck:
     count: int
     gpus: int
     efa: int
+    #: UltraServer nodes: each must carry its UltraServer's label (Kueue places by it).
+    ultra_server: bool = False
 
 
 def not_ready(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
@@ -89,6 +92,8 @@ def node_problems(api: KubeApi, pools: Sequence[PoolCheck]) -> list[str]:
                 problems.append(
                     f"node {name} ({pool.pool}) advertises {gpus} {GPU}, expected {pool.gpus}"
                 )
+            if pool.ultra_server and ULTRASERVER_LABEL not in (n["metadata"].get("labels") or {}):
+                problems.append(f"node {name} ({pool.pool}) has no {ULTRASERVER_LABEL} label yet")
             if efa != pool.efa:
                 problems.append(
                     f"node {name} ({pool.pool}) advertises {efa} {EFA}, expected {pool.efa}: "
@@ -107,6 +112,8 @@ def pool_nodes(api: KubeApi, pools: Sequence[PoolCheck]) -> frozenset[tuple[str,
         for n in api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}"):
             if not _ready(n) or n.get("spec", {}).get("unschedulable"):
                 continue
+            if pool.ultra_server and ULTRASERVER_LABEL not in (n["metadata"].get("labels") or {}):
+                continue  # not placed by Kueue until `up` labels it
             alloc = n.get("status", {}).get("allocatable", {})
             key = (pool.pool, int(alloc.get(GPU, 0)), int(alloc.get(EFA, 0)))
             out[key] = out.get(key, 0) + 1

@@ -48,6 +48,7 @@ from provisioner.resources.kube_objects import (
     key_of,
     stamp,
 )
+from provisioner.resources.kube_ultraserver import label_ultraservers
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
 
@@ -424,7 +425,9 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
 
         def probe() -> bool | None:
             nonlocal last
+            labeled = label_ultraservers(ctx, api, params.pools)
             last = not_ready(api, objects, ctx.cluster) + node_problems(api, params.pools)
+            last += [p for p in labeled if p not in last]
             return True if not last else None
 
         try:

@@ -13,6 +13,7 @@ from provisioner.sandbox.protocol import Call
 from provisioner.sandbox.topology import (
     RESERVATION_IDS_PER_CALL,
     TOPOLOGY_FAMILIES,
+    NodePlace,
     network_nodes,
     reservation_places,
     ultraservers,
@@ -26,6 +27,15 @@ class World(Protocol):
 
     account: str
     reservations: dict[tuple[str, str], dict[str, Any]]
+
+    @property
+    def eks(self) -> NodeGroups: ...
+
+
+class NodeGroups(Protocol):
+    """The EKS shim's node-group instances (``eks.Eks.instance_places``)."""
+
+    def instance_places(self, region: str) -> list[tuple[str, str, str, NodePlace]]: ...
 
 
 def in_region(table: dict[tuple[str, str], Any], region: str) -> dict[str, Any]:
@@ -113,5 +123,23 @@ def describe_instance_topology(s: World, call: Call) -> Answer:
         }
         if block:
             item["capacityBlockId"] = block
+        items.append(item)
+    # The EKS node groups' instances (the sandbox makes them as nodes, not moto instances).
+    for instance, itype, az, place in s.eks.instance_places(call.region):
+        if not place.network or (ids and instance not in ids):
+            continue
+        if "instance-type" in filters and itype not in filters["instance-type"]:
+            continue
+        if "availability-zone" in filters and az not in filters["availability-zone"]:
+            continue
+        item = {
+            "instanceId": instance,
+            "instanceType": itype,
+            "networkNodeSet": list(place.network),
+            "availabilityZone": az,
+            "zoneId": f"use1-az{ord(az[-1]) - 96}",
+        }
+        if place.block:
+            item["capacityBlockId"] = place.block
         items.append(item)
     return p.ec2_response("DescribeInstanceTopology", {"instanceSet": items})

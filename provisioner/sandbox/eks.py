@@ -56,7 +56,7 @@ from provisioner.sandbox.eks_model import (
 from provisioner.sandbox.eks_parts import HANDLERS as PART_HANDLERS
 from provisioner.sandbox.eks_parts import access_entry
 from provisioner.sandbox.kube import KubeServer
-from provisioner.sandbox.topology import layer_labels
+from provisioner.sandbox.topology import LAYER_LABEL, NodePlace, node_group_places
 
 Answer = tuple[int, dict[str, str], bytes]
 #: The Deployment (in kube-system) of the AWS Load Balancer Controller's Helm chart.
@@ -88,6 +88,24 @@ class Eks:
     reservation_source: Callable[[str, str], dict[str, Any] | None] = field(
         default=lambda region, rid: None
     )
+
+    def instance_places(self, region: str) -> list[tuple[str, str, str, NodePlace]]:
+        """(instance id, type, zone, place) of every node-group instance in ``region``:
+        what DescribeInstanceTopology answers for them (the sandbox's node groups launch no
+        moto instances)."""
+        out = []
+        zone = f"{region}a"
+        for (r, _, name), item in sorted(self.nodegroups.items()):
+            if r != region or item.data.get("status") not in ("ACTIVE", "UPDATING"):
+                continue
+            template = template_data(self.account, region, item.data.get("launchTemplate"))
+            itype, _ = hardware(template or {}, item.data)
+            slots = node_slots(region, item.data)
+            for instance, place in node_group_places(
+                self.account, zone, name, itype, slots
+            ).items():
+                out.append((instance, itype, zone, place))
+        return out
 
     def reservation(self, region: str, rid: str) -> dict[str, Any] | None:
         """A capacity reservation of the account (the EC2 shim's), None when unknown."""
@@ -210,6 +228,8 @@ class Eks:
             ng["_slots"] = []
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
         zone = f"{region}a"
+        slots = node_slots(region, ng)
+        places = node_group_places(self.account, zone, ng["nodegroupName"], itype, slots)
         nodes = [
             {
                 "name": f"ip-10-0-{subnet}-{index}.ec2.internal",
@@ -218,14 +238,18 @@ class Eks:
                 "provider_id": f"aws:///{zone}/{instance}",
                 "labels": {
                     **ng.get("labels", {}),
-                    **layer_labels(self.account, zone, instance, itype),
+                    **{
+                        LAYER_LABEL.format(i): node
+                        for i, node in enumerate(places[instance].network, 1)
+                    },
                 },
                 "taints": taints,
                 "gpus": gpus_of(itype),
                 "efa": efa,
                 "instance_type": itype,
+                "clique": places[instance].clique,
             }
-            for index, instance in node_slots(region, ng)
+            for index, instance in slots
         ]
         endpoint = self.endpoints.get((region, ng["clusterName"]), "")
         self.kube.sync(endpoint, ng["nodegroupName"], nodes)

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from provisioner.sandbox import kube_dra as dra
+from provisioner.sandbox import kube_kueue as kueue
 from provisioner.sandbox.kube_apply import fields_v1, merge, owned, owners_of
 from provisioner.sandbox.kube_controllers import reconcile
 from provisioner.sandbox.kube_crds import checked, define, selects, undefine
@@ -58,9 +60,12 @@ from provisioner.sandbox.kube_model import (
     Hardware,
 )
 from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_owners
-from provisioner.sandbox.kube_resources import JOBS, VERBS, Served, served
+from provisioner.sandbox.kube_resources import JOBS, QUEUED, VERBS, Served, served
 from provisioner.sandbox.kube_webhooks import refuse_by_webhook
 from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
+
+#: Label prefixes EKS and the kubelet set on a node: theirs, never kept from before a sync.
+_EKS_LABELS = ("eks.amazonaws.com/", "topology.k8s.aws/", "kubernetes.io/", "node.kubernetes.io/")
 
 
 @dataclass
@@ -123,6 +128,14 @@ class KubeServer:
                     "node.kubernetes.io/instance-type": n["instance_type"],
                 }
                 existing = c.objects.get(("nodes", "", n["name"]))
+                # Labels others put on the node (`kubectl label`, fmctl's UltraServer label)
+                # stay: the node group manages its own labels, not the node's every label.
+                added = {
+                    k: v
+                    for k, v in ((existing or {}).get("metadata", {}).get("labels") or {}).items()
+                    if k not in labels and not k.startswith(_EKS_LABELS)
+                }
+                labels = {**added, **labels}
                 status = (existing or {}).get("status") or {
                     "conditions": [{"type": "Ready", "status": "True"}]
                 }
@@ -137,7 +150,7 @@ class KubeServer:
                     "status": status,
                 }
                 self._put(c, "nodes", "", node, existing)
-                c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"])
+                c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"], n.get("clique", ""))
 
     def cordon(self, cluster: str, nodegroup: str) -> None:
         """A node group's nodes take no new pods (EKS cordons them as it deletes the group,
@@ -291,12 +304,21 @@ class KubeServer:
     # -- operations ----------------------------------------------------------------------
     def _settle(self, c: Cluster, plural: str) -> None:
         """Bring what ``plural``'s objects report up to now."""
-        if plural in RECONCILED or plural in JOBS:
+        put = lambda p, ns, obj: self._put(c, p, ns, obj)  # noqa: E731
+        queued = plural in JOBS or plural in QUEUED
+        if plural in RECONCILED or queued:
             reconcile(c)
-        if plural in JOBS or plural in OWNER_KIND:
-            reconcile_pods(c, lambda p, ns, obj: self._put(c, p, ns, obj))
-        if plural in JOBS:
-            step(c, lambda p, ns, obj: self._put(c, p, ns, obj), self.node_tools)
+        if queued or plural in OWNER_KIND:
+            reconcile_pods(c, put)
+        if queued:
+            # Kueue admits and lifts its gates, the Job controller makes and binds pods, and
+            # again: what one pass made (a gated pod) the next moves on.
+            for _ in range(2):
+                kueue.reconcile(c, put)
+                dra.reconcile(c, put)
+                step(c, put, self.node_tools)
+            kueue.reconcile(c, put)
+            dra.reconcile(c, put)
 
     def _log(self, c: Cluster, namespace: str, name: str, container: str) -> str:
         """A container's log; with more than one container the API server wants it named."""

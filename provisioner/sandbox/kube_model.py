@@ -32,6 +32,8 @@ class Hardware:
 
     gpus: int
     efa: int
+    #: The NVLink clique its GPUs are in (UltraServers; "" elsewhere).
+    clique: str = ""
 
 
 @dataclass

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 
 #: Kinds whose objects the Job controller and kubelet move on (``kube_jobs``).
 JOBS = {"jobs", "pods"}
+#: Kinds Kueue's and the DRA driver's stand-ins keep (``kube_kueue``, ``kube_dra``).
+QUEUED = {
+    "workloads",
+    "clusterqueues",
+    "localqueues",
+    "computedomains",
+    "resourceclaimtemplates",
+}
 #: plural -> (group, version, kind, namespaced) of the built-in resources (the version of
 #: ``resource.k8s.io`` is the cluster's: ``dra_version``).
 RESOURCES: dict[str, tuple[str, str, str, bool]] = {

@@ -4,6 +4,7 @@ EKS puts on the sandbox's Kubernetes nodes)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 #: Instance families DescribeInstanceTopology answers for (the rest: not in the answer).
@@ -117,3 +118,42 @@ def reservation_places(account: str, reservation: dict[str, Any]) -> dict[str, A
         if family in ULTRASERVERS:
             item["capacityBlockId"] = "cb-" + node_id(account, f"{az}/block/{rid}")[3:]
     return item
+
+
+@dataclass(frozen=True)
+class NodePlace:
+    """Where a node-group instance sits: its network nodes (top first), its UltraServer's
+    capacityBlockId and its NVLink clique ("" outside UltraServers)."""
+
+    network: tuple[str, ...]
+    block: str = ""
+    clique: str = ""
+
+
+def node_group_places(
+    account: str, zone: str, nodegroup: str, itype: str, slots: list[tuple[int, str]]
+) -> dict[str, NodePlace]:
+    """The places of a node group's instances (``slots``: (index, instance id), as
+    ``eks.node_slots`` gives them). An UltraServer family's instances go 18 to an UltraServer
+    by their index (the sandbox's choice, as for moto's instances): all of one share its
+    network nodes, its capacityBlockId and its clique (the DRA driver's ``<cluster UUID>.
+    <clique id>``, read from each GPU's fabric info on a real node)."""
+    import uuid
+
+    family = itype.split(".")[0]
+    size = ULTRASERVERS.get(family)
+    out: dict[str, NodePlace] = {}
+    for index, instance in slots:
+        if family not in TOPOLOGY_FAMILIES:
+            out[instance] = NodePlace(())
+        elif size:
+            server = f"{zone}/{nodegroup}/ultraserver/{index // size}"
+            fabric = uuid.uuid5(uuid.NAMESPACE_URL, f"{account}/{zone}/{nodegroup}")
+            out[instance] = NodePlace(
+                tuple(network_nodes(account, zone, server, family)),
+                "cb-" + node_id(account, server)[3:],
+                f"{fabric}.{index // size}",
+            )
+        else:
+            out[instance] = NodePlace(tuple(network_nodes(account, zone, instance, family)))
+    return out

@@ -1,0 +1,625 @@
+"""The sandbox's stand-in for Kueue's admission: what a queued Job goes through once Kueue's
+chart runs in the sandbox cluster (its CRDs served, its controller Deployment available).
+
+What it does, after Kueue 0.19 (``pkg/controller/jobs/job``, ``pkg/scheduler``,
+``pkg/cache`` TAS, ``pkg/controller/tas/topology_ungater.go``, ``pkg/dra``):
+
+- A Job labelled ``kueue.x-k8s.io/queue-name`` (with ``batch/job`` among the configuration's
+  integrations) gets a Workload ``job-NAME-HASH`` in its namespace: one pod set ``main`` of
+  ``parallelism`` pods, its template, and the topology request its pod-template annotation
+  makes (required / preferred level, the completion index as the rank label).
+- A pending Workload is admitted whole or not at all, in creation order: its LocalQueue and
+  ClusterQueue must exist; every resource its pods request must be covered by the
+  ClusterQueue ("resource ... unavailable in ClusterQueue"); a ResourceClaimTemplate's
+  devices count by the configuration's ``deviceClassMappings`` ("DeviceClass ... is not
+  mapped in DRA configuration"); the first flavor whose node labels agree with the pods'
+  node selector and whose unused nominal quota holds the whole gang is chosen; with a
+  Topology, the gang must fit the free GPUs and EFA devices of the flavor's Ready,
+  schedulable nodes within one domain of the requested level (required), or of the
+  tightest level that holds it (preferred). Otherwise it stays pending, with Kueue's reason.
+- Admitted: the Workload's status carries the flavors, usage and the topology assignment
+  (v1beta2's compact form), the Job is unsuspended with the flavor's node labels and
+  tolerations and Kueue's topology scheduling gate on its template, and each pod, once
+  made, is given its node by rank: the domains in the assignment's order, as the ungater
+  does, so consecutive ranks share the tightest domain.
+- A finished Job's Workload is Finished and its quota free; a deleted Job's Workload goes.
+  ClusterQueue and LocalQueue status count pending and admitted workloads.
+
+Left out: preemption, cohorts and borrowing, fair sharing, priorities, waitForPodsReady's
+eviction, admission checks, partial admission; topology fit counts GPUs and EFA devices per
+node (what the sandbox's scheduler accounts), CPU, memory and hugepages against quota only;
+the domain chosen among those that fit is the one with the least room (best fit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from fractions import Fraction
+from typing import Any
+
+from provisioner.sandbox.kube_controllers import admits
+from provisioner.sandbox.kube_model import EFA, GPU, Cluster
+
+Put = Callable[[str, str, dict[str, Any]], None]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GATE = "kueue.x-k8s.io/topology"
+WORKLOAD_ANNOTATION = "kueue.x-k8s.io/workload"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+HOSTNAME = "kubernetes.io/hostname"
+API = "kueue.x-k8s.io/v1beta2"
+TOPOLOGY_ANNOTATIONS = ("required", "preferred", "unconstrained")
+_SUFFIX: dict[str, int | Fraction] = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "m": Fraction(1, 1000),
+}
+
+
+def quantity(text: Any) -> Fraction:
+    """A Kubernetes quantity ("64Gi", "500m", 16) as a number."""
+    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(text).strip())
+    if match is None:
+        return Fraction(0)
+    scale: int | Fraction = _SUFFIX.get(match.group(2), 1)
+    return Fraction(match.group(1)) * scale
+
+
+def _show(value: Fraction) -> str:
+    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
+
+
+def config(c: Cluster) -> dict[str, Any] | None:
+    """Kueue's configuration when Kueue runs in the cluster (its Workload CRD served and its
+    controller available), else None."""
+    import yaml
+
+    if "workloads" not in c.crds:
+        return None
+    for (plural, namespace, _), deployment in c.objects.items():
+        if plural != "deployments":
+            continue
+        pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+        images = [ct.get("image", "") for ct in pod.get("containers", [])]
+        if not any("/kueue/kueue:" in i or i.startswith("kueue:") for i in images):
+            continue
+        if int((deployment.get("status") or {}).get("availableReplicas", 0) or 0) < 1:
+            return None
+        for (p, ns, _), cm in c.objects.items():
+            text = ((cm.get("data") or {}) if p == "configmaps" and ns == namespace else {}).get(
+                "controller_manager_config.yaml"
+            )
+            if text:
+                loaded = yaml.safe_load(text)
+                return loaded if isinstance(loaded, dict) else {}
+        return {}
+    return None
+
+
+def reconcile(c: Cluster, put: Put) -> None:
+    """Move every queued Job's Workload on as far as it can go now."""
+    cfg = config(c)
+    if cfg is None:
+        return
+    frameworks = ((cfg.get("integrations") or {}).get("frameworks")) or ["batch/job"]
+    if "batch/job" not in frameworks:
+        return
+    jobs = {
+        (ns, name): job
+        for (plural, ns, name), job in sorted(c.objects.items())
+        if plural == "jobs" and QUEUE_LABEL in (job["metadata"].get("labels") or {})
+    }
+    for (ns, name), job in jobs.items():
+        _ensure_workload(c, put, ns, name, job)
+    for key, wl in list(c.objects.items()):
+        if key[0] != "workloads":
+            continue
+        owner = _owner_job(wl)
+        mine = jobs.get((key[1], owner)) if owner else None
+        if owner and mine is None:
+            del c.objects[key]  # the Job is gone: its Workload goes with it (owner reference)
+            continue
+        if mine is not None and _job_finished(mine) and not _condition(wl, "Finished"):
+            _set(wl, "Finished", "True", "Succeeded", "Job finished")
+    pending = sorted(
+        (wl for (p, _, _), wl in c.objects.items() if p == "workloads" and _is_pending(wl)),
+        key=lambda w: (w["metadata"].get("creationTimestamp", ""), w["metadata"]["name"]),
+    )
+    for wl in pending:
+        _admit(c, cfg, wl, jobs)
+    _ungate(c, jobs)
+    _queue_status(c)
+
+
+def _ensure_workload(c: Cluster, put: Put, ns: str, name: str, job: dict[str, Any]) -> None:
+    uid = str(job["metadata"].get("uid", ""))
+    wl_name = f"job-{name}-{hashlib.sha256(f'{name}/{uid}'.encode()).hexdigest()[:5]}"
+    if ("workloads", ns, wl_name) in c.objects:
+        return
+    template = (job.get("spec") or {}).get("template") or {}
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    request: dict[str, Any] = {}
+    for mode in TOPOLOGY_ANNOTATIONS:
+        value = annotations.get(f"kueue.x-k8s.io/podset-{mode}-topology")
+        if value is not None:
+            request[mode] = value if mode != "unconstrained" else value == "true"
+    if request and job["spec"].get("completionMode") == "Indexed":
+        request["podIndexLabel"] = INDEX_LABEL
+    count = int(job["spec"].get("parallelism", 1) or 1)
+    podset: dict[str, Any] = {"name": "main", "count": count, "template": template}
+    if request:
+        podset["topologyRequest"] = request
+    workload = {
+        "apiVersion": API,
+        "kind": "Workload",
+        "metadata": {
+            "name": wl_name,
+            "namespace": ns,
+            "labels": {"kueue.x-k8s.io/job-uid": uid},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {
+            "queueName": job["metadata"]["labels"][QUEUE_LABEL],
+            "podSets": [podset],
+            "active": True,
+        },
+        "status": {},
+    }
+    put("workloads", ns, workload)
+
+
+def _owner_job(wl: dict[str, Any]) -> str | None:
+    for ref in wl["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "Job":
+            return str(ref.get("name"))
+    return None
+
+
+def _job_finished(job: dict[str, Any]) -> bool:
+    return any(
+        x.get("type") in ("Complete", "Failed") and x.get("status") == "True"
+        for x in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+def _condition(wl: dict[str, Any], kind: str) -> bool:
+    return any(
+        x.get("type") == kind and x.get("status") == "True"
+        for x in (wl.get("status") or {}).get("conditions") or []
+    )
+
+
+def _is_pending(wl: dict[str, Any]) -> bool:
+    return not _condition(wl, "QuotaReserved") and not _condition(wl, "Finished")
+
+
+def _set(wl: dict[str, Any], kind: str, status: str, reason: str, message: str) -> None:
+    conditions = [
+        x for x in (wl.setdefault("status", {}).get("conditions") or []) if x.get("type") != kind
+    ]
+    conditions.append(
+        {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "observedGeneration": wl["metadata"].get("generation", 1),
+        }
+    )
+    wl["status"]["conditions"] = conditions
+
+
+def _pending(wl: dict[str, Any], reason: str, message: str) -> None:
+    _set(wl, "QuotaReserved", "False", reason, message)
+
+
+def _requests(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any]) -> dict[str, Fraction] | str:
+    """What one pod of the pod set asks for (DRA claims as their mapped resources), or why
+    Kueue cannot tell."""
+    podset = wl["spec"]["podSets"][0]
+    spec = (podset.get("template") or {}).get("spec") or {}
+    asked: dict[str, Fraction] = {}
+    for container in spec.get("containers") or []:
+        for resource, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            asked[resource] = asked.get(resource, Fraction(0)) + quantity(value)
+    mappings = {
+        cls: m["name"]
+        for m in ((cfg.get("resources") or {}).get("deviceClassMappings") or [])
+        for cls in m.get("deviceClassNames") or []
+    }
+    ns = wl["metadata"]["namespace"]
+    for claim in spec.get("resourceClaims") or []:
+        template_name = claim.get("resourceClaimTemplateName")
+        if not template_name:
+            continue
+        template = c.objects.get(("resourceclaimtemplates", ns, template_name))
+        if template is None:
+            return (
+                f"failed to get claim spec for ResourceClaimTemplate {template_name} in podset "
+                f'main: resourceclaimtemplates.resource.k8s.io "{template_name}" not found'
+            )
+        devices = ((template.get("spec") or {}).get("spec") or {}).get("devices") or {}
+        for request in devices.get("requests") or []:
+            exactly = request.get("exactly") or {}
+            cls = exactly.get("deviceClassName", "")
+            if exactly.get("allocationMode") == "All":
+                return "AllocationMode 'All' is not supported"
+            if cls not in mappings:
+                return f"DeviceClass {cls} is not mapped in DRA configuration for podset main"
+            count = Fraction(int(exactly.get("count", 1) or 1))
+            asked[mappings[cls]] = asked.get(mappings[cls], Fraction(0)) + count
+    return {r: v for r, v in asked.items() if v}
+
+
+def _usage(c: Cluster, queue: str) -> dict[tuple[str, str], Fraction]:
+    """(flavor, resource) -> what the queue's admitted, unfinished workloads use."""
+    used: dict[tuple[str, str], Fraction] = {}
+    for (plural, _, _), wl in c.objects.items():
+        if plural != "workloads" or _condition(wl, "Finished"):
+            continue
+        admission = (wl.get("status") or {}).get("admission") or {}
+        if admission.get("clusterQueue") != queue:
+            continue
+        for assignment in admission.get("podSetAssignments") or []:
+            flavors = assignment.get("flavors") or {}
+            for resource, total in (assignment.get("resourceUsage") or {}).items():
+                key = (flavors.get(resource, ""), resource)
+                used[key] = used.get(key, Fraction(0)) + quantity(total)
+    return used
+
+
+def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, Any]) -> None:
+    ns = wl["metadata"]["namespace"]
+    local = c.objects.get(("localqueues", ns, wl["spec"].get("queueName", "")))
+    if local is None:
+        _pending(wl, "Inadmissible", f"LocalQueue {wl['spec'].get('queueName')} doesn't exist")
+        return
+    cq_name = (local.get("spec") or {}).get("clusterQueue", "")
+    cq = c.objects.get(("clusterqueues", "", cq_name))
+    if cq is None:
+        _pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+        return
+    asked = _requests(c, cfg, wl)
+    if isinstance(asked, str):
+        _pending(wl, "Inadmissible", asked)
+        return
+    podset = wl["spec"]["podSets"][0]
+    count = int(podset.get("count", 1))
+    groups = (cq.get("spec") or {}).get("resourceGroups") or []
+    covered = {r for g in groups for r in g.get("coveredResources") or []}
+    for resource in sorted(asked):
+        if resource not in covered:
+            _pending(
+                wl,
+                "Pending",
+                f"couldn't assign flavors to pod set main: resource {resource} unavailable "
+                "in ClusterQueue",
+            )
+            return
+    used = _usage(c, cq_name)
+    pod_spec = (podset.get("template") or {}).get("spec") or {}
+    why = "couldn't assign flavors to pod set main: no flavor in the ClusterQueue"
+    for group in groups:
+        for flavor in group.get("flavors") or []:
+            rf = c.objects.get(("resourceflavors", "", flavor.get("name", "")))
+            if rf is None:
+                why = f"couldn't assign flavors to pod set main: no flavor {flavor.get('name')}"
+                continue
+            labels = (rf.get("spec") or {}).get("nodeLabels") or {}
+            selector = pod_spec.get("nodeSelector") or {}
+            if any(k in selector and selector[k] != v for k, v in labels.items()):
+                why = (
+                    f"couldn't assign flavors to pod set main: flavor {rf['metadata']['name']} "
+                    "doesn't match node affinity"
+                )
+                continue
+            nominal = {
+                r["name"]: quantity(r.get("nominalQuota", 0)) for r in flavor.get("resources") or []
+            }
+            short = [
+                (
+                    r,
+                    asked[r] * count
+                    + used.get((rf["metadata"]["name"], r), Fraction(0))
+                    - nominal.get(r, Fraction(0)),
+                )
+                for r in sorted(asked)
+            ]
+            short = [(r, more) for r, more in short if more > 0]
+            if short:
+                r, more = short[0]
+                why = (
+                    f"couldn't assign flavors to pod set main: insufficient unused quota for {r} "
+                    f"in flavor {rf['metadata']['name']}, {_show(more)} more needed"
+                )
+                continue
+            placed = _place(c, rf, pod_spec, podset, asked, count)
+            if isinstance(placed, str):
+                why = placed
+                continue
+            _admitted(c, wl, cq_name, rf, asked, count, placed, jobs)
+            return
+    _pending(wl, "Pending", why)
+
+
+def _place(
+    c: Cluster,
+    rf: dict[str, Any],
+    pod_spec: dict[str, Any],
+    podset: dict[str, Any],
+    asked: dict[str, Fraction],
+    count: int,
+) -> tuple[list[str], list[tuple[str, int]]] | str | None:
+    """The topology assignment (levels, [(node, pods)] in rank order), None without
+    topology, or why the gang fits nowhere."""
+    spec = rf.get("spec") or {}
+    topology_name = spec.get("topologyName")
+    if not topology_name:
+        return None
+    topology = c.objects.get(("topologies", "", topology_name))
+    if topology is None:
+        return f"couldn't assign flavors to pod set main: Topology {topology_name} not found"
+    levels = [lv["nodeLabel"] for lv in (topology.get("spec") or {}).get("levels") or []]
+    request = podset.get("topologyRequest") or {}
+    wanted = request.get("required") or request.get("preferred") or levels[-1]
+    if wanted not in levels:
+        return (
+            f"couldn't assign flavors to pod set main: the topology {topology_name} has no "
+            f"level {wanted}"
+        )
+    probe = {
+        **pod_spec,
+        "nodeSelector": {**(pod_spec.get("nodeSelector") or {}), **(spec.get("nodeLabels") or {})},
+        "tolerations": [*(pod_spec.get("tolerations") or []), *(spec.get("tolerations") or [])],
+    }
+    room: dict[str, int] = {}
+    places: dict[str, tuple[str, ...]] = {}
+    taken = _reserved(c)
+    for (plural, _, name), obj in sorted(c.objects.items()):
+        if plural != "nodes" or obj["spec"].get("unschedulable") or not _ready(obj):
+            continue
+        labels = obj["metadata"].get("labels") or {}
+        if any(lv not in labels for lv in levels) or not admits(probe, obj):
+            continue
+        allocatable = (obj.get("status") or {}).get("allocatable") or {}
+        fits = count
+        for resource in (GPU, EFA):
+            if asked.get(resource):
+                free = quantity(allocatable.get(resource, 0)) - taken.get((name, resource), 0)
+                fits = min(fits, int(free // asked[resource]))
+        if fits > 0:
+            room[name] = fits
+            places[name] = tuple(labels[lv] for lv in levels)
+    depth = levels.index(wanted) + 1
+    tries = [depth] if "required" in request else list(range(depth, -1, -1))
+    for d in tries:
+        domains: dict[tuple[str, ...], list[str]] = {}
+        for node in room:
+            domains.setdefault(places[node][:d], []).append(node)
+        fitting = [
+            (sum(room[n] for n in nodes), key, nodes)
+            for key, nodes in domains.items()
+            if sum(room[n] for n in nodes) >= count
+        ]
+        if not fitting:
+            continue
+        _, _, nodes = min(fitting)  # best fit: the domain with the least room that holds it
+        assignment: list[tuple[str, int]] = []
+        left = count
+        for node in sorted(nodes, key=lambda n: (places[n], n)):
+            take = min(room[node], left)
+            if take:
+                assignment.append((node, take))
+                left -= take
+        return [HOSTNAME], assignment
+    kind = "required" if "required" in request else "preferred"
+    return (
+        f"couldn't assign flavors to pod set main: topology \"{topology_name}\" doesn't allow "
+        f"to fit any of {count} pod(s) ({kind} {wanted})"
+    )
+
+
+def _assignments(wl: dict[str, Any]) -> list[dict[str, Any]]:
+    admission = (wl.get("status") or {}).get("admission") or {}
+    return list(admission.get("podSetAssignments") or [])
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    return any(
+        x.get("type") == "Ready" and x.get("status") == "True"
+        for x in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+def _reserved(c: Cluster) -> dict[tuple[str, str], int]:
+    """(node, resource) -> what admitted, unfinished workloads hold there, and live pods of
+    anything else."""
+    held: dict[tuple[str, str], int] = {}
+    queued_pods: set[tuple[str, str]] = set()
+    for (plural, ns, _), wl in c.objects.items():
+        if (
+            plural != "workloads"
+            or _condition(wl, "Finished")
+            or not _condition(wl, "QuotaReserved")
+        ):
+            continue
+        owner = _owner_job(wl)
+        for assignment in ((wl.get("status") or {}).get("admission") or {}).get(
+            "podSetAssignments"
+        ) or []:
+            per_pod = {
+                r: quantity(v) / max(1, int(assignment.get("count", 1)))
+                for r, v in (assignment.get("resourceUsage") or {}).items()
+            }
+            for node, pods in _expand(assignment.get("topologyAssignment")):
+                for resource in (GPU, EFA):
+                    held[(node, resource)] = held.get((node, resource), 0) + int(
+                        per_pod.get(resource, 0) * pods
+                    )
+        if owner:
+            queued_pods.add((ns, owner))
+    for (plural, ns, _), pod in c.objects.items():
+        if plural != "pods" or not pod["spec"].get("nodeName"):
+            continue
+        job = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name")
+        if (ns, job) in queued_pods or (pod.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        for container in pod["spec"].get("containers") or []:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            for resource in (GPU, EFA):
+                key = (pod["spec"]["nodeName"], resource)
+                held[key] = held.get(key, 0) + int(quantity(requests.get(resource, 0)))
+    return held
+
+
+def _expand(assignment: dict[str, Any] | None) -> list[tuple[str, int]]:
+    """v1beta2's compact topology assignment as (node, pods) in order."""
+    out: list[tuple[str, int]] = []
+    for s in (assignment or {}).get("slices") or []:
+        values = (s.get("valuesPerLevel") or [{}])[-1]
+        if "universal" in values:
+            nodes = [values["universal"]] * int(s.get("domainCount", 1))
+        else:
+            individual = values.get("individual") or {}
+            nodes = [
+                f"{individual.get('prefix', '')}{root}{individual.get('suffix', '')}"
+                for root in individual.get("roots") or []
+            ]
+        counts = s.get("podCounts") or {}
+        pods = counts.get("individual") or [counts.get("universal", 1)] * len(nodes)
+        out += list(zip(nodes, (int(p) for p in pods), strict=False))
+    return out
+
+
+def _admitted(
+    c: Cluster,
+    wl: dict[str, Any],
+    queue: str,
+    rf: dict[str, Any],
+    asked: dict[str, Fraction],
+    count: int,
+    placed: tuple[list[str], list[tuple[str, int]]] | None,
+    jobs: dict[Any, Any],
+) -> None:
+    flavor = rf["metadata"]["name"]
+    assignment: dict[str, Any] = {
+        "name": "main",
+        "flavors": {r: flavor for r in sorted(asked)},
+        "resourceUsage": {r: _show(v * count) for r, v in sorted(asked.items())},
+        "count": count,
+    }
+    if placed is not None:
+        levels, nodes = placed
+        assignment["topologyAssignment"] = {
+            "levels": levels,
+            "slices": [
+                {
+                    "domainCount": len(nodes),
+                    "valuesPerLevel": [{"individual": {"roots": [n for n, _ in nodes]}}],
+                    "podCounts": {"individual": [k for _, k in nodes]},
+                }
+            ],
+        }
+    wl["status"]["admission"] = {"clusterQueue": queue, "podSetAssignments": [assignment]}
+    _set(wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {queue}")
+    _set(wl, "Admitted", "True", "Admitted", "The workload is admitted")
+    job = jobs.get((wl["metadata"]["namespace"], _owner_job(wl)))
+    if job is None:
+        return
+    spec = rf.get("spec") or {}
+    template = job["spec"].setdefault("template", {})
+    pod = template.setdefault("spec", {})
+    pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **(spec.get("nodeLabels") or {})}
+    if spec.get("tolerations"):
+        pod["tolerations"] = [*(pod.get("tolerations") or []), *spec["tolerations"]]
+    if placed is not None:
+        gates = [g for g in pod.get("schedulingGates") or [] if g.get("name") != GATE]
+        pod["schedulingGates"] = [*gates, {"name": GATE}]
+        meta = template.setdefault("metadata", {})
+        meta.setdefault("annotations", {})[WORKLOAD_ANNOTATION] = wl["metadata"]["name"]
+    job["spec"]["suspend"] = False
+
+
+def _ungate(c: Cluster, jobs: dict[Any, Any]) -> None:
+    """Give each gated pod of an admitted job its node by rank, in the assignment's order."""
+    by_job: dict[tuple[str, str], list[str]] = {}
+    for (plural, ns, _), wl in c.objects.items():
+        if plural != "workloads" or not _condition(wl, "Admitted"):
+            continue
+        for assignment in ((wl.get("status") or {}).get("admission") or {}).get(
+            "podSetAssignments"
+        ) or []:
+            ranks = [n for n, k in _expand(assignment.get("topologyAssignment")) for _ in range(k)]
+            if ranks:
+                by_job[(ns, _owner_job(wl) or "")] = ranks
+    for (plural, ns, _), pod in c.objects.items():
+        if plural != "pods":
+            continue
+        gates = pod["spec"].get("schedulingGates") or []
+        if not any(g.get("name") == GATE for g in gates):
+            continue
+        labels = pod["metadata"].get("labels") or {}
+        order = by_job.get((ns, labels.get("batch.kubernetes.io/job-name", ""))) or []
+        index = labels.get(INDEX_LABEL)
+        if not order or index is None or int(index) >= len(order):
+            continue
+        pod["spec"]["nodeSelector"] = {
+            **(pod["spec"].get("nodeSelector") or {}),
+            HOSTNAME: order[int(index)],
+        }
+        pod["spec"]["schedulingGates"] = [g for g in gates if g.get("name") != GATE]
+
+
+def _queue_status(c: Cluster) -> None:
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for (plural, ns, _), wl in c.objects.items():
+        if plural != "workloads" or _condition(wl, "Finished"):
+            continue
+        admitted = _condition(wl, "Admitted")
+        local = (ns, str(wl["spec"].get("queueName", "")))
+        lq = c.objects.get(("localqueues", *local)) or {}
+        cq = str((lq.get("spec") or {}).get("clusterQueue", ""))
+        for key in (("local", *local), ("cluster", "", cq)):
+            pair = counts.setdefault(key, [0, 0])
+            pair[1 if admitted else 0] += 1
+    for (plural, ns, name), queue in c.objects.items():
+        if plural not in ("clusterqueues", "localqueues"):
+            continue
+        scope = "cluster" if plural == "clusterqueues" else "local"
+        waiting, running = counts.get((scope, ns, name), [0, 0])
+        status = queue.setdefault("status", {})
+        status.update(
+            pendingWorkloads=waiting,
+            reservingWorkloads=running,
+            admittedWorkloads=running,
+        )
+        status["conditions"] = [
+            {
+                "type": "Active",
+                "status": "True",
+                "reason": "Ready",
+                "message": "Can admit new workloads",
+                "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+        ]
