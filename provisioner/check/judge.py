@@ -4,6 +4,7 @@ pool's NCCL all-reduce bandwidth against what its EFA network can carry."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from provisioner.catalog.nccl_baselines import NcclBaseline, nearest, published
 from provisioner.check.outputs import (
@@ -64,17 +65,20 @@ def judge_node(
     efa: EfaReport | None,
     exporters: list[ExporterState] | None = None,
     imex: ImexState | None = None,
+    nvlink_on_node: bool = True,
 ) -> Verdict:
     """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic, the
     EFA devices and, on UltraServer nodes, whether IMEX formed the NVLink domain, for one
     node of ``pool``; optional exporters its bootstrap could not install are shown (they
-    never fail a node: its jobs run without them)."""
+    never fail a node: its jobs run without them). ``nvlink_on_node`` False (EKS): no IMEX
+    daemon runs on the node by itself there (the DRA driver starts one per ComputeDomain),
+    so the NVLink domain is judged per job instead (``judge_domain``)."""
     verdict = Verdict(node, pool.name)
     verdict.findings.append(_gpus(pool, smi))
     verdict.findings.append(_dcgm(diag))
     if pool.efa:
         verdict.findings.append(_efa(pool, efa))
-    if pool.itype.ultra_server:
+    if pool.itype.ultra_server and nvlink_on_node:
         verdict.findings.append(_nvlink(imex))
     missing = [e for e in exporters or [] if not e.ok]
     if missing:
@@ -147,6 +151,55 @@ def _nvlink(imex: ImexState | None) -> Finding:
         f"nvidia-imex-ctl: {imex.said}; GPUs on other instances are reached over EFA "
         "only (fmctl configures IMEX on Slurm, not yet on EKS)",
     )
+
+
+def judge_domain(pool: Pool, domain: dict[str, Any], nodes: list[str]) -> Verdict:
+    """The NVLink domain of an EKS job on ``nodes`` from its ComputeDomain's status: every
+    node of the job listed and Ready, all in one clique (one NVLink domain). Not the
+    domain's own word alone: with ``numNodes: 0`` an empty domain is Ready too (the DRA
+    driver's ``calculateGlobalStatus``)."""
+    verdict = Verdict(f"nvlink domain ({pool.name})", pool.name)
+    want = f"ComputeDomain Ready on all {len(nodes)} nodes, one clique"
+    listed = {n.get("name"): n for n in domain.get("nodes") or []}
+    missing = sorted(set(nodes) - set(listed))
+    not_ready = sorted(n for n in nodes if n in listed and listed[n].get("status") != "Ready")
+    cliques = {str(listed[n].get("cliqueID", "")) for n in nodes if n in listed}
+    ready = len(nodes) - len(missing) - len(not_ready)
+    figure = f"{domain.get('status', 'no status')}, {ready}/{len(nodes)} nodes ready"
+    if not domain:
+        verdict.findings.append(
+            Finding(
+                "nvlink",
+                False,
+                "no ComputeDomain status",
+                want,
+                "the job's domain was not found: is NVIDIA's DRA driver running?",
+            )
+        )
+    elif missing or not_ready:
+        where = ", ".join(missing + not_ready)
+        verdict.findings.append(
+            Finding(
+                "nvlink",
+                False,
+                figure,
+                want,
+                f"no ready IMEX daemon on {where}: their GPUs reach the others over EFA only",
+            )
+        )
+    elif len(cliques) != 1 or "" in cliques:
+        verdict.findings.append(
+            Finding(
+                "nvlink",
+                False,
+                figure,
+                want,
+                f"cliques {', '.join(sorted(cliques))}: the nodes are not in one NVLink domain",
+            )
+        )
+    else:
+        verdict.findings.append(Finding("nvlink", True, f"{figure}, clique {cliques.pop()}", want))
+    return verdict
 
 
 def expected_busbw_gbs(pool: Pool) -> float:

@@ -18,11 +18,12 @@
 from __future__ import annotations
 
 import functools
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from provisioner.drivers.kube import KubeApi
 from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import POOL_LABEL, ClusterContext
 from provisioner.render.engine import render_template
-from provisioner.render.kubernetes import NcclRun, nccl_job
+from provisioner.render.kubernetes import NcclRun, nccl_job, queued
+from provisioner.render.queueing import Placement, tightest_level
 from provisioner.resources.kube_health import EFA, GPU
 from provisioner.shipped import shipped_dir
 
@@ -206,10 +208,16 @@ def _fill(value: Any, names: dict[str, str]) -> Any:
 
 
 def nccl_manifests(
-    context: ClusterContext, nodes: dict[str, list[str]], namespace: str
+    context: ClusterContext,
+    nodes: dict[str, list[str]],
+    namespace: str,
+    labels: dict[str, dict[str, str]] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The second step's objects: per pool with two or more nodes, the rendered NCCL job
-    across exactly those nodes; and the Job names by pool."""
+    across exactly those nodes; and the Job names by pool. With Kueue, each job goes
+    through a LocalQueue of the check's namespace, required in the tightest network domain
+    all its nodes share (``labels``: each node's labels), so that ranks follow Kueue's
+    placement as they do on the committed job; on a DRA pool with its ComputeDomain."""
     pools = {p.name: p for p in context.pools}
     objects: list[dict[str, Any]] = []
     names: dict[str, str] = {}
@@ -218,9 +226,47 @@ def nccl_manifests(
             continue  # one node exercises NVLink only: node-check covers it
         name = f"nccl-{pool}"
         run = NcclRun(name, namespace, len(chosen), tuple(sorted(chosen)), False, "default")
+        run = queued(context, pools[pool], run)
+        if context.queueing is not None:
+            levels = context.queueing.topology(pool).levels
+            shared = tightest_level(levels, [(labels or {}).get(n, {}) for n in chosen])
+            run = replace(
+                run,
+                placement=Placement("required", shared)
+                if shared
+                else Placement("preferred", levels[0]),
+            )
         objects += [d for d in yaml.load_all(nccl_job(context, pools[pool], run), _LOADER) if d]
         names[pool] = name
+    if names and context.queueing is not None:
+        objects.insert(0, local_queue(context, namespace))
     return objects, names
+
+
+def local_queue(context: ClusterContext, namespace: str) -> dict[str, Any]:
+    """A LocalQueue of the check's namespace into the cluster's ClusterQueue (its
+    namespaceSelector takes every namespace)."""
+    assert context.queueing is not None
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": context.queueing.local_queue,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": "fmctl-check", "fmctl.dev/cluster": context.name},
+        },
+        "spec": {"clusterQueue": context.queueing.cluster_queue},
+    }
+
+
+def _domain(
+    api: KubeApi, namespace: str, name: str, nodes: list[str], folder: Path, pool: str
+) -> None:
+    """The NCCL job's ComputeDomain status, with the nodes the job ran on, for the judge."""
+    domain = api.get("resource.nvidia.com/v1beta1", "ComputeDomain", name, namespace) or {}
+    said = {"status": domain.get("status") or {}, "nodes": sorted(nodes)}
+    (folder / "nccl").mkdir(parents=True, exist_ok=True)
+    (folder / "nccl" / f"{pool}.domain.json").write_text(json.dumps(said, indent=1) + "\n")
 
 
 @dataclass
@@ -326,7 +372,9 @@ def gather(
     """Run the check on the cluster behind ``api`` and fill ``folder``."""
     clean_stale(api, context.name)
     pods = api.list("v1", "Pod")
-    states = node_states(api.list("v1", "Node"), pods)
+    all_nodes = api.list("v1", "Node")
+    states = node_states(all_nodes, pods)
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in all_nodes}
     selection = select(states, [p.name for p in context.pools], include_busy)
     run = uuid.uuid4().hex[:8]
     namespace = NAMESPACE_PREFIX + run
@@ -358,7 +406,7 @@ def gather(
             for found in reads:
                 skipped += found
         passed = passed_nodes(context, folder) if nccl else {}
-        objects, nccl_jobs = nccl_manifests(context, passed, namespace)
+        objects, nccl_jobs = nccl_manifests(context, passed, namespace, labels)
         for obj in objects:
             api.apply(obj)
         if nccl_jobs:
@@ -376,6 +424,8 @@ def gather(
             )
             (folder / "nccl").mkdir(parents=True, exist_ok=True)
             (folder / "nccl" / f"{pool}.txt").write_text(log)
+            if pool in context.dra_pools:
+                _domain(api, namespace, name, passed[pool], folder, pool)
     finally:
         api.delete("v1", "Namespace", namespace)
     return Gathered(skipped, run)

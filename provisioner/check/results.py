@@ -19,6 +19,7 @@ slurm/lib/cluster-check.sh printed on the head node), each after a frame line:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any
 
 from provisioner.catalog.nccl_baselines import NcclBaseline
 from provisioner.check import outputs
-from provisioner.check.judge import Finding, Verdict, judge_nccl, judge_node
+from provisioner.check.judge import Finding, Verdict, judge_domain, judge_nccl, judge_node
 from provisioner.render.context import ClusterContext
 
 
@@ -144,12 +145,17 @@ def check_folder(
                 outputs.efa_report(devices, fi_info) if devices is not None else None,
                 outputs.parse_exporters(exporters or ""),
                 outputs.parse_imex(imex) if imex is not None else None,
+                nvlink_on_node=context.scheduler != "kubernetes",
             )
         )
     for name, pool in pools.items():
         log = _read(folder / "nccl" / f"{name}.txt")
         if log is not None:
             report.verdicts.append(judge_nccl(pool, outputs.parse_nccl(log), saved))
+        domain = _read(folder / "nccl" / f"{name}.domain.json")
+        if domain is not None:  # EKS with DRA: the job's ComputeDomain, as gathered
+            said = json.loads(domain)
+            report.verdicts.append(judge_domain(pool, said.get("status") or {}, said["nodes"]))
         report.coverage[name] = (reported[name], pool.count)
     return report
 

@@ -147,12 +147,14 @@ def node_group_places(
         if family not in TOPOLOGY_FAMILIES:
             out[instance] = NodePlace(())
         elif size:
-            server = f"{zone}/{nodegroup}/ultraserver/{index // size}"
+            # eks.node_slots numbers a generation's nodes from 10 + 64 x generation.
+            generation, slot = divmod(index - 10, 64)
+            server = f"{zone}/{nodegroup}/{generation}/ultraserver/{slot // size}"
             fabric = uuid.uuid5(uuid.NAMESPACE_URL, f"{account}/{zone}/{nodegroup}")
             out[instance] = NodePlace(
                 tuple(network_nodes(account, zone, server, family)),
                 "cb-" + node_id(account, server)[3:],
-                f"{fabric}.{index // size}",
+                f"{fabric}.{generation * 4 + slot // size}",
             )
         else:
             out[instance] = NodePlace(tuple(network_nodes(account, zone, instance, family)))

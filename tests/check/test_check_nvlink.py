@@ -99,3 +99,71 @@ def test_node_check_records_what_imex_said(tmp_path: Path, gb200: ClusterContext
     (tools / "nvidia-imex-ctl").unlink()
     subprocess.run(["bash", str(script), str(out), "train"], env=env, check=True)
     assert "not installed on n1" in (out / "nodes/n1/imex.txt").read_text()
+
+
+# -- EKS: the NVLink domain is each job's ComputeDomain (NVIDIA's DRA driver) -------------
+def _eks_gb200() -> ClusterContext:
+    result = validate_data(yaml.safe_load((ROOT / "tests/data/specs/gb200-eks.yaml").read_text()))
+    assert result.ok and result.resolved is not None
+    return build_context(result.resolved, load_catalog())
+
+
+def _domain(*nodes: tuple[str, str, str], status: str = "Ready") -> dict[str, object]:
+    return {
+        "status": status,
+        "nodes": [
+            {"name": n, "ipAddress": "10.0.0.1", "cliqueID": clique, "index": 0, "status": s}
+            for n, clique, s in nodes
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("domain", "nodes", "ok", "said"),
+    [
+        (_domain(("a", "u.1", "Ready"), ("b", "u.1", "Ready")), ["a", "b"], True, "clique u.1"),
+        # Ready by its own word with no node listed (numNodes 0): not a formed domain.
+        (_domain(), ["a", "b"], False, "no ready IMEX daemon on a, b"),
+        (
+            _domain(("a", "u.1", "Ready"), ("b", "u.1", "NotReady"), status="NotReady"),
+            ["a", "b"],
+            False,
+            "no ready IMEX daemon on b",
+        ),
+        (
+            _domain(("a", "u.1", "Ready"), ("b", "u.2", "Ready")),
+            ["a", "b"],
+            False,
+            "cliques u.1, u.2",
+        ),
+        ({}, ["a", "b"], False, "DRA driver"),
+    ],
+)
+def test_an_eks_job_is_judged_on_its_compute_domain(
+    domain: dict[str, object], nodes: list[str], ok: bool, said: str
+) -> None:
+    from provisioner.check.judge import judge_domain
+
+    verdict = judge_domain(_eks_gb200().pools[0], domain, nodes)
+    (finding,) = verdict.findings
+    assert finding.check == "nvlink" and finding.ok is ok
+    assert said in finding.figure + finding.detail
+
+
+def test_on_eks_a_node_is_not_judged_on_a_host_imex_daemon(tmp_path: Path) -> None:
+    """EKS nodes run no IMEX daemon of their own (the DRA driver starts one per domain): no
+    per-node nvlink finding there; the job's domain is judged from check's domain file."""
+    import json
+
+    context = _eks_gb200()
+    verdict = judge_node("n1", context.pools[0], None, None, None, [], None, nvlink_on_node=False)
+    assert "nvlink" not in {f.check for f in verdict.findings}
+    (tmp_path / "nccl").mkdir()
+    said = {
+        "status": _domain(("n1", "u.1", "Ready"), ("n2", "u.1", "Ready")),
+        "nodes": ["n1", "n2"],
+    }
+    (tmp_path / "nccl" / "nvl72.domain.json").write_text(json.dumps(said))
+    report = check_folder(context, tmp_path)
+    (domain,) = [v for v in report.verdicts if v.subject == "nvlink domain (nvl72)"]
+    assert domain.ok

@@ -115,7 +115,9 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
     objects, jobs = node_manifests(context, _selection(3), "fmctl-check-abc", 900)
     names = [n.name for n in _selection(3).chosen["gpu"]]
     more, nccl = nccl_manifests(context, {"gpu": names}, "fmctl-check-abc")
-    objects += more
+    # Kueue's LocalQueue for the check's namespace first (its CRD's schema: test_kueue).
+    assert more[0]["kind"] == "LocalQueue" and more[0]["spec"] == {"clusterQueue": "training"}
+    objects += more[1:]
     for obj in objects:
         kubernetes_validate.validate(obj, "1.33.0", strict=True)
     kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
@@ -144,7 +146,9 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
     allreduce = next(
         o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "nccl-gpu"
     )
-    assert allreduce["spec"]["suspend"] is False
+    # Queued: Kueue lifts the suspension when the whole gang is admitted.
+    assert allreduce["spec"]["suspend"] is True
+    assert allreduce["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training"
     assert allreduce["spec"]["completions"] == allreduce["spec"]["parallelism"] == 3
     pod = allreduce["spec"]["template"]["spec"]
     hosts = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -470,3 +474,57 @@ def test_node_jobs_are_what_the_template_renders_for_each_node() -> None:
         )
     )
     assert objects == [d for d in direct if d]
+
+
+def _labelled(names: list[str], shared: int, ultra: str | None = None) -> dict[str, dict[str, str]]:
+    """Node labels: the first ``shared`` network layers common to all, the rest each node's."""
+    out = {}
+    for i, name in enumerate(names):
+        labels = {
+            f"topology.k8s.aws/network-node-layer-{n}": "nn-a" if n <= shared else f"nn-{i}-{n}"
+            for n in (1, 2, 3, 4)
+        }
+        labels["kubernetes.io/hostname"] = name
+        if ultra:
+            labels["fmctl.dev/ultraserver"] = ultra
+        out[name] = labels
+    return out
+
+
+def test_check_nccl_requires_the_tightest_domain_its_nodes_share() -> None:
+    """`fmctl check` knows its nodes: it asks Kueue for the innermost network level they
+    all share (the committed job, rendered blind, can only ask for the outermost)."""
+    context = _context("p6-b300-eks-capacity-block.yaml")
+    names = ["n1", "n2"]
+    for shared, level in (
+        (3, "topology.k8s.aws/network-node-layer-3"),
+        (1, "topology.k8s.aws/network-node-layer-1"),
+    ):
+        objects, _ = nccl_manifests(context, {"b300": names}, "ns", _labelled(names, shared))
+        job = next(o for o in objects if o["kind"] == "Job")
+        annotations = job["spec"]["template"]["metadata"]["annotations"]
+        assert annotations == {"kueue.x-k8s.io/podset-required-topology": level}
+    # Nodes that share no level: only a preference, at the top.
+    objects, _ = nccl_manifests(context, {"b300": names}, "ns", _labelled(names, 0))
+    job = next(o for o in objects if o["kind"] == "Job")
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-preferred-topology": "topology.k8s.aws/network-node-layer-1"
+    }
+
+
+def test_check_nccl_on_gb200_eks_claims_a_compute_domain() -> None:
+    validation = validate_text((ROOT / "tests/data/specs/gb200-eks.yaml").read_text())
+    assert validation.ok and validation.resolved is not None
+    context = build_context(validation.resolved, load_catalog())
+    names = ["n1", "n2", "n3"]
+    objects, jobs = nccl_manifests(context, {"nvl72": names}, "ns", _labelled(names, 3, "cb-1"))
+    kinds = [o["kind"] for o in objects]
+    assert kinds[0] == "LocalQueue" and "ComputeDomain" in kinds and jobs == {"nvl72": "nccl-nvl72"}
+    job = next(o for o in objects if o["kind"] == "Job")
+    pod = job["spec"]["template"]
+    assert pod["metadata"]["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": "fmctl.dev/ultraserver"
+    }
+    assert pod["spec"]["resourceClaims"] == [
+        {"name": "compute-domain-channel", "resourceClaimTemplateName": "nccl-nvl72-channel"}
+    ]
