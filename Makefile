@@ -20,6 +20,11 @@ KUBECTL := $(BIN)/kubectl
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
 CHECKOV_PIN   := checkov==3.3.30
+# The upstream charts up installs (Kueue, NVIDIA's DRA driver) at their release tags: the
+# workspace's copies when present (this machine reaches no chart registry), else fmctl pulls
+# them from their registries.
+FMCTL_SHARED_DIR ?= ../shared
+CHART_MIRROR := $(wildcard $(FMCTL_SHARED_DIR)/charts)
 
 .PHONY: help install tools slurm-tools demo check test campaign lint unit bench golden reliability e2e-kind clean
 
@@ -70,7 +75,8 @@ slurm-tools:
 # The real checkers the tests run rendered output through.
 tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tools
 
-demo: install
+demo: export FMCTL_CHART_MIRROR ?= $(abspath $(CHART_MIRROR))
+demo: install $(HELM)
 	@echo "== fmctl catalog: the accelerated instance types fmctl knows"
 	@$(FMCTL) catalog
 	@for spec in examples/*.yaml; do \

@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What `--sandbox` needs, and nothing else of the sandbox ships.
 SANDBOX_FILES = {
     "__init__.py",
+    "crd_schema.py",
     "daemon.py",
     "ec2_mend.py",
     "ec2_capacity.py",
@@ -25,11 +26,15 @@ SANDBOX_FILES = {
     "kube.py",
     "kube_apply.py",
     "kube_controllers.py",
+    "kube_crds.py",
+    "kube_dra.py",
     "kube_evict.py",
     "kube_jobs.py",
+    "kube_kueue.py",
     "kube_model.py",
     "kube_patch.py",
     "kube_resources.py",
+    "kube_webhooks.py",
     "kube_workloads.py",
     "pcs.py",
     "pcs_model.py",

@@ -107,7 +107,7 @@ def down(
     if as_json and not yes:
         _fail("`down -o json` does not ask before deleting", "pass --yes")
     target = _target(region, state_dir, sandbox, state_url)
-    found = owned_by(target, name)
+    found = owned_by(target, name, skip_kubernetes_cleanup)
     if not found:
         # Said as `status` says it; `down` still succeeds: gone is what it was asked for
         # (a re-run after a down that stopped late converges), where `status` has nothing

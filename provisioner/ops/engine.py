@@ -369,9 +369,13 @@ def _plain(outputs: Any) -> Any:
     return jsonable(outputs) if dataclasses.is_dataclass(outputs) else outputs
 
 
-def owned_by(target: Target, name: str) -> list[Owned]:
-    """Everything tagged as cluster ``name``'s on ``target`` (tags only: no local state)."""
-    return find_owned(make_context(target, name, read_only=True))
+def owned_by(target: Target, name: str, skip_kubernetes: bool = False) -> list[Owned]:
+    """Everything tagged as cluster ``name``'s on ``target`` (tags only: no local state).
+    ``skip_kubernetes``: what lives only in the cluster's Kubernetes API is not looked for
+    (`down --skip-kubernetes-cleanup`, whose API may not be reachable)."""
+    ctx = make_context(target, name, read_only=True)
+    ctx.skip_kubernetes_cleanup = skip_kubernetes
+    return find_owned(ctx)
 
 
 def down(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.drivers.helm import ChartRef, template
-from provisioner.drivers.kube import KubeApi
+from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
@@ -98,7 +98,7 @@ def _cluster_kinds(objects: list[dict[str, Any]]) -> list[str]:
     kinds = {
         f"{o['apiVersion']} {o['kind']}"
         for o in objects
-        if not o["metadata"].get("namespace") and o["kind"] != "Namespace"
+        if not _namespaced(o) and o["kind"] != "Namespace"
     }
     return sorted(kinds)
 
@@ -117,7 +117,12 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
     def _objects(self, ctx: Context, params: ChartParams) -> list[dict[str, Any]]:
         docs = template(params.chart, params.values, params.kube_version)
         for doc in docs:
-            if doc["metadata"].get("namespace") is None and _namespaced(doc):
+            if not _namespaced(doc):
+                # Charts' templates set one on cluster-wide objects too (Kueue's webhook
+                # configurations); the API server drops it, and so does fmctl, as kubectl does,
+                # so that what it keys and prunes by is what the server keeps.
+                doc["metadata"].pop("namespace", None)
+            elif doc["metadata"].get("namespace") is None:
                 doc["metadata"]["namespace"] = params.chart.namespace
         docs.append(_namespace(params, _cluster_kinds(docs)))
         labels = {CHART_LABEL: params.chart.name}
@@ -260,16 +265,25 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
         return ChartOut(f"{params.chart.name} {params.chart.version}")
 
     def find_owned(self, ctx: Context) -> list[Owned]:
-        if ctx.teardown or not cluster_ours(ctx):
-            return []  # `down`: the chart goes with the cluster
+        """The charts fmctl installed (their namespaces, by label). Found in `down` too, so
+        that what it lists is what it reports gone (they go with the cluster); an API that
+        cannot be reached from here hides them (nothing of theirs is billed)."""
+        if ctx.skip_kubernetes_cleanup or not cluster_ours(ctx):
+            return []
         cluster = EksCluster().describe(ctx)
         if cluster is None or cluster["status"] != "ACTIVE":
             return []
-        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        from urllib3.exceptions import HTTPError
+
         try:
-            found = api.list("v1", "Namespace", selector=f"{OWNER_TAG}={ctx.cluster},{CHART_LABEL}")
-        finally:
-            close(api)
+            api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+            try:
+                selector = f"{OWNER_TAG}={ctx.cluster},{CHART_LABEL}"
+                found = api.list("v1", "Namespace", selector=selector)
+            finally:
+                close(api)
+        except (OSError, HTTPError, KubeError):
+            return []
         return [
             self.owned_item(f"chart/{n['metadata']['labels'][CHART_LABEL]}", n["metadata"]["name"])
             for n in found
@@ -277,8 +291,9 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Its webhooks first, then its cluster-wide objects, then its namespace (and what
-        is in it)."""
+        is in it). In `down`, nothing: it goes with the cluster."""
         if ctx.teardown:
+            ctx.emit(owned.resource, "note", "goes with the EKS cluster")
             return
         cluster = EksCluster().describe(ctx)
         if cluster is None or cluster["status"] != "ACTIVE":

@@ -396,6 +396,11 @@ class KubeServer:
         body["metadata"].pop("managedFields", None)
         if res.namespaced:
             body["metadata"]["namespace"] = namespace
+        else:
+            # The API server clears a cluster-scoped object's namespace (apiserver's
+            # rest.BeforeCreate): charts' templates often set one on their webhook
+            # configurations and RBAC.
+            body["metadata"].pop("namespace", None)
         live = c.objects.get((plural, namespace, name))
         if live is None:
             obj = body

@@ -108,7 +108,7 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     cluster = Cluster(sandbox, tmp_path)
     assert acting(cluster.plan()) == {k: "create" for k in acting(cluster.plan())}
     out, _ = cluster.up()
-    assert "34 created" in out
+    assert "35 created" in out
     assert acting(cluster.plan()) == {}, "nothing to do once up"
 
     # A hand edit that takes a field over (kubectl apply --server-side --force-conflicts on
@@ -353,7 +353,9 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
     assert "still to change: fsx" in out and "Traceback" not in out, out
     assert "UpdateNodegroupConfig" in [c["action"] for c in calls]
     assert recorded.read_text() == applied, "a failed run records nothing as applied"
-    assert acting(cluster.plan()) == {"fsx": "update"}
+    # The stack waits on the file system, and its Kueue quota follows the pool's new count.
+    assert acting(cluster.plan()) == {"fsx": "update", "kube-stack": "update"}
+    assert "kube-stack" in out.split("still to change:", 1)[1].splitlines()[0]
     cluster.up()
     assert yaml.safe_load(recorded.read_text()) == cluster.spec
     (fs,) = fsx.describe_file_systems(FileSystemIds=[ids["fsx"]])["FileSystems"]

@@ -135,6 +135,24 @@ def test_kueue_admits_the_nccl_test_as_one_gang_in_topology_order(
         assert states["job-nccl-big"] == "pending"
         text = sandbox.fmctl("status", name, "--region", region, "--sandbox")
         assert "queue training:" in text.stdout and "insufficient unused quota" in text.stdout
+
+        # Queueing turned off: Kueue goes, its webhooks first (left behind with no controller
+        # to answer them, they would refuse every Job), and up starts the NCCL test itself.
+        for job in ("nccl-allreduce", "nccl-big"):
+            api.delete("batch/v1", "Job", job, "training")
+        data = yaml.safe_load(spec.read_text())
+        data.setdefault("kubernetes", {})["queueing"] = "none"
+        spec.write_text(yaml.safe_dump(data, sort_keys=False))
+        off = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert off.returncode == 0, off.stdout + off.stderr
+        said = off.stdout
+        assert "ValidatingWebhookConfiguration kueue-validating-webhook-configuration" in said
+        assert "deleted  kueue-system" in said
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+            left = api.list("admissionregistration.k8s.io/v1", kind, selector="fmctl.dev/chart")
+            assert left == [], left
+        assert api.get("v1", "Namespace", "kueue-system") is None
+        assert api.get("batch/v1", "Job", "nccl-allreduce", "training") is not None
     finally:
         api.close()
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")

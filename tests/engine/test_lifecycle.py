@@ -25,7 +25,8 @@ from tests.engine.harness import (
 
 #: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx,
 #: the roles, the secrets key, the control-plane log group, the EKS cluster, its access
-#: entries, launch template, node groups and add-ons, and the in-cluster stack.
+#: entries, launch template, node groups and add-ons, Kueue's chart (two GPU nodes: queued
+#: by default) and the in-cluster stack.
 P5EN_EKS = {
     "kms/secrets",
     "log-group/control-plane",
@@ -41,6 +42,7 @@ P5EN_EKS = {
     "addon/eks-pod-identity-agent",
     "addon/aws-fsx-csi-driver",
     "iam/fsx-csi",
+    "chart/kueue",
     "kube-stack",
 }
 P5EN_RESOURCES = P5EN_EKS | {
@@ -71,7 +73,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "34 created, 0 existed" in first.stdout
+    assert "35 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -79,7 +81,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 34 existed" in again.stdout
+    assert "0 created, 35 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
 
@@ -149,7 +151,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "34 resources deleted" in down.stdout
+    assert "35 resources deleted" in down.stdout
     # What it left on this machine goes too: the kubeconfig entry and the local state.
     assert f"removed e2e-lifecycle's entry from {kubeconfig}" in down.stdout
     assert not folder.exists()

@@ -67,12 +67,19 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
         assert f"`{ids['sg/efa']}`" in files["PLACEHOLDERS.md"]
         assert "`sg/efa` id" in files["PLACEHOLDERS.md"]
 
-        # Argo CD and Flux read the folder where it sits in the repository.
-        app = yaml.safe_load(files["gitops/argocd-application.yaml"])["spec"]["source"]
+        # Argo CD and Flux read the folder where it sits in the repository (the stack's
+        # Application is the last: Kueue's chart, from its registry, syncs first).
+        apps = list(yaml.safe_load_all(files["gitops/argocd-application.yaml"]))
+        app = apps[-1]["spec"]["source"]
         assert app == {"repoURL": REPO, "targetRevision": "prod", "path": f"eks/{NAME}/kubernetes"}
+        assert apps[0]["spec"]["source"]["repoURL"] == "oci://registry.k8s.io/kueue/charts/kueue"
         flux = list(yaml.safe_load_all(files["gitops/flux-kustomization.yaml"]))
-        assert flux[0]["spec"]["url"] == REPO and flux[0]["spec"]["ref"] == {"branch": "prod"}
-        assert flux[1]["spec"]["path"] == f"./eks/{NAME}/kubernetes"
+        (git,) = [d for d in flux if d["kind"] == "GitRepository"]
+        assert git["spec"]["url"] == REPO and git["spec"]["ref"] == {"branch": "prod"}
+        kustomizations = {d["metadata"]["name"]: d for d in flux if d["kind"] == "Kustomization"}
+        assert kustomizations[f"fmctl-{NAME}"]["spec"]["path"] == f"./eks/{NAME}/kubernetes"
+        charts = kustomizations[f"fmctl-{NAME}-charts"]
+        assert charts["spec"]["path"] == f"./eks/{NAME}/gitops/flux"
 
         built = subprocess.run(
             [fetched_tool("kubectl"), "kustomize", str(out / "kubernetes")],
@@ -134,8 +141,8 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         assert f"the filled folder is {folder}" in up.stdout
         files = _texts(folder)
         assert not [p for p, t in files.items() if "<fmctl:" in t]
-        app = yaml.safe_load(files["gitops/argocd-application.yaml"])["spec"]["source"]
-        assert app["path"] == f"eks/{name}/kubernetes"
+        app = list(yaml.safe_load_all(files["gitops/argocd-application.yaml"]))[-1]["spec"]
+        assert app["source"]["path"] == f"eks/{name}/kubernetes"
         assert (sandbox.home / "clusters" / name / "kubeconfig").is_file()
 
         # Before Argo CD syncs, the GPU nodes run without their device plugins: not healthy,
