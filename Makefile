@@ -61,16 +61,18 @@ $(HELM) $(KUBECTL) &: | $(STAMP)
 	$(BIN)/python tests/tools/fetch_helm.py $(BIN)
 
 # A real Slurm controller and Prometheus's promtool for the tests, and mmdebstrap, which
-# builds the stand-in node's root filesystem (Debian's packages; CI runs as root). The
+# builds the stand-in node's root filesystem (Debian's packages; CI runs as root), and gpg,
+# which signs the stand-in of NVIDIA's package repository the nodes install from. The
 # stand-in itself is built by the first test that needs it, once per machine, into
 # /var/cache/fmctl-standin (tests/tools/standin).
 slurm-tools:
 	@if command -v slurmctld >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 \
-	  && command -v promtool >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1; then :; \
+	  && command -v promtool >/dev/null 2>&1 && command -v mmdebstrap >/dev/null 2>&1 \
+	  && command -v gpg >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	    --no-install-recommends slurm-wlm munge prometheus mmdebstrap >/dev/null; \
-	else echo "slurm-wlm/munge/promtool/mmdebstrap missing and not root: their tests will skip"; fi
+	    --no-install-recommends slurm-wlm munge prometheus mmdebstrap gpg gpg-agent >/dev/null; \
+	else echo "slurm-wlm/munge/promtool/mmdebstrap/gpg missing and not root: their tests will skip"; fi
 
 # The real checkers the tests run rendered output through.
 tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tools

@@ -18,6 +18,11 @@ AWS_SAMPLES = (
     "(all_reduce_perf over EFA, Slurm)"
 )
 
+AWS_SAMPLES_TOPOLOGY = (
+    "aws-samples/awsome-distributed-training micro-benchmarks/nccl-tests/slurm/"
+    "topology-aware-nccl-tests/README.md (its p5en.48xlarge all_reduce_perf output)"
+)
+
 
 @dataclass(frozen=True)
 class NcclBaseline:
@@ -38,13 +43,26 @@ class NcclBaseline:
 
 #: The published rows: the out-of-place busbw of the AWS samples' Slurm runs (their README's
 #: 2 x p5.48xlarge output, 8 B to 16 GiB, and 2 x p4de.24xlarge, 8 B to 2 GiB; read at
-#: 7217859 of the repository). No other type of the catalog has a measurement published
-#: there: its check judges against a line-rate estimate and says so (check.judge).
+#: 7217859 of the repository), and the topology-aware NCCL tests' p5en.48xlarge output at
+#: 16 GiB. That output names no node count; its algbw (186.39) and busbw (369.86) do: busbw
+#: is algbw x 2(n-1)/n for an all-reduce over n ranks, so n = 128, 16 nodes of 8 GPUs (the
+#: README's own result files are named nccl_16_...). Its software is the README's defaults:
+#: EFA installer 1.43.2, aws-ofi-nccl 1.16.3, NCCL 2.27.7. No other type of the catalog has
+#: a measurement published there: its check judges against a line-rate estimate and says so
+#: (check.judge).
 BASELINES: tuple[NcclBaseline, ...] = (
     NcclBaseline("p5.48xlarge", 2, 4 * GIB, 465.9, AWS_SAMPLES),
     NcclBaseline("p5.48xlarge", 2, 8 * GIB, 479.3, AWS_SAMPLES),
     NcclBaseline("p5.48xlarge", 2, 16 * GIB, 487.1, AWS_SAMPLES),
     NcclBaseline("p4de.24xlarge", 2, 2 * GIB, 78.3, AWS_SAMPLES),
+    NcclBaseline(
+        "p5en.48xlarge",
+        16,
+        16 * GIB,
+        369.86,
+        AWS_SAMPLES_TOPOLOGY,
+        software="EFA installer 1.43.2, aws-ofi-nccl 1.16.3, NCCL 2.27.7",
+    ),
 )
 
 

@@ -3,8 +3,9 @@
 #   node   node exporter on :9100 (host metrics)
 #   efa N  EFA counters on :9109: efa-metrics.sh writes the devices' sysfs hw_counters (and
 #          N, the devices expected) every 15 s for a node exporter's textfile collector
-#   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics): NVIDIA's dcgm-exporter binary against
-#          the node's DCGM host engine; a container only where a runtime exists
+#   dcgm   NVIDIA DCGM exporter on :9400 (GPU metrics) against the node's DCGM host engine:
+#          the AMI's dcgm-exporter, else NVIDIA's package from its CUDA repository when the
+#          node runs DCGM 4 (the only DCGM it pairs with), else a container where a runtime exists
 #   slurm  Slurm exporter on :9341 (jobs, queue, nodes), head node only
 # Downloads are checked against the release's published SHA-256 sums before use. Exits
 # non-zero with the reason on its last stderr line when the exporter cannot be installed;
@@ -41,6 +42,123 @@ install_node_exporter() {
 # neither Docker nor Podman, so the binary is the way: NVIDIA packages it as
 # datacenter-gpu-manager-exporter (/usr/bin/dcgm-exporter; its own unit runs
 # `dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv` after nvidia-dcgm.service).
+# The host engine's DCGM version, as `dcgmi version` prints it ("Hostengine build info:"
+# then "Version : 4.5.1"; NVIDIA/DCGM dcgmi/Version.cpp and DcgmBuildInfo's printer, the same
+# from DCGM 2 to 4).
+dcgm_version() {
+  timeout 15 dcgmi version 2>/dev/null |
+    awk '/^Hostengine build info/ {h = 1} h && $1 == "Version" {print $3; exit}'
+}
+
+# NVIDIA's CUDA network repository for this node's OS (CUDA's Linux installation guide:
+# developer.download.nvidia.com/compute/cuda/repos/<distro>/<arch>, distro as ubuntu2204,
+# amzn2023, rhel9, debian12; arm64 servers are "sbsa").
+cuda_repository() {
+  local id version carch
+  id="$(. /etc/os-release && echo "$ID")"
+  version="$(. /etc/os-release && echo "$VERSION_ID")"
+  case "$id" in
+    ubuntu) id="ubuntu${version//./}" ;;
+    rocky | almalinux) id="rhel${version%%.*}" ;;
+    *) id="${id}${version%%.*}" ;;
+  esac
+  case "$(uname -m)" in
+    aarch64) carch=sbsa ;;
+    *) carch="$(uname -m)" ;;
+  esac
+  echo "https://developer.download.nvidia.com/compute/cuda/repos/$id/$carch"
+}
+
+# packaged_dcgm_exporter: install NVIDIA's datacenter-gpu-manager-exporter (its unit file is
+# nvidia-dcgm-exporter.service; fmctl runs the binary under its own unit, against the AMI's
+# host engine). An exporter release pairs with one DCGM (NVIDIA's "Install DCGM Exporter":
+# run it with the DCGM it was built with; dcgm-exporter --version says both), and the
+# package pairs with DCGM 4: on an AMI with DCGM 3 (ParallelCluster before 3.15 ships 3.3.x)
+# it would bring DCGM 4 beside the host engine, so it is not tried. The repository is added
+# for the install and removed after it, as ParallelCluster's cookbook does with NVIDIA's
+# repository. Sets package_reason when it does not install.
+packaged_dcgm_exporter() {
+  local version repo tmp list paired
+  version="$(dcgm_version)"
+  case "$version" in
+    4.*) ;;
+    "")
+      package_reason="dcgmi version did not say the host engine's DCGM version"
+      return 1
+      ;;
+    *)
+      package_reason="DCGM $version on this node: NVIDIA's packaged exporter pairs with DCGM 4"
+      return 1
+      ;;
+  esac
+  repo="$(cuda_repository)"
+  tmp="$(mktemp -d)"
+  if command -v apt-get >/dev/null 2>&1; then
+    # The repository's key and source come in NVIDIA's cuda-keyring package.
+    if ! curl -fsSL --retry 5 -o "$tmp/cuda-keyring_1.1-1_all.deb" \
+      "$(mirrored "$repo/cuda-keyring_1.1-1_all.deb")"; then
+      package_reason="no NVIDIA CUDA repository at $repo"
+      rm -rf "$tmp"
+      return 1
+    fi
+    dpkg -i "$tmp/cuda-keyring_1.1-1_all.deb" >/dev/null
+    list="$(dpkg -L cuda-keyring | grep '^/etc/apt/sources.list.d/.*\.list$' | head -n 1)"
+    if [ -n "$release_mirror" ]; then
+      sed -i "s#https://#${release_mirror%/}/#" "$list"
+    fi
+    if apt-get -q update -o Dir::Etc::sourcelist="$list" -o Dir::Etc::sourceparts=- \
+      -o APT::Get::List-Cleanup=0 >"$tmp/log" 2>&1 &&
+      DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends \
+        datacenter-gpu-manager-exporter >>"$tmp/log" 2>&1; then
+      rm -f "$list"
+    else
+      rm -f "$list"
+      package_reason="apt could not install datacenter-gpu-manager-exporter from $repo: $(tail -n 1 "$tmp/log")"
+      rm -rf "$tmp"
+      return 1
+    fi
+  elif command -v dnf >/dev/null 2>&1; then
+    # NVIDIA's .repo file names the repository and its key (what `dnf config-manager
+    # --add-repo` would add), its URLs taken through the mirror when there is one.
+    if ! curl -fsSL --retry 5 -o "$tmp/cuda.repo" \
+      "$(mirrored "$repo/cuda-$(basename "$(dirname "$repo")").repo")"; then
+      package_reason="no NVIDIA CUDA repository at $repo"
+      rm -rf "$tmp"
+      return 1
+    fi
+    [ -z "$release_mirror" ] || sed -i "s#https://#${release_mirror%/}/#g" "$tmp/cuda.repo"
+    cp "$tmp/cuda.repo" /etc/yum.repos.d/fmctl-cuda.repo
+    if ! dnf -q -y install datacenter-gpu-manager-exporter >"$tmp/log" 2>&1; then
+      rm -f /etc/yum.repos.d/fmctl-cuda.repo
+      package_reason="dnf could not install datacenter-gpu-manager-exporter from $repo: $(tail -n 1 "$tmp/log")"
+      rm -rf "$tmp"
+      return 1
+    fi
+    rm -f /etc/yum.repos.d/fmctl-cuda.repo
+  else
+    package_reason="neither apt nor dnf on this node"
+    rm -rf "$tmp"
+    return 1
+  fi
+  rm -rf "$tmp"
+  # fmctl's unit runs the binary (its counters, the node's host engine); the package's own
+  # unit, were its scripts to start it, would take :9400 first.
+  systemctl disable --now nvidia-dcgm-exporter.service >/dev/null 2>&1 || true
+  # "dcgm-exporter version 4.5.3-4.8.2": the DCGM it was built with, then its own.
+  paired="$(/usr/bin/dcgm-exporter --version 2>/dev/null | awk '{print $NF}')"
+  if [ "${paired%%.*}" != "${version%%.*}" ]; then
+    package_reason="the packaged exporter ($paired) pairs with DCGM ${paired%%.*}, the node runs DCGM $version"
+    # Not left behind: the next run would take its binary for the AMI's.
+    if command -v apt-get >/dev/null 2>&1; then
+      apt-get -q remove -y datacenter-gpu-manager-exporter >/dev/null 2>&1 || true
+    else
+      dnf -q -y remove datacenter-gpu-manager-exporter >/dev/null 2>&1 || true
+    fi
+    return 1
+  fi
+  return 0
+}
+
 install_dcgm_exporter() {
   local counters bin runtime
   counters="$(dirname "$0")/dcgm-counters.csv"
@@ -57,6 +175,9 @@ install_dcgm_exporter() {
   }
   bin="$(command -v dcgm-exporter || true)"
   [ -n "$bin" ] || [ ! -x /usr/bin/dcgm-exporter ] || bin=/usr/bin/dcgm-exporter
+  if [ -z "$bin" ] && packaged_dcgm_exporter; then
+    bin=/usr/bin/dcgm-exporter
+  fi
   if [ -n "$bin" ]; then
     cat >/etc/systemd/system/fmctl-dcgm-exporter.service <<UNIT
 [Unit]
@@ -77,7 +198,7 @@ UNIT
   else
     runtime="$(command -v docker || command -v podman || true)"
     if [ -z "$runtime" ]; then
-      echo "no dcgm-exporter binary (package datacenter-gpu-manager-exporter) and no container runtime on this node" >&2
+      echo "no dcgm-exporter binary (${package_reason:-package datacenter-gpu-manager-exporter}) and no container runtime on this node" >&2
       return 1
     fi
     "$runtime" pull "$DCGM_EXPORTER_IMAGE"

@@ -171,3 +171,20 @@ def test_nccl_baselines_are_the_sources_figures() -> None:
     assert rows[("p5.48xlarge", 2, 4 * GIB)] == 465.9
     assert rows[("p4de.24xlarge", 2, 2 * GIB)] == 78.3
     assert all(b.size_bytes is not None for b in BASELINES)
+
+
+def test_the_p5en_baseline_is_the_topology_readmes_16_node_run() -> None:
+    """The topology-aware NCCL tests' README prints one p5en.48xlarge line at 16 GiB without
+    its node count: the all-reduce's busbw/algbw ratio, 2(n-1)/n, says 128 ranks (16 nodes of
+    8 GPUs). The row is that run's, and applies to 16-node runs only."""
+    from provisioner.catalog.nccl_baselines import GIB, published
+
+    # The README's line: size, count, type, redop, root, time, algbw, busbw (out-of-place).
+    line = "17179869184 4294967296 float sum -1 92173 186.39 369.86 0 92284 186.16 369.42 0"
+    fields = line.split()
+    algbw, busbw = float(fields[6]), float(fields[7])
+    ranks = round(2 / (2 - busbw / algbw))
+    assert ranks == 128
+    (row,) = published("p5en.48xlarge", ranks // 8)
+    assert (row.size_bytes, row.busbw_gbs) == (int(fields[0]), busbw) == (16 * GIB, 369.86)
+    assert published("p5en.48xlarge", 2) == []

@@ -31,7 +31,7 @@ from provisioner.render.placeholders import fill
 from provisioner.render.slurm import cluster_slurm_settings
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
-from tests.tools.standin import recorded, rootfs
+from tests.tools.standin import nvidia_repo, recorded, rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 
@@ -61,10 +61,19 @@ def _tarball(members: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def _mirror(folder: Path) -> None:
+def _distro(image: Path) -> str:
+    """The stand-in's OS as NVIDIA names its CUDA repositories (debian13)."""
+    lines = (image / "etc/os-release").read_text().splitlines()
+    fields = dict(line.split("=", 1) for line in lines if "=" in line)
+    return fields["ID"].strip('"') + fields["VERSION_ID"].strip('"').split(".")[0]
+
+
+def _mirror(folder: Path, distro: str) -> None:
     """The releases fmctl's scripts pin, under their upstream URLs' paths and file names (from
     tests/data/real/releases.yaml), each binary a stand-in that runs until stopped, and the
-    sums files in the format each project publishes."""
+    sums files in the format each project publishes; and NVIDIA's CUDA repository for the
+    node's OS (tests/tools/standin/nvidia_repo.py), signed, with the exporter package."""
+    nvidia_repo.build(folder, distro, "x86_64", "amd64")
     stub = "#!/bin/sh\nexec sleep infinity\n"
     for release in yaml.safe_load(RELEASES.read_text())["releases"]:
         base = folder / release["url"].removeprefix("https://")
@@ -127,7 +136,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     config = yaml.safe_load(config_text)
     mirror_dir = tmp_path_factory.mktemp("mirror")
-    _mirror(mirror_dir)
+    _mirror(mirror_dir, _distro(image))
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(mirror_dir)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     head = StandinNode(image, "ip-10-0-0-10")
@@ -212,12 +221,47 @@ def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> 
         )
 
 
-def test_dcgm_exporter_missing_is_a_warning_not_a_failed_node(cluster: Cluster) -> None:
-    """The AMI has DCGM but no dcgm-exporter and no Docker/Podman: bootstrap goes on and says
-    so; node-check.sh then reports it to `fmctl check`."""
-    record = cluster.compute.path("/var/lib/fmctl/exporters/dcgm").read_text()
-    assert record.startswith("missing: no dcgm-exporter binary")
-    assert "warning: the dcgm exporter could not be installed" in cluster.results["compute"].stderr
+def test_dcgm_exporter_comes_from_nvidias_repository(cluster: Cluster) -> None:
+    """The AMI has DCGM 4 but no dcgm-exporter and no Docker/Podman: the node's apt installs
+    NVIDIA's datacenter-gpu-manager-exporter from the CUDA repository (key and source from
+    cuda-keyring, the signed index through the mirror), the repository is removed again, and
+    fmctl's unit runs the packaged binary against the host engine."""
+    node = cluster.compute
+    assert node.path("/var/lib/fmctl/exporters/dcgm").read_text().strip() == "ok"
+    shown = node.run(
+        ["dpkg-query", "-W", "-f=${Status} ${Version}", "datacenter-gpu-manager-exporter"],
+        env=SSM_ENV,
+    )
+    assert shown.stdout == f"install ok installed {nvidia_repo.EXPORTER_VERSION}-1", shown
+    assert list(node.path("/etc/apt/sources.list.d").glob("cuda-*.list")) == []
+    unit = node.path("/etc/systemd/system/fmctl-dcgm-exporter.service").read_text()
+    assert "ExecStart=/usr/bin/dcgm-exporter " in unit and "-r localhost:5555" in unit
+    active = node.run(["systemctl", "is-active", "--quiet", "fmctl-dcgm-exporter"], env=SSM_ENV)
+    assert active.returncode == 0
+
+
+def test_dcgm_3_gets_no_packaged_exporter(cluster: Cluster) -> None:
+    """On an AMI with DCGM 3 (ParallelCluster before 3.15) the package, which pairs with
+    DCGM 4, is not installed: with no container runtime the exporter is missing, and the
+    record says why (a warning at bootstrap, reported by `fmctl check`)."""
+    node = cluster.compute
+    script = ["/bin/bash", "/opt/fmctl/slurm/lib/install-exporter.sh", "dcgm"]
+    node.run(["systemctl", "disable", "--now", "fmctl-dcgm-exporter"], env=SSM_ENV)
+    node.path("/etc/systemd/system/fmctl-dcgm-exporter.service").unlink()
+    node.run(["dpkg", "--purge", "datacenter-gpu-manager-exporter"], env=SSM_ENV)
+    node.write("/etc/standin/dcgm-version", "3.3.6\n")
+    try:
+        done = node.run(script, env=CLOUD_INIT_ENV, timeout=120)
+        assert done.returncode != 0
+        last = done.stderr.strip().splitlines()[-1]
+        assert "DCGM 3.3.6 on this node: NVIDIA's packaged exporter pairs with DCGM 4" in last
+        assert "no container runtime" in last
+        assert not node.path("/usr/bin/dcgm-exporter").exists()
+        assert not node.path("/etc/systemd/system/fmctl-dcgm-exporter.service").exists()
+    finally:
+        node.path("/etc/standin/dcgm-version").unlink()
+        again = node.run(script, env=CLOUD_INIT_ENV, timeout=120)
+        assert again.returncode == 0, again.stderr
 
 
 def test_an_exporter_without_its_host_engine_is_not_running(cluster: Cluster) -> None:
@@ -225,22 +269,23 @@ def test_an_exporter_without_its_host_engine_is_not_running(cluster: Cluster) ->
     restart every 10 s and export nothing: install-exporter.sh says so and installs no unit,
     instead of recording it as running."""
     node = cluster.compute
+    script = ["/bin/bash", "/opt/fmctl/slurm/lib/install-exporter.sh", "dcgm"]
+    unit = node.path("/etc/systemd/system/fmctl-dcgm-exporter.service")
+    node.run(["systemctl", "disable", "--now", "fmctl-dcgm-exporter"], env=SSM_ENV)
+    unit.unlink(missing_ok=True)
+    assert node.path("/usr/bin/dcgm-exporter").exists()  # the package's, from bootstrap
     diag = node.path("/etc/standin/dcgmi-diag.json")
     saved = diag.read_text()
     diag.unlink()  # the stand-in dcgmi then answers as with no host engine
-    node.write("/usr/bin/dcgm-exporter", "#!/bin/sh\nexit 1\n", 0o755)
     try:
-        done = node.run(
-            ["/bin/bash", "/opt/fmctl/slurm/lib/install-exporter.sh", "dcgm"],
-            env=CLOUD_INIT_ENV,
-            timeout=60,
-        )
+        done = node.run(script, env=CLOUD_INIT_ENV, timeout=60)
         assert done.returncode != 0
         assert "host engine (nv-hostengine, nvidia-dcgm.service) does not answer" in done.stderr
-        assert not node.path("/etc/systemd/system/fmctl-dcgm-exporter.service").exists()
+        assert not unit.exists()
     finally:
-        node.path("/usr/bin/dcgm-exporter").unlink()
         diag.write_text(saved)
+        again = node.run(script, env=CLOUD_INIT_ENV, timeout=120)
+        assert again.returncode == 0, again.stderr
 
 
 def test_containers_enabled_on_head_and_compute(cluster: Cluster) -> None:
@@ -296,7 +341,7 @@ def test_cluster_check_through_the_ssm_path(cluster: Cluster) -> None:
     assert (_node(cluster), "efa-devices.txt") in frames, result.stdout[-3000:]
     devices = result.stdout.split(f"==> fmctl-check {_node(cluster)} efa-devices.txt <==\n")[1]
     assert len(devices.split("==>")[0].split()) == 32, result.stdout[-4000:]
-    assert "dcgm missing: no dcgm-exporter binary" in result.stdout
+    assert "dcgm ok" in result.stdout
     # The AMI's nvidia-imex-ctl asked on a p5 node, where IMEX is installed but not running.
     imex = result.stdout.split(f"==> fmctl-check {_node(cluster)} imex.txt <==\n")[1]
     assert imex.startswith("Connection refused"), result.stdout[-3000:]
