@@ -101,6 +101,31 @@ for flag in "$@"; do
     *) echo "unknown flag: $flag" >&2; exit 2 ;;
   esac
 done
+# fmctl's health agent on every GPU node (lib/health-agent.sh: faults drain the node through
+# Slurm, within a repair budget): on by default, so not a flag either.
+if [ "$role" = compute ] && [ -f /etc/fmctl/node.env ] &&
+  grep -q '^FMCTL_EXPECTED_GPUS=[1-9]' /etc/fmctl/node.env; then
+  cat >/etc/systemd/system/fmctl-health.service <<UNIT
+[Unit]
+Description=fmctl: node health agent (faults drain the node through Slurm)
+[Service]
+Type=oneshot
+ExecStart=/bin/bash $home/lib/health-agent.sh
+UNIT
+  cat >/etc/systemd/system/fmctl-health.timer <<UNIT
+[Unit]
+Description=fmctl: node health agent every 30 s
+[Timer]
+OnBootSec=30s
+OnUnitActiveSec=30s
+AccuracySec=1s
+[Install]
+WantedBy=timers.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now fmctl-health.timer ||
+    echo "fmctl: warning: the health agent's timer did not start" >&2
+fi
 # The head node always gets enroot and pyxis (srun there registers --container-image): not a
 # flag, since its Args cannot change on a cluster update (ParallelCluster: UNSUPPORTED).
 if [ "$role" = head ]; then

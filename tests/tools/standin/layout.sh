@@ -51,6 +51,8 @@ install -m 0755 "$tools/enroot" /usr/bin/enroot
 install -m 0755 "$tools/aws" /usr/local/bin/aws
 mv /usr/bin/systemctl /usr/bin/systemctl.real
 install -m 0755 "$tools/systemctl" /usr/bin/systemctl
+mv /usr/bin/journalctl /usr/bin/journalctl.real
+install -m 0755 "$tools/journalctl" /usr/bin/journalctl
 
 # NVIDIA IMEX as ParallelCluster >= 3.14 installs it on every AMI but AL2
 # (aws-parallelcluster-platform resources/nvidia_imex/partial/_nvidia_imex_common.rb): the

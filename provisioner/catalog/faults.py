@@ -1,0 +1,135 @@
+"""The fault table fmctl's node health agent decides by: fault code -> class -> action.
+
+XIDs (the NVIDIA driver's ``NVRM: Xid (PCI:...): N, ...`` kernel lines) take their class from
+NVIDIA's Xid catalog for Ampere and newer GPUs ("Analyzing Xid Errors with the Xid Catalog",
+docs.nvidia.com/deploy/xid-errors: each Xid's *Resolution Bucket (Immediate Action)*), read
+as NVIDIA's own NVSentinel ships it (distros/kubernetes/nvsentinel/charts/gpu-health-monitor/
+xiderrorsmapping.csv at 6f8b0fcf: code, mnemonic, bucket, FATAL/NONFATAL; XIDs 1-162).
+The buckets are grouped here by what fmctl does about them:
+
+- the job's to handle (RESTART_APP, IGNORE, WORKFLOW_XID_45, CHECK_UVM and Xid 154, which
+  only points at another Xid): never drains a node, only counted;
+- the GPU needs a reset (RESET_GPU) or the machine a restart (RESTART_BM, RESTART_VM):
+  ``reboot``, which on EC2 cannot reset one GPU under a running node;
+- the rest (UNEXPECTED_ERR_REPORT_ISSUE, the DBE, NVLink and NVLink5 workflows,
+  CHECK_MECHANICALS, UPDATE_SWFW): the hardware is suspect, ``replace``.
+
+fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
+prolog checks them): a GPU or EFA device gone is ``replace``.
+
+``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
+(slurm/lib/faults.tsv, kept equal to this module by a test).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+XID_SOURCE = (
+    "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), "
+    "as NVIDIA/NVSentinel gpu-health-monitor/xiderrorsmapping.csv at 6f8b0fcf"
+)
+FMCTL_SOURCE = "fmctl: the catalog's per-node GPU and EFA counts (the prolog's checks)"
+
+
+class Action(Enum):
+    """What the agent does about a fault on a node."""
+
+    NONE = "none"  # counted and reported; the node keeps working
+    REBOOT = "reboot"
+    REPLACE = "replace"
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """One row: a fault code (``xid:79``, ``gpu-count``), its class (NVIDIA's resolution
+    bucket, or fmctl's), what the agent does and where the row comes from."""
+
+    code: str
+    fault_class: str
+    action: Action
+    source: str
+
+
+def _spans(text: str) -> tuple[int, ...]:
+    """XIDs written as "8 11 39-41": single codes and inclusive ranges."""
+    out: list[int] = []
+    for part in text.split():
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return tuple(out)
+
+
+#: NVIDIA's immediate-action bucket -> the XIDs it holds (1-162).
+XID_BUCKETS: dict[str, tuple[int, ...]] = {
+    "RESTART_APP": _spans(
+        "8 11 13 25 31 32 39-41 60 68-72 75-77 80 82-86 88 89 94 96-105 126-135 139"
+    ),
+    "IGNORE": _spans("14 37 38 43 44 63 66 67 92 93 106 107 121 137 141 152 153 157 161"),
+    "WORKFLOW_XID_45": _spans("45"),
+    "CHECK_UVM": _spans("159"),
+    "FOLLOW_OTHER_XID": _spans("154"),
+    "RESET_GPU": _spans("46 62 64 95 109 110 119 120 136 140 143 155 156 158 162"),
+    "RESTART_BM": _spans("79 160"),
+    "RESTART_VM": _spans("151"),
+    "WORKFLOW_XID_48": _spans("48"),
+    "WORKFLOW_NVLINK_ERR": _spans("74"),
+    "WORKFLOW_NVLINK5_ERR": _spans("144-150"),
+    "CHECK_MECHANICALS": _spans("54"),
+    "UPDATE_SWFW": _spans("78"),
+    "UNEXPECTED_ERR_REPORT_ISSUE": _spans(
+        "1-7 9 10 12 15-24 26-30 33-36 42 47 49-53 55-59 61 65 73 81 87 90 91 108 111-118 "
+        "122-125 138 142"
+    ),
+}
+
+#: What fmctl does about each bucket (see the module's docstring).
+BUCKET_ACTION: dict[str, Action] = {
+    "RESTART_APP": Action.NONE,
+    "IGNORE": Action.NONE,
+    "WORKFLOW_XID_45": Action.NONE,
+    "CHECK_UVM": Action.NONE,
+    "FOLLOW_OTHER_XID": Action.NONE,
+    "RESET_GPU": Action.REBOOT,
+    "RESTART_BM": Action.REBOOT,
+    "RESTART_VM": Action.REBOOT,
+    "WORKFLOW_XID_48": Action.REPLACE,
+    "WORKFLOW_NVLINK_ERR": Action.REPLACE,
+    "WORKFLOW_NVLINK5_ERR": Action.REPLACE,
+    "CHECK_MECHANICALS": Action.REPLACE,
+    "UPDATE_SWFW": Action.REPLACE,
+    "UNEXPECTED_ERR_REPORT_ISSUE": Action.REPLACE,
+}
+
+#: fmctl's rows: what the node must show.
+OWN_RULES: tuple[FaultRule, ...] = (
+    FaultRule("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRule("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
+)
+
+
+def fault_table() -> tuple[FaultRule, ...]:
+    """Every row: the XIDs in code order, then fmctl's own."""
+    rows = [
+        FaultRule(f"xid:{code}", bucket, BUCKET_ACTION[bucket], XID_SOURCE)
+        for bucket, codes in XID_BUCKETS.items()
+        for code in codes
+    ]
+    rows.sort(key=lambda r: int(r.code.split(":")[1]))
+    return (*rows, *OWN_RULES)
+
+
+def rule(code: str) -> FaultRule | None:
+    """The row for ``code`` (``xid:79``), or None: an XID the table does not know."""
+    return next((r for r in fault_table() if r.code == code), None)
+
+
+def as_tsv() -> str:
+    """The table as the node agent reads it: code, class, action, tab-separated."""
+    header = "# fmctl's fault table (provisioner/catalog/faults.py): code\tclass\taction\n"
+    return header + "".join(f"{r.code}\t{r.fault_class}\t{r.action.value}\n" for r in fault_table())
+
+
+if __name__ == "__main__":
+    print(as_tsv(), end="")

@@ -1,0 +1,158 @@
+#!/bin/bash
+# fmctl's node health agent on a Slurm GPU node (issue 33: detect, act through the scheduler).
+# fmctl-health.timer runs it every 30 s as root (on-node-configured.sh installs it); it reads
+# what failed since its last run, decides by fmctl's fault table (lib/faults.tsv, from
+# provisioner/catalog/faults.py: NVIDIA's Xid catalog and fmctl's own rows) and acts through
+# Slurm:
+#   - the kernel log's new `NVRM: Xid (PCI:...): N, ...` lines (journalctl -k, resumed from
+#     its cursor file, so each line counts once);
+#   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
+#     must show (/etc/fmctl/node.env, as the prolog checks them).
+# Application-class faults (NVIDIA's RESTART_APP, IGNORE, ...) are counted, never acted on. A
+# node-level fault drains the node with a reason users can grep:
+#   fmctl-health: XID 79 RESTART_BM -> replace
+# On ParallelCluster that is the repair: clustermgtd treats a static node that is drained and
+# idle as unhealthy and replaces its instance (aws-parallelcluster-node slurm_resources.py
+# is_state_healthy, clustermgtd's terminate_drain_nodes, on by default), so running jobs end
+# first and a reboot-class fault gets a new instance too, checked by OnNodeStart as any.
+# Never touched: a node someone else drained or took down (their reason stays), and, beyond
+# the repair budget (FMCTL_HEALTH_MAX_IN_REPAIR, default max(1, 10% of the partition) nodes
+# drained by this agent at once), every node: the agent only records and alerts, so a bad
+# rule or a fabric-wide event cannot drain the fleet.
+# Records: /var/lib/fmctl/health/{state,faults.log,counts}; metrics for the EFA exporter's
+# textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_faults_total.
+set -uo pipefail
+
+# node.env, $slurm, $node (a node without node.env is no GPU node of fmctl's: exit 0).
+# shellcheck source=prolog-common.sh
+. /opt/fmctl/slurm/lib/prolog-common.sh || exit 0
+deadline="${FMCTL_HEALTH_TOOL_TIMEOUT:-20}"
+# This node's Slurm name: slurmd runs as `slurmd -N NAME` (ParallelCluster's node names are
+# not the instance's hostname), and Slurm knows it by its NodeHostname.
+node="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -o '%N %n' 2>/dev/null |
+  awk -v h="$(hostname -s)" '$2 == h {print $1; exit}')"
+[ -n "$node" ] || node="$(hostname -s)"
+dir=/var/lib/fmctl/health
+table="$lib/faults.tsv"
+install -d -m 0755 "$dir"
+now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+
+faults=()  # "code<TAB>detail"
+
+# XIDs since the last run. journalctl -k shows this boot's kernel log; --cursor-file starts
+# after the saved cursor and saves the last entry's (systemd's journalctl(1)).
+while IFS= read -r code; do
+  [ -n "$code" ] && faults+=("xid:$code	XID $code")
+done < <(timeout "$deadline" journalctl -k -o short-iso --no-pager \
+  --cursor-file="$dir/kernel.cursor" 2>/dev/null |
+  sed -n 's/.*NVRM: Xid ([^)]*): \([0-9][0-9]*\),.*/\1/p')
+
+if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ]; then
+  out=$(timeout "$deadline" nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null)
+  gpus=$(printf '%s\n' "$out" | grep -c '^[[:space:]]*[0-9][0-9]*[[:space:]]*$')
+  [ "$gpus" -ge "$FMCTL_EXPECTED_GPUS" ] ||
+    faults+=("gpu-count	$gpus of $FMCTL_EXPECTED_GPUS GPUs")
+fi
+if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "${FMCTL_EXPECTED_EFA:-0}" -gt 0 ] &&
+  [ -r "$lib/efa-devices.sh" ]; then
+  # shellcheck source=efa-devices.sh
+  . "$lib/efa-devices.sh"
+  out=$(timeout "$deadline" "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM 2>/dev/null)
+  efa=$(printf '%s\n' "$out" | fmctl_efa_rdm_domains | wc -l)
+  [ "$efa" -ge "$FMCTL_EXPECTED_EFA" ] ||
+    faults+=("efa-count	$efa of $FMCTL_EXPECTED_EFA EFA devices")
+fi
+
+# lookup CODE: "class action" from the table (an XID it does not know: replace, as NVIDIA's
+# catalog says of an unexpected one).
+lookup() {
+  awk -F '\t' -v c="$1" '$1 == c {print $2, $3; found = 1; exit} END {if (!found) print "UNKNOWN replace"}' "$table"
+}
+
+act=""  # the first node-level fault: "code class action detail"
+for fault in "${faults[@]}"; do
+  code="${fault%%	*}"
+  detail="${fault#*	}"
+  read -r class action < <(lookup "$code")
+  echo "$now $code $class $action $detail" >>"$dir/faults.log"
+  printf '%s %s\n' "$code" "$class" >>"$dir/counts"
+  if [ "$action" != none ] && [ -z "$act" ]; then
+    act="$code $class $action $detail"
+  fi
+done
+
+# metrics STATE: the node's state and its fault counts, for the EFA exporter's textfile
+# collector (its folder, where it runs).
+metrics() {
+  local prom=/var/lib/fmctl-efa
+  [ -d "$prom" ] || return 0
+  {
+    echo "# HELP fmctl_node_health_state fmctl's health agent: the node's state (1 for the current)."
+    echo "# TYPE fmctl_node_health_state gauge"
+    for s in healthy draining held; do
+      printf 'fmctl_node_health_state{state="%s"} %d\n' "$s" "$([ "$s" = "$1" ] && echo 1 || echo 0)"
+    done
+    echo "# HELP fmctl_node_faults_total Faults the health agent saw on the node, by code and class."
+    echo "# TYPE fmctl_node_faults_total counter"
+    [ ! -s "$dir/counts" ] || sort "$dir/counts" | uniq -c |
+      awk '{printf "fmctl_node_faults_total{code=\"%s\",class=\"%s\"} %d\n", $2, $3, $1}'
+  } >"$prom/fmctl-health.prom.tmp" && mv "$prom/fmctl-health.prom.tmp" "$prom/fmctl-health.prom"
+}
+
+record() {  # STATE DETAIL
+  printf '%s %s\n' "$1" "$2" >"$dir/state"
+  metrics "$1"
+}
+
+show="$(timeout "$deadline" "$slurm/bin/scontrol" show node -o "$node" 2>/dev/null)"
+# Slurm shows the reason with who set it and when: "REASON [root@2026-12-04T13:35:27]".
+reason="$(printf '%s\n' "$show" | sed -n 's/.* Reason=\(.*\)/\1/p' | sed 's/ \[[^]]*\]$//')"
+node_state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
+
+if [ -z "$act" ]; then
+  if [[ "$reason" == fmctl-health:* ]]; then
+    record draining "$reason"  # drained by this agent: stays so until replaced
+  else
+    record healthy "no node-level fault"
+  fi
+  exit 0
+fi
+
+read -r code class action detail <<<"$act"
+# On ParallelCluster every node-level repair is a replacement (see the header).
+[ "$slurm" != /opt/slurm ] || action=replace
+why="fmctl-health: ${class} (${detail}) -> ${action}"
+[[ "$code" != xid:* ]] || why="fmctl-health: XID ${code#xid:} ${class} -> ${action}"
+
+case "$node_state" in
+  *DRAIN* | *DOWN* | *FAIL*)
+    if [[ "$reason" == fmctl-health:* ]]; then
+      record draining "$reason"
+    else
+      # Someone else's: their drain and reason stay.
+      logger -t fmctl-health -- "$why on $node: left alone, $node_state by someone else ($reason)" 2>/dev/null || true
+      record held "$why (the node is $node_state by someone else: ${reason:-no reason})"
+    fi
+    exit 0
+    ;;
+esac
+
+# The repair budget, counted over the node's first partition.
+partition="$(printf '%s\n' "$show" | sed -n 's/.* Partitions=\([^ ,]*\).*/\1/p')"
+total="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N' 2>/dev/null | sort -u | wc -l)"
+repairing="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N|%E' 2>/dev/null |
+  grep '|fmctl-health:' | cut -d'|' -f1 | sort -u | wc -l)"
+budget="${FMCTL_HEALTH_MAX_IN_REPAIR:-$((total / 10 > 1 ? total / 10 : 1))}"
+if [ "$repairing" -ge "$budget" ]; then
+  logger -t fmctl-health -- "$why on $node: held, $repairing of $total nodes of $partition in repair (budget $budget)" 2>/dev/null || true
+  record held "$why (budget: $repairing of $total nodes of $partition in repair, at most $budget)"
+  exit 0
+fi
+
+if timeout "$deadline" "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why"; then
+  logger -t fmctl-health -- "$why: drained $node" 2>/dev/null || true
+  record draining "$why"
+else
+  record held "$why (scontrol could not drain the node)"
+  exit 1
+fi

@@ -1,0 +1,149 @@
+"""fmctl's node health agent (slurm/lib/health-agent.sh, issue 33) on stand-in GPU nodes of a
+Slurm cluster (a controller, three compute nodes of one partition, Slurm's real slurmctld and
+slurmd), run as its systemd service runs it: recorded real kernel lines with XIDs, GPUs and EFA
+devices gone. Application-class XIDs drain nothing; a node-level fault drains the node with a
+reason `sinfo -R` shows; a node someone else drained keeps their reason; beyond the repair
+budget the agent only records; every fault is counted in the metrics the EFA exporter serves.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.tools.standin import recorded, rootfs
+from tests.tools.standin.node import StandinNode
+from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+
+pytestmark = rootfs.required()
+POOL = "gpu"
+REAL = ROOT / "tests" / "data" / "real"
+HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
+#: What systemd gives a oneshot service: no login environment, a minimal PATH.
+SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+NODE_ENV = (
+    "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
+    "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
+)
+
+
+@dataclass
+class Cluster:
+    head: StandinNode
+    computes: list[ComputeNode]
+    slurm: StandinSlurm
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    image = rootfs.ensure()
+    head = StandinNode(image, "ip-10-0-0-50")
+    nodes = [
+        StandinNode(image, f"ip-10-0-18-{i}", shared_from=head, shares=("opt/slurm",))
+        for i in (51, 52, 53)
+    ]
+    try:
+        computes = [
+            ComputeNode(node, f"gpu-st-p5-{i}", POOL, 1, 2, 1, addr=f"127.0.18.{50 + i}")
+            for i, node in enumerate(nodes, 1)
+        ]
+        for node in nodes:
+            shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+            node.write("/etc/fmctl/node.env", NODE_ENV)
+            node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
+        slurm = StandinSlurm(head, computes, [])
+        slurm.start_slurmd()
+        for c in computes:
+            _healthy(c.node)
+        yield Cluster(head, computes, slurm)
+    finally:
+        head.stop()
+        for node in nodes:
+            node.stop()
+
+
+def _healthy(node: StandinNode) -> None:
+    node.write("/etc/standin/nvidia-smi.csv", HEALTHY_GPUS)
+    node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+    node.path("/etc/standin/kernel.log").unlink(missing_ok=True)
+
+
+def _agent(c: ComputeNode) -> str:
+    """One run of the agent as fmctl-health.service runs it; its state record."""
+    done = c.node.run(["/bin/bash", "/opt/fmctl/slurm/lib/health-agent.sh"], env=SERVICE_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return c.node.path("/var/lib/fmctl/health/state").read_text().strip()
+
+
+def _reason(cluster: Cluster, c: ComputeNode) -> tuple[str, str]:
+    """(state, reason) as `sinfo -R`'s reasons and the node's state show them."""
+    out = cluster.head.run(
+        ["/opt/slurm/bin/sinfo", "-h", "-N", "-n", c.name, "-o", "%T|%E"], env=SERVICE_ENV
+    ).stdout.strip()
+    state, _, reason = out.partition("|")
+    return state, "" if reason == "none" else reason  # sinfo's %E for no reason
+
+
+def _kernel(c: ComputeNode, recording: str) -> None:
+    log = c.node.path("/etc/standin/kernel.log")
+    old = log.read_text() if log.exists() else ""
+    log.write_text(old + (REAL / recording).read_text())
+
+
+def _metrics(c: ComputeNode) -> str:
+    return c.node.path("/var/lib/fmctl-efa/fmctl-health.prom").read_text()
+
+
+def test_the_loop_on_slurm(cluster: Cluster) -> None:
+    """In one cluster, in order: application XIDs, a GPU off the bus, the budget, a person's
+    drain (one scenario: the budget depends on what is already in repair)."""
+    first, second, third = cluster.computes
+    assert _agent(first).startswith("healthy")
+
+    # Xid 13 (RESTART_APP) and 109 (RESET_GPU) on the first node: 109 is node-level.
+    _kernel(second, "kernel-xid13-109-gpud.txt")
+    # Only the application-class lines first: the 109 line is cut off.
+    log = second.node.path("/etc/standin/kernel.log")
+    log.write_text("".join(line + "\n" for line in log.read_text().splitlines()[:4]))
+    assert _agent(second).startswith("healthy")
+    assert _reason(cluster, second)[1] == ""
+    assert 'fmctl_node_faults_total{code="xid:13",class="RESTART_APP"} 3' in _metrics(second)
+    assert 'fmctl_node_health_state{state="healthy"} 1' in _metrics(second)
+    # Read once: the cursor moved past them, a second run counts nothing again.
+    assert _agent(second).startswith("healthy")
+    assert 'fmctl_node_faults_total{code="xid:13",class="RESTART_APP"} 3' in _metrics(second)
+
+    # A GPU falls off the bus on the first node (recorded real lines): drained, with the reason.
+    _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    state = _agent(first)
+    want = "fmctl-health: XID 79 RESTART_BM -> replace"
+    assert state == f"draining {want}"
+    node_state, reason = _reason(cluster, first)
+    assert reason == want and node_state.startswith(("drain", "drained")), (node_state, reason)
+    assert 'fmctl_node_health_state{state="draining"} 1' in _metrics(first)
+    # It stays so on the next runs (clustermgtd replaces it once idle).
+    assert _agent(first) == f"draining {want}"
+
+    # The budget: 1 of 3 nodes (max(1, 10%)) is in repair; the 109 on the second node is held.
+    log.write_text((REAL / "kernel-xid13-109-gpud.txt").read_text())
+    held = _agent(second)
+    assert held.startswith("held fmctl-health: XID 109 RESET_GPU -> replace"), held
+    assert "budget: 1 of 3 nodes of gpu in repair, at most 1" in held
+    assert _reason(cluster, second)[1] == ""
+
+    # A person drained the third node; an EFA device then goes: their reason stays.
+    done = cluster.head.run(
+        ["/opt/slurm/bin/scontrol", "update", "NodeName=" + third.name, "State=DRAIN",
+         "Reason=ops: cable check"],
+        env=SERVICE_ENV,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    third.node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2))
+    kept = _agent(third)
+    assert kept.startswith("held fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"), kept
+    assert "by someone else: ops: cable check" in kept
+    assert _reason(cluster, third)[1] == "ops: cable check"
