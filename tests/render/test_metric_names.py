@@ -36,6 +36,11 @@ def _efa_metrics() -> set[str]:
     return set(re.findall(r"# TYPE (fmctl_efa_[a-z_]+)", text))
 
 
+def _health_metrics() -> set[str]:
+    text = (ROOT / "slurm/lib/health-agent.sh").read_text()
+    return set(re.findall(r"# TYPE (fmctl_node_[a-z_]+)", text))
+
+
 def _listed(name: str) -> set[str]:
     """A list of tests/data/exporter-metrics: one metric name per line, # comments."""
     lines = (LISTS / name).read_text().splitlines()
@@ -57,12 +62,14 @@ def test_every_metric_used_is_exported() -> None:
     exported = (
         _dcgm_fields()
         | _efa_metrics()
+        | _health_metrics()
         | _listed("node-exporter.txt")
         | _listed("slurm-exporter.txt")
         | _listed("kube-state-metrics.txt")
     )
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_NVLINK_TX_BYTES"} <= exported
     assert {"fmctl_efa_hw_stat", "fmctl_efa_devices", "fmctl_efa_devices_expected"} <= exported
+    assert {"fmctl_node_health_state", "fmctl_node_faults_total"} <= exported
     unknown = {
         (source, name)
         for source, exprs in _expressions().items()
@@ -120,3 +127,65 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert {"GpuXidError", "GpuFellOffTheBus", "EfaDeviceMissing", "NodeDown"} <= alerts
     assert "NodeNotReady" in alerts
+
+
+def test_health_alerts_fire_on_the_agents_states(tmp_path: Path) -> None:
+    """promtool's rule unit test: a node the health agent drained raises NodeInRepair, one
+    whose fault it held raises NodeRepairHeld, a healthy one neither (series as the agent
+    writes them, slurm/lib/health-agent.sh)."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
+        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+
+    def series(instance: str, current: str) -> list[dict[str, str]]:
+        return [
+            {
+                "series": f'fmctl_node_health_state{{state="{s}",instance="{instance}"}}',
+                "values": ("1" if s == current else "0") + "x5",
+            }
+            for s in ("healthy", "draining", "held")
+        ]
+
+    rules = {r["alert"]: r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+
+    def fired(name: str, instance: str) -> dict[str, object]:
+        rule = rules[name]
+        return {
+            "exp_labels": rule["labels"]
+            | {"instance": instance, "state": "draining" if name == "NodeInRepair" else "held"},
+            "exp_annotations": {
+                key: text.replace("{{ $labels.instance }}", instance)
+                for key, text in rule["annotations"].items()
+            },
+        }
+
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series("a:9109", "draining")
+                + series("b:9109", "held")
+                + series("c:9109", "healthy"),
+                "alert_rule_test": [
+                    {
+                        "eval_time": "2m",
+                        "alertname": "NodeInRepair",
+                        "exp_alerts": [fired("NodeInRepair", "a:9109")],
+                    },
+                    {
+                        "eval_time": "2m",
+                        "alertname": "NodeRepairHeld",
+                        "exp_alerts": [fired("NodeRepairHeld", "b:9109")],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "health-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
