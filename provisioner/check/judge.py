@@ -13,6 +13,7 @@ from provisioner.check.outputs import (
     EfaReport,
     ExporterState,
     GpuReport,
+    HealthState,
     ImexState,
     NcclReport,
 )
@@ -66,13 +67,16 @@ def judge_node(
     exporters: list[ExporterState] | None = None,
     imex: ImexState | None = None,
     nvlink_on_node: bool = True,
+    health: HealthState | None = None,
 ) -> Verdict:
     """GPUs (count, model, lost GPUs, uncorrectable ECC), DCGM's level-2 diagnostic, the
     EFA devices and, on UltraServer nodes, whether IMEX formed the NVLink domain, for one
     node of ``pool``; optional exporters its bootstrap could not install are shown (they
     never fail a node: its jobs run without them). ``nvlink_on_node`` False (EKS): no IMEX
     daemon runs on the node by itself there (the DRA driver starts one per ComputeDomain),
-    so the NVLink domain is judged per job instead (``judge_domain``)."""
+    so the NVLink domain is judged per job instead (``judge_domain``). ``health``: what the
+    node's health agent recorded; a node it drained fails (it leaves the scheduler), a fault
+    it held is shown."""
     verdict = Verdict(node, pool.name)
     verdict.findings.append(_gpus(pool, smi))
     verdict.findings.append(_dcgm(diag))
@@ -85,7 +89,17 @@ def judge_node(
         names = ", ".join(e.name for e in missing)
         reasons = "; ".join(f"{e.name}: {e.reason}" for e in missing)
         verdict.findings.append(Finding("exporters", None, f"missing {names}", "", reasons))
+    if health is not None:
+        verdict.findings.append(_health(health))
     return verdict
+
+
+def _health(health: HealthState) -> Finding:
+    if health.state == "draining":
+        return Finding("health", False, "drained by the health agent", "healthy", health.detail)
+    if health.state == "held":
+        return Finding("health", None, "a fault held", "healthy", health.detail)
+    return Finding("health", True, "healthy", "healthy")
 
 
 def _gpus(pool: Pool, smi: GpuReport | None) -> Finding:

@@ -191,6 +191,27 @@ def parse_exporters(text: str) -> list[ExporterState]:
 
 
 @dataclass(frozen=True)
+class HealthState:
+    """What fmctl's health agent last recorded on the node (slurm/lib/health-agent.sh's
+    state file): ``healthy``, ``draining`` (it drained the node for a node-level fault) or
+    ``held`` (a node-level fault it did not act on: the repair budget, or someone else's
+    drain), with its words."""
+
+    state: str
+    detail: str
+
+
+HEALTH_STATES = ("healthy", "draining", "held")
+
+
+def parse_health(text: str) -> HealthState | None:
+    """node-check.sh's health.txt: the agent's state line, or None where no agent recorded
+    one (an EKS node, a node whose agent has not run yet)."""
+    state, _, detail = text.strip().partition(" ")
+    return HealthState(state, detail.strip()) if state in HEALTH_STATES else None
+
+
+@dataclass(frozen=True)
 class ImexState:
     """What a node said of IMEX (node-check.sh's imex.txt): ``nvidia-imex-ctl -q``'s word
     (READY once this node's daemon is up: NVIDIA's IMEX guide), then ``-N -j``'s domain

@@ -9,6 +9,7 @@ pool)::
     DIR/nodes/NODE/fi_info.txt       fi_info -p efa -t FI_EP_RDM
     DIR/nodes/NODE/efa-devices.txt   its EFA RDM domains, as slurm/lib/efa-devices.sh counts
     DIR/nodes/NODE/exporters.txt     optional exporters the bootstrap installed or not
+    DIR/nodes/NODE/health.txt        the health agent's state (Slurm nodes)
     DIR/nccl/POOL.txt                all_reduce_perf's output across the pool's nodes
 
 A live check reads the same files from one stream (a pod's log, or what
@@ -128,13 +129,14 @@ def check_folder(
             report.verdicts.append(verdict)
             continue
         reported[pool.name] += 1
-        smi, diag, fi_info, devices, exporters, imex = (
+        smi, diag, fi_info, devices, exporters, imex, health = (
             _read(node / "nvidia-smi.csv"),
             _read(node / "dcgmi-diag.json"),
             _read(node / "fi_info.txt"),
             _read(node / "efa-devices.txt"),
             _read(node / "exporters.txt"),
             _read(node / "imex.txt"),
+            _read(node / "health.txt"),
         )
         report.verdicts.append(
             judge_node(
@@ -146,6 +148,7 @@ def check_folder(
                 outputs.parse_exporters(exporters or ""),
                 outputs.parse_imex(imex) if imex is not None else None,
                 nvlink_on_node=context.scheduler != "kubernetes",
+                health=outputs.parse_health(health) if health is not None else None,
             )
         )
     for name, pool in pools.items():

@@ -1,9 +1,10 @@
 #!/bin/bash
 # What `fmctl check` judges, gathered on one node: its GPUs (nvidia-smi), DCGM's level-2
 # diagnostic, its EFA devices (fi_info, counted by efa-devices.sh: the prolog's rule) and
-# which optional exporters the bootstrap could not install. Usage: node-check.sh DIR POOL
+# which optional exporters the bootstrap could not install, and what the health agent last
+# recorded. Usage: node-check.sh DIR POOL
 # writes DIR/nodes/NODE/{pool,nvidia-smi.csv,dcgmi-diag.json,fi_info.txt,efa-devices.txt,
-# exporters.txt,imex.txt} (those of FMCTL_CHECK_PARTS: gpu, efa; both unless told), NODE being
+# exporters.txt,imex.txt,health.txt} (those of FMCTL_CHECK_PARTS: gpu, efa; both unless told), NODE being
 # $NODE_NAME when set (a Kubernetes pod's hostname is the pod's, not the node's), else
 # Slurm's $SLURMD_NODENAME, else `hostname -s`. With DIR "-", the files go to stdout instead, each after a line
 # "==> fmctl-check NODE FILE <==" (what `fmctl check NAME` reads from a pod's log).
@@ -72,7 +73,14 @@ if [[ "$parts" == *" gpu "* ]]; then
   else
     echo "nvidia-imex-ctl not installed on $node" > "$out/imex.txt"
   fi
-  files+=(nvidia-smi.csv dcgmi-diag.json exporters.txt imex.txt)
+  # The health agent's state (lib/health-agent.sh): healthy, draining or held, and why.
+  health_state="${FMCTL_HEALTH_STATE:-/var/lib/fmctl/health/state}"
+  if [ -s "$health_state" ]; then
+    head -n 1 "$health_state" > "$out/health.txt"
+  else
+    echo "no health agent record on $node" > "$out/health.txt"
+  fi
+  files+=(nvidia-smi.csv dcgmi-diag.json exporters.txt imex.txt health.txt)
 fi
 
 if [[ "$parts" == *" efa "* ]]; then

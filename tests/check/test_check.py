@@ -24,6 +24,7 @@ from provisioner.check.judge import (
     judge_nccl,
     judge_node,
 )
+from provisioner.check.results import check_folder
 from provisioner.render.context import ClusterContext, PoolContext, build_context
 from tests.conftest import ROOT, validate_text
 from tests.tools.efa_rule import efa_devices
@@ -110,6 +111,31 @@ def test_exporters_record() -> None:
         ("node", True, ""),
         ("dcgm", False, "no dcgm-exporter binary"),
     ]
+
+
+def test_a_node_the_health_agent_drained_fails_the_check(tmp_path: Path) -> None:
+    """node-check.sh brings back the health agent's state line; a node it drained fails
+    (it has left the scheduler), a fault it held is shown, a healthy one passes."""
+    assert outputs.parse_health("no health agent record on n1") is None
+    folder = tmp_path / "results"
+    state = tmp_path / "state"
+    os.environ["FMCTL_HEALTH_STATE"] = str(state)
+    try:
+        for node, line in (
+            ("n1", "draining fmctl-health: XID 79 RESTART_BM -> replace"),
+            ("n2", "held fmctl-health: XID 109 RESET_GPU -> replace (budget: 1 of 3 nodes)"),
+            ("n3", "healthy no node-level fault"),
+        ):
+            state.write_text(line + "\n")
+            _gather(folder, tmp_path, node, HEALTHY)
+    finally:
+        del os.environ["FMCTL_HEALTH_STATE"]
+    report = check_folder(_context(), folder)
+    health = {v.subject: f for v in report.verdicts for f in v.findings if f.check == "health"}
+    assert health["n1"].ok is False and "XID 79 RESTART_BM" in health["n1"].detail
+    assert health["n2"].ok is None and "budget" in health["n2"].detail
+    assert health["n3"].ok is True
+    assert [v.ok for v in report.verdicts if v.subject in health] == [False, True, True]
 
 
 def test_nccl() -> None:
