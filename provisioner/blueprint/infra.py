@@ -332,7 +332,7 @@ def shared(p: Parts) -> None:
 
 
 def _slurm_shared(p: Parts) -> None:
-    from provisioner.render.slurm import monitoring_files, topology_conf
+    from provisioner.render.slurm import health_env, monitoring_files, topology_conf
 
     c = p.c
     if c.amp_workspace_arn:
@@ -346,6 +346,7 @@ def _slurm_shared(p: Parts) -> None:
         )
         p.add("iam/amp-write", "iam-policy", policy)
     uploads = monitoring_files(c)
+    uploads["slurm/health.env"] = health_env(c)  # the health agent's settings (spec health:)
     if c.topology_aware:
         # The provisional tree the head node's OnNodeStart puts in place before slurmctld.
         uploads["slurm/topology.conf"] = topology_conf(c)

@@ -247,6 +247,10 @@ class ClusterContext:
     #: UltraServer pools whose nodes NVIDIA's DRA driver serves ComputeDomains on (empty:
     #: no DRA driver).
     dra_pools: tuple[str, ...] = ()
+    #: fmctl's node health agent (spec health:): on, every N seconds, its repair budget.
+    health_enabled: bool = True
+    health_interval_s: int = 30
+    health_max_in_repair: str = "10%"
 
     @property
     def dra(self) -> bool:
@@ -492,6 +496,9 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         pcs=_pcs(spec) if spec.scheduler == "slurm" and spec.slurm.provider == "pcs" else None,
         queueing=_queueing(spec, pools, dra) if kueue else None,
         dra_pools=ultra if dra else (),
+        health_enabled=spec.health.enabled,
+        health_interval_s=spec.health.interval_seconds() or 30,
+        health_max_in_repair=str(spec.health.max_in_repair).strip(),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from provisioner.catalog.pcs import ROOT_DEVICE, slurm_prefix
 from provisioner.render.context import ClusterContext, PcsContext, PoolContext
 from provisioner.render.placeholders import placeholder
-from provisioner.render.slurm import monitoring_files
+from provisioner.render.slurm import health_env, monitoring_files
 
 LOGIN = "login"
 #: Where the bootstrap syncs slurm/ on every node (as on ParallelCluster's nodes).
@@ -275,4 +275,5 @@ def render_pcs(c: ClusterContext) -> dict[str, str]:
     for pool_ in c.pools:
         files[f"pcs/queues/{pool_.name}.json"] = _dump(queue_request(c, pool_))
     files.update(monitoring_files(c))
+    files["slurm/health.env"] = health_env(c)
     return files

@@ -141,7 +141,19 @@ def render_slurm(c: ClusterContext, *, early: bool = False) -> dict[str, str]:
     if c.topology_aware:
         files["slurm/topology.conf"] = topology_conf(c)
     files.update(monitoring_files(c))
+    files["slurm/health.env"] = health_env(c)
     return files
+
+
+def health_env(c: ClusterContext) -> str:
+    """What the nodes' health agent is told (spec health:; the agent sources it and
+    on-node-configured.sh sets its timer from it)."""
+    return (
+        "# fmctl's health agent settings (spec health:), read by slurm/lib/health-agent.sh.\n"
+        f"FMCTL_HEALTH_ENABLED={'true' if c.health_enabled else 'false'}\n"
+        f"FMCTL_HEALTH_INTERVAL={c.health_interval_s}\n"
+        f"FMCTL_HEALTH_MAX_IN_REPAIR={c.health_max_in_repair}\n"
+    )
 
 
 def scrape_jobs(c: ClusterContext) -> list[tuple[str, int, bool]]:

@@ -69,5 +69,9 @@ STATE_PREFIX = "fmctl"
 #: or removed) before it stops: long enough for a training job to checkpoint and end, short
 #: enough that a forgotten job does not hold a change for a day.
 DRAIN_TIMEOUT: Final = "30m"
+#: The health agent (slurm/lib/health-agent.sh): how often it looks, and how many of a
+#: partition's nodes it may have in repair at once (issue 33: max(1, 10%)).
+HEALTH_INTERVAL: Final = "30s"
+HEALTH_MAX_IN_REPAIR: Final = "10%"
 #: Slurm jobs on such nodes: waited for (requeue: put back in the queue at once).
 DRAIN_JOBS: Final = "wait"

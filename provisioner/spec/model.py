@@ -6,6 +6,7 @@ live in ``provisioner.validate``. Optional fields whose default depends on other
 the catalog stay ``None`` here and are filled by ``provisioner.spec.defaults``.
 """
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -356,6 +357,28 @@ class StateSettings(SpecModel):
     prefix: str = Field(d.STATE_PREFIX, description="Key prefix in the bucket.")
 
 
+class Health(SpecModel):
+    """fmctl's node health agent on the GPU nodes (Slurm: slurm/lib/health-agent.sh): a
+    node-level fault drains the node through the scheduler."""
+
+    enabled: bool = Field(True, description="Run the agent on every GPU node.")
+    interval: str = Field(
+        d.HEALTH_INTERVAL, description="How often it looks: 10s to 10m, like 30s or 2m."
+    )
+    max_in_repair: str | int = Field(
+        d.HEALTH_MAX_IN_REPAIR,
+        description="Nodes of a partition it may have drained at once, a count or a share "
+        "(10%: at least one); beyond it, it only alerts.",
+    )
+
+    def interval_seconds(self) -> int | None:
+        """The interval in seconds (``30s``, ``2m``); None when malformed."""
+        match = re.match(r"^(\d+)(s|m)$", self.interval.strip())
+        if not match:
+            return None
+        return int(match.group(1)) * (60 if match.group(2) == "m" else 1)
+
+
 class ClusterSpec(SpecModel):
     """A whole cluster: ``apiVersion: fmctl.dev/v1alpha1``, ``kind: Cluster``."""
 
@@ -372,6 +395,7 @@ class ClusterSpec(SpecModel):
     kubernetes: KubernetesSettings = Field(default_factory=KubernetesSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     gitops: GitopsSettings = Field(default_factory=GitopsSettings)
+    health: Health = Field(default_factory=Health)
     state: StateSettings = Field(
         default_factory=StateSettings,
         description="Where state and lock live; FMCTL_STATE=s3://B/P when the spec says none.",

@@ -103,7 +103,13 @@ for flag in "$@"; do
 done
 # fmctl's health agent on every GPU node (lib/health-agent.sh: faults drain the node through
 # Slurm, within a repair budget): on by default, so not a flag either.
-if [ "$role" = compute ] && [ -f /etc/fmctl/node.env ] &&
+# Its settings are the spec's health: section (slurm/health.env, rendered with the scripts).
+health_enabled=true health_interval=30
+if [ -r "$home/health.env" ]; then
+  health_enabled="$(sed -n 's/^FMCTL_HEALTH_ENABLED=//p' "$home/health.env")"
+  health_interval="$(sed -n 's/^FMCTL_HEALTH_INTERVAL=//p' "$home/health.env")"
+fi
+if [ "$role" = compute ] && [ "$health_enabled" = true ] && [ -f /etc/fmctl/node.env ] &&
   grep -q '^FMCTL_EXPECTED_GPUS=[1-9]' /etc/fmctl/node.env; then
   cat >/etc/systemd/system/fmctl-health.service <<UNIT
 [Unit]
@@ -114,10 +120,10 @@ ExecStart=/bin/bash $home/lib/health-agent.sh
 UNIT
   cat >/etc/systemd/system/fmctl-health.timer <<UNIT
 [Unit]
-Description=fmctl: node health agent every 30 s
+Description=fmctl: node health agent every ${health_interval} s
 [Timer]
-OnBootSec=30s
-OnUnitActiveSec=30s
+OnBootSec=${health_interval}s
+OnUnitActiveSec=${health_interval}s
 AccuracySec=1s
 [Install]
 WantedBy=timers.target

@@ -16,7 +16,7 @@
 # is_state_healthy, clustermgtd's terminate_drain_nodes, on by default), so running jobs end
 # first and a reboot-class fault gets a new instance too, checked by OnNodeStart as any.
 # Never touched: a node someone else drained or took down (their reason stays), and, beyond
-# the repair budget (FMCTL_HEALTH_MAX_IN_REPAIR, default max(1, 10% of the partition) nodes
+# the repair budget (spec health.maxInRepair, default max(1, 10% of the partition) nodes
 # drained by this agent at once), every node: the agent only records and alerts, so a bad
 # rule or a fabric-wide event cannot drain the fleet.
 # Records: /var/lib/fmctl/health/{state,faults.log,counts}; metrics for the EFA exporter's
@@ -26,6 +26,12 @@ set -uo pipefail
 # node.env, $slurm, $node (a node without node.env is no GPU node of fmctl's: exit 0).
 # shellcheck source=prolog-common.sh
 . /opt/fmctl/slurm/lib/prolog-common.sh || exit 0
+# The spec's health: settings (render writes slurm/health.env beside lib/).
+if [ -r "$lib/../health.env" ]; then
+  # shellcheck source=/dev/null
+  . "$lib/../health.env"
+fi
+[ "${FMCTL_HEALTH_ENABLED:-true}" = true ] || exit 0
 deadline="${FMCTL_HEALTH_TOOL_TIMEOUT:-20}"
 # This node's Slurm name: slurmd runs as `slurmd -N NAME` (ParallelCluster's node names are
 # not the instance's hostname), and Slurm knows it by its NodeHostname.
@@ -142,7 +148,14 @@ partition="$(printf '%s\n' "$show" | sed -n 's/.* Partitions=\([^ ,]*\).*/\1/p')
 total="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N' 2>/dev/null | sort -u | wc -l)"
 repairing="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N|%E' 2>/dev/null |
   grep '|fmctl-health:' | cut -d'|' -f1 | sort -u | wc -l)"
-budget="${FMCTL_HEALTH_MAX_IN_REPAIR:-$((total / 10 > 1 ? total / 10 : 1))}"
+# health.maxInRepair: a count, or a share of the partition (at least one node).
+limit="${FMCTL_HEALTH_MAX_IN_REPAIR:-10%}"
+if [[ "$limit" == *% ]]; then
+  budget=$((total * ${limit%\%} / 100))
+  [ "$budget" -ge 1 ] || budget=1
+else
+  budget="$limit"
+fi
 if [ "$repairing" -ge "$budget" ]; then
   logger -t fmctl-health -- "$why on $node: held, $repairing of $total nodes of $partition in repair (budget $budget)" 2>/dev/null || true
   record held "$why (budget: $repairing of $total nodes of $partition in repair, at most $budget)"

@@ -8,13 +8,17 @@ budget the agent only records; every fault is counted in the metrics the EFA exp
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import ROOT
+from provisioner.catalog import load_catalog
+from provisioner.render.context import ClusterContext, build_context
+from provisioner.render.slurm import health_env
+from tests.conftest import ROOT, validate_text
 from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
@@ -29,6 +33,13 @@ NODE_ENV = (
     "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
     "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
 )
+
+
+def _context() -> ClusterContext:
+    """The p5 Slurm example's context: its health settings are the spec's defaults."""
+    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    assert validation.ok and validation.resolved is not None
+    return build_context(validation.resolved, load_catalog())
 
 
 @dataclass
@@ -53,6 +64,8 @@ def cluster() -> Iterator[Cluster]:
         ]
         for node in nodes:
             shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+            # What `up` uploads beside the scripts: the spec's health settings, rendered.
+            node.write("/opt/fmctl/slurm/health.env", health_env(_context()))
             node.write("/etc/fmctl/node.env", NODE_ENV)
             node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
         slurm = StandinSlurm(head, computes, [])
@@ -99,8 +112,9 @@ def _metrics(c: ComputeNode) -> str:
 
 
 def test_the_loop_on_slurm(cluster: Cluster) -> None:
-    """In one cluster, in order: application XIDs, a GPU off the bus, the budget, a person's
-    drain (one scenario: the budget depends on what is already in repair)."""
+    """In one cluster, in order: application XIDs, a GPU off the bus, the budget (and the
+    spec's wider one), a person's drain (one scenario: the budget depends on what is already
+    in repair)."""
     first, second, third = cluster.computes
     assert _agent(first).startswith("healthy")
 
@@ -134,6 +148,12 @@ def test_the_loop_on_slurm(cluster: Cluster) -> None:
     assert held.startswith("held fmctl-health: XID 109 RESET_GPU -> replace"), held
     assert "budget: 1 of 3 nodes of gpu in repair, at most 1" in held
     assert _reason(cluster, second)[1] == ""
+    # health.maxInRepair: 2 in the spec (rendered as up uploads it): now it drains.
+    wider = dataclasses.replace(_context(), health_max_in_repair="2")
+    second.node.write("/opt/fmctl/slurm/health.env", health_env(wider))
+    second.node.path("/var/lib/fmctl/health/kernel.cursor").write_text("standin-line:4\n")
+    assert _agent(second) == "draining fmctl-health: XID 109 RESET_GPU -> replace"
+    assert _reason(cluster, second)[1] == "fmctl-health: XID 109 RESET_GPU -> replace"
 
     # A person drained the third node; an EFA device then goes: their reason stays.
     done = cluster.head.run(

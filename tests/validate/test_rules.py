@@ -93,6 +93,28 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     ("ttl-format", "zero", [(("metadata", "ttl"), "0h")], "metadata.ttl", "error"),
+    (
+        "health-settings",
+        "too-often",
+        [(("health",), {"interval": "5s"})],
+        "health.interval",
+        "error",
+    ),
+    ("health-settings", "hours", [(("health",), {"interval": "1h"})], "health.interval", "error"),
+    (
+        "health-settings",
+        "no-budget",
+        [(("health",), {"maxInRepair": 0})],
+        "health.maxInRepair",
+        "error",
+    ),
+    (
+        "health-settings",
+        "share-over-100",
+        [(("health",), {"maxInRepair": "150%"})],
+        "health.maxInRepair",
+        "error",
+    ),
     ("state-location", "s3-no-bucket", [(("state",), {"backend": "s3"})], "state", "error"),
     (
         "state-location",
@@ -858,6 +880,8 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
     ("drain-timeout", "hours", [(("compute", "drain", "timeout"), "2h")]),
+    ("health-settings", "count", [(("health",), {"interval": "2m", "maxInRepair": 2})]),
+    ("health-settings", "share", [(("health",), {"enabled": False, "maxInRepair": "25%"})]),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     (
         "state-location",

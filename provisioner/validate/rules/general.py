@@ -80,6 +80,40 @@ def drain_timeout(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+SHARE_RE = re.compile(r"^(\d+)%$")
+
+
+@rule("health-settings")
+def health_settings(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """health.interval is 10 s to 10 min (below it the agent's own tools, each given 20 s,
+    would overlap; above it a fault goes unseen for too long); health.maxInRepair is a count
+    of at least 1 or a share from 1% to 100%."""
+    seconds = spec.health.interval_seconds()
+    if seconds is None or not 10 <= seconds <= 600:
+        yield Problem(
+            "health-settings",
+            f"health interval {spec.health.interval!r} is not between 10s and 10m",
+            ("health", "interval"),
+            hint="write it like 30s or 2m",
+        )
+    budget = spec.health.max_in_repair
+    share = SHARE_RE.match(budget.strip()) if isinstance(budget, str) else None
+    if isinstance(budget, int):
+        ok = budget >= 1
+    elif share:
+        ok = 1 <= int(share.group(1)) <= 100
+    else:
+        ok = budget.strip().isdigit() and int(budget) >= 1
+    if not ok:
+        yield Problem(
+            "health-settings",
+            f"health maxInRepair {budget!r} is neither a count of at least 1 "
+            "nor a share from 1% to 100%",
+            ("health", "maxInRepair"),
+            hint="a count of nodes like 2, or a share of each partition like 10% (at least one)",
+        )
+
+
 @rule("ttl-format")
 def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """The ttl must be a positive duration in days, hours and minutes."""
