@@ -216,6 +216,7 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
     if len(configs) != 1:
         raise BlueprintError(f"{path}: one instance type per node group, found {configs}")
     ami = str(doc.take("amiId"))
+    health = doc.take("instanceHealthChecks", None)
     tags_match(p, doc, path)
     routes, endpoint = way_out(p)
     rid = f"pcs/node-group/{name}"
@@ -234,11 +235,16 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
         ssh_key=doc.take("sshKeyName", None),
         routes=routes,
         endpoint=endpoint,
+        health_checks=json.dumps(health, sort_keys=True) if health else "",
     )
     for part in (template, scaling, doc):
         part.done()
     at = f"compute.gpuPools[{index}]" if index is not None else "compute.headNode"
-    origins = {"instance_type": f"{at}.instanceType", "ami": "slurm.amiId"}
+    origins = {
+        "instance_type": f"{at}.instanceType",
+        "ami": "slurm.amiId",
+        "health_checks": "health.enabled",
+    }
     if index is not None:
         origins |= {
             "min_count": f"{at}.minCount",

@@ -106,7 +106,27 @@ def node_group_request(
     }
     if name == LOGIN and c.head_node_key:
         body["sshKeyName"] = c.head_node_key
+    if name != LOGIN:
+        body["instanceHealthChecks"] = instance_health_checks(c)
     return body
+
+
+def instance_health_checks(c: ClusterContext) -> dict[str, Any]:
+    """A GPU node group's PCS instance health checks (botocore's InstanceHealthChecksRequest):
+    with spec health on, PCS watches running instances (healthMonitoring STANDARD) and runs
+    DCGM level 1 (deepHealthChecks onStart QUICK) each time one starts, before it accepts
+    jobs, and replaces an instance that fails either (REPLACE: after its running jobs end,
+    or before it takes any). fmctl's own agent runs beside it on the nodes. With health off,
+    both are turned off explicitly (an update replaces all of a group's settings)."""
+    if not c.health_enabled:
+        return {
+            "healthMonitoring": {"mode": "NONE"},
+            "deepHealthChecks": {"onStart": {"profile": "NONE"}},
+        }
+    return {
+        "healthMonitoring": {"mode": "STANDARD", "repairAction": "REPLACE"},
+        "deepHealthChecks": {"onStart": {"profile": "QUICK", "repairAction": "REPLACE"}},
+    }
 
 
 def _arch_of(c: ClusterContext, pool: str) -> str:

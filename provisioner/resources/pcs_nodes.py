@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +70,8 @@ class NodeGroupParams:
     #: The private subnet's way out and the S3 endpoint: nodes download at bootstrap.
     routes: tuple[Ref[RouteTableOut], ...] = ()
     endpoint: Ref[EndpointOut] | None = None
+    #: instanceHealthChecks as canonical JSON ("": none asked, the login nodes').
+    health_checks: str = ""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class NodeGroupLive:
     instance_type: str
     ssh_key: str | None
     tags: Tags
+    health_checks: str = ""
 
 
 def profile_arn(role_arn: str) -> str:
@@ -113,6 +117,9 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         min_count=Policy(How.UPDATE, "UpdateComputeNodeGroup scalingConfiguration"),
         max_count=Policy(How.UPDATE, "UpdateComputeNodeGroup scalingConfiguration"),
         ssh_key=Policy(How.UPDATE, "UpdateComputeNodeGroup sshKeyName"),
+        health_checks=Policy(
+            How.UPDATE, "UpdateComputeNodeGroup instanceHealthChecks (replaces all of them)"
+        ),
     )
 
     def groups(self, ctx: Context) -> list[dict[str, Any]]:
@@ -140,6 +147,9 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             str(types[0]) if types else "",
             ng.get("sshKeyName"),
             tags_of(ctx, ng["arn"]),
+            json.dumps(ng["instanceHealthChecks"], sort_keys=True)
+            if ng.get("instanceHealthChecks")
+            else "",
         )
         if ng["status"] in FAILED:
             raise ResourceError(
@@ -215,6 +225,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             params.instance_type,
             params.ssh_key,
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            params.health_checks,
         )
 
     def renamed(self, params: NodeGroupParams, observed: Observed[Any, Any]) -> NodeGroupParams:
@@ -246,6 +257,8 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         }
         if params.ssh_key:
             body["sshKeyName"] = params.ssh_key
+        if params.health_checks:
+            body["instanceHealthChecks"] = json.loads(params.health_checks)
         return body
 
     def create(self, ctx: Context, rid: str, params: NodeGroupParams) -> NodeGroupOut:

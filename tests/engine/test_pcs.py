@@ -97,6 +97,42 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, name, region) == items
 
+    # PCS's own health checks on the GPU group (spec health:, on by default): monitoring and
+    # DCGM level 1 at every start, an instance that fails replaced; none on the login nodes.
+    # Turned off, PCS is told so explicitly (an update replaces all of them); then back on.
+    def checks() -> dict[str, Any]:
+        groups = pcs.list_compute_node_groups(clusterIdentifier=cluster["id"])
+        return {
+            g["name"]: pcs.get_compute_node_group(
+                clusterIdentifier=cluster["id"], computeNodeGroupIdentifier=g["id"]
+            )["computeNodeGroup"].get("instanceHealthChecks")
+            for g in groups["computeNodeGroups"]
+        }
+
+    on = {
+        "healthMonitoring": {"mode": "STANDARD", "repairAction": "REPLACE"},
+        "deepHealthChecks": {"onStart": {"profile": "QUICK", "repairAction": "REPLACE"}},
+    }
+    assert checks() == {"login": None, "train": on}
+    data = yaml.safe_load(spec.read_text())
+    data["health"] = {"enabled": False}
+    off = tmp_path / "health-off.yaml"
+    off.write_text(yaml.safe_dump(data, sort_keys=False))
+    planned = sandbox.fmctl("plan", "-f", str(off), "--sandbox", "-o", "json")
+    (change,) = [
+        c for c in json.loads(planned.stdout)["changes"] if c["resource"] == "pcs/node-group/train"
+    ]
+    assert [f["path"] for f in change["fields"]] == ["health_checks"], change
+    assert sandbox.fmctl("up", "-f", str(off), "--sandbox", "--yes").returncode == 0
+    none = {
+        "healthMonitoring": {"mode": "NONE"},
+        "deepHealthChecks": {"onStart": {"profile": "NONE"}},
+    }
+    assert checks() == {"login": None, "train": none}
+    back = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert checks()["train"] == on
+
     status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
     assert status.returncode == 0, status.stderr
     seen = json.loads(status.stdout)
