@@ -42,7 +42,7 @@ class Action(Enum):
 
 
 @dataclass(frozen=True)
-class FaultRule:
+class FaultRow:
     """One row: a fault code (``xid:79``, ``gpu-count``), its class (NVIDIA's resolution
     bucket, or fmctl's), what the agent does and where the row comes from."""
 
@@ -103,16 +103,16 @@ BUCKET_ACTION: dict[str, Action] = {
 }
 
 #: fmctl's rows: what the node must show.
-OWN_RULES: tuple[FaultRule, ...] = (
-    FaultRule("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
-    FaultRule("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
+OWN_RULES: tuple[FaultRow, ...] = (
+    FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
 )
 
 
-def fault_table() -> tuple[FaultRule, ...]:
+def fault_table() -> tuple[FaultRow, ...]:
     """Every row: the XIDs in code order, then fmctl's own."""
     rows = [
-        FaultRule(f"xid:{code}", bucket, BUCKET_ACTION[bucket], XID_SOURCE)
+        FaultRow(f"xid:{code}", bucket, BUCKET_ACTION[bucket], XID_SOURCE)
         for bucket, codes in XID_BUCKETS.items()
         for code in codes
     ]
@@ -120,7 +120,7 @@ def fault_table() -> tuple[FaultRule, ...]:
     return (*rows, *OWN_RULES)
 
 
-def rule(code: str) -> FaultRule | None:
+def rule(code: str) -> FaultRow | None:
     """The row for ``code`` (``xid:79``), or None: an XID the table does not know."""
     return next((r for r in fault_table() if r.code == code), None)
 
