@@ -137,6 +137,12 @@ def drain(
             if not api.evict(meta.get("namespace", "default"), meta["name"]):
                 held.append(f"{meta.get('namespace', 'default')}/{meta['name']}")
         if time.monotonic() >= deadline:
+            # What this last round evicted is gone: say what is still there, not what was
+            # (a slow API lets the deadline pass between the evictions and the next look).
+            pods = api.list("v1", "Pod")
+            left = [p for n in names for p in evictable(pods, n)]
+            if not left:
+                return
             break
         ctx.fence()
         time.sleep(min(5.0, max(0.05, 5.0 * ctx.time_scale)))
