@@ -30,7 +30,7 @@ from provisioner.resources.compute import SgOut
 from provisioner.resources.eks import EksOut, EksParams
 from provisioner.resources.eks_access import ADMIN_POLICY, AccessOut, AccessParams
 from provisioner.resources.eks_addons import AddonOut, AddonParams, IdentityOut, IdentityParams
-from provisioner.resources.eks_nodes import NodegroupOut, NodegroupParams, Scaling, Taint
+from provisioner.resources.eks_nodegroup_model import NodegroupOut, NodegroupParams, Scaling, Taint
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams

@@ -21,7 +21,7 @@ from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, 
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
-from provisioner.resources.eks_nodes import NodegroupOut
+from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags

@@ -14,98 +14,24 @@ import dataclasses
 import functools
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.graph.ref import UNKNOWN
 from provisioner.resources import eks_drain
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
-from provisioner.resources.eks import EksOut, cluster_ours
-from provisioner.resources.eks_access import AccessOut
+from provisioner.resources.eks import cluster_ours
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
+from provisioner.resources.eks_nodegroup_model import (
+    NodegroupLive,
+    NodegroupOut,
+    NodegroupParams,
+    Scaling,
+)
 from provisioner.resources.eks_upgrade import instance_type_of, no_surge, scale
 from provisioner.resources.errors import ResourceError
-from provisioner.resources.iam import RoleOut
 from provisioner.resources.kube_api import close, connect
-from provisioner.resources.launch_template import LtOut
-from provisioner.resources.network import SubnetOut
-from provisioner.resources.routes import EndpointOut, RouteTableOut
-from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
-
-
-@dataclass(frozen=True)
-class NodegroupOut:
-    """A node group by name."""
-
-    id: str
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """A node group's scaling configuration."""
-
-    min_size: int
-    max_size: int
-    desired_size: int
-
-
-@dataclass(frozen=True)
-class Taint:
-    """A Kubernetes taint, as EKS spells it (NO_SCHEDULE, ...)."""
-
-    key: str
-    value: str
-    effect: str
-
-
-@dataclass(frozen=True)
-class NodegroupParams:
-    """A managed node group, as ``render`` writes it in aws/nodegroups/NAME.yaml."""
-
-    cluster: Ref[EksOut]
-    nodegroup_name: str
-    ami_type: str
-    capacity_type: str
-    scaling: Scaling
-    subnets: tuple[Ref[SubnetOut], ...]
-    node_role: Ref[RoleOut]
-    labels: tuple[tuple[str, str], ...]
-    taints: tuple[Taint, ...]
-    max_unavailable: int
-    version: str
-    tags: DesiredTags
-    #: The nodes' access entry: without it they cannot join.
-    access: Ref[AccessOut]
-    instance_types: tuple[str, ...] = ()
-    launch_template: Ref[LtOut] | None = None
-    #: The pool's instance type when it lives in the launch template.
-    instance_type: str | None = None
-    #: The private subnet's route out (NAT) and the S3 endpoint: nodes pull images to join.
-    routes: tuple[Ref[RouteTableOut], ...] = ()
-    endpoint: Ref[EndpointOut] | None = None
-    #: The ODCR or Capacity Block the pool runs on (its launch template targets it): a
-    #: rolling update needs room in it for a new node.
-    reservation_id: str | None = None
-
-
-@dataclass(frozen=True)
-class NodegroupLive:
-    """What fmctl manages of a node group."""
-
-    ami_type: str
-    capacity_type: str
-    instance_type: Any
-    subnets: Any
-    node_role: Any
-    scaling: Scaling
-    labels: Any
-    taints: Any
-    max_unavailable: int
-    version: str
-    launch_template: Any
-    tags: Tags
-
+from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, Tags
 
 _FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
 #: The changes EKS makes as a rolling update (UpdateNodegroupVersion: a surge node first).

@@ -24,7 +24,7 @@ from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, 
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksOut, cluster_ours
 from provisioner.resources.eks_access import AccessOut
-from provisioner.resources.eks_nodes import NodegroupOut
+from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.kube_api import close, connect
 from provisioner.resources.kube_objects import (

@@ -33,7 +33,7 @@ from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksOut, cluster_ours
 from provisioner.resources.eks_access import AccessOut
 from provisioner.resources.eks_addons import AddonOut, IdentityOut
-from provisioner.resources.eks_nodes import NodegroupOut
+from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.kube_api import close, connect

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import threading
 import time
 import uuid
@@ -60,7 +59,8 @@ from provisioner.sandbox.kube_model import (
     Hardware,
 )
 from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_owners
-from provisioner.sandbox.kube_resources import JOBS, QUEUED, VERBS, Served, served
+from provisioner.sandbox.kube_protocol import discovery, json_answer, load, target
+from provisioner.sandbox.kube_resources import JOBS, QUEUED, Served, served
 from provisioner.sandbox.kube_webhooks import refuse_by_webhook
 from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
 
@@ -236,7 +236,7 @@ class KubeServer:
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
                 if isinstance(answer, str):  # a pod's log
                     return 200, {"Content-Type": "text/plain"}, answer.encode()
-                return _json(201 if method == "POST" else 200, answer)
+                return json_answer(201 if method == "POST" else 200, answer)
         except ApiError as err:
             status = {
                 "kind": "Status",
@@ -246,7 +246,7 @@ class KubeServer:
                 "reason": err.reason,
                 "code": err.code,
             }
-            return _json(err.code, status)
+            return json_answer(err.code, status)
 
     def _route(
         self,
@@ -258,16 +258,16 @@ class KubeServer:
         body: bytes,
     ) -> Any:
         parts = [unquote(p) for p in path.split("/") if p]
-        discovery = _discovery(parts, served(c.version, c.crds), c.version)
-        if discovery is not None:
-            return discovery
+        document = discovery(parts, served(c.version, c.crds), c.version)
+        if document is not None:
+            return document
         if method == "GET" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "log":
             return self._log(c, parts[3], parts[5], query.get("container", [""])[0])
         if method == "POST" and len(parts) == 7 and parts[4] == "pods" and parts[6] == "eviction":
             evict(c, parts[3], parts[5])
             self._settle(c, "pods")  # a workload's pod is made again where it fits
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
-        res, version, namespace, name = _target(parts, served(c.version, c.crds))
+        res, version, namespace, name = target(parts, served(c.version, c.crds))
         plural = res.plural
         if method == "GET" and name:
             return self._get(c, plural, namespace, name)
@@ -289,14 +289,14 @@ class KubeServer:
                 raise ApiError(422, "Invalid", "fieldManager is required for apply patch")
             force = query.get("force", ["false"])[0] == "true"
             return self._apply(
-                c, res, version, namespace, name, _load(body), manager, force, strict=strict
+                c, res, version, namespace, name, load(body), manager, force, strict=strict
             )
         if method == "PATCH" and name:
             manager = query.get("fieldManager", ["kubectl-patch"])[0]
-            return self._patch(c, res, version, namespace, name, ctype, _load(body), manager)
+            return self._patch(c, res, version, namespace, name, ctype, load(body), manager)
         if method == "POST" and not name:
             manager = query.get("fieldManager", ["kubectl-create"])[0]
-            return self._create(c, res, version, namespace, _load(body), manager, strict)
+            return self._create(c, res, version, namespace, load(body), manager, strict)
         if method == "DELETE" and name:
             return self._delete(c, plural, namespace, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
@@ -547,91 +547,3 @@ def _record(
     ]
     if live is not None and obj.get("spec") != live.get("spec"):
         obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1
-
-
-# -- protocol helpers --------------------------------------------------------------------
-def _load(body: bytes) -> dict[str, Any]:
-    import yaml
-
-    try:
-        data = yaml.load(body.decode(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "BadRequest", f"body does not parse: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ApiError(400, "BadRequest", "body is not an object")
-    return data
-
-
-def _target(parts: list[str], known: dict[str, Served]) -> tuple[Served, str, str, str]:
-    """(resource, version, namespace, name) of a resource path; 404 for a resource the
-    cluster does not serve at that group and version."""
-    if parts[:1] == ["api"] and len(parts) >= 2:
-        group, version, rest = "", parts[1], parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) >= 3:
-        group, version, rest = parts[1], parts[2], parts[3:]
-    else:
-        raise ApiError(404, "NotFound", f"the server could not find /{'/'.join(parts)}")
-    namespace = ""
-    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
-        namespace, rest = rest[1], rest[2:]
-    res = known.get(rest[0]) if rest else None
-    if res is None or res.group != group or version not in res.versions:
-        raise ApiError(
-            404,
-            "NotFound",
-            f"the server could not find the requested resource (/{'/'.join(parts)})",
-        )
-    return res, version, namespace, rest[1] if len(rest) > 1 else ""
-
-
-def _discovery(parts: list[str], known: dict[str, Served], kube: str) -> dict[str, Any] | None:
-    if parts == ["api"]:
-        return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
-    if parts == ["apis"]:
-        groups: dict[str, list[str]] = {}
-        for res in known.values():
-            if res.group:
-                seen = groups.setdefault(res.group, [])
-                seen += [v for v in res.versions if v not in seen]
-        return {
-            "kind": "APIGroupList",
-            "apiVersion": "v1",
-            "groups": [
-                {
-                    "name": g,
-                    "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in versions],
-                    "preferredVersion": {
-                        "groupVersion": f"{g}/{versions[0]}",
-                        "version": versions[0],
-                    },
-                }
-                for g, versions in sorted(groups.items())
-            ],
-        }
-    if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
-        group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
-        return {
-            "kind": "APIResourceList",
-            "apiVersion": "v1",
-            "groupVersion": f"{group}/{version}".lstrip("/"),
-            "resources": [
-                {
-                    "name": res.plural,
-                    "kind": res.kind,
-                    "namespaced": res.namespaced,
-                    "singularName": res.kind.lower(),
-                    "verbs": VERBS,
-                    **({"shortNames": res.short_names} if res.short_names else {}),
-                }
-                for res in known.values()
-                if res.group == group and version in res.versions
-            ],
-        }
-    if parts == ["version"]:
-        minor = kube.split(".")[1]
-        return {"major": "1", "minor": minor, "gitVersion": f"v{kube}.0-fmctl-sandbox"}
-    return None
-
-
-def _json(status: int, data: Any) -> Answer:
-    return status, {"Content-Type": "application/json"}, json.dumps(data).encode()

@@ -34,13 +34,22 @@ the domain chosen among those that fit is the one with the least room (best fit)
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 from provisioner.sandbox.kube_controllers import admits
+from provisioner.sandbox.kube_kueue_model import (
+    condition,
+    is_pending,
+    job_finished,
+    owner_job,
+    pending,
+    quantity,
+    set_condition,
+    show,
+)
 from provisioner.sandbox.kube_model import EFA, GPU, Cluster
 
 Put = Callable[[str, str, dict[str, Any]], None]
@@ -51,31 +60,6 @@ INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 HOSTNAME = "kubernetes.io/hostname"
 API = "kueue.x-k8s.io/v1beta2"
 TOPOLOGY_ANNOTATIONS = ("required", "preferred", "unconstrained")
-_SUFFIX: dict[str, int | Fraction] = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "m": Fraction(1, 1000),
-}
-
-
-def quantity(text: Any) -> Fraction:
-    """A Kubernetes quantity ("64Gi", "500m", 16) as a number."""
-    match = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(text).strip())
-    if match is None:
-        return Fraction(0)
-    scale: int | Fraction = _SUFFIX.get(match.group(2), 1)
-    return Fraction(match.group(1)) * scale
-
-
-def _show(value: Fraction) -> str:
-    return str(int(value)) if value.denominator == 1 else f"{float(value):g}"
 
 
 def config(c: Cluster) -> dict[str, Any] | None:
@@ -123,15 +107,15 @@ def reconcile(c: Cluster, put: Put) -> None:
     for key, wl in list(c.objects.items()):
         if key[0] != "workloads":
             continue
-        owner = _owner_job(wl)
+        owner = owner_job(wl)
         mine = jobs.get((key[1], owner)) if owner else None
         if owner and mine is None:
             del c.objects[key]  # the Job is gone: its Workload goes with it (owner reference)
             continue
-        if mine is not None and _job_finished(mine) and not _condition(wl, "Finished"):
-            _set(wl, "Finished", "True", "Succeeded", "Job finished")
+        if mine is not None and job_finished(mine) and not condition(wl, "Finished"):
+            set_condition(wl, "Finished", "True", "Succeeded", "Job finished")
     pending = sorted(
-        (wl for (p, _, _), wl in c.objects.items() if p == "workloads" and _is_pending(wl)),
+        (wl for (p, _, _), wl in c.objects.items() if p == "workloads" and is_pending(wl)),
         key=lambda w: (w["metadata"].get("creationTimestamp", ""), w["metadata"]["name"]),
     )
     for wl in pending:
@@ -185,52 +169,6 @@ def _ensure_workload(c: Cluster, put: Put, ns: str, name: str, job: dict[str, An
     put("workloads", ns, workload)
 
 
-def _owner_job(wl: dict[str, Any]) -> str | None:
-    for ref in wl["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == "Job":
-            return str(ref.get("name"))
-    return None
-
-
-def _job_finished(job: dict[str, Any]) -> bool:
-    return any(
-        x.get("type") in ("Complete", "Failed") and x.get("status") == "True"
-        for x in (job.get("status") or {}).get("conditions") or []
-    )
-
-
-def _condition(wl: dict[str, Any], kind: str) -> bool:
-    return any(
-        x.get("type") == kind and x.get("status") == "True"
-        for x in (wl.get("status") or {}).get("conditions") or []
-    )
-
-
-def _is_pending(wl: dict[str, Any]) -> bool:
-    return not _condition(wl, "QuotaReserved") and not _condition(wl, "Finished")
-
-
-def _set(wl: dict[str, Any], kind: str, status: str, reason: str, message: str) -> None:
-    conditions = [
-        x for x in (wl.setdefault("status", {}).get("conditions") or []) if x.get("type") != kind
-    ]
-    conditions.append(
-        {
-            "type": kind,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "observedGeneration": wl["metadata"].get("generation", 1),
-        }
-    )
-    wl["status"]["conditions"] = conditions
-
-
-def _pending(wl: dict[str, Any], reason: str, message: str) -> None:
-    _set(wl, "QuotaReserved", "False", reason, message)
-
-
 def _requests(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any]) -> dict[str, Fraction] | str:
     """What one pod of the pod set asks for (DRA claims as their mapped resources), or why
     Kueue cannot tell."""
@@ -273,7 +211,7 @@ def _usage(c: Cluster, queue: str) -> dict[tuple[str, str], Fraction]:
     """(flavor, resource) -> what the queue's admitted, unfinished workloads use."""
     used: dict[tuple[str, str], Fraction] = {}
     for (plural, _, _), wl in c.objects.items():
-        if plural != "workloads" or _condition(wl, "Finished"):
+        if plural != "workloads" or condition(wl, "Finished"):
             continue
         admission = (wl.get("status") or {}).get("admission") or {}
         if admission.get("clusterQueue") != queue:
@@ -290,16 +228,16 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
     ns = wl["metadata"]["namespace"]
     local = c.objects.get(("localqueues", ns, wl["spec"].get("queueName", "")))
     if local is None:
-        _pending(wl, "Inadmissible", f"LocalQueue {wl['spec'].get('queueName')} doesn't exist")
+        pending(wl, "Inadmissible", f"LocalQueue {wl['spec'].get('queueName')} doesn't exist")
         return
     cq_name = (local.get("spec") or {}).get("clusterQueue", "")
     cq = c.objects.get(("clusterqueues", "", cq_name))
     if cq is None:
-        _pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
+        pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
         return
     asked = _requests(c, cfg, wl)
     if isinstance(asked, str):
-        _pending(wl, "Inadmissible", asked)
+        pending(wl, "Inadmissible", asked)
         return
     podset = wl["spec"]["podSets"][0]
     count = int(podset.get("count", 1))
@@ -307,7 +245,7 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
     covered = {r for g in groups for r in g.get("coveredResources") or []}
     for resource in sorted(asked):
         if resource not in covered:
-            _pending(
+            pending(
                 wl,
                 "Pending",
                 f"couldn't assign flavors to pod set main: resource {resource} unavailable "
@@ -348,7 +286,7 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
                 r, more = short[0]
                 why = (
                     f"couldn't assign flavors to pod set main: insufficient unused quota for {r} "
-                    f"in flavor {rf['metadata']['name']}, {_show(more)} more needed"
+                    f"in flavor {rf['metadata']['name']}, {show(more)} more needed"
                 )
                 continue
             placed = _place(c, rf, pod_spec, podset, asked, count)
@@ -357,7 +295,7 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
                 continue
             _admitted(c, wl, cq_name, rf, asked, count, placed, jobs)
             return
-    _pending(wl, "Pending", why)
+    pending(wl, "Pending", why)
 
 
 def _place(
@@ -455,13 +393,9 @@ def _reserved(c: Cluster) -> dict[tuple[str, str], int]:
     held: dict[tuple[str, str], int] = {}
     queued_pods: set[tuple[str, str]] = set()
     for (plural, ns, _), wl in c.objects.items():
-        if (
-            plural != "workloads"
-            or _condition(wl, "Finished")
-            or not _condition(wl, "QuotaReserved")
-        ):
+        if plural != "workloads" or condition(wl, "Finished") or not condition(wl, "QuotaReserved"):
             continue
-        owner = _owner_job(wl)
+        owner = owner_job(wl)
         for assignment in ((wl.get("status") or {}).get("admission") or {}).get(
             "podSetAssignments"
         ) or []:
@@ -526,7 +460,7 @@ def _admitted(
     assignment: dict[str, Any] = {
         "name": "main",
         "flavors": {r: flavor for r in sorted(asked)},
-        "resourceUsage": {r: _show(v * count) for r, v in sorted(asked.items())},
+        "resourceUsage": {r: show(v * count) for r, v in sorted(asked.items())},
         "count": count,
     }
     if placed is not None:
@@ -542,9 +476,11 @@ def _admitted(
             ],
         }
     wl["status"]["admission"] = {"clusterQueue": queue, "podSetAssignments": [assignment]}
-    _set(wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {queue}")
-    _set(wl, "Admitted", "True", "Admitted", "The workload is admitted")
-    job = jobs.get((wl["metadata"]["namespace"], _owner_job(wl)))
+    set_condition(
+        wl, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {queue}"
+    )
+    set_condition(wl, "Admitted", "True", "Admitted", "The workload is admitted")
+    job = jobs.get((wl["metadata"]["namespace"], owner_job(wl)))
     if job is None:
         return
     spec = rf.get("spec") or {}
@@ -565,14 +501,14 @@ def _ungate(c: Cluster, jobs: dict[Any, Any]) -> None:
     """Give each gated pod of an admitted job its node by rank, in the assignment's order."""
     by_job: dict[tuple[str, str], list[str]] = {}
     for (plural, ns, _), wl in c.objects.items():
-        if plural != "workloads" or not _condition(wl, "Admitted"):
+        if plural != "workloads" or not condition(wl, "Admitted"):
             continue
         for assignment in ((wl.get("status") or {}).get("admission") or {}).get(
             "podSetAssignments"
         ) or []:
             ranks = [n for n, k in _expand(assignment.get("topologyAssignment")) for _ in range(k)]
             if ranks:
-                by_job[(ns, _owner_job(wl) or "")] = ranks
+                by_job[(ns, owner_job(wl) or "")] = ranks
     for (plural, ns, _), pod in c.objects.items():
         if plural != "pods":
             continue
@@ -594,9 +530,9 @@ def _ungate(c: Cluster, jobs: dict[Any, Any]) -> None:
 def _queue_status(c: Cluster) -> None:
     counts: dict[tuple[str, str, str], list[int]] = {}
     for (plural, ns, _), wl in c.objects.items():
-        if plural != "workloads" or _condition(wl, "Finished"):
+        if plural != "workloads" or condition(wl, "Finished"):
             continue
-        admitted = _condition(wl, "Admitted")
+        admitted = condition(wl, "Admitted")
         local = (ns, str(wl["spec"].get("queueName", "")))
         lq = c.objects.get(("localqueues", *local)) or {}
         cq = str((lq.get("spec") or {}).get("clusterQueue", ""))

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from provisioner.sandbox.pcs_health import health_checks
 from provisioner.sandbox.pcs_model import (
     CLUSTER_TAG,
     DURATIONS,
@@ -51,6 +52,13 @@ from provisioner.sandbox.pcs_model import (
     stamp,
     today,
     validate,
+)
+from provisioner.sandbox.pcs_queues import (
+    create_queue,
+    delete_queue,
+    get_queue,
+    list_queues,
+    update_queue,
 )
 from provisioner.sandbox.protocol import Call
 
@@ -343,65 +351,6 @@ def _delete_cluster(s: Pcs, call: Call) -> dict[str, Any]:
 
 
 # -- compute node groups -------------------------------------------------------------------
-_MODES = ("NONE", "STANDARD")
-_PROFILES = ("NONE", "QUICK", "MEDIUM", "LONG")
-_REPAIRS = ("AUTO", "REPLACE", "ISOLATE", "NONE")
-
-
-def _nvidia(instance_type: str) -> bool:
-    """Whether the type has NVIDIA GPUs, by moto's EC2 instance-type data; a type moto does
-    not list is taken as having them (the sandbox cannot tell)."""
-    from moto.ec2.models.instance_types import INSTANCE_TYPES
-
-    known = INSTANCE_TYPES.get(instance_type)
-    if known is None:
-        return True
-    gpus = (known.get("GpuInfo") or {}).get("Gpus") or []
-    return any(g.get("Manufacturer") == "NVIDIA" for g in gpus)
-
-
-def _health_checks(checks: dict[str, Any] | None, instance_type: str) -> None:
-    """instanceHealthChecks as botocore's PCS model documents it (InstanceHealthChecksRequest,
-    HealthMonitoring, DeepHealthChecks and their enums): no empty object; healthMonitoring
-    needs its mode, and no repairAction with mode NONE; deepHealthChecks' onStart needs its
-    profile, no repairAction with profile NONE, and a profile other than NONE needs an
-    instance type with NVIDIA GPUs."""
-    if checks is None:
-        return
-
-    def refuse(why: str) -> None:
-        raise PcsError("ValidationException", f"instanceHealthChecks: {why}")
-
-    if not checks:
-        refuse("you can't specify an empty object ({})")
-    monitoring = checks.get("healthMonitoring")
-    if monitoring is not None:
-        if "mode" not in monitoring:
-            refuse("healthMonitoring.mode is required when you specify healthMonitoring")
-        if monitoring["mode"] not in _MODES:
-            refuse(f"healthMonitoring.mode must be one of {', '.join(_MODES)}")
-        if monitoring.get("repairAction") not in (None, *_REPAIRS):
-            refuse(f"healthMonitoring.repairAction must be one of {', '.join(_REPAIRS)}")
-        if monitoring["mode"] == "NONE" and "repairAction" in monitoring:
-            refuse("you can't specify healthMonitoring.repairAction when mode is NONE")
-    deep = checks.get("deepHealthChecks")
-    if deep is not None:
-        if not deep:
-            refuse("deepHealthChecks can't be empty")
-        start = deep.get("onStart")
-        if start is not None:
-            if start.get("profile") not in _PROFILES:
-                refuse(f"deepHealthChecks.onStart.profile must be one of {', '.join(_PROFILES)}")
-            if start.get("repairAction") not in (None, *_REPAIRS):
-                refuse(
-                    f"deepHealthChecks.onStart.repairAction must be one of {', '.join(_REPAIRS)}"
-                )
-            if start["profile"] == "NONE" and "repairAction" in start:
-                refuse("you can't specify deepHealthChecks.onStart.repairAction with profile NONE")
-            if start["profile"] != "NONE" and not _nvidia(instance_type):
-                refuse(f"a profile other than NONE requires NVIDIA GPUs; {instance_type} has none")
-
-
 def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
     q = call.params
     cluster = s.cluster(call.region, q["clusterIdentifier"])
@@ -426,7 +375,7 @@ def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
         > q["scalingConfiguration"]["maxInstanceCount"]
     ):
         raise PcsError("ValidationException", "minInstanceCount exceeds maxInstanceCount")
-    _health_checks(q.get("instanceHealthChecks"), q["instanceConfigs"][0]["instanceType"])
+    health_checks(q.get("instanceHealthChecks"), q["instanceConfigs"][0]["instanceType"])
     ident = new_id()
     arn = s._arn(call.region, "group", cluster.data["id"], ident)
     data = {
@@ -489,7 +438,7 @@ def _update_group(s: Pcs, call: Call) -> dict[str, Any]:
     group = s.child(call.region, "group", cluster.data["id"], q["computeNodeGroupIdentifier"])
     busy(group)
     types = [c.get("instanceType", "") for c in group.data.get("instanceConfigs") or []]
-    _health_checks(q.get("instanceHealthChecks"), types[0] if types else "")
+    health_checks(q.get("instanceHealthChecks"), types[0] if types else "")
     group.data["status"] = "UPDATING"
     group.landing = {k: q[k] for k in _GROUP_UPDATABLE if k in q}
     group.ready_at = s._after("group-update")
@@ -523,94 +472,6 @@ def _delete_group(s: Pcs, call: Call) -> dict[str, Any]:
         )
     group.data["status"] = "DELETING"
     group.gone_at = s._after("group-delete")
-    return {}
-
-
-# -- queues --------------------------------------------------------------------------------
-def _check_queue_groups(s: Pcs, region: str, cluster: str, configs: list[dict[str, Any]]) -> None:
-    for c in configs:
-        s.child(region, "group", cluster, str(c.get("computeNodeGroupId")))
-
-
-def _create_queue(s: Pcs, call: Call) -> dict[str, Any]:
-    q = call.params
-    cluster = s.cluster(call.region, q["clusterIdentifier"])
-    again = s._again(call, "CreateQueue")
-    if again is not None:
-        return {"queue": s.child(call.region, "queue", cluster.data["id"], again).data}
-    need_active(cluster)
-    if any(
-        t.data["name"] == q["queueName"]
-        for t in s.children(call.region, "queue", cluster.data["id"])
-    ):
-        raise PcsError("ConflictException", f"a queue named {q['queueName']} already exists")
-    configs = list(q.get("computeNodeGroupConfigurations") or [])
-    _check_queue_groups(s, call.region, cluster.data["id"], configs)
-    ident = new_id()
-    arn = s._arn(call.region, "queue", cluster.data["id"], ident)
-    data = {
-        "name": q["queueName"],
-        "id": ident,
-        "arn": arn,
-        "clusterId": cluster.data["id"],
-        "createdAt": stamp(),
-        "modifiedAt": stamp(),
-        "status": "CREATING",
-        "computeNodeGroupConfigurations": configs,
-    }
-    if "slurmConfiguration" in q:
-        data["slurmConfiguration"] = q["slurmConfiguration"]
-    s.things[(call.region, ident)] = Thing(data, "queue", s._after("queue-create"))
-    s.tags[arn] = dict(q.get("tags") or {})
-    s._remember(call, "CreateQueue", ident)
-    return {"queue": data}
-
-
-def _get_queue(s: Pcs, call: Call) -> dict[str, Any]:
-    cluster = s.cluster(call.region, call.params["clusterIdentifier"])
-    return {
-        "queue": s.child(
-            call.region, "queue", cluster.data["id"], call.params["queueIdentifier"]
-        ).data
-    }
-
-
-def _list_queues(s: Pcs, call: Call) -> dict[str, Any]:
-    cluster = s.cluster(call.region, call.params["clusterIdentifier"])
-    keys = ("name", "id", "arn", "clusterId", "createdAt", "modifiedAt", "status")
-    return {
-        "queues": [
-            {k: t.data[k] for k in keys}
-            for t in s.children(call.region, "queue", cluster.data["id"])
-        ]
-    }
-
-
-def _update_queue(s: Pcs, call: Call) -> dict[str, Any]:
-    q = call.params
-    cluster = s.cluster(call.region, q["clusterIdentifier"])
-    queue = s.child(call.region, "queue", cluster.data["id"], q["queueIdentifier"])
-    busy(queue)
-    changes: dict[str, Any] = {}
-    if "computeNodeGroupConfigurations" in q:
-        configs = list(q["computeNodeGroupConfigurations"])
-        _check_queue_groups(s, call.region, cluster.data["id"], configs)
-        # The queue uses its new groups at once (a later delete of an old one may follow).
-        queue.data["computeNodeGroupConfigurations"] = configs
-    if "slurmConfiguration" in q:
-        changes["slurmConfiguration"] = q["slurmConfiguration"]
-    queue.data["status"] = "UPDATING"
-    queue.landing = changes
-    queue.ready_at = s._after("queue-update")
-    return {"queue": queue.data}
-
-
-def _delete_queue(s: Pcs, call: Call) -> dict[str, Any]:
-    cluster = s.cluster(call.region, call.params["clusterIdentifier"])
-    queue = s.child(call.region, "queue", cluster.data["id"], call.params["queueIdentifier"])
-    if queue.gone_at is None:
-        queue.data["status"] = "DELETING"
-        queue.gone_at = s._after("queue-delete")
     return {}
 
 
@@ -652,11 +513,11 @@ _HANDLERS = {
     "ListComputeNodeGroups": _list_groups,
     "UpdateComputeNodeGroup": _update_group,
     "DeleteComputeNodeGroup": _delete_group,
-    "CreateQueue": _create_queue,
-    "GetQueue": _get_queue,
-    "ListQueues": _list_queues,
-    "UpdateQueue": _update_queue,
-    "DeleteQueue": _delete_queue,
+    "CreateQueue": create_queue,
+    "GetQueue": get_queue,
+    "ListQueues": list_queues,
+    "UpdateQueue": update_queue,
+    "DeleteQueue": delete_queue,
     "TagResource": _tag,
     "UntagResource": _untag,
     "ListTagsForResource": _list_tags,

@@ -17,13 +17,13 @@ from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksParams
 from provisioner.resources.eks_addons import Addon, AddonParams
-from provisioner.resources.eks_nodes import (
-    Nodegroup,
+from provisioner.resources.eks_nodegroup_model import (
     NodegroupLive,
     NodegroupOut,
     NodegroupParams,
     Scaling,
 )
+from provisioner.resources.eks_nodes import Nodegroup
 from provisioner.resources.errors import Foreign
 from provisioner.resources.fsx import FileSystem, FsxParams
 from provisioner.resources.gateways import IgwParams, InternetGateway, NatGateway, NatParams
