@@ -251,6 +251,8 @@ class ClusterContext:
     health_enabled: bool = True
     health_interval_s: int = 30
     health_max_in_repair: str = "10%"
+    #: The verify gate's DCGM diagnostic level (0: none).
+    health_verify_dcgm_level: int = 2
 
     @property
     def dra(self) -> bool:
@@ -499,6 +501,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_enabled=spec.health.enabled,
         health_interval_s=spec.health.interval_seconds() or 30,
         health_max_in_repair=str(spec.health.max_in_repair).strip(),
+        health_verify_dcgm_level=spec.health.verify.dcgm_level,
     )
 
 

@@ -357,6 +357,20 @@ class StateSettings(SpecModel):
     prefix: str = Field(d.STATE_PREFIX, description="Key prefix in the bucket.")
 
 
+class HealthVerify(SpecModel):
+    """The verify gate a new or replaced GPU node passes before it takes work
+    (ParallelCluster: slurm/lib/verify-node.sh, before slurmd starts)."""
+
+    dcgm_level: int = Field(
+        d.HEALTH_VERIFY_DCGM_LEVEL,
+        ge=0,
+        le=4,
+        description="DCGM diagnostic level the node must pass (dcgmi diag -r: 1 quick, 2 "
+        "medium, about 2 minutes, 3 long, 4 extended); 0 skips it. GPU, ECC and EFA checks "
+        "always run.",
+    )
+
+
 class Health(SpecModel):
     """fmctl's node health agent on the GPU nodes (Slurm: slurm/lib/health-agent.sh): a
     node-level fault drains the node through the scheduler."""
@@ -370,6 +384,7 @@ class Health(SpecModel):
         description="Nodes of a partition it may have drained at once, a count or a share "
         "(10%: at least one); beyond it, it only alerts.",
     )
+    verify: HealthVerify = Field(default_factory=HealthVerify)
 
     def interval_seconds(self) -> int | None:
         """The interval in seconds (``30s``, ``2m``); None when malformed."""

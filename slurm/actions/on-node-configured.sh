@@ -131,6 +131,14 @@ UNIT
   systemctl daemon-reload
   systemctl enable --now fmctl-health.timer ||
     echo "fmctl: warning: the health agent's timer did not start" >&2
+  # The verify gate (lib/verify-node.sh), on ParallelCluster: this runs before slurmd starts,
+  # so a node that fails it never takes work, and its failed bootstrap makes clustermgtd
+  # launch another in its place. (On PCS, the node group's own start-up health check is the
+  # gate: pcs-node-bootstrap.sh runs this script beside PCS's agent, which starts slurmd.)
+  if [ "$slurm" = /opt/slurm ] && ! "$home/lib/verify-node.sh"; then
+    echo "fmctl: this node failed the verify gate (/var/lib/fmctl/health/verify.txt): not joining the cluster" >&2
+    exit 1
+  fi
 fi
 # The head node always gets enroot and pyxis (srun there registers --container-image): not a
 # flag, since its Args cannot change on a cluster update (ParallelCluster: UNSUPPORTED).

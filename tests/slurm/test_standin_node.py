@@ -196,6 +196,67 @@ def test_head_and_compute_bootstrap_exit_0(cluster: Cluster) -> None:
         _ok(result)
 
 
+def test_the_verify_gate_passed_the_healthy_node(cluster: Cluster) -> None:
+    """OnNodeConfigured ran the verify gate (slurm/lib/verify-node.sh) before slurmd, with
+    the spec's default DCGM level, and recorded each check."""
+    report = cluster.compute.path("/var/lib/fmctl/health/verify.txt").read_text().splitlines()
+    assert report == [
+        "ok gpus: 8 of 8",
+        "ok ecc: no uncorrectable errors",
+        "ok efa: 32 of 32 devices",
+        "ok dcgm: level 2 diagnostic passed",
+    ], report
+    assert "verify-node.sh" in (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+
+
+@pytest.mark.parametrize(
+    ("smi", "diag", "failed"),
+    [
+        ("nvidia-smi-lost-gpu.csv", "dcgmi-diag-healthy.json", "FAIL gpus: 7 of 8 (Unable to"),
+        (
+            "nvidia-smi-ecc.csv",
+            "dcgmi-diag-healthy.json",
+            "FAIL ecc: uncorrectable errors (GPU 5: 2)",
+        ),
+        (
+            "nvidia-smi-healthy.csv",
+            "dcgmi-diag-memory-fail.json",
+            "FAIL dcgm: level 2 diagnostic, 1 failed",
+        ),
+        (
+            "nvidia-smi-healthy.csv",
+            "dcgmi-diag-v4-memory-fail.json",
+            "FAIL dcgm: level 2 diagnostic, 2 failed",
+        ),
+    ],
+)
+def test_a_node_that_fails_the_verify_gate_fails_its_bootstrap(
+    cluster: Cluster, smi: str, diag: str, failed: str
+) -> None:
+    """A GPU gone, uncorrectable ECC errors or a failed DCGM diagnostic (recorded outputs):
+    OnNodeConfigured exits non-zero, so ParallelCluster never starts slurmd there and
+    clustermgtd replaces the instance; the failing check is on record and in the error."""
+    compute = cluster.compute
+    compute.write("/etc/standin/nvidia-smi.csv", (DATA / "check" / smi).read_text())
+    compute.write("/etc/standin/dcgmi-diag.json", (DATA / "check" / diag).read_text())
+    try:
+        actions = cluster.config["Scheduling"]["SlurmQueues"][0]["CustomActions"]
+        done = _run_action(compute, _action(actions, "OnNodeConfigured"))
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "failed the verify gate" in done.stderr
+        report = compute.path("/var/lib/fmctl/health/verify.txt").read_text()
+        assert failed in report, report
+        # Only what failed is marked so.
+        assert report.count("FAIL") == 1, report
+    finally:
+        compute.write(
+            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+        compute.write(
+            "/etc/standin/dcgmi-diag.json", (DATA / "check/dcgmi-diag-healthy.json").read_text()
+        )
+
+
 def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> None:
     """Every download hit a name the upstream release has (the mirror holds nothing else), and
     its unit passed systemd-analyze verify."""
@@ -348,8 +409,8 @@ def test_cluster_check_through_the_ssm_path(cluster: Cluster) -> None:
 
 
 def test_broken_node_is_drained_with_the_reason(cluster: Cluster) -> None:
-    """One EFA device gone: the prolog refuses the job, drains the node and says why (runs
-    last: the node stays drained)."""
+    """One EFA device gone: the prolog refuses the job, drains the node and says why (the
+    node stays drained for the tests after it)."""
     cluster.compute.write(
         "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
     )
@@ -368,6 +429,8 @@ def test_broken_node_is_drained_with_the_reason(cluster: Cluster) -> None:
     assert "sees 31 EFA devices, expected 32" in reason, reason
     job = submit.stdout.strip().split(";")[0]
     assert "COMPLETED" not in cluster.slurm.scontrol("show", "job", job)
+    # The device back, for the tests after (the node stays drained: its reason is Slurm's).
+    cluster.compute.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
 
 
 def _node(cluster: Cluster) -> str:

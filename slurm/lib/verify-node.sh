@@ -1,0 +1,108 @@
+#!/bin/bash
+# fmctl's verify gate (issue 33): may this GPU node take work? Run by on-node-configured.sh on
+# every new or replaced ParallelCluster compute node, before slurmd starts: ParallelCluster
+# runs OnNodeConfigured (`fetch_and_run -postinstall`) and only then the finalize recipe that
+# starts slurmd (aws-parallelcluster cli/src/pcluster/resources/compute_node/user_data.sh at
+# 451cc53, lines 152-153; cookbook finalize_compute.rb at f75d84c). A node that fails here
+# never registers: its bootstrap fails and clustermgtd launches another instance in its place,
+# at most protected_failure_count (10) times in a row before it stops launching for the
+# queue (aws-parallelcluster-node clustermgtd.py at 2e8f9a8), so a bad AMI cannot loop
+# forever.
+# Checks, each against what the node must show (/etc/fmctl/node.env):
+#   - every GPU listed by nvidia-smi, none with uncorrectable ECC errors since the driver
+#     loaded (ecc.errors.uncorrected.volatile.total);
+#   - every EFA device (efa-devices.sh: the prolog's counting rule);
+#   - DCGM's diagnostic at the spec's level (health.verify.dcgmLevel, 2 unless told; 0 skips
+#     it): any test with status Fail fails the node. Without DCGM or its host engine the
+#     diagnostic is skipped and said so: that is the image's fault, not the node's.
+# Prints one line per check ("ok ..." / "FAIL ..." / "skip ..."), records them in
+# /var/lib/fmctl/health/verify.txt, exits 0 when the node passes and 1 when it does not.
+set -uo pipefail
+
+lib="$(dirname "${BASH_SOURCE[0]:-$0}")"
+env_file="${FMCTL_NODE_ENV:-/etc/fmctl/node.env}"
+[ -r "$env_file" ] || { echo "skip: no $env_file, not one of fmctl's GPU nodes"; exit 0; }
+# shellcheck source=/dev/null
+. "$env_file"
+if [ -r "$lib/../health.env" ]; then
+  # shellcheck source=/dev/null
+  . "$lib/../health.env"
+fi
+deadline="${FMCTL_HEALTH_TOOL_TIMEOUT:-60}"
+level="${FMCTL_HEALTH_VERIFY_DCGM_LEVEL:-2}"
+dir=/var/lib/fmctl/health
+install -d -m 0755 "$dir"
+report="$dir/verify.txt"
+: >"$report"
+failed=0
+
+say() {  # ok|FAIL|skip TEXT
+  printf '%s %s\n' "$1" "$2" | tee -a "$report"
+  [ "$1" != FAIL ] || failed=1
+}
+
+want_gpus="${FMCTL_EXPECTED_GPUS:-0}"
+if [ "$want_gpus" -gt 0 ]; then
+  smi=$(timeout "$deadline" nvidia-smi --query-gpu=index,ecc.errors.uncorrected.volatile.total \
+    --format=csv,noheader,nounits 2>&1)
+  gpus=$(printf '%s\n' "$smi" | grep -c '^[[:space:]]*[0-9][0-9]*[[:space:]]*,')
+  if [ "$gpus" -ge "$want_gpus" ]; then
+    say ok "gpus: $gpus of $want_gpus"
+  else
+    say FAIL "gpus: $gpus of $want_gpus ($(printf '%s\n' "$smi" | grep -v '^[[:space:]]*[0-9]' | head -n 1))"
+  fi
+  # "[N/A]" where ECC is off: no errors to count.
+  ecc=$(printf '%s\n' "$smi" | awk -F', *' '$2 ~ /^[0-9]+$/ && $2 > 0 {printf "%sGPU %s: %s", sep, $1, $2; sep = ", "}')
+  if [ -n "$ecc" ]; then
+    say FAIL "ecc: uncorrectable errors ($ecc)"
+  else
+    say ok "ecc: no uncorrectable errors"
+  fi
+fi
+
+want_efa="${FMCTL_EXPECTED_EFA:-0}"
+if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "$want_efa" -gt 0 ]; then
+  # shellcheck source=efa-devices.sh
+  . "$lib/efa-devices.sh"
+  efa=$(timeout "$deadline" "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM 2>/dev/null |
+    fmctl_efa_rdm_domains | wc -l)
+  if [ "$efa" -ge "$want_efa" ]; then
+    say ok "efa: $efa of $want_efa devices"
+  else
+    say FAIL "efa: $efa of $want_efa devices"
+  fi
+fi
+
+if [ "$want_gpus" -gt 0 ] && [ "$level" -gt 0 ]; then
+  if ! command -v dcgmi >/dev/null 2>&1; then
+    say skip "dcgm: dcgmi is not installed on this image"
+  else
+    # The level-2 diagnostic loads every GPU for a few minutes.
+    diag_deadline="${FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT:-1800}"
+    diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
+    if [[ "$diag" == *"Unable to connect to host engine"* ]] &&
+      command -v nv-hostengine >/dev/null 2>&1; then
+      # No nvidia-dcgm service yet this early in the boot: a host engine of its own.
+      nv-hostengine >/dev/null 2>&1 || true
+      diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
+    fi
+    if [[ "$diag" != *"{"* ]]; then
+      say skip "dcgm: no diagnostic ($(printf '%s\n' "$diag" | tail -n 1))"
+    else
+      # DCGM 3 and 4 both give every test's results a "status" (Pass, Skip, Warn, Fail).
+      fails=$(printf '%s\n' "$diag" | grep -c '"status": *"Fail"')
+      if [ "$fails" -gt 0 ]; then
+        say FAIL "dcgm: level $level diagnostic, $fails failed results"
+      else
+        say ok "dcgm: level $level diagnostic passed"
+      fi
+    fi
+  fi
+fi
+
+if [ "$failed" -ne 0 ]; then
+  logger -t fmctl-verify -- "$(hostname -s) failed the verify gate: $(grep '^FAIL' "$report" | tr '\n' ';')" \
+    2>/dev/null || true
+  exit 1
+fi
+exit 0
