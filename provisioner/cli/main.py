@@ -58,6 +58,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "check",
         "Judge what GPU, DCGM, EFA and NCCL tools said on the nodes: which to drain.",
     ),
+    "health": (
+        "health_cmd",
+        "health",
+        "Show each GPU node's place in the health loop and each pool's repair budget.",
+    ),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
     "completion": ("completion_cmd", "completion", "Print the shell completion script."),

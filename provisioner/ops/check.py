@@ -154,3 +154,33 @@ def gather_and_judge(
     report = check_folder(context, folder, saved_baselines(target.home, name))
     report.skipped = skipped
     return report
+
+
+def health(spec: ClusterSpec, target: Target) -> Any:
+    """`fmctl health`: every GPU node's place in the health loop (read-only), as the
+    scheduler records it (provisioner/check/health_gather.py)."""
+    from provisioner.catalog import load_catalog
+    from provisioner.check import health_gather
+    from provisioner.render.context import build_context
+
+    context = build_context(spec, load_catalog())
+    name = spec.metadata.name
+    ctx = make_context(target, name)
+    if context.scheduler != "kubernetes":
+        return health_gather.gather_slurm(ctx, context)
+    from provisioner.resources.eks import EksCluster
+    from provisioner.resources.kube_api import connect
+
+    cluster = EksCluster().describe(ctx)
+    if cluster is None or cluster["status"] != "ACTIVE":
+        raise CheckUnavailable(
+            f"{name}: no ACTIVE EKS cluster in {target.region}",
+            f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
+        )
+    api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+    try:
+        return health_gather.kube_report(context, api.list("v1", "Node"), api.list("v1", "Pod"))
+    finally:
+        close = getattr(api, "close", None)
+        if close:
+            close()

@@ -19,6 +19,7 @@
 # the repair budget (spec health.maxInRepair, default max(1, 10% of the partition) nodes
 # drained by this agent at once), every node: the agent only records and alerts, so a bad
 # rule or a fabric-wide event cannot drain the fleet.
+# A fault it holds is also in the node's Slurm Comment (`fmctl health` reads it there).
 # Records: /var/lib/fmctl/health/{state,faults.log,counts}; metrics for the EFA exporter's
 # textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_faults_total.
 set -uo pipefail
@@ -105,19 +106,37 @@ metrics() {
   } >"$prom/fmctl-health.prom.tmp" && mv "$prom/fmctl-health.prom.tmp" "$prom/fmctl-health.prom"
 }
 
+# The node's Comment carries a fault the agent holds (`fmctl health` reads it on the
+# controller): set when held, cleared once the node is healthy or drained; a comment someone
+# else wrote is never touched.
+note() {  # TEXT (empty: clear ours)
+  local mine=false
+  [[ "$comment" != fmctl-health:* ]] || mine=true
+  [ "$comment" != "$1" ] || return 0
+  if [ "$mine" = true ] || [ -z "$comment" ] || [ "$comment" = "(null)" ]; then
+    [ -n "$1" ] || [ "$mine" = true ] || return 0
+    timeout "$deadline" "$slurm/bin/scontrol" update NodeName="$node" Comment="$1" >/dev/null 2>&1 || true
+  fi
+}
+
 record() {  # STATE DETAIL
   printf '%s %s\n' "$1" "$2" >"$dir/state"
   metrics "$1"
+  if [ "$1" = held ]; then note "fmctl-health: held ${2#fmctl-health: }"; else note ""; fi
 }
 
 show="$(timeout "$deadline" "$slurm/bin/scontrol" show node -o "$node" 2>/dev/null)"
 # Slurm shows the reason with who set it and when: "REASON [root@2026-12-04T13:35:27]".
 reason="$(printf '%s\n' "$show" | sed -n 's/.* Reason=\(.*\)/\1/p' | sed 's/ \[[^]]*\]$//')"
 node_state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
+# A Comment runs to the next field (a capitalised Key=); "(null)" or absent when none.
+comment="$(printf '%s\n' "$show" | sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*$//')"
 
 if [ -z "$act" ]; then
-  if [[ "$reason" == fmctl-health:* ]]; then
-    record draining "$reason"  # drained by this agent: stays so until replaced
+  # Drained by this agent: stays so until replaced. (Slurm keeps a reason on a node resumed
+  # while not responding: only a drained or down node's reason is current.)
+  if [[ "$reason" == fmctl-health:* ]] && [[ "$node_state" == *DRAIN* || "$node_state" == *DOWN* ]]; then
+    record draining "$reason"
   else
     record healthy "no node-level fault"
   fi
@@ -146,8 +165,9 @@ esac
 # The repair budget, counted over the node's first partition.
 partition="$(printf '%s\n' "$show" | sed -n 's/.* Partitions=\([^ ,]*\).*/\1/p')"
 total="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N' 2>/dev/null | sort -u | wc -l)"
-repairing="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N|%E' 2>/dev/null |
-  grep '|fmctl-health:' | cut -d'|' -f1 | sort -u | wc -l)"
+# Only drained or down nodes: Slurm keeps the reason of a node resumed while not responding.
+repairing="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N|%T|%E' 2>/dev/null |
+  awk -F'|' '$2 ~ /^(drain|down)/ && $3 ~ /^fmctl-health:/ {print $1}' | sort -u | wc -l)"
 # health.maxInRepair: a count, or a share of the partition (at least one node).
 limit="${FMCTL_HEALTH_MAX_IN_REPAIR:-10%}"
 if [[ "$limit" == *% ]]; then

@@ -9,18 +9,22 @@ budget the agent only records; every fault is counted in the metrics the EFA exp
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
 from provisioner.catalog import load_catalog
+from provisioner.check.health import HealthReport, parse_slurm
+from provisioner.check.health_gather import health_script
 from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.slurm import health_env
 from tests.conftest import ROOT, validate_text
 from tests.tools.standin import recorded, rootfs
-from tests.tools.standin.node import StandinNode
+from tests.tools.standin.node import SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 
 pytestmark = rootfs.required()
@@ -167,3 +171,69 @@ def test_the_loop_on_slurm(cluster: Cluster) -> None:
     assert kept.startswith("held fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"), kept
     assert "by someone else: ops: cable check" in kept
     assert _reason(cluster, third)[1] == "ops: cable check"
+
+
+def _controller_view(cluster: Cluster) -> HealthReport:
+    """`fmctl health`'s Run Command script, run on the head node as SSM runs it, read by
+    fmctl's parser."""
+    done = cluster.head.run(["/bin/bash", "-c", health_script()], env=SSM_ENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return parse_slurm("llm-pretrain", done.stdout, "10%", (POOL,))
+
+
+def test_fmctl_health_reads_the_loop_from_the_controller(cluster: Cluster) -> None:
+    """After the loop above, from scratch: a GPU off the bus (drained by the agent), a fault
+    the budget holds (suspect: the agent keeps it in the node's Comment) and a person's drain
+    (theirs, untouched): `fmctl health` tells them apart from what slurmctld holds."""
+    first, second, third = cluster.computes
+    for c in cluster.computes:
+        done = cluster.head.run(
+            ["/opt/slurm/bin/scontrol", "update", f"NodeName={c.name}", "State=RESUME"],
+            env=SERVICE_ENV,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        # slurmctld pings a resumed node: until it answers, it is "not responding".
+        deadline = time.monotonic() + 60
+        while cluster.slurm.node_state(c.name) != "IDLE" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert cluster.slurm.node_state(c.name) == "IDLE"
+        _healthy(c.node)
+        # A fresh kernel log (as on a new instance): no cursor into the old one.
+        c.node.path("/var/lib/fmctl/health/kernel.cursor").unlink(missing_ok=True)
+        c.node.write("/opt/fmctl/slurm/health.env", health_env(_context()))
+        assert _agent(c).startswith("healthy")
+    before = _controller_view(cluster)
+    assert [n.state for n in before.nodes] == ["healthy"] * 3, before
+    assert before.pools[0].as_data() == {"name": POOL, "nodes": 3, "inRepair": 0, "budget": 1}
+
+    _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    assert _agent(first).startswith("draining")
+    _kernel(second, "kernel-xid13-109-gpud.txt")
+    assert _agent(second).startswith("held")
+    done = cluster.head.run(
+        ["/opt/slurm/bin/scontrol", "update", f"NodeName={third.name}", "State=DRAIN",
+         "Reason=ops: cable check"],
+        env=SERVICE_ENV,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+    view = _controller_view(cluster)
+    nodes = {n.name: n for n in view.nodes}
+    drained = nodes[first.name]
+    assert drained.state == "repairing", drained  # drained and idle: clustermgtd's to replace
+    assert drained.fault is not None and drained.fault.code == "xid:79"
+    assert (drained.fault.fault_class, drained.fault.action) == ("RESTART_BM", "replace")
+    assert drained.since, drained
+    suspect = nodes[second.name]
+    assert suspect.state == "suspect", suspect
+    assert suspect.fault is not None and suspect.fault.code == "xid:109", suspect
+    assert "budget: 1 of 3 nodes of gpu in repair" in suspect.detail
+    theirs = nodes[third.name]
+    assert (theirs.state, theirs.detail, theirs.fault) == ("drained", "ops: cable check", None)
+    assert view.pools[0].in_repair == 1 and view.pools[0].budget == 1
+    assert [e.node for e in view.events] and first.name in {e.node for e in view.events}
+    json.dumps(view.as_data())  # what -o json prints
+
+    # The held fault passes (no new kernel lines): the agent clears its Comment.
+    assert _agent(second).startswith("healthy")
+    assert {n.name: n.state for n in _controller_view(cluster).nodes}[second.name] == "healthy"

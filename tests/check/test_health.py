@@ -1,0 +1,120 @@
+"""`fmctl health`'s reading of what the scheduler holds: Slurm's node groups and reasons
+(cluster-health.sh's output; the same script runs against a real slurmctld in
+tests/slurm/test_standin_health.py), and Kubernetes' nodes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from provisioner.catalog import load_catalog
+from provisioner.check.health import budget_of, expand_hostlist, parse_fault, parse_slurm
+from provisioner.check.health_gather import KUBE_NOTE, UNVERIFIED_TAINT, kube_report
+from provisioner.render.context import POOL_LABEL, ClusterContext, build_context
+from tests.conftest import ROOT, validate_text
+
+#: cluster-health.sh on a ParallelCluster head node: sinfo's groups (partition, state, time
+#: of the reason, nodes, reason), then the agent's held faults. Written for this test in the
+#: format Slurm 24.11 prints (sinfo -o '%P|%T|%H|%N|%E'; tests/data/check/README.md).
+SLURM = (ROOT / "tests/data/check/cluster-health-pcluster.txt").read_text()
+
+
+def _context() -> ClusterContext:
+    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    assert validation.ok and validation.resolved is not None
+    context = build_context(validation.resolved, load_catalog())
+    pool = dataclasses.replace(context.pools[0], name="train")
+    return dataclasses.replace(context, pools=(pool,))
+
+
+def test_every_slurm_state_of_the_loop() -> None:
+    report = parse_slurm("llm", SLURM, "10%", ("train",))
+    nodes = {n.name: n for n in report.nodes}
+    assert len(nodes) == 14 and "login-1" not in nodes  # only the GPU pools' nodes
+    assert nodes["train-st-p5-1"].state == "healthy" and nodes["train-st-p5-1"].since is None
+    repairing = nodes["train-st-p5-5"]
+    assert (repairing.state, repairing.since) == ("repairing", "2026-12-04T03:12:09")
+    assert repairing.fault is not None
+    assert repairing.fault.as_data() == {
+        "code": "xid:79",
+        "class": "RESTART_BM",
+        "action": "replace",
+        "detail": "XID 79 RESTART_BM -> replace",
+    }
+    draining = nodes["train-st-p5-6"]
+    assert draining.state == "draining" and draining.fault is not None
+    assert (draining.fault.code, draining.fault.detail) == ("efa-count", "31 of 32 EFA devices")
+    assert nodes["train-st-p5-7"].state == "repairing"  # clustermgtd replacing it
+    theirs = nodes["train-st-p5-8"]
+    assert (theirs.state, theirs.detail, theirs.fault) == (
+        "drained",
+        "ops|cable check, ticket 42",
+        None,
+    )
+    assert nodes["train-st-p5-13"].state == "failed"  # not responding
+    # A stale reason on a node back in service is not a fault.
+    stale = nodes["train-st-p5-14"]
+    assert (stale.state, stale.fault, stale.detail) == ("healthy", None, "idle")
+    suspect = nodes["train-st-p5-3"]
+    assert suspect.state == "suspect" and suspect.fault is not None
+    assert suspect.fault.code == "xid:109" and "budget: 2 of 14" in suspect.detail
+    (pool,) = report.pools
+    assert pool.as_data() == {"name": "train", "nodes": 14, "inRepair": 2, "budget": 1}
+    assert [e.node for e in report.events] == [
+        "train-st-p5-6",
+        "train-st-p5-5",
+        "train-st-p5-7",
+        "train-st-p5-8",
+    ]
+    data = report.as_data()
+    assert set(data) == {"cluster", "scheduler", "pools", "nodes", "events", "notes"}
+    assert set(data["nodes"][0]) == {"name", "pool", "state", "fault", "since", "detail"}
+
+
+def test_hostlists_and_budgets() -> None:
+    assert expand_hostlist("a-[1-3,7],b1,c[08-10]d") == [
+        "a-1", "a-2", "a-3", "a-7", "b1", "c08d", "c09d", "c10d",
+    ]  # fmt: skip
+    assert (budget_of("10%", 3), budget_of("10%", 40), budget_of("2", 40)) == (1, 4, 2)
+    assert parse_fault("ops: cable check") is None
+    assert parse_fault("fmctl-health: verifying") is None
+
+
+def _node(name: str, pool: str, ready: str = "True", **spec: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": name, "labels": {POOL_LABEL: pool}},
+        "spec": spec,
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": ready, "reason": "KubeletNotReady",
+                 "lastTransitionTime": "2026-12-04T03:00:00Z"}
+            ]
+        },
+    }  # fmt: skip
+
+
+def test_kubernetes_nodes() -> None:
+    nodes = [
+        _node("ip-1", "train"),
+        _node("ip-2", "train", ready="False"),
+        _node("ip-3", "train", unschedulable=True),
+        _node("ip-4", "train", unschedulable=True),
+        _node("ip-5", "train", taints=[{"key": UNVERIFIED_TAINT, "effect": "NoSchedule"}]),
+        _node("ip-6", "system"),
+    ]
+    pods = [
+        {"metadata": {"name": "job-0"}, "spec": {"nodeName": "ip-3"},
+         "status": {"phase": "Running"}},
+        {"metadata": {"name": "dcgm", "ownerReferences": [{"kind": "DaemonSet"}]},
+         "spec": {"nodeName": "ip-4"}, "status": {"phase": "Running"}},
+    ]  # fmt: skip
+    report = kube_report(_context(), nodes, pods)
+    states = {n.name: n.state for n in report.nodes}
+    assert states == {
+        "ip-1": "healthy",
+        "ip-2": "failed",
+        "ip-3": "draining",
+        "ip-4": "drained",
+        "ip-5": "verifying",
+    }
+    assert report.notes == (KUBE_NOTE,)
+    assert report.pools[0].as_data() == {"name": "train", "nodes": 5, "inRepair": 0, "budget": 1}
