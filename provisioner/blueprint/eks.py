@@ -30,7 +30,13 @@ from provisioner.resources.compute import SgOut
 from provisioner.resources.eks import EksOut, EksParams
 from provisioner.resources.eks_access import ADMIN_POLICY, AccessOut, AccessParams
 from provisioner.resources.eks_addons import AddonOut, AddonParams, IdentityOut, IdentityParams
-from provisioner.resources.eks_nodegroup_model import NodegroupOut, NodegroupParams, Scaling, Taint
+from provisioner.resources.eks_nodegroup_model import (
+    NodegroupOut,
+    NodegroupParams,
+    NodeRepair,
+    Scaling,
+    Taint,
+)
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut, KmsParams
@@ -42,7 +48,14 @@ from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plan
 from provisioner.resources.network import SubnetOut
 
 #: Add-ons whose pods run on nodes, in the order EKS documents them.
-ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent", "aws-fsx-csi-driver")
+ADDONS = (
+    "vpc-cni",
+    "kube-proxy",
+    "coredns",
+    "eks-pod-identity-agent",
+    "aws-fsx-csi-driver",
+    "eks-node-monitoring-agent",
+)
 #: Service account of the FSx CSI controller (its pod identity association).
 FSX_CSI_ACCOUNT = "fsx-csi-controller-sa"
 
@@ -216,6 +229,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         raise BlueprintError(f"{path}: clusterName is not {p.c.name}")
     scaling = doc.sub("scalingConfig")
     update = doc.sub("updateConfig")
+    repair = doc.take("nodeRepairConfig", None) or {}
     template = doc.take("launchTemplate", None)
     taints = tuple(
         Taint(str(t["key"]), str(t.get("value", "")), str(t["effect"]))
@@ -249,6 +263,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         reservation_id=pool.reservation_id if pool is not None else None,
         routes=routes,
         endpoint=endpoint,
+        repair=NodeRepair.of(repair),
     )
     for part in (scaling, update, doc):
         part.done()
@@ -264,6 +279,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         labels=f"{at}.labels",
         version="kubernetes.version",
         subnets="network.availabilityZone",
+        repair="health.maxInRepair",
     )
 
 

@@ -109,6 +109,16 @@ OWN_RULES: tuple[FaultRow, ...] = (
 )
 
 
+def repair_budget(max_in_repair: str | int, nodes: int) -> int:
+    """health.maxInRepair for a pool of ``nodes``: a count, or a share of the pool (at least
+    one node), as the Slurm agent computes it and as EKS's node auto repair is told
+    (maxParallelNodesRepairedCount)."""
+    text = str(max_in_repair).strip()
+    if text.endswith("%"):
+        return max(1, nodes * int(text[:-1]) // 100)
+    return int(text)
+
+
 def fault_table() -> tuple[FaultRow, ...]:
     """Every row: the XIDs in code order, then fmctl's own."""
     rows = [

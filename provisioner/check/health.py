@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.catalog.faults import OWN_RULES
+from provisioner.catalog.faults import OWN_RULES, repair_budget
 
 #: The prefix of every reason and Comment the agent writes.
 AGENT = "fmctl-health:"
@@ -136,15 +136,6 @@ class HealthReport:
             "events": [e.as_data() for e in self.events],
             "notes": list(self.notes),
         }
-
-
-def budget_of(max_in_repair: str, nodes: int) -> int:
-    """health.maxInRepair for a pool of ``nodes``: a count, or a share (at least one), as
-    the agent computes it."""
-    text = max_in_repair.strip()
-    if text.endswith("%"):
-        return max(1, nodes * int(text[:-1]) // 100)
-    return int(text)
 
 
 def parse_fault(reason: str) -> Fault | None:
@@ -269,6 +260,6 @@ def _pools(nodes: list[NodeHealth], max_in_repair: str) -> tuple[PoolHealth, ...
             if n.state in ("draining", "repairing", "verifying") and n.detail.startswith(AGENT)
         )
         out.append(
-            PoolHealth(pool, len(members), repairing, budget_of(max_in_repair, len(members)))
+            PoolHealth(pool, len(members), repairing, repair_budget(max_in_repair, len(members)))
         )
     return tuple(out)

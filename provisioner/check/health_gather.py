@@ -2,22 +2,29 @@
 through Run Command (read-only: sinfo and scontrol show); on EKS, the GPU nodes as the
 Kubernetes API shows them.
 
-On EKS fmctl's node agent is not built yet (issue 33): a node's state there is what
-Kubernetes says — not Ready (``failed``), cordoned (``drained``, or ``draining`` while pods
-that hold GPUs remain), the verify gate's startup taint ``fmctl.dev/unverified``
-(``verifying``) — and the report says so in its notes.
+On EKS the detector is AWS's node monitoring agent (the eks-node-monitoring-agent add-on
+fmctl installs with health on): it sets a node condition per kind of fault
+(AcceleratedHardwareReady for GPU XIDs and NVLink, KernelReady, NetworkingReady,
+StorageReady, ContainerRuntimeReady; the EKS User Guide, "Node health"), and node auto
+repair, which fmctl turns on for every GPU node group, cordons the node and reboots or
+replaces it (after 10 minutes for AcceleratedHardwareReady, 30 for the rest). A node's state
+here: a failing condition not yet acted on is ``suspect``, cordoned with one ``repairing``;
+not Ready ``failed``; cordoned otherwise ``drained`` (or ``draining`` while pods remain);
+the verify gate's startup taint ``fmctl.dev/unverified`` ``verifying``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
+from provisioner.catalog.faults import repair_budget, rule
 from provisioner.check.health import (
+    Fault,
     HealthReport,
     NodeHealth,
     PoolHealth,
-    budget_of,
     parse_slurm,
 )
 from provisioner.drivers.aws import AwsError
@@ -28,10 +35,32 @@ from provisioner.shipped import shipped_dir
 
 #: The verify gate's startup taint on a Kubernetes node (issue 33).
 UNVERIFIED_TAINT = "fmctl.dev/unverified"
-KUBE_NOTE = (
-    "EKS: fmctl's node agent is not built yet; states are Kubernetes' own (Ready, cordoned, "
-    "the fmctl.dev/unverified taint)"
+#: The node monitoring agent's conditions (EKS User Guide, "Node health"; its repository's
+#: docs/node-health-issues.adoc at 51af549).
+MONITOR_CONDITIONS = (
+    "AcceleratedHardwareReady",
+    "ContainerRuntimeReady",
+    "KernelReady",
+    "NetworkingReady",
+    "StorageReady",
 )
+KUBE_NOTE = (
+    "EKS: faults from the node monitoring agent's conditions, repairs by EKS node auto "
+    "repair (fmctl's own agent and verify gate are not on EKS yet)"
+)
+_XID_REASON = re.compile(r"NvidiaXID(\d+)(Error|Warning)")
+
+
+def _condition_fault(condition: dict[str, Any]) -> Fault:
+    """A failing monitoring condition as a fault: an XID takes its class from fmctl's fault
+    table (NVIDIA's catalog), anything else the condition's own reason."""
+    reason = str(condition.get("reason") or condition.get("type"))
+    detail = str(condition.get("message") or reason)
+    xid = _XID_REASON.fullmatch(reason)
+    row = rule(f"xid:{xid.group(1)}") if xid else None
+    if xid and row is not None:
+        return Fault(row.code, row.fault_class, row.action.value, detail)
+    return Fault(reason, str(condition.get("type")), "replace", detail)
 
 
 def health_script() -> str:
@@ -87,8 +116,20 @@ def kube_report(
         ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
         taints = {t.get("key", "") for t in spec.get("taints") or []}
         since = ready.get("lastTransitionTime")
+        failing = [
+            c
+            for c in conditions
+            if c.get("type") in MONITOR_CONDITIONS and c.get("status") == "False"
+        ]
+        fault = _condition_fault(failing[0]) if failing else None
+        if failing:
+            since = failing[0].get("lastTransitionTime")
         if ready.get("status") != "True":
             state, detail = "failed", f"not Ready: {ready.get('reason') or 'no Ready condition'}"
+        elif failing:
+            cordoned = bool(spec.get("unschedulable"))
+            state = "repairing" if cordoned else "suspect"
+            detail = f"{failing[0].get('type')} False: {failing[0].get('reason')}"
         elif UNVERIFIED_TAINT in taints:
             state, detail = "verifying", f"tainted {UNVERIFIED_TAINT}"
         elif spec.get("unschedulable"):
@@ -97,13 +138,14 @@ def kube_report(
             detail = "cordoned" + (", pods still running" if running else "")
         else:
             state, detail, since = "healthy", "Ready", None
-        out.append(NodeHealth(meta["name"], pool, state, None, since, detail))
+        out.append(NodeHealth(meta["name"], pool, state, fault, since, detail))
     counts = {p: sum(1 for n in out if n.pool == p) for p in sorted(pools)}
+    repairing = {p: sum(1 for n in out if n.pool == p and n.state == "repairing") for p in pools}
     return HealthReport(
         context.name,
         "kubernetes",
         pools=tuple(
-            PoolHealth(p, n, 0, budget_of(context.health_max_in_repair, n))
+            PoolHealth(p, n, repairing[p], repair_budget(context.health_max_in_repair, n))
             for p, n in counts.items()
         ),
         nodes=tuple(sorted(out, key=lambda n: (n.pool, n.name))),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.catalog import Catalog, InstanceType, architecture_of
+from provisioner.catalog.faults import repair_budget
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
 from provisioner.render.images import Images
 from provisioner.render.placeholders import placeholder
@@ -312,6 +313,10 @@ class ClusterContext:
             f"https://aps-workspaces.{self.amp_region}.amazonaws{suffix}/workspaces/"
             f"{workspace}/api/v1/remote_write"
         )
+
+    def repair_budget(self, pool: PoolContext) -> int:
+        """Nodes of ``pool`` that may be in repair at once (health.maxInRepair)."""
+        return repair_budget(self.health_max_in_repair, pool.count)
 
     @property
     def efa_pools(self) -> tuple[PoolContext, ...]:

@@ -44,6 +44,32 @@ class Taint:
 
 
 @dataclass(frozen=True)
+class NodeRepair:
+    """EKS node auto repair on a node group (CreateNodegroup / UpdateNodegroupConfig
+    ``nodeRepairConfig``): on, and how many nodes it may repair at once (None: EKS's
+    default)."""
+
+    enabled: bool = False
+    max_parallel: int | None = None
+
+    @staticmethod
+    def of(config: dict[str, Any] | None) -> NodeRepair:
+        """From DescribeNodegroup's ``nodeRepairConfig`` (absent: off)."""
+        config = config or {}
+        if not config.get("enabled"):
+            return NodeRepair()
+        count = config.get("maxParallelNodesRepairedCount")
+        return NodeRepair(True, int(count) if count is not None else None)
+
+    def request(self) -> dict[str, Any]:
+        """As EKS takes it."""
+        out: dict[str, Any] = {"enabled": self.enabled}
+        if self.enabled and self.max_parallel is not None:
+            out["maxParallelNodesRepairedCount"] = self.max_parallel
+        return out
+
+
+@dataclass(frozen=True)
 class NodegroupParams:
     """A managed node group, as ``render`` writes it in aws/nodegroups/NAME.yaml."""
 
@@ -71,6 +97,8 @@ class NodegroupParams:
     #: The ODCR or Capacity Block the pool runs on (its launch template targets it): a
     #: rolling update needs room in it for a new node.
     reservation_id: str | None = None
+    #: EKS node auto repair (spec health:; off for the system group).
+    repair: NodeRepair = NodeRepair()
 
 
 @dataclass(frozen=True)
@@ -89,3 +117,4 @@ class NodegroupLive:
     version: str
     launch_template: Any
     tags: Tags
+    repair: NodeRepair = NodeRepair()

@@ -1,11 +1,12 @@
 """The compute side of an EKS cluster: launch templates and managed node groups.
 
 What may change in place is EKS's and EC2's (UpdateNodegroupConfig: scaling, labels, taints,
-update config; UpdateNodegroupVersion: the Kubernetes version and the launch template
-version, as a rolling update; CreateLaunchTemplateVersion). A node group's AMI type, capacity
-type, instance type, subnets and role are fixed at creation: changing one replaces the group
-blue/green — the new group is made and ACTIVE before the old one is deleted, and EKS cordons
-and drains the old nodes as it deletes them (respecting pod disruption budgets).
+update config, node auto repair; UpdateNodegroupVersion: the Kubernetes version and the
+launch template version, as a rolling update; CreateLaunchTemplateVersion). A node group's
+AMI type, capacity type, instance type, subnets and role are fixed at creation: changing one
+replaces the group blue/green — the new group is made and ACTIVE before the old one is
+deleted, and EKS cordons and drains the old nodes as it deletes them (respecting pod
+disruption budgets).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from provisioner.resources.eks_nodegroup_model import (
     NodegroupLive,
     NodegroupOut,
     NodegroupParams,
+    NodeRepair,
     Scaling,
 )
 from provisioner.resources.eks_upgrade import instance_type_of, no_surge, scale
@@ -92,6 +94,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         labels=Policy(How.UPDATE, "UpdateNodegroupConfig labels"),
         taints=Policy(How.UPDATE, "UpdateNodegroupConfig taints"),
         max_unavailable=Policy(How.UPDATE, "UpdateNodegroupConfig updateConfig"),
+        repair=Policy(How.UPDATE, "UpdateNodegroupConfig nodeRepairConfig"),
         version=Policy(How.UPDATE, "UpdateNodegroupVersion: a rolling update of the nodes"),
         launch_template=Policy(
             How.UPDATE, "UpdateNodegroupVersion to the new template version: a rolling update"
@@ -139,6 +142,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             str(ng.get("version", "")),
             f"{template['id']}:{template.get('version')}" if template.get("id") else None,
             Tags.of(ng.get("tags") or {}),
+            NodeRepair.of(ng.get("nodeRepairConfig")),
         )
         status = str(ng["status"])
         if status in ("CREATE_FAILED", "DELETE_FAILED", "DEGRADED"):
@@ -198,6 +202,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             params.version,
             template,
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            params.repair,
         )
 
     def diff(
@@ -302,6 +307,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             "nodeRole": ctx.get(params.node_role).arn,
             "labels": dict(params.labels),
             "updateConfig": {"maxUnavailable": params.max_unavailable},
+            "nodeRepairConfig": params.repair.request(),
             "version": params.version,
             "tags": params.tags.at_creation(),
         }
@@ -388,6 +394,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             }
         if "max_unavailable" in paths:
             config["updateConfig"] = {"maxUnavailable": params.max_unavailable}
+        if "repair" in paths:
+            config["nodeRepairConfig"] = params.repair.request()
         return config
 
     def update(

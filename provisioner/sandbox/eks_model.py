@@ -79,6 +79,9 @@ ADDONS: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], bool]] =
     "coredns": ((("v1.12.3-eksbuild.1", None), ("v1.11.4-eksbuild.14", ())), True),
     "eks-pod-identity-agent": ((("v1.3.8-eksbuild.2", None),), False),
     "aws-fsx-csi-driver": ((("v1.7.0-eksbuild.1", None), ("v1.6.0-eksbuild.1", ())), True),
+    # A DaemonSet that tolerates every taint (aws/eks-node-monitoring-agent's chart values at
+    # 51af549); the version as public Terraform configs pin it.
+    "eks-node-monitoring-agent": ((("v1.4.0-eksbuild.2", None),), False),
 }
 CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")
 AMI_TYPES = (

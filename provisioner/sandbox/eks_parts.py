@@ -41,6 +41,8 @@ def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dic
     capacity = q.get("capacityType", "ON_DEMAND")
     if capacity not in CAPACITY_TYPES or q.get("amiType", AMI_TYPES[0]) not in AMI_TYPES:
         raise EksError(400, "InvalidParameterException", "capacityType or amiType not supported")
+    if "nodeRepairConfig" in q:
+        _check_repair(q["nodeRepairConfig"])
     data = template_data(s.account, region, q.get("launchTemplate"))
     if data is not None:
         _check_template(data, q, capacity)
@@ -61,6 +63,7 @@ def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dic
                 "launchTemplate",
                 "instanceTypes",
                 "updateConfig",
+                "nodeRepairConfig",
             )
             if k in q
         },
@@ -81,6 +84,38 @@ def _create_nodegroup(s: EksState, call: p.Call, base: str, cluster: str) -> dic
     }
     s.nodegroups[(region, cluster, name)] = Item(ng, s._after("nodegroup-create"))
     return {"nodegroup": ng}
+
+
+#: NodeRepairConfig's pairs of which a request may set one (botocore's EKS model: "When
+#: using this, you cannot also set ... at the same time").
+_REPAIR_EXCLUSIVE = (
+    ("maxUnhealthyNodeThresholdCount", "maxUnhealthyNodeThresholdPercentage"),
+    ("maxParallelNodesRepairedCount", "maxParallelNodesRepairedPercentage"),
+)
+#: A NodeRepairConfigOverride: "If you use this, you must specify all the values".
+_OVERRIDE_FIELDS = (
+    "nodeMonitoringCondition",
+    "nodeUnhealthyReason",
+    "minRepairWaitTimeMins",
+    "repairAction",
+)
+
+
+def _check_repair(config: dict[str, Any]) -> None:
+    """What EKS refuses in a nodeRepairConfig (botocore's EKS model, NodeRepairConfig)."""
+    bad = "InvalidParameterException"
+    for count, share in _REPAIR_EXCLUSIVE:
+        if count in config and share in config:
+            raise EksError(400, bad, f"{count} and {share} cannot both be set")
+    for key in ("maxParallelNodesRepairedCount", "maxUnhealthyNodeThresholdCount"):
+        if key in config and int(config[key]) < 1:
+            raise EksError(400, bad, f"{key} must be at least 1")
+    for override in config.get("nodeRepairConfigOverrides") or []:
+        missing = [f for f in _OVERRIDE_FIELDS if f not in override]
+        if missing:
+            raise EksError(400, bad, f"nodeRepairConfigOverrides needs {', '.join(missing)}")
+        if override["repairAction"] not in ("Replace", "Reboot", "NoAction"):
+            raise EksError(400, bad, f"repairAction {override['repairAction']} is not valid")
 
 
 def _nodegroup_version(asked: str | None, cluster_version: str) -> str:
@@ -135,7 +170,8 @@ def _delete_nodegroup(s: EksState, call: p.Call, base: str, cluster: str, name: 
 
 
 def _update_nodegroup_config(s: EksState, call: p.Call, base: str, cluster: str, name: str) -> Any:
-    """Scaling, labels, taints, update config; the nodes follow once it lands."""
+    """Scaling, labels, taints, update config, node auto repair; the nodes follow once it
+    lands."""
     q, region = call.params, call.region
     item = _nodegroup(s, region, cluster, name)
     ng = item.data
@@ -169,6 +205,10 @@ def _update_nodegroup_config(s: EksState, call: p.Call, base: str, cluster: str,
     if "updateConfig" in q:
         changes["updateConfig"] = q["updateConfig"]
         params.append(("MaxUnavailable", q["updateConfig"].get("maxUnavailable")))
+    if "nodeRepairConfig" in q:
+        _check_repair(q["nodeRepairConfig"])
+        changes["nodeRepairConfig"] = q["nodeRepairConfig"]
+        params.append(("NodeRepairEnabled", q["nodeRepairConfig"].get("enabled")))
     if not changes:
         raise EksError(400, "InvalidParameterException", "no change requested")
     update = start_update(

@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from provisioner.catalog import load_catalog
-from provisioner.check.health import budget_of, expand_hostlist, parse_fault, parse_slurm
+from provisioner.catalog.faults import repair_budget
+from provisioner.check.health import expand_hostlist, parse_fault, parse_slurm
 from provisioner.check.health_gather import KUBE_NOTE, UNVERIFIED_TAINT, kube_report
 from provisioner.render.context import POOL_LABEL, ClusterContext, build_context
 from tests.conftest import ROOT, validate_text
@@ -74,22 +75,31 @@ def test_hostlists_and_budgets() -> None:
     assert expand_hostlist("a-[1-3,7],b1,c[08-10]d") == [
         "a-1", "a-2", "a-3", "a-7", "b1", "c08d", "c09d", "c10d",
     ]  # fmt: skip
-    assert (budget_of("10%", 3), budget_of("10%", 40), budget_of("2", 40)) == (1, 4, 2)
+    assert (repair_budget("10%", 3), repair_budget("10%", 40), repair_budget("2", 40)) == (1, 4, 2)
     assert parse_fault("ops: cable check") is None
     assert parse_fault("fmctl-health: verifying") is None
 
 
-def _node(name: str, pool: str, ready: str = "True", **spec: object) -> dict[str, object]:
+def _node(
+    name: str, pool: str, ready: str = "True", fault: str = "", **spec: object
+) -> dict[str, object]:
+    conditions = [
+        {"type": "Ready", "status": ready, "reason": "KubeletNotReady",
+         "lastTransitionTime": "2026-12-04T03:00:00Z"},
+    ]  # fmt: skip
+    if fault:
+        # The node monitoring agent's condition (EKS User Guide, "Node health": the reason
+        # NvidiaXID[Code]Error under AcceleratedHardwareReady).
+        conditions.append(
+            {"type": "AcceleratedHardwareReady", "status": "False", "reason": fault,
+             "message": "A critical GPU error occurred.",
+             "lastTransitionTime": "2026-12-04T03:30:00Z"}
+        )  # fmt: skip
     return {
         "metadata": {"name": name, "labels": {POOL_LABEL: pool}},
         "spec": spec,
-        "status": {
-            "conditions": [
-                {"type": "Ready", "status": ready, "reason": "KubeletNotReady",
-                 "lastTransitionTime": "2026-12-04T03:00:00Z"}
-            ]
-        },
-    }  # fmt: skip
+        "status": {"conditions": conditions},
+    }
 
 
 def test_kubernetes_nodes() -> None:
@@ -100,6 +110,8 @@ def test_kubernetes_nodes() -> None:
         _node("ip-4", "train", unschedulable=True),
         _node("ip-5", "train", taints=[{"key": UNVERIFIED_TAINT, "effect": "NoSchedule"}]),
         _node("ip-6", "system"),
+        _node("ip-7", "train", fault="NvidiaXID79Error"),
+        _node("ip-8", "train", fault="NvidiaXID48Error", unschedulable=True),
     ]
     pods = [
         {"metadata": {"name": "job-0"}, "spec": {"nodeName": "ip-3"},
@@ -115,6 +127,13 @@ def test_kubernetes_nodes() -> None:
         "ip-3": "draining",
         "ip-4": "drained",
         "ip-5": "verifying",
+        "ip-7": "suspect",  # EKS waits 10 minutes before it repairs
+        "ip-8": "repairing",  # cordoned by node auto repair
     }
+    faults = {n.name: n.fault for n in report.nodes if n.fault}
+    assert set(faults) == {"ip-7", "ip-8"}
+    # The XID's class and action are fmctl's fault table's (NVIDIA's catalog).
+    assert (faults["ip-7"].code, faults["ip-7"].fault_class) == ("xid:79", "RESTART_BM")
+    assert (faults["ip-8"].code, faults["ip-8"].action) == ("xid:48", "replace")
     assert report.notes == (KUBE_NOTE,)
-    assert report.pools[0].as_data() == {"name": "train", "nodes": 5, "inRepair": 0, "budget": 1}
+    assert report.pools[0].as_data() == {"name": "train", "nodes": 7, "inRepair": 1, "budget": 1}

@@ -111,7 +111,10 @@ def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_p
             ]
             assert ng["labels"]["fmctl.dev/pool"] == pool
             assert ng["subnets"] == [ids["subnet/private"]]
+            # EKS node auto repair (spec health:, on by default), one node at a time.
+            assert ng["nodeRepairConfig"] == {"enabled": True, "maxParallelNodesRepairedCount": 1}
         assert groups["system"]["amiType"] == "AL2023_x86_64_STANDARD"
+        assert groups["system"]["nodeRepairConfig"] == {"enabled": False}
         # What the nodes advertise once the device plugins run, per pool.
         api = kube_client(sandbox, name, region)
         try:
@@ -188,6 +191,8 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
         for a in eks.list_addons(clusterName=name)["addons"]
     }
     assert versions["coredns"] == "v1.11.4-eksbuild.14"
+    # Its node conditions drive node auto repair on the GPU node groups.
+    assert "eks-node-monitoring-agent" in versions
     assert versions["vpc-cni"] == "v1.20.4-eksbuild.1"  # the shim's default for 1.33
     # The rendered NetworkPolicies bind: the VPC CNI runs its network policy agent.
     cni = eks.describe_addon(clusterName=name, addonName="vpc-cni")["addon"]

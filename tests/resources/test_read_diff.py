@@ -536,6 +536,42 @@ def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
     assert Nodegroup.create_before_delete  # blue/green
 
 
+def test_node_auto_repair_changes_in_place() -> None:
+    """health: turns EKS node auto repair on a GPU group on or off, and its budget, through
+    UpdateNodegroupConfig nodeRepairConfig; a group described without one has it off."""
+    import dataclasses
+
+    from provisioner.resources.eks_nodegroup_model import NodeRepair
+
+    aws = RecordedAws("us-west-2")
+    cluster = example("eks", "DescribeCluster")
+    cluster["cluster"]["name"] = CLUSTER
+    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    aws.answer("eks", "DescribeCluster", cluster)
+    aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
+    aws.answer("eks", "DescribeNodegroup", _nodegroup())
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
+    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    base = _ng_params(2, "p5en.48xlarge")
+    observed = Nodegroup().read(ctx, "nodegroup/gpu", base)
+    aws.done()
+    assert observed is not None and observed.live.repair == NodeRepair()
+    assert Nodegroup().diff(ctx, "nodegroup/gpu", base, observed) == []
+    on = dataclasses.replace(base, repair=NodeRepair(True, 2))
+    changes = Nodegroup().diff(ctx, "nodegroup/gpu", on, observed)
+    assert _fields(changes) == {
+        "repair.enabled": (False, True, How.UPDATE),
+        "repair.max_parallel": (None, 2, How.UPDATE),
+    }
+    paths = {c.path.split(".")[0] for c in changes}  # as update() groups them
+    request = Nodegroup._config_change(on, observed.live, paths)
+    assert request == {"nodeRepairConfig": {"enabled": True, "maxParallelNodesRepairedCount": 2}}
+    # Read back as EKS answers it.
+    assert NodeRepair.of(request["nodeRepairConfig"]) == NodeRepair(True, 2)
+    assert NodeRepair.of({"enabled": False, "maxParallelNodesRepairedCount": 3}) == NodeRepair()
+
+
 def test_addon_follows_the_default_of_the_spec_version() -> None:
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
