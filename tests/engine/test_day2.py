@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, stamp
@@ -104,11 +105,14 @@ def _ready_nodes(sandbox: Sandbox, pool: str, name: str = NAME) -> list[dict[str
     ]
 
 
+# Eleven steps on one cluster, each an `up` with its node group waits: several minutes on
+# this 2-core machine under the suite's load (the default 300 s is for one step's hang).
+@pytest.mark.timeout(600)
 def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -> None:
     cluster = Cluster(sandbox, tmp_path)
     assert acting(cluster.plan()) == {k: "create" for k in acting(cluster.plan())}
     out, _ = cluster.up()
-    assert "35 created" in out
+    assert "36 created" in out
     assert acting(cluster.plan()) == {}, "nothing to do once up"
 
     # A hand edit that takes a field over (kubectl apply --server-side --force-conflicts on
@@ -179,6 +183,24 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     assert len(_ready_nodes(sandbox, "gpu")) == 4
     status = sandbox.fmctl("status", NAME, "--region", REGION, "--sandbox")
     assert "pool gpu: 4 nodes" in status.stdout
+
+    # A wider repair budget (health.maxInRepair): EKS node auto repair's parallel count on
+    # the GPU node group, in place; the system group has no auto repair to change.
+    cluster.spec["health"] = {"maxInRepair": 2}
+    plan = cluster.plan()
+    # (The stack waits on the node group's nodes, as after any node group update.)
+    assert acting(plan) == {"nodegroup/gpu": "update", "kube-stack": "update"}
+    assert paths(plan["kube-stack"]) == {"nodes"}
+    assert paths(plan["nodegroup/gpu"]) == {"repair.max_parallel"}
+    assert {f["spec"] for f in plan["nodegroup/gpu"]["fields"]} == {"health.maxInRepair"}
+    out, calls = cluster.up()
+    assert [w for w in writes(calls) if not w.startswith("kubernetes:")] == [
+        "eks:UpdateNodegroupConfig"
+    ], out
+    eks = sandbox.aws(REGION).client("eks")
+    repair = eks.describe_nodegroup(clusterName=NAME, nodegroupName="gpu")["nodegroup"]
+    assert repair["nodeRepairConfig"] == {"enabled": True, "maxParallelNodesRepairedCount": 2}
+    assert acting(cluster.plan()) == {}
 
     # Add a pool: its placement group, launch template and node group are made.
     cluster.spec["compute"]["gpuPools"].append(

@@ -41,6 +41,7 @@ P5EN_EKS = {
     "addon/coredns",
     "addon/eks-pod-identity-agent",
     "addon/aws-fsx-csi-driver",
+    "addon/eks-node-monitoring-agent",
     "iam/fsx-csi",
     "chart/kueue",
     "kube-stack",
@@ -73,7 +74,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "35 created, 0 existed" in first.stdout
+    assert "36 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -81,7 +82,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 35 existed" in again.stdout
+    assert "0 created, 36 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
 
@@ -151,7 +152,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "35 resources deleted" in down.stdout
+    assert "36 resources deleted" in down.stdout
     # What it left on this machine goes too: the kubeconfig entry and the local state.
     assert f"removed e2e-lifecycle's entry from {kubeconfig}" in down.stdout
     assert not folder.exists()
