@@ -22,6 +22,7 @@ SANDBOX_FILES = {
     "eks_model.py",
     "eks_network.py",
     "eks_parts.py",
+    "eks_repair.py",
     "fsx_update.py",
     "kube.py",
     "kube_apply.py",

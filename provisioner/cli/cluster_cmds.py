@@ -273,3 +273,58 @@ def sandbox_stop(state_dir: str | None) -> None:
     from provisioner.ops.target import home_of, stop_sandbox
 
     click.echo("sandbox stopped" if stop_sandbox(home_of(state_dir)) else "no sandbox running")
+
+
+@sandbox.command("fault", cls=GuardedCommand)
+@click.argument("name")
+@click.argument("node")
+@click.option("--xid", type=click.IntRange(1, 999), help="An NVIDIA Xid on the node's GPUs.")
+@click.option("--gpu-missing", type=click.IntRange(1, 64), metavar="N", help="N GPUs gone.")
+@click.option("--efa-down", type=click.IntRange(1, 64), metavar="N", help="N EFA devices failing.")
+@click.option("--ecc-dbe", is_flag=True, help="An uncorrectable (double-bit) ECC error.")
+@click.option("--clear", is_flag=True, help="The node is healthy again.")
+@click.option("--region", default=None, metavar="REGION", help="Default: the cluster's.")
+@click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
+def sandbox_fault(
+    name: str,
+    node: str,
+    xid: int | None,
+    gpu_missing: int | None,
+    efa_down: int | None,
+    ecc_dbe: bool,
+    clear: bool,
+    region: str | None,
+    state_dir: str | None,
+) -> None:
+    """Make NODE of sandbox EKS cluster NAME report a fault, as the node monitoring agent
+    on a real node would (or not: it sets conditions only for the faults it treats as
+    fatal); node auto repair then cordons and replaces the node on the sandbox's clock. To
+    rehearse the health loop: `fmctl health NAME --sandbox` shows each step."""
+    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.region import RegionUnknown, resolve_region
+    from provisioner.ops.target import home_of
+    from provisioner.ops.target import sandbox_fault as inject
+
+    faults: list[dict[str, object]] = []
+    if xid is not None:
+        faults.append({"xid": xid})
+    if gpu_missing is not None:
+        faults.append({"gpuMissing": gpu_missing})
+    if efa_down is not None:
+        faults.append({"efaDown": efa_down})
+    if ecc_dbe:
+        faults.append({"eccDbe": True})
+    if clear:
+        faults.append({"clear": True})
+    if len(faults) != 1:
+        _fail(
+            "say one fault",
+            "one of --xid N, --gpu-missing N, --efa-down N, --ecc-dbe or --clear",
+        )
+    home = home_of(state_dir)
+    try:
+        where = resolve_region(region, name, home, True)
+        said = inject(home, where, name, node, faults[0])
+    except (RegionUnknown, SandboxError) as exc:
+        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox; --region names the cluster's")
+    click.echo(said)

@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from provisioner.drivers.aws import Aws
 from provisioner.resources.context import Context, Event
@@ -161,3 +162,22 @@ def exec_credential(target: Target, cluster: str) -> dict[str, object]:
     from provisioner.drivers.eks_auth import token
 
     return credential(token(target.aws(), cluster), time.time())
+
+
+def sandbox_fault(home: Path, region: str, cluster: str, node: str, fault: dict[str, Any]) -> str:
+    """Make ``node`` of sandbox EKS cluster ``cluster`` suffer ``fault`` (its node
+    monitoring agent stand-in reports it; node auto repair acts on what it reports:
+    provisioner/sandbox/eks_repair.py); what the agent did."""
+    from provisioner.sandbox import daemon
+
+    info = daemon.running(home)
+    if info is None:
+        raise daemon.SandboxError(f"no sandbox runs for {home}")
+    said = daemon.call(
+        info,
+        daemon.credentials(home),
+        "InjectNodeFault",
+        {"cluster": cluster, "node": node, "fault": fault},
+        region,
+    )
+    return str(said.get("said", ""))

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.sandbox import eks_network
+from provisioner.sandbox import eks_network, eks_repair
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks_identity import HANDLERS as IDENTITY_HANDLERS
 from provisioner.sandbox.eks_model import (
@@ -152,6 +152,7 @@ class Eks:
                 item.data["status"] = "ACTIVE"
                 self.sync_nodes(key[0], item.data)
             land(item, now)
+        eks_repair.repair(self, now)
         for key, item in list(self.addons.items()):
             land(item, now)
             if item.gone_at is not None and now >= item.gone_at:

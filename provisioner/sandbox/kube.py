@@ -192,6 +192,33 @@ class KubeServer:
         c.objects.pop(("nodes", "", node), None)
         c.hardware.pop(node, None)
 
+    def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
+        """Copies of a node group's Node objects in the API at endpoint ``cluster``."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return []
+            return [
+                copy.deepcopy(obj)
+                for key, obj in c.objects.items()
+                if key[0] == "nodes"
+                and obj["metadata"].get("labels", {}).get("eks.amazonaws.com/nodegroup")
+                == nodegroup
+            ]
+
+    def change_node(
+        self, cluster: str, node: str, change: Callable[[dict[str, Any]], None]
+    ) -> bool:
+        """Apply ``change`` to the stored Node (what the kubelet or an agent on the node
+        writes: its status, a cordon); False when there is no such node."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            obj = None if c is None else c.objects.get(("nodes", "", node))
+            if obj is None:
+                return False
+            change(obj)
+            return True
+
     def has(self, cluster: str, plural: str, namespace: str, name: str) -> bool:
         """Whether the object exists in the API at endpoint ``cluster``."""
         with self.lock:

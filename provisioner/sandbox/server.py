@@ -4,8 +4,10 @@ only to requests signed with the sandbox's own credentials (``sigv4``).
 Besides AWS's services it answers the sandbox's own, signed like the rest (service name
 ``fmctl-sandbox``, JSON 1.1 with ``X-Amz-Target: FmctlSandbox.OPERATION``), for what a spec
 needs that no AWS API can make in an account: ``SeedCapacityReservation`` (a reservation or
-Capacity Block with the id the spec names) and ``SeedImage`` (an Amazon-owned AMI), and
-``Health``. Test doubles (fault injection, a request log) are not here: tests wrap this
+Capacity Block with the id the spec names), ``SeedImage`` (an Amazon-owned AMI),
+``InjectNodeFault`` (a fault on an EKS node, which its node monitoring agent stand-in reports
+and node auto repair acts on: ``eks_repair``; `fmctl sandbox fault`), and ``Health``. Test
+doubles (fault injection into calls, a request log) are not here: tests wrap this
 application with their own (``serve``'s ``wrap``).
 
 Run: ``python -m provisioner.sandbox.server --ready-file F --credentials C [--port 0]
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from provisioner.sandbox import protocol, sigv4
+from provisioner.sandbox.eks_model import EksError
 from provisioner.sandbox.shims import Shims
 
 StartResponse = Callable[..., Any]
@@ -137,6 +140,12 @@ class Emulator:
         if call.action == "SeedCapacityReservation":
             self.shims.seed_reservation(call.account, call.region, call.params)
             return protocol.json_response({})
+        if call.action == "InjectNodeFault":
+            try:
+                said = self.shims.inject_fault(call.account, call.region, call.params)
+            except EksError as err:
+                return protocol.json_error(err.status, err.code, err.message)
+            return protocol.json_response({"said": said})
         if call.action == "SeedImage":
             image = self.shims.seed_image(call.account, {**call.params, "region": call.region})
             return protocol.json_response({"ImageId": image})

@@ -182,6 +182,17 @@ class Shims:
             for world in self.worlds.values():
                 world.eks.advance(time.monotonic())
 
+    def inject_fault(self, account: str, region: str, data: dict[str, Any]) -> str:
+        """A fault on a sandbox EKS node, as its node monitoring agent reports it
+        (``eks_repair.inject``); what the agent did."""
+        from provisioner.sandbox import eks_repair
+
+        with self.lock:
+            world = self.world(account)
+            return eks_repair.inject(
+                world.eks, region, str(data["cluster"]), str(data["node"]), data["fault"]
+            )
+
     # --- seeding: what a spec needs that no API can make ---------------------------------
     def seed_reservation(self, account: str, region: str, data: dict[str, Any]) -> None:
         """Add a capacity reservation or block (``capacityReservationId`` required) in
