@@ -15,7 +15,8 @@ The buckets are grouped here by what fmctl does about them:
   CHECK_MECHANICALS, UPDATE_SWFW): the hardware is suspect, ``replace``.
 
 fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
-prolog checks them): a GPU or EFA device gone is ``replace``.
+prolog checks them): a GPU or EFA device gone is ``replace``. EFA error counters that rise
+are counted, never acted on (AWS's own node monitoring agent only warns of them).
 
 ``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
 (slurm/lib/faults.tsv, kept equal to this module by a test).
@@ -31,6 +32,10 @@ XID_SOURCE = (
     "as NVIDIA/NVSentinel gpu-health-monitor/xiderrorsmapping.csv at 6f8b0fcf"
 )
 FMCTL_SOURCE = "fmctl: the catalog's per-node GPU and EFA counts (the prolog's checks)"
+EFA_COUNTER_SOURCE = (
+    "the EFA driver's hw_counters that AWS's node monitoring agent watches, and warns of "
+    "only (aws/eks-node-monitoring-agent monitors/networking/efa/efa.go at 51af549)"
+)
 
 
 class Action(Enum):
@@ -106,6 +111,7 @@ BUCKET_ACTION: dict[str, Action] = {
 OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),
 )
 
 

@@ -7,7 +7,8 @@
 #   - the kernel log's new `NVRM: Xid (PCI:...): N, ...` lines (journalctl -k, resumed from
 #     its cursor file, so each line counts once);
 #   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
-#     must show (/etc/fmctl/node.env, as the prolog checks them).
+#     must show (/etc/fmctl/node.env, as the prolog checks them);
+#   - the EFA devices' error counters (hw_counters), counted only.
 # Application-class faults (NVIDIA's RESTART_APP, IGNORE, ...) are counted, never acted on. A
 # node-level fault drains the node with a reason users can grep:
 #   fmctl-health: XID 79 RESTART_BM -> replace
@@ -69,6 +70,35 @@ if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "${FMCTL_EXPECTED_EFA:-0}" -gt 
   [ "$efa" -ge "$FMCTL_EXPECTED_EFA" ] ||
     faults+=("efa-count	$efa of $FMCTL_EXPECTED_EFA EFA devices")
 fi
+
+# EFA error counters: the EFA driver's hw_counters (the kernel's sysfs-class-infiniband ABI,
+# /sys/class/infiniband/DEV/ports/N/hw_counters/NAME; EFA devices are vendor 0x1d0f, device
+# 0xefa*), the ones AWS's node monitoring agent watches (aws/eks-node-monitoring-agent
+# monitors/networking/efa/efa.go at 51af549). A rise since the last run is counted as
+# EFA_ERRORS, never acted on: that agent only warns of them too, and a peer's trouble raises
+# them as well. FMCTL_SYSFS: where sysfs is (/sys; a test's folder on a node without EFA).
+sysfs="${FMCTL_SYSFS:-/sys}"
+counters="$dir/efa-counters"
+touch "$counters"
+: >"$counters.new"
+for port in "$sysfs"/class/infiniband/*/ports/*; do
+  [ -d "$port/hw_counters" ] || continue
+  device="${port%/ports/*}"
+  [ "$(cat "$device/device/vendor" 2>/dev/null)" = 0x1d0f ] || continue
+  [[ "$(cat "$device/device/device" 2>/dev/null)" == 0xefa* ]] || continue
+  for name in rx_drops rdma_read_wr_err rdma_write_wr_err retrans_timeout_events \
+    unresponsive_remote_events impaired_remote_conn_events; do
+    [ -r "$port/hw_counters/$name" ] || continue
+    key="${device##*/}/${port##*/}/$name"
+    now_value="$(cat "$port/hw_counters/$name")"
+    printf '%s %s\n' "$key" "$now_value" >>"$counters.new"
+    before="$(awk -v k="$key" '$1 == k {print $2}' "$counters")"
+    if [ -n "$before" ] && [ "$now_value" -gt "$before" ]; then
+      faults+=("efa-errors	$key +$((now_value - before))")
+    fi
+  done
+done
+mv "$counters.new" "$counters"
 
 # lookup CODE: "class action" from the table (an XID it does not know: replace, as NVIDIA's
 # catalog says of an unexpected one).

@@ -237,3 +237,42 @@ def test_fmctl_health_reads_the_loop_from_the_controller(cluster: Cluster) -> No
     # The held fault passes (no new kernel lines): the agent clears its Comment.
     assert _agent(second).startswith("healthy")
     assert {n.name: n.state for n in _controller_view(cluster).nodes}[second.name] == "healthy"
+
+
+def test_efa_error_counters_are_counted_never_acted_on(cluster: Cluster) -> None:
+    """The EFA devices' error counters (sysfs hw_counters, laid out as the kernel's
+    sysfs-class-infiniband ABI; an EFA device is vendor 0x1d0f): a rise is counted as
+    EFA_ERRORS in the metrics and the log, and the node keeps working; another vendor's
+    device is not looked at."""
+    c = cluster.computes[2]
+    sysfs = "/var/tmp/sys"
+    efa = f"{sysfs}/class/infiniband/rdmap16s27"
+    other = f"{sysfs}/class/infiniband/mlx5_0"
+    c.node.write(f"{efa}/device/vendor", "0x1d0f\n")
+    c.node.write(f"{efa}/device/device", "0xefa1\n")
+    c.node.write(f"{other}/device/vendor", "0x15b3\n")
+    c.node.write(f"{other}/device/device", "0x101b\n")
+    for name, value in (("rx_drops", 10), ("rdma_read_wr_err", 0), ("retrans_bytes", 5)):
+        c.node.write(f"{efa}/ports/1/hw_counters/{name}", f"{value}\n")
+    c.node.write(f"{other}/ports/1/hw_counters/rx_drops", "7\n")
+    env = {**SERVICE_ENV, "FMCTL_SYSFS": sysfs}
+
+    def run() -> str:
+        done = c.node.run(["/bin/bash", "/opt/fmctl/slurm/lib/health-agent.sh"], env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return c.node.path("/var/lib/fmctl/health/state").read_text()
+
+    first = run()  # the baseline
+    assert 'code="efa-errors"' not in _metrics(c), first
+    c.node.write(f"{efa}/ports/1/hw_counters/rx_drops", "15\n")
+    c.node.write(f"{efa}/ports/1/hw_counters/retrans_bytes", "9000\n")  # not an error count
+    c.node.write(f"{other}/ports/1/hw_counters/rx_drops", "70\n")
+    state = run()
+    assert not state.startswith("draining"), state
+    assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 1' in _metrics(c)
+    log = c.node.path("/var/lib/fmctl/health/faults.log").read_text()
+    assert "efa-errors EFA_ERRORS none rdmap16s27/1/rx_drops +5" in log
+    assert "mlx5_0" not in log and "retrans_bytes" not in log
+    # No rise, nothing new.
+    run()
+    assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 1' in _metrics(c)
