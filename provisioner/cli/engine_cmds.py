@@ -196,6 +196,20 @@ def plan(
     is_flag=True,
     help="Replace what AWS cannot change in place (named, with what is lost, before asking).",
 )
+@click.option(
+    "--wait-healthy",
+    is_flag=True,
+    help="Then wait until every GPU node is in service and healthy (`fmctl health`), and "
+    "say how long it took; exit 1 if --healthy-timeout passes first.",
+)
+@click.option(
+    "--healthy-timeout",
+    type=click.IntRange(1),
+    default=3600,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long --wait-healthy waits.",
+)
 @wait_option
 @state_option
 @target_options
@@ -205,6 +219,8 @@ def up(
     yes: bool,
     output: str,
     allow_replace: bool,
+    wait_healthy: bool,
+    healthy_timeout: int,
     wait: bool,
     state_url: str | None,
     sandbox: bool,
@@ -301,8 +317,33 @@ def up(
     _report(outcome.result, "up", [c.resource for c in outcome.pending])
     _summary(spec.metadata.name, outcome)
     _after_up(spec, target, outcome, sandbox)
+    if wait_healthy:
+        _wait_healthy(spec, target, healthy_timeout)
     if spec.scheduler == "kubernetes" and spec.kubernetes.in_cluster_stack == "gitops":
         _hand_over(path, spec, target)
+
+
+def _wait_healthy(spec: Any, target: Any, timeout: int) -> None:
+    """``--wait-healthy``: every GPU node in service and healthy, or exit 1 naming those
+    that are not."""
+    from provisioner.ops.check import CheckUnavailable, wait_healthy
+
+    try:
+        ok, seconds, report = wait_healthy(
+            spec, target, timeout, lambda line: click.echo(f"health: {line}", err=True)
+        )
+    except CheckUnavailable as exc:
+        _fail(str(exc), exc.hint)
+    nodes = sum(1 for n in report.nodes if n.state == "healthy")
+    if ok:
+        click.echo(f"healthy: {nodes} GPU nodes in service, {seconds:.0f} s after up")
+        return
+    stuck = [f"{n.name} {n.state}" for n in report.nodes if n.state != "healthy"]
+    _fail(
+        f"not every GPU node is healthy after {seconds:.0f} s"
+        + (f": {', '.join(stuck[:10])}" if stuck else ""),
+        f"`fmctl health {spec.metadata.name}` shows each node and its fault",
+    )
 
 
 def _hand_over(path: str, spec: Any, target: Any, as_json: bool = False) -> None:

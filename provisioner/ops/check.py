@@ -184,3 +184,50 @@ def health(spec: ClusterSpec, target: Target) -> Any:
         close = getattr(api, "close", None)
         if close:
             close()
+
+
+def in_service(report: Any) -> dict[str, int]:
+    """Per pool, the nodes `fmctl health` calls healthy and that run (a powered-down cloud
+    node of a dynamic Slurm pool is healthy but runs nothing)."""
+    out: dict[str, int] = {}
+    for node in report.nodes:
+        if node.state == "healthy" and node.detail != "powered down":
+            out[node.pool] = out.get(node.pool, 0) + 1
+    return out
+
+
+def wait_healthy(
+    spec: ClusterSpec,
+    target: Target,
+    timeout: float,
+    on_progress: Callable[[str], None] = lambda line: None,
+) -> tuple[bool, float, Any]:
+    """`up --wait-healthy`: look until every GPU pool has its nodes in service and healthy
+    (ParallelCluster's static nodes passed the verify gate before they registered; EKS's
+    are Ready with no failing health condition and no startup taint), or ``timeout``
+    seconds pass. (ok, seconds, the last report)."""
+    import time
+
+    from provisioner.catalog import load_catalog
+    from provisioner.render.context import build_context
+
+    context = build_context(spec, load_catalog())
+    slurm = context.scheduler != "kubernetes"
+    wanted = {p.name: (p.min_count if slurm else p.count) for p in context.pools}
+    # The sandbox's clock runs faster: so do the looks.
+    every = max(0.05, 15.0 * make_context(target, spec.metadata.name).time_scale)
+    started = time.monotonic()
+    said = ""
+    while True:
+        report = health(spec, target)
+        have = in_service(report)
+        elapsed = time.monotonic() - started
+        if all(have.get(pool, 0) >= n for pool, n in wanted.items()):
+            return True, elapsed, report
+        line = ", ".join(f"{pool} {have.get(pool, 0)}/{n}" for pool, n in sorted(wanted.items()))
+        if line != said:
+            on_progress(f"healthy nodes: {line}")
+            said = line
+        if elapsed > timeout:
+            return False, elapsed, report
+        time.sleep(every)

@@ -71,6 +71,17 @@ def test_every_slurm_state_of_the_loop() -> None:
     assert set(data["nodes"][0]) == {"name", "pool", "state", "fault", "since", "detail"}
 
 
+def test_what_up_wait_healthy_counts() -> None:
+    """In service and healthy: not a stale reason's node counted twice, not a powered-down
+    cloud node (a dynamic pool's, which runs nothing)."""
+    from provisioner.ops.check import in_service
+
+    text = SLURM + "== nodes\ntrain*|idle~|Unknown|train-st-p5-[20-21]|none\n"
+    report = parse_slurm("llm", text, "10%", ("train",))
+    # 1, 2, 4, 9-12 and the stale reason's 14 (3 is suspect; 20-21 are powered down).
+    assert in_service(report) == {"train": 8}
+
+
 def test_hostlists_and_budgets() -> None:
     assert expand_hostlist("a-[1-3,7],b1,c[08-10]d") == [
         "a-1", "a-2", "a-3", "a-7", "b1", "c08d", "c09d", "c10d",

@@ -34,8 +34,9 @@ def _health(sandbox: Sandbox) -> dict[str, Any]:
 
 def test_a_gpu_fault_is_reported_cordoned_and_replaced(sandbox: Sandbox, tmp_path: Path) -> None:
     spec = spec_file(tmp_path, NAME)
-    made = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    made = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
     assert made.returncode == 0, made.stdout + made.stderr
+    assert "healthy: 8 GPU nodes in service" in made.stdout, made.stdout
     try:
         before = _gpu_nodes(sandbox)
         assert len(before) == 8
