@@ -189,3 +189,66 @@ def test_health_alerts_fire_on_the_agents_states(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(tests))
     done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> None:
+    """promtool's rule unit test: kube-state-metrics' node condition series (condition,
+    status true/false/unknown, as it exports them): AcceleratedHardwareReady false on one
+    node raises NodeHardwareUnhealthy for it; Ready false (the kubelet's, not the agent's)
+    and a healthy node do not."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
+        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+
+    def series(node: str, condition: str, healthy: bool) -> list[dict[str, str]]:
+        return [
+            {
+                "series": f'kube_node_status_condition{{node="{node}",condition="{condition}",'
+                f'status="{status}"}}',
+                "values": ("1" if (status == "true") == healthy else "0") + "x5",
+            }
+            for status in ("true", "false")
+        ]
+
+    rule = next(
+        r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r["alert"] == "NodeHardwareUnhealthy"
+    )
+    labels = {"node": "ip-1", "condition": "AcceleratedHardwareReady", "status": "false"}
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series("ip-1", "AcceleratedHardwareReady", False)
+                + series("ip-2", "AcceleratedHardwareReady", True)
+                + series("ip-3", "Ready", False),
+                "alert_rule_test": [
+                    {
+                        "eval_time": "2m",
+                        "alertname": "NodeHardwareUnhealthy",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": rule["labels"] | labels,
+                                "exp_annotations": {
+                                    key: text.replace("{{ $labels.node }}", "ip-1").replace(
+                                        "{{ $labels.condition }}", "AcceleratedHardwareReady"
+                                    )
+                                    for key, text in rule["annotations"].items()
+                                },
+                            }
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "eks-health-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
