@@ -254,6 +254,7 @@ class ClusterContext:
     health_max_in_repair: str = "10%"
     #: The verify gate's DCGM diagnostic level (0: none).
     health_verify_dcgm_level: int = 2
+    health_verify_efa_loopback: bool = True
 
     @property
     def dra(self) -> bool:
@@ -507,6 +508,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_interval_s=spec.health.interval_seconds() or 30,
         health_max_in_repair=str(spec.health.max_in_repair).strip(),
         health_verify_dcgm_level=spec.health.verify.dcgm_level,
+        health_verify_efa_loopback=spec.health.verify.efa_loopback,
     )
 
 

@@ -155,6 +155,8 @@ def health_env(c: ClusterContext) -> str:
         f"FMCTL_HEALTH_MAX_IN_REPAIR={c.health_max_in_repair}\n"
         "# The verify gate (slurm/lib/verify-node.sh): DCGM diagnostic level, 0 for none.\n"
         f"FMCTL_HEALTH_VERIFY_DCGM_LEVEL={c.health_verify_dcgm_level}\n"
+        "# ... and fi_pingpong through each EFA device (true or false).\n"
+        f"FMCTL_HEALTH_VERIFY_EFA_LOOPBACK={'true' if c.health_verify_efa_loopback else 'false'}\n"
     )
 
 

@@ -369,6 +369,11 @@ class HealthVerify(SpecModel):
         "medium, about 2 minutes, 3 long, 4 extended); 0 skips it. GPU, ECC and EFA checks "
         "always run.",
     )
+    efa_loopback: bool = Field(
+        True,
+        description="Pass traffic through every EFA device to itself (fi_pingpong, as the EFA "
+        "installer's efa_test.sh; about a second a device).",
+    )
 
 
 class Health(SpecModel):

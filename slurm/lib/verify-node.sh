@@ -11,7 +11,9 @@
 # Checks, each against what the node must show (/etc/fmctl/node.env):
 #   - every GPU listed by nvidia-smi, none with uncorrectable ECC errors since the driver
 #     loaded (ecc.errors.uncorrected.volatile.total);
-#   - every EFA device (efa-devices.sh: the prolog's counting rule);
+#   - every EFA device (efa-devices.sh: the prolog's counting rule), each passing traffic
+#     to itself (fi_pingpong over the device, as the EFA installer's efa_test.sh runs it;
+#     health.verify.efaLoopback, on unless told);
 #   - DCGM's diagnostic at the spec's level (health.verify.dcgmLevel, 2 unless told; 0 skips
 #     it): any test with status Fail fails the node. Without DCGM or its host engine the
 #     diagnostic is skipped and said so: that is the image's fault, not the node's.
@@ -64,12 +66,36 @@ want_efa="${FMCTL_EXPECTED_EFA:-0}"
 if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "$want_efa" -gt 0 ]; then
   # shellcheck source=efa-devices.sh
   . "$lib/efa-devices.sh"
-  efa=$(timeout "$deadline" "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM 2>/dev/null |
-    fmctl_efa_rdm_domains | wc -l)
+  domains=$(timeout "$deadline" "$(fmctl_fi_info_path)" -p efa -t FI_EP_RDM 2>/dev/null |
+    fmctl_efa_rdm_domains)
+  efa=$(printf '%s\n' "$domains" | grep -c .)
   if [ "$efa" -ge "$want_efa" ]; then
     say ok "efa: $efa of $want_efa devices"
   else
     say FAIL "efa: $efa of $want_efa devices"
+  fi
+  # Traffic through every device, on this node alone: the EFA installer's efa_test.sh (a
+  # fi_pingpong server, half a second, a client to localhost given 8 s), device by device
+  # (-d DOMAIN), one at a time (each pair takes the same port).
+  if [ "${FMCTL_HEALTH_VERIFY_EFA_LOOPBACK:-true}" = true ] && [ "$efa" -gt 0 ]; then
+    pingpong=fi_pingpong
+    [ ! -x /opt/amazon/efa/bin/fi_pingpong ] || pingpong=/opt/amazon/efa/bin/fi_pingpong
+    silent=()
+    while IFS= read -r domain; do
+      FI_EFA_ENABLE_SHM_TRANSFER=0 timeout 15 "$pingpong" -e rdm -p efa -d "$domain" \
+        >/dev/null 2>&1 &
+      server=$!
+      sleep 0.5
+      FI_EFA_ENABLE_SHM_TRANSFER=0 timeout 8 "$pingpong" -e rdm -p efa -d "$domain" localhost \
+        >/dev/null 2>&1 || silent+=("$domain")
+      kill "$server" 2>/dev/null
+      wait "$server" 2>/dev/null
+    done <<<"$domains"
+    if [ "${#silent[@]}" -eq 0 ]; then
+      say ok "efa-loopback: $efa of $efa devices passed traffic"
+    else
+      say FAIL "efa-loopback: ${#silent[@]} of $efa devices passed no traffic (${silent[*]})"
+    fi
   fi
 fi
 

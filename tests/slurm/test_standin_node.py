@@ -7,6 +7,7 @@ as SSM Run Command runs it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import re
@@ -28,7 +29,7 @@ from provisioner.check.slurm_gather import command_script
 from provisioner.render import render
 from provisioner.render.context import build_context
 from provisioner.render.placeholders import fill
-from provisioner.render.slurm import cluster_slurm_settings
+from provisioner.render.slurm import cluster_slurm_settings, health_env
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
 from tests.tools.standin import nvidia_repo, recorded, rootfs
@@ -187,6 +188,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         compute.stop()
 
 
+def _bucket_prefix(cluster: Cluster) -> str:
+    """Where the stand-in's S3 holds what `up` uploaded (slurm/ of the cluster)."""
+    return f"/var/lib/standin-s3/{BUCKET}/{_context_of(cluster).name}/slurm"
+
+
+def _context_of(cluster: Cluster) -> Any:
+    doc, _ = load_source(str(EXAMPLE))
+    spec = validate_document(doc, "slurm").resolved
+    assert spec is not None
+    return build_context(spec, load_catalog())
+
+
 def _ok(result: Any) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
 
@@ -204,6 +217,7 @@ def test_the_verify_gate_passed_the_healthy_node(cluster: Cluster) -> None:
         "ok gpus: 8 of 8",
         "ok ecc: no uncorrectable errors",
         "ok efa: 32 of 32 devices",
+        "ok efa-loopback: 32 of 32 devices passed traffic",
         "ok dcgm: level 2 diagnostic passed",
     ], report
     assert "verify-node.sh" in (ROOT / "slurm/actions/on-node-configured.sh").read_text()
@@ -239,6 +253,13 @@ def test_a_node_that_fails_the_verify_gate_fails_its_bootstrap(
     compute = cluster.compute
     compute.write("/etc/standin/nvidia-smi.csv", (DATA / "check" / smi).read_text())
     compute.write("/etc/standin/dcgmi-diag.json", (DATA / "check" / diag).read_text())
+    # The spec's health.verify.efaLoopback: false, as `up` uploads it (half a second a
+    # device saved; the loopback has a test of its own).
+    settings = f"{_bucket_prefix(cluster)}/health.env"
+    compute.write(
+        settings,
+        health_env(dataclasses.replace(_context_of(cluster), health_verify_efa_loopback=False)),
+    )
     try:
         actions = cluster.config["Scheduling"]["SlurmQueues"][0]["CustomActions"]
         done = _run_action(compute, _action(actions, "OnNodeConfigured"))
@@ -248,13 +269,35 @@ def test_a_node_that_fails_the_verify_gate_fails_its_bootstrap(
         assert failed in report, report
         # Only what failed is marked so.
         assert report.count("FAIL") == 1, report
+        assert "efa-loopback" not in report
     finally:
+        # Out of the bucket and off the node (`aws s3 sync` keeps what the bucket lost).
+        compute.path(settings).unlink()
+        compute.path("/opt/fmctl/slurm/health.env").unlink()
         compute.write(
             "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
         )
         compute.write(
             "/etc/standin/dcgmi-diag.json", (DATA / "check/dcgmi-diag-healthy.json").read_text()
         )
+
+
+def test_an_efa_device_that_passes_no_traffic_fails_the_gate(cluster: Cluster) -> None:
+    """Every device listed, one passing no traffic to itself (fi_pingpong over it, as the
+    EFA installer's efa_test.sh): the gate fails on the loopback alone and names it."""
+    compute = cluster.compute
+    compute.write("/etc/standin/efa-loopback-fail", "rdmap24s0-rdm\n")
+    compute.write("/etc/standin/efa-loopback-fail.fast", "")
+    try:
+        actions = cluster.config["Scheduling"]["SlurmQueues"][0]["CustomActions"]
+        done = _run_action(compute, _action(actions, "OnNodeConfigured"))
+        assert done.returncode == 1, done.stdout + done.stderr
+        report = compute.path("/var/lib/fmctl/health/verify.txt").read_text()
+        assert "FAIL efa-loopback: 1 of 32 devices passed no traffic (rdmap24s0-rdm)" in report
+        assert "ok efa: 32 of 32 devices" in report and report.count("FAIL") == 1
+    finally:
+        compute.path("/etc/standin/efa-loopback-fail").unlink()
+        compute.path("/etc/standin/efa-loopback-fail.fast").unlink()
 
 
 def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> None:

@@ -41,12 +41,14 @@ echo 'required /usr/local/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis' \
   >/opt/parallelcluster/examples/pyxis/pyxis.conf
 
 # Stand-ins for what the AMI has and Debian cannot give: NVIDIA's tools, the EFA
-# installer's fi_info, enroot, the AWS CLI's s3 commands, and systemctl without a running
+# installer's fi_info and fi_pingpong, enroot, the AWS CLI's s3 commands, and systemctl
+# without a running
 # systemd. Each says what it follows.
 install -m 0755 "$tools/nvidia-smi" /usr/bin/nvidia-smi
 install -m 0755 "$tools/dcgmi" /usr/bin/dcgmi
 install -d /opt/amazon/efa/bin
 install -m 0755 "$tools/fi_info" /opt/amazon/efa/bin/fi_info
+install -m 0755 "$tools/fi_pingpong" /opt/amazon/efa/bin/fi_pingpong
 install -m 0755 "$tools/enroot" /usr/bin/enroot
 install -m 0755 "$tools/aws" /usr/local/bin/aws
 mv /usr/bin/systemctl /usr/bin/systemctl.real
