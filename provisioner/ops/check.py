@@ -101,6 +101,20 @@ def saved_spec(home: Path, name: str) -> ClusterSpec:
     return spec
 
 
+def _kube_api(ctx: Any, name: str, region: str) -> Any:
+    """The Kubernetes API of EKS cluster ``name`` (it must be ACTIVE)."""
+    from provisioner.resources.eks import EksCluster
+    from provisioner.resources.kube_api import connect
+
+    cluster = EksCluster().describe(ctx)
+    if cluster is None or cluster["status"] != "ACTIVE":
+        raise CheckUnavailable(
+            f"{name}: no ACTIVE EKS cluster in {region}",
+            f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
+        )
+    return connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+
+
 def gather_and_judge(
     spec: ClusterSpec,
     target: Target,
@@ -121,16 +135,8 @@ def gather_and_judge(
     ctx = make_context(target, name)
     if context.scheduler == "kubernetes":
         from provisioner.check.kube_gather import gather
-        from provisioner.resources.eks import EksCluster
-        from provisioner.resources.kube_api import connect
 
-        cluster = EksCluster().describe(ctx)
-        if cluster is None or cluster["status"] != "ACTIVE":
-            raise CheckUnavailable(
-                f"{name}: no ACTIVE EKS cluster in {target.region}",
-                f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
-            )
-        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        api = _kube_api(ctx, name, target.region)
         try:
             found = gather(
                 api,
@@ -168,16 +174,7 @@ def health(spec: ClusterSpec, target: Target) -> Any:
     ctx = make_context(target, name)
     if context.scheduler != "kubernetes":
         return health_gather.gather_slurm(ctx, context)
-    from provisioner.resources.eks import EksCluster
-    from provisioner.resources.kube_api import connect
-
-    cluster = EksCluster().describe(ctx)
-    if cluster is None or cluster["status"] != "ACTIVE":
-        raise CheckUnavailable(
-            f"{name}: no ACTIVE EKS cluster in {target.region}",
-            f"`fmctl status {name}` shows what exists; `fmctl up` makes it",
-        )
-    api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+    api = _kube_api(ctx, name, target.region)
     try:
         return health_gather.kube_report(context, api.list("v1", "Node"), api.list("v1", "Pod"))
     finally:

@@ -47,6 +47,7 @@ from provisioner.sandbox.eks_model import (
     land,
     minor,
     node_groups,
+    node_slots,
     now,
     offered,
     start_delete,
@@ -549,26 +550,3 @@ def _ok(body: dict[str, Any]) -> Answer:
 
 def _error(err: EksError) -> Answer:
     return p.rest_json_error(err.status, err.code, err.message)
-
-
-def node_slots(region: str, ng: dict[str, Any]) -> list[tuple[int, str]]:
-    """The node group's instances as (index, instance id), as many as its desired size: the
-    ones it has keep their place (an Auto Scaling group scaled in drops the newest; one told
-    to terminate an instance drops that one, ``eks_asg``), new ones take the next index.
-    Each generation (a rolling update) numbers its nodes afresh, apart from the last's."""
-    base = 10 + 64 * (ng.get("_generation", 0) % 3)
-    slots: list[int] = ng.setdefault("_slots", [])
-    desired = int(ng["scalingConfig"]["desiredSize"])
-    del slots[desired:]
-    following = max(slots, default=-1) + 1
-    while len(slots) < desired:
-        slots.append(following)
-        following += 1
-    group = ng["nodegroupName"]
-    return [(base + i, _instance_id(region, group, base + i)) for i in slots]
-
-
-def _instance_id(region: str, nodegroup: str, index: int) -> str:
-    """A node's instance id, the same for the same node (i- and 17 hex digits, as EC2's)."""
-    digest = zlib.crc32(f"{region}/{nodegroup}".encode())
-    return f"i-{digest:08x}{index:09x}"

@@ -22,8 +22,8 @@ import uuid
 from xml.sax.saxutils import escape
 
 from provisioner.sandbox import protocol as p
-from provisioner.sandbox.eks import Eks, node_slots
-from provisioner.sandbox.eks_model import Item
+from provisioner.sandbox.eks import Eks
+from provisioner.sandbox.eks_model import Item, node_slots
 
 Answer = tuple[int, dict[str, str], bytes]
 NS = "http://autoscaling.amazonaws.com/doc/2011-01-01/"

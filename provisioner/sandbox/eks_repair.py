@@ -30,12 +30,35 @@ the sandbox's time scale.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from provisioner.sandbox.eks_model import EksError
+from provisioner.sandbox.eks_model import EksError, Item, node_slots
 
-if TYPE_CHECKING:
-    from provisioner.sandbox.eks import Eks
+
+class Kube(Protocol):
+    """What this module asks of the sandbox's Kubernetes APIs (``sandbox.kube``)."""
+
+    def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]: ...
+
+    def change_node(self, cluster: str, node: str, change: Any) -> bool: ...
+
+
+class Eks(Protocol):
+    """What this module asks of the sandbox's EKS (``sandbox.eks.Eks``, which calls it)."""
+
+    @property
+    def kube(self) -> Kube: ...
+
+    nodegroups: dict[tuple[str, str, str], Item]
+    addons: dict[tuple[str, str, str], Item]
+    clusters: dict[tuple[str, str], Item]
+    endpoints: dict[tuple[str, str], str]
+    scale: float
+
+    def advance(self, now: float) -> None: ...
+
+    def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None: ...
+
 
 #: XIDs the node monitoring agent treats as fatal (dcgm_policies.go at 51af549).
 WELL_KNOWN_XIDS = frozenset(
@@ -228,8 +251,6 @@ def _finish(
     """Repairs whose time is up: a replaced node's instance goes and a new one takes the
     next place (as the group's Auto Scaling group replaces an instance); a rebooted node
     comes back with its conditions cleared."""
-    from provisioner.sandbox.eks import node_slots
-
     endpoint = eks.endpoints.get((region, ng["clusterName"]), "")
     changed = False
     for name, repair_state in list(repairing.items()):

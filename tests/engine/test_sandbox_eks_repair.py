@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.sandbox import eks_repair
-from provisioner.sandbox.eks import node_slots
-from provisioner.sandbox.eks_model import Item
+from provisioner.sandbox.eks_model import Item, node_slots
 
 SCALE = 0.001  # the sandbox's: a minute is 0.06 s
 MINUTE = 60 * SCALE
@@ -48,7 +47,7 @@ class FakeEks:
     def advance(self, now: float) -> None:
         pass
 
-    def sync_nodes(self, region: str, ng: dict[str, Any]) -> None:
+    def sync_nodes(self, region: str, ng: dict[str, Any], fresh: bool = False) -> None:
         """As the sandbox's EKS does it: one node per slot of the group."""
         self.replaced.append(ng["nodegroupName"])
         self.kube.nodes_of = _nodes(ng, self.kube.nodes_of)
@@ -92,11 +91,11 @@ def _cordoned(eks: FakeEks) -> set[str]:
 
 
 def _fault(eks: FakeEks, node: str, **fault: Any) -> str:
-    return eks_repair.inject(eks, "r", "c", node, fault)  # type: ignore[arg-type]
+    return eks_repair.inject(eks, "r", "c", node, fault)
 
 
 def _tick(eks: FakeEks, now: float) -> None:
-    eks_repair.repair(eks, now)  # type: ignore[arg-type]
+    eks_repair.repair(eks, now)
 
 
 def test_the_agent_sets_conditions_only_for_fatal_faults() -> None:

@@ -508,7 +508,9 @@ def _ng_params(count: int, instance_type: str) -> NodegroupParams:
     )
 
 
-def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
+def _nodegroup_world() -> tuple[RecordedAws, Context]:
+    """AWS answering for one EKS cluster of ours with one node group ``gpu`` (as
+    ``_nodegroup`` describes it), and a run context with its subnet and role made."""
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
     cluster["cluster"]["name"] = CLUSTER
@@ -519,6 +521,11 @@ def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
     ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
     ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    return aws, ctx
+
+
+def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
+    aws, ctx = _nodegroup_world()
     observed = Nodegroup().read(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
     aws.done()
     assert observed is not None and observed.outputs == NodegroupOut("gpu")
@@ -543,16 +550,7 @@ def test_node_auto_repair_changes_in_place() -> None:
 
     from provisioner.resources.eks_nodegroup_model import NodeRepair
 
-    aws = RecordedAws("us-west-2")
-    cluster = example("eks", "DescribeCluster")
-    cluster["cluster"]["name"] = CLUSTER
-    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
-    aws.answer("eks", "DescribeCluster", cluster)
-    aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
-    aws.answer("eks", "DescribeNodegroup", _nodegroup())
-    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
-    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
-    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    aws, ctx = _nodegroup_world()
     base = _ng_params(2, "p5en.48xlarge")
     observed = Nodegroup().read(ctx, "nodegroup/gpu", base)
     aws.done()
