@@ -22,7 +22,8 @@
 # rule or a fabric-wide event cannot drain the fleet.
 # A fault it holds is also in the node's Slurm Comment (`fmctl health` reads it there).
 # Records: /var/lib/fmctl/health/{state,faults.log,counts}; metrics for the EFA exporter's
-# textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_faults_total.
+# textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_faults_total,
+# fmctl_repairs_total.
 set -uo pipefail
 
 # node.env, $slurm, $node (a node without node.env is no GPU node of fmctl's: exit 0).
@@ -133,6 +134,10 @@ metrics() {
     echo "# TYPE fmctl_node_faults_total counter"
     [ ! -s "$dir/counts" ] || sort "$dir/counts" | uniq -c |
       awk '{printf "fmctl_node_faults_total{code=\"%s\",class=\"%s\"} %d\n", $2, $3, $1}'
+    echo "# HELP fmctl_repairs_total The agent's decisions on node-level faults: drained for the action, or held (budget spent, someone else's drain, drain refused)."
+    echo "# TYPE fmctl_repairs_total counter"
+    [ ! -s "$dir/repairs" ] || sort "$dir/repairs" | uniq -c |
+      awk '{printf "fmctl_repairs_total{action=\"%s\",outcome=\"%s\"} %d\n", $2, $3, $1}'
   } >"$prom/fmctl-health.prom.tmp" && mv "$prom/fmctl-health.prom.tmp" "$prom/fmctl-health.prom"
 }
 
@@ -147,6 +152,15 @@ note() {  # TEXT (empty: clear ours)
     [ -n "$1" ] || [ "$mine" = true ] || return 0
     timeout "$deadline" "$slurm/bin/scontrol" update NodeName="$node" Comment="$1" >/dev/null 2>&1 || true
   fi
+}
+
+# decided ACTION OUTCOME: one decision on a node-level fault, counted once (a fault held
+# run after run is one hold).
+decided() {
+  local was=""
+  [ ! -s "$dir/state" ] || read -r was _ <"$dir/state"
+  [ "$2" = drained ] || [ "$was" != held ] || return 0
+  printf '%s %s\n' "$1" "$2" >>"$dir/repairs"
 }
 
 record() {  # STATE DETAIL
@@ -186,6 +200,7 @@ case "$node_state" in
     else
       # Someone else's: their drain and reason stay.
       logger -t fmctl-health -- "$why on $node: left alone, $node_state by someone else ($reason)" 2>/dev/null || true
+      decided "$action" held-other
       record held "$why (the node is $node_state by someone else: ${reason:-no reason})"
     fi
     exit 0
@@ -208,14 +223,17 @@ else
 fi
 if [ "$repairing" -ge "$budget" ]; then
   logger -t fmctl-health -- "$why on $node: held, $repairing of $total nodes of $partition in repair (budget $budget)" 2>/dev/null || true
+  decided "$action" held-budget
   record held "$why (budget: $repairing of $total nodes of $partition in repair, at most $budget)"
   exit 0
 fi
 
 if timeout "$deadline" "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why"; then
   logger -t fmctl-health -- "$why: drained $node" 2>/dev/null || true
+  decided "$action" drained
   record draining "$why"
 else
+  decided "$action" held-refused
   record held "$why (scontrol could not drain the node)"
   exit 1
 fi

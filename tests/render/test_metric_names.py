@@ -38,7 +38,7 @@ def _efa_metrics() -> set[str]:
 
 def _health_metrics() -> set[str]:
     text = (ROOT / "slurm/lib/health-agent.sh").read_text()
-    return set(re.findall(r"# TYPE (fmctl_node_[a-z_]+)", text))
+    return set(re.findall(r"# TYPE (fmctl_(?:node|repairs)_[a-z_]+)", text))
 
 
 def _listed(name: str) -> set[str]:
@@ -69,7 +69,7 @@ def test_every_metric_used_is_exported() -> None:
     )
     assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_NVLINK_TX_BYTES"} <= exported
     assert {"fmctl_efa_hw_stat", "fmctl_efa_devices", "fmctl_efa_devices_expected"} <= exported
-    assert {"fmctl_node_health_state", "fmctl_node_faults_total"} <= exported
+    assert {"fmctl_node_health_state", "fmctl_node_faults_total", "fmctl_repairs_total"} <= exported
     unknown = {
         (source, name)
         for source, exprs in _expressions().items()

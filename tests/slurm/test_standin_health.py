@@ -145,6 +145,7 @@ def test_the_loop_on_slurm(cluster: Cluster) -> None:
     assert 'fmctl_node_health_state{state="draining"} 1' in _metrics(first)
     # It stays so on the next runs (clustermgtd replaces it once idle).
     assert _agent(first) == f"draining {want}"
+    assert 'fmctl_repairs_total{action="replace",outcome="drained"} 1' in _metrics(first)
 
     # The budget: 1 of 3 nodes (max(1, 10%)) is in repair; the 109 on the second node is held.
     log.write_text((REAL / "kernel-xid13-109-gpud.txt").read_text())
@@ -152,11 +153,16 @@ def test_the_loop_on_slurm(cluster: Cluster) -> None:
     assert held.startswith("held fmctl-health: XID 109 RESET_GPU -> replace"), held
     assert "budget: 1 of 3 nodes of gpu in repair, at most 1" in held
     assert _reason(cluster, second)[1] == ""
+    # A hold is one decision, however many runs it lasts.
+    second.node.path("/var/lib/fmctl/health/kernel.cursor").write_text("standin-line:4\n")
+    assert _agent(second).startswith("held")
+    assert 'fmctl_repairs_total{action="replace",outcome="held-budget"} 1' in _metrics(second)
     # health.maxInRepair: 2 in the spec (rendered as up uploads it): now it drains.
     wider = dataclasses.replace(_context(), health_max_in_repair="2")
     second.node.write("/opt/fmctl/slurm/health.env", health_env(wider))
     second.node.path("/var/lib/fmctl/health/kernel.cursor").write_text("standin-line:4\n")
     assert _agent(second) == "draining fmctl-health: XID 109 RESET_GPU -> replace"
+    assert 'fmctl_repairs_total{action="replace",outcome="drained"} 1' in _metrics(second)
     assert _reason(cluster, second)[1] == "fmctl-health: XID 109 RESET_GPU -> replace"
 
     # A person drained the third node; an EFA device then goes: their reason stays.
@@ -170,6 +176,7 @@ def test_the_loop_on_slurm(cluster: Cluster) -> None:
     kept = _agent(third)
     assert kept.startswith("held fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"), kept
     assert "by someone else: ops: cable check" in kept
+    assert 'fmctl_repairs_total{action="replace",outcome="held-other"} 1' in _metrics(third)
     assert _reason(cluster, third)[1] == "ops: cable check"
 
 
