@@ -153,6 +153,13 @@ def parse_fault(reason: str) -> Fault | None:
     return None
 
 
+def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that puts train-st-p5-2 before train-st-p5-10."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part
+    )
+
+
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's compressed node names (``gpu-st-p5-[1-3,7],login1``) one by one."""
     names: list[str] = []
@@ -189,7 +196,9 @@ def _slurm_state(state: str, reason: str, held: str | None) -> tuple[str, str]:
         return "repairing", state
     if base in ("drained", "draining"):
         return "drained", state
-    if base in ("down", "fail", "failing", "unknown", "inval") or state.endswith("*"):
+    if state.endswith("*"):
+        return "failed", f"{state}: not responding to slurmctld"
+    if base in ("down", "fail", "failing", "unknown", "inval"):
         return "failed", state
     if held:
         return "suspect", state
@@ -245,7 +254,7 @@ def parse_slurm(
         cluster,
         "slurm",
         pools=_pools(nodes, max_in_repair),
-        nodes=tuple(sorted(nodes, key=lambda n: (n.pool, n.name))),
+        nodes=tuple(sorted(nodes, key=lambda n: (n.pool, natural(n.name)))),
         events=tuple(sorted(events, key=lambda e: e.time, reverse=True)),
     )
 

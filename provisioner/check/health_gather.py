@@ -25,6 +25,7 @@ from provisioner.check.health import (
     HealthReport,
     NodeHealth,
     PoolHealth,
+    natural,
     parse_slurm,
 )
 from provisioner.drivers.aws import AwsError
@@ -148,6 +149,6 @@ def kube_report(
             PoolHealth(p, n, repairing[p], repair_budget(context.health_max_in_repair, n))
             for p, n in counts.items()
         ),
-        nodes=tuple(sorted(out, key=lambda n: (n.pool, n.name))),
+        nodes=tuple(sorted(out, key=lambda n: (n.pool, natural(n.name)))),
         notes=(KUBE_NOTE,),
     )

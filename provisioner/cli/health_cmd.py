@@ -64,14 +64,22 @@ def health(
 
 
 def _print(report: Any) -> None:
+    """Each pool's counts, then only the nodes that are not healthy (``-o json`` has
+    every node): on a thousand-node cluster, the ones to look at."""
     click.echo(f"{report.cluster} ({report.scheduler})")
     for pool in report.pools:
+        states: dict[str, int] = {}
+        for node in report.nodes:
+            if node.pool == pool.name:
+                states[node.state] = states.get(node.state, 0) + 1
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
         click.echo(
-            f"  pool {pool.name}: {pool.nodes} nodes, {pool.in_repair} in repair "
-            f"(budget {pool.budget})"
+            f"  pool {pool.name}: {pool.nodes} nodes ({counts}); {pool.in_repair} in repair, "
+            f"budget {pool.budget}"
         )
-    width = max((len(n.name) for n in report.nodes), default=4)
-    for node in report.nodes:
+    sick = [n for n in report.nodes if n.state != "healthy"]
+    width = max((len(n.name) for n in sick), default=4)
+    for node in sick:
         fault = (
             f"  {node.fault.code} {node.fault.fault_class} -> {node.fault.action}"
             if node.fault
@@ -79,7 +87,7 @@ def _print(report: Any) -> None:
         )
         since = f"  since {node.since}" if node.since else ""
         click.echo(f"  {node.name:<{width}}  {node.pool:<8} {node.state:<10}{fault}{since}")
-        if node.state != "healthy" and node.detail:
+        if node.detail:
             click.echo(f"  {'':<{width}}  {node.detail}")
     for event in report.events[:10]:
         click.echo(f"  event {event.time} {event.node}: {event.what}")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from provisioner.catalog import load_catalog
 from provisioner.catalog.faults import repair_budget
 from provisioner.check.health import expand_hostlist, parse_fault, parse_slurm
@@ -148,3 +150,18 @@ def test_kubernetes_nodes() -> None:
     assert (faults["ip-8"].code, faults["ip-8"].action) == ("xid:48", "replace")
     assert report.notes == (KUBE_NOTE,)
     assert report.pools[0].as_data() == {"name": "train", "nodes": 7, "inRepair": 1, "budget": 1}
+
+
+def test_the_text_shows_counts_and_only_the_nodes_to_look_at(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from provisioner.cli.health_cmd import _print
+
+    _print(parse_slurm("llm", SLURM, "10%", ("train",)))
+    out = capsys.readouterr().out
+    assert "pool train: 14 nodes (1 drained, 1 draining, 1 failed, 8 healthy, 2 repairing, " in out
+    assert "train-st-p5-1 " not in out  # healthy: in -o json only
+    lines = [line.split()[0] for line in out.splitlines()[2:] if line.startswith("  train-")]
+    # Problems in node order, 13 after 8 (not after 1).
+    assert lines == [f"train-st-p5-{n}" for n in (3, 5, 6, 7, 8, 13)], lines
+    assert "idle*: not responding to slurmctld" in out
