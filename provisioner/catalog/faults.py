@@ -16,7 +16,8 @@ The buckets are grouped here by what fmctl does about them:
 
 fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
 prolog checks them): a GPU or EFA device gone is ``replace``. EFA error counters that rise
-are counted, never acted on (AWS's own node monitoring agent only warns of them).
+are counted, never acted on (AWS's own node monitoring agent only warns of them). DCGM's
+health watches: a Failure is ``replace``, a Warning counted.
 
 ``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
 (slurm/lib/faults.tsv, kept equal to this module by a test).
@@ -32,6 +33,10 @@ XID_SOURCE = (
     "as NVIDIA/NVSentinel gpu-health-monitor/xiderrorsmapping.csv at 6f8b0fcf"
 )
 FMCTL_SOURCE = "fmctl: the catalog's per-node GPU and EFA counts (the prolog's checks)"
+DCGM_HEALTH_SOURCE = (
+    "DCGM's health watches, `dcgmi health -c -j` (NVIDIA/DCGM dcgmi/Health.cpp at 72fa3fe: "
+    "Healthy, Warning or Failure)"
+)
 EFA_COUNTER_SOURCE = (
     "the EFA driver's hw_counters that AWS's node monitoring agent watches, and warns of "
     "only (aws/eks-node-monitoring-agent monitors/networking/efa/efa.go at 51af549)"
@@ -111,6 +116,8 @@ BUCKET_ACTION: dict[str, Action] = {
 OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRow("dcgm-health", "DCGM_HEALTH_FAILURE", Action.REPLACE, DCGM_HEALTH_SOURCE),
+    FaultRow("dcgm-health-warn", "DCGM_HEALTH_WARNING", Action.NONE, DCGM_HEALTH_SOURCE),
     FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),
 )
 

@@ -8,6 +8,7 @@
 #     its cursor file, so each line counts once);
 #   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
 #     must show (/etc/fmctl/node.env, as the prolog checks them);
+#   - DCGM's health watches (dcgmi health): a Failure is node-level, a Warning counted;
 #   - the EFA devices' error counters (hw_counters), counted only.
 # Application-class faults (NVIDIA's RESTART_APP, IGNORE, ...) are counted, never acted on. A
 # node-level fault drains the node with a reason users can grep:
@@ -61,6 +62,30 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ]; then
   gpus=$(printf '%s\n' "$out" | grep -c '^[[:space:]]*[0-9][0-9]*[[:space:]]*$')
   [ "$gpus" -ge "$FMCTL_EXPECTED_GPUS" ] ||
     faults+=("gpu-count	$gpus of $FMCTL_EXPECTED_GPUS GPUs")
+fi
+
+# DCGM's health watches (`dcgmi health -c -j`; NVIDIA/DCGM dcgmi/Health.cpp at 72fa3fe): the
+# watches' overall result is Healthy, Warning or Failure, each failing system a child whose
+# value says so. A Failure is node-level, a Warning only counted. Watches are off until set:
+# a run that finds them off sets them all (`dcgmi health -s a`; memory, NVLink, PCIe and
+# thermal need 60 s before they answer) and checks on the next run. No host engine: no check.
+if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && command -v dcgmi >/dev/null 2>&1; then
+  report=$(timeout "$deadline" dcgmi health -c -j 2>&1)
+  if [[ "$report" == *"Health watches not enabled"* ]]; then
+    timeout "$deadline" dcgmi health -s a >/dev/null 2>&1 || true
+  elif [[ "$report" == *'"Overall Health"'* ]]; then
+    overall=$(printf '%s\n' "$report" | awk '/"Overall Health"/ {f = 1}
+      f && /"value"/ {sub(/.*"value" *: *"/, ""); sub(/".*/, ""); print; exit}')
+    # The systems whose own value is the overall one (e.g. "Memory system").
+    systems=$(printf '%s\n' "$report" | awk -v want="$overall" '
+      /" *: *\{/ {key = $0; sub(/^ *"/, "", key); sub(/" *: *\{.*/, "", key)}
+      /"value"/ && index($0, "\"" want "\"") && (key ~ / system$/ || key == "Driver") {print key}' |
+      sort -u | paste -sd, -)
+    case "$overall" in
+      Failure) faults+=("dcgm-health	${systems:-DCGM health check}: Failure") ;;
+      Warning) faults+=("dcgm-health-warn	${systems:-DCGM health check}: Warning") ;;
+    esac
+  fi
 fi
 if [ "${FMCTL_EFA_ENABLED:-false}" = true ] && [ "${FMCTL_EXPECTED_EFA:-0}" -gt 0 ] &&
   [ -r "$lib/efa-devices.sh" ]; then

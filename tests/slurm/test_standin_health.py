@@ -30,6 +30,7 @@ from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 pytestmark = rootfs.required()
 POOL = "gpu"
 REAL = ROOT / "tests" / "data" / "real"
+DATA = ROOT / "tests" / "data" / "check"
 HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
 #: What systemd gives a oneshot service: no login environment, a minimal PATH.
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -283,3 +284,42 @@ def test_efa_error_counters_are_counted_never_acted_on(cluster: Cluster) -> None
     # No rise, nothing new.
     run()
     assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 1' in _metrics(c)
+
+
+def _reset(cluster: Cluster) -> None:
+    """Every node back in service, healthy, with a fresh kernel log and the spec's settings."""
+    for c in cluster.computes:
+        done = cluster.head.run(
+            ["/opt/slurm/bin/scontrol", "update", f"NodeName={c.name}", "State=RESUME"],
+            env=SERVICE_ENV,
+        )
+        assert done.returncode == 0 or "Invalid node state" in done.stderr, done.stderr
+        deadline = time.monotonic() + 60
+        while cluster.slurm.node_state(c.name) != "IDLE" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        _healthy(c.node)
+        c.node.path("/var/lib/fmctl/health/kernel.cursor").unlink(missing_ok=True)
+        c.node.write("/opt/fmctl/slurm/health.env", health_env(_context()))
+        assert _agent(c).startswith("healthy")
+
+
+def test_dcgm_health_watches(cluster: Cluster) -> None:
+    """DCGM's health watches (`dcgmi health`, answers recorded in the shape its source
+    prints): off at first, so the agent turns them on; a Warning is counted and the node
+    keeps working; a Failure drains it with the failing system in the reason."""
+    _reset(cluster)
+    c = cluster.computes[1]
+    # A host engine runs (the stand-in dcgmi answers), its health watches still off.
+    c.node.write("/etc/standin/dcgmi-diag.json", (DATA / "dcgmi-diag-healthy.json").read_text())
+    assert _agent(c).startswith("healthy")
+    assert c.node.path("/etc/standin/dcgmi-health-watches").exists()
+    c.node.write("/etc/standin/dcgmi-health.json", (DATA / "dcgmi-health-warn.json").read_text())
+    assert _agent(c).startswith("healthy")
+    counted = 'fmctl_node_faults_total{code="dcgm-health-warn",class="DCGM_HEALTH_WARNING"} 1'
+    assert counted in _metrics(c)
+    c.node.write("/etc/standin/dcgmi-health.json", (DATA / "dcgmi-health-fail.json").read_text())
+    want = "fmctl-health: DCGM_HEALTH_FAILURE (Memory system: Failure) -> replace"
+    assert _agent(c) == f"draining {want}"
+    assert _reason(cluster, c)[1] == want
+    for name in ("dcgmi-diag.json", "dcgmi-health.json", "dcgmi-health-watches"):
+        c.node.path(f"/etc/standin/{name}").unlink()
