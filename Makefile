@@ -79,6 +79,10 @@ tools: $(STAMP) $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tool
 
 demo: export FMCTL_CHART_MIRROR ?= $(abspath $(CHART_MIRROR))
 demo: install $(HELM)
+	@if [ -z "$$FMCTL_CHART_MIRROR" ]; then \
+	  echo "note: no chart copies in $(FMCTL_SHARED_DIR)/charts: up pulls Kueue's chart from its registry;"; \
+	  echo "      on a machine that reaches none, set FMCTL_SHARED_DIR to the workspace's shared/ folder"; \
+	fi
 	@echo "== fmctl catalog: the accelerated instance types fmctl knows"
 	@$(FMCTL) catalog
 	@for spec in examples/*.yaml; do \
