@@ -280,6 +280,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         version="kubernetes.version",
         subnets="network.availabilityZone",
         repair="health.maxInRepair",
+        **{"repair.overrides": "health.repair"},
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from provisioner.catalog import Catalog, InstanceType, architecture_of
+from provisioner.catalog.eks_repair import RepairOverride, overrides
 from provisioner.catalog.faults import repair_budget
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
 from provisioner.render.images import Images
@@ -252,6 +253,8 @@ class ClusterContext:
     health_enabled: bool = True
     health_interval_s: int = 30
     health_max_in_repair: str = "10%"
+    #: health.repair: replace | reboot | drain-only.
+    health_repair: str = "replace"
     #: The verify gate's DCGM diagnostic level (0: none).
     health_verify_dcgm_level: int = 2
     health_verify_efa_loopback: bool = True
@@ -318,6 +321,11 @@ class ClusterContext:
     def repair_budget(self, pool: PoolContext) -> int:
         """Nodes of ``pool`` that may be in repair at once (health.maxInRepair)."""
         return repair_budget(self.health_max_in_repair, pool.count)
+
+    @property
+    def repair_overrides(self) -> tuple[RepairOverride, ...]:
+        """EKS node auto repair's overrides for health.repair (catalog.eks_repair)."""
+        return overrides(self.health_repair)
 
     @property
     def efa_pools(self) -> tuple[PoolContext, ...]:
@@ -507,6 +515,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_enabled=spec.health.enabled,
         health_interval_s=spec.health.interval_seconds() or 30,
         health_max_in_repair=str(spec.health.max_in_repair).strip(),
+        health_repair=spec.health.repair,
         health_verify_dcgm_level=spec.health.verify.dcgm_level,
         health_verify_efa_loopback=spec.health.verify.efa_loopback,
     )

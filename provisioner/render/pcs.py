@@ -115,18 +115,27 @@ def instance_health_checks(c: ClusterContext) -> dict[str, Any]:
     """A GPU node group's PCS instance health checks (botocore's InstanceHealthChecksRequest):
     with spec health on, PCS watches running instances (healthMonitoring STANDARD) and runs
     DCGM level 1 (deepHealthChecks onStart QUICK) each time one starts, before it accepts
-    jobs, and replaces an instance that fails either (REPLACE: after its running jobs end,
-    or before it takes any). fmctl's own agent runs beside it on the nodes. With health off,
-    both are turned off explicitly (an update replaces all of a group's settings)."""
+    jobs. An instance that fails the start-up check is replaced before it takes any job; one
+    found faulty while running is repaired as health.repair says (PCS_REPAIR). fmctl's own
+    agent runs beside it on the nodes. With health off, both are turned off explicitly (an
+    update replaces all of a group's settings)."""
     if not c.health_enabled:
         return {
             "healthMonitoring": {"mode": "NONE"},
             "deepHealthChecks": {"onStart": {"profile": "NONE"}},
         }
     return {
-        "healthMonitoring": {"mode": "STANDARD", "repairAction": "REPLACE"},
+        "healthMonitoring": {"mode": "STANDARD", "repairAction": PCS_REPAIR[c.health_repair]},
         "deepHealthChecks": {"onStart": {"profile": "QUICK", "repairAction": "REPLACE"}},
     }
+
+
+#: health.repair -> PCS's healthMonitoring repairAction (botocore's PCS model, HealthMonitoring):
+#: REPLACE "after running jobs finish"; AUTO "chooses the repair action based on the fault",
+#: PCS's own way to reboot what a reboot cures; ISOLATE "stops new jobs on the instance and
+#: keeps the instance running until you investigate". A node that fails the start-up check
+#: never ran a job: it is replaced whatever the setting.
+PCS_REPAIR = {"replace": "REPLACE", "reboot": "AUTO", "drain-only": "ISOLATE"}
 
 
 def _arch_of(c: ClusterContext, pool: str) -> str:

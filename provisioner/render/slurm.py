@@ -153,6 +153,8 @@ def health_env(c: ClusterContext) -> str:
         f"FMCTL_HEALTH_ENABLED={'true' if c.health_enabled else 'false'}\n"
         f"FMCTL_HEALTH_INTERVAL={c.health_interval_s}\n"
         f"FMCTL_HEALTH_MAX_IN_REPAIR={c.health_max_in_repair}\n"
+        "# What follows a node-level fault: replace, reboot or drain-only (spec health.repair).\n"
+        f"FMCTL_HEALTH_REPAIR={c.health_repair}\n"
         "# The verify gate (slurm/lib/verify-node.sh): DCGM diagnostic level, 0 for none.\n"
         f"FMCTL_HEALTH_VERIFY_DCGM_LEVEL={c.health_verify_dcgm_level}\n"
         "# ... and fi_pingpong through each EFA device (true or false).\n"

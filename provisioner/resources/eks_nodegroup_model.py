@@ -51,6 +51,8 @@ class NodeRepair:
 
     enabled: bool = False
     max_parallel: int | None = None
+    #: nodeRepairConfigOverrides: (condition, reason, wait in minutes, action) each.
+    overrides: tuple[tuple[str, str, int, str], ...] = ()
 
     @staticmethod
     def of(config: dict[str, Any] | None) -> NodeRepair:
@@ -59,13 +61,32 @@ class NodeRepair:
         if not config.get("enabled"):
             return NodeRepair()
         count = config.get("maxParallelNodesRepairedCount")
-        return NodeRepair(True, int(count) if count is not None else None)
+        overrides = tuple(
+            (
+                str(o["nodeMonitoringCondition"]),
+                str(o["nodeUnhealthyReason"]),
+                int(o["minRepairWaitTimeMins"]),
+                str(o["repairAction"]),
+            )
+            for o in config.get("nodeRepairConfigOverrides") or ()
+        )
+        return NodeRepair(True, int(count) if count is not None else None, overrides)
 
     def request(self) -> dict[str, Any]:
         """As EKS takes it."""
         out: dict[str, Any] = {"enabled": self.enabled}
         if self.enabled and self.max_parallel is not None:
             out["maxParallelNodesRepairedCount"] = self.max_parallel
+        if self.enabled and self.overrides:
+            out["nodeRepairConfigOverrides"] = [
+                {
+                    "nodeMonitoringCondition": condition,
+                    "nodeUnhealthyReason": reason,
+                    "minRepairWaitTimeMins": wait,
+                    "repairAction": action,
+                }
+                for condition, reason, wait, action in self.overrides
+            ]
         return out
 
 

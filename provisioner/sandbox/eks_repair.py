@@ -23,8 +23,9 @@ is cordoned and replaced (a new instance joins in its place) once the condition 
 ``maxParallelNodesRepairedCount`` nodes of the group at once; with more than five nodes and
 more than 20% of them unhealthy, the group's repairs stop. An override
 (``nodeRepairConfigOverrides``) for the condition and reason sets the wait and the action
-(Replace, Reboot: the node comes back with its conditions cleared, NoAction). Waits are in
-the sandbox's time scale.
+(Replace, Reboot: the node comes back with its conditions cleared, NoAction); without one,
+EKS's own action for the reason (the guide's table: Reboot for some XIDs, Replace
+otherwise). Waits are in the sandbox's time scale.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ CONDITIONS = (
 WAIT_MINUTES = {"AcceleratedHardwareReady": 10}
 DEFAULT_WAIT_MINUTES = 30
 #: A replacement instance boots and joins in about as long as a node group's nodes do.
+#: The NVIDIA reasons EKS reboots a node for when no override says otherwise; it replaces it
+#: for every other (the EKS User Guide, "NVIDIA node health issues", awsdocs/amazon-eks-
+#: user-guide latest/ug/nodes/node-health.adoc at 4d52b4d0).
+REBOOTED_BY_DEFAULT = frozenset(f"NvidiaXID{code}Error" for code in (13, 31, 48, 63, 64, 94, 95))
 REPLACE_SECONDS = 300.0
 REBOOT_SECONDS = 120.0
 
@@ -180,6 +185,14 @@ def _failing(node: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _default_action(failing: dict[str, Any]) -> str:
+    """EKS's own action for a condition and reason no override covers: the User Guide's table
+    for the NVIDIA reasons (Reboot for some XIDs), Replace for the rest."""
+    if failing.get("type") == "AcceleratedHardwareReady":
+        return "Reboot" if failing.get("reason") in REBOOTED_BY_DEFAULT else "Replace"
+    return "Replace"
+
+
 def _override(config: dict[str, Any], failing: dict[str, Any]) -> dict[str, Any] | None:
     for o in config.get("nodeRepairConfigOverrides") or []:
         if o["nodeMonitoringCondition"] == failing.get("type") and o[
@@ -227,7 +240,7 @@ def repair(eks: Eks, now: float) -> None:
             )
             if now < seen[name] + minutes * 60 * eks.scale:
                 continue
-            action = override["repairAction"] if override else "Replace"
+            action = override["repairAction"] if override else _default_action(failing)
             if action == "NoAction":
                 continue
             # "If a health check fails, the node is automatically cordoned."

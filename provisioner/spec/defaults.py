@@ -73,6 +73,8 @@ DRAIN_TIMEOUT: Final = "30m"
 #: partition's nodes it may have in repair at once (issue 33: max(1, 10%)).
 HEALTH_INTERVAL: Final = "30s"
 HEALTH_MAX_IN_REPAIR: Final = "10%"
+#: A node-level fault gets a new instance (a reboot leaves suspect hardware in the pool).
+HEALTH_REPAIR: Final = "replace"
 #: dcgmi diag -r 2 (medium: a few minutes on 8 GPUs), what issue 33 asks of a returning node.
 HEALTH_VERIFY_DCGM_LEVEL: Final = 2
 #: Slurm jobs on such nodes: waited for (requeue: put back in the queue at once).

@@ -24,6 +24,7 @@ EksAddon = Literal[
     "vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent", "aws-fsx-csi-driver"
 ]
 SlurmProvider = Literal["parallelcluster", "pcs"]
+HealthRepair = Literal["replace", "reboot", "drain-only"]
 PcsSize = Literal["SMALL", "MEDIUM", "LARGE"]
 SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
 
@@ -388,6 +389,13 @@ class Health(SpecModel):
         d.HEALTH_MAX_IN_REPAIR,
         description="Nodes of a partition it may have drained at once, a count or a share "
         "(10%: at least one); beyond it, it only alerts.",
+    )
+    repair: HealthRepair = Field(
+        d.HEALTH_REPAIR,
+        description="What follows a node-level fault: replace (a new instance, every "
+        "fault) | reboot (a reboot for the faults NVIDIA's catalog says a GPU reset or "
+        "restart cures, verified before the node takes work again; a new instance for the "
+        "rest) | drain-only (drained and left for a person: PCS only).",
     )
     verify: HealthVerify = Field(default_factory=HealthVerify)
 

@@ -135,9 +135,30 @@ UNIT
   # so a node that fails it never takes work, and its failed bootstrap makes clustermgtd
   # launch another in its place. (On PCS, the node group's own start-up health check is the
   # gate: pcs-node-bootstrap.sh runs this script beside PCS's agent, which starts slurmd.)
-  if [ "$slurm" = /opt/slurm ] && ! "$home/lib/verify-node.sh"; then
-    echo "fmctl: this node failed the verify gate (/var/lib/fmctl/health/verify.txt): not joining the cluster" >&2
-    exit 1
+  if [ "$slurm" = /opt/slurm ]; then
+    # ... and at every later boot, before slurmd (the cookbook's slurmd.service, which this
+    # unit's RequiredBy makes depend on it): a rebooted node takes work again only once it
+    # passes. The agent reboots a node only where this unit is installed.
+    cat >/etc/systemd/system/fmctl-verify.service <<UNIT
+[Unit]
+Description=fmctl: verify gate (GPUs, ECC, EFA, DCGM) before slurmd takes work
+Before=slurmd.service
+After=network-online.target remote-fs.target
+Wants=network-online.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/bash $home/lib/verify-node.sh --once-per-boot
+[Install]
+RequiredBy=slurmd.service
+UNIT
+    systemctl daemon-reload
+    systemctl enable fmctl-verify.service ||
+      echo "fmctl: warning: the verify gate's boot unit could not be enabled" >&2
+    if ! "$home/lib/verify-node.sh"; then
+      echo "fmctl: this node failed the verify gate (/var/lib/fmctl/health/verify.txt): not joining the cluster" >&2
+      exit 1
+    fi
   fi
 fi
 # The head node always gets enroot and pyxis (srun there registers --container-image): not a

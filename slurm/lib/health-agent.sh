@@ -16,7 +16,9 @@
 # On ParallelCluster that is the repair: clustermgtd treats a static node that is drained and
 # idle as unhealthy and replaces its instance (aws-parallelcluster-node slurm_resources.py
 # is_state_healthy, clustermgtd's terminate_drain_nodes, on by default), so running jobs end
-# first and a reboot-class fault gets a new instance too, checked by OnNodeStart as any.
+# first; the new instance passes the verify gate before it registers. With health.repair:
+# reboot, a fault a reboot cures is `scontrol reboot ASAP` instead (-> reboot), and the node
+# passes the gate again before slurmd returns; with drain-only (PCS), it stays drained.
 # Never touched: a node someone else drained or took down (their reason stays), and, beyond
 # the repair budget (spec health.maxInRepair, default max(1, 10% of the partition) nodes
 # drained by this agent at once), every node: the agent only records and alerts, so a bad
@@ -213,8 +215,27 @@ if [ -z "$act" ]; then
 fi
 
 read -r code class action detail <<<"$act"
-# On ParallelCluster every node-level repair is a replacement (see the header).
-[ "$slurm" != /opt/slurm ] || action=replace
+# health.repair: replace (every node-level fault: a new instance), reboot (the faults the
+# table says a GPU reset or a restart cures; a new instance for the rest) or drain-only (the
+# node stays drained for a person; validation allows it on PCS only, whose node group
+# ISOLATEs: ParallelCluster replaces every drained static node).
+case "${FMCTL_HEALTH_REPAIR:-replace}" in
+  drain-only) action=drain ;;
+  reboot) ;;
+  *) action=replace ;;
+esac
+# A reboot only where the node is verified before slurmd starts again (fmctl-verify.service,
+# installed on ParallelCluster with the verify gate) and Slurm can reboot it (RebootProgram:
+# the cookbook's slurm.conf sets /sbin/reboot); elsewhere a reboot would return the node to
+# work unverified, so it is replaced.
+if [ "$action" = reboot ]; then
+  program="$(timeout "$deadline" "$slurm/bin/scontrol" show config 2>/dev/null |
+    sed -n 's/^RebootProgram *= *//p')"
+  if [ ! -e /etc/systemd/system/fmctl-verify.service ] || [ -z "$program" ] ||
+    [ "$program" = "(null)" ]; then
+    action=replace
+  fi
+fi
 why="fmctl-health: ${class} (${detail}) -> ${action}"
 [[ "$code" != xid:* ]] || why="fmctl-health: XID ${code#xid:} ${class} -> ${action}"
 
@@ -235,9 +256,10 @@ esac
 # The repair budget, counted over the node's first partition.
 partition="$(printf '%s\n' "$show" | sed -n 's/.* Partitions=\([^ ,]*\).*/\1/p')"
 total="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N' 2>/dev/null | sort -u | wc -l)"
-# Only drained or down nodes: Slurm keeps the reason of a node resumed while not responding.
+# Only drained, down or rebooting nodes (sinfo's "reboot^" once the reboot is issued): Slurm
+# keeps the reason of a node resumed while not responding.
 repairing="$(timeout "$deadline" "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N|%T|%E' 2>/dev/null |
-  awk -F'|' '$2 ~ /^(drain|down)/ && $3 ~ /^fmctl-health:/ {print $1}' | sort -u | wc -l)"
+  awk -F'|' '$2 ~ /^(drain|down|reboot)/ && $3 ~ /^fmctl-health:/ {print $1}' | sort -u | wc -l)"
 # health.maxInRepair: a count, or a share of the partition (at least one node).
 limit="${FMCTL_HEALTH_MAX_IN_REPAIR:-10%}"
 if [[ "$limit" == *% ]]; then
@@ -253,7 +275,16 @@ if [ "$repairing" -ge "$budget" ]; then
   exit 0
 fi
 
-if timeout "$deadline" "$slurm/bin/scontrol" update NodeName="$node" State=DRAIN Reason="$why"; then
+if [ "$action" = reboot ]; then
+  # Slurm drains the node (ASAP), has slurmd run RebootProgram once it is idle, and resumes
+  # it (nextstate=RESUME) when slurmd registers again, which fmctl-verify.service allows
+  # only once the node passes the verify gate (scontrol(1), reboot). clustermgtd leaves a
+  # node it sees rebooting alone (slurm_resources.py is_rebooting at 2e8f9a8).
+  drain=(reboot ASAP nextstate=RESUME "reason=$why" "$node")
+else
+  drain=(update NodeName="$node" State=DRAIN Reason="$why")
+fi
+if timeout "$deadline" "$slurm/bin/scontrol" "${drain[@]}"; then
   logger -t fmctl-health -- "$why: drained $node" 2>/dev/null || true
   decided "$action" drained
   record draining "$why"

@@ -19,7 +19,22 @@
 #     diagnostic is skipped and said so: that is the image's fault, not the node's.
 # Prints one line per check ("ok ..." / "FAIL ..." / "skip ..."), records them in
 # /var/lib/fmctl/health/verify.txt, exits 0 when the node passes and 1 when it does not.
+# A pass is also recorded for this boot (/run is a tmpfs: a reboot forgets it).
+#
+# --once-per-boot: as fmctl-verify.service runs it at every boot, before slurmd (the unit
+# on-node-configured.sh installs): a node that passed since it booted (OnNodeConfigured on
+# the first boot, just before the finalize recipe starts slurmd) is not checked twice; after
+# a reboot (health.repair: reboot, or a person's `scontrol reboot`) it is, and slurmd, which
+# requires the unit, starts only if the node passes. One that fails never answers Slurm
+# again: Slurm marks it DOWN at ResumeTimeout, "reboot timed out" (scontrol(1), reboot), and
+# clustermgtd replaces a DOWN static node.
 set -uo pipefail
+
+passed=/run/fmctl/verified
+if [ "${1:-}" = --once-per-boot ] && [ -e "$passed" ]; then
+  echo "ok: passed already since this boot ($(cat "$passed"))"
+  exit 0
+fi
 
 lib="$(dirname "${BASH_SOURCE[0]:-$0}")"
 env_file="${FMCTL_NODE_ENV:-/etc/fmctl/node.env}"
@@ -131,4 +146,6 @@ if [ "$failed" -ne 0 ]; then
     2>/dev/null || true
   exit 1
 fi
+install -d -m 0755 "${passed%/*}"
+date -u +%Y-%m-%dT%H:%M:%SZ >"$passed"
 exit 0

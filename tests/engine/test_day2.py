@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.catalog.eks_repair import overrides
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, stamp
 from tests.engine.harness import ROOT, Sandbox, kube_client, owned, raw_leftovers
 
@@ -20,6 +21,24 @@ NAME = "e2e-day2"
 REGION = "us-west-2"
 #: What only reads: an AWS operation by name, an S3 or Kubernetes call by HTTP method.
 READS = ("Describe", "List", "Get", "Head", "GET ", "HEAD ")
+
+
+def _repair_config(budget: int, repair: str) -> dict[str, Any]:
+    """A GPU node group's nodeRepairConfig as EKS keeps it: on, the budget, and the
+    overrides fmctl's fault table asks for under ``health.repair`` (catalog.eks_repair)."""
+    return {
+        "enabled": True,
+        "maxParallelNodesRepairedCount": budget,
+        "nodeRepairConfigOverrides": [
+            {
+                "nodeMonitoringCondition": o.condition,
+                "nodeUnhealthyReason": o.reason,
+                "minRepairWaitTimeMins": o.wait_minutes,
+                "repairAction": o.action,
+            }
+            for o in overrides(repair)
+        ],
+    }
 
 
 def _base(name: str) -> dict[str, Any]:
@@ -199,7 +218,20 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     ], out
     eks = sandbox.aws(REGION).client("eks")
     repair = eks.describe_nodegroup(clusterName=NAME, nodegroupName="gpu")["nodegroup"]
-    assert repair["nodeRepairConfig"] == {"enabled": True, "maxParallelNodesRepairedCount": 2}
+    assert repair["nodeRepairConfig"] == _repair_config(2, "replace")
+    assert acting(cluster.plan()) == {}
+    # health.repair: reboot: EKS told to reboot for the faults a reboot cures, in place.
+    cluster.spec["health"]["repair"] = "reboot"
+    plan = cluster.plan()
+    assert acting(plan) == {"nodegroup/gpu": "update", "kube-stack": "update"}
+    assert paths(plan["nodegroup/gpu"]) == {"repair.overrides"}
+    assert {f["spec"] for f in plan["nodegroup/gpu"]["fields"]} == {"health.repair"}
+    out, calls = cluster.up()
+    assert [w for w in writes(calls) if not w.startswith("kubernetes:")] == [
+        "eks:UpdateNodegroupConfig"
+    ], out
+    repair = eks.describe_nodegroup(clusterName=NAME, nodegroupName="gpu")["nodegroup"]
+    assert repair["nodeRepairConfig"] == _repair_config(2, "reboot")
     assert acting(cluster.plan()) == {}
 
     # Add a pool: its placement group, launch template and node group are made.

@@ -112,7 +112,15 @@ def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_p
             assert ng["labels"]["fmctl.dev/pool"] == pool
             assert ng["subnets"] == [ids["subnet/private"]]
             # EKS node auto repair (spec health:, on by default), one node at a time.
-            assert ng["nodeRepairConfig"] == {"enabled": True, "maxParallelNodesRepairedCount": 1}
+            # The overrides make EKS follow fmctl's fault table (test_day2 checks them).
+            assert ng["nodeRepairConfig"]["enabled"] is True
+            assert ng["nodeRepairConfig"]["maxParallelNodesRepairedCount"] == 1
+            actions = {
+                o["nodeUnhealthyReason"]: o["repairAction"]
+                for o in ng["nodeRepairConfig"]["nodeRepairConfigOverrides"]
+            }
+            assert actions["NvidiaXID13Error"] == "NoAction"
+            assert actions["NvidiaXID64Error"] == "Replace"
         assert groups["system"]["amiType"] == "AL2023_x86_64_STANDARD"
         assert groups["system"]["nodeRepairConfig"] == {"enabled": False}
         # What the nodes advertise once the device plugins run, per pool.

@@ -11,6 +11,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
+from provisioner.catalog.eks_repair import overrides
+from provisioner.resources.eks_nodegroup_model import NodeRepair
 from provisioner.sandbox import eks_repair
 from provisioner.sandbox.eks_model import Item, node_slots
 
@@ -180,3 +184,30 @@ def test_overrides_set_the_wait_and_the_action_and_off_means_off() -> None:
     _tick(off, 0.0)
     _tick(off, 60 * MINUTE)
     assert _cordoned(off) == set()
+
+
+def test_without_an_override_eks_reboots_for_the_xids_its_guide_lists() -> None:
+    """XID 64 (a failed row remap): EKS's own action is Reboot; XID 79: Replace."""
+    eks = _world(3, {"enabled": True})
+    _fault(eks, "n0", xid=64)
+    _tick(eks, 0.0)
+    _tick(eks, 10.1 * MINUTE)
+    assert _cordoned(eks) == {"n0"}
+    _tick(eks, 10.1 * MINUTE + eks_repair.REBOOT_SECONDS * SCALE + 0.001)
+    assert _cordoned(eks) == set() and eks.replaced == []
+
+
+@pytest.mark.parametrize(("repair", "replaced"), [("replace", ["gpu"]), ("reboot", [])])
+def test_fmctls_overrides_make_eks_follow_health_repair(repair: str, replaced: list[str]) -> None:
+    """The overrides fmctl renders for health.repair (catalog.eks_repair), as EKS gets them
+    (NodeRepair.request): XID 64 replaced under replace, rebooted under reboot."""
+    config = NodeRepair(
+        True, 1, tuple((o.condition, o.reason, o.wait_minutes, o.action) for o in overrides(repair))
+    ).request()
+    eks = _world(3, config)
+    _fault(eks, "n0", xid=64)
+    _tick(eks, 0.0)
+    _tick(eks, 10.1 * MINUTE)
+    assert _cordoned(eks) == {"n0"}
+    _tick(eks, 10.1 * MINUTE + eks_repair.REPLACE_SECONDS * SCALE + 0.001)
+    assert eks.replaced == replaced

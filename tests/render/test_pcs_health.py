@@ -44,6 +44,12 @@ def test_gpu_groups_ask_for_monitoring_and_dcgm_at_start_login_none() -> None:
             "deepHealthChecks": {"onStart": {"profile": "QUICK", "repairAction": "REPLACE"}},
         }
         _health_checks(body["instanceHealthChecks"], body["instanceConfigs"][0]["instanceType"])
+    # health.repair: PCS's own repair for a fault found while the node runs (botocore's PCS
+    # model: AUTO chooses by the fault, ISOLATE keeps the instance for a person).
+    for repair, action in (("reboot", "AUTO"), ("drain-only", "ISOLATE")):
+        checks = instance_health_checks(dataclasses.replace(c, health_repair=repair))
+        assert checks["healthMonitoring"] == {"mode": "STANDARD", "repairAction": action}
+        _health_checks(checks, "p5.48xlarge")
     off = instance_health_checks(dataclasses.replace(c, health_enabled=False))
     _health_checks(off, "p5.48xlarge")
     assert off["healthMonitoring"] == {"mode": "NONE"}

@@ -34,6 +34,8 @@ DATA = ROOT / "tests" / "data" / "check"
 HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
 #: What systemd gives a oneshot service: no login environment, a minimal PATH.
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+REBOOT_PROGRAM = "/usr/local/sbin/standin-reboot"
+REBOOT_SCRIPT = "#!/bin/sh\ndate -u +%s >>/var/lib/standin-reboots\n"
 NODE_ENV = (
     "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
     "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
@@ -73,7 +75,11 @@ def cluster() -> Iterator[Cluster]:
             node.write("/opt/fmctl/slurm/health.env", health_env(_context()))
             node.write("/etc/fmctl/node.env", NODE_ENV)
             node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
-        slurm = StandinSlurm(head, computes, [])
+        for node in nodes:
+            node.write(REBOOT_PROGRAM, REBOOT_SCRIPT, 0o755)
+        # ParallelCluster's slurm.conf sets RebootProgram=/sbin/reboot (the cookbook's
+        # slurm.conf.erb); the stand-in's only records the call: the test boots the node.
+        slurm = StandinSlurm(head, computes, [("RebootProgram", REBOOT_PROGRAM)])
         slurm.start_slurmd()
         for c in computes:
             _healthy(c.node)
@@ -312,3 +318,69 @@ def test_dcgm_health_watches(cluster: Cluster) -> None:
     assert _reason(cluster, c)[1] == want
     for name in ("dcgmi-diag.json", "dcgmi-health.json", "dcgmi-health-watches"):
         c.node.path(f"/etc/standin/{name}").unlink()
+
+
+def _settings(c: ComputeNode, **changes: object) -> None:
+    """The spec's health settings with ``changes``, rendered as `up` uploads them."""
+    c.node.write(
+        "/opt/fmctl/slurm/health.env", health_env(dataclasses.replace(_context(), **changes))
+    )
+
+
+def _boot_gate(c: ComputeNode) -> None:
+    """fmctl-verify.service as OnNodeConfigured installs it on ParallelCluster
+    (test_standin_node checks it does): the agent reboots only where it is."""
+    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    c.node.write(
+        "/etc/systemd/system/fmctl-verify.service",
+        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    )
+
+
+def test_repair_drain_only_and_reboot(cluster: Cluster) -> None:
+    """health.repair: drain-only leaves the node drained with its reason (PCS); reboot has
+    Slurm reboot a node for a fault a reboot cures, through RebootProgram once it is idle,
+    and counts it against the budget; without the boot gate it replaces instead; a fault a
+    reboot does not cure is replaced either way."""
+    _reset(cluster)
+    first, second, third = cluster.computes
+
+    _settings(first, health_repair="drain-only")
+    _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    want = "fmctl-health: XID 79 RESTART_BM -> drain"
+    assert _agent(first) == f"draining {want}"
+    assert _reason(cluster, first)[1] == want
+    assert 'fmctl_repairs_total{action="drain",outcome="drained"} 1' in _metrics(first)
+    _reset(cluster)
+
+    # reboot, but no boot gate on the node: a reboot would return it unverified.
+    _settings(second, health_repair="reboot")
+    _kernel(second, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    assert _agent(second) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
+    _reset(cluster)
+
+    # With the gate: Slurm reboots the node (ASAP: drained, rebooted once idle).
+    for c in (first, second):
+        _boot_gate(c)
+        _settings(c, health_repair="reboot")
+    _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    want = "fmctl-health: XID 79 RESTART_BM -> reboot"
+    assert _agent(first) == f"draining {want}"
+    deadline = time.monotonic() + 30
+    reboots = first.node.path("/var/lib/standin-reboots")
+    while not reboots.exists() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert reboots.exists(), cluster.slurm.log()
+    assert 'fmctl_repairs_total{action="reboot",outcome="drained"} 1' in _metrics(first)
+    state, reason = _reason(cluster, first)
+    assert state == "reboot^" and reason.startswith(want), (state, reason)
+    # The rebooting node is in repair: a fault on another is held (budget 1 of 3).
+    _kernel(second, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+    held = _agent(second)
+    assert held.startswith("held fmctl-health: XID 79 RESTART_BM -> reboot"), held
+    # A fault a reboot does not cure (an EFA device gone) is a replacement.
+    _settings(third, health_repair="reboot", health_max_in_repair="3")
+    _boot_gate(third)
+    third.node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2))
+    assert _agent(third) == "draining fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"

@@ -223,6 +223,54 @@ def test_the_verify_gate_passed_the_healthy_node(cluster: Cluster) -> None:
     assert "verify-node.sh" in (ROOT / "slurm/actions/on-node-configured.sh").read_text()
 
 
+def test_the_verify_gate_runs_again_before_slurmd_after_a_reboot(cluster: Cluster) -> None:
+    """OnNodeConfigured installed fmctl-verify.service, required by slurmd.service (the real
+    systemctl enabled it): at this boot the node passed already, so slurmd's start is not
+    held twice; after a reboot (/run forgotten) the gate runs again, and a node that fails
+    it keeps slurmd from starting."""
+    compute = cluster.compute
+    unit = compute.path("/etc/systemd/system/fmctl-verify.service").read_text()
+    assert "Before=slurmd.service" in unit and "RequiredBy=slurmd.service" in unit
+    required = compute.path("/etc/systemd/system/slurmd.service.requires/fmctl-verify.service")
+    assert required.is_symlink()
+    verify = compute.run(
+        ["systemd-analyze", "verify", "--man=no", "/etc/systemd/system/fmctl-verify.service"],
+        env=SSM_ENV,
+    )
+    assert "fmctl-verify.service" not in verify.stderr, verify.stderr
+    start = unit.split("ExecStart=", 1)[1].splitlines()[0].split()
+    done = compute.run(start, env=SSM_ENV)
+    _ok(done)
+    assert done.stdout.startswith("ok: passed already since this boot"), done.stdout
+    compute.run(["rm", "-f", "/run/fmctl/verified"], env=SSM_ENV)  # what a reboot does
+    # Without the EFA loopback (half a second a device: it has tests of its own).
+    settings = Path(start[-2]).parent.parent / "health.env"
+    fast = health_env(dataclasses.replace(_context_of(cluster), health_verify_efa_loopback=False))
+    before = (
+        compute.path(str(settings)).read_text() if compute.path(str(settings)).exists() else None
+    )
+    compute.write(str(settings), fast)
+    compute.write(
+        "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-lost-gpu.csv").read_text()
+    )
+    try:
+        done = compute.run(start, env=SSM_ENV)
+        assert done.returncode == 1 and "FAIL gpus: 7 of 8" in done.stdout, done.stdout
+        assert compute.run(["test", "-e", "/run/fmctl/verified"], env=SSM_ENV).returncode == 1
+    finally:
+        compute.write(
+            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+    done = compute.run(start, env=SSM_ENV)
+    _ok(done)
+    assert "ok gpus: 8 of 8" in done.stdout
+    assert compute.run(["test", "-e", "/run/fmctl/verified"], env=SSM_ENV).returncode == 0
+    if before is None:
+        compute.path(str(settings)).unlink()
+    else:
+        compute.write(str(settings), before)
+
+
 @pytest.mark.parametrize(
     ("smi", "diag", "failed"),
     [

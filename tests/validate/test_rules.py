@@ -102,6 +102,20 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     ("health-settings", "hours", [(("health",), {"interval": "1h"})], "health.interval", "error"),
     (
+        "health-repair",
+        "drain-only-parallelcluster",
+        [(("health",), {"repair": "drain-only"})],
+        "health.repair",
+        "error",
+    ),
+    (
+        "health-repair",
+        "drain-only-eks",
+        [(("scheduler",), "kubernetes"), (("health",), {"repair": "drain-only"})],
+        "health.repair",
+        "error",
+    ),
+    (
         "health-settings",
         "no-budget",
         [(("health",), {"maxInRepair": 0})],
@@ -881,6 +895,17 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
     ("drain-timeout", "hours", [(("compute", "drain", "timeout"), "2h")]),
     ("health-settings", "count", [(("health",), {"interval": "2m", "maxInRepair": 2})]),
+    ("health-repair", "drain-only-pcs", [*PCS, (("health",), {"repair": "drain-only"})]),
+    (
+        "health-repair",
+        "reboot-eks",
+        [(("scheduler",), "kubernetes"), (("health",), {"repair": "reboot"})],
+    ),
+    (
+        "health-repair",
+        "drain-only-health-off",
+        [(("health",), {"enabled": False, "repair": "drain-only"})],
+    ),
     ("health-settings", "share", [(("health",), {"enabled": False, "maxInRepair": "25%"})]),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     (

@@ -114,6 +114,31 @@ def health_settings(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
         )
 
 
+@rule("health-repair")
+def health_repair(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """health.repair drain-only needs a scheduler that leaves a drained node alone: PCS
+    (healthMonitoring ISOLATE). ParallelCluster's clustermgtd replaces every drained static
+    node (aws-parallelcluster-node slurm_resources.py is_state_healthy, clustermgtd
+    terminate_drain_nodes, on by default); EKS node auto repair has no cordon-only action
+    (NoAction leaves the node schedulable)."""
+    if spec.health.repair != "drain-only" or not spec.health.enabled:
+        return
+    if ctx.scheduler == "slurm" and spec.slurm.provider == "pcs":
+        return
+    where = (
+        "ParallelCluster replaces every drained static node (clustermgtd)"
+        if ctx.scheduler == "slurm"
+        else "EKS node auto repair cannot cordon without repairing (NoAction leaves the "
+        "node schedulable)"
+    )
+    yield Problem(
+        "health-repair",
+        f"health repair 'drain-only' cannot hold a node here: {where}",
+        ("health", "repair"),
+        hint="use repair: replace or reboot; drain-only works with slurm.provider: pcs",
+    )
+
+
 @rule("ttl-format")
 def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """The ttl must be a positive duration in days, hours and minutes."""
