@@ -13,6 +13,7 @@ import time
 
 import check_scale
 import day2
+import health
 import node
 import polling
 import scale
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, day2, polling, scale, check_scale, node):
+    for module in (startup, up_sandbox, day2, polling, scale, check_scale, node, health):
         found, text = module.collect()
         rows += found
         if detail:
