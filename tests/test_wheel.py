@@ -41,6 +41,7 @@ SANDBOX_FILES = {
     "kube_workloads.py",
     "pcs.py",
     "pcs_health.py",
+    "pcs_repair.py",
     "pcs_model.py",
     "pcs_queues.py",
     "protocol.py",

@@ -299,7 +299,9 @@ def sandbox_fault(
     """Make NODE of sandbox EKS cluster NAME report a fault, as the node monitoring agent
     on a real node would (or not: it sets conditions only for the faults it treats as
     fatal); node auto repair then cordons and replaces the node on the sandbox's clock. To
-    rehearse the health loop: `fmctl health NAME --sandbox` shows each step."""
+    rehearse the health loop: `fmctl health NAME --sandbox` shows each step. On a PCS
+    cluster NODE is a compute node group's instance (i-...), and the group's health
+    monitoring acts on it as its repairAction (spec health.repair) says."""
     from provisioner.ops.errors import SandboxError
     from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of

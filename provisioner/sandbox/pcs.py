@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from provisioner.sandbox import pcs_repair
 from provisioner.sandbox.pcs_health import health_checks
 from provisioner.sandbox.pcs_model import (
     CLUSTER_TAG,
@@ -77,6 +78,8 @@ class Pcs:
     tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
     #: The day versions are judged on (their end of life): the sandbox's clock.
     today: Callable[[], date] = today
+    #: (region, instance) -> a fault injected on it (``pcs_repair``).
+    faults: dict[tuple[str, str], pcs_repair.InstanceFault] = field(default_factory=dict)
 
     # -- plumbing --------------------------------------------------------------------------
     def handle(self, call: Call) -> Answer:
@@ -130,6 +133,15 @@ class Pcs:
                 if thing.kind == "group":
                     count = thing.data["scalingConfiguration"]["minInstanceCount"]
                     self._scale(region, thing, int(count))
+        pcs_repair.repair(self, region)
+
+    def terminate(self, region: str, group: Thing, instance: str) -> None:
+        """End one instance of ``group``; the group launches another in its place."""
+        from moto.ec2.models import ec2_backends
+
+        ec2_backends[self.account][region].terminate_instances([instance])
+        count = group.data["scalingConfiguration"]["minInstanceCount"]
+        self._scale(region, group, int(count))
 
     # -- lookups ---------------------------------------------------------------------------
     def cluster(self, region: str, ident: str) -> Thing:

@@ -6,7 +6,8 @@ Besides AWS's services it answers the sandbox's own, signed like the rest (servi
 needs that no AWS API can make in an account: ``SeedCapacityReservation`` (a reservation or
 Capacity Block with the id the spec names), ``SeedImage`` (an Amazon-owned AMI),
 ``InjectNodeFault`` (a fault on an EKS node, which its node monitoring agent stand-in reports
-and node auto repair acts on: ``eks_repair``; `fmctl sandbox fault`), and ``Health``. Test
+and node auto repair acts on: ``eks_repair``; or on a PCS instance, which PCS's health
+monitoring acts on: ``pcs_repair``; `fmctl sandbox fault`), and ``Health``. Test
 doubles (fault injection into calls, a request log) are not here: tests wrap this
 application with their own (``serve``'s ``wrap``).
 
@@ -32,6 +33,7 @@ from typing import Any
 
 from provisioner.sandbox import protocol, sigv4
 from provisioner.sandbox.eks_model import EksError
+from provisioner.sandbox.pcs_model import PcsError
 from provisioner.sandbox.shims import Shims
 
 StartResponse = Callable[..., Any]
@@ -143,7 +145,7 @@ class Emulator:
         if call.action == "InjectNodeFault":
             try:
                 said = self.shims.inject_fault(call.account, call.region, call.params)
-            except EksError as err:
+            except (EksError, PcsError) as err:
                 return protocol.json_error(err.status, err.code, err.message)
             return protocol.json_response({"said": said})
         if call.action == "SeedImage":

@@ -184,14 +184,17 @@ class Shims:
 
     def inject_fault(self, account: str, region: str, data: dict[str, Any]) -> str:
         """A fault on a sandbox EKS node, as its node monitoring agent reports it
-        (``eks_repair.inject``); what the agent did."""
-        from provisioner.sandbox import eks_repair
+        (``eks_repair.inject``), or on a PCS cluster's instance, as PCS's health monitoring
+        finds it (``pcs_repair.inject``); what came of it."""
+        from provisioner.sandbox import eks_repair, pcs_repair
 
         with self.lock:
             world = self.world(account)
-            return eks_repair.inject(
-                world.eks, region, str(data["cluster"]), str(data["node"]), data["fault"]
-            )
+            cluster, node = str(data["cluster"]), str(data["node"])
+            if (region, cluster) not in world.eks.clusters and node.startswith("i-"):
+                # A PCS cluster's instance: PCS's health monitoring acts on it.
+                return pcs_repair.inject(world.pcs, region, cluster, node, data["fault"])
+            return eks_repair.inject(world.eks, region, cluster, node, data["fault"])
 
     # --- seeding: what a spec needs that no API can make ---------------------------------
     def seed_reservation(self, account: str, region: str, data: dict[str, Any]) -> None:

@@ -133,6 +133,38 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     assert back.returncode == 0, back.stdout + back.stderr
     assert checks()["train"] == on
 
+    # A fault on a GPU instance (`fmctl sandbox fault`): PCS's health monitoring leaves an
+    # application's Xid alone and replaces the instance for Xid 79 (REPLACE, health.repair's
+    # default); the group keeps its count with a new instance.
+    def train() -> set[str]:
+        found = (
+            sandbox.aws(region)
+            .client("ec2")
+            .describe_instances(
+                Filters=[
+                    {"Name": f"tag:{OWNER_TAG}", "Values": [name]},
+                    {"Name": "tag:fmctl.dev/pool", "Values": ["train"]},
+                    {"Name": "instance-state-name", "Values": ["running"]},
+                ]
+            )
+        )
+        return {i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]}
+
+    running = train()
+    sick = sorted(running)[0]
+    fault = ("sandbox", "fault", name, sick, "--region", region)
+    said = sandbox.fmctl(*fault, "--xid", "13")
+    assert said.returncode == 0 and "a warning" in said.stdout, said.stdout + said.stderr
+    assert train() == running
+    said = sandbox.fmctl(*fault, "--xid", "79")
+    assert said.returncode == 0 and "replaced it (REPLACE)" in said.stdout, said.stdout
+    now = train()
+    assert sick not in now and len(now) == 2 and running - {sick} <= now
+    gone = sandbox.fmctl(
+        "sandbox", "fault", name, "i-0123456789abcdef0", "--region", region, "--xid", "79"
+    )
+    assert gone.returncode == 1 and "no instance i-0123456789abcdef0" in gone.stderr
+
     status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
     assert status.returncode == 0, status.stderr
     seen = json.loads(status.stdout)
