@@ -14,6 +14,14 @@ EKS model: condition, reason, wait and action, all four given, as the API refere
 - with ``health.repair: reboot``, a fault a reboot cures (NVIDIA's RESET_GPU, RESTART_BM,
   RESTART_VM) gets ``Reboot`` (EKS replaces for 79, 119, 120, 140), the rest ``Replace``.
 
+EKS waits ten minutes before it acts on the condition. A driver's Xid line or a double-bit
+error is a fault that has happened, not a state that may pass, and the job on the node is
+already lost: for those, fmctl's overrides wait one minute (the least the API takes), so a
+node leaves service in about a minute, as on Slurm. Node states (a GPU count, NVLink) keep
+EKS's ten minutes. The node monitoring agent raises the condition for more Xids than the
+guide's table lists (its fatal set: monitors/nvidia/dcgm/dcgm_policies.go WellKnownXidCodes,
+aws/eks-node-monitoring-agent at 51af549); those get an override too, their action fmctl's.
+
 ``drain-only`` has no EKS form: ``NoAction`` leaves the node schedulable (validation refuses
 it on Kubernetes).
 """
@@ -33,6 +41,13 @@ EKS_REPAIR_SOURCE: Final = (
 CONDITION: Final = "AcceleratedHardwareReady"
 #: "the repair actions that are listed start 10 minutes after the issue is detected".
 WAIT_MINUTES: Final = 10
+#: minRepairWaitTimeMins for a fault that has happened: "Minimum value of 1" (the API
+#: reference, NodeRepairConfigOverrides).
+FAULT_WAIT_MINUTES: Final = 1
+#: The Xids the node monitoring agent sets the condition for (NvidiaXID<code>Error).
+AGENT_FATAL_XIDS: Final = (
+    46, 48, 54, 62, 63, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 142, 143, 151, 155, 156, 158
+)  # fmt: skip
 
 EksAction = Literal["Replace", "Reboot", "NoAction"]
 
@@ -80,11 +95,21 @@ def fmctl_action(reason: str, repair: str) -> EksAction:
     return "Replace"
 
 
+def _reasons() -> tuple[str, ...]:
+    """The guide's reasons, then the agent's other fatal Xids."""
+    more = (f"NvidiaXID{code}Error" for code in AGENT_FATAL_XIDS)
+    return (*EKS_DEFAULT_ACTIONS, *(r for r in more if r not in EKS_DEFAULT_ACTIONS))
+
+
 def overrides(repair: str) -> tuple[RepairOverride, ...]:
-    """The overrides a GPU node group needs for ``health.repair`` (only where EKS's own
-    action differs), in the guide's order."""
-    return tuple(
-        RepairOverride(CONDITION, reason, WAIT_MINUTES, want)
-        for reason, default in EKS_DEFAULT_ACTIONS.items()
-        if (want := fmctl_action(reason, repair)) != default
-    )
+    """The overrides a GPU node group needs for ``health.repair``: wherever EKS's own action
+    or wait is not fmctl's (see the module's docstring)."""
+    out = []
+    for reason in _reasons():
+        want = fmctl_action(reason, repair)
+        happened = reason.startswith("NvidiaXID") or reason == "NvidiaDoubleBitError"
+        wait = FAULT_WAIT_MINUTES if happened and want != "NoAction" else WAIT_MINUTES
+        if EKS_DEFAULT_ACTIONS.get(reason) == want and wait == WAIT_MINUTES:
+            continue
+        out.append(RepairOverride(CONDITION, reason, wait, want))
+    return tuple(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from provisioner.catalog.eks_repair import EKS_DEFAULT_ACTIONS, overrides
+from provisioner.catalog.eks_repair import EKS_DEFAULT_ACTIONS, WAIT_MINUTES, overrides
 from provisioner.catalog.faults import Action, rule
 
 
@@ -42,6 +42,19 @@ def test_reboot_reboots_what_nvidia_says_a_reset_or_restart_cures() -> None:
 def test_overrides_only_where_eks_differs_and_each_is_whole() -> None:
     for repair in ("replace", "reboot"):
         for o in overrides(repair):
-            assert EKS_DEFAULT_ACTIONS[o.reason] != o.action
+            default = EKS_DEFAULT_ACTIONS.get(o.reason)
+            assert default != o.action or o.wait_minutes != WAIT_MINUTES, o
             # The API reference: "If you use this, you must specify all the values."
-            assert o.condition == "AcceleratedHardwareReady" and o.wait_minutes == 10
+            assert o.condition == "AcceleratedHardwareReady" and o.wait_minutes in (1, 10)
+    # NVLink errors: EKS replaces after 10 minutes, as fmctl would: no override.
+    assert "NvidiaNVLinkError" not in {o.reason for o in overrides("replace")}
+
+
+def test_a_fault_that_happened_leaves_service_in_a_minute() -> None:
+    """An Xid line or a double-bit error: one minute, not EKS's ten; the agent's fatal Xids
+    the guide's table does not list get fmctl's action too."""
+    waits = {o.reason: (o.wait_minutes, o.action) for o in overrides("replace")}
+    assert waits["NvidiaXID79Error"] == (1, "Replace")
+    assert waits["NvidiaDoubleBitError"] == (1, "Replace")
+    assert waits["NvidiaXID13Error"] == (WAIT_MINUTES, "NoAction")
+    assert waits["NvidiaXID109Error"] == (1, "Replace")  # the agent's, not in the table
