@@ -336,7 +336,7 @@ def _wait_healthy(spec: Any, target: Any, timeout: int) -> None:
         _fail(str(exc), exc.hint)
     nodes = sum(1 for n in report.nodes if n.state == "healthy")
     if ok:
-        click.echo(f"healthy: {nodes} GPU nodes in service, {seconds:.0f} s after up")
+        click.echo(f"healthy: {nodes} GPU nodes in service, {seconds:.1f} s after up")
         return
     stuck = [f"{n.name} {n.state}" for n in report.nodes if n.state != "healthy"]
     _fail(
