@@ -113,7 +113,12 @@ class Loop:
                 "/etc/standin/fi_info.txt",
                 self.recorded.fi_info(self.recorded.p5_domains(32), 2),
             )
-            for name in ("kernel.log", "dcgmi-health.json", "dcgmi-diag.json"):
+            for name in (
+                "kernel.log",
+                "dcgmi-health.json",
+                "dcgmi-diag.json",
+                "nvidia-smi-nvlink.txt",
+            ):
                 node.path(f"/etc/standin/{name}").unlink(missing_ok=True)
             shutil.rmtree(node.path("/var/lib/fmctl/health"), ignore_errors=True)
             if self.slurm.node_state(c.name) != "IDLE":  # drained shows as IDLE+DRAIN
@@ -163,7 +168,7 @@ def _node_level_faults() -> list[tuple[str, int | None]]:
             continue
         if row.code.startswith("xid:"):
             out.append(("xid", int(row.code[4:])))
-        elif row.code in ("gpu-count", "efa-count", "dcgm-health"):
+        elif row.code in ("gpu-count", "efa-count", "nvlink-down", "dcgm-health"):
             out.append((row.code, None))
     return out
 
@@ -179,6 +184,11 @@ def _inject(loop: Loop, index: int, kind: str, code: int | None) -> None:
         node.write(
             "/etc/standin/fi_info.txt",
             loop.recorded.fi_info(loop.recorded.p5_domains(32)[:31], 2),
+        )
+    elif kind == "nvlink-down":
+        node.write(
+            "/etc/standin/nvidia-smi-nvlink.txt",
+            (data / "nvidia-smi-nvlink-p5-link-down.txt").read_text(),
         )
     elif kind == "dcgm-health":
         # A host engine answers, its watches on (the agent turns them on in a first run).

@@ -15,9 +15,10 @@ The buckets are grouped here by what fmctl does about them:
   CHECK_MECHANICALS, UPDATE_SWFW): the hardware is suspect, ``replace``.
 
 fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
-prolog checks them): a GPU or EFA device gone is ``replace``. EFA error counters that rise
-are counted, never acted on (AWS's own node monitoring agent only warns of them). DCGM's
-health watches: a Failure is ``replace``, a Warning counted.
+prolog checks them): a GPU or EFA device gone is ``replace``; so is an NVLink down (a GPU
+with fewer links reporting a speed than the node's best GPU, or than the node had). EFA
+error counters that rise are counted, never acted on (AWS's own node monitoring agent only
+warns of them). DCGM's health watches: a Failure is ``replace``, a Warning counted.
 
 ``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
 (slurm/lib/faults.tsv, kept equal to this module by a test).
@@ -36,6 +37,11 @@ FMCTL_SOURCE = "fmctl: the catalog's per-node GPU and EFA counts (the prolog's c
 DCGM_HEALTH_SOURCE = (
     "DCGM's health watches, `dcgmi health -c -j` (NVIDIA/DCGM dcgmi/Health.cpp at 72fa3fe: "
     "Healthy, Warning or Failure)"
+)
+NVLINK_SOURCE = (
+    "`nvidia-smi nvlink -s` (its form: a recorded p4de answer, aws-samples/awsome-distributed-"
+    "training 1.architectures/efa-cheatsheet.md at 7217859f): a GPU with fewer links up than "
+    "the node's best GPU, or than the node had"
 )
 EFA_COUNTER_SOURCE = (
     "the EFA driver's hw_counters that AWS's node monitoring agent watches, and warns of "
@@ -116,6 +122,7 @@ BUCKET_ACTION: dict[str, Action] = {
 OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRow("nvlink-down", "NVLINK_DOWN", Action.REPLACE, NVLINK_SOURCE),
     FaultRow("dcgm-health", "DCGM_HEALTH_FAILURE", Action.REPLACE, DCGM_HEALTH_SOURCE),
     FaultRow("dcgm-health-warn", "DCGM_HEALTH_WARNING", Action.NONE, DCGM_HEALTH_SOURCE),
     FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),

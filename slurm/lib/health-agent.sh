@@ -8,6 +8,7 @@
 #     its cursor file, so each line counts once);
 #   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
 #     must show (/etc/fmctl/node.env, as the prolog checks them);
+#   - each GPU's NVLinks up (nvidia-smi nvlink -s), against the node's best GPU and its past;
 #   - DCGM's health watches (dcgmi health): a Failure is node-level, a Warning counted;
 #   - the EFA devices' error counters (hw_counters), counted only.
 # Application-class faults (NVIDIA's RESTART_APP, IGNORE, ...) are counted, never acted on. A
@@ -64,6 +65,23 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ]; then
   gpus=$(printf '%s\n' "$out" | grep -c '^[[:space:]]*[0-9][0-9]*[[:space:]]*$')
   [ "$gpus" -ge "$FMCTL_EXPECTED_GPUS" ] ||
     faults+=("gpu-count	$gpus of $FMCTL_EXPECTED_GPUS GPUs")
+fi
+
+# NVLink (nvlinks.sh reads `nvidia-smi nvlink -s`): every GPU of a node has as many links as
+# the others (the awsome-distributed-training EFA cheatsheet's table: 18 on p5 to
+# p6e-gb200), so a GPU with fewer links up than the node's best, or a best below what this
+# node had (its record, nvlinks: the most seen), is a link down.
+if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/nvlinks.sh" ]; then
+  # shellcheck source=nvlinks.sh
+  . "$lib/nvlinks.sh"
+  links=$(timeout "$deadline" nvidia-smi nvlink -s 2>/dev/null | fmctl_nvlinks)
+  if [ -n "$links" ]; then
+    best=$(printf '%s\n' "$links" | awk '$2 > m {m = $2} END {print m + 0}')
+    had=$(cat "$dir/nvlinks" 2>/dev/null || echo 0)
+    [ "$best" -le "$had" ] || { echo "$best" >"$dir/nvlinks"; had=$best; }
+    short=$(printf '%s\n' "$links" | fmctl_nvlinks_short "$had")
+    [ -z "$short" ] || faults+=("nvlink-down	$short NVLinks up")
+  fi
 fi
 
 # DCGM's health watches (`dcgmi health -c -j`; NVIDIA/DCGM dcgmi/Health.cpp at 72fa3fe): the

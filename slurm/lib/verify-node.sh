@@ -10,7 +10,8 @@
 # forever.
 # Checks, each against what the node must show (/etc/fmctl/node.env):
 #   - every GPU listed by nvidia-smi, none with uncorrectable ECC errors since the driver
-#     loaded (ecc.errors.uncorrected.volatile.total);
+#     loaded (ecc.errors.uncorrected.volatile.total), each with as many NVLinks up as the
+#     node's best GPU (nvidia-smi nvlink -s);
 #   - every EFA device (efa-devices.sh: the prolog's counting rule), each passing traffic
 #     to itself (fi_pingpong over the device, as the EFA installer's efa_test.sh runs it;
 #     health.verify.efaLoopback, on unless told);
@@ -74,6 +75,20 @@ if [ "$want_gpus" -gt 0 ]; then
     say FAIL "ecc: uncorrectable errors ($ecc)"
   else
     say ok "ecc: no uncorrectable errors"
+  fi
+  # Every GPU with as many NVLinks up (reporting a speed) as the node's best GPU: the agent's
+  # rule (health-agent.sh), here without a past to compare with. No NVLink: no check.
+  # shellcheck source=nvlinks.sh
+  . "$lib/nvlinks.sh"
+  links=$(timeout "$deadline" nvidia-smi nvlink -s 2>/dev/null | fmctl_nvlinks)
+  if [ -n "$links" ]; then
+    best=$(printf '%s\n' "$links" | awk '$2 > m {m = $2} END {print m + 0}')
+    short=$(printf '%s\n' "$links" | fmctl_nvlinks_short "$best")
+    if [ -n "$short" ]; then
+      say FAIL "nvlink: $short up"
+    else
+      say ok "nvlink: $(printf '%s\n' "$links" | wc -l) GPUs with $best links up each"
+    fi
   fi
 fi
 

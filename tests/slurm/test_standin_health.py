@@ -384,3 +384,29 @@ def test_repair_drain_only_and_reboot(cluster: Cluster) -> None:
     _boot_gate(third)
     third.node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2))
     assert _agent(third) == "draining fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"
+
+
+def test_an_nvlink_down_drains_the_node_and_fails_the_gate(cluster: Cluster) -> None:
+    """`nvidia-smi nvlink -s`: the recorded p4de answer (one GPU, 12 links up) and a p5's 8
+    GPUs of 18 are healthy; one link of GPU 3 down drains the node (NVLINK_DOWN) and fails
+    the verify gate, which names the GPU."""
+    _reset(cluster)
+    c = cluster.computes[2]
+    nvlink = "/etc/standin/nvidia-smi-nvlink.txt"
+    c.node.write(nvlink, (REAL / "nvidia-smi-nvlink-p4de-gpu0.txt").read_text())
+    assert _agent(c).startswith("healthy")
+    c.node.path("/var/lib/fmctl/health/nvlinks").unlink()  # another machine's record
+    c.node.write(nvlink, (DATA / "nvidia-smi-nvlink-p5-healthy.txt").read_text())
+    assert _agent(c).startswith("healthy")
+    assert c.node.path("/var/lib/fmctl/health/nvlinks").read_text().strip() == "18"
+    _settings(c, health_verify_efa_loopback=False, health_verify_dcgm_level=0)
+    gate = ["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"]
+    done = c.node.run(gate, env=SERVICE_ENV)
+    assert done.returncode == 0 and "ok nvlink: 8 GPUs with 18 links up each" in done.stdout
+    c.node.write(nvlink, (DATA / "nvidia-smi-nvlink-p5-link-down.txt").read_text())
+    done = c.node.run(gate, env=SERVICE_ENV)
+    assert done.returncode == 1 and "FAIL nvlink: GPU 3: 17 of 18 up" in done.stdout, done.stdout
+    want = "fmctl-health: NVLINK_DOWN (GPU 3: 17 of 18 NVLinks up) -> replace"
+    assert _agent(c) == f"draining {want}"
+    assert _reason(cluster, c)[1] == want
+    c.node.path(nvlink).unlink()
