@@ -47,6 +47,8 @@ NODE_ENV = "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32
 #: A recorded real Xid 79 line (tests/data/real): the words the driver prints, whose code
 #: the recall rounds change to each fatal Xid's.
 XID_RECORDING = "kernel-xid79-open-gpu-kernel-modules-1151.txt"
+#: fmctl's own node-level rows, each injected as the node would show it.
+OWN_FAULTS = ("gpu-count", "efa-count", "nvlink-down", "fsx-missing", "nvme-missing", "dcgm-health")
 
 
 class Loop:
@@ -105,6 +107,11 @@ class Loop:
         p5, a fresh kernel log, no record of an earlier fault."""
         for c in self.computes:
             node = c.node
+            # The example's FSx and instance-store array, mounted (a tmpfs stands in for each).
+            for path in ("/fsx", "/scratch"):
+                if node.run(["mountpoint", "-q", path], env=SERVICE_ENV).returncode != 0:
+                    node.run(["mkdir", "-p", path], env=SERVICE_ENV)
+                    node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SERVICE_ENV)
             node.write(
                 "/etc/standin/nvidia-smi.csv",
                 (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text(),
@@ -168,7 +175,7 @@ def _node_level_faults() -> list[tuple[str, int | None]]:
             continue
         if row.code.startswith("xid:"):
             out.append(("xid", int(row.code[4:])))
-        elif row.code in ("gpu-count", "efa-count", "nvlink-down", "dcgm-health"):
+        elif row.code in OWN_FAULTS:
             out.append((row.code, None))
     return out
 
@@ -190,6 +197,8 @@ def _inject(loop: Loop, index: int, kind: str, code: int | None) -> None:
             "/etc/standin/nvidia-smi-nvlink.txt",
             (data / "nvidia-smi-nvlink-p5-link-down.txt").read_text(),
         )
+    elif kind in ("fsx-missing", "nvme-missing"):
+        node.run(["umount", "/fsx" if kind == "fsx-missing" else "/scratch"], env=SERVICE_ENV)
     elif kind == "dcgm-health":
         # A host engine answers, its watches on (the agent turns them on in a first run).
         node.write("/etc/standin/dcgmi-diag.json", (data / "dcgmi-diag-healthy.json").read_text())

@@ -16,7 +16,8 @@ The buckets are grouped here by what fmctl does about them:
 
 fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
 prolog checks them): a GPU or EFA device gone is ``replace``; so is an NVLink down (a GPU
-with fewer links reporting a speed than the node's best GPU, or than the node had). EFA
+with fewer links reporting a speed than the node's best GPU, or than the node had), and the
+FSx file system or the instance-store array not mounted or not answering. EFA
 error counters that rise are counted, never acted on (AWS's own node monitoring agent only
 warns of them). DCGM's health watches: a Failure is ``replace``, a Warning counted.
 
@@ -42,6 +43,11 @@ NVLINK_SOURCE = (
     "`nvidia-smi nvlink -s` (its form: a recorded p4de answer, aws-samples/awsome-distributed-"
     "training 1.architectures/efa-cheatsheet.md at 7217859f): a GPU with fewer links up than "
     "the node's best GPU, or than the node had"
+)
+STORAGE_SOURCE = (
+    "fmctl: the spec's storage (storage.fsxLustre.mountPath, storage.localNvme.mountPath), "
+    "mounted on every node before OnNodeConfigured runs: not a mount point, or no answer in "
+    "10 s (a hung Lustre client blocks)"
 )
 EFA_COUNTER_SOURCE = (
     "the EFA driver's hw_counters that AWS's node monitoring agent watches, and warns of "
@@ -123,6 +129,8 @@ OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("nvlink-down", "NVLINK_DOWN", Action.REPLACE, NVLINK_SOURCE),
+    FaultRow("fsx-missing", "FSX_UNAVAILABLE", Action.REPLACE, STORAGE_SOURCE),
+    FaultRow("nvme-missing", "NVME_UNAVAILABLE", Action.REPLACE, STORAGE_SOURCE),
     FaultRow("dcgm-health", "DCGM_HEALTH_FAILURE", Action.REPLACE, DCGM_HEALTH_SOURCE),
     FaultRow("dcgm-health-warn", "DCGM_HEALTH_WARNING", Action.NONE, DCGM_HEALTH_SOURCE),
     FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),

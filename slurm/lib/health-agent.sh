@@ -9,6 +9,7 @@
 #   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
 #     must show (/etc/fmctl/node.env, as the prolog checks them);
 #   - each GPU's NVLinks up (nvidia-smi nvlink -s), against the node's best GPU and its past;
+#   - the FSx file system and the instance-store array mounted and answering;
 #   - DCGM's health watches (dcgmi health): a Failure is node-level, a Warning counted;
 #   - the EFA devices' error counters (hw_counters), counted only.
 # Application-class faults (NVIDIA's RESTART_APP, IGNORE, ...) are counted, never acted on. A
@@ -83,6 +84,19 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/nvlinks.sh" ]; then
     [ -z "$short" ] || faults+=("nvlink-down	$short NVLinks up")
   fi
 fi
+
+# The storage the spec mounts on every node (health.env): FSx for Lustre and the
+# instance-store array. Each must be a mount point and answer; a Lustre client that hangs
+# blocks stat, so each look has 10 s.
+for mount in "fsx-missing:${FMCTL_FSX_MOUNT:-}" "nvme-missing:${FMCTL_NVME_MOUNT:-}"; do
+  path="${mount#*:}"
+  [ -n "$path" ] || continue
+  if ! timeout 10 mountpoint -q "$path" 2>/dev/null; then
+    faults+=("${mount%%:*}	$path not mounted")
+  elif ! timeout 10 stat -f "$path" >/dev/null 2>&1; then
+    faults+=("${mount%%:*}	$path does not answer")
+  fi
+done
 
 # DCGM's health watches (`dcgmi health -c -j`; NVIDIA/DCGM dcgmi/Health.cpp at 72fa3fe): the
 # watches' overall result is Healthy, Warning or Failure, each failing system a child whose

@@ -79,6 +79,8 @@ def cluster() -> Iterator[Cluster]:
             node.write(REBOOT_PROGRAM, REBOOT_SCRIPT, 0o755)
         # ParallelCluster's slurm.conf sets RebootProgram=/sbin/reboot (the cookbook's
         # slurm.conf.erb); the stand-in's only records the call: the test boots the node.
+        for node in nodes:
+            _mount(node)
         slurm = StandinSlurm(head, computes, [("RebootProgram", REBOOT_PROGRAM)])
         slurm.start_slurmd()
         for c in computes:
@@ -90,7 +92,22 @@ def cluster() -> Iterator[Cluster]:
             node.stop()
 
 
+#: The example's storage (storage.fsxLustre, storage.localNvme), mounted on every node before
+#: OnNodeConfigured runs; here a tmpfs stands in for each (the agent asks only that it be a
+#: mount point that answers).
+MOUNTS = ("/fsx", "/scratch")
+
+
+def _mount(node: StandinNode) -> None:
+    for path in MOUNTS:
+        if node.run(["mountpoint", "-q", path], env=SERVICE_ENV).returncode != 0:
+            node.run(["mkdir", "-p", path], env=SERVICE_ENV)
+            done = node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SERVICE_ENV)
+            assert done.returncode == 0, done.stderr
+
+
 def _healthy(node: StandinNode) -> None:
+    _mount(node)
     node.write("/etc/standin/nvidia-smi.csv", HEALTHY_GPUS)
     node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
     node.path("/etc/standin/kernel.log").unlink(missing_ok=True)
@@ -410,3 +427,16 @@ def test_an_nvlink_down_drains_the_node_and_fails_the_gate(cluster: Cluster) -> 
     assert _agent(c) == f"draining {want}"
     assert _reason(cluster, c)[1] == want
     c.node.path(nvlink).unlink()
+
+
+def test_storage_gone_drains_the_node(cluster: Cluster) -> None:
+    """The spec's FSx file system and instance-store array (health.env): a node where one is
+    no longer mounted is drained, naming the path."""
+    _reset(cluster)
+    c = cluster.computes[0]
+    assert "FMCTL_FSX_MOUNT=/fsx" in c.node.path("/opt/fmctl/slurm/health.env").read_text()
+    assert c.node.run(["umount", "/scratch"], env=SERVICE_ENV).returncode == 0
+    want = "fmctl-health: NVME_UNAVAILABLE (/scratch not mounted) -> replace"
+    assert _agent(c) == f"draining {want}"
+    assert _reason(cluster, c)[1] == want
+    _mount(c.node)
