@@ -21,6 +21,10 @@ FSx file system or the instance-store array not mounted or not answering. EFA
 error counters that rise are counted, never acted on (AWS's own node monitoring agent only
 warns of them). DCGM's health watches: a Failure is ``replace``, a Warning counted.
 
+Each row also says what becomes of the jobs running on the node: they finish, except where
+the work is lost already (RESET_GPU, RESTART_BM, RESTART_VM, a GPU gone), where they are
+requeued at once.
+
 ``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
 (slurm/lib/faults.tsv, kept equal to this module by a test).
 """
@@ -63,15 +67,24 @@ class Action(Enum):
     REPLACE = "replace"
 
 
+class Jobs(Enum):
+    """What becomes of the jobs running on a node the agent takes out of service."""
+
+    FINISH = "finish"  # they run to their end; the repair waits for them
+    REQUEUE = "requeue"  # they are lost already: requeued now, so they restart elsewhere
+
+
 @dataclass(frozen=True)
 class FaultRow:
     """One row: a fault code (``xid:79``, ``gpu-count``), its class (NVIDIA's resolution
-    bucket, or fmctl's), what the agent does and where the row comes from."""
+    bucket, or fmctl's), what the agent does, what becomes of the node's running jobs and
+    where the row comes from."""
 
     code: str
     fault_class: str
     action: Action
     source: str
+    jobs: Jobs = Jobs.FINISH
 
 
 def _spans(text: str) -> tuple[int, ...]:
@@ -124,9 +137,15 @@ BUCKET_ACTION: dict[str, Action] = {
     "UNEXPECTED_ERR_REPORT_ISSUE": Action.REPLACE,
 }
 
+#: The buckets whose GPU must be reset or the machine restarted (NVIDIA's catalog): the work
+#: on that GPU is already lost, and a job left running would hang until its time limit (an
+#: NCCL job until its collective times out, on every node it spans), so it is requeued at
+#: once. Every other node-level fault lets the running jobs finish.
+REQUEUE_BUCKETS = frozenset(("RESET_GPU", "RESTART_BM", "RESTART_VM"))
+
 #: fmctl's rows: what the node must show.
 OWN_RULES: tuple[FaultRow, ...] = (
-    FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE),
+    FaultRow("gpu-count", "GPU_MISSING", Action.REPLACE, FMCTL_SOURCE, Jobs.REQUEUE),
     FaultRow("efa-count", "EFA_MISSING", Action.REPLACE, FMCTL_SOURCE),
     FaultRow("nvlink-down", "NVLINK_DOWN", Action.REPLACE, NVLINK_SOURCE),
     FaultRow("fsx-missing", "FSX_UNAVAILABLE", Action.REPLACE, STORAGE_SOURCE),
@@ -150,7 +169,13 @@ def repair_budget(max_in_repair: str | int, nodes: int) -> int:
 def fault_table() -> tuple[FaultRow, ...]:
     """Every row: the XIDs in code order, then fmctl's own."""
     rows = [
-        FaultRow(f"xid:{code}", bucket, BUCKET_ACTION[bucket], XID_SOURCE)
+        FaultRow(
+            f"xid:{code}",
+            bucket,
+            BUCKET_ACTION[bucket],
+            XID_SOURCE,
+            Jobs.REQUEUE if bucket in REQUEUE_BUCKETS else Jobs.FINISH,
+        )
         for bucket, codes in XID_BUCKETS.items()
         for code in codes
     ]
@@ -164,9 +189,11 @@ def rule(code: str) -> FaultRow | None:
 
 
 def as_tsv() -> str:
-    """The table as the node agent reads it: code, class, action, tab-separated."""
-    header = "# fmctl's fault table (provisioner/catalog/faults.py): code\tclass\taction\n"
-    return header + "".join(f"{r.code}\t{r.fault_class}\t{r.action.value}\n" for r in fault_table())
+    """The table as the node agent reads it: code, class, action, jobs, tab-separated."""
+    header = "# fmctl's fault table (provisioner/catalog/faults.py): code\tclass\taction\tjobs\n"
+    return header + "".join(
+        f"{r.code}\t{r.fault_class}\t{r.action.value}\t{r.jobs.value}\n" for r in fault_table()
+    )
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@
 # first; the new instance passes the verify gate before it registers. With health.repair:
 # reboot, a fault a reboot cures is `scontrol reboot ASAP` instead (-> reboot), and the node
 # passes the gate again before slurmd returns; with drain-only (PCS), it stays drained.
+# The jobs on a node it takes out of service finish, except where the table says the fault
+# has lost them already (a GPU to reset, a machine to restart, a GPU gone): requeued at once.
 # Never touched: a node someone else drained or took down (their reason stays), and, beyond
 # the repair budget (spec health.maxInRepair, default max(1, 10% of the partition) nodes
 # drained by this agent at once), every node: the agent only records and alerts, so a bad
@@ -160,21 +162,22 @@ for port in "$sysfs"/class/infiniband/*/ports/*; do
 done
 mv "$counters.new" "$counters"
 
-# lookup CODE: "class action" from the table (an XID it does not know: replace, as NVIDIA's
-# catalog says of an unexpected one).
+# lookup CODE: "class action jobs" from the table (an XID it does not know: replace, its jobs
+# left to finish, as NVIDIA's catalog says of an unexpected one).
 lookup() {
-  awk -F '\t' -v c="$1" '$1 == c {print $2, $3; found = 1; exit} END {if (!found) print "UNKNOWN replace"}' "$table"
+  awk -F '\t' -v c="$1" '$1 == c {print $2, $3, ($4 == "" ? "finish" : $4); found = 1; exit}
+    END {if (!found) print "UNKNOWN replace finish"}' "$table"
 }
 
-act=""  # the first node-level fault: "code class action detail"
+act=""  # the first node-level fault: "code class action jobs detail"
 for fault in "${faults[@]}"; do
   code="${fault%%	*}"
   detail="${fault#*	}"
-  read -r class action < <(lookup "$code")
+  read -r class action jobs < <(lookup "$code")
   echo "$now $code $class $action $detail" >>"$dir/faults.log"
   printf '%s %s\n' "$code" "$class" >>"$dir/counts"
   if [ "$action" != none ] && [ -z "$act" ]; then
-    act="$code $class $action $detail"
+    act="$code $class $action $jobs $detail"
   fi
 done
 
@@ -246,7 +249,7 @@ if [ -z "$act" ]; then
   exit 0
 fi
 
-read -r code class action detail <<<"$act"
+read -r code class action jobs detail <<<"$act"
 # health.repair: replace (every node-level fault: a new instance), reboot (the faults the
 # table says a GPU reset or a restart cures; a new instance for the rest) or drain-only (the
 # node stays drained for a person; validation allows it on PCS only, whose node group
@@ -318,6 +321,18 @@ else
 fi
 if timeout "$deadline" "$slurm/bin/scontrol" "${drain[@]}"; then
   logger -t fmctl-health -- "$why: drained $node" 2>/dev/null || true
+  # A fault that has lost the running work already (the table's jobs column: the GPU must be
+  # reset, the machine restarted, or a GPU is gone): its jobs are requeued now, to restart
+  # elsewhere, rather than hang until their time limit; the node, idle, is repaired at
+  # once. A job that may not be requeued (--no-requeue) is left to end as it will.
+  if [ "$jobs" = requeue ]; then
+    for job in $(timeout "$deadline" "$slurm/bin/squeue" -h -w "$node" -t RUNNING -o %A 2>/dev/null); do
+      if timeout "$deadline" "$slurm/bin/scontrol" requeue "$job" 2>/dev/null; then
+        logger -t fmctl-health -- "$why: requeued job $job from $node" 2>/dev/null || true
+        echo "$now requeued $job" >>"$dir/faults.log"
+      fi
+    done
+  fi
   decided "$action" drained
   record draining "$why"
 else

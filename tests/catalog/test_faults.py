@@ -39,3 +39,16 @@ def test_the_nodes_copy_is_the_catalogs() -> None:
     """slurm/lib/faults.tsv is what the agent reads on the node: regenerate it with
     `python -m provisioner.catalog.faults > slurm/lib/faults.tsv`."""
     assert (ROOT / "slurm/lib/faults.tsv").read_text() == as_tsv()
+
+
+def test_only_lost_work_is_requeued() -> None:
+    """The jobs column: requeued only where NVIDIA's bucket says the GPU must be reset or the
+    machine restarted, or a GPU is gone; a fault the job survives, or the job's own, lets
+    it finish."""
+    from provisioner.catalog.faults import Jobs
+
+    for row in fault_table():
+        lost = row.fault_class in ("RESET_GPU", "RESTART_BM", "RESTART_VM", "GPU_MISSING")
+        assert (row.jobs is Jobs.REQUEUE) == lost, row
+        if row.action is Action.NONE:
+            assert row.jobs is Jobs.FINISH

@@ -81,6 +81,13 @@ def cluster() -> Iterator[Cluster]:
         # slurm.conf.erb); the stand-in's only records the call: the test boots the node.
         for node in nodes:
             _mount(node)
+        # fmctl's prolog and epilog, where ParallelCluster's slurm.conf globs them (jobs run).
+        for kind in ("prolog.d", "epilog.d"):
+            shutil.copytree(
+                ROOT / "slurm" / kind,
+                head.path(f"/opt/slurm/etc/scripts/{kind}"),
+                dirs_exist_ok=True,
+            )
         slurm = StandinSlurm(head, computes, [("RebootProgram", REBOOT_PROGRAM)])
         slurm.start_slurmd()
         for c in computes:
@@ -440,3 +447,53 @@ def test_storage_gone_drains_the_node(cluster: Cluster) -> None:
     assert _agent(c) == f"draining {want}"
     assert _reason(cluster, c)[1] == want
     _mount(c.node)
+
+
+def _job(cluster: Cluster, node: ComputeNode) -> str:
+    """A requeueable batch job running on ``node``; its id."""
+    done = cluster.head.run(
+        ["/opt/slurm/bin/sbatch", "-w", node.name, "--requeue", "-o", "/dev/null",
+         "--wrap", "sleep 600"],
+        env=SERVICE_ENV,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.split()[-1]
+    deadline = time.monotonic() + 60
+    while _job_field(cluster, job, "JobState") != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert _job_field(cluster, job, "JobState") == "RUNNING", cluster.slurm.log()
+    return job
+
+
+def _job_field(cluster: Cluster, job: str, field: str) -> str:
+    out = cluster.slurm.scontrol("show", "job", job, "-o")
+    return next((w.split("=", 1)[1] for w in out.split() if w.startswith(f"{field}=")), "")
+
+
+def test_a_fault_that_lost_the_work_requeues_the_jobs(cluster: Cluster) -> None:
+    """The table's jobs column: a GPU off the bus (Xid 79, RESTART_BM) has lost the work on
+    the node, so its job is requeued at once (to restart elsewhere) as the node drains; an
+    EFA device gone lets the job on its node run to its end."""
+    _reset(cluster)
+    first, second, _ = cluster.computes
+    lost, kept = _job(cluster, first), _job(cluster, second)
+    try:
+        _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+        assert _agent(first) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
+        assert _job_field(cluster, lost, "Restarts") == "1"
+        assert _job_field(cluster, lost, "JobState") != "RUNNING" or (
+            _job_field(cluster, lost, "NodeList") != first.name
+        )
+        log = first.node.path("/var/lib/fmctl/health/faults.log").read_text()
+        assert f"requeued {lost}" in log
+
+        _settings(second, health_max_in_repair="3")
+        second.node.write(
+            "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
+        )
+        assert _agent(second).startswith("draining fmctl-health: EFA_MISSING")
+        assert _job_field(cluster, kept, "JobState") == "RUNNING"
+        assert _job_field(cluster, kept, "Restarts") == "0"
+        assert _reason(cluster, second)[0].startswith(("drng", "draining", "mix-", "alloc"))
+    finally:
+        cluster.head.run(["/opt/slurm/bin/scancel", lost, kept], env=SERVICE_ENV)
