@@ -7,7 +7,8 @@ fmctl installs with health on): it sets a node condition per kind of fault
 (AcceleratedHardwareReady for GPU XIDs and NVLink, KernelReady, NetworkingReady,
 StorageReady, ContainerRuntimeReady; the EKS User Guide, "Node health"), and node auto
 repair, which fmctl turns on for every GPU node group, cordons the node and reboots or
-replaces it (after 10 minutes for AcceleratedHardwareReady, 30 for the rest). A node's state
+replaces it as fmctl's overrides say (catalog.eks_repair: a minute after an Xid or a
+double-bit error, EKS's own 10 minutes for other GPU states, 30 for the rest). A node's state
 here: a failing condition not yet acted on is ``suspect``, cordoned with one ``repairing``;
 not Ready ``failed``; cordoned otherwise ``drained`` (or ``draining`` while pods remain);
 the verify gate's startup taint ``fmctl.dev/unverified`` ``verifying``.
@@ -19,6 +20,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from provisioner.catalog.eks_repair import fmctl_action
 from provisioner.catalog.faults import repair_budget, rule
 from provisioner.check.health import (
     Fault,
@@ -52,16 +54,18 @@ KUBE_NOTE = (
 _XID_REASON = re.compile(r"NvidiaXID(\d+)(Error|Warning)")
 
 
-def _condition_fault(condition: dict[str, Any]) -> Fault:
+def _condition_fault(condition: dict[str, Any], repair: str) -> Fault:
     """A failing monitoring condition as a fault: an XID takes its class from fmctl's fault
-    table (NVIDIA's catalog), anything else the condition's own reason."""
+    table (NVIDIA's catalog), anything else the condition's own reason; the action is what
+    EKS will do, as fmctl's overrides tell it for ``health.repair`` (catalog.eks_repair)."""
     reason = str(condition.get("reason") or condition.get("type"))
     detail = str(condition.get("message") or reason)
+    action = {"NoAction": "none"}.get(acting := fmctl_action(reason, repair), acting.lower())
     xid = _XID_REASON.fullmatch(reason)
     row = rule(f"xid:{xid.group(1)}") if xid else None
     if xid and row is not None:
-        return Fault(row.code, row.fault_class, row.action.value, detail)
-    return Fault(reason, str(condition.get("type")), "replace", detail)
+        return Fault(row.code, row.fault_class, action, detail)
+    return Fault(reason, str(condition.get("type")), action, detail)
 
 
 def health_script() -> str:
@@ -122,7 +126,7 @@ def kube_report(
             for c in conditions
             if c.get("type") in MONITOR_CONDITIONS and c.get("status") == "False"
         ]
-        fault = _condition_fault(failing[0]) if failing else None
+        fault = _condition_fault(failing[0], context.health_repair) if failing else None
         if failing:
             since = failing[0].get("lastTransitionTime")
         if ready.get("status") != "True":

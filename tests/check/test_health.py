@@ -140,7 +140,7 @@ def test_kubernetes_nodes() -> None:
         "ip-3": "draining",
         "ip-4": "drained",
         "ip-5": "verifying",
-        "ip-7": "suspect",  # EKS waits 10 minutes before it repairs
+        "ip-7": "suspect",  # EKS waits (a minute, by fmctl's override) before it repairs
         "ip-8": "repairing",  # cordoned by node auto repair
     }
     faults = {n.name: n.fault for n in report.nodes if n.fault}
@@ -148,6 +148,11 @@ def test_kubernetes_nodes() -> None:
     # The XID's class and action are fmctl's fault table's (NVIDIA's catalog).
     assert (faults["ip-7"].code, faults["ip-7"].fault_class) == ("xid:79", "RESTART_BM")
     assert (faults["ip-8"].code, faults["ip-8"].action) == ("xid:48", "replace")
+    # The action is what EKS will do under health.repair (fmctl's overrides): Xid 79 is
+    # RESTART_BM, replaced under the default, rebooted under reboot.
+    assert faults["ip-7"].action == "replace"
+    rebooting = kube_report(dataclasses.replace(_context(), health_repair="reboot"), nodes, pods)
+    assert {n.name: n.fault.action for n in rebooting.nodes if n.fault}["ip-7"] == "reboot"
     assert report.notes == (KUBE_NOTE,)
     assert report.pools[0].as_data() == {"name": "train", "nodes": 7, "inRepair": 1, "budget": 1}
 
