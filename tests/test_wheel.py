@@ -42,6 +42,7 @@ SANDBOX_FILES = {
     "pcs.py",
     "pcs_health.py",
     "pcs_repair.py",
+    "pricing.py",
     "pcs_model.py",
     "pcs_queues.py",
     "protocol.py",

@@ -96,6 +96,38 @@ def show_plan(data: dict[str, Any], out: Any = None, show_unchanged: bool = Fals
         echo(f"capacity: {line}")
     if capacity.get("unread"):
         echo(f"capacity: where the reservations sit is unknown ({capacity['unread']})")
+    if data.get("cost"):
+        for line in cost_lines(data["cost"]):
+            echo(line)
+
+
+def cost_lines(cost: dict[str, Any]) -> list[str]:
+    """The plan's cost for people: the total per hour (and until the ttl), then each part
+    with its price and source, or why it has none."""
+    unpriced = [i for i in cost["items"] if i["hourly"] is None]
+    least = "at least " if unpriced else ""
+    total = f"cost: {least}${cost['hourly']:,.2f}/hour"
+    if cost.get("untilTtl") is not None:
+        total += f", {least}${cost['untilTtl']:,.2f} until the ttl ({cost['ttlHours']:g} h)"
+    if cost["offline"]:
+        total += f", from the price table shipped with fmctl ({cost['asOf']}; `plan` without"
+        total += " --offline reads the AWS Price List)"
+    else:
+        total += ", at AWS's prices now"
+    if unpriced:
+        total += f"; {len(unpriced)} of {len(cost['items'])} parts unpriced, left out"
+    lines = [total]
+    for item in cost["items"]:
+        head = f"  {item['resource']:<34} {item['description']}"
+        if item["hourly"] is None:
+            lines.append(f"{head}: unpriced ({item['unpriced']})")
+            continue
+        each = f" = {item['count']} x ${item['unitHourly']:,.4g}" if item["count"] != 1 else ""
+        idle = f"; ${item['idleHourly']:,.2f}/hour idle" if "idleHourly" in item else ""
+        lines.append(f"{head}: ${item['hourly']:,.2f}/hour{each}{idle}  [{item['source']}]")
+        if item.get("note"):
+            lines.append(f"      ({item['note']})")
+    return lines
 
 
 def field_lines(f: dict[str, Any]) -> list[str]:
@@ -166,11 +198,11 @@ def plan(
 ) -> None:
     """Show what `up` would do to each resource, field by field; changes nothing."""
     validation = _load(path, scheduler)
-    from provisioner.ops.engine import PlanView, offline_plan, plan_view
+    from provisioner.ops.engine import offline_view, plan_view
 
     spec = validation.resolved
     if offline:
-        view = PlanView(offline_plan(spec), offline=True)
+        view = offline_view(spec)
     else:
         target = _target(spec.metadata.region, state_dir, sandbox, state_url)
         _prepare(validation, target, sandbox)

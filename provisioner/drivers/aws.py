@@ -124,6 +124,20 @@ class Aws:
             client.meta.events.register("before-send", _Fenced(self.fence))
         return client
 
+    def in_region(self, region: str) -> Aws:
+        """Clients of the same kind (endpoint, credentials, read-only, fence) in another
+        region: for the APIs that answer in a few regions only (the Price List)."""
+        return Aws(
+            region,
+            endpoint_url=self.endpoint_url,
+            sandbox=self.sandbox,
+            ca_bundle=self.ca_bundle,
+            credentials=self.credentials,
+            max_attempts=self.max_attempts,
+            read_only=self.read_only,
+            fence=self.fence,
+        )
+
     def _sandbox_credentials(self) -> tuple[str, str]:
         if self.credentials is None:
             raise AwsError("a sandbox client needs the sandbox's credentials")

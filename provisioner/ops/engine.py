@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from provisioner.blueprint import Blueprint, Where, build
+from provisioner.estimate.cost import CostEstimate
 from provisioner.graph.runner import RunResult
 from provisioner.ops.executor import apply, critical_path
 from provisioner.ops.planner import REFUSED_HINT, Action, Change, Plan, Planner, find_owned
@@ -93,6 +94,9 @@ class PlanView:
     #: read, and why it could not.
     capacity: tuple[ReservedPlace, ...] = ()
     capacity_unread: str | None = None
+    #: What the planned cluster costs (``estimate.cost``): the Price List online, the
+    #: shipped table offline.
+    cost: CostEstimate | None = None
 
     def as_data(self) -> dict[str, Any]:
         """The plan as JSON-able data."""
@@ -138,6 +142,7 @@ class PlanView:
                 "lines": describe(places),
                 "unread": self.capacity_unread,
             },
+            "cost": self.cost.as_data() if self.cost else None,
         }
 
 
@@ -148,13 +153,36 @@ def offline_plan(spec: ClusterSpec) -> Plan:
     return Plan(spec.metadata.name, spec.metadata.region, blueprint, changes)
 
 
+def offline_view(spec: ClusterSpec) -> PlanView:
+    """`fmctl plan --offline`: everything to create, priced from the shipped table."""
+    from datetime import date
+
+    from provisioner.estimate.cost import ShippedBook, estimate
+
+    plan = offline_plan(spec)
+    cost = estimate(spec, _kinds(plan.blueprint), ShippedBook(), date.today())
+    return PlanView(plan, offline=True, cost=cost)
+
+
 def plan_view(spec: ClusterSpec, target: Target) -> PlanView:
-    """`fmctl plan` online: the plan, and where the spec's reservations sit (both read-only)."""
+    """`fmctl plan` online: the plan, where the spec's reservations sit, and what the cluster
+    costs at today's prices (all read-only)."""
+    from datetime import date
+
+    from provisioner.estimate.cost import estimate
+    from provisioner.ops.cost import PriceListBook, cache_for
     from provisioner.ops.reservation_topology import plan_places
 
     ctx = make_context(target, spec.metadata.name, read_only=True)
     places, unread = plan_places(ctx.aws, spec)
-    return PlanView(plan_cluster(spec, target, ctx), capacity=tuple(places), capacity_unread=unread)
+    plan = plan_cluster(spec, target, ctx)
+    book = PriceListBook(ctx.aws, spec.network.availability_zone, cache_for(target.home))
+    cost = estimate(spec, _kinds(plan.blueprint), book, date.today())
+    return PlanView(plan, capacity=tuple(places), capacity_unread=unread, cost=cost)
+
+
+def _kinds(blueprint: Blueprint) -> list[tuple[str, str]]:
+    return [(item.id, item.kind) for item in blueprint]
 
 
 def plan_cluster(

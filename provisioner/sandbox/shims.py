@@ -1,6 +1,7 @@
 """Stateful stand-ins for what moto lacks: placement groups, FSx for Lustre with its
-lifecycle and data-repository associations, service quotas, and SSM Run Command that runs
-(``ssm_agent``); capacity reservations and the topology APIs are ``ec2_capacity``'s.
+lifecycle and data-repository associations, service quotas, SSM Run Command that runs
+(``ssm_agent``) and the Price List (``pricing``); capacity reservations and the topology
+APIs are ``ec2_capacity``'s.
 
 Each resource kind takes its documented time (FSx about 10 minutes, an association about 7)
 multiplied by the sandbox's scale, so the progress view and the parallel plan can be seen and
@@ -16,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.sandbox import eks_asg, fsx_update
+from provisioner.sandbox import eks_asg, fsx_update, pricing
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.ec2_capacity import (
     describe_instance_topology,
@@ -140,7 +141,7 @@ class Shims:
 
     def handles(self, call: Call) -> bool:
         """True when the call is one of the shims'."""
-        if call.service in ("eks", "pcs"):
+        if call.service in ("eks", "pcs", "pricing"):
             return True
         if call.service == "autoscaling":  # a node group's own group; moto has the rest
             with self.lock:
@@ -158,6 +159,10 @@ class Shims:
 
     def handle(self, call: Call, base_url: str = "") -> Answer:
         """Answer a call (under the shim lock); ``base_url`` is the emulator's own address."""
+        if call.service == "pricing":  # no state: a recorded slice of the offer files
+            if call.action == "GetProducts":
+                return pricing.get_products(call)
+            return p.json_error(400, "InvalidAction", f"the sandbox has no {call.action}")
         with self.lock:
             world = self.world(call.account)
             if call.service == "eks":
