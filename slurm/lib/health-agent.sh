@@ -29,8 +29,8 @@
 # rule or a fabric-wide event cannot drain the fleet.
 # A fault it holds is also in the node's Slurm Comment (`fmctl health` reads it there).
 # Records: /var/lib/fmctl/health/{state,faults.log,counts}; metrics for the EFA exporter's
-# textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_faults_total,
-# fmctl_repairs_total.
+# textfile collector (fmctl-health.prom): fmctl_node_health_state, fmctl_node_alloc_cpus,
+# fmctl_node_faults_total, fmctl_repairs_total.
 set -uo pipefail
 
 # node.env, $slurm, $node (a node without node.env is no GPU node of fmctl's: exit 0).
@@ -196,6 +196,14 @@ metrics() {
     echo "# TYPE fmctl_node_faults_total counter"
     [ ! -s "$dir/counts" ] || sort "$dir/counts" | uniq -c |
       awk '{printf "fmctl_node_faults_total{code=\"%s\",class=\"%s\"} %d\n", $2, $3, $1}'
+    # CPUs allocated to jobs (scontrol's CPUAlloc, from the node's record this run already
+    # read): 0 is a node with no job, which the GpuNodeIdle alert joins with its GPUs'
+    # activity.
+    local alloc
+    alloc="$(printf '%s\n' "$show" | sed -n 's/.* CPUAlloc=\([0-9][0-9]*\).*/\1/p')"
+    echo "# HELP fmctl_node_alloc_cpus CPUs Slurm has allocated to jobs on the node (0: no job)."
+    echo "# TYPE fmctl_node_alloc_cpus gauge"
+    [ -z "$alloc" ] || printf 'fmctl_node_alloc_cpus %d\n' "$alloc"
     echo "# HELP fmctl_repairs_total The agent's decisions on node-level faults: drained for the action, or held (budget spent, someone else's drain, drain refused)."
     echo "# TYPE fmctl_repairs_total counter"
     [ ! -s "$dir/repairs" ] || sort "$dir/repairs" | uniq -c |

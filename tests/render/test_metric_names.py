@@ -252,3 +252,104 @@ def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> No
     path.write_text(yaml.safe_dump(tests))
     done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_an_idle_gpu_node_raises_gpu_node_idle_on_each_scheduler(tmp_path: Path) -> None:
+    """promtool's rule unit test of GpuNodeIdle, with series as the exporters write them
+    (DCGM's GR_ENGINE_ACTIVE per GPU, a ratio; the health agent's fmctl_node_alloc_cpus;
+    kube-state-metrics' node info, GPU requests and pod phases), each node labelled `node`
+    as fmctl's Prometheus configs label it. Idle for 30 minutes with nothing placed: fires;
+    a job or a running GPU pod, one busy GPU, or idle for less: does not."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
+        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+
+    def gpus(node: str, *values: str) -> list[dict[str, str]]:
+        return [
+            {"series": f'DCGM_FI_PROF_GR_ENGINE_ACTIVE{{node="{node}",gpu="{i}"}}', "values": v}
+            for i, v in enumerate(values)
+        ]
+
+    def series(text: str, values: str) -> dict[str, str]:
+        return {"series": text, "values": values}
+
+    idle, busy = "0.01x40", "0.9x40"
+    slurm = [
+        *gpus("a", idle, idle),  # idle, no job: fires
+        series('fmctl_node_alloc_cpus{node="a"}', "0x40"),
+        *gpus("b", idle, idle),  # idle GPUs, but a job holds CPUs
+        series('fmctl_node_alloc_cpus{node="b"}', "8x40"),
+        *gpus("c", idle, busy),  # one GPU works
+        series('fmctl_node_alloc_cpus{node="c"}', "0x40"),
+        *gpus("d", "0.9x15 0.01x25", "0.01x40"),  # idle for 20 minutes only
+        series('fmctl_node_alloc_cpus{node="d"}', "0x40"),
+        *gpus("e", idle),  # no agent reading: not called idle on a guess
+    ]
+    kube = [
+        *gpus("k1", idle, idle),  # no pod: fires
+        series('kube_node_info{node="k1"}', "1x40"),
+        *gpus("k2", idle, idle),  # a running pod asks for its GPUs
+        series('kube_node_info{node="k2"}', "1x40"),
+        series(
+            'kube_pod_container_resource_requests{namespace="t",pod="p",node="k2",'
+            'resource="nvidia_com_gpu",unit="integer"}',
+            "8x40",
+        ),
+        series('kube_pod_status_phase{namespace="t",pod="p",phase="Running"}', "1x40"),
+        *gpus("k3", idle, idle),  # its pod finished: fires
+        series('kube_node_info{node="k3"}', "1x40"),
+        series(
+            'kube_pod_container_resource_requests{namespace="t",pod="q",node="k3",'
+            'resource="nvidia_com_gpu",unit="integer"}',
+            "8x40",
+        ),
+        series('kube_pod_status_phase{namespace="t",pod="q",phase="Running"}', "0x40"),
+        series('kube_pod_status_phase{namespace="t",pod="q",phase="Succeeded"}', "1x40"),
+    ]
+    rules = [
+        r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r.get("alert") == "GpuNodeIdle"
+    ]
+    by_scheduler = {r["labels"]["scheduler"]: r for r in rules}
+    assert set(by_scheduler) == {"slurm", "kubernetes"}
+
+    def fired(node: str, scheduler: str) -> dict[str, object]:
+        rule = by_scheduler[scheduler]
+        return {
+            "exp_labels": rule["labels"] | {"node": node},
+            "exp_annotations": {
+                key: text.replace("{{ $labels.node }}", node)
+                for key, text in rule["annotations"].items()
+            },
+        }
+
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": slurm + kube,
+                "alert_rule_test": [
+                    {"eval_time": "25m", "alertname": "GpuNodeIdle", "exp_alerts": []},
+                    {
+                        "eval_time": "35m",
+                        "alertname": "GpuNodeIdle",
+                        "exp_alerts": [
+                            fired("a", "slurm"),
+                            fired("k1", "kubernetes"),
+                            fired("k3", "kubernetes"),
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "idle-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -475,9 +476,14 @@ def test_a_fault_that_lost_the_work_requeues_the_jobs(cluster: Cluster) -> None:
     the node, so its job is requeued at once (to restart elsewhere) as the node drains; an
     EFA device gone lets the job on its node run to its end."""
     _reset(cluster)
-    first, second, _ = cluster.computes
+    first, second, third = cluster.computes
     lost, kept = _job(cluster, first), _job(cluster, second)
     try:
+        # Each run exports the CPUs Slurm has allocated on the node (GpuNodeIdle's "no job"):
+        # some where a job runs, 0 where none does.
+        assert _agent(first).startswith("healthy") and _agent(third).startswith("healthy")
+        assert re.search(r"^fmctl_node_alloc_cpus [1-9][0-9]*$", _metrics(first), re.M)
+        assert re.search(r"^fmctl_node_alloc_cpus 0$", _metrics(third), re.M)
         _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
         assert _agent(first) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
         assert _job_field(cluster, lost, "Restarts") == "1"
