@@ -43,6 +43,7 @@ SANDBOX_FILES = {
     "pcs_health.py",
     "pcs_repair.py",
     "pricing.py",
+    "scheduler_run.py",
     "pcs_model.py",
     "pcs_queues.py",
     "protocol.py",

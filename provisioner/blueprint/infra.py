@@ -67,6 +67,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     "prometheus-amp": ("pods.eks.amazonaws.com", ()),
     # AWS PCS nodes (login and compute): SSM for `fmctl check`; the rest is inline.
     "pcs-node": ("ec2.amazonaws.com", ("AmazonSSMManagedInstanceCore",)),
+    # EventBridge Scheduler running the ttl's schedules (``blueprint.expiry``): inline only,
+    # the one call per scheduler that stops the cluster's node groups.
+    "ttl-scheduler": ("scheduler.amazonaws.com", ()),
 }
 #: The PCS nodes' inline policy: registering with the cluster (what AWS's
 #: AWSPCSComputeNodePolicy grants), reading the uploaded scripts and writing `fmctl check`'s

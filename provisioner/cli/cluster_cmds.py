@@ -330,3 +330,29 @@ def sandbox_fault(
     except (RegionUnknown, SandboxError) as exc:
         _fail(str(exc), "`fmctl up --sandbox` starts the sandbox; --region names the cluster's")
     click.echo(said)
+
+
+@sandbox.command("advance", cls=GuardedCommand)
+@click.argument("duration")
+@click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
+def sandbox_advance(duration: str, state_dir: str | None) -> None:
+    """Move the sandbox's EventBridge Scheduler clock on by DURATION (30m, 8h, 1d): the
+    schedules then due run, as AWS would run them. To rehearse a ttl: `up --sandbox` a spec
+    with metadata.ttl, advance past it, and its node groups are at zero."""
+    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.gc import parse_age
+    from provisioner.ops.target import home_of
+    from provisioner.ops.target import sandbox_advance as advance
+
+    seconds = parse_age(duration)
+    if seconds is None:
+        _fail(f"{duration!r} is not a duration", "a number and a unit: 30m, 8h, 1d, 1h30m")
+    try:
+        runs = advance(home_of(state_dir), float(seconds))
+    except SandboxError as exc:
+        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox")
+    if not runs:
+        click.echo("no schedule was due")
+    for run in runs:
+        line = f"{run['schedule']}: {run['target'].rsplit(':', 1)[-1]} {run['outcome']}"
+        click.echo(line + (f" ({run['error']})" if run.get("error") else ""))

@@ -99,7 +99,7 @@ class PriceListBook:
             # Extended support's usage type has no source fmctl read: the shipped rate.
             return self.shipped.quote(region, product)
         try:
-            return self._ask(query)
+            asked = self._ask(query)
         except Exception as exc:  # any failure to ask falls back, and says why
             failed = translate(exc, "asking the AWS Price List")
             shipped = self.shipped.quote(region, product)
@@ -109,6 +109,16 @@ class PriceListBook:
                     f"{shipped.source}, shipped table of {self.shipped.as_of} ({failed})",
                 )
             return Unpriced(f"{failed}; {shipped.why}")
+        if isinstance(asked, Unpriced):
+            # No product matched the question (a product AWS renamed, or a region's that the
+            # Price List lacks): the shipped rate, if any, saying so.
+            shipped = self.shipped.quote(region, product)
+            if isinstance(shipped, Quote):
+                return Quote(
+                    shipped.usd_per_hour,
+                    f"{shipped.source}, shipped table of {self.shipped.as_of} ({asked.why})",
+                )
+        return asked
 
     def _key(self, query: prices.Query) -> str:
         asked = ",".join(

@@ -181,3 +181,16 @@ def sandbox_fault(home: Path, region: str, cluster: str, node: str, fault: dict[
         region,
     )
     return str(said.get("said", ""))
+
+
+def sandbox_advance(home: Path, seconds: float) -> list[dict[str, Any]]:
+    """Move the sandbox's EventBridge Scheduler clock on by ``seconds``: the schedules then
+    due run (a ttl's, scaling the cluster to zero); what each run did."""
+    from provisioner.sandbox import daemon
+
+    info = daemon.running(home)
+    if info is None:
+        raise daemon.SandboxError(f"no sandbox runs for {home}")
+    said = daemon.call(info, daemon.credentials(home), "AdvanceClock", {"seconds": seconds})
+    runs: list[dict[str, Any]] = said.get("runs", [])
+    return runs

@@ -30,6 +30,7 @@ from provisioner.resources.pcs import PcsCluster, PcsSampleAmi
 from provisioner.resources.pcs_nodes import PcsNodeGroup
 from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import RouteTable, S3Endpoint
+from provisioner.resources.schedules import Expiry
 from provisioner.resources.storage import Artifacts, Bucket
 
 AnyKind = Kind[Any, Any, Any]
@@ -73,6 +74,7 @@ def kinds() -> dict[str, AnyKind]:
         PcsCluster(),
         PcsNodeGroup(),
         PcsQueue(),
+        Expiry(),
     ]
     return {k.name: k for k in every}
 

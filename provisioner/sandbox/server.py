@@ -31,7 +31,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from provisioner.sandbox import protocol, sigv4
+from provisioner.sandbox import protocol, scheduler_run, sigv4
 from provisioner.sandbox.eks_model import EksError
 from provisioner.sandbox.pcs_model import PcsError
 from provisioner.sandbox.shims import Shims
@@ -95,6 +95,8 @@ class Emulator:
     moto: App
     shims: Shims
     credentials: sigv4.Credentials
+    #: The certificate's file (what the sandbox's own calls to itself verify it with).
+    ca_path: str = ""
 
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         body = read_body(environ)
@@ -109,7 +111,7 @@ class Emulator:
             )
         try:
             if call.service == protocol.SANDBOX_SERVICE:
-                return answer(start, *self._own(call))
+                return answer(start, *self._own(call, _base_url(environ)))
             if self.shims.handles(call):
                 return answer(start, *self.shims.handle(call, _base_url(environ)))
             with self.shims.lock:
@@ -131,7 +133,7 @@ class Emulator:
                 ),
             )
 
-    def _own(self, call: protocol.Call) -> tuple[int, dict[str, str], bytes]:
+    def _own(self, call: protocol.Call, base_url: str) -> tuple[int, dict[str, str], bytes]:
         """The sandbox's own operations (see the module's docstring)."""
         if call.action == "Health":
             # Its scale too: a home that reaches this sandbox through AWS_ENDPOINT_URL paces
@@ -148,6 +150,20 @@ class Emulator:
             except (EksError, PcsError) as err:
                 return protocol.json_error(err.status, err.code, err.message)
             return protocol.json_response({"said": said})
+        if call.action == "AdvanceClock":
+            # EventBridge Scheduler's clock moved on: the schedules now due run (as the
+            # sandbox itself: scheduler_run), and what each did is the answer.
+            runs = self.shims.scheduler.advance(
+                float(call.params.get("seconds", 0)),
+                scheduler_run.CallAs(
+                    base_url,
+                    self.ca_path,
+                    self.credentials.access_key,
+                    self.credentials.secret_key,
+                ),
+                self.shims.lock,
+            )
+            return protocol.json_response({"runs": runs})
         if call.action == "SeedImage":
             image = self.shims.seed_image(call.account, {**call.params, "region": call.region})
             return protocol.json_response({"ImageId": image})
@@ -211,6 +227,7 @@ def build_app(scale: float, credentials: sigv4.Credentials, ca_pem: bytes = b"")
     from provisioner.sandbox import ec2_mend
 
     ec2_mend.mend()
+    scheduler_run.mend()
     return Emulator(
         DomainDispatcherApplication(create_backend_app),
         Shims(scale=scale, ca_pem=ca_pem),
@@ -261,6 +278,7 @@ def serve(
         protocol_version = "HTTP/1.1"
 
     app = build_app(scale, credentials, cert.read_bytes())
+    app.ca_path = str(cert)
     server = make_server(
         "127.0.0.1",
         port,

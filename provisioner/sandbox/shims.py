@@ -30,6 +30,7 @@ from provisioner.sandbox.eks import Eks
 from provisioner.sandbox.kube import KubeServer
 from provisioner.sandbox.pcs import Pcs
 from provisioner.sandbox.protocol import Call
+from provisioner.sandbox.scheduler_run import Runner
 from provisioner.sandbox.ssm_agent import Agent
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -122,6 +123,8 @@ class Shims:
     kube: KubeServer = field(default_factory=KubeServer)
     ca_pem: bytes = b""
     worlds: dict[str, World] = field(default_factory=dict)
+    #: EventBridge Scheduler's clock and the schedules it ran (``scheduler_run``).
+    scheduler: Runner = field(default_factory=Runner)
 
     def world(self, account: str) -> World:
         """The state of ``account``, made on first use (call under the lock)."""

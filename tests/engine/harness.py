@@ -88,6 +88,14 @@ class Sandbox:
         """The folder the nodes' pods and Run Command scripts find their tools in."""
         doubles.control(self.home, "/_fmctl/seed/node-tools", {"path": path and str(path)})
 
+    def advance(self, seconds: float) -> list[dict[str, Any]]:
+        """Move EventBridge Scheduler's clock on; what each schedule then due did."""
+        said = daemon.call(
+            self.info, daemon.credentials(self.home), "AdvanceClock", {"seconds": seconds}
+        )
+        runs: list[dict[str, Any]] = said["runs"]
+        return runs
+
     def seed(self, reservation: dict[str, Any]) -> None:
         """A capacity reservation in the region of its availability zone, as `up` seeds one."""
         region = str(reservation["availabilityZone"])[:-1]
@@ -227,6 +235,11 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
             left.append(f"dra:{assoc['AssociationId']}")
     left += _eks_leftovers(aws, name)
     left += _pcs_leftovers(aws, name)
+    scheduler = aws.client("scheduler")
+    for group in scheduler.list_schedule_groups(NamePrefix=f"fmctl-{name}")["ScheduleGroups"]:
+        tags = scheduler.list_tags_for_resource(ResourceArn=group["Arn"])["Tags"]
+        if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
+            left.append(f"schedule-group:{group['Name']}")
     for reservation in ec2.describe_instances(Filters=mine)["Reservations"]:
         left += [
             f"instance:{i['InstanceId']}"

@@ -4,6 +4,7 @@ place is refused on the spec's line, or replaced blue/green with --allow-replace
 
 from __future__ import annotations
 
+import calendar
 import copy
 import json
 import time
@@ -131,7 +132,7 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     cluster = Cluster(sandbox, tmp_path)
     assert acting(cluster.plan()) == {k: "create" for k in acting(cluster.plan())}
     out, _ = cluster.up()
-    assert "36 created" in out
+    assert "38 created" in out  # with the ttl's expiry schedules and the role they run as
     assert acting(cluster.plan()) == {}, "nothing to do once up"
 
     # A hand edit that takes a field over (kubectl apply --server-side --force-conflicts on
@@ -343,7 +344,14 @@ def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path
             "reason": "tags change in place",
         }
     ]
-    assert all(paths(plan[k]) == {"tags"} for k in acting(plan)), acting(plan)
+    # The expiry schedules move with the ttl: each one's at() is the new expiry.
+    # (Counted from the schedule group's own creation, a few seconds ago.)
+    (moved,) = [f["to"] for f in plan["expiry"]["fields"] if f["path"] == "at"]
+    at = calendar.timegm(time.strptime(moved[0], "at(%Y-%m-%dT%H:%M:%S)"))
+    assert abs(at - (time.time() + 30 * 86400)) < 600, moved
+    assert all(
+        paths(plan[k]) == ({"tags", "at"} if k == "expiry" else {"tags"}) for k in acting(plan)
+    ), acting(plan)
     cluster.up()
     (tagged,) = ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]
     assert {t["Key"]: t["Value"] for t in tagged["Tags"]}[EXPIRES_TAG] == stamp(born + 30 * 86400)

@@ -282,7 +282,8 @@ def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> 
     (line,) = [x for x in collected.stdout.splitlines() if "collect  e2e-gc-short" in x]
     listed_count = int(line.split()[2])
     assert f"e2e-gc-short: {listed_count} resources deleted" in collected.stdout
-    assert listed_count == len(P5EN_RESOURCES)
+    # A cluster with a ttl has its expiry schedules and the role they run as too.
+    assert listed_count == len(P5EN_RESOURCES | {"expiry", "iam/ttl-scheduler"})
     assert "warning: e2e-gc-short: the FSx file system" in collected.stderr
     assert "removed the local state" in collected.stdout and not folder.exists()
     assert "e2e-gc-short's entry" in collected.stdout
