@@ -44,6 +44,7 @@ SANDBOX_FILES = {
     "pcs_repair.py",
     "pricing.py",
     "scheduler_run.py",
+    "cost_explorer.py",
     "pcs_model.py",
     "pcs_queues.py",
     "protocol.py",

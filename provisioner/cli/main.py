@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "up": ("engine_cmds", "up", "Create the cluster (re-running creates only what is missing)."),
     "list": ("list_cmd", "list_", "List the clusters fmctl owns in a region, from AWS tags."),
     "status": ("cluster_cmds", "status", "Show a cluster's resources, from AWS tags."),
+    "cost": ("cost_cmd", "cost", "What a cluster costs per hour now, and has cost so far."),
     "topology": (
         "cluster_cmds",
         "topology",

@@ -19,6 +19,7 @@ from typing import Any
 
 from provisioner.sandbox import eks_asg, fsx_update, pricing
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.cost_explorer import CostTags
 from provisioner.sandbox.ec2_capacity import (
     describe_instance_topology,
     describe_reservation_topology,
@@ -125,6 +126,8 @@ class Shims:
     worlds: dict[str, World] = field(default_factory=dict)
     #: EventBridge Scheduler's clock and the schedules it ran (``scheduler_run``).
     scheduler: Runner = field(default_factory=Runner)
+    #: Cost Explorer's cost allocation tags (``cost_explorer``).
+    cost_tags: CostTags = field(default_factory=CostTags)
 
     def world(self, account: str) -> World:
         """The state of ``account``, made on first use (call under the lock)."""
@@ -146,6 +149,8 @@ class Shims:
         """True when the call is one of the shims'."""
         if call.service in ("eks", "pcs", "pricing"):
             return True
+        if self.cost_tags.handles(call):
+            return True
         if call.service == "autoscaling":  # a node group's own group; moto has the rest
             with self.lock:
                 return eks_asg.handles(self.world(call.account).eks, call)
@@ -162,6 +167,9 @@ class Shims:
 
     def handle(self, call: Call, base_url: str = "") -> Answer:
         """Answer a call (under the shim lock); ``base_url`` is the emulator's own address."""
+        if self.cost_tags.handles(call):
+            with self.lock:
+                return self.cost_tags.handle(call)
         if call.service == "pricing":  # no state: a recorded slice of the offer files
             if call.action == "GetProducts":
                 return pricing.get_products(call)

@@ -187,3 +187,54 @@ def test_where_the_price_list_cannot_be_asked_the_shipped_table_answers_and_says
     spot = book.quote("us-east-1", Instance("p5.48xlarge", "Spot"))
     assert isinstance(spot, Unpriced) and "Spot price history" in spot.why
     assert not (tmp_path / "price-list-cache.json").exists()  # a failure is not cached
+
+
+def test_fmctl_cost_prices_what_runs_and_asks_cost_explorer_only_by_an_active_tag(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    from provisioner.resources.tags import OWNER_TAG
+    from tests.engine.test_pcs import pcs_spec
+
+    name, region = "cost-now", "us-west-2"
+    spec = pcs_spec(tmp_path, name, region, instanceType="p5.48xlarge", count=2)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        done = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "-o", "json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        data = json.loads(done.stdout)
+        items = {i["description"]: i for i in data["items"]}
+        # The GPU pool's two instances at the recorded us-west-2 rate (its own SKU).
+        p5 = items["2 x p5.48xlarge (OnDemand)"]
+        assert p5["hourly"] == round(2 * 55.04, 2) and "HNW4W6GM8AE2PCQX" in p5["source"]
+        assert data["hourly"] >= p5["hourly"]
+        # Cost Explorer has nothing by a tag nobody activated: said, with how to activate it.
+        assert (
+            data["soFar"]["usd"] is None
+            and "not an active cost allocation tag" in (data["soFar"]["note"])
+        )
+        ce = sandbox.aws("us-east-1").client("ce")
+        ce.update_cost_allocation_tags_status(
+            CostAllocationTagsStatus=[{"TagKey": OWNER_TAG, "Status": "Active"}]
+        )
+        before = len(sandbox.requests())
+        again = json.loads(
+            sandbox.fmctl("cost", name, "--region", region, "--sandbox", "-o", "json").stdout
+        )
+        asked = [r["action"] for r in sandbox.requests()[before:] if r["service"] == "ce"]
+        assert asked == ["ListCostAllocationTags", "GetCostAndUsage"]
+        assert "no costs by fmctl.dev/cluster yet" in again["soFar"]["note"]
+        before = len(sandbox.requests())
+        quiet = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "--no-cost-explorer")
+        assert quiet.returncode == 0 and "so far" not in quiet.stdout
+        assert [r for r in sandbox.requests()[before:] if r["service"] == "ce"] == []
+        assert "$110.08/hour" in quiet.stdout, quiet.stdout
+    finally:
+        ce = sandbox.aws("us-east-1").client("ce")
+        ce.update_cost_allocation_tags_status(
+            CostAllocationTagsStatus=[{"TagKey": OWNER_TAG, "Status": "Inactive"}]
+        )
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    missing = sandbox.fmctl("cost", name, "--region", region, "--sandbox")
+    assert missing.returncode == 1 and "no resource tagged" in missing.stdout
