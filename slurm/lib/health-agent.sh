@@ -79,7 +79,7 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/nvlinks.sh" ]; then
   . "$lib/nvlinks.sh"
   links=$(timeout "$deadline" nvidia-smi nvlink -s 2>/dev/null | fmctl_nvlinks)
   if [ -n "$links" ]; then
-    best=$(printf '%s\n' "$links" | awk '$2 > m {m = $2} END {print m + 0}')
+    best=$(printf '%s\n' "$links" | fmctl_nvlinks_best)
     had=$(cat "$dir/nvlinks" 2>/dev/null || echo 0)
     [ "$best" -le "$had" ] || { echo "$best" >"$dir/nvlinks"; had=$best; }
     short=$(printf '%s\n' "$links" | fmctl_nvlinks_short "$had")

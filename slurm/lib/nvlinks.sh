@@ -17,3 +17,9 @@ fmctl_nvlinks() {
 fmctl_nvlinks_short() {
   awk -v want="$1" '$2 < want {printf "%sGPU %s: %d of %d", sep, $1, $2, want; sep = ", "}'
 }
+
+# fmctl_nvlinks_best: of "GPU LINKS" lines (stdin), the most links any one GPU has up (0
+# for none): what every GPU of the node should have.
+fmctl_nvlinks_best() {
+  awk '$2 > m {m = $2} END {print m + 0}'
+}

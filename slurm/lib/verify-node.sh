@@ -82,7 +82,7 @@ if [ "$want_gpus" -gt 0 ]; then
   . "$lib/nvlinks.sh"
   links=$(timeout "$deadline" nvidia-smi nvlink -s 2>/dev/null | fmctl_nvlinks)
   if [ -n "$links" ]; then
-    best=$(printf '%s\n' "$links" | awk '$2 > m {m = $2} END {print m + 0}')
+    best=$(printf '%s\n' "$links" | fmctl_nvlinks_best)
     short=$(printf '%s\n' "$links" | fmctl_nvlinks_short "$best")
     if [ -n "$short" ]; then
       say FAIL "nvlink: $short up"
