@@ -676,3 +676,78 @@ def _observed_like(params: NodegroupParams, ctx: Context) -> Observed[Any, Any]:
         Tags.of({}),
     )
     return Observed(NodegroupOut("gpu"), empty, "gpu")
+
+
+def test_expiry_schedules_read_by_group_and_move_with_the_ttl() -> None:
+    """The schedule group read by name and owned by its tags, its schedules described one by
+    one; a longer ttl than the one the schedules were made for moves their at() (in place),
+    and a node group the schedules miss is a change of the schedules."""
+    from provisioner.graph.ref import Ref
+    from provisioner.resources.iam import RoleOut
+    from provisioner.resources.schedules import Expiry, ExpiryParams, StopCall, input_of
+
+    aws = RecordedAws()
+    group_arn = f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule-group/fmctl-{CLUSTER}"
+    aws.answer(
+        "scheduler",
+        "GetScheduleGroup",
+        {"Arn": group_arn, "Name": f"fmctl-{CLUSTER}", "State": "ACTIVE"},
+    )
+    expires = {"Key": "fmctl.dev/expires-at", "Value": "2026-11-30T11:00:00Z"}
+    group_tags = [*tags(CLUSTER, "expiry", team="ml"), expires]
+    aws.answer("scheduler", "ListTagsForResource", {"Tags": group_tags})
+    aws.answer(
+        "scheduler",
+        "ListSchedules",
+        {"Schedules": [{"Name": "gpu", "GroupName": f"fmctl-{CLUSTER}"}]},
+    )
+    role = f"arn:aws:iam::{ACCOUNT}:role/fmctl-{CLUSTER}-us-east-1-ttl-scheduler"
+    gpu = input_of(
+        {"clusterName": CLUSTER, "nodegroupName": "gpu", "scalingConfig": {"minSize": 0}}
+    )
+    aws.answer(
+        "scheduler",
+        "GetSchedule",
+        {
+            "Name": "gpu",
+            "GroupName": f"fmctl-{CLUSTER}",
+            "ScheduleExpression": "at(2026-11-30T11:00:00)",
+            "ScheduleExpressionTimezone": "UTC",
+            "FlexibleTimeWindow": {"Mode": "OFF"},
+            "Target": {
+                "Arn": "arn:aws:scheduler:::aws-sdk:eks:updateNodegroupConfig",
+                "RoleArn": role,
+                "Input": gpu,
+            },
+        },
+    )
+    ctx = _ctx(aws)
+    ctx.record("iam/ttl-scheduler", RoleOut("fmctl-llm-us-east-1-ttl-scheduler", role))
+    system = input_of(
+        {"clusterName": CLUSTER, "nodegroupName": "system", "scalingConfig": {"minSize": 0}}
+    )
+    params = ExpiryParams(
+        f"fmctl-{CLUSTER}",
+        Ref("iam/ttl-scheduler", RoleOut),
+        (
+            StopCall("gpu", "eks:updateNodegroupConfig", gpu),
+            StopCall("system", "eks:updateNodegroupConfig", system),
+        ),
+        DesiredTags((("team", "ml"),), CLUSTER, "expiry", ttl_seconds=3 * 3600),
+    )
+    kind = Expiry()
+    observed = kind.read(ctx, "expiry", params)
+    assert observed is not None and observed.id == f"fmctl-{CLUSTER}"
+    # Its expiry passed long ago (2026-11-30): the plan says what happened.
+    assert "scaled its node groups to zero" in observed.notes[0]
+    changes = _fields(kind.diff(ctx, "expiry", params, observed))
+    # Three hours from its creation (10:00), not the one hour its tag says.
+    assert changes["at"][:2] == (
+        frozenset({"at(2026-11-30T11:00:00)"}),
+        frozenset({"at(2026-11-30T13:00:00)"}),
+    )
+    assert changes["at"][2] == How.UPDATE
+    gone, added, how = changes["schedules"]  # a set's change: what goes, what comes
+    assert gone == frozenset() and {s.name for s in added} == {"system"}
+    assert how == How.UPDATE
+    assert changes["tags"][1] == {"fmctl.dev/expires-at": "2026-11-30T13:00:00Z"}
