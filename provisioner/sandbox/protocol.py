@@ -104,7 +104,22 @@ def _parse(environ: dict[str, Any], body: bytes) -> Call:
     action = f"{environ.get('REQUEST_METHOD', 'GET')} {path}"
     if service == "s3" and "policy" in keys:
         return Call(service, f"{action}?policy", {"body": body.decode("utf-8", "replace")}, "rest")
-    return Call(service, action, {}, "rest")
+    return Call(service, action, {}, rest_protocol(service), region)
+
+
+@functools.cache
+def rest_protocol(service: str) -> str:
+    """A REST service's protocol, as botocore's model of it says: "rest-json" (EventBridge
+    Scheduler, ...) answers errors in JSON, "rest" (S3, REST-XML) in XML; a signing name
+    botocore does not know is taken for REST-XML."""
+    import botocore.session
+    from botocore.exceptions import UnknownServiceError
+
+    try:
+        model = botocore.session.get_session().get_service_model(service)
+    except UnknownServiceError:
+        return "rest"
+    return "rest-json" if model.protocol == "rest-json" else "rest"
 
 
 _SEGMENT = r"([^/]+)"
