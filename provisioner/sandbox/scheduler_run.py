@@ -21,7 +21,8 @@ the sandbox cannot judge fails rather than passing unchecked.
 
 moto's own mends: CreateScheduleGroup of a name that exists answers ConflictException and
 DeleteScheduleGroup of one that does not ResourceNotFoundException (the API reference's
-errors; moto 5.2 overwrites the first and fails with a KeyError on the second).
+errors; moto 5.2 overwrites the first and fails with a KeyError on the second), and a
+deleted group's tags go with it (moto 5.2 keeps them for the next group of the name).
 """
 
 from __future__ import annotations
@@ -232,7 +233,10 @@ def mend() -> None:
     def delete_group(self: Any, name: str | None) -> None:
         if (name or "default") not in self.schedule_groups:
             raise ScheduleGroupNotFound(name or "default")
+        arn = self.schedule_groups[name or "default"].arn
         delete(self, name)
+        # Its tags go with it (moto keeps them, and a new group of the name inherited them).
+        self.tagger.delete_all_tags_for_resource(arn)
 
     EventBridgeSchedulerBackend.create_schedule_group = create_group  # type: ignore[method-assign]
     EventBridgeSchedulerBackend.delete_schedule_group = delete_group  # type: ignore[method-assign]

@@ -219,3 +219,49 @@ def test_sandbox_advance_says_what_ran_and_refuses_a_bad_duration(sandbox: Sandb
     assert bad.returncode == 1
     assert "'soon' is not a duration" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
+
+
+def test_a_create_that_lost_its_answer_adopts_what_it_made(sandbox: Sandbox) -> None:
+    """`up` killed after CreateScheduleGroup (or a CreateSchedule) went through: the next
+    create finds the group by its tags and the schedules by name, and makes no second of
+    either; a group of that name not the cluster's is refused."""
+    from provisioner.graph.ref import Ref
+    from provisioner.resources.context import Context
+    from provisioner.resources.errors import Foreign
+    from provisioner.resources.iam import RoleOut
+    from provisioner.resources.schedules import Expiry, ExpiryParams, StopCall, input_of
+    from provisioner.resources.tags import DesiredTags
+
+    region, name = "eu-west-1", "lost-answer"
+    aws = sandbox.aws(region)
+    ctx = Context(aws=aws, cluster=name, region=region)
+    role = f"arn:aws:iam::123456789012:role/fmctl-{name}-{region}-ttl-scheduler"
+    ctx.record("iam/ttl-scheduler", RoleOut(role.rsplit("/", 1)[-1], role))
+    call = StopCall(
+        "gpu",
+        "eks:updateNodegroupConfig",
+        input_of({"clusterName": name, "nodegroupName": "gpu", "scalingConfig": {"minSize": 0}}),
+    )
+    params = ExpiryParams(
+        f"fmctl-{name}",
+        Ref("iam/ttl-scheduler", RoleOut),
+        (call,),
+        DesiredTags((), name, "expiry", ttl_seconds=3600),
+    )
+    kind = Expiry()
+    kind.create(ctx, "expiry", params)
+    kind.create(ctx, "expiry", params)  # the answer to the first was "lost"
+    scheduler = aws.client("scheduler")
+    groups = scheduler.list_schedule_groups(NamePrefix=f"fmctl-{name}")["ScheduleGroups"]
+    assert [g["Name"] for g in groups] == [f"fmctl-{name}"]
+    schedules = scheduler.list_schedules(GroupName=f"fmctl-{name}")["Schedules"]
+    assert [s["Name"] for s in schedules] == ["gpu"]
+    observed = kind.read(ctx, "expiry", params)
+    assert observed is not None and kind.diff(ctx, "expiry", params, observed) == []
+    (owned,) = kind.find_owned(ctx)
+    kind.delete(ctx, owned)
+    assert kind.read(ctx, "expiry", params) is None
+    scheduler.create_schedule_group(Name=f"fmctl-{name}", Tags=[{"Key": "team", "Value": "x"}])
+    with pytest.raises(Foreign):
+        kind.create(ctx, "expiry", params)
+    scheduler.delete_schedule_group(Name=f"fmctl-{name}")
