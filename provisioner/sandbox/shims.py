@@ -40,6 +40,10 @@ Answer = tuple[int, dict[str, str], bytes]
 DURATIONS = {"fsx-create": 600.0, "fsx-delete": 300.0, "dra-create": 420.0, "dra-delete": 180.0}
 
 
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(epoch))
+
+
 def _hex(n: int = 17) -> str:
     return uuid.uuid4().hex[:n]
 
@@ -216,7 +220,21 @@ class Shims:
     def seed_reservation(self, account: str, region: str, data: dict[str, Any]) -> None:
         """Add a capacity reservation or block (``capacityReservationId`` required) in
         ``region``; the fields left out get the values of an ordinary Linux reservation."""
-        usual = {"instancePlatform": "Linux/UNIX", "tenancy": "default", "ownerId": account}
+        usual: dict[str, Any] = {
+            "instancePlatform": "Linux/UNIX",
+            "tenancy": "default",
+            "ownerId": account,
+        }
+        if data.get("reservationType") == "capacity-block":
+            # A Capacity Block always has its window (botocore's ec2 model: StartDate,
+            # EndDate, EndDateType limited); one seeded without says it started now and
+            # runs 14 days, a common length (blocks run 1 to 182 days).
+            now = time.time()
+            usual |= {
+                "startDate": _iso(now),
+                "endDate": _iso(now + 14 * 86400),
+                "endDateType": "limited",
+            }
         with self.lock:
             world = self.world(account)
             world.reservations[(region, data["capacityReservationId"])] = {**usual, **data}

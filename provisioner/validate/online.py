@@ -10,6 +10,8 @@ Problems carry spec paths, so they print located in the file like the offline on
 
 from __future__ import annotations
 
+import datetime
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +26,9 @@ from provisioner.validate.online_existing import (
 )
 
 #: Service Quotas: "Running On-Demand P instances" (vCPUs) and "All P Spot Instance Requests".
+#: How long before a Capacity Block's end fmctl stops launching into it (the issue's T-60:
+#: new work stops then; EC2's own warning comes at T-40).
+BLOCK_MARGIN_S = 3600
 P_ON_DEMAND_QUOTA = ("ec2", "L-417A185B")
 P_SPOT_QUOTA = ("ec2", "L-7212CCBC")
 
@@ -186,6 +191,29 @@ def _reservation_fit(
             path,
             hint="only an active (or scheduled) reservation can host instances",
         )
+    end = res.get("EndDate")
+    if block and isinstance(end, datetime.datetime):
+        left = end.timestamp() - time.time()
+        ends = end.strftime("%Y-%m-%dT%H:%MZ")
+        if left <= 0:
+            yield Problem(
+                "block-ended",
+                f"{rid} ended at {ends}: nothing launches into it any more",
+                path,
+                hint="use another block, or another capacity type for the pool",
+            )
+        elif left < BLOCK_MARGIN_S:
+            # fmctl stops new work on a block an hour before its end (its T-60; EC2 warns
+            # at T-40 and ends the instances at the end): a node launched now would be
+            # drained before it did anything.
+            yield Problem(
+                "block-ending",
+                f"{rid} ends at {ends}, in {int(left // 60)} minutes: fmctl launches "
+                f"nothing into a block in its last {BLOCK_MARGIN_S // 60} minutes",
+                path,
+                hint="extend the block (aws ec2 describe-capacity-block-extension-offerings, "
+                "then purchase-capacity-block-extension), or use a later block",
+            )
     total = int(res.get("TotalInstanceCount", 0))
     if total < count:
         yield Problem(

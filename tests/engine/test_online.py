@@ -387,3 +387,48 @@ def test_init_names_a_zone_that_offers_the_type(sandbox: Sandbox) -> None:
     offline = sandbox.fmctl(*args, "--region", "us-east-1", "--offline")
     assert yaml.safe_load(offline.stdout)["network"]["availabilityZone"] == "us-east-1a"
     assert "not checked (--offline)" in offline.stdout
+
+
+@pytest.mark.parametrize(
+    ("minutes", "code", "said"),
+    [
+        (30, "block-ending", "minutes: fmctl launches nothing into a block in its last 60"),
+        (-5, "block-ended", "nothing launches into it any more"),
+        (24 * 60, None, ""),
+    ],
+)
+def test_a_capacity_block_near_its_end_is_refused(
+    sandbox: Sandbox, tmp_path: Path, minutes: int, code: str | None, said: str
+) -> None:
+    """A Capacity Block in its last hour (or past its end, while EC2 still calls it active) is
+    refused at the pool's reservation: a node launched into it would be drained at once. A
+    day left is fine."""
+    import time
+
+    rid = f"cr-0eeeeeeeeeeeee{abs(minutes):03d}"[:20]
+    spec = spec_file(tmp_path, f"block-{abs(minutes)}")
+    data = yaml.safe_load(spec.read_text())
+    pool = data["compute"]["gpuPools"][0]
+    pool["capacity"] = {"type": "capacity-block", "reservationId": rid}
+    spec.write_text(yaml.safe_dump(data))
+    stamp = "%Y-%m-%dT%H:%M:%S.000Z"
+    sandbox.seed(
+        {
+            "capacityReservationId": rid,
+            "instanceType": pool["instanceType"],
+            "availabilityZone": data["network"]["availabilityZone"],
+            "totalInstanceCount": pool["count"],
+            "availableInstanceCount": pool["count"],
+            "state": "active",
+            "reservationType": "capacity-block",
+            "startDate": time.strftime(stamp, time.gmtime(time.time() - 86400)),
+            "endDate": time.strftime(stamp, time.gmtime(time.time() + minutes * 60)),
+        }
+    )
+    found = _problems(sandbox, spec)
+    if code is None:
+        assert not {"block-ending", "block-ended"} & set(found), found
+        return
+    message, path = found[code]
+    assert said in message and rid in message, message
+    assert path == "compute.gpuPools.0.capacity.reservationId"
