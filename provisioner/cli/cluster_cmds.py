@@ -224,6 +224,8 @@ def status(
     if seen.pcs is not None:
         for line in seen.pcs.lines():
             click.echo(line)
+    for block in seen.blocks:
+        click.echo(block.line())
     for line in seen.access:
         click.echo(line)
 

@@ -128,6 +128,39 @@ class SlurmStatus:
 
 
 @dataclass(frozen=True)
+class BlockRow:
+    """One pool's Capacity Block and how long it has left."""
+
+    pool: str
+    reservation_id: str
+    state: str
+    ends: str | None  # ISO 8601, UTC
+    seconds_left: float | None
+
+    def line(self) -> str:
+        """What `status` prints."""
+        head = f"capacity block {self.reservation_id} (pool {self.pool}, {self.state})"
+        if self.ends is None or self.seconds_left is None:
+            return f"{head}: its end is not known"
+        if self.seconds_left <= 0:
+            return f"{head}: ended at {self.ends}"
+        hours, minutes = divmod(int(self.seconds_left // 60), 60)
+        days, hours = divmod(hours, 24)
+        left = f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
+        return f"{head}: ends {self.ends}, {left} left"
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "pool": self.pool,
+            "reservationId": self.reservation_id,
+            "state": self.state,
+            "ends": self.ends,
+            "secondsLeft": None if self.seconds_left is None else int(self.seconds_left),
+        }
+
+
+@dataclass(frozen=True)
 class Status:
     """Everything `status` shows."""
 
@@ -138,6 +171,8 @@ class Status:
     kube: KubeStatus | None = None
     access: tuple[str, ...] = field(default=())
     pcs: PcsStatus | None = None
+    #: The Capacity Blocks of the spec `up` last applied here (none without it).
+    blocks: tuple[BlockRow, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: everything the text shows."""
@@ -152,6 +187,7 @@ class Status:
             "kubernetes": self.kube.as_data() if self.kube else None,
             "pcs": self.pcs.as_data() if self.pcs else None,
             "access": list(self.access),
+            "capacityBlocks": [b.as_data() for b in self.blocks],
         }
 
 
@@ -172,7 +208,50 @@ def status(target: Target, name: str) -> Status:
     pcs = None
     if any(o.kind == "pcs-cluster" for o in found):
         pcs, access = pcs_view(target, name)
-    return Status(name, target.region, found, slurm, kube, tuple(access), pcs)
+    blocks = capacity_blocks(target, name) if found else ()
+    return Status(name, target.region, found, slurm, kube, tuple(access), pcs, blocks)
+
+
+def capacity_blocks(target: Target, name: str) -> tuple[BlockRow, ...]:
+    """Each Capacity Block the spec `up` last applied here names, and its time left
+    (DescribeCapacityReservations' EndDate); none when no spec is saved here."""
+    import time
+
+    from provisioner.ops.check import CheckUnavailable, saved_spec
+
+    try:
+        spec = saved_spec(target.home, name)
+    except CheckUnavailable:
+        return ()
+    pools = {
+        p.capacity.reservation_id: p.name
+        for p in spec.compute.gpu_pools
+        if p.capacity.type == "capacity-block" and p.capacity.reservation_id
+    }
+    if not pools:
+        return ()
+    from provisioner.drivers.aws import error_code
+
+    ec2 = target.aws(read_only=True).client("ec2")
+    try:
+        found = ec2.describe_capacity_reservations(CapacityReservationIds=sorted(pools))
+    except Exception as exc:  # a block gone or not readable: status shows the rest
+        if error_code(exc) is None:
+            raise
+        return tuple(BlockRow(pool, rid, "unreadable", None, None) for rid, pool in pools.items())
+    rows = []
+    for res in found["CapacityReservations"]:
+        end = res.get("EndDate")
+        rows.append(
+            BlockRow(
+                pools[res["CapacityReservationId"]],
+                str(res["CapacityReservationId"]),
+                str(res.get("State", "")),
+                end.strftime("%Y-%m-%dT%H:%MZ") if end is not None else None,
+                end.timestamp() - time.time() if end is not None else None,
+            )
+        )
+    return tuple(sorted(rows, key=lambda r: r.pool))
 
 
 def pcs_view(target: Target, name: str) -> tuple[PcsStatus | None, list[str]]:

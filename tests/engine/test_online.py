@@ -432,3 +432,32 @@ def test_a_capacity_block_near_its_end_is_refused(
     message, path = found[code]
     assert said in message and rid in message, message
     assert path == "compute.gpuPools.0.capacity.reservationId"
+
+
+def test_status_shows_each_capacity_blocks_time_left(sandbox: Sandbox, tmp_path: Path) -> None:
+    """`status` reads the end of each Capacity Block the applied spec names (the sandbox
+    seeds a block with EC2's window: 14 days from now) and says how long it has left."""
+    import json
+
+    from tests.engine.test_pcs import pcs_spec
+
+    name, region, rid = "block-left", "us-east-2", "cr-0fbf0bf0bf0bf0bf0"
+    spec = pcs_spec(
+        tmp_path,
+        name,
+        region,
+        instanceType="p5.48xlarge",
+        capacity={"type": "capacity-block", "reservationId": rid},
+    )
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        seen = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+        (block,) = json.loads(seen.stdout)["capacityBlocks"]
+        assert block["pool"] == "train" and block["reservationId"] == rid
+        assert 14 * 86400 - 600 < block["secondsLeft"] <= 14 * 86400, block
+        text = sandbox.fmctl("status", name, "--region", region, "--sandbox").stdout
+        assert f"capacity block {rid} (pool train, active): ends {block['ends']}, 13d 23h" in text
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
