@@ -28,6 +28,14 @@ class EksRelease:
     end_of_standard: date | None
     end_of_extended: date | None
 
+    def billed(self, today: date, policy: str) -> Literal["standard", "extended"]:
+        """The rate the control plane is billed at on ``today`` under
+        ``upgradePolicy.supportType`` ``policy``: extended only under EXTENDED, while the
+        version is in extended support; under STANDARD, AWS upgrades the cluster when
+        standard support ends, so it stays on the standard rate."""
+        extended = policy == "EXTENDED" and self.support(today) == "extended"
+        return "extended" if extended else "standard"
+
     def support(self, today: date) -> Support:
         """Which support the version is in on ``today``."""
         if self.end_of_standard is None or today < self.end_of_standard:

@@ -171,10 +171,15 @@ def _cents(value: float | None) -> float | None:
 
 
 def estimate(
-    spec: ClusterSpec, resources: Iterable[tuple[str, str]], book: PriceBook, today: date
+    spec: ClusterSpec,
+    resources: Iterable[tuple[str, str]],
+    book: PriceBook,
+    today: date,
+    eks_policy: str = "STANDARD",
 ) -> CostEstimate:
-    """Price every billable part of the plan (``resources``: its ids and kinds)."""
-    parts = billable_parts(spec, dict(resources), today)
+    """Price every billable part of the plan (``resources``: its ids and kinds;
+    ``eks_policy``: as ``billable_parts``)."""
+    parts = billable_parts(spec, dict(resources), today, eks_policy)
     region = spec.metadata.region
     items = tuple(CostItem(part, _quote(book, region, part.product)) for part in parts)
     ttl = parse_ttl(spec.metadata.ttl) if spec.metadata.ttl else None
@@ -202,10 +207,13 @@ _MARKET_NOTE: dict[CapacityType, str] = {
 }
 
 
-def billable_parts(spec: ClusterSpec, kinds: dict[str, str], today: date) -> list[Part]:
+def billable_parts(
+    spec: ClusterSpec, kinds: dict[str, str], today: date, eks_policy: str = "STANDARD"
+) -> list[Part]:
     """What in the plan AWS bills by the hour: the GPU pools, the head, login and system
     nodes, the NAT gateways, the file system fmctl makes, the EKS control plane and the PCS
-    controller. ``kinds``: the plan's resource ids and their kinds."""
+    controller. ``kinds``: the plan's resource ids and their kinds; ``eks_policy``: the EKS
+    cluster's upgradePolicy.supportType."""
     parts: list[Part] = []
     head_type = spec.compute.head_node.instance_type
     by_kind: dict[str, list[str]] = {}
@@ -216,7 +224,7 @@ def billable_parts(spec: ClusterSpec, kinds: dict[str, str], today: date) -> lis
     for rid in by_kind.get("eks-cluster", []):
         version = spec.kubernetes.version
         release = CALENDAR.get(version)
-        support = release.support(today) if release else "standard"
+        support = release.billed(today, eks_policy) if release else "standard"
         parts.append(
             Part(rid, f"EKS control plane ({version}, {support} support)", EksControlPlane(support))
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.prices import Market
 from provisioner.drivers.aws import Aws, translate
 from provisioner.estimate.cost import (
@@ -134,25 +135,11 @@ def running_parts(aws: Aws, name: str) -> list[Part]:
     if name in eks.list_clusters()["clusters"]:
         cluster = eks.describe_cluster(name=name)["cluster"]
         if cluster.get("tags", {}).get(OWNER_TAG) == name:
-            support = str(cluster.get("upgradePolicy", {}).get("supportType", "STANDARD"))
-            parts.append(
-                Part(
-                    f"eks/{name}", "EKS control plane", EksControlPlane(_support(cluster, support))
-                )
-            )
+            policy = str(cluster.get("upgradePolicy", {}).get("supportType", "STANDARD"))
+            release = CALENDAR.get(str(cluster.get("version")))
+            support = release.billed(date.today(), policy) if release else "standard"
+            parts.append(Part(f"eks/{name}", "EKS control plane", EksControlPlane(support)))
     return parts
-
-
-def _support(cluster: dict[str, Any], policy: str) -> str:
-    """Which support the control plane is billed in today (its version's, by EKS's
-    calendar; a cluster past standard support under STANDARD is upgraded by AWS)."""
-    from provisioner.catalog.eks_versions import CALENDAR
-
-    release = CALENDAR.get(str(cluster.get("version")))
-    if release is None:
-        return "standard"
-    support = release.support(date.today())
-    return "extended" if support != "standard" and policy == "EXTENDED" else "standard"
 
 
 def so_far(aws: Aws, name: str, since: float | None) -> SoFar:

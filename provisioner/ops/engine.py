@@ -160,7 +160,9 @@ def offline_view(spec: ClusterSpec) -> PlanView:
     from provisioner.estimate.cost import ShippedBook, estimate
 
     plan = offline_plan(spec)
-    cost = estimate(spec, _kinds(plan.blueprint), ShippedBook(), date.today())
+    cost = estimate(
+        spec, _kinds(plan.blueprint), ShippedBook(), date.today(), _eks_policy(plan.blueprint)
+    )
     return PlanView(plan, offline=True, cost=cost)
 
 
@@ -177,12 +179,18 @@ def plan_view(spec: ClusterSpec, target: Target) -> PlanView:
     places, unread = plan_places(ctx.aws, spec)
     plan = plan_cluster(spec, target, ctx)
     book = PriceListBook(ctx.aws, spec.network.availability_zone, cache_for(target.home))
-    cost = estimate(spec, _kinds(plan.blueprint), book, date.today())
+    cost = estimate(spec, _kinds(plan.blueprint), book, date.today(), _eks_policy(plan.blueprint))
     return PlanView(plan, capacity=tuple(places), capacity_unread=unread, cost=cost)
 
 
 def _kinds(blueprint: Blueprint) -> list[tuple[str, str]]:
     return [(item.id, item.kind) for item in blueprint]
+
+
+def _eks_policy(blueprint: Blueprint) -> str:
+    """The planned EKS cluster's upgradePolicy.supportType (what its rate depends on)."""
+    found = [item.params.support_type for item in blueprint if item.kind == "eks-cluster"]
+    return str(found[0]) if found else "STANDARD"
 
 
 def plan_cluster(

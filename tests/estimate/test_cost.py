@@ -136,13 +136,22 @@ def test_every_billable_part_of_an_eks_plan_is_listed() -> None:
     assert isinstance(parts["fsx"].product, Unpriceable)
 
 
-def test_a_kubernetes_version_past_standard_support_is_billed_as_extended() -> None:
+def test_a_version_past_standard_support_is_billed_extended_only_under_extended() -> None:
     spec = _spec("kubernetes", kubernetes={"version": "1.32"})
-    eks = next(p for p in billable_parts(spec, _kinds(spec), TODAY) if p.resource == "eks")
-    # 1.32 left standard support on 2026-03-23 (eks_versions): $0.60 an hour, not $0.10.
-    assert eks.product == EksControlPlane("extended")
-    quote = ShippedBook().quote("us-east-1", eks.product)
-    assert isinstance(quote, Quote) and quote.usd_per_hour == 0.60
+    # 1.32 left standard support on 2026-03-23 (eks_versions). Under fmctl's upgradePolicy
+    # (STANDARD) AWS upgrades such a cluster, which stays on $0.10 an hour; under EXTENDED
+    # it stays on 1.32 at $0.60.
+    rates = {}
+    for policy in ("STANDARD", "EXTENDED"):
+        parts = billable_parts(spec, _kinds(spec), TODAY, policy)
+        (eks,) = [p for p in parts if p.resource == "eks"]
+        quote = ShippedBook().quote("us-east-1", eks.product)
+        assert isinstance(quote, Quote)
+        rates[policy] = (eks.product, quote.usd_per_hour)
+    assert rates == {
+        "STANDARD": (EksControlPlane("standard"), 0.10),
+        "EXTENDED": (EksControlPlane("extended"), 0.60),
+    }
 
 
 def test_a_pcs_plan_has_its_login_nodes_and_its_controller() -> None:
