@@ -78,12 +78,15 @@ class PriceListBook:
     """Prices as AWS publishes them now."""
 
     aws: Aws
-    #: The zone the pools run in (the Spot price is per zone).
-    zone: str
+    #: The zone the pools run in (the Spot price is per zone); None: any of the region's,
+    #: the highest taken.
+    zone: str | None
     cache: PriceCache
     offline = False
     as_of: str | None = None
     shipped: ShippedBook = field(default_factory=ShippedBook)
+    #: The Price List's clients, made once (the Query API answers in us-east-1 only).
+    _pricing: Aws | None = field(default=None, init=False, repr=False)
 
     def quote(self, region: str, product: Product) -> Quote | Unpriced:
         """The current hourly rate of one unit of ``product``."""
@@ -153,7 +156,9 @@ class PriceListBook:
         return Quote(float(cached["usd"]), source)
 
     def _products(self, query: prices.Query) -> list[str]:
-        client = self.aws.in_region(prices.PRICE_LIST_REGIONS[0]).client("pricing")
+        if self._pricing is None:
+            self._pricing = self.aws.in_region(prices.PRICE_LIST_REGIONS[0])
+        client = self._pricing.client("pricing")
         filters = [{"Type": f.type, "Field": f.field, "Value": f.value} for f in query.filters]
         documents: list[str] = []
         token: str | None = None
@@ -173,23 +178,28 @@ class PriceListBook:
                 return documents
 
     def _spot(self, instance_type: str) -> Quote | Unpriced:
+        where = {"AvailabilityZone": self.zone} if self.zone else {}
         try:
             history = self.aws.client("ec2").describe_spot_price_history(
                 InstanceTypes=[instance_type],
                 ProductDescriptions=["Linux/UNIX (Amazon VPC)", "Linux/UNIX"],
-                AvailabilityZone=self.zone,
                 StartTime=datetime.now(UTC),
-                MaxResults=20,
+                MaxResults=100,
+                **where,
             )["SpotPriceHistory"]
         except Exception as exc:  # any failure to ask is reported, not fatal
             return Unpriced(str(translate(exc, "reading the Spot price history")))
-        here = [h for h in history if h.get("AvailabilityZone") == self.zone]
+        here = [h for h in history if not self.zone or h.get("AvailabilityZone") == self.zone]
         if not here:
-            return Unpriced(f"no Spot price for {instance_type} in {self.zone}")
-        latest = max(here, key=lambda h: str(h.get("Timestamp", "")))
+            return Unpriced(f"no Spot price for {instance_type} in {self.zone or 'the region'}")
+        # Per zone, its latest price; of the zones, the highest (a cost is not understated).
+        latest: dict[str, Any] = {}
+        for h in sorted(here, key=lambda h: str(h.get("Timestamp", ""))):
+            latest[str(h.get("AvailabilityZone"))] = h
+        top = max(latest.values(), key=lambda h: float(h["SpotPrice"]))
         return Quote(
-            float(latest["SpotPrice"]),
-            f"EC2 Spot price history, {self.zone}, {latest.get('Timestamp')}",
+            float(top["SpotPrice"]),
+            f"EC2 Spot price history, {top.get('AvailabilityZone')}, {top.get('Timestamp')}",
         )
 
 

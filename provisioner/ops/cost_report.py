@@ -214,5 +214,6 @@ def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
     seen = find_clusters(aws).get(name)
     if seen is None:
         return None
-    book = PriceListBook(aws, "", cache_for(target.home))
+    # Instances of every zone of the region: the Spot price of the dearest zone.
+    book = PriceListBook(aws, None, cache_for(target.home))
     return cluster_cost(aws, book, name, seen.created_at, ask_ce)
