@@ -28,6 +28,7 @@ SYSTEM_NODE_COUNT = 2
 #: Most instances a GPU pool may ask for: a larger count is taken for a typo.
 MAX_POOL_COUNT = 4096
 CAPACITY_TYPE: Final = "on-demand"
+BUDGET_ACTIONS: Final = "alert"
 FSX_MOUNT_PATH = "/fsx"
 FSX_CAPACITY_GIB = 1200
 FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"

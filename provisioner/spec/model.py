@@ -25,6 +25,7 @@ EksAddon = Literal[
 ]
 SlurmProvider = Literal["parallelcluster", "pcs"]
 HealthRepair = Literal["replace", "reboot", "drain-only"]
+BudgetActions = Literal["alert", "stop"]
 PcsSize = Literal["SMALL", "MEDIUM", "LARGE"]
 SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
 
@@ -407,6 +408,41 @@ class Health(SpecModel):
         return int(match.group(1)) * (60 if match.group(2) == "m" else 1)
 
 
+class Budget(SpecModel):
+    """An AWS Budgets budget over what the cluster's tagged resources cost (the
+    ``fmctl.dev/cluster`` cost allocation tag), kept by AWS whether or not anyone runs
+    fmctl."""
+
+    monthly: float | None = Field(
+        None, description="USD a calendar month (the budget resets on the 1st); or total."
+    )
+    total: float | None = Field(
+        None,
+        description="USD over the cluster's life, counted from the day `up` made the budget "
+        "(AWS Budgets counts it by the year: a cluster older than a year starts again).",
+    )
+    actions: BudgetActions = Field(
+        d.BUDGET_ACTIONS,
+        description="alert: notify at 80% and 100% | stop: also scale every GPU pool to zero "
+        "at 100%, through the scheduler's own API.",
+    )
+    notify: list[str] = Field(
+        default_factory=list,
+        description="Who hears of it: email addresses (10 at most) and one SNS topic ARN "
+        "(its policy must let budgets.amazonaws.com publish).",
+    )
+
+    def limit(self) -> float | None:
+        """The limit in USD, whichever of monthly or total is set."""
+        return self.monthly if self.monthly is not None else self.total
+
+
+class Cost(SpecModel):
+    """What the cluster may spend."""
+
+    budget: Budget | None = None
+
+
 class ClusterSpec(SpecModel):
     """A whole cluster: ``apiVersion: fmctl.dev/v1alpha1``, ``kind: Cluster``."""
 
@@ -424,6 +460,7 @@ class ClusterSpec(SpecModel):
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     gitops: GitopsSettings = Field(default_factory=GitopsSettings)
     health: Health = Field(default_factory=Health)
+    cost: Cost = Field(default_factory=Cost)
     state: StateSettings = Field(
         default_factory=StateSettings,
         description="Where state and lock live; FMCTL_STATE=s3://B/P when the spec says none.",

@@ -102,6 +102,64 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     ("health-settings", "hours", [(("health",), {"interval": "1h"})], "health.interval", "error"),
     (
+        "cost-budget",
+        "no-limit",
+        [(("cost",), {"budget": {"notify": ["ops@example.com"]}})],
+        "cost.budget",
+        "error",
+    ),
+    (
+        "cost-budget",
+        "zero",
+        [(("cost",), {"budget": {"monthly": 0, "notify": ["ops@example.com"]}})],
+        "cost.budget.monthly",
+        "error",
+    ),
+    (
+        "cost-budget",
+        "phone-number",
+        [(("cost",), {"budget": {"total": 900, "notify": ["+1 555 0100"]}})],
+        "cost.budget.notify[0]",
+        "error",
+    ),
+    (
+        "cost-budget",
+        "eleven-emails",
+        [
+            (
+                ("cost",),
+                {"budget": {"total": 900, "notify": [f"a{i}@example.com" for i in range(11)]}},
+            )
+        ],
+        "cost.budget.notify[10]",
+        "error",
+    ),
+    (
+        "cost-budget",
+        "stop-and-own-topic",
+        [
+            (
+                ("cost",),
+                {
+                    "budget": {
+                        "monthly": 900,
+                        "actions": "stop",
+                        "notify": ["arn:aws:sns:us-east-1:123456789012:budget-alerts"],
+                    }
+                },
+            )
+        ],
+        "cost.budget.notify",
+        "warning",
+    ),
+    (
+        "cost-budget",
+        "alerts-nobody",
+        [(("cost",), {"budget": {"monthly": 900}})],
+        "cost.budget.notify",
+        "error",
+    ),
+    (
         "health-repair",
         "drain-only-parallelcluster",
         [(("health",), {"repair": "drain-only"})],
@@ -895,6 +953,25 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("ttl-format", "compound", [(("metadata", "ttl"), "1h30m")]),
     ("drain-timeout", "hours", [(("compute", "drain", "timeout"), "2h")]),
     ("health-settings", "count", [(("health",), {"interval": "2m", "maxInRepair": 2})]),
+    (
+        "cost-budget",
+        "monthly-email-and-topic",
+        [
+            (
+                ("cost",),
+                {
+                    "budget": {
+                        "monthly": 20000,
+                        "notify": [
+                            "ops@example.com",
+                            "arn:aws:sns:us-east-1:123456789012:budget-alerts",
+                        ],
+                    }
+                },
+            )
+        ],
+    ),
+    ("cost-budget", "stop-alone", [(("cost",), {"budget": {"total": 5000.5, "actions": "stop"}})]),
     ("health-repair", "drain-only-pcs", [*PCS, (("health",), {"repair": "drain-only"})]),
     (
         "health-repair",

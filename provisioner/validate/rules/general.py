@@ -398,3 +398,89 @@ def gitops_repo(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             hint="add gitops: {repoUrl: https://HOST/ORG/REPO.git} (where you commit the "
             "folder), or set inClusterStack: fmctl",
         )
+
+
+#: An address Budgets can mail (the shape of one: something@domain.tld, no spaces).
+EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[A-Za-z]{2,}$")
+#: An SNS topic's ARN (partition, region, 12-digit account, topic name).
+SNS_ARN_RE = re.compile(r"^arn:aws(?:-[a-z]+)*:sns:[a-z]{2}(?:-[a-z]+)+-\d:\d{12}:[\w-]{1,256}$")
+#: A Budgets notification may have one SNS subscriber and up to 10 email subscribers
+#: (botocore's budgets model, the Notification shape's documentation; Subscribers: 1 to 11).
+MAX_EMAILS, MAX_TOPICS = 10, 1
+
+
+@rule("cost-budget")
+def cost_budget(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """cost.budget names one limit (monthly or total) above zero, and subscribers AWS Budgets
+    takes: emails and at most one SNS topic, 10 emails at most; a budget that only alerts
+    needs someone to tell (Budgets refuses a notification without a subscriber)."""
+    budget = spec.cost.budget
+    if budget is None:
+        return
+    where = ("cost", "budget")
+    if (budget.monthly is None) == (budget.total is None):
+        yield Problem(
+            "cost-budget",
+            "a budget needs one limit: monthly or total"
+            + (", not both" if budget.monthly is not None else ""),
+            where,
+            hint="monthly: 20000 (USD a calendar month) or total: 50000 (USD over the "
+            "cluster's life)",
+        )
+    else:
+        key = "monthly" if budget.monthly is not None else "total"
+        limit = budget.limit() or 0.0
+        if not 0.01 <= limit <= 1e9:
+            yield Problem(
+                "cost-budget",
+                f"a {key} limit of {limit:g} is not an amount of USD from 0.01 to 1e9",
+                (*where, key),
+                hint="the limit in US dollars, like 20000",
+            )
+    emails = topics = 0
+    for index, address in enumerate(budget.notify):
+        if SNS_ARN_RE.match(address):
+            topics += 1
+            if topics > MAX_TOPICS:
+                yield Problem(
+                    "cost-budget",
+                    f"a second SNS topic to notify ({address})",
+                    (*where, "notify", index),
+                    hint="AWS Budgets sends each notification to one SNS topic at most: "
+                    "subscribe the others to that one",
+                )
+        elif EMAIL_RE.match(address):
+            emails += 1
+            if emails > MAX_EMAILS:
+                yield Problem(
+                    "cost-budget",
+                    f"more than {MAX_EMAILS} email addresses to notify",
+                    (*where, "notify", index),
+                    hint="AWS Budgets mails 10 addresses at most: use a list address, or an "
+                    "SNS topic with the others subscribed",
+                )
+        else:
+            yield Problem(
+                "cost-budget",
+                f"{address!r} is neither an email address nor an SNS topic ARN",
+                (*where, "notify", index),
+                hint="ops@example.com, or arn:aws:sns:us-east-1:123456789012:budget-alerts",
+            )
+    if budget.actions == "stop" and topics:
+        yield Problem(
+            "cost-budget",
+            "the SNS topic to notify hears the 80% warning only: at the limit, the one SNS "
+            "subscriber AWS Budgets allows is the stop function's topic",
+            (*where, "notify"),
+            hint="subscribe your topic's endpoints by email too, or subscribe them to the "
+            "cluster's topic fmctl-NAME-budget",
+            level="warning",
+        )
+    if budget.actions == "alert" and not budget.notify:
+        yield Problem(
+            "cost-budget",
+            "the budget alerts nobody: notify is empty",
+            (*where, "notify"),
+            hint="add an email address or an SNS topic ARN, or actions: stop to have the "
+            "cluster scaled to zero at the limit",
+        )
