@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
+import budget
 import check_scale
 import day2
 import health
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, day2, polling, scale, check_scale, node, health):
+    for module in (startup, up_sandbox, day2, budget, polling, scale, check_scale, node, health):
         found, text = module.collect()
         rows += found
         if detail:

@@ -99,16 +99,22 @@ def _statement(sid: str, actions: list[str], resources: list[str]) -> Any:
     return {"Sid": sid, "Effect": "Allow", "Action": actions, "Resource": resources}
 
 
+def stop_calls(p: Parts) -> tuple[list[StopCall], list[Any]]:
+    """The calls that bring every node group of the planned cluster to zero, and the IAM
+    statements that allow exactly them (used by the ttl's schedules and the budget's stop
+    function alike)."""
+    if p.has("pcs/cluster"):
+        return _pcs(p)
+    if p.has("parallelcluster"):
+        return _parallelcluster(p)
+    return _eks(p)
+
+
 def expiry(p: Parts) -> None:
     """Plan the ttl's schedules, when the spec has a ttl and there is something to stop."""
     if not p.spec.metadata.ttl:
         return
-    if p.has("pcs/cluster"):
-        calls, statements = _pcs(p)
-    elif p.has("parallelcluster"):
-        calls, statements = _parallelcluster(p)
-    else:
-        calls, statements = _eks(p)
+    calls, statements = stop_calls(p)
     if not calls:
         return
     p.role(ROLE, "ttl-scheduler", inline={"Version": "2012-10-17", "Statement": statements})

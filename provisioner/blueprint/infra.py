@@ -70,6 +70,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # EventBridge Scheduler running the ttl's schedules (``blueprint.expiry``): inline only,
     # the one call per scheduler that stops the cluster's node groups.
     "ttl-scheduler": ("scheduler.amazonaws.com", ()),
+    # The budget's stop function (``blueprint.budget``): inline only, the same calls as the
+    # ttl's schedules, and writing to its own log group.
+    "budget-stop": ("lambda.amazonaws.com", ()),
 }
 #: The PCS nodes' inline policy: registering with the cluster (what AWS's
 #: AWSPCSComputeNodePolicy grants), reading the uploaded scripts and writing `fmctl check`'s

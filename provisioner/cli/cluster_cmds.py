@@ -20,6 +20,7 @@ from provisioner.cli.common import (
     missing_cluster,
 )
 from provisioner.cli.options import (
+    cluster_name_check,
     name_argument,
     output_option,
     region_option,
@@ -332,6 +333,28 @@ def sandbox_fault(
     except (RegionUnknown, SandboxError) as exc:
         _fail(str(exc), "`fmctl up --sandbox` starts the sandbox; --region names the cluster's")
     click.echo(said)
+
+
+@sandbox.command("spend", cls=GuardedCommand)
+@click.argument("name", callback=cluster_name_check)
+@click.argument("usd", type=float)
+@click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
+def sandbox_spend(name: str, usd: float, state_dir: str | None) -> None:
+    """Set what cluster NAME has spent, as AWS Budgets sees it, to USD: the notifications of
+    its budget (cost.budget) that this crosses go out, as AWS would send them. To rehearse a
+    budget: `up --sandbox` a spec with cost.budget, then spend past its limit."""
+    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.target import home_of
+    from provisioner.ops.target import sandbox_spend as spend
+
+    try:
+        sent = spend(home_of(state_dir), name, usd)
+    except SandboxError as exc:
+        _fail(str(exc), "`fmctl up --sandbox` a spec with cost.budget first")
+    if not sent:
+        click.echo("no notification crossed its threshold")
+    for item in sent:
+        click.echo(f"{item['threshold']:g}% -> {item['to']}: {item['outcome']}")
 
 
 @sandbox.command("advance", cls=GuardedCommand)

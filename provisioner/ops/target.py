@@ -183,6 +183,25 @@ def sandbox_fault(home: Path, region: str, cluster: str, node: str, fault: dict[
     return str(said.get("said", ""))
 
 
+def sandbox_spend(home: Path, cluster: str, amount: float) -> list[dict[str, Any]]:
+    """Set the actual spend of the cluster's budget in the sandbox (AWS Budgets learns it
+    from billing, hours late): each notification that crosses is sent; what went where."""
+    from provisioner.resources.budgets import budget_name
+    from provisioner.sandbox import daemon
+
+    info = daemon.running(home)
+    if info is None:
+        raise daemon.SandboxError(f"no sandbox runs for {home}")
+    said = daemon.call(
+        info,
+        daemon.credentials(home),
+        "SetBudgetSpend",
+        {"BudgetName": budget_name(cluster), "Amount": amount},
+    )
+    sent: list[dict[str, Any]] = said.get("sent", [])
+    return sent
+
+
 def sandbox_advance(home: Path, seconds: float) -> list[dict[str, Any]]:
     """Move the sandbox's EventBridge Scheduler clock on by ``seconds``: the schedules then
     due run (a ttl's, scaling the cluster to zero); what each run did."""

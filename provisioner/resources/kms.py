@@ -1,9 +1,19 @@
-"""The KMS key that encrypts an EKS cluster's Kubernetes secrets."""
+"""The KMS keys fmctl makes: the one that encrypts an EKS cluster's Kubernetes secrets, and
+the one that encrypts the budget's SNS topic, which AWS Budgets must be let use (a service
+publishing to an encrypted topic needs kms:GenerateDataKey* and kms:Decrypt on its key: the
+SNS Developer Guide, "Encryption at rest"; an AWS managed key's policy cannot grant it).
+
+A key's policy is its default one (the account's root may administer and use it, so IAM
+policies decide who else may: the KMS Developer Guide, "Default key policy") plus, with
+``service``, a statement letting that service principal use the key for this account's
+resources only (``aws:SourceAccount``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -28,10 +38,12 @@ class KmsOut:
 
 @dataclass(frozen=True)
 class KmsParams:
-    """The key that encrypts the cluster's Kubernetes secrets (envelope encryption)."""
+    """A key of the cluster's (envelope encryption); ``service``: a service principal that
+    may use it too."""
 
     description: str
     tags: DesiredTags
+    service: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,14 +51,60 @@ class KmsLive:
     """What fmctl manages of the key."""
 
     rotation: bool
+    #: The service principals its policy lets use it.
+    services: frozenset[str]
     tags: Tags
 
 
+def key_policy(account: str, service: str | None) -> str:
+    """The key's policy document (see the module's docstring)."""
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "AccountAdministers",
+            "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{account}:root"},
+            "Action": "kms:*",
+            "Resource": "*",
+        }
+    ]
+    if service:
+        statements.append(
+            {
+                "Sid": "ServiceUses",
+                "Effect": "Allow",
+                "Principal": {"Service": service},
+                "Action": ["kms:GenerateDataKey*", "kms:Decrypt"],
+                "Resource": "*",
+                "Condition": {"StringEquals": {"aws:SourceAccount": account}},
+            }
+        )
+    return json.dumps({"Version": "2012-10-17", "Statement": statements}, sort_keys=True)
+
+
+def policy_services(document: str) -> frozenset[str]:
+    """The service principals a key policy allows anything."""
+    out: set[str] = set()
+    for statement in _listed(json.loads(document).get("Statement")):
+        principal = statement.get("Principal")
+        if statement.get("Effect") == "Allow" and isinstance(principal, dict):
+            out.update(str(s) for s in _listed(principal.get("Service")))
+    return frozenset(out)
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
 class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
-    """The KMS key that encrypts the cluster's Kubernetes secrets."""
+    """A KMS key of the cluster's."""
 
     name, params, outputs = "kms-key", KmsParams, KmsOut
-    policy = policies(rotation=Policy(How.UPDATE, "EnableKeyRotation"))
+    policy = policies(
+        rotation=Policy(How.UPDATE, "EnableKeyRotation"),
+        services=Policy(How.UPDATE, "PutKeyPolicy replaces the key's policy in place"),
+    )
 
     def _keys(self, ctx: Context) -> list[tuple[str, Tags]]:
         """Usable keys tagged as the cluster's, through the tagging API (one call, however
@@ -82,26 +140,36 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
         for arn, tags in self._keys(ctx):
             if tags.get(RESOURCE_TAG) == rid:
                 key_id = arn.rsplit("/", 1)[-1]
-                rotation = ctx.aws.client("kms").get_key_rotation_status(KeyId=key_id)
-                live = KmsLive(bool(rotation["KeyRotationEnabled"]), tags)
+                kms = ctx.aws.client("kms")
+                rotation = kms.get_key_rotation_status(KeyId=key_id)
+                document = kms.get_key_policy(KeyId=key_id, PolicyName="default")["Policy"]
+                live = KmsLive(
+                    bool(rotation["KeyRotationEnabled"]), policy_services(document), tags
+                )
                 return Observed(KmsOut(key_id, arn), live, key_id)
         return None
 
     def desired(
         self, ctx: Context, rid: str, params: KmsParams, observed: Observed[KmsOut, KmsLive]
     ) -> KmsLive:
-        return KmsLive(True, params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
+        return KmsLive(
+            True,
+            frozenset({params.service} if params.service else ()),
+            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+        )
 
     def create(self, ctx: Context, rid: str, params: KmsParams) -> KmsOut:
         from provisioner.resources.ec2 import create_or_adopt
 
         once = ctx.aws.client("kms", retries=False)
+        document = key_policy(ctx.cached("sts:account", ctx.aws.account_id), params.service)
 
         def make() -> KmsOut:
             meta = once.create_key(
                 Description=params.description,
                 KeyUsage="ENCRYPT_DECRYPT",
                 KeySpec="SYMMETRIC_DEFAULT",
+                Policy=document,
                 Tags=ctx.tag_list(params.tags, "TagKey", "TagValue"),
             )["KeyMetadata"]
             return KmsOut(meta["KeyId"], meta["Arn"])
@@ -128,6 +196,13 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
         for change in changes:
             if change.path == "rotation":
                 kms.enable_key_rotation(KeyId=observed.id)
+            if change.path == "services":
+                account = ctx.cached("sts:account", ctx.aws.account_id)
+                kms.put_key_policy(
+                    KeyId=observed.id,
+                    PolicyName="default",
+                    Policy=key_policy(account, params.service),
+                )
             if change.path == "tags":
                 apply_tag_change(
                     change.after,

@@ -9,6 +9,7 @@ from typing import Any
 from provisioner.graph.graph import Graph
 from provisioner.graph.ref import ref_types
 from provisioner.resources.base import Kind, Owned
+from provisioner.resources.budgets import Budget
 from provisioner.resources.compute import PlacementGroup, SecurityGroup
 from provisioner.resources.eks import EksCluster
 from provisioner.resources.eks_access import AccessEntry
@@ -16,6 +17,7 @@ from provisioner.resources.eks_addons import Addon, PodIdentity
 from provisioner.resources.eks_nodes import Nodegroup
 from provisioner.resources.fsx import ExistingFileSystem, FileSystem
 from provisioner.resources.fsx_dra import RepositoryLink
+from provisioner.resources.functions import Function
 from provisioner.resources.gateways import ElasticIp, InternetGateway, NatGateway
 from provisioner.resources.iam import ManagedPolicy, Role
 from provisioner.resources.kms import KmsKey
@@ -32,6 +34,7 @@ from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import RouteTable, S3Endpoint
 from provisioner.resources.schedules import Expiry
 from provisioner.resources.storage import Artifacts, Bucket
+from provisioner.resources.topics import Topic
 
 AnyKind = Kind[Any, Any, Any]
 
@@ -75,6 +78,9 @@ def kinds() -> dict[str, AnyKind]:
         PcsNodeGroup(),
         PcsQueue(),
         Expiry(),
+        Topic(),
+        Function(),
+        Budget(),
     ]
     return {k.name: k for k in every}
 

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -185,13 +185,9 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
         role = ctx.resolve(params.role, "arn")
         out = set()
         for call in params.calls:
-            ids = {"cluster": ctx.resolve(call.cluster), "group": ctx.resolve(call.group)}
-            if role is UNKNOWN or UNKNOWN in ids.values():
-                return UNKNOWN  # type: ignore[no-any-return]
-            text = call.input
-            for key, value in ids.items():
-                if value is not None:
-                    text = text.replace("{" + key + "}", str(value))
+            text = filled(ctx, call)
+            if role is UNKNOWN or text is UNKNOWN:
+                return cast(frozenset[LiveSchedule], UNKNOWN)
             out.add(LiveSchedule(call.schedule, UNIVERSAL.format(call.action), text, str(role)))
         return frozenset(out)
 
@@ -340,6 +336,18 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
             300.0,
             owned.resource,
         )
+
+
+def filled(ctx: Context, call: StopCall) -> str:
+    """A call's input with the ids it names filled in (``UNKNOWN`` while one is not made)."""
+    ids = {"cluster": ctx.resolve(call.cluster), "group": ctx.resolve(call.group)}
+    if UNKNOWN in ids.values():
+        return UNKNOWN  # type: ignore[no-any-return]
+    text = call.input
+    for key, value in ids.items():
+        if value is not None:
+            text = text.replace("{" + key + "}", str(value))
+    return text
 
 
 def input_of(document: dict[str, Any]) -> str:

@@ -14,10 +14,10 @@ What it follows (the EventBridge Scheduler User Guide and API reference, 2021-06
 
 The call goes to the sandbox itself, over HTTPS with its own credentials, through botocore:
 an Input that is not the API's parameters fails botocore's validation as it fails AWS's.
-The role's policy is evaluated for Allow statements only (an explicit Deny, conditions and
-permission boundaries are not), on the resource ARNs AWS's Service Authorization Reference
-gives for the three calls fmctl's schedules make; any other action is refused, so a schedule
-the sandbox cannot judge fails rather than passing unchecked.
+The role's policies are judged by ``iam_eval``: Allow statements only, on the resource ARNs
+AWS's Service Authorization Reference gives for the calls fmctl's schedules make; any other
+action is refused, so a schedule the sandbox cannot judge fails rather than passing
+unchecked.
 
 moto's own mends: CreateScheduleGroup of a name that exists answers ConflictException and
 DeleteScheduleGroup of one that does not ResourceNotFoundException (the API reference's
@@ -27,14 +27,14 @@ deleted group's tags go with it (moto 5.2 keeps them for the next group of the n
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote
+
+from provisioner.sandbox import iam_eval
 
 UNIVERSAL = "arn:aws:scheduler:::aws-sdk:"
 PRINCIPAL = "scheduler.amazonaws.com"
@@ -142,71 +142,15 @@ def _run(account: str, region: str, schedule: Any, now: float, call: CallAs) -> 
     return {**said, "outcome": "succeeded"}
 
 
-def _resource(
-    service: str, action: str, region: str, account: str, params: dict[str, Any]
-) -> str | None:
-    """The ARN a call acts on (the Service Authorization Reference's resource types)."""
-    if (service, action) == ("eks", "updateNodegroupConfig"):
-        # nodegroup/CLUSTER/NODEGROUP/UUID: the uuid is EKS's; a policy names it or `*`.
-        uuid = "00000000-0000-0000-0000-000000000000"
-        cluster, group = params.get("clusterName"), params.get("nodegroupName")
-        return f"arn:aws:eks:{region}:{account}:nodegroup/{cluster}/{group}/{uuid}"
-    if (service, action) == ("pcs", "updateComputeNodeGroup"):
-        cluster, group = params.get("clusterIdentifier"), params.get("computeNodeGroupIdentifier")
-        return f"arn:aws:pcs:{region}:{account}:computenodegroup/{cluster}/{group}"
-    if (service, action) == ("dynamodb", "updateItem"):
-        return f"arn:aws:dynamodb:{region}:{account}:table/{params.get('TableName')}"
-    return None
-
-
 def _denied(
     account: str, role_arn: str, service: str, action: str, region: str, params: dict[str, Any]
 ) -> str | None:
-    """Why the role may not make the call, or None when it may."""
-    from moto.iam.models import iam_backends
-
-    iam = iam_backends[account]["global"]
+    """Why the role may not make the call, or None when it may (``iam_eval``)."""
+    documents = iam_eval.role_documents(account, role_arn, PRINCIPAL)
+    if isinstance(documents, str):
+        return documents
     name = role_arn.rsplit("/", 1)[-1]
-    role = next((r for r in iam.roles.values() if r.name == name), None)
-    if role is None:
-        return f"no role {role_arn}"
-    trust = json.loads(unquote(role.assume_role_policy_document))
-    if not any(_trusts(s) for s in _listed(trust.get("Statement"))):
-        return f"role {name} does not trust {PRINCIPAL}"
-    resource = _resource(service, action, region, account, params)
-    if resource is None:
-        return f"the sandbox does not judge {service}:{action}"
-    documents = [json.loads(unquote(d)) for d in role.policies.values()]
-    for policy in role.managed_policies.values():
-        current = [v for v in policy.versions if v.is_default]
-        documents += [json.loads(unquote(v.document)) for v in current]
-    wanted = f"{service}:{action}".lower()
-    for document in documents:
-        for statement in _listed(document.get("Statement")):
-            if statement.get("Effect") != "Allow":
-                continue
-            actions = [a.lower() for a in _listed(statement.get("Action"))]
-            resources = _listed(statement.get("Resource"))
-            if any(fnmatch.fnmatchcase(wanted, a) for a in actions) and any(
-                fnmatch.fnmatchcase(resource, r) for r in resources
-            ):
-                return None
-    return f"role {name} is not allowed {service}:{action} on {resource}"
-
-
-def _trusts(statement: dict[str, Any]) -> bool:
-    principal = statement.get("Principal", {})
-    services = _listed(principal.get("Service")) if isinstance(principal, dict) else []
-    actions = _listed(statement.get("Action"))
-    return (
-        statement.get("Effect") == "Allow" and PRINCIPAL in services and "sts:AssumeRole" in actions
-    )
-
-
-def _listed(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
+    return iam_eval.refused(documents, name, service, action, region, account, params)
 
 
 def mend() -> None:

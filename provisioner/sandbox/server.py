@@ -7,7 +7,9 @@ needs that no AWS API can make in an account: ``SeedCapacityReservation`` (a res
 Capacity Block with the id the spec names), ``SeedImage`` (an Amazon-owned AMI),
 ``InjectNodeFault`` (a fault on an EKS node, which its node monitoring agent stand-in reports
 and node auto repair acts on: ``eks_repair``; or on a PCS instance, which PCS's health
-monitoring acts on: ``pcs_repair``; `fmctl sandbox fault`), and ``Health``. Test
+monitoring acts on: ``pcs_repair``; `fmctl sandbox fault`), ``AdvanceClock`` (EventBridge
+Scheduler's clock: ``scheduler_run``), ``SetBudgetSpend`` (a budget's actual spend, whose
+notifications then go out: ``budgets``; `fmctl sandbox spend`), and ``Health``. Test
 doubles (fault injection into calls, a request log) are not here: tests wrap this
 application with their own (``serve``'s ``wrap``).
 
@@ -31,7 +33,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from provisioner.sandbox import protocol, scheduler_run, sigv4
+from provisioner.sandbox import budgets, lambda_run, protocol, scheduler_run, sigv4
 from provisioner.sandbox.eks_model import EksError
 from provisioner.sandbox.pcs_model import PcsError
 from provisioner.sandbox.shims import Shims
@@ -164,10 +166,44 @@ class Emulator:
                 self.shims.lock,
             )
             return protocol.json_response({"runs": runs})
+        if call.action == "SetBudgetSpend":
+            return self._set_spend(call, base_url)
         if call.action == "SeedImage":
             image = self.shims.seed_image(call.account, {**call.params, "region": call.region})
             return protocol.json_response({"ImageId": image})
         return protocol.json_error(400, "InvalidAction", f"{call.action} is not an operation")
+
+    def _set_spend(self, call: protocol.Call, base_url: str) -> tuple[int, dict[str, str], bytes]:
+        """A budget's actual spend set: each notification it crosses is sent, to its email
+        subscribers (kept here) and its SNS topic (published as AWS Budgets publishes, if
+        the topic lets it); what was sent, and where."""
+        name, amount = str(call.params.get("BudgetName", "")), call.params.get("Amount")
+        if not isinstance(amount, int | float):
+            return protocol.json_error(400, "ValidationException", "Amount is a number")
+        with self.shims.lock:
+            try:
+                crossed = self.shims.budgets.set_spend(call.account, name, float(amount))
+            except budgets.BudgetsError as err:
+                return protocol.json_error(400, err.code, err.message)
+        reach = scheduler_run.CallAs(
+            base_url, self.ca_path, self.credentials.access_key, self.credentials.secret_key
+        )
+        sent = []
+        for notice, budget in crossed:
+            subject, text = budgets.message(budget, notice)
+            for subscriber in notice.subscribers:
+                address = subscriber["Address"]
+                outcome = "delivered"
+                if subscriber["SubscriptionType"] == "SNS":
+                    outcome = _publish(reach, address, subject, text)
+                sent.append(
+                    {
+                        "threshold": notice.notification.get("Threshold"),
+                        "to": address,
+                        "outcome": outcome,
+                    }
+                )
+        return protocol.json_response({"sent": sent})
 
     def _kube(self, environ: dict[str, Any], body: bytes, start: StartResponse) -> Iterable[bytes]:
         """A sandbox EKS cluster's Kubernetes API: /k8s/ENDPOINT-ID/..."""
@@ -191,6 +227,28 @@ class Emulator:
             ),
         )
         return answer(start, status, out_headers, payload)
+
+
+def _publish(reach: scheduler_run.CallAs, topic: str, subject: str, text: str) -> str:
+    """Publish a budget notification to an SNS topic as AWS Budgets would: only if the
+    topic's policy (and its KMS key's) lets budgets.amazonaws.com; the outcome."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    region = topic.split(":")[3] if topic.count(":") >= 5 else "us-east-1"
+    sns = reach.client(region, "sns")
+    try:
+        attributes = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+        key, key_policy = attributes.get("KmsMasterKeyId"), None
+        if key and not str(key).startswith("alias/aws/"):
+            kms = reach.client(region, "kms")
+            key_policy = kms.get_key_policy(KeyId=key, PolicyName="default")["Policy"]
+        refused = budgets.publish_refused(attributes, key_policy)
+        if refused:
+            return f"not delivered: {refused}"
+        sns.publish(TopicArn=topic, Subject=subject, Message=text)
+    except (BotoCoreError, ClientError) as err:
+        return f"not delivered: {err}"
+    return "delivered"
 
 
 def _base_url(environ: dict[str, Any]) -> str:
@@ -228,6 +286,7 @@ def build_app(scale: float, credentials: sigv4.Credentials, ca_pem: bytes = b"")
 
     ec2_mend.mend()
     scheduler_run.mend()
+    lambda_run.mend()
     return Emulator(
         DomainDispatcherApplication(create_backend_app),
         Shims(scale=scale, ca_pem=ca_pem),
@@ -286,6 +345,14 @@ def serve(
         threaded=True,
         request_handler=KeepAliveHandler,
         ssl_context=context,
+    )
+    lambda_run.configure(
+        scheduler_run.CallAs(
+            f"https://127.0.0.1:{server.server_port}",
+            str(cert),
+            credentials.access_key,
+            credentials.secret_key,
+        )
     )
     tmp = f"{ready_file}.tmp"
     with open(tmp, "w") as fh:

@@ -19,6 +19,7 @@ from typing import Any
 
 from provisioner.sandbox import eks_asg, fsx_update, pricing
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.budgets import Budgets
 from provisioner.sandbox.cost_explorer import CostTags
 from provisioner.sandbox.ec2_capacity import (
     describe_instance_topology,
@@ -132,6 +133,8 @@ class Shims:
     scheduler: Runner = field(default_factory=Runner)
     #: Cost Explorer's cost allocation tags (``cost_explorer``).
     cost_tags: CostTags = field(default_factory=CostTags)
+    #: AWS Budgets, with a spend the sandbox sets (``budgets``).
+    budgets: Budgets = field(default_factory=Budgets)
 
     def world(self, account: str) -> World:
         """The state of ``account``, made on first use (call under the lock)."""
@@ -153,7 +156,7 @@ class Shims:
         """True when the call is one of the shims'."""
         if call.service in ("eks", "pcs", "pricing"):
             return True
-        if self.cost_tags.handles(call):
+        if self.cost_tags.handles(call) or self.budgets.handles(call):
             return True
         if call.service == "autoscaling":  # a node group's own group; moto has the rest
             with self.lock:
@@ -174,6 +177,9 @@ class Shims:
         if self.cost_tags.handles(call):
             with self.lock:
                 return self.cost_tags.handle(call)
+        if self.budgets.handles(call):
+            with self.lock:
+                return self.budgets.handle(call)
         if call.service == "pricing":  # no state: a recorded slice of the offer files
             if call.action == "GetProducts":
                 return pricing.get_products(call)

@@ -96,6 +96,17 @@ class Sandbox:
         runs: list[dict[str, Any]] = said["runs"]
         return runs
 
+    def spend(self, cluster: str, amount: float) -> list[dict[str, Any]]:
+        """Set the actual spend of the cluster's budget; what its notifications sent."""
+        said = daemon.call(
+            self.info,
+            daemon.credentials(self.home),
+            "SetBudgetSpend",
+            {"BudgetName": f"fmctl-{cluster}", "Amount": amount},
+        )
+        sent: list[dict[str, Any]] = said["sent"]
+        return sent
+
     def seed(self, reservation: dict[str, Any]) -> None:
         """A capacity reservation in the region of its availability zone, as `up` seeds one."""
         region = str(reservation["availabilityZone"])[:-1]
@@ -240,6 +251,7 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         tags = scheduler.list_tags_for_resource(ResourceArn=group["Arn"])["Tags"]
         if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
             left.append(f"schedule-group:{group['Name']}")
+    left += _money_leftovers(aws, name)
     for reservation in ec2.describe_instances(Filters=mine)["Reservations"]:
         left += [
             f"instance:{i['InstanceId']}"
@@ -280,6 +292,32 @@ def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
         and (s3.get_bucket_location(Bucket=b["Name"])["LocationConstraint"] or "us-east-1")
         == region
     ]
+    return left
+
+
+def _money_leftovers(aws: Aws, name: str) -> list[str]:
+    """The budget, and its stop chain: topic, subscriptions, function, log group."""
+    left: list[str] = []
+    account = aws.client("sts").get_caller_identity()["Account"]
+    budgets = aws.client("budgets").describe_budgets(AccountId=account).get("Budgets", [])
+    left += [f"budget:{b['BudgetName']}" for b in budgets if b["BudgetName"] == f"fmctl-{name}"]
+    sns = aws.client("sns")
+    for topic in sns.list_topics()["Topics"]:
+        tags = sns.list_tags_for_resource(ResourceArn=topic["TopicArn"])["Tags"]
+        if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
+            left.append(f"sns:{topic['TopicArn']}")
+    lam = aws.client("lambda")
+    for function in lam.list_functions()["Functions"]:
+        if lam.list_tags(Resource=function["FunctionArn"])["Tags"].get(OWNER_TAG) == name:
+            left.append(f"lambda:{function['FunctionName']}")
+    left += [
+        f"subscription:{s['SubscriptionArn']}"
+        for s in sns.list_subscriptions()["Subscriptions"]
+        if f":function:fmctl-{name}-" in s["Endpoint"]
+    ]
+    logs = aws.client("logs")
+    groups = logs.describe_log_groups(logGroupNamePrefix=f"/aws/lambda/fmctl-{name}-")
+    left += [f"logs:{g['logGroupName']}" for g in groups["logGroups"]]
     return left
 
 

@@ -1,0 +1,62 @@
+"""One Lambda invocation in its own process (``lambda_run``): the handler of the unpacked
+package gets the event from standard input; every AWS call it makes through boto3 is first
+judged against the execution role's policies (``iam_eval``), as IAM judges it, and refused
+with AccessDeniedException when they do not allow it.
+
+Run: ``python -m provisioner.sandbox.lambda_host FOLDER MODULE.FUNCTION`` with the
+environment ``lambda_run`` sets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from typing import Any
+
+from provisioner.sandbox import iam_eval
+
+
+def _guard(model: Any, params: dict[str, Any], **_: Any) -> None:
+    from botocore.exceptions import ClientError
+
+    service = str(model.service_model.signing_name)
+    action = model.name[0].lower() + model.name[1:]
+    role = os.environ["FMCTL_LAMBDA_ROLE"]
+    why = iam_eval.refused(
+        json.loads(os.environ["FMCTL_LAMBDA_POLICIES"]),
+        role.rsplit("/", 1)[-1],
+        service,
+        action,
+        os.environ["AWS_REGION"],
+        os.environ["FMCTL_LAMBDA_ACCOUNT"],
+        params,
+    )
+    if why:
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": why}}, model.name)
+
+
+def main() -> int:
+    """Run the handler once; 0 when it returned, 1 when it raised."""
+    import boto3
+
+    folder, handler = sys.argv[1], sys.argv[2]
+    boto3.setup_default_session()
+    session = boto3.DEFAULT_SESSION
+    assert session is not None
+    session.events.register("before-parameter-build", _guard)
+    sys.path.insert(0, folder)
+    module, function = handler.rsplit(".", 1)
+    event = json.loads(sys.stdin.read())
+    try:
+        result = getattr(importlib.import_module(module), function)(event, None)
+    except Exception as exc:  # Lambda reports any failure of the handler, then retries
+        print(json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}))
+        return 1
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

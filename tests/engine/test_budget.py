@@ -1,0 +1,319 @@
+"""Caps AWS enforces: `up` of a spec with cost.budget makes an AWS Budgets budget over the
+cluster's tag that tells the spec's addresses at 80% and 100%; with actions: stop, also the
+chain that scales the cluster to zero at the limit with no fmctl running (the budget tells an
+encrypted SNS topic only Budgets may publish to, whose Lambda function makes the scheduler's
+own calls, as a role allowed only those). The sandbox sends the notifications when a test
+sets the spend, and runs the function as Lambda would; `down` removes every part."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from provisioner.resources.tags import OWNER_TAG
+from tests.engine.harness import Sandbox, raw_leftovers, spec_file
+from tests.engine.test_pcs import pcs_spec
+
+
+def _budget_spec(path: Path, **budget: Any) -> None:
+    data = yaml.safe_load(path.read_text())
+    data["cost"] = {"budget": budget}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _account(sandbox: Sandbox, region: str) -> str:
+    return str(sandbox.aws(region).client("sts").get_caller_identity()["Account"])
+
+
+def _notices(sandbox: Sandbox, region: str, name: str) -> dict[float, set[tuple[str, str]]]:
+    """The budget's notifications: threshold -> subscribers."""
+    budgets, account = sandbox.aws(region).client("budgets"), _account(sandbox, region)
+    out = {}
+    listed = budgets.describe_notifications_for_budget(
+        AccountId=account, BudgetName=f"fmctl-{name}"
+    )
+    for notification in listed["Notifications"]:
+        subscribers = budgets.describe_subscribers_for_notification(
+            AccountId=account, BudgetName=f"fmctl-{name}", Notification=notification
+        )["Subscribers"]
+        out[notification["Threshold"]] = {
+            (s["SubscriptionType"], s["Address"]) for s in subscribers
+        }
+    return out
+
+
+def _wait(what: str, probe: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        assert time.monotonic() < deadline, what
+        time.sleep(0.5)
+
+
+def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    name, region = "budget-eks", "us-west-2"
+    spec = spec_file(tmp_path, name, storage={})
+    data = yaml.safe_load(spec.read_text())
+    data["kubernetes"] = {**data.get("kubernetes", {}), "queueing": "none"}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    _budget_spec(spec, monthly=1000, actions="stop", notify=["ops@example.com"])
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        aws = sandbox.aws(region)
+        account = _account(sandbox, region)
+        budget = aws.client("budgets").describe_budget(
+            AccountId=account, BudgetName=f"fmctl-{name}"
+        )["Budget"]
+        assert budget["BudgetLimit"] == {"Amount": "1000.00", "Unit": "USD"}
+        assert budget["TimeUnit"] == "MONTHLY" and budget["BudgetType"] == "COST"
+        assert budget["CostFilters"] == {"TagKeyValue": [f"user:{OWNER_TAG}${name}"]}
+        topic = f"arn:aws:sns:{region}:{account}:fmctl-{name}-budget"
+        assert _notices(sandbox, region, name) == {
+            80.0: {("EMAIL", "ops@example.com")},
+            100.0: {("EMAIL", "ops@example.com"), ("SNS", topic)},
+        }
+        sns = aws.client("sns")
+        attributes = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+        key = attributes["KmsMasterKeyId"]
+        assert key.startswith("arn:aws:kms:"), attributes  # encrypted at rest, with our key
+        statement = json.loads(attributes["Policy"])["Statement"]
+        assert [s["Principal"] for s in statement] == [{"Service": "budgets.amazonaws.com"}]
+        key_policy = json.loads(
+            aws.client("kms").get_key_policy(KeyId=key, PolicyName="default")["Policy"]
+        )
+        assert any(
+            s.get("Principal") == {"Service": "budgets.amazonaws.com"}
+            for s in key_policy["Statement"]
+        ), key_policy
+        plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        changes = json.loads(plan.stdout)["changes"]
+        assert [c for c in changes if c["action"] != "unchanged"] == [], plan.stdout
+
+        eks = aws.client("eks")
+        groups = eks.list_nodegroups(clusterName=name)["nodegroups"]
+
+        def sizes() -> dict[str, tuple[int, int]]:
+            out = {}
+            for group in groups:
+                scaling = eks.describe_nodegroup(clusterName=name, nodegroupName=group)[
+                    "nodegroup"
+                ]["scalingConfig"]
+                out[group] = (scaling["minSize"], scaling["desiredSize"])
+            return out
+
+        before = sizes()
+        # 80%: the warning goes to the address, nothing stops.
+        assert sandbox.spend(name, 850) == [
+            {"threshold": 80.0, "to": "ops@example.com", "outcome": "delivered"}
+        ]
+        assert sandbox.spend(name, 900) == []  # sent once, not on every change
+        time.sleep(1)
+        assert sizes() == before
+        # 100%: the address and the topic; the function scales every node group to zero.
+        sent = sandbox.spend(name, 1001)
+        assert sorted((s["to"], s["outcome"]) for s in sent) == [
+            (topic, "delivered"),
+            ("ops@example.com", "delivered"),
+        ], sent
+        _wait("node groups at zero", lambda: set(sizes().values()) == {(0, 0)})
+        logs = aws.client("logs")
+        group = f"/aws/lambda/fmctl-{name}-budget-stop"
+        streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+        said = [
+            e["message"]
+            for s in streams
+            for e in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])[
+                "events"
+            ]
+        ]
+        assert any('"failed": []' in line for line in said), said
+        plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
+        assert "the budget is spent: 1001.00 USD of 1000.00" in plan.stdout, plan.stdout
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_a_pcs_cluster_over_its_total_budget_has_every_node_group_at_zero(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    name, region = "budget-pcs", "us-east-2"
+    spec = pcs_spec(tmp_path, name, region)
+    _budget_spec(spec, total=5000, actions="stop")
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        aws = sandbox.aws(region)
+        budget = aws.client("budgets").describe_budget(
+            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}"
+        )["Budget"]
+        assert budget["TimeUnit"] == "ANNUALLY"
+        # Counted from the day it was made, not January 1.
+        assert abs(budget["TimePeriod"]["Start"].timestamp() - time.time()) < 2 * 86400
+        # No address: only the stop topic hears the limit, and nothing hears 80%.
+        assert set(_notices(sandbox, region, name)) == {100.0}
+        assert [s["outcome"] for s in sandbox.spend(name, 5000.01)] == ["delivered"]
+        pcs = aws.client("pcs")
+        (cluster,) = [c for c in pcs.list_clusters()["clusters"] if c["name"] == name]
+
+        def stopped() -> bool:
+            listed = pcs.list_compute_node_groups(clusterIdentifier=cluster["id"])
+            for group in listed["computeNodeGroups"]:
+                scaling = pcs.get_compute_node_group(
+                    clusterIdentifier=cluster["id"], computeNodeGroupIdentifier=group["id"]
+                )["computeNodeGroup"]["scalingConfiguration"]
+                if (scaling["minInstanceCount"], scaling["maxInstanceCount"]) != (0, 0):
+                    return False
+            return True
+
+        _wait("PCS node groups at zero", stopped)
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_a_budget_changes_in_place_and_goes_with_alert_only(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A new limit is UpdateBudget, a new address a subscriber added; `actions: alert`
+    makes no stop chain; `sandbox spend` says who was told; a budget of the name that is
+    not the cluster's is refused."""
+    name, region = "budget-alert", "us-west-2"
+    spec = spec_file(tmp_path, name, storage={})
+    data = yaml.safe_load(spec.read_text())
+    data["kubernetes"] = {**data.get("kubernetes", {}), "queueing": "none"}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    _budget_spec(spec, monthly=500, notify=["ops@example.com"])
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        aws = sandbox.aws(region)
+        functions = aws.client("lambda").list_functions()["Functions"]
+        assert not [f for f in functions if f["FunctionName"].startswith(f"fmctl-{name}-")]
+        _budget_spec(spec, monthly=750.5, notify=["ops@example.com", "lead@example.com"])
+        plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        (change,) = [c for c in json.loads(plan.stdout)["changes"] if c["action"] != "unchanged"]
+        assert change["resource"] == "budget" and change["action"] == "update", change
+        assert {f["path"] for f in change["fields"]} == {"limit", "notices"}, change
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert again.returncode == 0, again.stdout + again.stderr
+        budget = aws.client("budgets").describe_budget(
+            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}"
+        )["Budget"]
+        assert budget["BudgetLimit"]["Amount"] == "750.50"
+        both = {("EMAIL", "ops@example.com"), ("EMAIL", "lead@example.com")}
+        assert _notices(sandbox, region, name) == {80.0: both, 100.0: both}
+        said = sandbox.fmctl("sandbox", "spend", name, "800")
+        assert said.returncode == 0, said.stdout + said.stderr
+        assert said.stdout.count("delivered") == 4, said.stdout
+        bad = sandbox.fmctl("sandbox", "spend", "Not_A_Name", "1")
+        assert bad.returncode == 1 and "not a cluster name" in bad.stderr, bad.stderr
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+    # Someone else's budget of the name: `up` refuses it, and `down` leaves it.
+    account = _account(sandbox, region)
+    budgets = sandbox.aws(region).client("budgets")
+    budgets.create_budget(
+        AccountId=account,
+        Budget={
+            "BudgetName": f"fmctl-{name}",
+            "BudgetLimit": {"Amount": "10", "Unit": "USD"},
+            "TimeUnit": "MONTHLY",
+            "BudgetType": "COST",
+        },
+    )
+    try:
+        refused = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"budget fmctl-{name} exists and is not fmctl cluster" in (
+            refused.stdout + refused.stderr
+        )
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+        budgets.describe_budget(AccountId=account, BudgetName=f"fmctl-{name}")
+    finally:
+        budgets.delete_budget(AccountId=account, BudgetName=f"fmctl-{name}")
+
+
+def test_budgets_publishes_only_where_policies_let_it(sandbox: Sandbox) -> None:
+    """A topic whose policy does not let budgets.amazonaws.com publish loses the
+    notification, as in AWS; SNS invokes a function only if its policy lets SNS; a function
+    whose role does not allow a call gets AccessDenied for it."""
+    from provisioner.sandbox import budgets, iam_eval, lambda_run
+
+    open_topic = {"Policy": json.dumps({"Statement": []})}
+    assert "does not let budgets.amazonaws.com sns:Publish" in str(
+        budgets.publish_refused(open_topic, None)
+    )
+    allowed = {
+        "Effect": "Allow",
+        "Principal": {"Service": "budgets.amazonaws.com"},
+        "Action": "SNS:Publish",
+        "Resource": "*",
+    }
+    topic = {"Policy": json.dumps({"Statement": [allowed]})}
+    assert budgets.publish_refused(topic, None) is None
+    managed = {**topic, "KmsMasterKeyId": "alias/aws/sns"}
+    assert "AWS managed key" in str(budgets.publish_refused(managed, None))
+    keyed = {**topic, "KmsMasterKeyId": "arn:aws:kms:us-east-1:123456789012:key/k"}
+    bare_key = json.dumps({"Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}}]})
+    assert "kms:GenerateDataKey" in str(budgets.publish_refused(keyed, bare_key))
+
+    arn = "arn:aws:sns:us-east-1:123456789012:t"
+    grant = {
+        "Effect": "Allow",
+        "Principal": {"Service": "sns.amazonaws.com"},
+        "Action": "lambda:InvokeFunction",
+        "Condition": {"ArnLike": {"AWS:SourceArn": arn}},
+    }
+    assert lambda_run._not_permitted({"Statement": [grant]}, arn) is None
+    assert lambda_run._not_permitted({"Statement": [grant]}, arn + "-other") is not None
+    assert lambda_run._not_permitted({"Statement": []}, arn) is not None
+
+    documents = [
+        {
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Action": ["eks:UpdateNodegroupConfig"],
+                    "Resource": ["arn:aws:eks:us-east-1:*:nodegroup/c/gpu/*"],
+                }
+            ]
+        }
+    ]
+    call = ("eks", "updateNodegroupConfig", "us-east-1", "123456789012")
+    assert (
+        iam_eval.refused(documents, "r", *call, {"clusterName": "c", "nodegroupName": "gpu"})
+        is None
+    )
+    assert "not allowed" in str(
+        iam_eval.refused(documents, "r", *call, {"clusterName": "c", "nodegroupName": "sys"})
+    )
+    assert "does not judge" in str(
+        iam_eval.refused(documents, "r", "ec2", "terminateInstances", "us-east-1", "1", {})
+    )
+
+
+@pytest.mark.parametrize("calls", [[], [{"action": "eks:updateNodegroupConfig", "input": {}}]])
+def test_the_stop_package_is_the_same_bytes_for_the_same_calls(calls: list[Any]) -> None:
+    """Lambda's CodeSha256 is what `plan` compares: a package built twice hashes the same,
+    and a changed call changes it."""
+    from provisioner.resources.functions import code_sha, package
+
+    assert code_sha(package(calls)) == code_sha(package(list(calls)))
+    other = [*calls, {"action": "pcs:updateComputeNodeGroup", "input": {"x": 1}}]
+    assert code_sha(package(other)) != code_sha(package(calls))
