@@ -65,7 +65,9 @@ def collect() -> tuple[list[Row], str]:
 
         before = running()
         start = time.perf_counter()
-        daemon.call(info, creds, "SetBudgetSpend", {"BudgetName": f"fmctl-{name}", "Amount": 1001})
+        daemon.call(
+            info, creds, "SetBudgetSpend", {"BudgetName": f"fmctl-{name}-{region}", "Amount": 1001}
+        )
         while running() > 0:
             if time.perf_counter() - start > 600:
                 raise SystemExit("the cluster was not at zero instances after 600 s")

@@ -338,18 +338,21 @@ def sandbox_fault(
 @sandbox.command("spend", cls=GuardedCommand)
 @click.argument("name", callback=cluster_name_check)
 @click.argument("usd", type=float)
+@click.option("--region", default=None, metavar="REGION", help="Default: the cluster's.")
 @click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
-def sandbox_spend(name: str, usd: float, state_dir: str | None) -> None:
+def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | None) -> None:
     """Set what cluster NAME has spent, as AWS Budgets sees it, to USD: the notifications of
     its budget (cost.budget) that this crosses go out, as AWS would send them. To rehearse a
     budget: `up --sandbox` a spec with cost.budget, then spend past its limit."""
     from provisioner.ops.errors import SandboxError
+    from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_spend as spend
 
+    home = home_of(state_dir)
     try:
-        sent = spend(home_of(state_dir), name, usd)
-    except SandboxError as exc:
+        sent = spend(home, name, resolve_region(region, name, home, True), usd)
+    except (RegionUnknown, SandboxError) as exc:
         _fail(str(exc), "`fmctl up --sandbox` a spec with cost.budget first")
     if not sent:
         click.echo("no notification crossed its threshold")

@@ -164,52 +164,39 @@ def exec_credential(target: Target, cluster: str) -> dict[str, object]:
     return credential(token(target.aws(), cluster), time.time())
 
 
+def _sandbox_op(
+    home: Path, action: str, body: dict[str, Any], region: str = "us-east-1"
+) -> dict[str, Any]:
+    """One of the running sandbox's own operations (``sandbox.server``); its answer."""
+    from provisioner.sandbox import daemon
+
+    info = daemon.running(home)
+    if info is None:
+        raise daemon.SandboxError(f"no sandbox runs for {home}")
+    return daemon.call(info, daemon.credentials(home), action, body, region)
+
+
 def sandbox_fault(home: Path, region: str, cluster: str, node: str, fault: dict[str, Any]) -> str:
     """Make ``node`` of sandbox EKS cluster ``cluster`` suffer ``fault`` (its node
     monitoring agent stand-in reports it; node auto repair acts on what it reports:
     provisioner/sandbox/eks_repair.py); what the agent did."""
-    from provisioner.sandbox import daemon
-
-    info = daemon.running(home)
-    if info is None:
-        raise daemon.SandboxError(f"no sandbox runs for {home}")
-    said = daemon.call(
-        info,
-        daemon.credentials(home),
-        "InjectNodeFault",
-        {"cluster": cluster, "node": node, "fault": fault},
-        region,
-    )
-    return str(said.get("said", ""))
+    body = {"cluster": cluster, "node": node, "fault": fault}
+    return str(_sandbox_op(home, "InjectNodeFault", body, region).get("said", ""))
 
 
-def sandbox_spend(home: Path, cluster: str, amount: float) -> list[dict[str, Any]]:
+def sandbox_spend(home: Path, cluster: str, region: str, amount: float) -> list[dict[str, Any]]:
     """Set the actual spend of the cluster's budget in the sandbox (AWS Budgets learns it
     from billing, hours late): each notification that crosses is sent; what went where."""
     from provisioner.resources.budgets import budget_name
-    from provisioner.sandbox import daemon
 
-    info = daemon.running(home)
-    if info is None:
-        raise daemon.SandboxError(f"no sandbox runs for {home}")
-    said = daemon.call(
-        info,
-        daemon.credentials(home),
-        "SetBudgetSpend",
-        {"BudgetName": budget_name(cluster), "Amount": amount},
-    )
-    sent: list[dict[str, Any]] = said.get("sent", [])
+    body = {"BudgetName": budget_name(cluster, region), "Amount": amount}
+    sent: list[dict[str, Any]] = _sandbox_op(home, "SetBudgetSpend", body).get("sent", [])
     return sent
 
 
 def sandbox_advance(home: Path, seconds: float) -> list[dict[str, Any]]:
     """Move the sandbox's EventBridge Scheduler clock on by ``seconds``: the schedules then
     due run (a ttl's, scaling the cluster to zero); what each run did."""
-    from provisioner.sandbox import daemon
-
-    info = daemon.running(home)
-    if info is None:
-        raise daemon.SandboxError(f"no sandbox runs for {home}")
-    said = daemon.call(info, daemon.credentials(home), "AdvanceClock", {"seconds": seconds})
+    said = _sandbox_op(home, "AdvanceClock", {"seconds": seconds})
     runs: list[dict[str, Any]] = said.get("runs", [])
     return runs

@@ -15,7 +15,8 @@ AWS Budgets (API 2016-10-20, botocore's model and the API reference):
   subscriber: one SNS topic and up to 10 email addresses. Budgets takes tags
   (``ResourceTags`` at creation, TagResource/ListTagsForResource on
   ``arn:aws:budgets::ACCOUNT:budget/NAME``), so a budget is owned by its tags, as every
-  resource fmctl makes.
+  resource fmctl makes; a budget is the account's, not a region's, so its tags name the
+  region too (as IAM's objects do: ``iam.owned_here``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from provisioner.resources.errors import Foreign
 from provisioner.resources.tags import (
     CREATED_TAG,
     OWNER_TAG,
+    REGION_TAG,
     RESOURCE_TAG,
     DesiredTags,
     Tags,
@@ -52,9 +54,10 @@ def usd(amount: object) -> str:
     return str(Decimal(str(amount)).quantize(Decimal("0.01")))
 
 
-def budget_name(cluster: str) -> str:
-    """The cluster's budget."""
-    return f"fmctl-{cluster}"
+def budget_name(cluster: str, region: str) -> str:
+    """The cluster's budget. Budgets are the account's, not a region's: two clusters of one
+    name in two regions have a budget each (and the region tag says whose is whose)."""
+    return f"fmctl-{cluster}-{region}"
 
 
 def scope(cluster: str) -> str:
@@ -130,6 +133,10 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         listed = ctx.aws.client("budgets").list_tags_for_resource(ResourceARN=self._arn(ctx, name))
         return Tags.of({t["Key"]: t["Value"] for t in listed.get("ResourceTags", [])})
 
+    @staticmethod
+    def _ours(ctx: Context, tags: Tags) -> bool:
+        return ctx.ours(tags.as_dict()) and tags.get(REGION_TAG) == ctx.region
+
     def _budget(self, ctx: Context, name: str) -> dict[str, Any] | None:
         try:
             found = ctx.aws.client("budgets").describe_budget(
@@ -168,7 +175,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         if budget is None:
             return None
         tags = self._tags(ctx, params.name)
-        if not ctx.ours(tags.as_dict()):
+        if not self._ours(ctx, tags):
             raise Foreign(
                 f"budget {params.name} exists and is not fmctl cluster {ctx.cluster}'s",
                 hint="delete it (aws budgets delete-budget) or pick another cluster name",
@@ -272,7 +279,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
                 raise
             # Made by a run that lost the answer (ours by tag: then the next plan mends any
             # difference), or someone else's.
-            if not ctx.ours(self._tags(ctx, params.name).as_dict()):
+            if not self._ours(ctx, self._tags(ctx, params.name)):
                 raise Foreign(
                     f"budget {params.name} exists and is not fmctl cluster {ctx.cluster}'s",
                     hint="delete it (aws budgets delete-budget) or pick another cluster name",
@@ -344,14 +351,14 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         client = ctx.aws.client("budgets")
         out = []
-        wanted = budget_name(ctx.cluster)
+        wanted = budget_name(ctx.cluster, ctx.region)
         pages = client.get_paginator("describe_budgets").paginate(AccountId=self._account(ctx))
         for page in pages:
             for budget in page.get("Budgets", []):
                 if budget["BudgetName"] != wanted:
                     continue
                 tags = self._tags(ctx, wanted)
-                if ctx.ours(tags.as_dict()):
+                if self._ours(ctx, tags):
                     out.append(self.owned_item(tags.get(RESOURCE_TAG) or "?", wanted))
         return out
 

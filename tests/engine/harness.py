@@ -96,13 +96,13 @@ class Sandbox:
         runs: list[dict[str, Any]] = said["runs"]
         return runs
 
-    def spend(self, cluster: str, amount: float) -> list[dict[str, Any]]:
+    def spend(self, cluster: str, region: str, amount: float) -> list[dict[str, Any]]:
         """Set the actual spend of the cluster's budget; what its notifications sent."""
         said = daemon.call(
             self.info,
             daemon.credentials(self.home),
             "SetBudgetSpend",
-            {"BudgetName": f"fmctl-{cluster}", "Amount": amount},
+            {"BudgetName": f"fmctl-{cluster}-{region}", "Amount": amount},
         )
         sent: list[dict[str, Any]] = said["sent"]
         return sent
@@ -300,7 +300,11 @@ def _money_leftovers(aws: Aws, name: str) -> list[str]:
     left: list[str] = []
     account = aws.client("sts").get_caller_identity()["Account"]
     budgets = aws.client("budgets").describe_budgets(AccountId=account).get("Budgets", [])
-    left += [f"budget:{b['BudgetName']}" for b in budgets if b["BudgetName"] == f"fmctl-{name}"]
+    left += [
+        f"budget:{b['BudgetName']}"
+        for b in budgets
+        if b["BudgetName"] == f"fmctl-{name}-{aws.region}"
+    ]
     sns = aws.client("sns")
     for topic in sns.list_topics()["Topics"]:
         tags = sns.list_tags_for_resource(ResourceArn=topic["TopicArn"])["Tags"]

@@ -35,11 +35,11 @@ def _notices(sandbox: Sandbox, region: str, name: str) -> dict[float, set[tuple[
     budgets, account = sandbox.aws(region).client("budgets"), _account(sandbox, region)
     out = {}
     listed = budgets.describe_notifications_for_budget(
-        AccountId=account, BudgetName=f"fmctl-{name}"
+        AccountId=account, BudgetName=f"fmctl-{name}-{region}"
     )
     for notification in listed["Notifications"]:
         subscribers = budgets.describe_subscribers_for_notification(
-            AccountId=account, BudgetName=f"fmctl-{name}", Notification=notification
+            AccountId=account, BudgetName=f"fmctl-{name}-{region}", Notification=notification
         )["Subscribers"]
         out[notification["Threshold"]] = {
             (s["SubscriptionType"], s["Address"]) for s in subscribers
@@ -72,7 +72,7 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
         aws = sandbox.aws(region)
         account = _account(sandbox, region)
         budget = aws.client("budgets").describe_budget(
-            AccountId=account, BudgetName=f"fmctl-{name}"
+            AccountId=account, BudgetName=f"fmctl-{name}-{region}"
         )["Budget"]
         assert budget["BudgetLimit"] == {"Amount": "1000.00", "Unit": "USD"}
         assert budget["TimeUnit"] == "MONTHLY" and budget["BudgetType"] == "COST"
@@ -113,14 +113,14 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
 
         before = sizes()
         # 80%: the warning goes to the address, nothing stops.
-        assert sandbox.spend(name, 850) == [
+        assert sandbox.spend(name, region, 850) == [
             {"threshold": 80.0, "to": "ops@example.com", "outcome": "delivered"}
         ]
-        assert sandbox.spend(name, 900) == []  # sent once, not on every change
+        assert sandbox.spend(name, region, 900) == []  # sent once, not on every change
         time.sleep(1)
         assert sizes() == before
         # 100%: the address and the topic; the function scales every node group to zero.
-        sent = sandbox.spend(name, 1001)
+        sent = sandbox.spend(name, region, 1001)
         assert sorted((s["to"], s["outcome"]) for s in sent) == [
             (topic, "delivered"),
             ("ops@example.com", "delivered"),
@@ -156,14 +156,14 @@ def test_a_pcs_cluster_over_its_total_budget_has_every_node_group_at_zero(
     try:
         aws = sandbox.aws(region)
         budget = aws.client("budgets").describe_budget(
-            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}"
+            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}-{region}"
         )["Budget"]
         assert budget["TimeUnit"] == "ANNUALLY"
         # Counted from the day it was made, not January 1.
         assert abs(budget["TimePeriod"]["Start"].timestamp() - time.time()) < 2 * 86400
         # No address: only the stop topic hears the limit, and nothing hears 80%.
         assert set(_notices(sandbox, region, name)) == {100.0}
-        assert [s["outcome"] for s in sandbox.spend(name, 5000.01)] == ["delivered"]
+        assert [s["outcome"] for s in sandbox.spend(name, region, 5000.01)] == ["delivered"]
         pcs = aws.client("pcs")
         (cluster,) = [c for c in pcs.list_clusters()["clusters"] if c["name"] == name]
 
@@ -210,7 +210,7 @@ def test_a_budget_changes_in_place_and_goes_with_alert_only(
         again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
         assert again.returncode == 0, again.stdout + again.stderr
         budget = aws.client("budgets").describe_budget(
-            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}"
+            AccountId=_account(sandbox, region), BudgetName=f"fmctl-{name}-{region}"
         )["Budget"]
         assert budget["BudgetLimit"]["Amount"] == "750.50"
         both = {("EMAIL", "ops@example.com"), ("EMAIL", "lead@example.com")}
@@ -230,7 +230,7 @@ def test_a_budget_changes_in_place_and_goes_with_alert_only(
     budgets.create_budget(
         AccountId=account,
         Budget={
-            "BudgetName": f"fmctl-{name}",
+            "BudgetName": f"fmctl-{name}-{region}",
             "BudgetLimit": {"Amount": "10", "Unit": "USD"},
             "TimeUnit": "MONTHLY",
             "BudgetType": "COST",
@@ -239,14 +239,14 @@ def test_a_budget_changes_in_place_and_goes_with_alert_only(
     try:
         refused = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
         assert refused.returncode == 1, refused.stdout + refused.stderr
-        assert f"budget fmctl-{name} exists and is not fmctl cluster" in (
+        assert f"budget fmctl-{name}-{region} exists and is not fmctl cluster" in (
             refused.stdout + refused.stderr
         )
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
-        budgets.describe_budget(AccountId=account, BudgetName=f"fmctl-{name}")
+        budgets.describe_budget(AccountId=account, BudgetName=f"fmctl-{name}-{region}")
     finally:
-        budgets.delete_budget(AccountId=account, BudgetName=f"fmctl-{name}")
+        budgets.delete_budget(AccountId=account, BudgetName=f"fmctl-{name}-{region}")
 
 
 def test_budgets_publishes_only_where_policies_let_it(sandbox: Sandbox) -> None:
@@ -317,3 +317,81 @@ def test_the_stop_package_is_the_same_bytes_for_the_same_calls(calls: list[Any])
     assert code_sha(package(calls)) == code_sha(package(list(calls)))
     other = [*calls, {"action": "pcs:updateComputeNodeGroup", "input": {"x": 1}}]
     assert code_sha(package(other)) != code_sha(package(calls))
+
+
+def test_a_budget_is_its_regions_clusters_and_adopts_after_a_lost_answer(
+    sandbox: Sandbox,
+) -> None:
+    """Budgets are the account's: two clusters of one name in two regions each have their
+    own (named and tagged by region), and neither's find_owned or read takes the other's;
+    a create whose answer was lost finds the budget it made and makes no second."""
+    from provisioner.resources.budgets import Budget, BudgetParams, budget_name
+    from provisioner.resources.context import Context
+    from provisioner.resources.errors import Foreign
+    from provisioner.resources.tags import DesiredTags
+
+    name, kind = "twin", Budget()
+    made = {}
+    for region in ("us-east-1", "eu-west-1"):
+        ctx = Context(aws=sandbox.aws(region), cluster=name, region=region)
+        params = BudgetParams(
+            budget_name(name, region),
+            100.0,
+            "monthly",
+            ("ops@example.com",),
+            None,
+            DesiredTags((), name, "budget", region=region),
+        )
+        kind.create(ctx, "budget", params)
+        kind.create(ctx, "budget", params)  # the answer to the first was "lost"
+        made[region] = (ctx, params)
+    for region, (ctx, params) in made.items():
+        (owned,) = kind.find_owned(ctx)
+        assert owned.id == f"fmctl-{name}-{region}"
+        observed = kind.read(ctx, "budget", params)
+        assert observed is not None and kind.diff(ctx, "budget", params, observed) == []
+    # The other region's budget, asked for by this region's name, is not taken for ours.
+    ctx, _ = made["us-east-1"]
+    _, theirs = made["eu-west-1"]
+    with pytest.raises(Foreign):
+        kind.read(ctx, "budget", theirs)
+    for ctx, params in made.values():
+        (owned,) = kind.find_owned(ctx)
+        kind.delete(ctx, owned)
+        assert kind.read(ctx, "budget", params) is None
+
+
+def test_gc_finds_a_cluster_whose_only_leftover_is_its_budget(sandbox: Sandbox) -> None:
+    """A `down` cut short can leave only what guards the money: `gc` finds the cluster by
+    its budget (in the region the budget's tags name) and collects it."""
+    from provisioner.resources.budgets import Budget, BudgetParams, budget_name
+    from provisioner.resources.context import Context
+    from provisioner.resources.tags import CREATED_TAG, DesiredTags
+
+    name, region = "budget-left", "ap-south-1"
+    aws = sandbox.aws(region)
+    ctx = Context(aws=aws, cluster=name, region=region)
+    params = BudgetParams(
+        budget_name(name, region),
+        100.0,
+        "monthly",
+        ("ops@example.com",),
+        None,
+        DesiredTags((), name, "budget", region=region),
+    )
+    Budget().create(ctx, "budget", params)
+    arn = f"arn:aws:budgets::{_account(sandbox, region)}:budget/{params.name}"
+    before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    aws.client("budgets").tag_resource(
+        ResourceARN=arn, ResourceTags=[{"Key": CREATED_TAG, "Value": before}]
+    )
+    elsewhere = sandbox.fmctl(
+        "gc", "--older-than", "5m", "--dry-run", "--region", "us-east-1", "--sandbox"
+    )
+    assert name not in elsewhere.stdout, elsewhere.stdout
+    listed = sandbox.fmctl("gc", "--older-than", "5m", "--dry-run", "--region", region, "--sandbox")
+    assert f"collect  {name}" in listed.stdout, listed.stdout + listed.stderr
+    done = sandbox.fmctl("gc", "--older-than", "5m", "--region", region, "--sandbox", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Budget().read(ctx, "budget", params) is None
+    assert raw_leftovers(sandbox, name, region) == []
