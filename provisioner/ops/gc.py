@@ -95,12 +95,49 @@ def _gather(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     fsx = aws.client("fsx")
     for item in fsx.describe_file_systems().get("FileSystems", []):
         _note(seen, {t["Key"]: t["Value"] for t in item.get("Tags", [])})
+    _gather_money(aws, seen)
     s3 = aws.client("s3")
     for bucket in s3.list_buckets().get("Buckets", []):
         # ListBuckets lists every region's: a bucket counts in its own region only (or a
         # cluster in us-east-2 would be found, and torn down, from us-east-1).
         if bucket["Name"].startswith("fmctl-") and _bucket_region(s3, bucket) == aws.region:
             _note(seen, _bucket_tags(s3, bucket["Name"]))
+
+
+def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
+    """What keeps a cluster's money in check, which can outlive everything else of it (a
+    `down` cut short): the ttl's schedule group, the budget's stop topic and function (found
+    by fmctl's name prefix, then their tags), and the budget, an account-wide object that
+    counts in the region its tags name."""
+    from provisioner.resources.tags import REGION_TAG
+
+    scheduler = aws.client("scheduler")
+    for page in scheduler.get_paginator("list_schedule_groups").paginate(NamePrefix="fmctl-"):
+        for group in page.get("ScheduleGroups", []):
+            listed = scheduler.list_tags_for_resource(ResourceArn=group["Arn"])
+            _note(seen, {t["Key"]: t["Value"] for t in listed.get("Tags", [])})
+    sns = aws.client("sns")
+    for page in sns.get_paginator("list_topics").paginate():
+        for topic in page.get("Topics", []):
+            if str(topic["TopicArn"]).rsplit(":", 1)[-1].startswith("fmctl-"):
+                listed = sns.list_tags_for_resource(ResourceArn=topic["TopicArn"])
+                _note(seen, {t["Key"]: t["Value"] for t in listed.get("Tags", [])})
+    functions = aws.client("lambda")
+    for page in functions.get_paginator("list_functions").paginate():
+        for function in page.get("Functions", []):
+            if str(function["FunctionName"]).startswith("fmctl-"):
+                _note(seen, functions.list_tags(Resource=function["FunctionArn"]).get("Tags", {}))
+    budgets = aws.client("budgets")
+    account = aws.account_id()
+    for page in budgets.get_paginator("describe_budgets").paginate(AccountId=account):
+        for budget in page.get("Budgets", []):
+            if not str(budget["BudgetName"]).startswith("fmctl-"):
+                continue
+            arn = f"arn:aws:budgets::{account}:budget/{budget['BudgetName']}"
+            listed = budgets.list_tags_for_resource(ResourceARN=arn).get("ResourceTags", [])
+            tags = {t["Key"]: t["Value"] for t in listed}
+            if tags.get(REGION_TAG) == aws.region:
+                _note(seen, tags)
 
 
 def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
@@ -110,7 +147,7 @@ def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
         return str(bucket["BucketRegion"])
     try:
         where = s3.get_bucket_location(Bucket=bucket["Name"]).get("LocationConstraint")
-    except Exception:  # gone since it was listed, or not ours to read
+    except Exception:  # noqa: BLE001 - gone since it was listed, or not ours to read
         return None
     return str(where or "us-east-1")
 
@@ -118,7 +155,7 @@ def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
 def _bucket_tags(s3: Any, name: str) -> dict[str, str]:
     try:
         return {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=name)["TagSet"]}
-    except Exception:  # no tags, or not ours to read
+    except Exception:  # noqa: BLE001 - no tags, or not ours to read
         return {}
 
 

@@ -336,6 +336,8 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                             raise
 
     def find_owned(self, ctx: Context) -> list[Owned]:
+        """The cluster's functions, and the log group of one already gone (a `down` cut
+        short between the two deletes), which ``delete`` then finishes."""
         client, out = ctx.aws.client("lambda"), []
         prefix = f"fmctl-{ctx.cluster}-"
         for page in client.get_paginator("list_functions").paginate():
@@ -345,6 +347,18 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                 tags = client.list_tags(Resource=function["FunctionArn"]).get("Tags", {})
                 if ctx.ours(tags):
                     name = str(function["FunctionName"])
+                    out.append(self.owned_item(tags.get(RESOURCE_TAG) or "?", name))
+        logs, found = ctx.aws.client("logs"), {o.id for o in out}
+        pages = logs.get_paginator("describe_log_groups").paginate(
+            logGroupNamePrefix=log_group(prefix)
+        )
+        for page in pages:
+            for group in page.get("logGroups", []):
+                name = str(group["logGroupName"]).rsplit("/", 1)[-1]
+                if name in found:
+                    continue
+                tags = logs.list_tags_log_group(logGroupName=group["logGroupName"]).get("tags", {})
+                if ctx.ours(tags):
                     out.append(self.owned_item(tags.get(RESOURCE_TAG) or "?", name))
         return out
 
