@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.engine.harness import Sandbox, kill_after, owned
 from tests.engine.test_pcs import PCS_RESOURCES, pcs_spec
@@ -16,8 +17,9 @@ from tests.reliability.campaign import duplicates, raw_leftovers, run_points, ta
 from tests.sampling import selected_params
 
 #: Resources a clean `up` creates (the sample AMI is looked up, not made), and the deletes
-#: of a clean `down` (the artifacts go with their bucket).
-UP_STEPS, DOWN_STEPS = 23, 22
+#: of a clean `down` (the artifacts go with their bucket): the cluster, its ttl's schedule
+#: group and role, and its budget with the stop chain (key, topic, role, function).
+UP_STEPS, DOWN_STEPS = 30, 29
 POINTS = list(range(1, UP_STEPS + 1))
 CRASH_PARALLELISM = 6
 #: `make test` tries one point in this many (a different slice each commit).
@@ -25,6 +27,17 @@ SAMPLE_STRIDE = 6
 TEST = "test_pcs_killed_at_each_step_then_rerun"
 KILL_TRIES = 3
 REGION = "us-west-2"
+
+
+def crash_spec(tmp: Path, name: str) -> Path:
+    """The PCS cluster with what guards its money too: a ttl (schedules kept by AWS) and a
+    budget that stops it, so every step of those is a kill point as well."""
+    spec = pcs_spec(tmp, name, REGION)
+    data = yaml.safe_load(spec.read_text())
+    data["metadata"]["ttl"] = "30d"
+    data["cost"] = {"budget": {"total": 100000, "actions": "stop"}}
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    return spec
 
 
 def _killed(
@@ -45,7 +58,7 @@ def _killed(
 
 def _crash_point(sandbox: Sandbox, tmp: Path, point: int) -> None:
     name = f"e2e-pcscrash-{point}"
-    spec = pcs_spec(tmp, name, REGION)
+    spec = crash_spec(tmp, name)
     up, down = ("up", "-f", str(spec)), ("down", name, "--region", REGION)
     _killed(sandbox, up, " creating", point, down)
     partial = owned(sandbox, name, REGION)
@@ -81,7 +94,7 @@ def test_a_clean_run_has_the_steps_the_points_cover(sandbox: Sandbox, tmp_path: 
     """The kill points are every step: a clean up creates UP_STEPS resources, a clean down
     deletes DOWN_STEPS."""
     name = "e2e-pcscrash-clean"
-    spec = pcs_spec(tmp_path, name, REGION)
+    spec = crash_spec(tmp_path, name)
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     assert up.stdout.count(" creating") == UP_STEPS
