@@ -119,7 +119,7 @@ def _online(validation: Any, target: Any) -> None:
 
     try:
         online = check_online(validation, target)
-    except Exception as exc:  # botocore errors: translated, never a traceback
+    except Exception as exc:  # noqa: BLE001 - botocore errors: translated, never a traceback
         _fail(*explain(exc, "checking the account"))
     print_problems(online, sys.stderr, color=use_color(sys.stderr))
     if not online.ok:

@@ -51,7 +51,7 @@ def endpoint_scale(endpoint: str, ca_bundle: str | None, timeout: float = 3.0) -
 
     try:
         creds = botocore.session.get_session().get_credentials()
-    except Exception:  # a broken profile: the run's own first call says it properly
+    except Exception:  # noqa: BLE001 - a broken profile: the run's own first call says it properly
         return None
     if creds is None:
         return None
@@ -72,7 +72,7 @@ def endpoint_scale(endpoint: str, ca_bundle: str | None, timeout: float = 3.0) -
     try:
         with urllib.request.urlopen(prepared, timeout=timeout, context=context) as answer:
             said = json.loads(answer.read())
-    except Exception:  # not a sandbox (LocalStack, a proxy), or no answer: AWS's pace
+    except Exception:  # noqa: BLE001 - not a sandbox (LocalStack, a proxy), or no answer: AWS's pace
         return None
     scale = said.get("scale") if isinstance(said, dict) else None
     return float(scale) if isinstance(scale, int | float) and 0 < scale <= 1 else None

@@ -103,7 +103,7 @@ class PriceListBook:
             return self.shipped.quote(region, product)
         try:
             asked = self._ask(query)
-        except Exception as exc:  # any failure to ask falls back, and says why
+        except Exception as exc:  # noqa: BLE001 - any failure to ask falls back, and says why
             failed = translate(exc, "asking the AWS Price List")
             shipped = self.shipped.quote(region, product)
             if isinstance(shipped, Quote):
@@ -187,7 +187,7 @@ class PriceListBook:
                 MaxResults=100,
                 **where,
             )["SpotPriceHistory"]
-        except Exception as exc:  # any failure to ask is reported, not fatal
+        except Exception as exc:  # noqa: BLE001 - any failure to ask is reported, not fatal
             return Unpriced(str(translate(exc, "reading the Spot price history")))
         here = [h for h in history if not self.zone or h.get("AvailabilityZone") == self.zone]
         if not here:

@@ -173,7 +173,7 @@ def so_far(aws: Aws, name: str, since: float | None) -> SoFar:
             Metrics=["UnblendedCost"],
             Filter={"Tags": {"Key": OWNER_TAG, "Values": [name], "MatchOptions": ["EQUALS"]}},
         )
-    except Exception as exc:  # Cost Explorer is extra: the hourly figure stands without it
+    except Exception as exc:  # noqa: BLE001 - Cost Explorer is extra: the hourly figure stands without it
         return SoFar(None, start.isoformat(), str(translate(exc, "asking Cost Explorer")))
     periods = answer.get("ResultsByTime", [])
     if not periods:

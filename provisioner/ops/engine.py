@@ -80,7 +80,7 @@ def _last_blueprint(spec: ClusterSpec, target: Target, state: ClusterState) -> B
     try:
         last = validate_document(parse_source(text)[0], spec.scheduler).resolved
         return blueprint_of(last, target, state.shared_url) if last is not None else None
-    except Exception:  # an old spec this fmctl no longer reads: no drift, only changes
+    except Exception:  # noqa: BLE001 - an old spec this fmctl no longer reads: no drift, only changes
         return None
 
 

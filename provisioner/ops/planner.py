@@ -231,7 +231,7 @@ class Planner:
             item = self.blueprint[rid]
             try:
                 observed = kinds()[item.kind].read(self.ctx, rid, item.params)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every kind's failure is kept and said per resource
                 with self.ctx.lock:
                     self.errors[rid] = exc
                 return "unreadable"
@@ -336,7 +336,7 @@ class Planner:
         try:
             before = kinds()[item.kind].desired(ctx, item.id, old.params, observed)
             now = kinds()[item.kind].desired(ctx, item.id, item.params, observed)
-        except Exception:  # the old spec no longer makes sense: not drift, a change
+        except Exception:  # noqa: BLE001 - the old spec no longer makes sense: not drift, a change
             return fields
         out = []
         for f in fields:
@@ -370,7 +370,7 @@ class Planner:
                 continue
             try:
                 found += kind.find_owned(self.ctx)
-            except Exception as exc:  # say so; the resources of the kind read already did
+            except Exception as exc:  # noqa: BLE001 - say so; the resources of the kind read already did
                 translated = translate(exc, f"listing the cluster's {name} resources")
                 out.append(
                     Change(
@@ -419,7 +419,7 @@ def _displaced(ctx: Context, owned: Owned) -> str | None:
     be read is said, not fatal to the plan."""
     try:
         return kinds()[owned.kind].displaces(ctx, owned)
-    except Exception as exc:  # its cluster's API out of reach from here: the plan goes on
+    except Exception as exc:  # noqa: BLE001 - its cluster's API out of reach from here: the plan goes on
         return f"the work on it could not be counted ({translate(exc, 'counting')})"
 
 

@@ -68,7 +68,7 @@ def _reservations(spec: ClusterSpec, target: Target, seed: Seeder) -> list[str]:
         try:
             found = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])
             have = found["CapacityReservations"][0]
-        except Exception:  # not in this region yet: seed it
+        except Exception:  # noqa: BLE001 - not in this region yet: seed it
             have = None
         seeded = {"Key": SEEDED_TAG, "Value": "true"} in (have or {}).get("Tags", [])
         if have is not None and not seeded:
@@ -106,7 +106,7 @@ def _data_bucket(spec: ClusterSpec, target: Target) -> list[str]:
         try:
             s3.head_bucket(Bucket=bucket)
             now_in = _bucket_region(s3, bucket)
-        except Exception:  # not there yet: make it
+        except Exception:  # noqa: BLE001 - not there yet: make it
             now_in = None
         if now_in == where:
             continue
@@ -147,7 +147,7 @@ def _move_seeded(s3: Any, bucket: str, old: str, new: str) -> str | None:
     A bucket the sandbox did not make is left where it is: the spec's check then says so."""
     try:
         tags = s3.get_bucket_tagging(Bucket=bucket).get("TagSet", [])
-    except Exception:  # no tags: not one the sandbox seeded
+    except Exception:  # noqa: BLE001 - no tags: not one the sandbox seeded
         tags = []
     if {"Key": SEEDED_TAG, "Value": "true"} not in tags:
         return None

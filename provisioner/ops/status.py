@@ -407,7 +407,7 @@ def expected_devices(target: Target, name: str) -> Any:
     by_pool: dict[str, tuple[int, int]] = {}
     try:
         spec = applied_spec(target, name)
-    except Exception:  # no state to read: the catalog alone says what each type has
+    except Exception:  # noqa: BLE001 - no state to read: the catalog alone says what each type has
         spec = None
     if spec is not None and spec.scheduler == "kubernetes":
         for pool in build_context(spec, catalog).pools:

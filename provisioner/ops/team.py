@@ -186,7 +186,7 @@ def holder(target: Target, command: str, spec_text: str = "") -> Holder:
     """This run, as its lock and audit entries name it (the caller's ARN from STS)."""
     try:
         who = str(target.aws().client("sts").get_caller_identity()["Arn"])
-    except Exception:  # no identity to be had (offline tests): say so rather than guess
+    except Exception:  # noqa: BLE001 - no identity to be had (offline tests): say so rather than guess
         who = "unknown caller"
     return Holder(
         run=uuid.uuid4().hex[:12],
@@ -417,5 +417,5 @@ def team_region(home: Path, name: str, sandbox: bool, state_url: str | None) -> 
         # A bucket is reached from any region's endpoint (S3 redirects to its own).
         target = target_for(STATE_ENDPOINT_REGION, home, sandbox)
         return state_at(target, name, location).region()
-    except Exception:  # no record to be had is "not recorded": the command says so later
+    except Exception:  # noqa: BLE001 - no record to be had is "not recorded": the command says so later
         return None

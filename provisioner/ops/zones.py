@@ -30,7 +30,7 @@ def starter_zone(
         return ZoneChoice(first, "not checked (no AWS credentials): `fmctl plan` checks it")
     try:
         offered = _ask(region, instance_type, sandbox, home)
-    except Exception as exc:  # no answer to be had here: the spec is still written
+    except Exception as exc:  # noqa: BLE001 - no answer to be had here: the spec is still written
         from provisioner.ops.errors import explain
 
         reason = explain(exc, "asking EC2")[0]

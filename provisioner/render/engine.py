@@ -25,7 +25,7 @@ class _QuietCache(jinja2.FileSystemBytecodeCache):
     def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
         try:
             super().load_bytecode(bucket)
-        except Exception:  # a corrupt or unreadable entry: compile afresh
+        except Exception:  # noqa: BLE001 - a corrupt or unreadable entry: compile afresh
             bucket.reset()
 
     def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:

@@ -12,7 +12,14 @@ from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
-from provisioner.resources.ec2 import by_resource, owned_items, retag, retry_dependency, tags_of
+from provisioner.resources.ec2 import (
+    by_resource,
+    is_gone,
+    owned_items,
+    retag,
+    retry_dependency,
+    tags_of,
+)
 from provisioner.resources.errors import Foreign
 from provisioner.resources.network import VpcOut, sweep_cni_interfaces
 from provisioner.resources.tags import (
@@ -271,7 +278,9 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
         ec2 = ctx.aws.client("ec2")
         try:
             item = ec2.describe_security_groups(GroupIds=[owned.id])["SecurityGroups"][0]
-        except Exception:
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
             return  # gone
         sweep_cni_interfaces(ctx, "sg", "group-id", owned.id)
         # Rules naming other groups block their deletion: empty this group first.

@@ -248,7 +248,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
                 nodes, pods = eks_drain.affected(api, observed.id, going)
             finally:
                 close(api)
-        except Exception as exc:  # its API out of reach from here: said, the plan goes on
+        except Exception as exc:  # noqa: BLE001 - its API out of reach from here: said, the plan goes on
             said = f"their pods could not be counted: {exc}"
         else:
             said = f"{pods} pod(s) on {nodes} node(s) to move"

@@ -14,6 +14,7 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
     create_or_adopt,
+    is_gone,
     owned_items,
     retag,
     retry_dependency,
@@ -144,7 +145,9 @@ class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
             items = ec2.describe_internet_gateways(InternetGatewayIds=[owned.id])[
                 "InternetGateways"
             ]
-        except Exception:
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
             items = []
         for attachment in items[0].get("Attachments", []) if items else []:
             detach = functools.partial(

@@ -14,6 +14,7 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
     create_or_adopt,
+    is_gone,
     owned_items,
     retry_dependency,
     tags_of,
@@ -166,7 +167,9 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
         ec2 = ctx.aws.client("ec2")
         try:
             tables = ec2.describe_route_tables(RouteTableIds=[table_id])["RouteTables"]
-        except Exception:
+        except Exception as exc:
+            if not is_gone(exc):
+                raise
             return
         for association in tables[0].get("Associations", []) if tables else []:
             if association.get("Main"):

@@ -51,7 +51,7 @@ def main() -> int:
     event = json.loads(sys.stdin.read())
     try:
         result = getattr(importlib.import_module(module), function)(event, None)
-    except Exception as exc:  # Lambda reports any failure of the handler, then retries
+    except Exception as exc:  # noqa: BLE001 - Lambda reports any failure of the handler, then retries
         print(json.dumps({"errorType": type(exc).__name__, "errorMessage": str(exc)}))
         return 1
     print(json.dumps(result, default=str))

@@ -139,9 +139,7 @@ def _not_permitted(policy: dict[str, Any], topic: str) -> str | None:
             and source in (None, topic)
         ):
             return None
-    return (
-        f"not invoked: its policy does not let sns.amazonaws.com invoke it for {topic}"
-    )
+    return f"not invoked: its policy does not let sns.amazonaws.com invoke it for {topic}"
 
 
 def _run(invocation: Invocation) -> None:

@@ -119,7 +119,7 @@ class Emulator:
             with self.shims.lock:
                 # moto's Flask apps run in debug mode: their failures propagate to here.
                 return list(self.moto(environ, start))
-        except Exception:
+        except Exception:  # noqa: BLE001 - answered as AWS's 500, which clients retry (below)
             # AWS answers a failure of its own with a 500 in the service's protocol, which
             # clients retry; werkzeug's HTML page would only fail to parse.
             print(f"{INTERNAL_ERROR} on {call.service} {call.action}", file=sys.stderr)

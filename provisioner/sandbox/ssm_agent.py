@@ -69,7 +69,7 @@ class Agent:
         for instance in instances:
             try:
                 ec2.get_instance(instance)
-            except Exception:
+            except Exception:  # noqa: BLE001 - moto's not-found for an unknown instance
                 return p.json_error(400, "InvalidInstanceId", f"{instance} is not a managed node")
         script = "\n".join(params.get("Parameters", {}).get("commands", []))
         timeout = float((params.get("Parameters", {}).get("executionTimeout") or ["3600"])[0])

@@ -148,7 +148,7 @@ class Lease:
                     Body=self.holder.body(time.time()).encode(),
                     IfMatch=etag,
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a lost lease is told apart below; the rest is transient
                 if error_code(exc) in CONDITION_FAILED | MISSING:
                     with self._guard:
                         self._lost = True  # taken over (or removed by `unlock --force`)
