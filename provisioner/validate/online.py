@@ -11,6 +11,7 @@ Problems carry spec paths, so they print located in the file like the offline on
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from provisioner.catalog import Catalog
 from provisioner.drivers.aws import Aws, error_code
 from provisioner.spec.model import ClusterSpec
-from provisioner.spec.problems import Problem
+from provisioner.spec.problems import Level, Problem
 from provisioner.validate.online_existing import (
     existing_file_system,
     existing_fsx_ports,
@@ -343,6 +344,117 @@ def _log_group(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
+#: Where Cost Explorer's cost allocation tags are asked (its one endpoint).
+CE_REGION = "us-east-1"
+BUDGETS = "budgets.amazonaws.com"
+
+
+def _budget(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
+    """cost.budget counts only what carries an active cost allocation tag (the Billing User
+    Guide: a user-defined tag counts from its activation on, and is listed for activation
+    up to a day after it is first used), and tells an SNS topic only if the topic is there
+    and its access policy lets budgets.amazonaws.com publish (an AWS managed key cannot be
+    made to let it: the SNS Developer Guide on encrypted topics)."""
+    budget = spec.cost.budget
+    if budget is None:
+        return
+    from provisioner.resources.tags import OWNER_TAG
+
+    try:
+        listed = (
+            aws.in_region(CE_REGION)
+            .client("ce")
+            .list_cost_allocation_tags(TagKeys=[OWNER_TAG], Type="UserDefined")
+        )
+        active = any(
+            t["TagKey"] == OWNER_TAG and t.get("Status") == "Active"
+            for t in listed.get("CostAllocationTags", [])
+        )
+        why = None if active else f"{OWNER_TAG} is not an active cost allocation tag"
+    except Exception as exc:  # noqa: BLE001 - any refusal is said; the budget is still made
+        why = f"could not read the cost allocation tags ({error_code(exc) or exc})"
+    if why:
+        yield Problem(
+            "budget-tag-inactive",
+            f"{why}: the budget counts nothing it has not, and with actions: stop it never "
+            "stops the cluster",
+            ("cost", "budget"),
+            hint=f"activate it in the management account (Billing console, Cost allocation "
+            f"tags; or aws ce update-cost-allocation-tags-status --cost-allocation-tags-status "
+            f"TagKey={OWNER_TAG},Status=Active); a new tag is listed up to a day after its "
+            "first use",
+            level="warning",
+        )
+    for index, address in enumerate(budget.notify):
+        if not address.startswith("arn:"):
+            continue
+        refused = _topic_refuses(aws, address)
+        if refused is not None:
+            message, level = refused
+            yield Problem(
+                "budget-topic",
+                message,
+                ("cost", "budget", "notify", index),
+                hint="add to the topic's access policy a statement allowing the service "
+                f"principal {BUDGETS} sns:Publish (aws:SourceAccount: this account), and for "
+                "an encrypted topic a customer managed key whose policy lets it "
+                "kms:GenerateDataKey* and kms:Decrypt",
+                level=level,
+            )
+
+
+def _topic_refuses(aws: Aws, arn: str) -> tuple[str, Level] | None:
+    """Why AWS Budgets could not publish to the topic (and how sure that is), or None."""
+    region = arn.split(":")[3]
+    try:
+        attributes = (
+            aws.in_region(region).client("sns").get_topic_attributes(TopicArn=arn)["Attributes"]
+        )
+    except Exception as exc:  # noqa: BLE001 - a topic that cannot be read is said, by why
+        code = error_code(exc)
+        if code in ("NotFound", "NotFoundException"):
+            return f"SNS topic {arn} does not exist: the budget's notifications are lost", "error"
+        return f"could not read SNS topic {arn} ({code or exc}): not checked", "warning"
+    policy = json.loads(attributes.get("Policy") or "{}")
+    statements = policy.get("Statement") or []
+    if not any(_lets_budgets_publish(s) for s in _listed(statements)):
+        return f"SNS topic {arn} does not let {BUDGETS} publish: Budgets cannot tell it", "error"
+    key = str(attributes.get("KmsMasterKeyId") or "")
+    if key.startswith("alias/aws/") or key.endswith(":alias/aws/sns"):
+        return f"SNS topic {arn} is encrypted with the AWS managed key: Budgets may not use it", (
+            "error"
+        )
+    return None
+
+
+def _lets_budgets_publish(statement: dict[str, Any]) -> bool:
+    """A statement naming budgets.amazonaws.com, or everyone without conditions. SNS's
+    default policy (everyone, on the condition the caller is the owner: AWS:SourceOwner)
+    does not: the Billing User Guide has the statement for Budgets added."""
+    principal = statement.get("Principal")
+    anyone = principal == "*" or (
+        isinstance(principal, dict) and "*" in _listed(principal.get("AWS"))
+    )
+    if anyone:
+        allowed = not statement.get("Condition")
+    elif isinstance(principal, dict):
+        allowed = BUDGETS in _listed(principal.get("Service"))
+    else:
+        allowed = False
+    actions = {str(a).lower() for a in _listed(statement.get("Action"))}
+    return (
+        statement.get("Effect") == "Allow"
+        and allowed
+        and bool(actions & {"sns:publish", "sns:*", "*"})
+    )
+
+
+def _listed(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
 def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     """Slurm on AWS PCS: PCS answers in the region; no PCS cluster of the name belongs to
     someone else (CreateCluster would answer ConflictException mid-way); the nodes' AMI
@@ -448,4 +560,5 @@ def online_problems(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> list[Probl
         *_log_group(aws, spec),
         *_key_pair(aws, spec),
         *_pcs(aws, spec, catalog),
+        *_budget(aws, spec),
     ]

@@ -395,3 +395,59 @@ def test_gc_finds_a_cluster_whose_only_leftover_is_its_budget(sandbox: Sandbox) 
     assert done.returncode == 0, done.stdout + done.stderr
     assert Budget().read(ctx, "budget", params) is None
     assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_online_checks_say_what_would_keep_a_budget_from_working(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """The cluster's tag must be an active cost allocation tag (else the budget counts
+    nothing: a warning, since a new tag can be activated only once it is in use), and an SNS
+    topic to notify must exist and let AWS Budgets publish (errors, located on the entry)."""
+    from provisioner.catalog import load_catalog
+    from provisioner.ops.validate import load_and_validate
+    from provisioner.validate.online import online_problems
+
+    name, region = "budget-online", "us-west-2"
+    aws = sandbox.aws(region)
+    sns = aws.client("sns")
+    closed = sns.create_topic(Name="budget-online-closed")["TopicArn"]
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"Service": "budgets.amazonaws.com"},
+        "Action": "SNS:Publish",
+        "Resource": "*",
+    }
+    opened = sns.create_topic(
+        Name="budget-online-open",
+        Attributes={"Policy": json.dumps({"Version": "2012-10-17", "Statement": [statement]})},
+    )["TopicArn"]
+    missing = opened.replace("budget-online-open", "budget-online-missing")
+    spec = spec_file(tmp_path, name, storage={})
+
+    def problems(topic: str) -> dict[tuple[str, str], str]:
+        _budget_spec(spec, monthly=100, notify=["ops@example.com", topic])
+        validation = load_and_validate(str(spec))
+        assert validation.resolved is not None
+        found = online_problems(aws, validation.resolved, load_catalog())
+        return {(p.code, p.dotted_path): p.level for p in found if p.code.startswith("budget-")}
+
+    ce = sandbox.aws("us-east-1").client("ce")
+    ce.update_cost_allocation_tags_status(
+        CostAllocationTagsStatus=[{"TagKey": OWNER_TAG, "Status": "Inactive"}]
+    )
+    inactive = ("budget-tag-inactive", "cost.budget")
+    refused = ("budget-topic", "cost.budget.notify[1]")
+    assert problems(closed) == {inactive: "warning", refused: "error"}
+    assert problems(missing) == {inactive: "warning", refused: "error"}
+    assert problems(opened) == {inactive: "warning"}
+    ce.update_cost_allocation_tags_status(
+        CostAllocationTagsStatus=[{"TagKey": OWNER_TAG, "Status": "Active"}]
+    )
+    try:
+        assert problems(opened) == {}
+    finally:
+        ce.update_cost_allocation_tags_status(
+            CostAllocationTagsStatus=[{"TagKey": OWNER_TAG, "Status": "Inactive"}]
+        )
+        sns.delete_topic(TopicArn=closed)
+        sns.delete_topic(TopicArn=opened)
