@@ -18,7 +18,7 @@ from typing import Any
 
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.prices import Market
-from provisioner.drivers.aws import Aws, translate
+from provisioner.drivers.aws import Aws, error_code, translate
 from provisioner.estimate.cost import (
     EksControlPlane,
     Instance,
@@ -51,6 +51,18 @@ class SoFar:
 
 
 @dataclass(frozen=True)
+class BudgetNow:
+    """The cluster's budget as AWS Budgets has it: its limit and period, what it counts as
+    spent, and which notifications have gone out (ALARM)."""
+
+    name: str
+    limit: float
+    period: str
+    spent: float
+    alarms: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class CostNow:
     """The cluster's cost: per hour now, line by line, and so far."""
 
@@ -58,6 +70,7 @@ class CostNow:
     region: str
     lines: tuple[tuple[Part, Quote | Unpriced], ...]
     so_far: SoFar | None
+    budget: BudgetNow | None = None
 
     @property
     def hourly(self) -> float:
@@ -88,6 +101,15 @@ class CostNow:
             "soFar": None
             if self.so_far is None
             else {"usd": self.so_far.usd, "since": self.so_far.since, "note": self.so_far.note},
+            "budget": None
+            if self.budget is None
+            else {
+                "name": self.budget.name,
+                "limit": self.budget.limit,
+                "period": self.budget.period,
+                "spent": self.budget.spent,
+                "alarms": list(self.budget.alarms),
+            },
         }
 
 
@@ -196,13 +218,43 @@ def so_far(aws: Aws, name: str, since: float | None) -> SoFar:
     return SoFar(round(total, 2), start.isoformat(), note)
 
 
+def budget_now(aws: Aws, name: str) -> BudgetNow | None:
+    """The cluster's budget (cost.budget), or None when it has none (read-only)."""
+    from provisioner.resources.budgets import budget_name
+
+    client, account = aws.client("budgets"), aws.account_id()
+    wanted = budget_name(name, aws.region)
+    try:
+        found = client.describe_budget(AccountId=account, BudgetName=wanted)["Budget"]
+    except Exception as exc:
+        if error_code(exc) == "NotFoundException":
+            return None
+        raise
+    notices = client.describe_notifications_for_budget(AccountId=account, BudgetName=wanted)
+    spent = found.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)
+    return BudgetNow(
+        wanted,
+        float(found["BudgetLimit"]["Amount"]),
+        str(found.get("TimeUnit", "")).lower(),
+        float(spent),
+        tuple(
+            sorted(
+                float(n["Threshold"])
+                for n in notices.get("Notifications", [])
+                if n.get("NotificationState") == "ALARM"
+            )
+        ),
+    )
+
+
 def cluster_cost(
     aws: Aws, book: PriceBook, name: str, since: float | None, ask_ce: bool
 ) -> CostNow:
-    """The cluster's cost now and (``ask_ce``) so far."""
+    """The cluster's cost now, its budget, and (``ask_ce``) so far."""
     parts = running_parts(aws, name)
     lines = tuple((part, book.quote(aws.region, part.product)) for part in parts)
-    return CostNow(name, aws.region, lines, so_far(aws, name, since) if ask_ce else None)
+    spent = so_far(aws, name, since) if ask_ce else None
+    return CostNow(name, aws.region, lines, spent, budget_now(aws, name))
 
 
 def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:

@@ -139,6 +139,21 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
         assert any('"failed": []' in line for line in said), said
         plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
         assert "the budget is spent: 1001.00 USD of 1000.00" in plan.stdout, plan.stdout
+        # `fmctl cost` says where the budget stands, as AWS Budgets counts it.
+        cost = sandbox.fmctl(
+            "cost", name, "--region", region, "--sandbox", "--no-cost-explorer", "-o", "json"
+        )
+        assert cost.returncode == 0, cost.stdout + cost.stderr
+        assert json.loads(cost.stdout)["budget"] == {
+            "name": f"fmctl-{name}-{region}",
+            "limit": 1000.0,
+            "period": "monthly",
+            "spent": 1001.0,
+            "alarms": [80.0, 100.0],
+        }
+        text = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "--no-cost-explorer")
+        assert "$1,001.00 of $1,000.00 this month" in text.stdout, text.stdout
+        assert "notifications sent: 80%, 100%" in text.stdout, text.stdout
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
