@@ -87,8 +87,10 @@ def show_plan(data: dict[str, Any], out: Any = None, show_unchanged: bool = Fals
     elif not data.get("refusals"):
         echo("nothing to do: the cluster is what the spec says")
     if data.get("refusals"):
-        fields = ", ".join(f"{r['resource']} {r['field']}" for r in data["refusals"])
-        echo(f"up will refuse this plan and change nothing: AWS cannot make {fields}")
+        fields = ", ".join(
+            f"{r['resource']} {r['field']} ({r['reason']})" for r in data["refusals"]
+        )
+        echo(f"up will refuse this plan and change nothing: {fields}")
     for note in data.get("notes", []):
         echo(f"note: {note}")
     capacity = data.get("capacity", {})

@@ -201,13 +201,16 @@ def plan_cluster(
 ) -> Plan:
     """Read and compare (read-only clients: no write call can leave this machine; the
     state is read, never locked)."""
+    from provisioner.ops import budget_guard
     from provisioner.ops.team import open_state
 
     ctx = ctx or make_context(target, spec.metadata.name, read_only=True)
     state = state or open_state(target, spec.metadata.name, spec)
     desired = blueprint_of(spec, target, state.shared_url)
     planner = Planner(desired, ctx, _last_blueprint(spec, target, state))
-    return planner.plan()
+    plan = planner.plan()
+    budget_guard.hold(plan)
+    return plan
 
 
 def _path(dotted: str) -> SpecPath:

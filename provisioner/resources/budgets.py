@@ -107,6 +107,8 @@ class BudgetLive:
     scope: tuple[str, ...]
     notices: frozenset[Notice]
     tags: Tags
+    #: What AWS Budgets counts as spent this period (read, never changed by fmctl).
+    spent: str = "0.00"
 
 
 class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
@@ -186,6 +188,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
             tuple(budget.get("CostFilters", {}).get("TagKeyValue", [])),
             self._notices(ctx, params.name),
             tags,
+            usd(budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)),
         )
         notes: tuple[str, ...] = ()
         spend = budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount")
@@ -193,8 +196,8 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
             notes = (
                 f"the budget is spent: {usd(spend)} USD of {live.limit} this period"
                 + (
-                    "; its stop function has scaled the node groups to zero, and `up` brings "
-                    "them back: raise cost.budget first"
+                    "; its stop function has scaled the node groups to zero, and `up` keeps "
+                    "them there until cost.budget is raised above what is spent"
                     if params.stop_topic is not None
                     else ""
                 ),
@@ -232,6 +235,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
             (scope(ctx.cluster),),
             self._notices_wanted(ctx, params),
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            observed.live.spent,
         )
 
     # -- acting -------------------------------------------------------------------------

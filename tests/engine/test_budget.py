@@ -154,6 +154,20 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
         text = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "--no-cost-explorer")
         assert "$1,001.00 of $1,000.00 this month" in text.stdout, text.stdout
         assert "notifications sent: 80%, 100%" in text.stdout, text.stdout
+        # The stop holds: `up` of the same spec refuses to bring the nodes back, and
+        # changes nothing; a limit above what is spent lifts it in the same run.
+        held = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        refused = json.loads(held.stdout)["refusals"]
+        assert {r["resource"] for r in refused} == {f"nodegroup/{g}" for g in groups}, refused
+        assert {r["reason"] for r in refused} == {"the budget is spent"}, refused
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert "raise cost.budget above 1001.00 USD" in again.stdout + again.stderr
+        assert set(sizes().values()) == {(0, 0)}
+        _budget_spec(spec, monthly=5000, actions="stop", notify=["ops@example.com"])
+        raised = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+        assert raised.returncode == 0, raised.stdout + raised.stderr
+        assert sizes() == before
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
