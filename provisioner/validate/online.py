@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from provisioner.catalog import Catalog
-from provisioner.drivers.aws import Aws, error_code
+from provisioner.drivers.aws import Aws, error_code, transient
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Level, Problem
 from provisioner.validate.online_existing import (
@@ -371,7 +371,9 @@ def _budget(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             for t in listed.get("CostAllocationTags", [])
         )
         why = None if active else f"{OWNER_TAG} is not an active cost allocation tag"
-    except Exception as exc:  # noqa: BLE001 - any refusal is said; the budget is still made
+    except Exception as exc:
+        if error_code(exc) is None and not transient(exc):
+            raise  # not AWS's answer: a bug, not a refusal to say
         why = f"could not read the cost allocation tags ({error_code(exc) or exc})"
     if why:
         yield Problem(
@@ -410,8 +412,10 @@ def _topic_refuses(aws: Aws, arn: str) -> tuple[str, Level] | None:
         attributes = (
             aws.in_region(region).client("sns").get_topic_attributes(TopicArn=arn)["Attributes"]
         )
-    except Exception as exc:  # noqa: BLE001 - a topic that cannot be read is said, by why
+    except Exception as exc:
         code = error_code(exc)
+        if code is None and not transient(exc):
+            raise  # not AWS's answer: a bug, not a topic to judge
         if code in ("NotFound", "NotFoundException"):
             return f"SNS topic {arn} does not exist: the budget's notifications are lost", "error"
         return f"could not read SNS topic {arn} ({code or exc}): not checked", "warning"
