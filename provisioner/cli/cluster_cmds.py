@@ -227,6 +227,8 @@ def status(
             click.echo(line)
     for block in seen.blocks:
         click.echo(block.line())
+    if seen.budget is not None:
+        click.echo(seen.budget.line())
     for line in seen.access:
         click.echo(line)
 

@@ -57,14 +57,8 @@ def cost(
             )
     if not data["items"]:
         click.echo("  nothing billed by the hour runs (storage and logs aside)")
-    budget = data["budget"]
-    if budget is not None:
-        period = "this month" if budget["period"] == "monthly" else "this year"
-        told = ", ".join(f"{a:g}%" for a in budget["alarms"]) or "none yet"
-        click.echo(
-            f"budget {budget['name']}: ${budget['spent']:,.2f} of ${budget['limit']:,.2f} "
-            f"{period}, as AWS Budgets counts it (notifications sent: {told})"
-        )
+    if found.budget is not None:
+        click.echo(found.budget.line())
     so_far = data["soFar"]
     if so_far is not None:
         if so_far["usd"] is None:

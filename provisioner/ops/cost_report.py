@@ -61,6 +61,25 @@ class BudgetNow:
     spent: float
     alarms: tuple[float, ...]
 
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form (`cost -o json` and `status -o json`: ``budget``)."""
+        return {
+            "name": self.name,
+            "limit": self.limit,
+            "period": self.period,
+            "spent": self.spent,
+            "alarms": list(self.alarms),
+        }
+
+    def line(self) -> str:
+        """One line of text."""
+        period = "this month" if self.period == "monthly" else "this year"
+        told = ", ".join(f"{a:g}%" for a in self.alarms) or "none yet"
+        return (
+            f"budget {self.name}: ${self.spent:,.2f} of ${self.limit:,.2f} {period}, as AWS "
+            f"Budgets counts it (notifications sent: {told})"
+        )
+
 
 @dataclass(frozen=True)
 class CostNow:
@@ -101,15 +120,7 @@ class CostNow:
             "soFar": None
             if self.so_far is None
             else {"usd": self.so_far.usd, "since": self.so_far.since, "note": self.so_far.note},
-            "budget": None
-            if self.budget is None
-            else {
-                "name": self.budget.name,
-                "limit": self.budget.limit,
-                "period": self.budget.period,
-                "spent": self.budget.spent,
-                "alarms": list(self.budget.alarms),
-            },
+            "budget": None if self.budget is None else self.budget.as_data(),
         }
 
 

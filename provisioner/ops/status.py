@@ -5,13 +5,16 @@ ParallelCluster cluster and its head node, or the EKS cluster with its add-ons, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.ops.pcs_status import PcsStatus
 from provisioner.ops.queue_status import DomainRow, QueueRow, domains, queues
 from provisioner.ops.target import Target, kubeconfig_path, make_context, pcluster_command
 from provisioner.resources.base import Owned
 from provisioner.spec.model import ClusterSpec
+
+if TYPE_CHECKING:
+    from provisioner.ops.cost_report import BudgetNow
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,8 @@ class Status:
     pcs: PcsStatus | None = None
     #: The Capacity Blocks of the spec `up` last applied here (none without it).
     blocks: tuple[BlockRow, ...] = ()
+    #: The cluster's budget (cost.budget), as AWS Budgets counts it.
+    budget: BudgetNow | None = None
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: everything the text shows."""
@@ -188,6 +193,7 @@ class Status:
             "pcs": self.pcs.as_data() if self.pcs else None,
             "access": list(self.access),
             "capacityBlocks": [b.as_data() for b in self.blocks],
+            "budget": self.budget.as_data() if self.budget else None,
         }
 
 
@@ -209,7 +215,12 @@ def status(target: Target, name: str) -> Status:
     if any(o.kind == "pcs-cluster" for o in found):
         pcs, access = pcs_view(target, name)
     blocks = capacity_blocks(target, name) if found else ()
-    return Status(name, target.region, found, slurm, kube, tuple(access), pcs, blocks)
+    budget = None
+    if any(o.kind == "budget" for o in found):
+        from provisioner.ops.cost_report import budget_now
+
+        budget = budget_now(ctx.aws, name)
+    return Status(name, target.region, found, slurm, kube, tuple(access), pcs, blocks, budget)
 
 
 def capacity_blocks(target: Target, name: str) -> tuple[BlockRow, ...]:

@@ -154,6 +154,8 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
         text = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "--no-cost-explorer")
         assert "$1,001.00 of $1,000.00 this month" in text.stdout, text.stdout
         assert "notifications sent: 80%, 100%" in text.stdout, text.stdout
+        seen = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")
+        assert json.loads(seen.stdout)["budget"]["spent"] == 1001.0, seen.stdout
         # The stop holds: `up` of the same spec refuses to bring the nodes back, and
         # changes nothing; a limit above what is spent lifts it in the same run.
         held = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
