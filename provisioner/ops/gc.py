@@ -106,38 +106,61 @@ def _gather(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
 
 def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     """What keeps a cluster's money in check, which can outlive everything else of it (a
-    `down` cut short): the ttl's schedule group, the budget's stop topic and function (found
-    by fmctl's name prefix, then their tags), and the budget, an account-wide object that
-    counts in the region its tags name."""
+    `down` cut short): the ttl's schedule group, the budget's stop topic and function, and
+    the budget (an account-wide object, named and tagged with its region). One list call
+    per kind; their tags are read only for a cluster nothing else showed (each is a call,
+    and `gc` reads every region's clusters at once), found by fmctl's names."""
+    import functools
+
     from provisioner.resources.tags import REGION_TAG
 
-    scheduler = aws.client("scheduler")
+    scheduler, sns = aws.client("scheduler"), aws.client("sns")
+    functions, budgets = aws.client("lambda"), aws.client("budgets")
+    account = aws.account_id()
+
+    def listed(items: list[dict[str, str]]) -> dict[str, str]:
+        return {str(t["Key"]): str(t["Value"]) for t in items}
+
+    def group_tags(arn: str) -> dict[str, str]:
+        return listed(scheduler.list_tags_for_resource(ResourceArn=arn).get("Tags", []))
+
+    def topic_tags(arn: str) -> dict[str, str]:
+        return listed(sns.list_tags_for_resource(ResourceArn=arn).get("Tags", []))
+
+    def function_tags(arn: str) -> dict[str, str]:
+        found = functions.list_tags(Resource=arn).get("Tags", {})
+        return {str(k): str(v) for k, v in found.items()}
+
+    def budget_tags(name: str) -> dict[str, str]:
+        arn = f"arn:aws:budgets::{account}:budget/{name}"
+        tags = listed(budgets.list_tags_for_resource(ResourceARN=arn).get("ResourceTags", []))
+        return tags if tags.get(REGION_TAG) == aws.region else {}
+
+    def note(name: str, prefix: str, suffix: str, read: Callable[[], dict[str, str]]) -> None:
+        if not (name.startswith(prefix) and name.endswith(suffix)):
+            return
+        cluster = name[len(prefix) : len(name) - len(suffix)]
+        if cluster in seen:
+            seen[cluster].resources += 1  # its dates are known from the rest of it
+        else:
+            _note(seen, read())
+
     for page in scheduler.get_paginator("list_schedule_groups").paginate(NamePrefix="fmctl-"):
         for group in page.get("ScheduleGroups", []):
-            listed = scheduler.list_tags_for_resource(ResourceArn=group["Arn"])
-            _note(seen, {t["Key"]: t["Value"] for t in listed.get("Tags", [])})
-    sns = aws.client("sns")
+            read = functools.partial(group_tags, str(group["Arn"]))
+            note(str(group["Name"]), "fmctl-", "", read)
     for page in sns.get_paginator("list_topics").paginate():
         for topic in page.get("Topics", []):
-            if str(topic["TopicArn"]).rsplit(":", 1)[-1].startswith("fmctl-"):
-                listed = sns.list_tags_for_resource(ResourceArn=topic["TopicArn"])
-                _note(seen, {t["Key"]: t["Value"] for t in listed.get("Tags", [])})
-    functions = aws.client("lambda")
+            arn = str(topic["TopicArn"])
+            note(arn.rsplit(":", 1)[-1], "fmctl-", "-budget", functools.partial(topic_tags, arn))
     for page in functions.get_paginator("list_functions").paginate():
         for function in page.get("Functions", []):
-            if str(function["FunctionName"]).startswith("fmctl-"):
-                _note(seen, functions.list_tags(Resource=function["FunctionArn"]).get("Tags", {}))
-    budgets = aws.client("budgets")
-    account = aws.account_id()
+            read = functools.partial(function_tags, str(function["FunctionArn"]))
+            note(str(function["FunctionName"]), "fmctl-", "-budget-stop", read)
     for page in budgets.get_paginator("describe_budgets").paginate(AccountId=account):
         for budget in page.get("Budgets", []):
-            if not str(budget["BudgetName"]).startswith("fmctl-"):
-                continue
-            arn = f"arn:aws:budgets::{account}:budget/{budget['BudgetName']}"
-            listed = budgets.list_tags_for_resource(ResourceARN=arn).get("ResourceTags", [])
-            tags = {t["Key"]: t["Value"] for t in listed}
-            if tags.get(REGION_TAG) == aws.region:
-                _note(seen, tags)
+            name = str(budget["BudgetName"])
+            note(name, "fmctl-", f"-{aws.region}", functools.partial(budget_tags, name))
 
 
 def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:

@@ -209,6 +209,13 @@ def test_a_pcs_cluster_over_its_total_budget_has_every_node_group_at_zero(
             return True
 
         _wait("PCS node groups at zero", stopped)
+        # The stop holds on PCS too: every node group's growth back is refused.
+        held = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        refused = json.loads(held.stdout)["refusals"]
+        assert {r["resource"] for r in refused} == {
+            "pcs/node-group/train",
+            "pcs/node-group/login",
+        }, refused
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
