@@ -1,5 +1,5 @@
 """One Lambda invocation in its own process (``lambda_run``): the handler of the unpacked
-package gets the event from standard input; every AWS call it makes through boto3 is first
+package gets the event from standard input; every AWS call it makes (through boto3, so botocore) is first
 judged against the execution role's policies (``iam_eval``), as IAM judges it, and refused
 with AccessDeniedException when they do not allow it.
 
@@ -37,15 +37,24 @@ def _guard(model: Any, params: dict[str, Any], **_: Any) -> None:
         raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": why}}, model.name)
 
 
+def _judge_every_call() -> None:
+    """Every client the handler makes (boto3's are botocore's) has its calls judged first:
+    at botocore's one door for API calls, so this host needs no SDK of its own."""
+    from botocore.client import BaseClient
+
+    send = BaseClient._make_api_call
+
+    def judged(self: Any, operation: str, params: dict[str, Any]) -> Any:
+        _guard(self.meta.service_model.operation_model(operation), params)
+        return send(self, operation, params)
+
+    BaseClient._make_api_call = judged
+
+
 def main() -> int:
     """Run the handler once; 0 when it returned, 1 when it raised."""
-    import boto3
-
     folder, handler = sys.argv[1], sys.argv[2]
-    boto3.setup_default_session()
-    session = boto3.DEFAULT_SESSION
-    assert session is not None
-    session.events.register("before-parameter-build", _guard)
+    _judge_every_call()
     sys.path.insert(0, folder)
     module, function = handler.rsplit(".", 1)
     event = json.loads(sys.stdin.read())
