@@ -1,7 +1,7 @@
 """One Lambda invocation in its own process (``lambda_run``): the handler of the unpacked
-package gets the event from standard input; every AWS call it makes (through boto3, so botocore) is first
-judged against the execution role's policies (``iam_eval``), as IAM judges it, and refused
-with AccessDeniedException when they do not allow it.
+package gets the event from standard input; every AWS call it makes (through boto3, so
+botocore) is first judged against the execution role's policies (``iam_eval``), as IAM
+judges it, and refused with AccessDeniedException when they do not allow it.
 
 Run: ``python -m provisioner.sandbox.lambda_host FOLDER MODULE.FUNCTION`` with the
 environment ``lambda_run`` sets.
