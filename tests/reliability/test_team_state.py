@@ -246,8 +246,9 @@ def test_paused_holder_writes_nothing_after_a_takeover(
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
     # A's lease outlasts the reads below however loaded the machine (gc and down from two
-    # machines): they must find it live.
-    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="30")
+    # machines): they must find it live. 30 s was not enough under `make campaign`'s full
+    # load (two gc runs, a down and their reads took longer); B's `up --wait` waits it out.
+    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="60")
     lines: list[str] = []
     reader = _drain(a, lines)
     deadline = time.monotonic() + 120
