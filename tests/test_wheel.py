@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What `--sandbox` needs, and nothing else of the sandbox ships.
 SANDBOX_FILES = {
     "__init__.py",
+    "block_events.py",
     "crd_schema.py",
     "daemon.py",
     "ec2_mend.py",

@@ -17,7 +17,7 @@ __all__ = ["Blueprint", "BlueprintError", "Where", "build"]
 
 def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
     """The desired graph of a resolved spec (``provisioner.spec.resolve.resolve``)."""
-    from provisioner.blueprint import budget, eks, expiry, infra, pcs, slurm
+    from provisioner.blueprint import blocks, budget, eks, expiry, infra, pcs, slurm
     from provisioner.render.context import build_context
 
     context = build_context(spec, catalog)
@@ -41,5 +41,6 @@ def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
             "Slurm cluster itself is left out, the infrastructure is planned"
         )
     expiry.expiry(parts)
+    blocks.blocks(parts)
     budget.budget(parts)
     return Blueprint(tuple(parts.items), tuple(notes))

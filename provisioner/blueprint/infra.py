@@ -48,7 +48,7 @@ from provisioner.spec.model import ClusterSpec
 T = TypeVar("T")
 
 #: What each role may do: trusted service, AWS-managed policies. Nothing broader.
-ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
+ROLES: dict[str, tuple[str | tuple[str, ...], tuple[str, ...]]] = {
     "eks-cluster": ("eks.amazonaws.com", ("AmazonEKSClusterPolicy",)),
     "eks-node": (
         "ec2.amazonaws.com",
@@ -73,6 +73,9 @@ ROLES: dict[str, tuple[str, tuple[str, ...]]] = {
     # The budget's stop function (``blueprint.budget``): inline only, the same calls as the
     # ttl's schedules, and writing to its own log group.
     "budget-stop": ("lambda.amazonaws.com", ()),
+    # A Capacity Block's wind-down (``blueprint.blocks``): Scheduler's T-60 schedules and the
+    # EventBridge rule on EC2's T-40 warning both send Run Command to the controller host.
+    "block-end": (("scheduler.amazonaws.com", "events.amazonaws.com"), ()),
 }
 #: The PCS nodes' inline policy: registering with the cluster (what AWS's
 #: AWSPCSComputeNodePolicy grants), reading the uploaded scripts and writing `fmctl check`'s
@@ -219,10 +222,11 @@ class Parts:
             if service in TAG_SESSION_SERVICES
             else "sts:AssumeRole"
         )
+        principal = service if isinstance(service, str) else list(service)
         trust = {
             "Version": "2012-10-17",
             "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": service}, "Action": actions}
+                {"Effect": "Allow", "Principal": {"Service": principal}, "Action": actions}
             ],
         }
         document = inline or INLINE.get(role)

@@ -106,8 +106,9 @@ def _gather(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
 
 def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     """What keeps a cluster's money in check, which can outlive everything else of it (a
-    `down` cut short): the ttl's schedule group, the budget's stop topic and function, and
-    the budget (an account-wide object, named and tagged with its region). One list call
+    `down` cut short): the ttl's and the Capacity Blocks' schedule groups, the blocks'
+    warning rules, the budget's stop topic and function, and the budget (an account-wide
+    object, named and tagged with its region). One list call
     per kind; their tags are read only for a cluster nothing else showed (each is a call,
     and `gc` reads every region's clusters at once), found by fmctl's names."""
     import functools
@@ -123,6 +124,10 @@ def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
 
     def group_tags(arn: str) -> dict[str, str]:
         return listed(scheduler.list_tags_for_resource(ResourceArn=arn).get("Tags", []))
+
+    def rule_tags(arn: str) -> dict[str, str]:
+        events = aws.client("events")
+        return listed(events.list_tags_for_resource(ResourceARN=arn).get("Tags", []))
 
     def topic_tags(arn: str) -> dict[str, str]:
         return listed(sns.list_tags_for_resource(ResourceArn=arn).get("Tags", []))
@@ -148,7 +153,17 @@ def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     for page in scheduler.get_paginator("list_schedule_groups").paginate(NamePrefix="fmctl-"):
         for group in page.get("ScheduleGroups", []):
             read = functools.partial(group_tags, str(group["Arn"]))
-            note(str(group["Name"]), "fmctl-", "", read)
+            name = str(group["Name"])
+            # fmctl-NAME (the ttl's) or fmctl-NAME-blocks (the Capacity Blocks' T-60).
+            suffix = "-blocks" if name.removesuffix("-blocks")[6:] in seen else ""
+            note(name, "fmctl-", suffix, read)
+    events = aws.client("events")
+    for page in events.get_paginator("list_rules").paginate(NamePrefix="fmctl-"):
+        for rule in page.get("Rules", []):
+            # fmctl-NAME-HEX: a Capacity Block's T-40 rule (HEX: the block id's 17 digits).
+            name = str(rule["Name"])
+            read = functools.partial(rule_tags, str(rule["Arn"]))
+            note(name, "fmctl-", name[-18:] if len(name) > 24 else "", read)
     for page in sns.get_paginator("list_topics").paginate():
         for topic in page.get("Topics", []):
             arn = str(topic["TopicArn"])

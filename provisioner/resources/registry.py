@@ -9,6 +9,7 @@ from typing import Any
 from provisioner.graph.graph import Graph
 from provisioner.graph.ref import ref_types
 from provisioner.resources.base import Kind, Owned
+from provisioner.resources.block_ends import BlockSchedule, BlockWarning
 from provisioner.resources.budgets import Budget
 from provisioner.resources.compute import PlacementGroup, SecurityGroup
 from provisioner.resources.eks import EksCluster
@@ -78,6 +79,8 @@ def kinds() -> dict[str, AnyKind]:
         PcsNodeGroup(),
         PcsQueue(),
         Expiry(),
+        BlockSchedule(),
+        BlockWarning(),
         Topic(),
         Function(),
         Budget(),

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -109,16 +109,38 @@ class ExpiryLive:
     tags: Tags
 
 
-class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
-    """An EventBridge Scheduler group of one-time schedules that stop the cluster at its
-    expiry."""
+class GroupParams(Protocol):
+    """What every schedule group kind's params give: the group, its role, its tags."""
 
-    name, params, outputs = "expiry-schedule", ExpiryParams, ExpiryOut
+    @property
+    def group_name(self) -> str: ...
+    @property
+    def role(self) -> Ref[RoleOut]: ...
+    @property
+    def tags(self) -> DesiredTags: ...
+
+
+GP = TypeVar("GP", bound=GroupParams)
+#: A group's schedules as planned: name -> (the schedule, its at() expression).
+Timetable = dict[str, tuple[LiveSchedule, str]]
+
+
+class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
+    """An EventBridge Scheduler group of fmctl's one-time schedules: found and owned by the
+    group's tags, its schedules created, moved and deleted to match ``planned``."""
+
+    outputs = ExpiryOut
     create_seconds, update_seconds, delete_seconds = 3.0, 3.0, 5.0
-    policy = policies(
-        at=Policy(How.UPDATE, "UpdateSchedule moves each schedule to the new expiry"),
-        schedules=Policy(How.UPDATE, "schedules are created, updated and deleted in the group"),
-    )
+    #: What each schedule's Description says it does.
+    purpose: ClassVar[str] = ""
+
+    def planned(self, ctx: Context, params: GP, created: str | None) -> Timetable | None:
+        """The schedules the group must hold (None while a reference is not made yet)."""
+        raise NotImplementedError
+
+    def group_of(self, cluster: str) -> str:
+        """The group's name for ``cluster`` (find_owned takes that one only)."""
+        raise NotImplementedError
 
     # -- reading ------------------------------------------------------------------------
     def _tags(self, ctx: Context, arn: str) -> Tags:
@@ -142,9 +164,7 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
                 found.append(client.get_schedule(GroupName=name, Name=item["Name"]))
         return found
 
-    def read(
-        self, ctx: Context, rid: str, params: ExpiryParams
-    ) -> Observed[ExpiryOut, ExpiryLive] | None:
+    def read(self, ctx: Context, rid: str, params: GP) -> Observed[ExpiryOut, ExpiryLive] | None:
         found = self._group(ctx, params.group_name)
         if found is None:
             return None
@@ -171,48 +191,36 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
         )
         state = str(group.get("State", "ACTIVE"))
         pending = None if state == "ACTIVE" else state
-        expires = parse_stamp(tags.get(EXPIRES_TAG))
-        notes: tuple[str, ...] = ()
-        if expires is not None and expires <= time.time():
-            notes = (
-                f"the cluster's ttl passed at {tags.get(EXPIRES_TAG)}: its expiry schedules "
-                "have scaled its node groups to zero; `fmctl gc --expired` deletes it, and `up` "
-                "with a longer metadata.ttl brings the node groups back",
-            )
+        notes = self.notes(ctx, params, tags)
         return Observed(ExpiryOut(params.group_name), live, params.group_name, pending, notes)
 
-    def _wanted(self, ctx: Context, params: ExpiryParams) -> frozenset[LiveSchedule]:
-        role = ctx.resolve(params.role, "arn")
-        out = set()
-        for call in params.calls:
-            text = filled(ctx, call)
-            if role is UNKNOWN or text is UNKNOWN:
-                return cast(frozenset[LiveSchedule], UNKNOWN)
-            out.add(LiveSchedule(call.schedule, UNIVERSAL.format(call.action), text, str(role)))
-        return frozenset(out)
-
-    def _at(self, params: ExpiryParams, created: str | None) -> str:
-        expires = parse_stamp(params.tags.resolve(created).get(EXPIRES_TAG))
-        if expires is None:
-            raise ValueError("an expiry schedule needs the cluster's ttl")
-        return at_expression(expires)
+    def notes(self, ctx: Context, params: GP, tags: Tags) -> tuple[str, ...]:
+        """What the plan says of the group as read (nothing by default)."""
+        return ()
 
     def desired(
         self,
         ctx: Context,
         rid: str,
-        params: ExpiryParams,
+        params: GP,
         observed: Observed[ExpiryOut, ExpiryLive],
     ) -> ExpiryLive:
         created = observed.live.tags.get(CREATED_TAG)
+        planned = self.planned(ctx, params, created)
+        if planned is None:
+            return ExpiryLive(
+                cast(frozenset[str], UNKNOWN),
+                cast(frozenset[LiveSchedule], UNKNOWN),
+                params.tags.resolve(created),
+            )
         return ExpiryLive(
-            frozenset({self._at(params, created)}),
-            self._wanted(ctx, params),
+            frozenset(at for _, at in planned.values()),
+            frozenset(schedule for schedule, _ in planned.values()),
             params.tags.resolve(created),
         )
 
     # -- acting -------------------------------------------------------------------------
-    def create(self, ctx: Context, rid: str, params: ExpiryParams) -> ExpiryOut:
+    def create(self, ctx: Context, rid: str, params: GP) -> ExpiryOut:
         client = ctx.aws.client("scheduler")
         tags = params.tags.at_creation()
         try:
@@ -232,22 +240,17 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
                     f"{ctx.cluster}'s"
                 ) from exc
             tags = found[1].as_dict()
-        at = self._at(params, tags.get(CREATED_TAG))
-        self._put(ctx, params, at, self._wanted(ctx, params), set())
+        self._put(ctx, params, tags.get(CREATED_TAG), set())
         return ExpiryOut(params.group_name)
 
-    def _put(
-        self,
-        ctx: Context,
-        params: ExpiryParams,
-        at: str,
-        wanted: frozenset[LiveSchedule],
-        existing: set[str],
-    ) -> None:
-        """Create or update every wanted schedule (``existing``: names already there, or
+    def _put(self, ctx: Context, params: GP, created: str | None, existing: set[str]) -> None:
+        """Create or update every planned schedule (``existing``: names already there, or
         found so by a ConflictException); delete the group's others."""
         client = ctx.aws.client("scheduler")
-        for schedule in sorted(wanted, key=lambda s: s.name):
+        planned = self.planned(ctx, params, created)
+        if planned is None:
+            raise ValueError(f"{params.group_name}: a schedule's reference is not made yet")
+        for _, (schedule, at) in sorted(planned.items()):
             body: dict[str, Any] = {
                 "Name": schedule.name,
                 "GroupName": params.group_name,
@@ -255,7 +258,7 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
                 "ScheduleExpressionTimezone": "UTC",
                 "FlexibleTimeWindow": {"Mode": "OFF"},
                 "State": "ENABLED",
-                "Description": f"fmctl {ctx.cluster}: the ttl has passed; scale to zero",
+                "Description": f"fmctl {ctx.cluster}: {self.purpose}",
                 "Target": {
                     "Arn": schedule.target,
                     "RoleArn": schedule.role_arn,
@@ -274,8 +277,7 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
                 if error_code(exc) != "ConflictException":
                     raise
                 client.update_schedule(**body)
-        names = {s.name for s in wanted}
-        for gone in existing - names:
+        for gone in existing - set(planned):
             try:
                 client.delete_schedule(GroupName=params.group_name, Name=gone)
             except Exception as exc:
@@ -286,7 +288,7 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
         self,
         ctx: Context,
         rid: str,
-        params: ExpiryParams,
+        params: GP,
         observed: Observed[ExpiryOut, ExpiryLive],
         changes: Sequence[FieldChange],
     ) -> ExpiryOut:
@@ -295,7 +297,7 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
         if paths & {"at", "schedules"}:
             created = observed.live.tags.get(CREATED_TAG)
             existing = {s.name for s in observed.live.schedules}
-            self._put(ctx, params, self._at(params, created), self._wanted(ctx, params), existing)
+            self._put(ctx, params, created, existing)
         for change in changes:
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)
@@ -311,11 +313,12 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         client = ctx.aws.client("scheduler")
         out = []
-        pages = client.get_paginator("list_schedule_groups").paginate(
-            NamePrefix=group_name(ctx.cluster)
-        )
+        mine = self.group_of(ctx.cluster)
+        pages = client.get_paginator("list_schedule_groups").paginate(NamePrefix=mine)
         for page in pages:
             for group in page.get("ScheduleGroups", []):
+                if group["Name"] != mine:
+                    continue  # another kind's group (fmctl-NAME-blocks), or another cluster's
                 tags = self._tags(ctx, str(group["Arn"]))
                 if ctx.ours(tags.as_dict()):
                     out.append(self.owned_item(tags.get(RESOURCE_TAG) or "?", group["Name"]))
@@ -335,6 +338,45 @@ class Expiry(Kind[ExpiryParams, ExpiryOut, ExpiryLive]):
             self.delete_seconds,
             300.0,
             owned.resource,
+        )
+
+
+class Expiry(ScheduleGroup[ExpiryParams]):
+    """An EventBridge Scheduler group of one-time schedules that stop the cluster at its
+    expiry."""
+
+    name, params = "expiry-schedule", ExpiryParams
+    purpose = "the ttl has passed; scale to zero"
+    policy = policies(
+        at=Policy(How.UPDATE, "UpdateSchedule moves each schedule to the new expiry"),
+        schedules=Policy(How.UPDATE, "schedules are created, updated and deleted in the group"),
+    )
+
+    def group_of(self, cluster: str) -> str:
+        return group_name(cluster)
+
+    def planned(self, ctx: Context, params: ExpiryParams, created: str | None) -> Timetable | None:
+        expires = parse_stamp(params.tags.resolve(created).get(EXPIRES_TAG))
+        if expires is None:
+            raise ValueError("an expiry schedule needs the cluster's ttl")
+        role = ctx.resolve(params.role, "arn")
+        out: Timetable = {}
+        for call in params.calls:
+            text = filled(ctx, call)
+            if role is UNKNOWN or text is UNKNOWN:
+                return None
+            schedule = LiveSchedule(call.schedule, UNIVERSAL.format(call.action), text, str(role))
+            out[call.schedule] = (schedule, at_expression(expires))
+        return out
+
+    def notes(self, ctx: Context, params: ExpiryParams, tags: Tags) -> tuple[str, ...]:
+        expires = parse_stamp(tags.get(EXPIRES_TAG))
+        if expires is None or expires > time.time():
+            return ()
+        return (
+            f"the cluster's ttl passed at {tags.get(EXPIRES_TAG)}: its expiry schedules "
+            "have scaled its node groups to zero; `fmctl gc --expired` deletes it, and `up` "
+            "with a longer metadata.ttl brings the node groups back",
         )
 
 

@@ -2,10 +2,12 @@
 EventBridge Scheduler's targets (``scheduler_run``) and Lambda functions (``lambda_run``).
 
 The role must exist and trust the service that assumes it; its inline and attached managed
-policies are read from moto's IAM. Only Allow statements are evaluated (an explicit Deny,
-conditions and permission boundaries are not), against the resource ARN AWS's Service
-Authorization Reference gives for the call. A call the sandbox has no ARN for is refused, so
-what it cannot judge fails rather than passing unchecked.
+policies are read from moto's IAM. Only Allow statements are evaluated (an explicit Deny and
+permission boundaries are not), against every resource ARN AWS's Service Authorization
+Reference gives for the call: each must be allowed. Of conditions, only ``StringEquals`` on
+``ssm:resourceTag/KEY`` is judged (SendCommand's, against the instance's tags); a statement
+with any other condition allows nothing here. A call the sandbox has no ARN for is refused,
+so what it cannot judge fails rather than passing unchecked.
 """
 
 from __future__ import annotations
@@ -32,6 +34,30 @@ def resource(
     if (service, action) == ("dynamodb", "updateItem"):
         return f"arn:aws:dynamodb:{region}:{account}:table/{params.get('TableName')}"
     return None
+
+
+#: A resource a call acts on, and the tags its condition keys read.
+Resource = tuple[str, dict[str, str]]
+
+
+def resources(
+    service: str, action: str, region: str, account: str, params: dict[str, Any]
+) -> list[Resource] | None:
+    """Every resource a call acts on (SendCommand: its document and each instance, with
+    the instance's tags), or None when the sandbox does not judge the call."""
+    if (service, action) == ("ssm", "sendCommand"):
+        from moto.ec2.models import ec2_backends
+
+        ec2 = ec2_backends[account][region]
+        found: list[Resource] = [
+            (f"arn:aws:ssm:{region}::document/{params.get('DocumentName')}", {})
+        ]
+        for instance in params.get("InstanceIds") or []:
+            tags = {t["key"]: t["value"] for t in ec2.describe_tags({"resource-id": [instance]})}
+            found.append((f"arn:aws:ec2:{region}:{account}:instance/{instance}", tags))
+        return found
+    arn = resource(service, action, region, account, params)
+    return None if arn is None else [(arn, {})]
 
 
 def role_documents(account: str, role_arn: str, principal: str) -> list[Any] | str:
@@ -64,21 +90,37 @@ def refused(
     params: dict[str, Any],
 ) -> str | None:
     """Why the policies do not allow the call, or None when they do."""
-    arn = resource(service, action, region, account, params)
-    if arn is None:
+    acted_on = resources(service, action, region, account, params)
+    if acted_on is None:
         return f"the sandbox does not judge {service}:{action}"
     wanted = f"{service}:{action}".lower()
-    for document in documents:
-        for statement in listed(document.get("Statement")):
-            if statement.get("Effect") != "Allow":
-                continue
-            actions = [a.lower() for a in listed(statement.get("Action"))]
-            resources = listed(statement.get("Resource"))
-            if any(fnmatch.fnmatchcase(wanted, a) for a in actions) and any(
-                fnmatch.fnmatchcase(arn, r) for r in resources
-            ):
-                return None
-    return f"role {role} is not allowed {service}:{action} on {arn}"
+    for arn, tags in acted_on:
+        if not any(
+            _allows(statement, wanted, arn, tags)
+            for document in documents
+            for statement in listed(document.get("Statement"))
+        ):
+            return f"role {role} is not allowed {service}:{action} on {arn}"
+    return None
+
+
+def _allows(statement: dict[str, Any], wanted: str, arn: str, tags: dict[str, str]) -> bool:
+    if statement.get("Effect") != "Allow":
+        return False
+    actions = [a.lower() for a in listed(statement.get("Action"))]
+    if not any(fnmatch.fnmatchcase(wanted, a) for a in actions):
+        return False
+    if not any(fnmatch.fnmatchcase(arn, r) for r in listed(statement.get("Resource"))):
+        return False
+    for operator, keys in (statement.get("Condition") or {}).items():
+        if operator != "StringEquals":
+            return False
+        for key, values in keys.items():
+            if not key.startswith("ssm:resourceTag/"):
+                return False
+            if tags.get(key.split("/", 1)[1]) not in listed(values):
+                return False
+    return True
 
 
 def _trusts(statement: dict[str, Any], principal: str) -> bool:

@@ -33,7 +33,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from provisioner.sandbox import budgets, lambda_run, protocol, scheduler_run, sigv4
+from provisioner.sandbox import block_events, budgets, lambda_run, protocol, scheduler_run, sigv4
 from provisioner.sandbox.eks_model import EksError
 from provisioner.sandbox.pcs_model import PcsError
 from provisioner.sandbox.shims import Shims
@@ -155,17 +155,24 @@ class Emulator:
         if call.action == "AdvanceClock":
             # EventBridge Scheduler's clock moved on: the schedules now due run (as the
             # sandbox itself: scheduler_run), and what each did is the answer.
-            runs = self.shims.scheduler.advance(
-                float(call.params.get("seconds", 0)),
-                scheduler_run.CallAs(
-                    base_url,
-                    self.ca_path,
-                    self.credentials.access_key,
-                    self.credentials.secret_key,
-                ),
-                self.shims.lock,
+            reach = scheduler_run.CallAs(
+                base_url, self.ca_path, self.credentials.access_key, self.credentials.secret_key
             )
-            return protocol.json_response({"runs": runs})
+            runs = self.shims.scheduler.advance(
+                float(call.params.get("seconds", 0)), reach, self.shims.lock
+            )
+            # And EC2's events of that clock: the Capacity Blocks' T-40 warnings.
+            with self.shims.lock:
+                blocks = [
+                    (world.account, region, res)
+                    for world in self.shims.worlds.values()
+                    for (region, _), res in world.reservations.items()
+                    if res.get("reservationType") == "capacity-block"
+                ]
+                due = self.shims.block_warnings.due(blocks, self.shims.scheduler.now())
+            for account, region, sent in due:
+                runs += block_events.deliver(account, region, sent, reach)
+            return protocol.json_response({"runs": runs, "now": self.shims.scheduler.now()})
         if call.action == "SetBudgetSpend":
             return self._set_spend(call, base_url)
         if call.action == "SeedImage":

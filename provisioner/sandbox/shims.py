@@ -19,6 +19,7 @@ from typing import Any
 
 from provisioner.sandbox import eks_asg, fsx_update, pricing
 from provisioner.sandbox import protocol as p
+from provisioner.sandbox.block_events import Warnings
 from provisioner.sandbox.budgets import Budgets
 from provisioner.sandbox.cost_explorer import CostTags
 from provisioner.sandbox.ec2_capacity import (
@@ -131,6 +132,8 @@ class Shims:
     worlds: dict[str, World] = field(default_factory=dict)
     #: EventBridge Scheduler's clock and the schedules it ran (``scheduler_run``).
     scheduler: Runner = field(default_factory=Runner)
+    #: EC2's Capacity Block warnings sent on the scheduler's clock (``block_events``).
+    block_warnings: Warnings = field(default_factory=Warnings)
     #: Cost Explorer's cost allocation tags (``cost_explorer``).
     cost_tags: CostTags = field(default_factory=CostTags)
     #: AWS Budgets, with a spend the sandbox sets (``budgets``).

@@ -28,6 +28,9 @@ SYSTEM_NODE_COUNT = 2
 #: Most instances a GPU pool may ask for: a larger count is taken for a typo.
 MAX_POOL_COUNT = 4096
 CAPACITY_TYPE: Final = "on-demand"
+#: What a Capacity Block's running jobs are sent an hour before its end: SIGUSR1, the one
+#: PyTorch Lightning's SLURMEnvironment listens on (requeue_signal) to checkpoint and requeue.
+CHECKPOINT_SIGNAL: Final = "USR1"
 BUDGET_ACTIONS: Final = "alert"
 FSX_MOUNT_PATH = "/fsx"
 FSX_CAPACITY_GIB = 1200

@@ -26,6 +26,8 @@ EksAddon = Literal[
 SlurmProvider = Literal["parallelcluster", "pcs"]
 HealthRepair = Literal["replace", "reboot", "drain-only"]
 BudgetActions = Literal["alert", "stop"]
+#: What scancel(1) may send a Capacity Block's running jobs before it ends (or none).
+CheckpointSignal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "none"]
 PcsSize = Literal["SMALL", "MEDIUM", "LARGE"]
 SlurmOs = Literal["alinux2023", "ubuntu2204", "ubuntu2404", "rhel8", "rhel9", "rocky8", "rocky9"]
 
@@ -113,6 +115,11 @@ class Capacity(SpecModel):
     )
     reservation_id: str | None = Field(
         None, description="cr-... id of the ODCR or Capacity Block (reservation, capacity-block)."
+    )
+    checkpoint_signal: CheckpointSignal = Field(
+        d.CHECKPOINT_SIGNAL,
+        description="Slurm, capacity-block: the signal the pool's running jobs get an hour "
+        "before the block ends, when its nodes stop taking new jobs (none: no signal).",
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from provisioner.catalog import Catalog
 from provisioner.drivers.aws import Aws, error_code, transient
+from provisioner.resources.block_ends import LEAD_SECONDS
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Level, Problem
 from provisioner.validate.online_existing import (
@@ -27,9 +28,9 @@ from provisioner.validate.online_existing import (
 )
 
 #: Service Quotas: "Running On-Demand P instances" (vCPUs) and "All P Spot Instance Requests".
-#: How long before a Capacity Block's end fmctl stops launching into it (the issue's T-60:
-#: new work stops then; EC2's own warning comes at T-40).
-BLOCK_MARGIN_S = 3600
+#: How long before a Capacity Block's end fmctl stops launching into it: its T-60, when the
+#: block's schedule winds the pool down (EC2's own warning comes at T-40).
+BLOCK_MARGIN_S = LEAD_SECONDS
 P_ON_DEMAND_QUOTA = ("ec2", "L-417A185B")
 P_SPOT_QUOTA = ("ec2", "L-7212CCBC")
 

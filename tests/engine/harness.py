@@ -96,6 +96,12 @@ class Sandbox:
         runs: list[dict[str, Any]] = said["runs"]
         return runs
 
+    def clock(self) -> float:
+        """The sandbox's time (epoch seconds): the wall clock plus every advance so far,
+        which the emulator's schedules and EC2's events go by."""
+        said = daemon.call(self.info, daemon.credentials(self.home), "AdvanceClock", {"seconds": 0})
+        return float(said["now"])
+
     def spend(self, cluster: str, region: str, amount: float) -> list[dict[str, Any]]:
         """Set the actual spend of the cluster's budget; what its notifications sent."""
         said = daemon.call(
@@ -322,6 +328,12 @@ def _money_leftovers(aws: Aws, name: str) -> list[str]:
     logs = aws.client("logs")
     groups = logs.describe_log_groups(logGroupNamePrefix=f"/aws/lambda/fmctl-{name}-")
     left += [f"logs:{g['logGroupName']}" for g in groups["logGroups"]]
+    # The Capacity Blocks' warning rules (their schedule group is the scheduler's, above).
+    events = aws.client("events")
+    for rule in events.list_rules(NamePrefix=f"fmctl-{name}-")["Rules"]:
+        tags = events.list_tags_for_resource(ResourceARN=rule["Arn"])["Tags"]
+        if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
+            left.append(f"events:{rule['Name']}")
     return left
 
 

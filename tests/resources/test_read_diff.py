@@ -906,3 +906,158 @@ def test_function_reads_its_package_role_and_subscription() -> None:
     changes = _fields(kind.diff(ctx, "budget/stop", params, observed))
     assert set(changes) == {"topics"}, changes  # the package and the role are as built
     assert changes["topics"] == (frozenset(), frozenset({topic}), How.UPDATE)
+
+
+def _block_answers(aws: RecordedAws, end: datetime.datetime, host: str) -> None:
+    """EC2's side of a block's triggers: the block (its end) and the running login node."""
+    aws.answer(
+        "ec2",
+        "DescribeCapacityReservations",
+        {
+            "CapacityReservations": [
+                {
+                    "CapacityReservationId": "cr-0123456789abcdef0",
+                    "State": "active",
+                    "ReservationType": "capacity-block",
+                    "EndDate": end,
+                    "EndDateType": "limited",
+                }
+            ]
+        },
+    )
+    aws.answer(
+        "ec2", "DescribeInstances", {"Reservations": [{"Instances": [{"InstanceId": host}]}]}
+    )
+
+
+def _block_params(name: str) -> Any:
+    from provisioner.resources.block_ends import Block, BlockEndParams
+    from provisioner.resources.iam import RoleOut
+    from provisioner.resources.pcs import NodeGroupOut
+
+    return BlockEndParams(
+        name,
+        Ref("iam/block-end", RoleOut),
+        (Block("train", "cr-0123456789abcdef0", "USR1"),),
+        "pcs",
+        Ref("pcs/node-group/login", NodeGroupOut),
+        _tags("blocks/schedule"),
+    )
+
+
+def _block_ctx(aws: RecordedAws) -> Context:
+    from provisioner.resources.iam import RoleOut
+    from provisioner.resources.pcs import NodeGroupOut
+
+    ctx = _ctx(aws)
+    role = f"arn:aws:iam::{ACCOUNT}:role/fmctl-{CLUSTER}-us-east-1-block-end"
+    ctx.record("iam/block-end", RoleOut(role.rsplit("/", 1)[-1], role))
+    ctx.record("pcs/node-group/login", NodeGroupOut("pcs_login0001"))
+    return ctx
+
+
+def test_block_schedule_moves_with_the_blocks_end() -> None:
+    """The T-60 schedule read from its group; the block extended (EC2's EndDate later) moves
+    its at() in place, and the script it sends carries the new end."""
+    from provisioner.resources.block_ends import BlockSchedule, command, ends
+
+    aws = RecordedAws()
+    name = f"fmctl-{CLUSTER}-blocks"
+    arn = f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule-group/{name}"
+    aws.answer("scheduler", "GetScheduleGroup", {"Arn": arn, "Name": name, "State": "ACTIVE"})
+    aws.answer(
+        "scheduler", "ListTagsForResource", {"Tags": tags(CLUSTER, "blocks/schedule", team="ml")}
+    )
+    aws.answer("scheduler", "ListSchedules", {"Schedules": [{"Name": "end-train"}]})
+    old_end = datetime.datetime(2030, 1, 2, 11, 30, tzinfo=datetime.UTC)
+    new_end = old_end + datetime.timedelta(days=1)
+    aws.answer(
+        "scheduler",
+        "GetSchedule",
+        {
+            "Name": "end-train",
+            "GroupName": name,
+            "ScheduleExpression": "at(2030-01-02T10:30:00)",
+            "Target": {
+                "Arn": "arn:aws:scheduler:::aws-sdk:ssm:sendCommand",
+                "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/fmctl-{CLUSTER}-us-east-1-block-end",
+                "Input": "{}",
+            },
+        },
+    )
+    _block_answers(aws, new_end, "i-0123456789abcdef0")
+    ctx = _block_ctx(aws)
+    params = _block_params(name)
+    kind = BlockSchedule()
+    observed = kind.read(ctx, "blocks/schedule", params)
+    assert observed is not None and observed.notes == ()
+    changes = _fields(kind.diff(ctx, "blocks/schedule", params, observed))
+    aws.done()
+    assert set(changes) == {"at", "schedules"}
+    assert changes["at"] == (
+        frozenset({"at(2030-01-02T10:30:00)"}),
+        frozenset({"at(2030-01-03T10:30:00)"}),
+        How.UPDATE,
+    )
+    _, added, _ = changes["schedules"]
+    (schedule,) = added
+    sent = json.loads(schedule.input)
+    assert sent["InstanceIds"] == ["i-0123456789abcdef0"]
+    script = sent["Parameters"]["commands"][0]
+    assert script == command(params.blocks, ends(ctx, params.blocks), "cr-0123456789abcdef0")
+    assert f"train {int(new_end.timestamp())} --block cr-0123456789abcdef0" in script
+
+
+def test_block_warning_rule_follows_a_replaced_login_node() -> None:
+    """The T-40 rule read with its target; a login node replaced since `up` named it is a
+    change of the target, made in place; the pattern (EC2's warning, both of its names, for
+    this block) is what was put."""
+    from provisioner.resources.block_ends import BlockWarning, pattern
+
+    aws = RecordedAws()
+    name = f"fmctl-{CLUSTER}-0123456789abcdef0"
+    params = _block_params(name)
+    rule_arn = f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{name}"
+    aws.answer(
+        "events",
+        "DescribeRule",
+        {"Name": name, "Arn": rule_arn, "EventPattern": pattern(params.blocks), "State": "ENABLED"},
+    )
+    aws.answer(
+        "events", "ListTagsForResource", {"Tags": tags(CLUSTER, "blocks/schedule", team="ml")}
+    )
+    role = f"arn:aws:iam::{ACCOUNT}:role/fmctl-{CLUSTER}-us-east-1-block-end"
+    aws.answer(
+        "events",
+        "ListTargetsByRule",
+        {
+            "Targets": [
+                {
+                    "Id": "block-end",
+                    "Arn": "arn:aws:ssm:us-east-1::document/AWS-RunShellScript",
+                    "RoleArn": role,
+                    "Input": '{"commands":["true"]}',
+                    "RunCommandParameters": {
+                        "RunCommandTargets": [{"Key": "InstanceIds", "Values": ["i-0old"]}]
+                    },
+                }
+            ]
+        },
+    )
+    end = datetime.datetime(2030, 1, 2, 11, 30, tzinfo=datetime.UTC)
+    _block_answers(aws, end, "i-0new")
+    ctx = _block_ctx(aws)
+    kind = BlockWarning()
+    observed = kind.read(ctx, "blocks/warning/train", params)
+    assert observed is not None and observed.outputs.arn == rule_arn
+    changes = _fields(kind.diff(ctx, "blocks/warning/train", params, observed))
+    aws.done()
+    # The instance named, and the script (the one `up` would write now), in place.
+    assert set(changes) == {"target.instance", "target.input"}
+    assert changes["target.instance"] == ("i-0old", "i-0new", How.UPDATE)
+    # EventBridge takes at most 8,192 characters of Input (TargetInput in botocore's model).
+    assert len(changes["target.input"][1]) <= 8192
+    assert json.loads(pattern(params.blocks))["detail-type"] == [
+        "Capacity Block Expiration Warning",
+        "Capacity Block Reservation Expiration Warning",
+    ]

@@ -1,7 +1,8 @@
 """A login node's Slurm for the sandbox's PCS clusters: what Run Command's scripts (the
 drains of `up`) find on PATH there. scontrol records every call; squeue prints the jobs a
-test writes into ``squeue.txt`` (none by default). drain-nodes.sh itself is run against a
-real slurmctld in tests/slurm/test_standin_drain.py."""
+test writes into ``squeue.txt`` (none by default); scancel records. drain-nodes.sh and
+block-end.sh themselves run against a real slurmctld in tests/slurm/test_standin_drain.py
+and test_standin_block_end.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,22 @@ from pathlib import Path
 from tests.check import fakes
 from tests.engine.harness import Sandbox
 
+#: scontrol keeps the reservations it creates (their names in ``reservations``): `show
+#: reservation NAME` fails for one it did not, as Slurm's does.
+SCONTROL = """#!/bin/bash
+echo "scontrol $*" >> "$FAKE/calls"
+case "$1 $2" in
+  "show reservation") grep -qx "$3" "$FAKE/reservations" ;;
+  "create reservation")
+    for arg in "$@"; do
+      case "$arg" in ReservationName=*) echo "${arg#*=}" >> "$FAKE/reservations" ;; esac
+    done ;;
+esac
+"""
 SLURM = {
-    "scontrol": '#!/bin/bash\necho "scontrol $*" >> "$FAKE/calls"\n',
+    "scontrol": SCONTROL,
     "squeue": '#!/bin/bash\necho "squeue $*" >> "$FAKE/calls"\ncat "$FAKE/squeue.txt"\n',
+    "scancel": '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n',
 }
 
 
@@ -26,6 +40,7 @@ def login_slurm(sandbox: Sandbox, folder: Path) -> Iterator[Path]:
     tools.mkdir(parents=True)
     (folder / "squeue.txt").write_text("")
     (folder / "calls").write_text("")
+    (folder / "reservations").write_text("")
     for name in SLURM:
         wrapper = tools / name
         wrapper.write_text(f'#!/bin/bash\nexport FAKE="{folder}"\nexec "{real / name}" "$@"\n')

@@ -568,6 +568,23 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "capacity-block",
+        "signal-on-demand",
+        [((*POOL, "capacity"), {"type": "on-demand", "checkpointSignal": "USR2"})],
+        "compute.gpuPools[0].capacity.checkpointSignal",
+        "error",
+    ),
+    (
+        "capacity-block",
+        "signal-on-eks",
+        [
+            (("scheduler",), "kubernetes"),
+            ((*POOL, "capacity", "checkpointSignal"), "none"),
+        ],
+        "compute.gpuPools[0].capacity.checkpointSignal",
+        "error",
+    ),
+    (
         "placement-group",
         "with-capacity-block",
         [((*POOL, "placementGroup"), True)],
@@ -1074,6 +1091,7 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ),
     ("reservation-id", "spot", [((*POOL, "capacity"), {"type": "spot"})]),
     ("capacity-block", "fixed", [((*POOL, "minCount"), 16)]),
+    ("capacity-block", "no-signal", [((*POOL, "capacity", "checkpointSignal"), "none")]),
     ("placement-group", "on-demand", [ON_DEMAND, ((*POOL, "placementGroup"), True)]),
     (
         "placement-group",

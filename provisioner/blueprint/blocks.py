@@ -1,0 +1,95 @@
+"""Capacity Blocks that end cleanly on Slurm (``resources.block_ends``): for every pool on a
+Capacity Block of a ParallelCluster or PCS cluster, a schedule at T-60 minutes and a rule
+on EC2's T-40 warning, both running ``slurm/lib/block-end.sh`` on the controller host
+through Run Command, as a role allowed only that.
+
+On EKS nothing is planned: EKS itself scales a Capacity Block's managed node group to zero
+40 minutes before the block ends (its scheduled action "Amazon EKS Node Group Capacity
+Scaledown Before Reservation End": the EKS User Guide, "Create a managed node group with
+Capacity Blocks for ML"), so that pods are drained before EC2 ends the instances.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.blueprint.infra import Parts
+from provisioner.graph.ref import Ref
+from provisioner.render.pcs import LOGIN
+from provisioner.resources.block_ends import Block, BlockEndParams, group_name, rule_name
+from provisioner.resources.iam import RoleOut
+from provisioner.resources.parallelcluster import PclusterOut
+from provisioner.resources.pcs import NodeGroupOut
+from provisioner.spec.tags import OWNER_TAG
+
+ROLE, SCHEDULE = "iam/block-end", "blocks/schedule"
+
+
+def _policy(p: Parts) -> dict[str, Any]:
+    """Run Command of AWS-RunShellScript on this cluster's instances only (the instance's
+    tag, as the condition key ``ssm:resourceTag/KEY`` gives it to SendCommand)."""
+    region = p.c.region
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "RunShellScript",
+                "Effect": "Allow",
+                "Action": ["ssm:SendCommand"],
+                "Resource": [f"arn:aws:ssm:{region}::document/AWS-RunShellScript"],
+            },
+            {
+                "Sid": "ClusterHost",
+                "Effect": "Allow",
+                "Action": ["ssm:SendCommand"],
+                "Resource": [f"arn:aws:ec2:{region}:*:instance/*"],
+                "Condition": {"StringEquals": {f"ssm:resourceTag/{OWNER_TAG}": p.c.name}},
+            },
+        ],
+    }
+
+
+def blocks(p: Parts) -> None:
+    """Plan both triggers for each Capacity Block pool of a Slurm cluster."""
+    if p.spec.scheduler != "slurm":
+        return
+    found = [
+        (i, Block(pool.name, pool.capacity.reservation_id, pool.capacity.checkpoint_signal))
+        for i, pool in enumerate(p.spec.compute.gpu_pools)
+        if pool.capacity.type == "capacity-block" and pool.capacity.reservation_id
+    ]
+    host: Ref[NodeGroupOut] | Ref[PclusterOut]
+    if p.has("pcs/cluster"):
+        provider, host = "pcs", p.ref(f"pcs/node-group/{LOGIN}", NodeGroupOut)
+    elif p.has("parallelcluster"):
+        provider, host = "parallelcluster", p.ref("parallelcluster", PclusterOut)
+    else:
+        return  # no Slurm cluster planned here (the sandbox without ParallelCluster)
+    if not found:
+        return
+    p.role(ROLE, "block-end", inline=_policy(p))
+    role = p.ref(ROLE, RoleOut)
+    every = tuple(block for _, block in found)
+    p.add(
+        SCHEDULE,
+        "block-schedule",
+        BlockEndParams(group_name(p.c.name), role, every, provider, host, p.tags(SCHEDULE)),
+        schedules="compute.gpuPools",
+    )
+    for index, block in found:
+        rid = f"blocks/warning/{block.pool}"
+        at = f"compute.gpuPools[{index}].capacity"
+        p.add(
+            rid,
+            "block-warning",
+            BlockEndParams(
+                rule_name(p.c.name, block.reservation_id),
+                role,
+                (block,),
+                provider,
+                host,
+                p.tags(rid),
+            ),
+            pattern=f"{at}.reservationId",
+            target=at,
+        )

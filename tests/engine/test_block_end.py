@@ -1,0 +1,158 @@
+"""A Capacity Block that ends cleanly on AWS PCS, in the sandbox, on its clock: `up` plans a
+schedule at T-60 and a rule on EC2's T-40 warning; at T-60 the schedule has Run Command wind
+the pool down on the login node (a maintenance reservation to the block's end, the running
+job signalled once); at T-40 EC2's warning reaches the rule, whose run finds the work done;
+the block extended moves the schedule and the rule's script; `down` leaves nothing. The
+login node's Slurm is a fake that records what it is asked (block-end.sh itself runs against
+a real slurmctld in tests/slurm/test_standin_block_end.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.engine.harness import Sandbox, raw_leftovers
+from tests.engine.test_pcs import pcs_spec
+from tests.tools.fake_slurm import calls, login_slurm
+
+BLOCK = "cr-0b10c4e2d0000e0d1"
+
+
+@pytest.fixture
+def slurm(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
+    with login_slurm(sandbox, tmp_path / "slurm") as folder:
+        yield folder
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _seed(sandbox: Sandbox, region: str, end: float) -> None:
+    sandbox.seed(
+        {
+            "capacityReservationId": BLOCK,
+            "instanceType": "p5en.48xlarge",
+            "availabilityZone": f"{region}a",
+            "totalInstanceCount": 2,
+            "availableInstanceCount": 2,
+            "state": "active",
+            "reservationType": "capacity-block",
+            "startDate": _iso(end - 24 * 3600),
+            "endDate": _iso(end),
+            "endDateType": "limited",
+        }
+    )
+
+
+def _wait_calls(folder: Path, wanted: str, count: int = 1) -> list[str]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        said = calls(folder)
+        if sum(wanted in line for line in said) >= count:
+            return said
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} x {wanted!r} in {calls(folder)}")
+
+
+def test_pcs_block_winds_down_at_t60_then_t40_and_down_leaves_nothing(
+    sandbox: Sandbox, slurm: Path, tmp_path: Path
+) -> None:
+    name, region = "e2e-block-pcs", "us-east-2"
+    start = sandbox.clock()
+    end = float(int(start + 3 * 3600))  # three hours left on the sandbox's clock
+    _seed(sandbox, region, end)
+    capacity = {"type": "capacity-block", "reservationId": BLOCK}
+    spec = pcs_spec(tmp_path, name, region, capacity=capacity)
+    made = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    try:
+        aws = sandbox.aws(region)
+        scheduler, events = aws.client("scheduler"), aws.client("events")
+        group = f"fmctl-{name}-blocks"
+        schedule = scheduler.get_schedule(GroupName=group, Name="end-train")
+        t60 = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end - 3600))
+        assert schedule["ScheduleExpression"] == f"at({t60})"
+        assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ssm:sendCommand"
+        rule = f"fmctl-{name}-{BLOCK.removeprefix('cr-')}"
+        target = events.list_targets_by_rule(Rule=rule)["Targets"][0]
+        login = aws.client("ec2").describe_instances(
+            Filters=[
+                {"Name": "tag:fmctl.dev/cluster", "Values": [name]},
+                {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
+                {"Name": "instance-state-name", "Values": ["running"]},
+            ]
+        )["Reservations"][0]["Instances"][0]["InstanceId"]
+        assert target["RunCommandParameters"]["RunCommandTargets"] == [
+            {"Key": "InstanceIds", "Values": [login]}
+        ]
+        again = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
+        assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout
+
+        # The block extended by an hour: the plan moves the schedule, `up` moves it.
+        end += 3600
+        _seed(sandbox, region, end)
+        moved = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        changed = {c["resource"] for c in json.loads(moved.stdout)["changes"]}
+        assert {"blocks/schedule", "blocks/warning/train"} <= changed, moved.stdout
+        applied = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        schedule = scheduler.get_schedule(GroupName=group, Name="end-train")
+        t60 = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end - 3600))
+        assert schedule["ScheduleExpression"] == f"at({t60})"
+        rule_input = events.list_targets_by_rule(Rule=rule)["Targets"][0]["Input"]
+        assert f"train {int(end)} --block {BLOCK}" in json.loads(rule_input)["commands"][0]
+
+        # A job runs in the block's partition when T-60 comes.
+        (slurm / "squeue.txt").write_text("41\n")
+        runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
+        ran = [r for r in runs if group in r.get("schedule", "")]
+        assert [r["outcome"] for r in ran] == ["succeeded"], runs
+        said = _wait_calls(slurm, "scancel")
+        reserve = next(line for line in said if line.startswith("scontrol create reservation"))
+        for part in ("ReservationName=fmctl-block-train", "PartitionName=train", "Nodes=ALL"):
+            assert part in reserve, reserve
+        # (Its Duration counts from the node's clock: the wall clock here, not the sandbox's.)
+        assert "Flags=MAINT,IGNORE_JOBS" in reserve and "Duration=" in reserve, reserve
+        assert "scancel --signal=USR1 --full 41" in said
+
+        # T-40: EC2's warning reaches the rule; its run finds the reservation, signals nobody.
+        runs = sandbox.advance(21 * 60)
+        heard = [r for r in runs if r.get("rule") == rule]
+        assert [r["outcome"] for r in heard] == ["sent"], runs
+        said = _wait_calls(slurm, "scontrol show reservation fmctl-block-train", 2)
+        assert sum(line.startswith("scancel") for line in said) == 1, said
+        assert sum(line.startswith("scontrol create") for line in said) == 1, said
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_gc_finds_a_cluster_whose_only_leftover_is_a_block_rule(sandbox: Sandbox) -> None:
+    """A `down` cut short can leave only a block's warning rule (it goes last: nothing
+    refers to it): `gc` finds the cluster by the rule's name and tags, and collects it."""
+    name, region = "block-left", "ap-south-1"
+    events = sandbox.aws(region).client("events")
+    before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
+    rule = f"fmctl-{name}-{BLOCK.removeprefix('cr-')}"
+    events.put_rule(
+        Name=rule,
+        EventPattern=json.dumps({"source": ["aws.ec2"]}),
+        Tags=[
+            {"Key": "fmctl.dev/cluster", "Value": name},
+            {"Key": "fmctl.dev/resource", "Value": "blocks/warning/train"},
+            {"Key": "fmctl.dev/created-at", "Value": before},
+        ],
+    )
+    listed = sandbox.fmctl("gc", "--older-than", "5m", "--dry-run", "--region", region, "--sandbox")
+    assert f"collect  {name}" in listed.stdout, listed.stdout + listed.stderr
+    done = sandbox.fmctl("gc", "--older-than", "5m", "--region", region, "--sandbox", "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert events.list_rules(NamePrefix=rule)["Rules"] == []
+    assert raw_leftovers(sandbox, name, region) == []

@@ -1,0 +1,67 @@
+"""What `plan` builds for a Capacity Block pool's end: on ParallelCluster (the p5 example,
+whose pool is on a block) and PCS, the T-60 schedule group and the T-40 rule, both naming
+the controller host's maker and a role that may send Run Command only to the cluster's own
+instances; on EKS nothing (EKS scales the block's node group to zero itself at T-40)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from provisioner.blueprint import Where, build
+from provisioner.catalog import load_catalog
+from provisioner.resources.base import Planned
+from provisioner.resources.block_ends import Block
+from tests.conftest import ROOT, validate_text
+
+WHERE = Where(Path("/nonexistent"), Path("/nonexistent/kubeconfig"))
+
+
+def _items(text: str) -> dict[str, Planned]:
+    validation = validate_text(text)
+    assert validation.ok and validation.resolved is not None, validation.problems
+    return {i.id: i for i in build(validation.resolved, load_catalog(), WHERE)}
+
+
+def test_parallelcluster_block_pool_gets_both_triggers() -> None:
+    items = _items((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    schedule = items["blocks/schedule"].params
+    assert schedule.provider == "parallelcluster" and schedule.host.target == "parallelcluster"
+    assert schedule.group_name == "fmctl-llm-pretrain-blocks"
+    assert schedule.blocks == (Block("train", "cr-0123456789abcdef0", "USR1"),)
+    warning = items["blocks/warning/train"]
+    assert warning.params.group_name == "fmctl-llm-pretrain-0123456789abcdef0"
+    assert warning.origins["pattern"] == "compute.gpuPools[0].capacity.reservationId"
+    role = items["iam/block-end"].params
+    trust = json.loads(role.trust)["Statement"][0]["Principal"]["Service"]
+    assert sorted(trust) == ["events.amazonaws.com", "scheduler.amazonaws.com"]
+    statements = json.loads(role.inline)["Statement"]
+    assert {a for s in statements for a in s["Action"]} == {"ssm:SendCommand"}
+    host = next(s for s in statements if s["Sid"] == "ClusterHost")
+    assert host["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/fmctl.dev/cluster": "llm-pretrain"}
+    }
+
+
+def test_pcs_names_the_login_node_group_and_a_spec_signal() -> None:
+    text = (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
+    text = text.replace(
+        "slurm: {os: alinux2023, topologyAware: true}",
+        "slurm: {provider: pcs, topologyAware: false}",
+    )
+    text = text.replace(
+        "reservationId: cr-0123456789abcdef0}",
+        "reservationId: cr-0123456789abcdef0, checkpointSignal: USR2}",
+    )
+    assert "provider: pcs" in text and "USR2" in text
+    items = _items(text)
+    schedule = items["blocks/schedule"].params
+    assert schedule.provider == "pcs" and schedule.host.target == "pcs/node-group/login"
+    assert schedule.blocks[0].signal == "USR2"
+
+
+def test_eks_and_pools_off_blocks_plan_nothing() -> None:
+    eks = _items((ROOT / "examples/p6-b300-eks-capacity-block.yaml").read_text())
+    assert not [rid for rid in eks if rid.startswith(("blocks/", "iam/block-end"))]
+    slurm = _items((ROOT / "examples/p6-b200-slurm-existing-fsx.yaml").read_text())
+    assert not [rid for rid in slurm if rid.startswith(("blocks/", "iam/block-end"))]
