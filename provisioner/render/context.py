@@ -25,6 +25,7 @@ from provisioner.render.queueing import (
     topology_name,
     uses_dra,
 )
+from provisioner.spec.defaults import IDLE_ALERT_AFTER
 from provisioner.spec.model import ClusterSpec, GpuPool, Network
 from provisioner.spec.tags import OWNER_TAG
 
@@ -230,6 +231,8 @@ class ClusterContext:
     slurm_os: str
     topology_aware: bool
     scaledown_idletime: int
+    #: How long a GPU node idles before GpuNodeIdle fires (cost.idle.after, else 30m).
+    idle_after: str
     #: ParallelCluster's HealthChecks/Gpu on every queue (opt-in: aws-parallelcluster#6777).
     gpu_health_checks: bool
     tags: tuple[tuple[str, str], ...]
@@ -502,6 +505,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         topology_aware=spec.slurm.topology_aware
         and not parallelcluster_owns_topology(spec, catalog),
         scaledown_idletime=spec.slurm.scaledown_idletime,
+        idle_after=spec.cost.idle.after if spec.cost.idle else IDLE_ALERT_AFTER,
         gpu_health_checks=spec.slurm.gpu_health_checks,
         tags=tuple(sorted(tags.items())),
         images=Images.for_region(spec.metadata.region),

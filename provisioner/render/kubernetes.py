@@ -189,7 +189,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     # The EFA counter script Slurm nodes run, shipped to Kubernetes nodes in a ConfigMap.
     efa_script = (shipped_dir("slurm") / "lib" / "efa-metrics.sh").read_text()
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
-    rules = alert_rules()
+    rules = alert_rules(c.idle_after)
     charts = chart_installs(c)
     for comp in comps:
         names = []

@@ -184,7 +184,7 @@ def monitoring_files(c: ClusterContext) -> dict[str, str]:
         "slurm/monitoring/prometheus.yml": render_template(
             "slurm/prometheus.yml.j2", c=c, jobs=scrape_jobs(c)
         ),
-        "slurm/monitoring/alert-rules.yml": alert_rules(),
+        "slurm/monitoring/alert-rules.yml": alert_rules(c.idle_after),
     }
     if c.grafana:
         for part in ("datasources", "dashboards"):

@@ -32,6 +32,11 @@ CAPACITY_TYPE: Final = "on-demand"
 #: PyTorch Lightning's SLURMEnvironment listens on (requeue_signal) to checkpoint and requeue.
 CHECKPOINT_SIGNAL: Final = "USR1"
 BUDGET_ACTIONS: Final = "alert"
+#: cost.idle: how long a GPU node idles before it counts (the issue's example), and what then.
+IDLE_AFTER = "1h"
+IDLE_ACTION: Final = "alert"
+#: GpuNodeIdle's `for` without cost.idle.
+IDLE_ALERT_AFTER = "30m"
 FSX_MOUNT_PATH = "/fsx"
 FSX_CAPACITY_GIB = 1200
 FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"

@@ -26,6 +26,7 @@ EksAddon = Literal[
 SlurmProvider = Literal["parallelcluster", "pcs"]
 HealthRepair = Literal["replace", "reboot", "drain-only"]
 BudgetActions = Literal["alert", "stop"]
+IdleAction = Literal["alert", "scale-down"]
 #: What scancel(1) may send a Capacity Block's running jobs before it ends (or none).
 CheckpointSignal = Literal["USR1", "USR2", "TERM", "INT", "HUP", "none"]
 PcsSize = Literal["SMALL", "MEDIUM", "LARGE"]
@@ -444,10 +445,28 @@ class Budget(SpecModel):
         return self.monthly if self.monthly is not None else self.total
 
 
+class Idle(SpecModel):
+    """What fmctl does with a GPU node that works for nobody: every GPU's engine under 5%
+    busy and no job on the node (the GpuNodeIdle alert's test)."""
+
+    after: str = Field(
+        d.IDLE_AFTER,
+        description="How long a node stays idle before it counts: 30m, 1h, 2h30m (10m at "
+        "least). Without cost.idle the alert fires after 30m.",
+    )
+    action: IdleAction = Field(
+        d.IDLE_ACTION,
+        description="alert: GpuNodeIdle fires | scale-down: on Slurm, the on-demand and spot "
+        "pools' nodes also power down once idle that long, and come back when jobs need "
+        "them (Slurm's own power saving); reserved capacity, paid anyway, only alerts.",
+    )
+
+
 class Cost(SpecModel):
     """What the cluster may spend."""
 
     budget: Budget | None = None
+    idle: Idle | None = None
 
 
 class ClusterSpec(SpecModel):

@@ -14,6 +14,7 @@ from provisioner.spec.defaults import (
     SYSTEM_NODE_INSTANCE_TYPE_ARM64,
     VPC_CIDR,
 )
+from provisioner.spec.durations import seconds
 from provisioner.spec.model import ClusterSpec, FsxLustre, GpuPool
 
 if TYPE_CHECKING:
@@ -65,12 +66,28 @@ def _fsx(fsx: FsxLustre) -> FsxLustre:
     )
 
 
+def _scales_down(spec: ClusterSpec, scheduler: str) -> bool:
+    """cost.idle with scale-down on Slurm: its on-demand and spot pools power down to zero
+    when idle, unless the spec keeps a minCount."""
+    idle = spec.cost.idle
+    return idle is not None and idle.action == "scale-down" and scheduler == "slurm"
+
+
+def _min_count(pool: GpuPool, scales_down: bool) -> int:
+    if pool.min_count is not None:
+        return pool.min_count
+    if scales_down and pool.capacity.type in ("on-demand", "spot"):
+        return 0  # every node dynamic: Slurm powers it down once idle, up when work comes
+    return pool.count
+
+
 def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -> ClusterSpec:
     """Return the spec with every derived default filled in (and ``scheduler`` applied)."""
+    scales_down = _scales_down(spec, scheduler or spec.scheduler)
     pools = [
         pool.model_copy(
             update={
-                "min_count": pool.count if pool.min_count is None else pool.min_count,
+                "min_count": _min_count(pool, scales_down),
                 "efa": pool_efa(pool, catalog),
                 "placement_group": pool_placement_group(pool, catalog),
             }
@@ -96,12 +113,20 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
             update={"instance_type": SYSTEM_NODE_INSTANCE_TYPE_ARM64}
         )
         compute = compute.model_copy(update={"system_nodes": system})
+    slurm = spec.slurm
+    idle = spec.cost.idle
+    after = seconds(idle.after) if idle is not None else None
+    if scales_down and after is not None and "scaledown_idletime" not in slurm.model_fields_set:
+        # Slurm's own idle time (ParallelCluster's ScaledownIdletime, PCS's
+        # scaleDownIdleTimeInSeconds) is what powers the idle nodes down.
+        slurm = slurm.model_copy(update={"scaledown_idletime": max(1, after // 60)})
     kubernetes = spec.kubernetes
     if kubernetes.queueing is None:
         kubernetes = kubernetes.model_copy(update={"queueing": default_queueing(spec)})
     return spec.model_copy(
         update={
             "kubernetes": kubernetes,
+            "slurm": slurm,
             "scheduler": scheduler or spec.scheduler,
             "network": network,
             "compute": compute,

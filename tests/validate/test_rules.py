@@ -160,6 +160,45 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "cost-idle",
+        "too-short",
+        [(("cost",), {"idle": {"after": "5m"}})],
+        "cost.idle.after",
+        "error",
+    ),
+    (
+        "cost-idle",
+        "words",
+        [(("cost",), {"idle": {"after": "an hour"}})],
+        "cost.idle.after",
+        "error",
+    ),
+    (
+        "cost-idle",
+        "eks-scale-down",
+        [(("scheduler",), "kubernetes"), (("cost",), {"idle": {"action": "scale-down"}})],
+        "cost.idle.action",
+        "error",
+    ),
+    (
+        "cost-idle",
+        "two-idle-times",
+        [
+            ON_DEMAND,
+            (("slurm", "scaledownIdletime"), 10),
+            (("cost",), {"idle": {"after": "1h", "action": "scale-down"}}),
+        ],
+        "slurm.scaledownIdletime",
+        "error",
+    ),
+    (
+        "cost-idle",
+        "nothing-to-scale",
+        [(("cost",), {"idle": {"action": "scale-down"}})],  # the base pool is a block
+        "cost.idle.action",
+        "warning",
+    ),
+    (
         "health-repair",
         "drain-only-parallelcluster",
         [(("health",), {"repair": "drain-only"})],
@@ -1092,6 +1131,17 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("reservation-id", "spot", [((*POOL, "capacity"), {"type": "spot"})]),
     ("capacity-block", "fixed", [((*POOL, "minCount"), 16)]),
     ("capacity-block", "no-signal", [((*POOL, "capacity", "checkpointSignal"), "none")]),
+    ("cost-idle", "alert", [(("cost",), {"idle": {"after": "2h"}})]),
+    ("cost-idle", "scale-down", [ON_DEMAND, (("cost",), {"idle": {"action": "scale-down"}})]),
+    (
+        "cost-idle",
+        "same-idle-time",
+        [
+            ON_DEMAND,
+            (("slurm", "scaledownIdletime"), 60),
+            (("cost",), {"idle": {"after": "1h", "action": "scale-down"}}),
+        ],
+    ),
     ("placement-group", "on-demand", [ON_DEMAND, ((*POOL, "placementGroup"), True)]),
     (
         "placement-group",

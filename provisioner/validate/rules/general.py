@@ -9,12 +9,12 @@ from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.regions import REGIONS
 from provisioner.catalog.s3_names import bucket_problem
 from provisioner.spec import defaults
+from provisioner.spec.durations import seconds
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, suggest
 from provisioner.validate.rules.registry import RuleContext, rule
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
-TTL_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?$")
 K8S_VERSION_RE = re.compile(r"^1\.(\d+)$")
 
 
@@ -58,12 +58,7 @@ def region(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
 
 def parse_ttl(text: str) -> int | None:
     """Seconds in a ttl such as ``8h``, ``3d`` or ``1h30m``; None when malformed or zero."""
-    match = TTL_RE.match(text)
-    if not text or not match:
-        return None
-    days, hours, minutes = (int(g) if g else 0 for g in match.groups())
-    seconds = ((days * 24 + hours) * 60 + minutes) * 60
-    return seconds or None
+    return seconds(text)
 
 
 @rule("drain-timeout")
@@ -483,4 +478,64 @@ def cost_budget(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
             (*where, "notify"),
             hint="add an email address or an SNS topic ARN, or actions: stop to have the "
             "cluster scaled to zero at the limit",
+        )
+
+
+#: The shortest cost.idle.after: a GPU node takes minutes to launch and join; idling less
+#: than that before it is powered down only churns.
+IDLE_MIN_SECONDS = 10 * 60
+
+
+@rule("cost-idle")
+def cost_idle(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """cost.idle.after is a duration of 10 minutes or more; scale-down is Slurm's (its own
+    power saving, with nothing for it to act on when every pool is reserved or held at its
+    full count), and it sets Slurm's idle time, which slurm.scaledownIdletime must then not
+    contradict."""
+    idle = spec.cost.idle
+    if idle is None:
+        return
+    where = ("cost", "idle")
+    after = seconds(idle.after)
+    if after is None or after < IDLE_MIN_SECONDS:
+        yield Problem(
+            "cost-idle",
+            f"after: {idle.after!r} is not a duration of 10 minutes or more",
+            (*where, "after"),
+            hint="30m, 1h or 2h30m (days d, hours h, minutes m)",
+        )
+    if idle.action != "scale-down":
+        return
+    if ctx.scheduler != "slurm":
+        yield Problem(
+            "cost-idle",
+            "scale-down needs something to remove idle nodes, and fmctl's EKS node groups "
+            "have no autoscaler",
+            (*where, "action"),
+            hint="use action: alert (GpuNodeIdle fires), or lower the pool's count when it idles",
+        )
+        return
+    explicit = "scaledown_idletime" in spec.slurm.model_fields_set
+    if after is not None and explicit and spec.slurm.scaledown_idletime * 60 != after:
+        yield Problem(
+            "cost-idle",
+            f"slurm.scaledownIdletime ({spec.slurm.scaledown_idletime} min) and "
+            f"cost.idle.after ({idle.after}) both set when Slurm powers idle nodes down",
+            ("slurm", "scaledownIdletime"),
+            hint="remove slurm.scaledownIdletime: with action scale-down, cost.idle.after sets it",
+            related=((*where, "after"),),
+        )
+    shrinkable = [
+        p
+        for p in spec.compute.gpu_pools
+        if p.capacity.type in ("on-demand", "spot") and (p.min_count or 0) < p.count
+    ]
+    if not shrinkable:
+        yield Problem(
+            "cost-idle",
+            "no pool can scale down: each is reserved capacity (paid anyway: it only alerts) "
+            "or keeps its full count with minCount",
+            (*where, "action"),
+            hint="an on-demand or spot pool without minCount (or a lower one) scales down",
+            level="warning",
         )
