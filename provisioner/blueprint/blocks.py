@@ -3,20 +3,24 @@ Capacity Block of a ParallelCluster or PCS cluster, a schedule at T-60 minutes a
 on EC2's T-40 warning, both running ``slurm/lib/block-end.sh`` on the controller host
 through Run Command, as a role allowed only that.
 
-On EKS nothing is planned: EKS itself scales a Capacity Block's managed node group to zero
-40 minutes before the block ends (its scheduled action "Amazon EKS Node Group Capacity
-Scaledown Before Reservation End": the EKS User Guide, "Create a managed node group with
-Capacity Blocks for ML"), so that pods are drained before EC2 ends the instances.
+On EKS only the T-60 schedule is planned, tainting the block's node group so that no new pod
+lands there, as a role allowed only that call on those node groups: EKS itself scales a
+Capacity Block's managed node group to zero 40 minutes before the block ends (its scheduled
+action "Amazon EKS Node Group Capacity Scaledown Before Reservation End": the EKS User Guide,
+"Create a managed node group with Capacity Blocks for ML"), draining its pods before EC2
+ends the instances.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from provisioner.blueprint.infra import Parts
 from provisioner.graph.ref import Ref
 from provisioner.render.pcs import LOGIN
 from provisioner.resources.block_ends import Block, BlockEndParams, group_name, rule_name
+from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.parallelcluster import PclusterOut
 from provisioner.resources.pcs import NodeGroupOut
@@ -49,15 +53,48 @@ def _policy(p: Parts) -> dict[str, Any]:
     }
 
 
+def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
+    """The T-60 taints of an EKS cluster's block node groups."""
+    blocks = []
+    for _, block in found:
+        planned = next(i for i in p.items if i.id == f"nodegroup/{block.pool}")
+        blocks.append(dataclasses.replace(block, nodegroup=planned.params.nodegroup_name))
+    groups = [f"arn:aws:eks:{p.c.region}:*:nodegroup/{p.c.name}/{b.nodegroup}/*" for b in blocks]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "BlockNodeGroups",
+                "Effect": "Allow",
+                "Action": ["eks:UpdateNodegroupConfig"],
+                "Resource": groups,
+            }
+        ],
+    }
+    p.role(ROLE, "block-taint", inline=policy)
+    host = p.ref(f"nodegroup/{blocks[0].pool}", NodegroupOut)
+    params = BlockEndParams(
+        group_name(p.c.name),
+        p.ref(ROLE, RoleOut),
+        tuple(blocks),
+        "eks",
+        host,
+        p.tags(SCHEDULE),
+    )
+    p.add(SCHEDULE, "block-schedule", params, schedules="compute.gpuPools")
+
+
 def blocks(p: Parts) -> None:
-    """Plan both triggers for each Capacity Block pool of a Slurm cluster."""
-    if p.spec.scheduler != "slurm":
-        return
+    """Plan the triggers for each Capacity Block pool: both on Slurm, the taint on EKS."""
     found = [
         (i, Block(pool.name, pool.capacity.reservation_id, pool.capacity.checkpoint_signal))
         for i, pool in enumerate(p.spec.compute.gpu_pools)
         if pool.capacity.type == "capacity-block" and pool.capacity.reservation_id
     ]
+    if p.spec.scheduler != "slurm":
+        if found and p.has("eks"):
+            _eks(p, found)
+        return
     host: Ref[NodeGroupOut] | Ref[PclusterOut]
     if p.has("pcs/cluster"):
         provider, host = "pcs", p.ref(f"pcs/node-group/{LOGIN}", NodeGroupOut)

@@ -76,6 +76,8 @@ ROLES: dict[str, tuple[str | tuple[str, ...], tuple[str, ...]]] = {
     # A Capacity Block's wind-down (``blueprint.blocks``): Scheduler's T-60 schedules and the
     # EventBridge rule on EC2's T-40 warning both send Run Command to the controller host.
     "block-end": (("scheduler.amazonaws.com", "events.amazonaws.com"), ()),
+    # On EKS only the T-60 schedule, tainting the block's node groups.
+    "block-taint": ("scheduler.amazonaws.com", ()),
 }
 #: The PCS nodes' inline policy: registering with the cluster (what AWS's
 #: AWSPCSComputeNodePolicy grants), reading the uploaded scripts and writing `fmctl check`'s

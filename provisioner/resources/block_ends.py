@@ -1,8 +1,15 @@
-"""Capacity Blocks that end cleanly on Slurm (ParallelCluster and PCS): before a block's end,
+"""Capacity Blocks that end cleanly. On Slurm (ParallelCluster and PCS), before a block's end,
 its pool's partition is wound down on the cluster's controller host (the head node, or a PCS
 login node) by ``slurm/lib/block-end.sh``: a maintenance reservation over its nodes to the
 block's end (no new job starts there, nothing launches into the block) and the running jobs
-signalled once to checkpoint. Two triggers, both kept by AWS with no fmctl running:
+signalled once to checkpoint. On EKS, the T-60 schedule taints the block's node group
+``fmctl.dev/capacity-block-ending=CR_ID:NoSchedule`` (UpdateNodegroupConfig: "the
+Kubernetes taints to be applied to the nodes in the node group after the update", the EKS
+API reference): no new pod lands there, running ones go on until EKS itself scales the group
+to zero at T-40 (the EKS User Guide, "Create a managed node group with Capacity Blocks for
+ML"), so no rule is needed there. A block extended after T-60 loses the taint on the next
+`up` (the node group's taints are the spec's). Two triggers on Slurm, both kept by AWS with
+no fmctl running:
 
 - T-60 min, fmctl's own: a one-time EventBridge Scheduler schedule per block, in the group
   ``fmctl-NAME-blocks``, whose universal target calls ``ssm:SendCommand``
@@ -37,6 +44,7 @@ from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
+from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import Foreign
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.parallelcluster import PclusterOut
@@ -65,6 +73,8 @@ LEAD_SECONDS = 3600
 WARNINGS = ("Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning")
 #: Run Command's limit for the script's run (the script itself takes seconds).
 EXECUTION_TIMEOUT = "600"
+#: The taint an EKS block's nodes get at T-60 (its value: the block's id).
+BLOCK_TAINT = "fmctl.dev/capacity-block-ending"
 
 
 def group_name(cluster: str) -> str:
@@ -85,20 +95,23 @@ class Block:
     pool: str
     reservation_id: str
     signal: str
+    #: EKS: the pool's managed node group.
+    nodegroup: str = ""
 
 
 @dataclass(frozen=True)
 class BlockEndParams:
     """What both triggers need: the schedule group's or the rule's name, the blocks (a rule
     has its one), the controller host's kind of cluster (``pcs`` or ``parallelcluster``: how
-    the host is found), the role they run as, and ``host``, the resource that makes the host
-    (the order only: the host must run before it is named)."""
+    the host is found; ``eks``: no host, the node groups are tainted), the role they run
+    as, and ``host``, the resource that makes the host (on EKS, a node group: the order only,
+    what is named must exist first)."""
 
     group_name: str
     role: Ref[RoleOut]
     blocks: tuple[Block, ...]
     provider: str
-    host: Ref[NodeGroupOut] | Ref[PclusterOut]
+    host: Ref[NodeGroupOut] | Ref[PclusterOut] | Ref[NodegroupOut]
     tags: DesiredTags
 
 
@@ -186,34 +199,51 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
         if role is UNKNOWN or ctx.resolve(params.host) is UNKNOWN:
             return None
         when = ends(ctx, params.blocks)
-        instance = host(ctx, params)
         now = time.time()
         out: Timetable = {}
         for b in params.blocks:
             end = when.get(b.reservation_id)
             if end is None or end - LEAD_SECONDS <= now:
                 continue  # gone, or inside its last hour: the T-40 rule is what is left
-            document = {
-                "DocumentName": "AWS-RunShellScript",
-                "InstanceIds": [instance],
-                "Comment": f"fmctl {ctx.cluster}: capacity block {b.reservation_id} ends"[:100],
-                "Parameters": {
-                    "commands": [command((b,), when, b.reservation_id)],
-                    "executionTimeout": [EXECUTION_TIMEOUT],
-                },
-            }
+            action, document = self._call(ctx, params, b, when)
             schedule = LiveSchedule(
-                f"end-{b.pool}", UNIVERSAL.format("ssm:sendCommand"), input_of(document), str(role)
+                f"end-{b.pool}", UNIVERSAL.format(action), input_of(document), str(role)
             )
             out[schedule.name] = (schedule, at_expression(end - LEAD_SECONDS))
         return out
 
+    def _call(
+        self, ctx: Context, params: BlockEndParams, b: Block, when: dict[str, float | None]
+    ) -> tuple[str, dict[str, Any]]:
+        """The schedule's call: the node group tainted (EKS), or Run Command of
+        block-end.sh on the controller host (Slurm)."""
+        if params.provider == "eks":
+            taint = {"key": BLOCK_TAINT, "value": b.reservation_id, "effect": "NO_SCHEDULE"}
+            return "eks:updateNodegroupConfig", {
+                "clusterName": ctx.cluster,
+                "nodegroupName": b.nodegroup,
+                "taints": {"addOrUpdateTaints": [taint]},
+            }
+        return "ssm:sendCommand", {
+            "DocumentName": "AWS-RunShellScript",
+            "InstanceIds": [host(ctx, params)],
+            "Comment": f"fmctl {ctx.cluster}: capacity block {b.reservation_id} ends"[:100],
+            "Parameters": {
+                "commands": [command((b,), when, b.reservation_id)],
+                "executionTimeout": [EXECUTION_TIMEOUT],
+            },
+        }
+
     def notes(self, ctx: Context, params: BlockEndParams, tags: Tags) -> tuple[str, ...]:
         when, now = ends(ctx, params.blocks), time.time()
+        then = (
+            "EKS scales its node group to zero at T-40"
+            if params.provider == "eks"
+            else "EC2's T-40 warning winds the pool down"
+        )
         return tuple(
             f"capacity block {b.reservation_id} (pool {b.pool}) ends in "
-            f"{max(0, int((end - now) // 60))} min: past its T-60 schedule, EC2's T-40 "
-            "warning winds the pool down"
+            f"{max(0, int((end - now) // 60))} min: past its T-60 schedule, {then}"
             for b in params.blocks
             if (end := when.get(b.reservation_id)) is not None and end - LEAD_SECONDS <= now
         )

@@ -1,10 +1,11 @@
-"""A Capacity Block that ends cleanly on AWS PCS, in the sandbox, on its clock: `up` plans a
+"""A Capacity Block that ends cleanly, in the sandbox, on its clock. On AWS PCS: `up` plans a
 schedule at T-60 and a rule on EC2's T-40 warning; at T-60 the schedule has Run Command wind
 the pool down on the login node (a maintenance reservation to the block's end, the running
 job signalled once); at T-40 EC2's warning reaches the rule, whose run finds the work done;
 the block extended moves the schedule and the rule's script; `down` leaves nothing. The
 login node's Slurm is a fake that records what it is asked (block-end.sh itself runs against
-a real slurmctld in tests/slurm/test_standin_block_end.py)."""
+a real slurmctld in tests/slurm/test_standin_block_end.py). On EKS: the T-60 schedule taints
+the block's nodes."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.engine.harness import Sandbox, raw_leftovers
+from tests.conftest import ROOT
+from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file
 from tests.engine.test_pcs import pcs_spec
 from tests.tools.fake_slurm import calls, login_slurm
 
@@ -33,11 +36,17 @@ def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
 
 
-def _seed(sandbox: Sandbox, region: str, end: float) -> None:
+def _seed(
+    sandbox: Sandbox,
+    region: str,
+    end: float,
+    block: str = BLOCK,
+    instance_type: str = "p5en.48xlarge",
+) -> None:
     sandbox.seed(
         {
-            "capacityReservationId": BLOCK,
-            "instanceType": "p5en.48xlarge",
+            "capacityReservationId": block,
+            "instanceType": instance_type,
             "availabilityZone": f"{region}a",
             "totalInstanceCount": 2,
             "availableInstanceCount": 2,
@@ -155,4 +164,62 @@ def test_gc_finds_a_cluster_whose_only_leftover_is_a_block_rule(sandbox: Sandbox
     done = sandbox.fmctl("gc", "--older-than", "5m", "--region", region, "--sandbox", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
     assert events.list_rules(NamePrefix=rule)["Rules"] == []
+    assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Path) -> None:
+    """On EKS the T-60 schedule taints the block's node group (EKS scales it to zero itself
+    at T-40): the nodes carry the taint, so no new pod lands there; the block extended, the
+    next `up` takes the taint off and moves the schedule."""
+    name, example = "e2e-block-eks", "p6-b300-eks-capacity-block.yaml"
+    data = yaml.safe_load((ROOT / "examples" / example).read_text())
+    block = data["compute"]["gpuPools"][0]["capacity"]["reservationId"]
+    region = data["metadata"]["region"]
+    spec = spec_file(tmp_path, name, example=example)
+    end = float(int(sandbox.clock() + 3 * 3600))
+    _seed(sandbox, region, end, block, "p6-b300.48xlarge")
+    made = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    try:
+        aws = sandbox.aws(region)
+        schedule = aws.client("scheduler").get_schedule(
+            GroupName=f"fmctl-{name}-blocks", Name="end-b300"
+        )
+        assert schedule["Target"]["Arn"].endswith(":eks:updateNodegroupConfig")
+        assert aws.client("events").list_rules(NamePrefix=f"fmctl-{name}-")["Rules"] == []
+        runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
+        ran = [r for r in runs if f"fmctl-{name}-blocks" in r.get("schedule", "")]
+        assert [r["outcome"] for r in ran] == ["succeeded"], runs
+        taint = {"key": "fmctl.dev/capacity-block-ending", "value": block, "effect": "NoSchedule"}
+        eks = aws.client("eks")
+
+        def tainted() -> list[dict[str, str]]:
+            nodes = kube_client(sandbox, name, region).list(
+                "v1", "Node", selector="eks.amazonaws.com/nodegroup=b300"
+            )
+            assert nodes, "the block's node group has no nodes"
+            return [t for n in nodes for t in n["spec"].get("taints", []) if t == taint]
+
+        deadline = time.monotonic() + 60
+        while len(tainted()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(tainted()) == 2  # both of the block's nodes
+        group = eks.describe_nodegroup(clusterName=name, nodegroupName="b300")["nodegroup"]
+        assert {"key": taint["key"], "value": block, "effect": "NO_SCHEDULE"} in group["taints"]
+
+        # The block extended by a day: `up` takes the taint off and moves the schedule.
+        end += 24 * 3600
+        _seed(sandbox, region, end, block, "p6-b300.48xlarge")
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        group = eks.describe_nodegroup(clusterName=name, nodegroupName="b300")["nodegroup"]
+        assert taint["key"] not in {t["key"] for t in group.get("taints", [])}
+        moved = aws.client("scheduler").get_schedule(
+            GroupName=f"fmctl-{name}-blocks", Name="end-b300"
+        )
+        t60 = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end - 3600))
+        assert moved["ScheduleExpression"] == f"at({t60})"
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, region) == []

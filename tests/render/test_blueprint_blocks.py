@@ -1,7 +1,8 @@
 """What `plan` builds for a Capacity Block pool's end: on ParallelCluster (the p5 example,
 whose pool is on a block) and PCS, the T-60 schedule group and the T-40 rule, both naming
 the controller host's maker and a role that may send Run Command only to the cluster's own
-instances; on EKS nothing (EKS scales the block's node group to zero itself at T-40)."""
+instances; on EKS the T-60 taint only (EKS scales the block's node group to zero itself at
+T-40), as a role that may update only that node group."""
 
 from __future__ import annotations
 
@@ -60,8 +61,18 @@ def test_pcs_names_the_login_node_group_and_a_spec_signal() -> None:
     assert schedule.blocks[0].signal == "USR2"
 
 
-def test_eks_and_pools_off_blocks_plan_nothing() -> None:
+def test_eks_plans_the_taint_only_and_pools_off_blocks_plan_nothing() -> None:
     eks = _items((ROOT / "examples/p6-b300-eks-capacity-block.yaml").read_text())
-    assert not [rid for rid in eks if rid.startswith(("blocks/", "iam/block-end"))]
+    assert not [rid for rid in eks if rid.startswith("blocks/warning/")]
+    schedule = eks["blocks/schedule"].params
+    assert schedule.provider == "eks" and schedule.host.target == "nodegroup/b300"
+    assert [b.nodegroup for b in schedule.blocks] == ["b300"]
+    role = eks["iam/block-end"].params
+    assert json.loads(role.trust)["Statement"][0]["Principal"]["Service"] == (
+        "scheduler.amazonaws.com"
+    )
+    (statement,) = json.loads(role.inline)["Statement"]
+    assert statement["Action"] == ["eks:UpdateNodegroupConfig"]
+    assert statement["Resource"] == ["arn:aws:eks:us-east-1:*:nodegroup/b300-eval/b300/*"]
     slurm = _items((ROOT / "examples/p6-b200-slurm-existing-fsx.yaml").read_text())
     assert not [rid for rid in slurm if rid.startswith(("blocks/", "iam/block-end"))]
