@@ -59,6 +59,16 @@ def cost(
         click.echo("  nothing billed by the hour runs (storage and logs aside)")
     if found.budget is not None:
         click.echo(found.budget.line())
+    idle = data["idle"]
+    if idle is not None:
+        names = ", ".join(idle["idleNodes"][:6]) + (" ..." if len(idle["idleNodes"]) > 6 else "")
+        head = f"idle now: {len(idle['idleNodes'])} of {idle['gpuNodes']} GPU nodes"
+        if idle["hourly"] is None:
+            price = "not priced"
+        else:
+            share = f"{idle['share']:.0%}" if idle["share"] is not None else "?"
+            price = f"${idle['hourly']:,.2f}/hour, {share} of the hourly cost"
+        click.echo(f"{head} ({price}; {idle['note']})" + (f": {names}" if names else ""))
     so_far = data["soFar"]
     if so_far is not None:
         if so_far["usd"] is None:

@@ -12,13 +12,14 @@ is not active, and asks GetCostAndUsage once (MONTHLY, from the cluster's creati
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.prices import Market
-from provisioner.drivers.aws import Aws, error_code, translate
+from provisioner.drivers.aws import Aws, AwsError, error_code, translate
 from provisioner.estimate.cost import (
     EksControlPlane,
     Instance,
@@ -82,6 +83,27 @@ class BudgetNow:
 
 
 @dataclass(frozen=True)
+class IdleShare:
+    """The GPU nodes nothing is placed on now (Kubernetes: no pending or running pod asking
+    for ``nvidia.com/gpu``, GpuNodeIdle's test without its 30 minutes), and their share of
+    the hourly cost. ``note``: how it was read, or why it could not be."""
+
+    idle: tuple[str, ...]
+    nodes: int
+    hourly: float | None
+    note: str
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {
+            "idleNodes": list(self.idle),
+            "gpuNodes": self.nodes,
+            "hourly": None if self.hourly is None else round(self.hourly, 2),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
 class CostNow:
     """The cluster's cost: per hour now, line by line, and so far."""
 
@@ -90,6 +112,13 @@ class CostNow:
     lines: tuple[tuple[Part, Quote | Unpriced], ...]
     so_far: SoFar | None
     budget: BudgetNow | None = None
+    idle: IdleShare | None = None
+
+    def idle_share(self) -> float | None:
+        """The idle GPU nodes' part of the priced hourly cost (None when not known)."""
+        if self.idle is None or self.idle.hourly is None or self.hourly <= 0:
+            return None
+        return self.idle.hourly / self.hourly
 
     @property
     def hourly(self) -> float:
@@ -121,19 +150,24 @@ class CostNow:
             if self.so_far is None
             else {"usd": self.so_far.usd, "since": self.so_far.since, "note": self.so_far.note},
             "budget": None if self.budget is None else self.budget.as_data(),
+            "idle": None
+            if self.idle is None
+            else {**self.idle.as_data(), "share": _rounded(self.idle_share())},
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _tags(item: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in item.get("Tags", [])}
 
 
-def running_parts(aws: Aws, name: str) -> list[Part]:
-    """What of the cluster is billed by the hour now: its running instances (by type and
-    market), its NAT gateways and its EKS control plane."""
+def running_instances(aws: Aws, name: str) -> dict[str, tuple[str, Market]]:
+    """The cluster's pending and running instances: id -> (type, market)."""
     ec2 = aws.client("ec2")
-    counts: dict[tuple[str, Market], int] = {}
-    seen: set[str] = set()
+    found: dict[str, tuple[str, Market]] = {}
     for key in CLUSTER_TAGS:
         pages = ec2.get_paginator("describe_instances").paginate(
             Filters=[
@@ -144,13 +178,21 @@ def running_parts(aws: Aws, name: str) -> list[Part]:
         for page in pages:
             for reservation in page["Reservations"]:
                 for instance in reservation["Instances"]:
-                    if instance["InstanceId"] in seen or _tags(instance).get(key) != name:
+                    if instance["InstanceId"] in found or _tags(instance).get(key) != name:
                         continue
-                    seen.add(instance["InstanceId"])
                     lifecycle = str(instance.get("InstanceLifecycle"))
                     market: Market = LIFECYCLE.get(lifecycle, "OnDemand")
-                    itype = str(instance["InstanceType"])
-                    counts[(itype, market)] = counts.get((itype, market), 0) + 1
+                    found[str(instance["InstanceId"])] = (str(instance["InstanceType"]), market)
+    return found
+
+
+def running_parts(aws: Aws, name: str) -> list[Part]:
+    """What of the cluster is billed by the hour now: its running instances (by type and
+    market), its NAT gateways and its EKS control plane."""
+    ec2 = aws.client("ec2")
+    counts: dict[tuple[str, Market], int] = {}
+    for kind in running_instances(aws, name).values():
+        counts[kind] = counts.get(kind, 0) + 1
     parts = [
         Part(f"instances/{itype}", f"{n} x {itype} ({market})", Instance(itype, market), n)
         for (itype, market), n in sorted(counts.items())
@@ -268,6 +310,90 @@ def cluster_cost(
     return CostNow(name, aws.region, lines, spent, budget_now(aws, name))
 
 
+#: The GPU resource the NVIDIA device plugin advertises and pods request.
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def busy_nodes(pods: list[dict[str, Any]]) -> set[str]:
+    """Nodes with a pending or running pod that asks for GPUs placed on them (a container's
+    requests, or its limits, which an extended resource's requests default to)."""
+    busy = set()
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") not in ("Pending", "Running"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers", []):
+            wants = container.get("resources") or {}
+            asked = (wants.get("requests") or {}).get(GPU_RESOURCE) or (
+                wants.get("limits") or {}
+            ).get(GPU_RESOURCE)
+            if asked and str(asked) != "0":
+                busy.add(str(node))
+    return busy
+
+
+def kube_idle(
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    instances: dict[str, tuple[str, Market]],
+    lines: tuple[tuple[Part, Quote | Unpriced], ...],
+) -> IdleShare:
+    """The idle GPU nodes among ``nodes`` (those advertising ``nvidia.com/gpu``), priced by
+    their instance (the node's providerID, ``aws:///ZONE/INSTANCE``) as ``lines`` price it."""
+    quotes = {
+        (part.product.instance_type, part.product.market): q
+        for part, q in lines
+        if isinstance(part.product, Instance)
+    }
+    busy = busy_nodes(pods)
+    gpu_nodes = [
+        n
+        for n in nodes
+        if str(((n.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE, "0")) != "0"
+    ]
+    idle = sorted(
+        str(n["metadata"]["name"]) for n in gpu_nodes if n["metadata"]["name"] not in busy
+    )
+    hourly: float | None = 0.0
+    for node in gpu_nodes:
+        if node["metadata"]["name"] not in idle:
+            continue
+        instance = str((node.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
+        quote = quotes.get(instances.get(instance, ("", "OnDemand")))
+        if not isinstance(quote, Quote):
+            hourly = None  # an idle node fmctl cannot price: the share is unknown
+            break
+        hourly = (hourly or 0.0) + quote.usd_per_hour
+    note = "Kubernetes: GPU nodes with no pending or running pod that asks for GPUs"
+    return IdleShare(tuple(idle), len(gpu_nodes), hourly, note)
+
+
+def eks_idle(target: Any, name: str, cost: CostNow) -> IdleShare | None:
+    """The idle share of an EKS cluster, read through its API (None for another kind of
+    cluster); an API that cannot be reached is said, not an error."""
+    from urllib3.exceptions import HTTPError
+
+    from provisioner.drivers.kube import KubeError
+    from provisioner.ops.target import make_context
+    from provisioner.resources.eks import EksCluster
+    from provisioner.resources.kube_api import connect
+
+    ctx = make_context(target, name, read_only=True)
+    cluster = EksCluster().describe(ctx)
+    if cluster is None or cluster.get("status") != "ACTIVE":
+        return None
+    try:
+        api = connect(ctx, cluster["endpoint"], cluster["certificateAuthority"]["data"])
+        try:
+            nodes, pods = api.list("v1", "Node"), api.list("v1", "Pod")
+        finally:
+            api.close() if hasattr(api, "close") else None
+    except (KubeError, AwsError, HTTPError, OSError) as exc:
+        # A private endpoint, or no access entry for this caller: said, not fatal.
+        return IdleShare((), 0, None, f"the cluster's API could not be read: {exc}")
+    return kube_idle(nodes, pods, running_instances(ctx.aws, name), cost.lines)
+
+
 def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
     """`fmctl cost NAME` on ``target``: None when no resource of the cluster is found."""
     from provisioner.ops.cost import PriceListBook, cache_for
@@ -279,4 +405,5 @@ def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
         return None
     # Instances of every zone of the region: the Spot price of the dearest zone.
     book = PriceListBook(aws, None, cache_for(target.home))
-    return cluster_cost(aws, book, name, seen.created_at, ask_ce)
+    cost = cluster_cost(aws, book, name, seen.created_at, ask_ce)
+    return dataclasses.replace(cost, idle=eks_idle(target, name, cost))

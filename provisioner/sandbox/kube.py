@@ -544,6 +544,10 @@ class KubeServer:
         )
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = str(next(self.versions))
+        if plural == "pods" and live is None and not (obj.get("status") or {}).get("phase"):
+            # The API server creates every pod Pending (kubernetes pkg/registry/core/pod/
+            # strategy.go, PrepareForCreate: Status = PodStatus{Phase: PodPending}).
+            obj["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
         c.objects[(plural, namespace, meta["name"])] = obj
 
 

@@ -187,6 +187,48 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         )
         assert schedule["Target"]["Arn"].endswith(":eks:updateNodegroupConfig")
         assert aws.client("events").list_rules(NamePrefix=f"fmctl-{name}-")["Rules"] == []
+
+        # `fmctl cost` says which GPU nodes nothing is placed on: both of the block's, until a
+        # pod asking for GPUs lands on one.
+        api = kube_client(sandbox, name, region)
+        b300 = sorted(
+            n["metadata"]["name"]
+            for n in api.list("v1", "Node", selector="eks.amazonaws.com/nodegroup=b300")
+        )
+        cost = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "-o", "json")
+        assert cost.returncode == 0, cost.stdout + cost.stderr
+        idle = json.loads(cost.stdout)["idle"]
+        assert (idle["idleNodes"], idle["gpuNodes"]) == (b300, 2), idle
+        api.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "train-0", "namespace": "default"},
+                "spec": {
+                    "nodeName": b300[0],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "public.ecr.aws/docker/library/busybox:1.37",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            }
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            pod = api.get("v1", "Pod", "train-0", "default") or {}
+            if pod.get("status", {}).get("phase") in ("Pending", "Running"):
+                break
+            assert time.monotonic() < deadline, pod
+            time.sleep(0.5)
+        cost = sandbox.fmctl("cost", name, "--region", region, "--sandbox")
+        assert cost.returncode == 0, cost.stdout + cost.stderr
+        line = next(x for x in cost.stdout.splitlines() if x.startswith("idle now:"))
+        assert line.startswith("idle now: 1 of 2 GPU nodes") and line.endswith(f": {b300[1]}")
+        api.delete("v1", "Pod", "train-0", "default")
+
         runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
         ran = [r for r in runs if f"fmctl-{name}-blocks" in r.get("schedule", "")]
         assert [r["outcome"] for r in ran] == ["succeeded"], runs

@@ -1,0 +1,89 @@
+"""The idle share `fmctl cost` reports on EKS, from Kubernetes' own objects (shaped as the API
+serves them: a Node's providerID ``aws:///ZONE/INSTANCE`` and ``status.capacity``, a Pod's
+``spec.nodeName``, its containers' requests and limits, ``status.phase``): a GPU node is idle
+when no pending or running pod that asks for ``nvidia.com/gpu`` is placed on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provisioner.catalog.prices import Market
+from provisioner.estimate.cost import Instance, NatGateway, Part, Quote, Unpriced
+from provisioner.ops.cost_report import CostNow, busy_nodes, kube_idle
+
+
+def _node(name: str, instance: str, gpus: str = "8") -> dict[str, Any]:
+    capacity = {"cpu": "192", "memory": "2097152Ki", **({"nvidia.com/gpu": gpus} if gpus else {})}
+    return {
+        "metadata": {"name": name},
+        "spec": {"providerID": f"aws:///us-east-1a/{instance}"},
+        "status": {"capacity": capacity},
+    }
+
+
+def _pod(
+    node: str,
+    phase: str,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+    return {
+        "spec": {"nodeName": node, "containers": [{"name": "main", "resources": resources}]},
+        "status": {"phase": phase},
+    }
+
+
+NODES = [
+    _node("ip-10-0-1-1", "i-0aaa"),
+    _node("ip-10-0-1-2", "i-0bbb"),
+    _node("ip-10-0-1-3", "i-0ccc"),
+    _node("ip-10-0-9-9", "i-0sys", gpus=""),  # a system node: not a GPU node
+]
+INSTANCES: dict[str, tuple[str, Market]] = {
+    "i-0aaa": ("p5.48xlarge", "OnDemand"),
+    "i-0bbb": ("p5.48xlarge", "OnDemand"),
+    "i-0ccc": ("p5.48xlarge", "Spot"),
+    "i-0sys": ("m7i.2xlarge", "OnDemand"),
+}
+P5 = Quote(55.04, "AWS Price List")
+LINES: tuple[tuple[Part, Quote | Unpriced], ...] = (
+    (Part("instances/p5", "2 x p5", Instance("p5.48xlarge", "OnDemand"), 2), P5),
+    (Part("instances/p5s", "1 x p5 spot", Instance("p5.48xlarge", "Spot"), 1), Quote(20.0, "x")),
+    (Part("instances/m7i", "1 x m7i", Instance("m7i.2xlarge", "OnDemand"), 1), Quote(0.4, "x")),
+    (Part("nat-1", "NAT gateway", NatGateway()), Quote(0.045, "x")),
+)
+
+
+def test_a_pod_asking_for_gpus_makes_its_node_busy_by_requests_or_limits() -> None:
+    pods = [
+        _pod("ip-10-0-1-1", "Running", {"nvidia.com/gpu": "8"}),
+        _pod("ip-10-0-1-2", "Pending", limits={"nvidia.com/gpu": "1"}),  # limits only
+        _pod("ip-10-0-1-3", "Succeeded", {"nvidia.com/gpu": "8"}),  # finished: holds nothing
+        _pod("ip-10-0-1-3", "Running", {"cpu": "1"}),  # no GPU asked (a DaemonSet's pod)
+        _pod("ip-10-0-1-3", "Running", {"nvidia.com/gpu": "0"}),
+    ]
+    assert busy_nodes(pods) == {"ip-10-0-1-1", "ip-10-0-1-2"}
+
+
+def test_idle_gpu_nodes_are_priced_and_shared_of_the_hour() -> None:
+    pods = [_pod("ip-10-0-1-1", "Running", {"nvidia.com/gpu": "8"})]
+    idle = kube_idle(NODES, pods, INSTANCES, LINES)
+    assert idle.idle == ("ip-10-0-1-2", "ip-10-0-1-3") and idle.nodes == 3
+    assert idle.hourly == 55.04 + 20.0  # one on demand, one spot, each at its own rate
+    cost = CostNow("c", "us-east-1", LINES, None, idle=idle)
+    share = cost.idle_share()
+    assert share is not None and abs(share - (75.04 / (110.08 + 20.0 + 0.4 + 0.045))) < 1e-9
+    assert cost.as_data()["idle"]["share"] == round(share, 3)
+
+
+def test_an_idle_node_that_cannot_be_priced_leaves_the_share_unknown() -> None:
+    lines = (
+        (
+            Part("instances/p5", "2 x p5", Instance("p5.48xlarge", "OnDemand"), 2),
+            Unpriced("no Price List answer"),
+        ),
+    )
+    idle = kube_idle(NODES[:2], [], INSTANCES, lines)
+    assert idle.idle == ("ip-10-0-1-1", "ip-10-0-1-2") and idle.hourly is None
+    assert CostNow("c", "us-east-1", lines, None, idle=idle).idle_share() is None
