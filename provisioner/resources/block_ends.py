@@ -55,6 +55,7 @@ from provisioner.resources.schedules import (
     ScheduleGroup,
     Timetable,
     at_expression,
+    group_policies,
     input_of,
 )
 from provisioner.resources.ssm_run import bundle, head_node
@@ -184,10 +185,7 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
 
     name, params = "block-schedule", BlockEndParams
     purpose = "a Capacity Block ends within the hour; wind its pool down"
-    policy = policies(
-        at=Policy(How.UPDATE, "UpdateSchedule moves each schedule with its block's end"),
-        schedules=Policy(How.UPDATE, "schedules are created, updated and deleted in the group"),
-    )
+    policy = group_policies("with its block's end")
 
     def group_of(self, cluster: str) -> str:
         return group_name(cluster)

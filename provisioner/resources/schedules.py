@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar, cast
 
@@ -341,16 +341,22 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
         )
 
 
+def group_policies(at: str) -> Mapping[str, Policy]:
+    """A schedule group's update policy: each schedule's time moves in place (``at`` says
+    to what), and schedules come and go in the group."""
+    return policies(
+        at=Policy(How.UPDATE, f"UpdateSchedule moves each schedule {at}"),
+        schedules=Policy(How.UPDATE, "schedules are created, updated and deleted in the group"),
+    )
+
+
 class Expiry(ScheduleGroup[ExpiryParams]):
     """An EventBridge Scheduler group of one-time schedules that stop the cluster at its
     expiry."""
 
     name, params = "expiry-schedule", ExpiryParams
     purpose = "the ttl has passed; scale to zero"
-    policy = policies(
-        at=Policy(How.UPDATE, "UpdateSchedule moves each schedule to the new expiry"),
-        schedules=Policy(How.UPDATE, "schedules are created, updated and deleted in the group"),
-    )
+    policy = group_policies("to the new expiry")
 
     def group_of(self, cluster: str) -> str:
         return group_name(cluster)

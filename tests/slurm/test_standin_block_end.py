@@ -6,17 +6,14 @@ submitted after it held back, and the second run changing nothing."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.tools.standin import rootfs
-from tests.tools.standin.node import SSM_ENV, StandinNode
-from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+from tests.tools.standin.node import SSM_ENV
+from tests.tools.standin.slurm import LoginCluster, login_cluster
 
 pytestmark = rootfs.required()
 POOL = "block"
@@ -27,47 +24,18 @@ CHECKPOINTING = (
 )
 
 
-@dataclass
-class Cluster:
-    login: StandinNode
-    slurm: StandinSlurm
-
-
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    image = rootfs.ensure()
-    login = StandinNode(image, "ip-10-0-0-60")
-    nodes = [
-        StandinNode(image, f"ip-10-0-19-{i}", shared_from=login, shares=("opt/slurm",))
-        for i in (61, 62)
-    ]
-    try:
-        shutil.copytree(ROOT / "slurm", login.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
-        for kind in ("prolog.d", "epilog.d"):  # what ParallelCluster's slurm.conf runs
-            shutil.copytree(
-                ROOT / "slurm" / kind,
-                login.path(f"/opt/slurm/etc/scripts/{kind}"),
-                dirs_exist_ok=True,
-            )
-        computes = [
-            ComputeNode(node, f"block-{i}", POOL, 1, 2, 1, addr=f"127.0.19.{60 + i}")
-            for i, node in enumerate(nodes, 1)
-        ]
-        slurm = StandinSlurm(login, computes, [("PrologFlags", "Alloc")])
-        slurm.start_slurmd()
-        yield Cluster(login, slurm)
-    finally:
-        login.stop()
-        for node in nodes:
-            node.stop()
+def cluster() -> Iterator[LoginCluster]:
+    with login_cluster(rootfs.ensure(), POOL, 19) as made:
+        yield made
 
 
-def _run(cluster: Cluster, *args: str) -> tuple[int, str]:
+def _run(cluster: LoginCluster, *args: str) -> tuple[int, str]:
     done = cluster.login.run(["/bin/bash", SCRIPT, *args], env=SSM_ENV, timeout=60)
     return done.returncode, done.stdout + done.stderr
 
 
-def _sbatch(cluster: Cluster, *args: str) -> str:
+def _sbatch(cluster: LoginCluster, *args: str) -> str:
     done = cluster.login.run(
         ["/opt/slurm/bin/sbatch", "--parsable", f"--partition={POOL}", *args], env=SSM_ENV
     )
@@ -88,7 +56,7 @@ def _wait(what: str, check: object, timeout: float = 60) -> None:
     raise AssertionError(f"{what} did not happen in {timeout:.0f}s")
 
 
-def test_the_block_winds_down_once(cluster: Cluster) -> None:
+def test_the_block_winds_down_once(cluster: LoginCluster) -> None:
     job = _sbatch(cluster, "--nodes=1", "--output=/dev/null", f"--wrap={CHECKPOINTING}")
     _wait(
         f"job {job} running",
@@ -134,7 +102,7 @@ def test_the_block_winds_down_once(cluster: Cluster) -> None:
         cluster.slurm.scontrol("delete", f"ReservationName=fmctl-block-{POOL}")
 
 
-def test_no_signal_when_told_none(cluster: Cluster) -> None:
+def test_no_signal_when_told_none(cluster: LoginCluster) -> None:
     job = _sbatch(cluster, "--nodes=1", "--output=/dev/null", f"--wrap={CHECKPOINTING}")
     _wait(
         f"job {job} running",
@@ -152,7 +120,7 @@ def test_no_signal_when_told_none(cluster: Cluster) -> None:
         cluster.slurm.scontrol("delete", f"ReservationName=fmctl-block-{POOL}")
 
 
-def test_bad_arguments_are_said(cluster: Cluster) -> None:
+def test_bad_arguments_are_said(cluster: LoginCluster) -> None:
     code, out = _run(cluster, POOL, "soon", "--block", "cr-1")
     assert code == 2 and "usage: block-end.sh" in out
     code, out = _run(cluster, POOL, "1800000000")

@@ -5,59 +5,26 @@ run) or requeued, and a drained node takes no new job."""
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.tools.standin import rootfs
-from tests.tools.standin.node import SSM_ENV, StandinNode
-from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+from tests.tools.standin.node import SSM_ENV
+from tests.tools.standin.slurm import LoginCluster, login_cluster
 
 pytestmark = rootfs.required()
 POOL = "train"
 
 
-@dataclass
-class Cluster:
-    login: StandinNode
-    computes: list[ComputeNode]
-    slurm: StandinSlurm
-
-
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    image = rootfs.ensure()
-    login = StandinNode(image, "ip-10-0-0-40")
-    nodes = [
-        StandinNode(image, f"ip-10-0-17-{i}", shared_from=login, shares=("opt/slurm",))
-        for i in (41, 42)
-    ]
-    try:
-        shutil.copytree(ROOT / "slurm", login.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
-        for kind in ("prolog.d", "epilog.d"):
-            shutil.copytree(
-                ROOT / "slurm" / kind,
-                login.path(f"/opt/slurm/etc/scripts/{kind}"),
-                dirs_exist_ok=True,
-            )
-        computes = [
-            ComputeNode(node, f"train-{i}", POOL, 1, 2, 1, addr=f"127.0.17.{40 + i}")
-            for i, node in enumerate(nodes, 1)
-        ]
-        slurm = StandinSlurm(login, computes, [("PrologFlags", "Alloc")])
-        slurm.start_slurmd()
-        yield Cluster(login, computes, slurm)
-    finally:
-        login.stop()
-        for node in nodes:
-            node.stop()
+def cluster() -> Iterator[LoginCluster]:
+    with login_cluster(rootfs.ensure(), POOL, 17) as made:
+        yield made
 
 
-def _run(cluster: Cluster, *args: str, timeout: float = 120) -> tuple[int, str]:
+def _run(cluster: LoginCluster, *args: str, timeout: float = 120) -> tuple[int, str]:
     done = cluster.login.run(
         ["/bin/bash", "/opt/fmctl/slurm/lib/drain-nodes.sh", *args],
         env=SSM_ENV,
@@ -66,7 +33,7 @@ def _run(cluster: Cluster, *args: str, timeout: float = 120) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
-def _submit(cluster: Cluster, node: str, seconds: int) -> str:
+def _submit(cluster: LoginCluster, node: str, seconds: int) -> str:
     done = cluster.login.run(
         [
             "/opt/slurm/bin/sbatch",
@@ -83,12 +50,12 @@ def _submit(cluster: Cluster, node: str, seconds: int) -> str:
     return done.stdout.strip().split(";")[0]
 
 
-def _job_state(cluster: Cluster, job: str) -> str:
+def _job_state(cluster: LoginCluster, job: str) -> str:
     out = cluster.slurm.scontrol("show", "job", job, "-o")
     return next((w.split("=", 1)[1] for w in out.split() if w.startswith("JobState=")), "")
 
 
-def _wait_job(cluster: Cluster, job: str, wanted: tuple[str, ...], timeout: float = 60) -> str:
+def _wait_job(cluster: LoginCluster, job: str, wanted: tuple[str, ...], timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     state = ""
     while time.monotonic() < deadline:
@@ -99,13 +66,13 @@ def _wait_job(cluster: Cluster, job: str, wanted: tuple[str, ...], timeout: floa
     raise AssertionError(f"job {job} stayed {state}; {cluster.slurm.log()}")
 
 
-def _resume(cluster: Cluster, *nodes: str) -> None:
+def _resume(cluster: LoginCluster, *nodes: str) -> None:
     for node in nodes:
         cluster.slurm.scontrol("update", f"NodeName={node}", "State=RESUME")
         cluster.slurm.wait_state(node, ("IDLE", "ALLOCATED", "MIXED"))
 
 
-def test_a_job_is_waited_for_and_the_timeout_names_it(cluster: Cluster) -> None:
+def test_a_job_is_waited_for_and_the_timeout_names_it(cluster: LoginCluster) -> None:
     job = _submit(cluster, "train-2", 300)
     _wait_job(cluster, job, ("RUNNING",))
     try:
@@ -127,7 +94,7 @@ def test_a_job_is_waited_for_and_the_timeout_names_it(cluster: Cluster) -> None:
     _resume(cluster, "train-2")
 
 
-def test_requeue_puts_the_job_back_and_it_starts_elsewhere(cluster: Cluster) -> None:
+def test_requeue_puts_the_job_back_and_it_starts_elsewhere(cluster: LoginCluster) -> None:
     job = cluster.login.run(
         [
             "/opt/slurm/bin/sbatch",
@@ -152,7 +119,7 @@ def test_requeue_puts_the_job_back_and_it_starts_elsewhere(cluster: Cluster) -> 
         _resume(cluster, "train-1")
 
 
-def test_bad_arguments_are_said(cluster: Cluster) -> None:
+def test_bad_arguments_are_said(cluster: LoginCluster) -> None:
     code, out = _run(cluster, "train-1")
     assert code == 2 and "usage: drain-nodes.sh" in out
     code, out = _run(cluster, "train-1", "--timeout", "5", "--jobs", "kill")

@@ -14,10 +14,13 @@ not declared as GRES (no /dev/nvidia* to point gres.conf at).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.tools.slurm_cluster import free_port
 from tests.tools.standin.node import SSM_ENV, StandinNode
@@ -204,3 +207,48 @@ class StandinSlurm:
                 return
             time.sleep(0.2)
         raise AssertionError(f"{argv} never said {text!r}: {out}")
+
+
+@dataclass
+class LoginCluster:
+    """A cluster shaped as PCS's: a login node running slurmctld and the `slurm/` tree
+    fmctl uploads (at /opt/fmctl/slurm), and compute nodes ``POOL-1..N`` of one partition."""
+
+    login: StandinNode
+    computes: list[ComputeNode]
+    slurm: StandinSlurm
+
+
+@contextlib.contextmanager
+def login_cluster(image: Path, pool: str, subnet: int, nodes: int = 2) -> Iterator[LoginCluster]:
+    """Start the login node ``ip-10-0-0-SUBNET`` and ``nodes`` compute nodes
+    ``ip-10-0-SUBNET-N`` (each at 127.0.SUBNET.N), with ParallelCluster's prolog and epilog
+    folders (PrologFlags=Alloc), slurmd running on each; stop them all at the end."""
+    from tests.conftest import ROOT
+
+    login = StandinNode(image, f"ip-10-0-0-{subnet}")
+    members = [
+        StandinNode(
+            image, f"ip-10-0-{subnet}-{subnet + i}", shared_from=login, shares=("opt/slurm",)
+        )
+        for i in range(1, nodes + 1)
+    ]
+    try:
+        shutil.copytree(ROOT / "slurm", login.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+        for kind in ("prolog.d", "epilog.d"):
+            shutil.copytree(
+                ROOT / "slurm" / kind,
+                login.path(f"/opt/slurm/etc/scripts/{kind}"),
+                dirs_exist_ok=True,
+            )
+        computes = [
+            ComputeNode(node, f"{pool}-{i}", pool, 1, 2, 1, addr=f"127.0.{subnet}.{subnet + i}")
+            for i, node in enumerate(members, 1)
+        ]
+        slurm = StandinSlurm(login, computes, [("PrologFlags", "Alloc")])
+        slurm.start_slurmd()
+        yield LoginCluster(login, computes, slurm)
+    finally:
+        login.stop()
+        for node in members:
+            node.stop()
