@@ -366,9 +366,10 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
 @click.argument("duration")
 @click.option("--state-dir", envvar="FMCTL_HOME", metavar="DIR")
 def sandbox_advance(duration: str, state_dir: str | None) -> None:
-    """Move the sandbox's EventBridge Scheduler clock on by DURATION (30m, 8h, 1d): the
-    schedules then due run, as AWS would run them. To rehearse a ttl: `up --sandbox` a spec
-    with metadata.ttl, advance past it, and its node groups are at zero."""
+    """Move the sandbox's clock on by DURATION (30m, 8h, 1d): the EventBridge Scheduler
+    schedules then due run, and EC2's Capacity Block warnings then due reach the rules that
+    match, as AWS would run them. To rehearse a ttl: `up --sandbox` a spec with
+    metadata.ttl, advance past it, and its node groups are at zero."""
     from provisioner.ops.errors import SandboxError
     from provisioner.ops.gc import parse_age
     from provisioner.ops.target import home_of
@@ -382,7 +383,9 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
     except SandboxError as exc:
         _fail(str(exc), "`fmctl up --sandbox` starts the sandbox")
     if not runs:
-        click.echo("no schedule was due")
+        click.echo("no schedule or event was due")
     for run in runs:
-        line = f"{run['schedule']}: {run['target'].rsplit(':', 1)[-1]} {run['outcome']}"
+        # A schedule's run, or an EC2 event delivered to a rule's target.
+        source = run["schedule"] if "schedule" in run else f"rule {run['rule']} ({run['event']})"
+        line = f"{source}: {run['target'].rsplit(':', 1)[-1]} {run['outcome']}"
         click.echo(line + (f" ({run['error']})" if run.get("error") else ""))

@@ -214,7 +214,7 @@ def test_the_scheduler_runs_a_call_only_as_a_role_allowed_to_make_it(sandbox: Sa
 def test_sandbox_advance_says_what_ran_and_refuses_a_bad_duration(sandbox: Sandbox) -> None:
     done = sandbox.fmctl("sandbox", "advance", "1m")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "no schedule was due" or ": " in done.stdout
+    assert done.stdout.strip() == "no schedule or event was due" or ": " in done.stdout
     bad = sandbox.fmctl("sandbox", "advance", "soon")
     assert bad.returncode == 1
     assert "'soon' is not a duration" in bad.stderr + bad.stdout
