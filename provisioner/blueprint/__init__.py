@@ -41,6 +41,6 @@ def build(spec: ClusterSpec, catalog: Catalog, where: Where) -> Blueprint:
             "Slurm cluster itself is left out, the infrastructure is planned"
         )
     expiry.expiry(parts)
-    blocks.blocks(parts)
+    notes += blocks.blocks(parts, where)
     budget.budget(parts)
     return Blueprint(tuple(parts.items), tuple(notes))

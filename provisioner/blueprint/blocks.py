@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 from provisioner.blueprint.infra import Parts
+from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
 from provisioner.render.pcs import LOGIN
 from provisioner.resources.block_ends import Block, BlockEndParams, group_name, rule_name
@@ -84,26 +85,32 @@ def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
     p.add(SCHEDULE, "block-schedule", params, schedules="compute.gpuPools")
 
 
-def blocks(p: Parts) -> None:
-    """Plan the triggers for each Capacity Block pool: both on Slurm, the taint on EKS."""
+def blocks(p: Parts, where: Where) -> list[str]:
+    """Plan the triggers for each Capacity Block pool: both on Slurm, the taint on EKS; what
+    the plan must say of them (none, or why they are left out)."""
     found = [
         (i, Block(pool.name, pool.capacity.reservation_id, pool.capacity.checkpoint_signal))
         for i, pool in enumerate(p.spec.compute.gpu_pools)
         if pool.capacity.type == "capacity-block" and pool.capacity.reservation_id
     ]
+    if not found:
+        return []
     if p.spec.scheduler != "slurm":
-        if found and p.has("eks"):
+        if p.has("eks"):
             _eks(p, found)
-        return
+        return []
     host: Ref[NodeGroupOut] | Ref[PclusterOut]
     if p.has("pcs/cluster"):
         provider, host = "pcs", p.ref(f"pcs/node-group/{LOGIN}", NodeGroupOut)
-    elif p.has("parallelcluster"):
+    elif p.has("parallelcluster") and not where.validate_only:
         provider, host = "parallelcluster", p.ref("parallelcluster", PclusterOut)
+    elif p.has("parallelcluster"):
+        return [
+            "the sandbox validates the ParallelCluster cluster and runs no head node: the "
+            "Capacity Blocks' T-60 schedule and T-40 rule, which run on it, are left out"
+        ]
     else:
-        return  # no Slurm cluster planned here (the sandbox without ParallelCluster)
-    if not found:
-        return
+        return []  # no Slurm cluster planned here (the sandbox without ParallelCluster)
     p.role(ROLE, "block-end", inline=_policy(p))
     role = p.ref(ROLE, RoleOut)
     every = tuple(block for _, block in found)
@@ -130,3 +137,4 @@ def blocks(p: Parts) -> None:
             pattern=f"{at}.reservationId",
             target=at,
         )
+    return []

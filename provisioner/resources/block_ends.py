@@ -175,7 +175,13 @@ def command(blocks: Sequence[Block], when: dict[str, float | None], which: str) 
 
 
 def host(ctx: Context, params: BlockEndParams) -> str:
-    """The controller host's instance id, as `fmctl check` and the drains find it."""
+    """The controller host's instance id: ParallelCluster's own answer for its head node
+    (describe-cluster's headNode, the cluster's outputs), else found by tags as `fmctl
+    check` and the drains find it."""
+    if params.provider == "parallelcluster":
+        head = ctx.resolve(params.host, "head_node")
+        if isinstance(head, str) and head:
+            return head
     return ctx.cached(f"block-ends:host:{params.provider}", lambda: head_node(ctx, params.provider))
 
 

@@ -42,6 +42,18 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     )
     assert "grafana: aws ssm start-session --target i-0123456789abcdef0" in up.stdout
     assert "AWS-StartPortForwardingSession" in up.stdout
+    # The pool's Capacity Block winds down on the head node ParallelCluster reports, an hour
+    # before the block's end (T-60), and on EC2's warning (T-40).
+    aws = sandbox.aws(region)
+    schedule = aws.client("scheduler").get_schedule(
+        GroupName=f"fmctl-{name}-blocks", Name="end-train"
+    )
+    assert json.loads(schedule["Target"]["Input"])["InstanceIds"] == ["i-0123456789abcdef0"]
+    rule = f"fmctl-{name}-0123456789abcdef0"
+    (target,) = aws.client("events").list_targets_by_rule(Rule=rule)["Targets"]
+    assert target["RunCommandParameters"]["RunCommandTargets"][0]["Values"] == [
+        "i-0123456789abcdef0"
+    ]
     commands = [(c[0], c[2]) for c in _calls(tmp_path) if c[0] == "create-cluster"]
     # The early check, the final check with the file system's id, then the create.
     assert commands == [("create-cluster", "true")] * 2 + [("create-cluster", "false")]

@@ -44,6 +44,17 @@ def test_parallelcluster_block_pool_gets_both_triggers() -> None:
     }
 
 
+def test_a_validated_only_parallelcluster_has_no_host_to_name() -> None:
+    """The sandbox with ParallelCluster validates the cluster and runs no head node: the
+    triggers that would run on it are left out, and the plan says so."""
+    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    assert validation.resolved is not None
+    where = Where(Path("/nonexistent"), Path("/nonexistent/kubeconfig"), validate_only=True)
+    plan = build(validation.resolved, load_catalog(), where)
+    assert "parallelcluster" in plan and not [r for r in plan.ids if r.startswith("blocks/")]
+    assert any("runs no head node" in note for note in plan.notes)
+
+
 def test_pcs_names_the_login_node_group_and_a_spec_signal() -> None:
     text = (ROOT / "examples/p5-slurm-capacity-block.yaml").read_text()
     text = text.replace(
