@@ -313,12 +313,14 @@ def _money_leftovers(aws: Aws, name: str) -> list[str]:
     ]
     sns = aws.client("sns")
     for topic in sns.list_topics()["Topics"]:
-        tags = sns.list_tags_for_resource(ResourceArn=topic["TopicArn"])["Tags"]
+        found = _unless_gone(sns.list_tags_for_resource, ResourceArn=topic["TopicArn"])
+        tags = (found or {}).get("Tags", [])
         if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
             left.append(f"sns:{topic['TopicArn']}")
     lam = aws.client("lambda")
     for function in lam.list_functions()["Functions"]:
-        if lam.list_tags(Resource=function["FunctionArn"])["Tags"].get(OWNER_TAG) == name:
+        found = _unless_gone(lam.list_tags, Resource=function["FunctionArn"])
+        if (found or {}).get("Tags", {}).get(OWNER_TAG) == name:
             left.append(f"lambda:{function['FunctionName']}")
     left += [
         f"subscription:{s['SubscriptionArn']}"
@@ -331,10 +333,27 @@ def _money_leftovers(aws: Aws, name: str) -> list[str]:
     # The Capacity Blocks' warning rules (their schedule group is the scheduler's, above).
     events = aws.client("events")
     for rule in events.list_rules(NamePrefix=f"fmctl-{name}-")["Rules"]:
-        tags = events.list_tags_for_resource(ResourceARN=rule["Arn"])["Tags"]
+        found = _unless_gone(events.list_tags_for_resource, ResourceARN=rule["Arn"])
+        tags = (found or {}).get("Tags", [])
         if {t["Key"]: t["Value"] for t in tags}.get(OWNER_TAG) == name:
             left.append(f"events:{rule['Name']}")
     return left
+
+
+def _unless_gone(read: Any, **params: Any) -> dict[str, Any] | None:
+    """A tags read of a listed resource, None when it went between the list and the read:
+    another test's cluster, deleted by that test's `down` running alongside (the crash
+    campaigns run several at once), is no leftover of this one's."""
+    from botocore.exceptions import ClientError
+
+    try:
+        found: dict[str, Any] = read(**params)
+    except ClientError as err:
+        code = err.response.get("Error", {}).get("Code")
+        if code in ("ResourceNotFoundException", "ResourceNotFound", "NotFound"):
+            return None
+        raise
+    return found
 
 
 def _pcs_leftovers(aws: Aws, name: str) -> list[str]:
