@@ -186,12 +186,15 @@ def running_instances(aws: Aws, name: str) -> dict[str, tuple[str, Market]]:
     return found
 
 
-def running_parts(aws: Aws, name: str) -> list[Part]:
+def running_parts(
+    aws: Aws, name: str, instances: dict[str, tuple[str, Market]] | None = None
+) -> list[Part]:
     """What of the cluster is billed by the hour now: its running instances (by type and
     market), its NAT gateways and its EKS control plane."""
     ec2 = aws.client("ec2")
     counts: dict[tuple[str, Market], int] = {}
-    for kind in running_instances(aws, name).values():
+    found = running_instances(aws, name) if instances is None else instances
+    for kind in found.values():
         counts[kind] = counts.get(kind, 0) + 1
     parts = [
         Part(f"instances/{itype}", f"{n} x {itype} ({market})", Instance(itype, market), n)
@@ -301,10 +304,16 @@ def budget_now(aws: Aws, name: str) -> BudgetNow | None:
 
 
 def cluster_cost(
-    aws: Aws, book: PriceBook, name: str, since: float | None, ask_ce: bool
+    aws: Aws,
+    book: PriceBook,
+    name: str,
+    since: float | None,
+    ask_ce: bool,
+    instances: dict[str, tuple[str, Market]] | None = None,
 ) -> CostNow:
-    """The cluster's cost now, its budget, and (``ask_ce``) so far."""
-    parts = running_parts(aws, name)
+    """The cluster's cost now, its budget, and (``ask_ce``) so far (``instances``: the
+    running ones, when the caller read them already)."""
+    parts = running_parts(aws, name, instances)
     lines = tuple((part, book.quote(aws.region, part.product)) for part in parts)
     spent = so_far(aws, name, since) if ask_ce else None
     return CostNow(name, aws.region, lines, spent, budget_now(aws, name))
@@ -368,7 +377,9 @@ def kube_idle(
     return IdleShare(tuple(idle), len(gpu_nodes), hourly, note)
 
 
-def eks_idle(target: Any, name: str, cost: CostNow) -> IdleShare | None:
+def eks_idle(
+    target: Any, name: str, cost: CostNow, instances: dict[str, tuple[str, Market]]
+) -> IdleShare | None:
     """The idle share of an EKS cluster, read through its API (None for another kind of
     cluster); an API that cannot be reached is said, not an error."""
     from urllib3.exceptions import HTTPError
@@ -391,7 +402,7 @@ def eks_idle(target: Any, name: str, cost: CostNow) -> IdleShare | None:
     except (KubeError, AwsError, HTTPError, OSError) as exc:
         # A private endpoint, or no access entry for this caller: said, not fatal.
         return IdleShare((), 0, None, f"the cluster's API could not be read: {exc}")
-    return kube_idle(nodes, pods, running_instances(ctx.aws, name), cost.lines)
+    return kube_idle(nodes, pods, instances, cost.lines)
 
 
 def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
@@ -405,5 +416,7 @@ def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
         return None
     # Instances of every zone of the region: the Spot price of the dearest zone.
     book = PriceListBook(aws, None, cache_for(target.home))
-    cost = cluster_cost(aws, book, name, seen.created_at, ask_ce)
-    return dataclasses.replace(cost, idle=eks_idle(target, name, cost))
+    # Read once: the hourly lines and the idle nodes' prices are of the same instances.
+    instances = running_instances(aws, name)
+    cost = cluster_cost(aws, book, name, seen.created_at, ask_ce, instances)
+    return dataclasses.replace(cost, idle=eks_idle(target, name, cost, instances))

@@ -1,8 +1,9 @@
 """block-end.sh on a cluster shaped as PCS's (a login node, two compute nodes of pool `block`,
-Slurm's real slurmctld and slurmd in the stand-in), run as SSM Run Command runs it at T-60
-and again at T-40: the partition's nodes reserved for maintenance until the block's end, a
-running job asked once to checkpoint (its trap hears SIGUSR1) and left running, a job
-submitted after it held back, and the second run changing nothing."""
+Slurm's real slurmctld and slurmd in the stand-in), run as SSM Run Command runs it at T-60,
+and at T-40 as the very text Run Command is sent: the partition's nodes reserved for
+maintenance until the block's end, a running job asked once to checkpoint (its trap hears
+SIGUSR1) and left running, a job submitted after it held back, and the second run changing
+nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from provisioner.resources.block_ends import Block, command
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import SSM_ENV
 from tests.tools.standin.slurm import LoginCluster, login_cluster
@@ -93,8 +95,14 @@ def test_the_block_winds_down_once(cluster: LoginCluster) -> None:
         cluster.login.run(["/opt/slurm/bin/scancel", late], env=SSM_ENV)
 
         # T-40: the warning's run finds the work done and asks nobody to checkpoint again.
-        code, out = _run(cluster, POOL, str(end), "--block", "cr-0123456789abcdef0")
-        assert code == 0 and out.split() == ["held", f"fmctl-block-{POOL}", "done"], out
+        # It runs the very text Run Command is sent (block_ends.command: the scripts without
+        # their comments, written to a scratch folder, and the block's line of the table), as
+        # Run Command runs it: bash, as root, with no profile read.
+        block = Block(POOL, "cr-0123456789abcdef0", "USR1")
+        sent = command((block,), {block.reservation_id: float(end)}, block.reservation_id)
+        done = cluster.login.run(["/bin/bash", "-c", sent], env=SSM_ENV, timeout=60)
+        out = done.stdout + done.stderr
+        assert done.returncode == 0 and out.split() == ["held", f"fmctl-block-{POOL}", "done"], out
         time.sleep(2)
         assert ckpt.read_text().strip() == "checkpoint", "signalled twice"
     finally:
