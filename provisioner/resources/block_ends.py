@@ -5,11 +5,13 @@ block's end (no new job starts there, nothing launches into the block) and the r
 signalled once to checkpoint. On EKS, the T-60 schedule taints the block's node group
 ``fmctl.dev/capacity-block-ending=CR_ID:NoSchedule`` (UpdateNodegroupConfig: "the
 Kubernetes taints to be applied to the nodes in the node group after the update", the EKS
-API reference): no new pod lands there, running ones go on until EKS itself scales the group
-to zero at T-40 (the EKS User Guide, "Create a managed node group with Capacity Blocks for
-ML"), so no rule is needed there. A block extended after T-60 loses the taint on the next
-`up` (the node group's taints are the spec's). Two triggers on Slurm, both kept by AWS with
-no fmctl running:
+API reference): no new pod lands there, and Kueue admits no new job to them (its topology
+scheduling leaves out nodes with a taint the pods do not tolerate: Kueue 0.19,
+``pkg/cache/scheduler/scheduling_simulator_default.go``); running ones go on until EKS itself
+scales the group to zero at T-40 (the EKS User Guide, "Create a managed node group with
+Capacity Blocks for ML"), so no rule is needed there. A block extended after T-60 loses the
+taint on the next `up` (the node group's taints are the spec's). Two triggers on Slurm,
+both kept by AWS with no fmctl running:
 
 - T-60 min, fmctl's own: a one-time EventBridge Scheduler schedule per block, in the group
   ``fmctl-NAME-blocks``, whose universal target calls ``ssm:SendCommand``

@@ -15,8 +15,10 @@ What it does, after Kueue 0.19 (``pkg/controller/jobs/job``, ``pkg/scheduler``,
   mapped in DRA configuration"); the first flavor whose node labels agree with the pods'
   node selector and whose unused nominal quota holds the whole gang is chosen; with a
   Topology, the gang must fit the free GPUs and EFA devices of the flavor's Ready,
-  schedulable nodes within one domain of the requested level (required), or of the
-  tightest level that holds it (preferred). Otherwise it stays pending, with Kueue's reason.
+  schedulable nodes whose scheduling taints the pods tolerate
+  (``pkg/cache/scheduler/scheduling_simulator_default.go``) within one domain of the
+  requested level (required), or of the tightest level that holds it (preferred).
+  Otherwise it stays pending, with Kueue's reason.
 - Admitted: the Workload's status carries the flavors, usage and the topology assignment
   (v1beta2's compact form), the Job is unsuspended with the flavor's node labels and
   tolerations and Kueue's topology scheduling gate on its template, and each pod, once

@@ -5,7 +5,7 @@ job signalled once); at T-40 EC2's warning reaches the rule, whose run finds the
 the block extended moves the schedule and the rule's script; `down` leaves nothing. The
 login node's Slurm is a fake that records what it is asked (block-end.sh itself runs against
 a real slurmctld in tests/slurm/test_standin_block_end.py). On EKS: the T-60 schedule taints
-the block's nodes."""
+the block's nodes, and Kueue admits no job into the block's flavor until the taint goes."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file
+from tests.engine.test_kueue import _docs, _rendered, _state, _until, _workloads
 from tests.engine.test_pcs import pcs_spec
 from tests.tools.fake_slurm import calls, login_slurm
 
@@ -253,6 +255,26 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         group = eks.describe_nodegroup(clusterName=name, nodegroupName="b300")["nodegroup"]
         assert {"key": taint["key"], "value": block, "effect": "NO_SCHEDULE"} in group["taints"]
 
+        # Kueue admits nothing into the block: its topology scheduling leaves out nodes with
+        # a taint the job does not tolerate (Kueue 0.19's scheduling_simulator_default.go),
+        # so the NCCL test, which fits the block's quota, waits whole.
+        api = kube_client(sandbox, name, region)
+        for doc in _docs(_rendered(spec)["kubernetes/nccl-test/job.yaml"]):
+            api.apply(doc)
+
+        def nccl() -> dict[str, Any] | None:
+            found = [
+                w for w in _workloads(api).values() if "nccl-allreduce" in w["metadata"]["name"]
+            ]
+            return found[0] if found and "QuotaReserved" in _state(found[0]) else None
+
+        held = _state(_until("the NCCL test's workload", nccl))
+        assert "Admitted" not in held and held["QuotaReserved"]["status"] == "False", held
+        assert "doesn't allow to fit any of 2 pod(s)" in held["QuotaReserved"]["message"], held
+        assert (
+            api.list("v1", "Pod", "training", "batch.kubernetes.io/job-name=nccl-allreduce") == []
+        )
+
         # The block extended by a day: `up` takes the taint off and moves the schedule.
         end += 24 * 3600
         _seed(sandbox, region, end, block, "p6-b300.48xlarge")
@@ -265,6 +287,9 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         )
         t60 = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end - 3600))
         assert moved["ScheduleExpression"] == f"at({t60})"
+        # ...and the job that waited is admitted into the block.
+        wl = _until("the NCCL test's admission", lambda: "Admitted" in _state(nccl() or {}))
+        assert wl
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
