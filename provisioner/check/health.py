@@ -272,3 +272,44 @@ def _pools(nodes: list[NodeHealth], max_in_repair: str) -> tuple[PoolHealth, ...
             PoolHealth(pool, len(members), repairing, repair_budget(max_in_repair, len(members)))
         )
     return tuple(out)
+
+
+#: sinfo's base states of a node that runs no job (sinfo(1), NODE STATE CODES): IDLE (not
+#: allocated to any job), DRAINED (unavailable, no job), RESERVED (in an advance
+#: reservation), MAINT (in a maintenance reservation: a Capacity Block's wind-down holds its
+#: nodes so) and FAIL (taken out, no job; FAILING still runs one).
+_NO_JOB = ("idle", "drained", "reserved", "maint", "fail")
+
+
+@dataclass(frozen=True)
+class SlurmUse:
+    """The nodes of some partitions that run on an instance now, (name, partition) each,
+    and those of them that run no job (`fmctl cost`'s idle share on Slurm)."""
+
+    nodes: tuple[tuple[str, str], ...]
+    idle: tuple[str, ...]
+
+
+def slurm_use(text: str, partitions: tuple[str, ...]) -> SlurmUse:
+    """cluster-health.sh's output -> the nodes of ``partitions`` that run, and the idle
+    ones (a node in two partitions counts once, in the first listed)."""
+    section, nodes, idle = "", dict[str, str](), set[str]()
+    for line in text.splitlines():
+        if line.startswith("== "):
+            section = line[3:].strip()
+            continue
+        if section != "nodes" or line.count("|") < 4:
+            continue
+        partition, state, _, hosts, _ = line.split("|", 4)
+        partition = partition.rstrip("*")
+        base = state.rstrip(_SUFFIXES).lower()
+        # Powered off (``~``) or DOWN (ParallelCluster and PCS replace its instance): no
+        # instance of the node bills now.
+        if partition not in partitions or "~" in state or base == "down":
+            continue
+        for name in expand_hostlist(hosts):
+            nodes.setdefault(name, partition)
+            if base in _NO_JOB:
+                idle.add(name)
+    ordered = sorted(nodes.items(), key=lambda item: natural(item[0]))
+    return SlurmUse(tuple(ordered), tuple(n for n, _ in ordered if n in idle))

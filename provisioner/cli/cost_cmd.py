@@ -60,7 +60,9 @@ def cost(
     if found.budget is not None:
         click.echo(found.budget.line())
     idle = data["idle"]
-    if idle is not None:
+    if idle is not None and not idle["gpuNodes"] and idle["hourly"] is None:
+        click.echo(f"idle now: unknown ({idle['note']})")
+    elif idle is not None:
         names = ", ".join(idle["idleNodes"][:6]) + (" ..." if len(idle["idleNodes"]) > 6 else "")
         head = f"idle now: {len(idle['idleNodes'])} of {idle['gpuNodes']} GPU nodes"
         if idle["hourly"] is None:

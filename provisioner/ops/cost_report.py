@@ -29,6 +29,7 @@ from provisioner.estimate.cost import (
     Quote,
     Unpriced,
 )
+from provisioner.ops.topology import POOL_TAGS
 from provisioner.resources.tags import OWNER_TAG
 
 #: Where Cost Explorer's API answers.
@@ -164,10 +165,40 @@ def _tags(item: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in item.get("Tags", [])}
 
 
-def running_instances(aws: Aws, name: str) -> dict[str, tuple[str, Market]]:
-    """The cluster's pending and running instances: id -> (type, market)."""
+@dataclass(frozen=True)
+class Running:
+    """One of the cluster's pending or running instances: its type and market, its pool
+    (ParallelCluster's queue tag, or fmctl's pool tag; "" for none) and, on the Slurm
+    controller host, the kind of cluster it heads (``parallelcluster`` or ``pcs``)."""
+
+    instance_type: str
+    market: Market
+    pool: str = ""
+    host: str = ""
+
+    @property
+    def kind(self) -> tuple[str, Market]:
+        """What prices it: (type, market)."""
+        return self.instance_type, self.market
+
+
+def _host(tags: dict[str, str]) -> str:
+    """The kind of Slurm cluster an instance is the controller host of, or "": the tags
+    ParallelCluster puts on its head node, or a PCS login node's (as ``head_node`` finds
+    them)."""
+    from provisioner.catalog.pcs import CLUSTER_TAG
+
+    if tags.get("parallelcluster:node-type") == "HeadNode":
+        return "parallelcluster"
+    if tags.get(POOL_TAGS[1]) == "login" and CLUSTER_TAG in tags:
+        return "pcs"
+    return ""
+
+
+def running_instances(aws: Aws, name: str) -> dict[str, Running]:
+    """The cluster's pending and running instances, by id."""
     ec2 = aws.client("ec2")
-    found: dict[str, tuple[str, Market]] = {}
+    found: dict[str, Running] = {}
     for key in CLUSTER_TAGS:
         pages = ec2.get_paginator("describe_instances").paginate(
             Filters=[
@@ -178,24 +209,27 @@ def running_instances(aws: Aws, name: str) -> dict[str, tuple[str, Market]]:
         for page in pages:
             for reservation in page["Reservations"]:
                 for instance in reservation["Instances"]:
-                    if instance["InstanceId"] in found or _tags(instance).get(key) != name:
+                    tags = _tags(instance)
+                    if instance["InstanceId"] in found or tags.get(key) != name:
                         continue
                     lifecycle = str(instance.get("InstanceLifecycle"))
-                    market: Market = LIFECYCLE.get(lifecycle, "OnDemand")
-                    found[str(instance["InstanceId"])] = (str(instance["InstanceType"]), market)
+                    found[str(instance["InstanceId"])] = Running(
+                        str(instance["InstanceType"]),
+                        LIFECYCLE.get(lifecycle, "OnDemand"),
+                        next((tags[t] for t in POOL_TAGS if tags.get(t)), ""),
+                        _host(tags),
+                    )
     return found
 
 
-def running_parts(
-    aws: Aws, name: str, instances: dict[str, tuple[str, Market]] | None = None
-) -> list[Part]:
+def running_parts(aws: Aws, name: str, instances: dict[str, Running] | None = None) -> list[Part]:
     """What of the cluster is billed by the hour now: its running instances (by type and
     market), its NAT gateways and its EKS control plane."""
     ec2 = aws.client("ec2")
     counts: dict[tuple[str, Market], int] = {}
     found = running_instances(aws, name) if instances is None else instances
-    for kind in found.values():
-        counts[kind] = counts.get(kind, 0) + 1
+    for running in found.values():
+        counts[running.kind] = counts.get(running.kind, 0) + 1
     parts = [
         Part(f"instances/{itype}", f"{n} x {itype} ({market})", Instance(itype, market), n)
         for (itype, market), n in sorted(counts.items())
@@ -309,7 +343,7 @@ def cluster_cost(
     name: str,
     since: float | None,
     ask_ce: bool,
-    instances: dict[str, tuple[str, Market]] | None = None,
+    instances: dict[str, Running] | None = None,
 ) -> CostNow:
     """The cluster's cost now, its budget, and (``ask_ce``) so far (``instances``: the
     running ones, when the caller read them already)."""
@@ -344,7 +378,7 @@ def busy_nodes(pods: list[dict[str, Any]]) -> set[str]:
 def kube_idle(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
-    instances: dict[str, tuple[str, Market]],
+    instances: dict[str, Running],
     lines: tuple[tuple[Part, Quote | Unpriced], ...],
 ) -> IdleShare:
     """The idle GPU nodes among ``nodes`` (those advertising ``nvidia.com/gpu``), priced by
@@ -368,7 +402,7 @@ def kube_idle(
         if node["metadata"]["name"] not in idle:
             continue
         instance = str((node.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
-        quote = quotes.get(instances.get(instance, ("", "OnDemand")))
+        quote = quotes.get(instances[instance].kind) if instance in instances else None
         if not isinstance(quote, Quote):
             hourly = None  # an idle node fmctl cannot price: the share is unknown
             break
@@ -378,7 +412,7 @@ def kube_idle(
 
 
 def eks_idle(
-    target: Any, name: str, cost: CostNow, instances: dict[str, tuple[str, Market]]
+    target: Any, name: str, cost: CostNow, instances: dict[str, Running]
 ) -> IdleShare | None:
     """The idle share of an EKS cluster, read through its API (None for another kind of
     cluster); an API that cannot be reached is said, not an error."""
@@ -405,6 +439,85 @@ def eks_idle(
     return kube_idle(nodes, pods, instances, cost.lines)
 
 
+#: How `fmctl cost` reads the idle nodes of a Slurm cluster.
+SLURM_IDLE_NOTE = "Slurm: GPU nodes that run no job (sinfo on the controller, through Run Command)"
+
+
+def gpu_pools(instances: dict[str, Running]) -> dict[str, tuple[str, Market]]:
+    """The pools of the cluster's GPU instances (the controller host's aside), each with
+    what prices its instances: (type, market)."""
+    from provisioner.catalog import load_catalog
+
+    catalog, out = load_catalog(), dict[str, tuple[str, Market]]()
+    for running in sorted(instances.values(), key=lambda r: (r.pool, r.kind)):
+        found = catalog.get(running.instance_type)
+        if running.pool and not running.host and found is not None and found.is_gpu:
+            out.setdefault(running.pool, running.kind)
+    return out
+
+
+def slurm_share(
+    text: str,
+    pools: dict[str, tuple[str, Market]],
+    lines: tuple[tuple[Part, Quote | Unpriced], ...],
+) -> IdleShare:
+    """cluster-health.sh's answer -> the GPU pools' nodes that run no job, priced as
+    ``lines`` price their pool's instances (None when one is not priced)."""
+    from provisioner.check.health import slurm_use
+
+    use = slurm_use(text, tuple(sorted(pools)))
+    quotes = {
+        (part.product.instance_type, part.product.market): q
+        for part, q in lines
+        if isinstance(part.product, Instance) and isinstance(q, Quote)
+    }
+    pool_of = dict(use.nodes)
+    hourly: float | None = 0.0
+    for node in use.idle:
+        quote = quotes.get(pools[pool_of[node]])
+        if quote is None:
+            hourly = None  # an idle node fmctl cannot price: the share is unknown
+            break
+        hourly = (hourly or 0.0) + quote.usd_per_hour
+    return IdleShare(use.idle, len(use.nodes), hourly, SLURM_IDLE_NOTE)
+
+
+def slurm_idle(
+    target: Any, name: str, cost: CostNow, instances: dict[str, Running]
+) -> IdleShare | None:
+    """The idle share of a ParallelCluster or PCS cluster: its GPU pools' nodes that run no
+    job, as Slurm's controller says (cluster-health.sh on the head or login node, through
+    Run Command, as `fmctl health` reads it). None for a cluster with no Slurm controller
+    host running; a controller that cannot be asked is said, not an error."""
+    from provisioner.check.health_gather import health_script
+    from provisioner.ops.target import make_context
+    from provisioner.resources.ssm_run import run_script
+
+    hosts = sorted(iid for iid, r in instances.items() if r.host)
+    if not hosts:
+        return None
+    pools = gpu_pools(instances)
+    if not pools:
+        return IdleShare((), 0, 0.0, SLURM_IDLE_NOTE)
+    # Run Command is not a read to AWS, though the script only reads (as `fmctl health`).
+    ctx = make_context(target, name)
+    try:
+        # A minute at most: `cost` should not wait on an agent that is offline.
+        done = run_script(ctx, hosts[0], health_script(), f"fmctl cost {name}", 5.0, 60, wait=60.0)
+    except Exception as exc:
+        if error_code(exc) is None and not isinstance(exc, AwsError):
+            raise
+        # No ssm:SendCommand for this caller, or no agent on the host: said, not fatal.
+        why = translate(exc, "Slurm's controller could not be asked")
+        return IdleShare((), 0, None, f"{why}" + (f" ({why.hint})" if why.hint else ""))
+    if done["Status"] != "Success":
+        said = str(done.get("StandardErrorContent") or "").strip()[-300:]
+        return IdleShare(
+            (), 0, None, f"sinfo on {hosts[0]} ended {done['Status']}: {said or 'no output'}"
+        )
+    return slurm_share(str(done.get("StandardOutputContent") or ""), pools, cost.lines)
+
+
 def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
     """`fmctl cost NAME` on ``target``: None when no resource of the cluster is found."""
     from provisioner.ops.cost import PriceListBook, cache_for
@@ -419,4 +532,5 @@ def cost_of(target: Any, name: str, ask_ce: bool) -> CostNow | None:
     # Read once: the hourly lines and the idle nodes' prices are of the same instances.
     instances = running_instances(aws, name)
     cost = cluster_cost(aws, book, name, seen.created_at, ask_ce, instances)
-    return dataclasses.replace(cost, idle=eks_idle(target, name, cost, instances))
+    idle = eks_idle(target, name, cost, instances) or slurm_idle(target, name, cost, instances)
+    return dataclasses.replace(cost, idle=idle)

@@ -105,10 +105,12 @@ def run_script(
     expected: float,
     limit: float,
     sleep: Callable[[float], None] = time.sleep,
+    wait: float | None = None,
 ) -> dict[str, Any]:
     """Run ``script`` on ``instance`` and wait for it: its invocation (Status,
     ResponseCode, StandardOutputContent: the first 24,000 characters, enough for a short
-    report)."""
+    report). ``wait``: how long to wait for the answer (by default the run's ``limit`` and
+    SSM's ten minutes to deliver it to an agent that is offline now)."""
     ssm = ctx.aws.client("ssm")
     sent = ssm.send_command(
         InstanceIds=[instance],
@@ -118,4 +120,5 @@ def run_script(
         TimeoutSeconds=600,
     )
     command = sent["Command"]["CommandId"]
-    return wait_invocation(ssm, command, instance, expected, limit + 600, ctx.time_scale, sleep)
+    deadline = limit + 600 if wait is None else wait
+    return wait_invocation(ssm, command, instance, expected, deadline, ctx.time_scale, sleep)

@@ -33,6 +33,22 @@ def test_pcs_scale_in_drains_the_top_nodes_first(
     )
     assert made.returncode == 0, made.stdout + made.stderr
     try:
+        # `fmctl cost` asks the login node's Slurm which GPU nodes run no job: two of four.
+        (slurm / "sinfo.txt").write_text(
+            "train*|allocated|Unknown|train-[1-2]|none\ntrain*|idle|Unknown|train-[3-4]|none\n"
+        )
+        cost = sandbox.fmctl(
+            "cost", name, "--region", region, "--sandbox", "-o", "json", "--no-cost-explorer"
+        )
+        assert cost.returncode == 0, cost.stdout + cost.stderr
+        data = json.loads(cost.stdout)
+        idle = data["idle"]
+        assert (idle["idleNodes"], idle["gpuNodes"]) == (["train-3", "train-4"], 4), idle
+        # The sandbox's Price List has no p5en in us-east-2: the share is not guessed.
+        (p5en,) = [i for i in data["items"] if "p5en.48xlarge" in i["description"]]
+        assert p5en["count"] == 4 and p5en["hourly"] is None, data
+        assert idle["hourly"] is None and idle["share"] is None, idle
+        assert "sinfo -h -a -o %P|%T|%H|%N|%E" in calls(slurm)
         smaller = pcs_spec(tmp_path, name, region, count=2)
         planned = sandbox.fmctl("plan", "-f", str(smaller), "--sandbox", "-o", "json")
         notes = [

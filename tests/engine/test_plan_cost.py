@@ -16,6 +16,7 @@ from provisioner.drivers.aws import Aws
 from provisioner.estimate.cost import Instance, NatGateway, Quote, Unpriced
 from provisioner.ops.cost import PriceListBook, cache_for
 from tests.engine.harness import Sandbox
+from tests.tools.fake_slurm import login_slurm
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests/data/real/price-list-amazonec2-us-east-1.json"
@@ -208,6 +209,10 @@ def test_fmctl_cost_prices_what_runs_and_asks_cost_explorer_only_by_an_active_ta
         p5 = items["2 x p5.48xlarge (OnDemand)"]
         assert p5["hourly"] == round(2 * 55.04, 2) and "HNW4W6GM8AE2PCQX" in p5["source"]
         assert data["hourly"] >= p5["hourly"]
+        # The login node's Slurm answers no Run Command here (no tools): the idle share is
+        # unknown, and says why.
+        assert data["idle"]["hourly"] is None and data["idle"]["gpuNodes"] == 0, data["idle"]
+        assert "ended Failed" in data["idle"]["note"], data["idle"]
         # Cost Explorer has nothing by a tag nobody activated: said, with how to activate it.
         assert (
             data["soFar"]["usd"] is None
@@ -225,10 +230,20 @@ def test_fmctl_cost_prices_what_runs_and_asks_cost_explorer_only_by_an_active_ta
         assert asked == ["ListCostAllocationTags", "GetCostAndUsage"]
         assert "no costs by fmctl.dev/cluster yet" in again["soFar"]["note"]
         before = len(sandbox.requests())
-        quiet = sandbox.fmctl("cost", name, "--region", region, "--sandbox", "--no-cost-explorer")
+        with login_slurm(sandbox, tmp_path / "slurm") as slurm:
+            # One of the pool's two nodes runs a job: the other is idle, at the p5's rate.
+            (slurm / "sinfo.txt").write_text(
+                "train*|mixed|Unknown|train-1|none\ntrain*|idle|Unknown|train-2|none\n"
+            )
+            quiet = sandbox.fmctl(
+                "cost", name, "--region", region, "--sandbox", "--no-cost-explorer"
+            )
         assert quiet.returncode == 0 and "so far" not in quiet.stdout
         assert [r for r in sandbox.requests()[before:] if r["service"] == "ce"] == []
         assert "$110.08/hour" in quiet.stdout, quiet.stdout
+        line = next(x for x in quiet.stdout.splitlines() if x.startswith("idle now:"))
+        assert line.startswith("idle now: 1 of 2 GPU nodes ($55.04/hour, "), line
+        assert line.endswith(": train-2"), line
     finally:
         ce = sandbox.aws("us-east-1").client("ce")
         ce.update_cost_allocation_tags_status(

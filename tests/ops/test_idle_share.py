@@ -1,15 +1,25 @@
-"""The idle share `fmctl cost` reports on EKS, from Kubernetes' own objects (shaped as the API
+"""The idle share `fmctl cost` reports. On EKS from Kubernetes' own objects (shaped as the API
 serves them: a Node's providerID ``aws:///ZONE/INSTANCE`` and ``status.capacity``, a Pod's
 ``spec.nodeName``, its containers' requests and limits, ``status.phase``): a GPU node is idle
-when no pending or running pod that asks for ``nvidia.com/gpu`` is placed on it."""
+when no pending or running pod that asks for ``nvidia.com/gpu`` is placed on it. On Slurm
+from cluster-health.sh's answer (the recorded one of tests/check/test_health.py; the same
+script against a real slurmctld in tests/slurm/test_standin_health.py): a node is idle when
+sinfo says it runs no job."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from provisioner.catalog.prices import Market
 from provisioner.estimate.cost import Instance, NatGateway, Part, Quote, Unpriced
-from provisioner.ops.cost_report import CostNow, busy_nodes, kube_idle
+from provisioner.ops.cost_report import (
+    CostNow,
+    Running,
+    busy_nodes,
+    gpu_pools,
+    kube_idle,
+    slurm_share,
+)
+from tests.conftest import ROOT
 
 
 def _node(name: str, instance: str, gpus: str = "8") -> dict[str, Any]:
@@ -40,11 +50,11 @@ NODES = [
     _node("ip-10-0-1-3", "i-0ccc"),
     _node("ip-10-0-9-9", "i-0sys", gpus=""),  # a system node: not a GPU node
 ]
-INSTANCES: dict[str, tuple[str, Market]] = {
-    "i-0aaa": ("p5.48xlarge", "OnDemand"),
-    "i-0bbb": ("p5.48xlarge", "OnDemand"),
-    "i-0ccc": ("p5.48xlarge", "Spot"),
-    "i-0sys": ("m7i.2xlarge", "OnDemand"),
+INSTANCES = {
+    "i-0aaa": Running("p5.48xlarge", "OnDemand"),
+    "i-0bbb": Running("p5.48xlarge", "OnDemand"),
+    "i-0ccc": Running("p5.48xlarge", "Spot"),
+    "i-0sys": Running("m7i.2xlarge", "OnDemand"),
 }
 P5 = Quote(55.04, "AWS Price List")
 LINES: tuple[tuple[Part, Quote | Unpriced], ...] = (
@@ -87,3 +97,40 @@ def test_an_idle_node_that_cannot_be_priced_leaves_the_share_unknown() -> None:
     idle = kube_idle(NODES[:2], [], INSTANCES, lines)
     assert idle.idle == ("ip-10-0-1-1", "ip-10-0-1-2") and idle.hourly is None
     assert CostNow("c", "us-east-1", lines, None, idle=idle).idle_share() is None
+
+
+#: A ParallelCluster head node's cluster-health.sh answer: partition train on p5 nodes.
+SLURM = (ROOT / "tests/data/check/cluster-health-pcluster.txt").read_text()
+FLEET = {
+    "i-0head": Running("m7i.2xlarge", "OnDemand", "", "parallelcluster"),
+    "i-0p51": Running("p5.48xlarge", "OnDemand", "train"),
+    "i-0p52": Running("p5.48xlarge", "OnDemand", "train"),
+    "i-0cpu": Running("m7i.2xlarge", "OnDemand", "build"),  # a CPU queue: not counted
+}
+
+
+def test_slurm_nodes_that_run_no_job_are_idle_and_priced_by_their_pool() -> None:
+    pools = gpu_pools(FLEET)
+    assert pools == {"train": ("p5.48xlarge", "OnDemand")}
+    idle = slurm_share(SLURM, pools, LINES)
+    # train-st-p5-[1-14]: 7 (powered down, being replaced) bills nothing; 6 (draining) and
+    # the allocated ones run jobs; idle, drained and not responding ones run none.
+    expected = [1, 2, 3, 4, 5, 8, 9, 10, 11, 12, 13, 14]
+    assert idle.idle == tuple(f"train-st-p5-{n}" for n in expected), idle
+    assert idle.nodes == 13  # the login partition is not a GPU pool's
+    assert idle.hourly is not None and abs(idle.hourly - 12 * 55.04) < 1e-6
+    assert idle.note.startswith("Slurm:")
+
+
+def test_a_job_makes_a_slurm_node_busy_and_an_unpriced_pool_leaves_the_share_unknown() -> None:
+    text = "== nodes\ntrain*|mixed|Unknown|gpu-1|none\ntrain*|allocated|Unknown|gpu-2|none\n"
+    text += "train*|idle~|Unknown|gpu-[3-8]|none\ntrain*|idle|Unknown|gpu-9|none\n== held\n"
+    pools = {"train": ("p5en.48xlarge", "OnDemand")}
+    idle = slurm_share(text, pools, LINES)  # LINES price no p5en
+    assert idle.idle == ("gpu-9",) and idle.nodes == 3 and idle.hourly is None
+    assert (
+        slurm_share(
+            text.replace("gpu-9", "gpu-10").replace("idle|", "completing|"), pools, LINES
+        ).idle
+        == ()
+    )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from provisioner.catalog import load_catalog
-from provisioner.check.health import HealthReport, parse_slurm
+from provisioner.check.health import HealthReport, parse_slurm, slurm_use
 from provisioner.check.health_gather import health_script
 from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.slurm import health_env
@@ -484,6 +484,12 @@ def test_a_fault_that_lost_the_work_requeues_the_jobs(cluster: Cluster) -> None:
         assert _agent(first).startswith("healthy") and _agent(third).startswith("healthy")
         assert re.search(r"^fmctl_node_alloc_cpus [1-9][0-9]*$", _metrics(first), re.M)
         assert re.search(r"^fmctl_node_alloc_cpus 0$", _metrics(third), re.M)
+        # `fmctl cost`'s idle share reads the same from the controller: one node runs no job.
+        done = cluster.head.run(["/bin/bash", "-c", health_script()], env=SSM_ENV)
+        assert done.returncode == 0, done.stdout + done.stderr
+        use = slurm_use(done.stdout, (POOL,))
+        assert use.idle == (third.name,), done.stdout
+        assert {n for n, _ in use.nodes} == {first.name, second.name, third.name}
         _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
         assert _agent(first) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
         assert _job_field(cluster, lost, "Restarts") == "1"

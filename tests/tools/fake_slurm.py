@@ -1,6 +1,8 @@
 """A login node's Slurm for the sandbox's PCS clusters: what Run Command's scripts (the
 drains of `up`) find on PATH there. scontrol records every call; squeue prints the jobs a
-test writes into ``squeue.txt`` (none by default); scancel records. drain-nodes.sh and
+test writes into ``squeue.txt`` (none by default), sinfo what it writes into ``sinfo.txt``
+(cluster-health.sh's format, as the real sinfo prints it in tests/slurm/
+test_standin_health.py); scancel records. drain-nodes.sh and
 block-end.sh themselves run against a real slurmctld in tests/slurm/test_standin_drain.py
 and test_standin_block_end.py."""
 
@@ -29,6 +31,7 @@ SLURM = {
     "scontrol": SCONTROL,
     "squeue": '#!/bin/bash\necho "squeue $*" >> "$FAKE/calls"\ncat "$FAKE/squeue.txt"\n',
     "scancel": '#!/bin/bash\necho "scancel $*" >> "$FAKE/calls"\n',
+    "sinfo": '#!/bin/bash\necho "sinfo $*" >> "$FAKE/calls"\ncat "$FAKE/sinfo.txt"\n',
 }
 
 
@@ -39,6 +42,7 @@ def login_slurm(sandbox: Sandbox, folder: Path) -> Iterator[Path]:
     real, tools = fakes.install(folder / "fakes", SLURM), folder / "tools"
     tools.mkdir(parents=True)
     (folder / "squeue.txt").write_text("")
+    (folder / "sinfo.txt").write_text("")
     (folder / "calls").write_text("")
     (folder / "reservations").write_text("")
     for name in SLURM:
