@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from provisioner.blueprint.infra import Parts
+from provisioner.blueprint.infra import Parts, rule_source, schedule_group_source
 from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
 from provisioner.render.pcs import LOGIN
@@ -72,7 +72,12 @@ def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
             }
         ],
     }
-    p.role(ROLE, "block-taint", inline=policy)
+    p.role(
+        ROLE,
+        "block-taint",
+        inline=policy,
+        sources=(schedule_group_source(p, group_name(p.c.name)),),
+    )
     host = p.ref(f"nodegroup/{blocks[0].pool}", NodegroupOut)
     params = BlockEndParams(
         group_name(p.c.name),
@@ -111,7 +116,11 @@ def blocks(p: Parts, where: Where) -> list[str]:
         ]
     else:
         return []  # no Slurm cluster planned here (the sandbox without ParallelCluster)
-    p.role(ROLE, "block-end", inline=_policy(p))
+    sources = (
+        schedule_group_source(p, group_name(p.c.name)),
+        *(rule_source(p, rule_name(p.c.name, b.reservation_id)) for _, b in found),
+    )
+    p.role(ROLE, "block-end", inline=_policy(p), sources=sources)
     role = p.ref(ROLE, RoleOut)
     every = tuple(block for _, block in found)
     p.add(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provisioner.blueprint.infra import Parts
+from provisioner.blueprint.infra import Parts, schedule_group_source
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.pcs import NodeGroupOut, PcsClusterOut
 from provisioner.resources.schedules import ExpiryParams, StopCall, group_name, input_of
@@ -117,7 +117,12 @@ def expiry(p: Parts) -> None:
     calls, statements = stop_calls(p)
     if not calls:
         return
-    p.role(ROLE, "ttl-scheduler", inline={"Version": "2012-10-17", "Statement": statements})
+    p.role(
+        ROLE,
+        "ttl-scheduler",
+        inline={"Version": "2012-10-17", "Statement": statements},
+        sources=(schedule_group_source(p, group_name(p.c.name)),),
+    )
     p.add(
         RID,
         "expiry-schedule",

@@ -24,7 +24,14 @@ from provisioner.resources.compute import (
 from provisioner.resources.fsx import DELETION_POLICY_TAG, ExistingFsxParams, FsxOut, FsxParams
 from provisioner.resources.fsx_dra import DraParams
 from provisioner.resources.gateways import EipOut, EipParams, IgwOut, IgwParams, NatOut, NatParams
-from provisioner.resources.iam import PolicyParams, RoleOut, RoleParams, canonical, role_name
+from provisioner.resources.iam import (
+    ACCOUNT,
+    PolicyParams,
+    RoleOut,
+    RoleParams,
+    canonical,
+    role_name,
+)
 from provisioner.resources.network import (
     ExistingSubnetParams,
     ExistingVpcParams,
@@ -215,9 +222,18 @@ class Parts:
         return dataclasses.replace(self.tags(rid), region=self.spec.metadata.region)
 
     def role(
-        self, rid: str, role: str, inline: dict[str, Any] | None = None, path: str = "/"
+        self,
+        rid: str,
+        role: str,
+        inline: dict[str, Any] | None = None,
+        path: str = "/",
+        sources: tuple[str, ...] = (),
     ) -> None:
-        """Plan one of fmctl's IAM roles."""
+        """Plan one of fmctl's IAM roles. ``sources``: the ARNs (``ACCOUNT`` where the
+        account goes, ``*`` where a part is not known) of what alone may have the service
+        assume it, the confused-deputy conditions ``aws:SourceArn`` and
+        ``aws:SourceAccount`` AWS recommends (EventBridge Scheduler: its schedule group;
+        EventBridge: the rule; the services' User Guides, "Confused deputy prevention")."""
         service, managed = ROLES[role]
         actions: Any = (
             ["sts:AssumeRole", "sts:TagSession"]
@@ -225,12 +241,17 @@ class Parts:
             else "sts:AssumeRole"
         )
         principal = service if isinstance(service, str) else list(service)
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Principal": {"Service": principal}, "Action": actions}
-            ],
+        statement: dict[str, Any] = {
+            "Effect": "Allow",
+            "Principal": {"Service": principal},
+            "Action": actions,
         }
+        if sources:
+            statement["Condition"] = {
+                "StringEquals": {"aws:SourceAccount": ACCOUNT},
+                "ArnLike": {"aws:SourceArn": list(sources)},
+            }
+        trust = {"Version": "2012-10-17", "Statement": [statement]}
         document = inline or INLINE.get(role)
         self.add(
             rid,
@@ -434,6 +455,17 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
 def placement_ref(p: Parts, pool: str) -> Ref[PlacementGroupOut] | None:
     """The pool's placement group, when it has one."""
     return p.maybe(f"placement-group/{pool}", PlacementGroupOut)
+
+
+def schedule_group_source(p: Parts, group: str) -> str:
+    """A schedule group as a trust policy's ``aws:SourceArn`` (what Scheduler passes)."""
+    return f"arn:aws:scheduler:{p.c.region}:{ACCOUNT}:schedule-group/{group}"
+
+
+def rule_source(p: Parts, rule: str) -> str:
+    """An EventBridge rule as a trust policy's ``aws:SourceArn`` (what EventBridge passes
+    for a rule's target)."""
+    return f"arn:aws:events:{p.c.region}:{ACCOUNT}:rule/{rule}"
 
 
 def role_ref(p: Parts, rid: str) -> Ref[RoleOut]:

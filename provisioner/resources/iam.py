@@ -123,6 +123,19 @@ class RoleParams:
     path: str = "/"
 
 
+#: What a trust policy planned offline says where the account id goes (its confused-deputy
+#: conditions, ``aws:SourceAccount`` and ``aws:SourceArn``): filled with the caller's account
+#: when the role is read, made or changed.
+ACCOUNT = "<fmctl:account>"
+
+
+def trust_of(ctx: Context, params: RoleParams) -> str:
+    """The role's trust policy with the account filled in."""
+    if ACCOUNT not in params.trust:
+        return params.trust
+    return params.trust.replace(ACCOUNT, account_of(ctx))
+
+
 @dataclass(frozen=True)
 class RoleLive:
     """What fmctl manages of a role."""
@@ -179,7 +192,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         self, ctx: Context, rid: str, params: RoleParams, observed: Observed[RoleOut, RoleLive]
     ) -> RoleLive:
         return RoleLive(
-            params.trust,
+            trust_of(ctx, params),
             frozenset(params.managed),
             params.inline,
             params.instance_profile,
@@ -192,7 +205,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         try:
             iam.create_role(
                 RoleName=name,
-                AssumeRolePolicyDocument=params.trust,
+                AssumeRolePolicyDocument=trust_of(ctx, params),
                 Description=params.description,
                 Tags=ctx.tag_list(params.tags),
                 MaxSessionDuration=3600,
@@ -267,7 +280,9 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         iam = ctx.aws.client("iam")
         paths = {c.path for c in changes}
         if "trust" in paths:
-            iam.update_assume_role_policy(RoleName=params.role_name, PolicyDocument=params.trust)
+            iam.update_assume_role_policy(
+                RoleName=params.role_name, PolicyDocument=trust_of(ctx, params)
+            )
         if paths & {"managed", "inline", "instance_profile"}:
             live = observed.live
             self._converge(ctx, params, live.managed, live.inline, live.instance_profile)

@@ -92,11 +92,13 @@ def deliver(account: str, region: str, sent: dict[str, Any], call: CallAs) -> li
             continue
         for target in list(rule.targets):
             said = {"rule": rule.name, "target": str(target.get("Arn", "")), "event": sent["id"]}
-            out.append({**said, **_run_command(account, region, target, call)})
+            out.append({**said, **_run_command(account, region, rule.arn, target, call)})
     return out
 
 
-def _run_command(account: str, region: str, target: dict[str, Any], call: CallAs) -> dict[str, Any]:
+def _run_command(
+    account: str, region: str, rule: str, target: dict[str, Any], call: CallAs
+) -> dict[str, Any]:
     arn = str(target.get("Arn", ""))
     prefix = f"arn:aws:ssm:{region}::document/"
     if not arn.startswith(prefix):
@@ -114,7 +116,7 @@ def _run_command(account: str, region: str, target: dict[str, Any], call: CallAs
         return {"outcome": "failed", "error": f"the sandbox runs InstanceIds targets, not {key}"}
     params["InstanceIds"] = values
     role = str(target.get("RoleArn", ""))
-    documents = iam_eval.role_documents(account, role, PRINCIPAL)
+    documents = iam_eval.role_documents(account, role, PRINCIPAL, rule)
     if isinstance(documents, str):
         return {"outcome": "failed", "error": f"AccessDenied: {documents}"}
     refused = iam_eval.refused(

@@ -1,12 +1,17 @@
 """A role's policies judged as the sandbox can judge them, for what runs in it as a role:
 EventBridge Scheduler's targets (``scheduler_run``) and Lambda functions (``lambda_run``).
 
-The role must exist and trust the service that assumes it; its inline and attached managed
-policies are read from moto's IAM. Only Allow statements are evaluated (an explicit Deny and
-permission boundaries are not), against every resource ARN AWS's Service Authorization
-Reference gives for the call: each must be allowed. Of conditions, only ``StringEquals`` on
-``ssm:resourceTag/KEY`` is judged (SendCommand's, against the instance's tags); a statement
-with any other condition allows nothing here. A call the sandbox has no ARN for is refused,
+The role must exist and trust the service that assumes it: a trust statement's conditions
+are judged on the context keys the service passes, ``aws:SourceAccount`` (the account) and
+``aws:SourceArn`` (Scheduler: the schedule group; EventBridge: the rule; the services'
+"Confused deputy prevention" pages), with ``StringEquals``, ``StringLike``, ``ArnEquals``
+and ``ArnLike``; a key the service does not pass, or another condition, fails the statement.
+Its inline and attached managed policies are read from moto's IAM. Only Allow statements
+are evaluated (an explicit Deny and permission boundaries are not), against every resource
+ARN AWS's Service Authorization Reference gives for the call: each must be allowed. Of a
+policy's conditions, only ``StringEquals`` on ``ssm:resourceTag/KEY`` is judged
+(SendCommand's, against the instance's tags); a statement with any other condition allows
+nothing here. A call the sandbox has no ARN for is refused,
 so what it cannot judge fails rather than passing unchecked.
 """
 
@@ -60,9 +65,11 @@ def resources(
     return None if arn is None else [(arn, {})]
 
 
-def role_documents(account: str, role_arn: str, principal: str) -> list[Any] | str:
-    """The role's policy documents, or why it cannot be used by ``principal`` (missing, or
-    not trusting it). Call under the lock over AWS's state."""
+def role_documents(
+    account: str, role_arn: str, principal: str, source_arn: str | None = None
+) -> list[Any] | str:
+    """The role's policy documents, or why it cannot be used by ``principal`` acting for
+    ``source_arn`` (missing, or not trusting it). Call under the lock over AWS's state."""
     from moto.iam.models import iam_backends
 
     iam = iam_backends[account]["global"]
@@ -71,8 +78,10 @@ def role_documents(account: str, role_arn: str, principal: str) -> list[Any] | s
     if role is None:
         return f"no role {role_arn}"
     trust = json.loads(unquote(role.assume_role_policy_document))
-    if not any(_trusts(s, principal) for s in listed(trust.get("Statement"))):
-        return f"role {name} does not trust {principal}"
+    if not any(trusts(s, principal, account, source_arn) for s in listed(trust.get("Statement"))):
+        return f"role {name} does not trust {principal}" + (
+            f" for {source_arn}" if source_arn else ""
+        )
     documents = [json.loads(unquote(d)) for d in role.policies.values()]
     for policy in role.managed_policies.values():
         current = [v for v in policy.versions if v.is_default]
@@ -123,13 +132,35 @@ def _allows(statement: dict[str, Any], wanted: str, arn: str, tags: dict[str, st
     return True
 
 
-def _trusts(statement: dict[str, Any], principal: str) -> bool:
+#: Trust conditions the sandbox judges: exact or wildcard matches (case-sensitive values).
+_MATCHES = {
+    "StringEquals": lambda value, wanted: value == wanted,
+    "ArnEquals": lambda value, wanted: value == wanted,
+    "StringLike": fnmatch.fnmatchcase,
+    "ArnLike": fnmatch.fnmatchcase,
+}
+
+
+def trusts(statement: dict[str, Any], principal: str, account: str, source_arn: str | None) -> bool:
+    """Whether a trust statement lets ``principal`` assume the role for ``source_arn`` in
+    ``account``."""
+    context = {"aws:sourceaccount": account, "aws:sourcearn": source_arn}
     granted = statement.get("Principal", {})
     services = listed(granted.get("Service")) if isinstance(granted, dict) else []
     actions = listed(statement.get("Action"))
-    return (
+    if not (
         statement.get("Effect") == "Allow" and principal in services and "sts:AssumeRole" in actions
-    )
+    ):
+        return False
+    for operator, keys in (statement.get("Condition") or {}).items():
+        match = _MATCHES.get(operator)
+        if match is None:
+            return False
+        for key, values in keys.items():
+            value = context.get(key.lower())  # condition keys are not case-sensitive
+            if value is None or not any(match(value, str(v)) for v in listed(values)):
+                return False
+    return True
 
 
 def listed(value: Any) -> list[Any]:

@@ -128,7 +128,9 @@ def _run(account: str, region: str, schedule: Any, now: float, call: CallAs) -> 
         params = json.loads(text)
     except ValueError as err:
         return {**said, "outcome": "failed", "error": f"Input is not JSON: {err}"}
-    refused = _denied(account, str(target.get("RoleArn", "")), service, action, region, params)
+    group = f"arn:aws:scheduler:{region}:{account}:schedule-group/{schedule.group_name}"
+    role = str(target.get("RoleArn", ""))
+    refused = _denied(account, role, group, service, action, region, params)
     if refused:
         return {**said, "outcome": "failed", "error": f"AccessDenied: {refused}"}
     from botocore import xform_name
@@ -143,10 +145,17 @@ def _run(account: str, region: str, schedule: Any, now: float, call: CallAs) -> 
 
 
 def _denied(
-    account: str, role_arn: str, service: str, action: str, region: str, params: dict[str, Any]
+    account: str,
+    role_arn: str,
+    group: str,
+    service: str,
+    action: str,
+    region: str,
+    params: dict[str, Any],
 ) -> str | None:
-    """Why the role may not make the call, or None when it may (``iam_eval``)."""
-    documents = iam_eval.role_documents(account, role_arn, PRINCIPAL)
+    """Why the role may not make the call for a schedule of ``group``, or None when it may
+    (``iam_eval``)."""
+    documents = iam_eval.role_documents(account, role_arn, PRINCIPAL, group)
     if isinstance(documents, str):
         return documents
     name = role_arn.rsplit("/", 1)[-1]

@@ -346,6 +346,34 @@ def test_budgets_publishes_only_where_policies_let_it(sandbox: Sandbox) -> None:
     )
 
 
+def test_a_role_with_confused_deputy_conditions_is_assumed_only_for_its_own_sources() -> None:
+    """The trust fmctl's Scheduler and EventBridge roles carry: the caller's account and
+    the cluster's schedule group or rule (the services' "Confused deputy prevention"); the
+    sandbox refuses another account's, another group's, and a service passing no source."""
+    from provisioner.sandbox import iam_eval
+
+    group = "arn:aws:scheduler:us-east-1:123456789012:schedule-group/fmctl-c-blocks"
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"Service": ["scheduler.amazonaws.com", "events.amazonaws.com"]},
+        "Action": "sts:AssumeRole",
+        "Condition": {
+            "StringEquals": {"aws:SourceAccount": "123456789012"},
+            "ArnLike": {"aws:SourceArn": [group, "arn:aws:events:*:123456789012:rule/fmctl-c-0a"]},
+        },
+    }
+    scheduler = "scheduler.amazonaws.com"
+    assert iam_eval.trusts(statement, scheduler, "123456789012", group)
+    rule = "arn:aws:events:us-east-1:123456789012:rule/fmctl-c-0a"
+    assert iam_eval.trusts(statement, "events.amazonaws.com", "123456789012", rule)
+    assert not iam_eval.trusts(statement, scheduler, "999999999999", group)
+    assert not iam_eval.trusts(statement, scheduler, "123456789012", group + "-x")
+    assert not iam_eval.trusts(statement, scheduler, "123456789012", None)
+    assert not iam_eval.trusts(statement, "lambda.amazonaws.com", "123456789012", group)
+    other = {**statement, "Condition": {"DateLessThan": {"aws:CurrentTime": "2100-01-01"}}}
+    assert not iam_eval.trusts(other, scheduler, "123456789012", group)  # not judged: refused
+
+
 @pytest.mark.parametrize("calls", [[], [{"action": "eks:updateNodegroupConfig", "input": {}}]])
 def test_the_stop_package_is_the_same_bytes_for_the_same_calls(calls: list[Any]) -> None:
     """Lambda's CodeSha256 is what `plan` compares: a package built twice hashes the same,

@@ -13,6 +13,7 @@ from provisioner.blueprint import Where, build
 from provisioner.catalog import load_catalog
 from provisioner.resources.base import Planned
 from provisioner.resources.block_ends import Block
+from provisioner.resources.iam import ACCOUNT
 from tests.conftest import ROOT, validate_text
 
 WHERE = Where(Path("/nonexistent"), Path("/nonexistent/kubeconfig"))
@@ -34,8 +35,22 @@ def test_parallelcluster_block_pool_gets_both_triggers() -> None:
     assert warning.params.group_name == "fmctl-llm-pretrain-0123456789abcdef0"
     assert warning.origins["pattern"] == "compute.gpuPools[0].capacity.reservationId"
     role = items["iam/block-end"].params
-    trust = json.loads(role.trust)["Statement"][0]["Principal"]["Service"]
-    assert sorted(trust) == ["events.amazonaws.com", "scheduler.amazonaws.com"]
+    trust = json.loads(role.trust)["Statement"][0]
+    assert sorted(trust["Principal"]["Service"]) == [
+        "events.amazonaws.com",
+        "scheduler.amazonaws.com",
+    ]
+    # Only this cluster's schedule group and the block's rule may have it assumed, in the
+    # caller's account (filled in when the role is made: ACCOUNT).
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": ACCOUNT},
+        "ArnLike": {
+            "aws:SourceArn": [
+                f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule-group/fmctl-llm-pretrain-blocks",
+                f"arn:aws:events:us-east-1:{ACCOUNT}:rule/fmctl-llm-pretrain-0123456789abcdef0",
+            ]
+        },
+    }
     statements = json.loads(role.inline)["Statement"]
     assert {a for s in statements for a in s["Action"]} == {"ssm:SendCommand"}
     host = next(s for s in statements if s["Sid"] == "ClusterHost")
@@ -79,9 +94,13 @@ def test_eks_plans_the_taint_only_and_pools_off_blocks_plan_nothing() -> None:
     assert schedule.provider == "eks" and schedule.host.target == "nodegroup/b300"
     assert [b.nodegroup for b in schedule.blocks] == ["b300"]
     role = eks["iam/block-end"].params
-    assert json.loads(role.trust)["Statement"][0]["Principal"]["Service"] == (
-        "scheduler.amazonaws.com"
-    )
+    trust = json.loads(role.trust)["Statement"][0]
+    assert trust["Principal"]["Service"] == "scheduler.amazonaws.com"
+    assert trust["Condition"]["ArnLike"] == {
+        "aws:SourceArn": [
+            f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule-group/fmctl-b300-eval-blocks"
+        ]
+    }
     (statement,) = json.loads(role.inline)["Statement"]
     assert statement["Action"] == ["eks:UpdateNodegroupConfig"]
     assert statement["Resource"] == ["arn:aws:eks:us-east-1:*:nodegroup/b300-eval/b300/*"]
