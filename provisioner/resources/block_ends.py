@@ -27,10 +27,14 @@ both kept by AWS with no fmctl running:
   parameters, RunCommandParameters naming the instance: the EventBridge API reference, and
   Terraform's aws_cloudwatch_event_target Run Command example).
 
-Whichever runs first acts; the other finds the reservation and changes nothing. A
-RunCommandTarget takes one key only (the EventBridge API reference), and the controller host
-is told apart from the compute nodes by two tags, so both triggers name the host's instance
-id, read when `up` runs: a host replaced since is a change the next plan shows.
+Whichever runs first acts; the other finds the reservation and changes nothing. Both name
+the controller host as Run Command targets it (SendCommand's and a RunCommandTarget's
+``Targets``: ``InstanceIds``, or one tag key, ``tag:KEY``): on PCS the login node group by
+the tag PCS puts on every instance it launches for it (``aws:pcs:compute-node-group-id``),
+so a login node PCS replaced is still the one the command reaches, one login node at a time
+(``MaxConcurrency`` 1: the second finds the reservation); on ParallelCluster, whose head
+node is told apart from the compute nodes only by two tags, the head node's instance id,
+read when `up` runs: a head node replaced since is a change the next plan shows.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -176,6 +181,14 @@ def command(blocks: Sequence[Block], when: dict[str, float | None], which: str) 
     return bundle(_script_files(), dispatch)
 
 
+def targets(ctx: Context, params: BlockEndParams) -> tuple[str, tuple[str, ...]]:
+    """Run Command's target of the controller host: (key, values)."""
+    if params.provider == "pcs":
+        group = ctx.resolve(params.host, "id")
+        return f"tag:{NODE_GROUP_TAG}", (str(group),)
+    return "InstanceIds", (host(ctx, params),)
+
+
 def host(ctx: Context, params: BlockEndParams) -> str:
     """The controller host's instance id: ParallelCluster's own answer for its head node
     (describe-cluster's headNode, the cluster's outputs), else found by tags as `fmctl
@@ -230,9 +243,11 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
                 "nodegroupName": b.nodegroup,
                 "taints": {"addOrUpdateTaints": [taint]},
             }
+        key, values = targets(ctx, params)
         return "ssm:sendCommand", {
             "DocumentName": "AWS-RunShellScript",
-            "InstanceIds": [host(ctx, params)],
+            "Targets": [{"Key": key, "Values": list(values)}],
+            "MaxConcurrency": "1",
             "Comment": f"fmctl {ctx.cluster}: capacity block {b.reservation_id} ends"[:100],
             "Parameters": {
                 "commands": [command((b,), when, b.reservation_id)],
@@ -258,12 +273,13 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
 # -- T-40: the rule on EC2's warning ------------------------------------------------------------
 @dataclass(frozen=True)
 class WarningTarget:
-    """The rule's one target: Run Command of ``input`` (the document's parameters) on
-    ``instance``, as ``role``."""
+    """The rule's one target: Run Command of ``input`` (the document's parameters) on what
+    ``key`` and ``values`` name (``InstanceIds`` or ``tag:KEY``), as ``role``."""
 
     arn: str
     role: str
-    instance: str
+    key: str
+    values: tuple[str, ...]
     input: str
 
 
@@ -366,7 +382,8 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
             }
         )
         document = f"arn:aws:ssm:{ctx.region}::document/AWS-RunShellScript"
-        return WarningTarget(document, str(role), host(ctx, params), text)
+        key, values = targets(ctx, params)
+        return WarningTarget(document, str(role), key, values, text)
 
     def desired(
         self,
@@ -404,7 +421,7 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
                     "RoleArn": target.role,
                     "Input": target.input,
                     "RunCommandParameters": {
-                        "RunCommandTargets": [{"Key": "InstanceIds", "Values": [target.instance]}]
+                        "RunCommandTargets": [{"Key": target.key, "Values": list(target.values)}]
                     },
                 }
             ],
@@ -482,10 +499,10 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
 
 def _target_of(target: dict[str, Any]) -> WarningTarget:
     run = (target.get("RunCommandParameters") or {}).get("RunCommandTargets") or [{}]
-    instances = run[0].get("Values") or [""] if run[0].get("Key") == "InstanceIds" else [""]
     return WarningTarget(
         str(target.get("Arn", "")),
         str(target.get("RoleArn", "")),
-        str(instances[0]),
+        str(run[0].get("Key", "")),
+        tuple(str(v) for v in run[0].get("Values") or []),
         _canonical(str(target.get("Input", ""))),
     )

@@ -12,9 +12,9 @@ What it follows:
 - A rule on the default bus whose pattern matches (moto's own matcher) and is ENABLED sends
   the event to each target. A Run Command target (``arn:aws:ssm:REGION::document/NAME``)
   becomes SendCommand of that document, its parameters the target's Input, on the instances
-  of RunCommandParameters (one key; the sandbox runs ``InstanceIds``), as the target's role, which
-  must trust ``events.amazonaws.com`` and be allowed ssm:SendCommand (``iam_eval``). Other
-  targets are not the sandbox's to run: their outcome says so.
+  of RunCommandParameters (one key: ``InstanceIds`` or ``tag:KEY``), as the target's role,
+  which must trust ``events.amazonaws.com`` and be allowed ssm:SendCommand (``iam_eval``).
+  Other targets are not the sandbox's to run: their outcome says so.
 """
 
 from __future__ import annotations
@@ -107,14 +107,16 @@ def _run_command(
     if len(picks) != 1:
         return {"outcome": "failed", "error": "a Run Command target takes one RunCommandTarget"}
     key, values = str(picks[0].get("Key", "")), list(picks[0].get("Values") or [])
+    if key != "InstanceIds" and not key.startswith("tag:"):
+        return {
+            "outcome": "failed",
+            "error": f"a RunCommandTarget's key is InstanceIds or tag:KEY, not {key}",
+        }
     params: dict[str, Any] = {
         "DocumentName": arn[len(prefix) :],
         "Parameters": json.loads(str(target.get("Input") or "{}")),
+        "Targets": [{"Key": key, "Values": values}],
     }
-    if key != "InstanceIds":
-        # EventBridge takes tag:KEY too; the sandbox's agent runs on named instances only.
-        return {"outcome": "failed", "error": f"the sandbox runs InstanceIds targets, not {key}"}
-    params["InstanceIds"] = values
     role = str(target.get("RoleArn", ""))
     documents = iam_eval.role_documents(account, role, PRINCIPAL, rule)
     if isinstance(documents, str):

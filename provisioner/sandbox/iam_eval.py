@@ -57,7 +57,9 @@ def resources(
         found: list[Resource] = [
             (f"arn:aws:ssm:{region}::document/{params.get('DocumentName')}", {})
         ]
-        for instance in params.get("InstanceIds") or []:
+        from provisioner.sandbox.ssm_agent import targeted
+
+        for instance in targeted(ec2, params):
             tags = {t["key"]: t["value"] for t in ec2.describe_tags({"resource-id": [instance]})}
             found.append((f"arn:aws:ec2:{region}:{account}:instance/{instance}", tags))
         return found

@@ -563,6 +563,10 @@ def _ssm_get(s: World, call: Call) -> Answer:
     return s.ssm.get(call)
 
 
+def _ssm_list(s: World, call: Call) -> Answer:
+    return s.ssm.listed(call)
+
+
 _HANDLERS = {
     "DescribeInstanceTopology": describe_instance_topology,
     "CreatePlacementGroup": _pg_create,
@@ -579,4 +583,5 @@ _HANDLERS = {
     "GetServiceQuota": _quota,
     "SendCommand": _ssm_send,
     "GetCommandInvocation": _ssm_get,
+    "ListCommandInvocations": _ssm_list,
 }

@@ -1,14 +1,17 @@
 """SSM Run Command for the sandbox's instances (moto accepts a command but runs nothing and
 writes no output).
 
-``SendCommand`` with AWS-RunShellScript is checked as SSM checks it (the instances must
-exist in the region) and then run, as the agent on each instance would, in a thread: the
-``commands`` as one bash script, with the tools folder the sandbox was given for its nodes
-first on PATH (``KubeServer.node_tools``; a test's double of the emulator puts a fake Slurm
-there: sinfo, srun, sbatch). Without one, the invocation fails and says why. The invocation
-goes Pending, InProgress, then Success or Failed by the script's exit status (TimedOut past
-``executionTimeout``); stdout and stderr are kept (24,000 characters in the answer, as SSM
-does) and, when the command names ``OutputS3BucketName``, written whole to
+``SendCommand`` with AWS-RunShellScript is checked as SSM checks it (named instances must
+exist in the region; ``Targets`` name them by ``InstanceIds`` or by one tag, ``tag:KEY``,
+which resolves to the region's running instances carrying it, none being no error) and then
+run one instance after another under ``MaxConcurrency`` 1, else side by side, as the agent
+on each instance would, in a thread: the ``commands`` as one bash script, with the tools
+folder the sandbox was given for its nodes first on PATH (``KubeServer.node_tools``; a
+test's double of the emulator puts a fake Slurm there: sinfo, srun, sbatch). Without one,
+the invocation fails and says why. The invocation goes Pending, InProgress, then Success or
+Failed by the script's exit status (TimedOut past ``executionTimeout``); stdout and stderr
+are kept (24,000 characters in the answer, as SSM does) and, when the command names
+``OutputS3BucketName``, written whole to
 ``PREFIX/COMMAND/INSTANCE/awsrunShellScript/0.awsrunShellScript/{stdout,stderr}`` in the
 emulator's S3.
 """
@@ -21,11 +24,29 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.protocol import Call
 
 Answer = tuple[int, dict[str, str], bytes]
+
+
+def targeted(ec2: Any, params: dict[str, Any]) -> list[str]:
+    """The instances a SendCommand names: ``InstanceIds``, or its ``Targets`` (``InstanceIds``
+    or ``tag:KEY``: the region's running instances with that tag's value among ``Values``)."""
+    named = list(params.get("InstanceIds") or [])
+    for target in params.get("Targets") or []:
+        key, values = str(target.get("Key", "")), list(target.get("Values") or [])
+        if key == "InstanceIds":
+            named += values
+        elif key.startswith("tag:"):
+            wanted = {"instance-state-name": ["running"], key: values}
+            for reservation in ec2.describe_instances(wanted):
+                named += [instance.id for instance in reservation.instances]
+    return list(dict.fromkeys(named))
+
+
 #: What GetCommandInvocation returns of the output, as SSM truncates it.
 ANSWER_LIMIT = 24000
 
@@ -65,8 +86,8 @@ class Agent:
         from moto.ec2.models import ec2_backends
 
         ec2 = ec2_backends[self.account][call.region]
-        instances = params.get("InstanceIds") or []
-        for instance in instances:
+        instances = targeted(ec2, params)
+        for instance in params.get("InstanceIds") or []:
             try:
                 ec2.get_instance(instance)
             except Exception:  # noqa: BLE001 - moto's not-found for an unknown instance
@@ -75,12 +96,16 @@ class Agent:
         timeout = float((params.get("Parameters", {}).get("executionTimeout") or ["3600"])[0])
         command = str(uuid.uuid4())
         where = (params.get("OutputS3BucketName"), params.get("OutputS3KeyPrefix", ""))
+        items = []
         for instance in instances:
             item = Invocation(command, instance, params.get("Comment", ""))
             with self.lock:
                 self.invocations[(call.region, command, instance)] = item
+            items.append(item)
+        groups = [items] if params.get("MaxConcurrency") == "1" else [[i] for i in items]
+        for group in groups:
             threading.Thread(
-                target=self._run, args=(item, script, timeout, where), daemon=True
+                target=self._run_each, args=(group, script, timeout, where), daemon=True
             ).start()
         return p.json_response(
             {
@@ -116,6 +141,33 @@ class Agent:
                     "StandardErrorContent": item.stderr[:ANSWER_LIMIT],
                 }
             )
+
+    def listed(self, call: Call) -> Answer:
+        """ListCommandInvocations: the region's invocations, of one command (``CommandId``)
+        or on one instance (``InstanceId``), without their output (``Details`` false)."""
+        command, instance = call.params.get("CommandId"), call.params.get("InstanceId")
+        with self.lock:
+            found = [
+                {
+                    "CommandId": item.command,
+                    "InstanceId": item.instance,
+                    "Comment": item.comment,
+                    "DocumentName": "AWS-RunShellScript",
+                    "Status": item.status,
+                    "StatusDetails": item.status,
+                }
+                for (region, _, _), item in self.invocations.items()
+                if region == call.region
+                and command in (None, item.command)
+                and instance in (None, item.instance)
+            ]
+        return p.json_response({"CommandInvocations": found})
+
+    def _run_each(
+        self, items: list[Invocation], script: str, timeout: float, where: tuple[str | None, str]
+    ) -> None:
+        for item in items:
+            self._run(item, script, timeout, where)
 
     def _run(
         self, item: Invocation, script: str, timeout: float, where: tuple[str | None, str]

@@ -92,16 +92,22 @@ def test_pcs_block_winds_down_at_t60_then_t40_and_down_leaves_nothing(
         assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:ssm:sendCommand"
         rule = f"fmctl-{name}-{BLOCK.removeprefix('cr-')}"
         target = events.list_targets_by_rule(Rule=rule)["Targets"][0]
-        login = aws.client("ec2").describe_instances(
+        ec2 = aws.client("ec2")
+        login = ec2.describe_instances(
             Filters=[
                 {"Name": "tag:fmctl.dev/cluster", "Values": [name]},
                 {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
                 {"Name": "instance-state-name", "Values": ["running"]},
             ]
-        )["Reservations"][0]["Instances"][0]["InstanceId"]
-        assert target["RunCommandParameters"]["RunCommandTargets"] == [
-            {"Key": "InstanceIds", "Values": [login]}
-        ]
+        )["Reservations"][0]["Instances"][0]
+        # Both name the login node group by PCS's own tag on its instances: a login node PCS
+        # replaces is still reached (by instance id it would not be, until the next `up`).
+        tags = {t["Key"]: t["Value"] for t in login["Tags"]}
+        group_tag = "aws:pcs:compute-node-group-id"
+        by_group = [{"Key": f"tag:{group_tag}", "Values": [tags[group_tag]]}]
+        assert target["RunCommandParameters"]["RunCommandTargets"] == by_group
+        sent = json.loads(schedule["Target"]["Input"])
+        assert (sent["Targets"], sent["MaxConcurrency"]) == (by_group, "1"), sent
         again = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
         assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout
 
@@ -119,6 +125,17 @@ def test_pcs_block_winds_down_at_t60_then_t40_and_down_leaves_nothing(
         rule_input = events.list_targets_by_rule(Rule=rule)["Targets"][0]["Input"]
         assert f"train {int(end)} --block {BLOCK}" in json.loads(rule_input)["commands"][0]
 
+        # The login node is replaced (as PCS replaces an instance of a group): the new one,
+        # of the same group, is the one the triggers reach.
+        ec2.terminate_instances(InstanceIds=[login["InstanceId"]])
+        replaced = ec2.run_instances(
+            ImageId=login["ImageId"],
+            InstanceType=login["InstanceType"],
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": login["Tags"]}],
+        )["Instances"][0]["InstanceId"]
+
         # A job runs in the block's partition when T-60 comes.
         (slurm / "squeue.txt").write_text("41\n")
         runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
@@ -131,6 +148,11 @@ def test_pcs_block_winds_down_at_t60_then_t40_and_down_leaves_nothing(
         # (Its Duration counts from the node's clock: the wall clock here, not the sandbox's.)
         assert "Flags=MAINT,IGNORE_JOBS" in reserve and "Duration=" in reserve, reserve
         assert "scancel --signal=USR1 --full 41" in said
+        ssm = aws.client("ssm")
+        on_new = ssm.list_command_invocations(InstanceId=replaced)["CommandInvocations"]
+        assert [i["Status"] for i in on_new] == ["Success"], on_new
+        on_old = ssm.list_command_invocations(InstanceId=login["InstanceId"])
+        assert all(i["CommandId"] != on_new[0]["CommandId"] for i in on_old["CommandInvocations"])
 
         # T-40: EC2's warning reaches the rule; its run finds the reservation, signals nobody.
         # (Through the CLI a user rehearses it with.)

@@ -48,12 +48,11 @@ def test_slurm_cluster_on_fmctl_infrastructure(sandbox: Sandbox, tmp_path: Path)
     schedule = aws.client("scheduler").get_schedule(
         GroupName=f"fmctl-{name}-blocks", Name="end-train"
     )
-    assert json.loads(schedule["Target"]["Input"])["InstanceIds"] == ["i-0123456789abcdef0"]
+    head = [{"Key": "InstanceIds", "Values": ["i-0123456789abcdef0"]}]
+    assert json.loads(schedule["Target"]["Input"])["Targets"] == head
     rule = f"fmctl-{name}-0123456789abcdef0"
     (target,) = aws.client("events").list_targets_by_rule(Rule=rule)["Targets"]
-    assert target["RunCommandParameters"]["RunCommandTargets"][0]["Values"] == [
-        "i-0123456789abcdef0"
-    ]
+    assert target["RunCommandParameters"]["RunCommandTargets"] == head
     commands = [(c[0], c[2]) for c in _calls(tmp_path) if c[0] == "create-cluster"]
     # The early check, the final check with the file system's id, then the create.
     assert commands == [("create-cluster", "true")] * 2 + [("create-cluster", "false")]

@@ -908,8 +908,8 @@ def test_function_reads_its_package_role_and_subscription() -> None:
     assert changes["topics"] == (frozenset(), frozenset({topic}), How.UPDATE)
 
 
-def _block_answers(aws: RecordedAws, end: datetime.datetime, host: str) -> None:
-    """EC2's side of a block's triggers: the block (its end) and the running login node."""
+def _block_answers(aws: RecordedAws, end: datetime.datetime) -> None:
+    """EC2's side of a block's triggers: the block (its end)."""
     aws.answer(
         "ec2",
         "DescribeCapacityReservations",
@@ -924,9 +924,6 @@ def _block_answers(aws: RecordedAws, end: datetime.datetime, host: str) -> None:
                 }
             ]
         },
-    )
-    aws.answer(
-        "ec2", "DescribeInstances", {"Reservations": [{"Instances": [{"InstanceId": host}]}]}
     )
 
 
@@ -985,7 +982,7 @@ def test_block_schedule_moves_with_the_blocks_end() -> None:
             },
         },
     )
-    _block_answers(aws, new_end, "i-0123456789abcdef0")
+    _block_answers(aws, new_end)
     ctx = _block_ctx(aws)
     params = _block_params(name)
     kind = BlockSchedule()
@@ -1002,16 +999,19 @@ def test_block_schedule_moves_with_the_blocks_end() -> None:
     _, added, _ = changes["schedules"]
     (schedule,) = added
     sent = json.loads(schedule.input)
-    assert sent["InstanceIds"] == ["i-0123456789abcdef0"]
+    # The login node group, by the tag PCS puts on its instances, one node at a time.
+    login = [{"Key": "tag:aws:pcs:compute-node-group-id", "Values": ["pcs_login0001"]}]
+    assert (sent["Targets"], sent["MaxConcurrency"]) == (login, "1")
     script = sent["Parameters"]["commands"][0]
     assert script == command(params.blocks, ends(ctx, params.blocks), "cr-0123456789abcdef0")
     assert f"train {int(new_end.timestamp())} --block cr-0123456789abcdef0" in script
 
 
-def test_block_warning_rule_follows_a_replaced_login_node() -> None:
-    """The T-40 rule read with its target; a login node replaced since `up` named it is a
-    change of the target, made in place; the pattern (EC2's warning, both of its names, for
-    this block) is what was put."""
+def test_block_warning_rule_names_the_login_node_group() -> None:
+    """The T-40 rule read with its target; one that names a login node by instance id (as
+    fmctl did before) is changed in place to the login node group's tag, which a replaced
+    login node carries too; the pattern (EC2's warning, both of its names, for this block)
+    is what was put."""
     from provisioner.resources.block_ends import BlockWarning, pattern
 
     aws = RecordedAws()
@@ -1045,16 +1045,21 @@ def test_block_warning_rule_follows_a_replaced_login_node() -> None:
         },
     )
     end = datetime.datetime(2030, 1, 2, 11, 30, tzinfo=datetime.UTC)
-    _block_answers(aws, end, "i-0new")
+    _block_answers(aws, end)
     ctx = _block_ctx(aws)
     kind = BlockWarning()
     observed = kind.read(ctx, "blocks/warning/train", params)
     assert observed is not None and observed.outputs.arn == rule_arn
     changes = _fields(kind.diff(ctx, "blocks/warning/train", params, observed))
     aws.done()
-    # The instance named, and the script (the one `up` would write now), in place.
-    assert set(changes) == {"target.instance", "target.input"}
-    assert changes["target.instance"] == ("i-0old", "i-0new", How.UPDATE)
+    # What is named, and the script (the one `up` would write now), in place.
+    assert set(changes) == {"target.key", "target.values", "target.input"}
+    assert changes["target.key"] == (
+        "InstanceIds",
+        "tag:aws:pcs:compute-node-group-id",
+        How.UPDATE,
+    )
+    assert changes["target.values"] == (("i-0old",), ("pcs_login0001",), How.UPDATE)
     # EventBridge takes at most 8,192 characters of Input (TargetInput in botocore's model).
     assert len(changes["target.input"][1]) <= 8192
     assert json.loads(pattern(params.blocks))["detail-type"] == [
