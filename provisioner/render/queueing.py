@@ -269,8 +269,15 @@ def dra_values(kubernetes: str, pools: tuple[str, ...]) -> dict[str, Any]:
                     }
                 }
             },
+            # The GPU taint, and fmctl's on a Capacity Block's nodes in their last hour: the
+            # kubelet plugin is a node agent, not work (templates/kubernetes/_macros.j2).
             "tolerations": [
-                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {
+                    "key": "fmctl.dev/capacity-block-ending",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                },
             ],
         },
     }

@@ -63,6 +63,17 @@ class Invocation:
     stdout: str = ""
     stderr: str = ""
 
+    def summary(self) -> dict[str, Any]:
+        """What GetCommandInvocation and ListCommandInvocations both answer of it."""
+        return {
+            "CommandId": self.command,
+            "InstanceId": self.instance,
+            "Comment": self.comment,
+            "DocumentName": "AWS-RunShellScript",
+            "Status": self.status,
+            "StatusDetails": self.status,
+        }
+
 
 @dataclass
 class Agent:
@@ -130,12 +141,7 @@ class Agent:
                 return p.json_error(400, "InvocationDoesNotExist", "no such invocation")
             return p.json_response(
                 {
-                    "CommandId": item.command,
-                    "InstanceId": item.instance,
-                    "Comment": item.comment,
-                    "DocumentName": "AWS-RunShellScript",
-                    "Status": item.status,
-                    "StatusDetails": item.status,
+                    **item.summary(),
                     "ResponseCode": item.code,
                     "StandardOutputContent": item.stdout[:ANSWER_LIMIT],
                     "StandardErrorContent": item.stderr[:ANSWER_LIMIT],
@@ -148,14 +154,7 @@ class Agent:
         command, instance = call.params.get("CommandId"), call.params.get("InstanceId")
         with self.lock:
             found = [
-                {
-                    "CommandId": item.command,
-                    "InstanceId": item.instance,
-                    "Comment": item.comment,
-                    "DocumentName": "AWS-RunShellScript",
-                    "Status": item.status,
-                    "StatusDetails": item.status,
-                }
+                item.summary()
                 for (region, _, _), item in self.invocations.items()
                 if region == call.region
                 and command in (None, item.command)

@@ -274,6 +274,12 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         while len(tainted()) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert len(tainted()) == 2  # both of the block's nodes
+        # The node agents tolerate the taint: the nodes still advertise their GPUs (the
+        # device plugin DaemonSet covers them) until EKS drains them at T-40.
+        for node in kube_client(sandbox, name, region).list(
+            "v1", "Node", selector="eks.amazonaws.com/nodegroup=b300"
+        ):
+            assert node["status"]["allocatable"].get("nvidia.com/gpu") == "8", node["status"]
         group = eks.describe_nodegroup(clusterName=name, nodegroupName="b300")["nodegroup"]
         assert {"key": taint["key"], "value": block, "effect": "NO_SCHEDULE"} in group["taints"]
 

@@ -106,3 +106,44 @@ def test_eks_plans_the_taint_only_and_pools_off_blocks_plan_nothing() -> None:
     assert statement["Resource"] == ["arn:aws:eks:us-east-1:*:nodegroup/b300-eval/b300/*"]
     slurm = _items((ROOT / "examples/p6-b200-slurm-existing-fsx.yaml").read_text())
     assert not [rid for rid in slurm if rid.startswith(("blocks/", "iam/block-end"))]
+
+
+def test_node_agents_tolerate_the_block_taint_and_work_does_not() -> None:
+    """Once the T-60 taint is on a block's nodes, a restarted node agent (device plugins,
+    exporters, NVIDIA's DRA kubelet plugin) must land there again, or the node stops
+    advertising its GPUs and EFA devices for its last hour; the NCCL test and `fmctl check`'s
+    jobs are work, which the taint keeps off."""
+    import yaml
+
+    from provisioner.render import render
+    from provisioner.resources.block_ends import BLOCK_TAINT
+
+    validation = validate_text((ROOT / "examples/p6-b300-eks-capacity-block.yaml").read_text())
+    assert validation.resolved is not None
+    files = render(validation.resolved, load_catalog()).files
+
+    def tolerated(path: str) -> dict[str, bool]:
+        out = {}
+        for doc in yaml.safe_load_all(files[path]):
+            if not doc or doc["kind"] not in ("DaemonSet", "Job"):
+                continue
+            pod = doc["spec"]["template"]["spec"]
+            keys = {t.get("key") for t in pod.get("tolerations") or []}
+            out[doc["metadata"]["name"]] = BLOCK_TAINT in keys
+        return out
+
+    agents = [
+        "kubernetes/nvidia-device-plugin/daemonset.yaml",
+        "kubernetes/efa-device-plugin/daemonset.yaml",
+        "kubernetes/dcgm-exporter/daemonset.yaml",
+        "kubernetes/efa-exporter/daemonset.yaml",
+    ]
+    for path in agents:
+        found = tolerated(path)
+        assert found and all(found.values()), (path, found)
+    work = tolerated("kubernetes/nccl-test/job.yaml")
+    assert work and not any(work.values()), work
+    from provisioner.render.queueing import dra_values
+
+    plugin = dra_values("1.34", ("gb200",))["kubeletPlugin"]
+    assert BLOCK_TAINT in {t["key"] for t in plugin["tolerations"]}
