@@ -205,11 +205,11 @@ def _slurm_state(state: str, reason: str, held: str | None) -> tuple[str, str]:
     return "healthy", "powered down" if state.endswith("~") else state
 
 
-def parse_slurm(
-    cluster: str, text: str, max_in_repair: str, pools: tuple[str, ...] = ()
-) -> HealthReport:
-    """cluster-health.sh's output -> the report. ``pools``: the spec's GPU pools (only their
-    nodes count; the head node's partitions, if any, are left out)."""
+def _sections(
+    text: str,
+) -> tuple[list[tuple[str, str, str, str, str]], dict[str, str]]:
+    """cluster-health.sh's two sections: sinfo's groups (partition without the default's
+    ``*``, state, reason time, hosts, reason) and the held faults by node."""
     section = ""
     groups: list[tuple[str, str, str, str, str]] = []
     held: dict[str, str] = {}
@@ -223,6 +223,15 @@ def parse_slurm(
         elif section == "held" and "|" in line:
             node, _, note = line.partition("|")
             held[node] = note.strip()
+    return groups, held
+
+
+def parse_slurm(
+    cluster: str, text: str, max_in_repair: str, pools: tuple[str, ...] = ()
+) -> HealthReport:
+    """cluster-health.sh's output -> the report. ``pools``: the spec's GPU pools (only their
+    nodes count; the head node's partitions, if any, are left out)."""
+    groups, held = _sections(text)
     nodes: list[NodeHealth] = []
     events: list[HealthEvent] = []
     seen: set[tuple[str, str]] = set()
@@ -293,15 +302,8 @@ class SlurmUse:
 def slurm_use(text: str, partitions: tuple[str, ...]) -> SlurmUse:
     """cluster-health.sh's output -> the nodes of ``partitions`` that run, and the idle
     ones (a node in two partitions counts once, in the first listed)."""
-    section, nodes, idle = "", dict[str, str](), set[str]()
-    for line in text.splitlines():
-        if line.startswith("== "):
-            section = line[3:].strip()
-            continue
-        if section != "nodes" or line.count("|") < 4:
-            continue
-        partition, state, _, hosts, _ = line.split("|", 4)
-        partition = partition.rstrip("*")
+    nodes, idle = dict[str, str](), set[str]()
+    for partition, state, _, hosts, _ in _sections(text)[0]:
         base = state.rstrip(_SUFFIXES).lower()
         # Powered off (``~``) or DOWN (ParallelCluster and PCS replace its instance): no
         # instance of the node bills now.

@@ -383,11 +383,6 @@ def kube_idle(
 ) -> IdleShare:
     """The idle GPU nodes among ``nodes`` (those advertising ``nvidia.com/gpu``), priced by
     their instance (the node's providerID, ``aws:///ZONE/INSTANCE``) as ``lines`` price it."""
-    quotes = {
-        (part.product.instance_type, part.product.market): q
-        for part, q in lines
-        if isinstance(part.product, Instance)
-    }
     busy = busy_nodes(pods)
     gpu_nodes = [
         n
@@ -397,18 +392,32 @@ def kube_idle(
     idle = sorted(
         str(n["metadata"]["name"]) for n in gpu_nodes if n["metadata"]["name"] not in busy
     )
-    hourly: float | None = 0.0
+    kinds = []
     for node in gpu_nodes:
-        if node["metadata"]["name"] not in idle:
-            continue
-        instance = str((node.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
-        quote = quotes.get(instances[instance].kind) if instance in instances else None
-        if not isinstance(quote, Quote):
-            hourly = None  # an idle node fmctl cannot price: the share is unknown
-            break
-        hourly = (hourly or 0.0) + quote.usd_per_hour
+        if node["metadata"]["name"] in idle:
+            instance = str((node.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
+            kinds.append(instances[instance].kind if instance in instances else None)
     note = "Kubernetes: GPU nodes with no pending or running pod that asks for GPUs"
-    return IdleShare(tuple(idle), len(gpu_nodes), hourly, note)
+    return IdleShare(tuple(idle), len(gpu_nodes), _priced(kinds, lines), note)
+
+
+def _priced(
+    kinds: list[tuple[str, Market] | None], lines: tuple[tuple[Part, Quote | Unpriced], ...]
+) -> float | None:
+    """What instances of ``kinds`` cost per hour, as ``lines`` price them; None when one
+    cannot be priced (an idle node fmctl cannot price leaves the share unknown)."""
+    quotes = {
+        (part.product.instance_type, part.product.market): q
+        for part, q in lines
+        if isinstance(part.product, Instance) and isinstance(q, Quote)
+    }
+    total = 0.0
+    for kind in kinds:
+        quote = quotes.get(kind) if kind is not None else None
+        if quote is None:
+            return None
+        total += quote.usd_per_hour
+    return total
 
 
 def eks_idle(
@@ -466,19 +475,8 @@ def slurm_share(
     from provisioner.check.health import slurm_use
 
     use = slurm_use(text, tuple(sorted(pools)))
-    quotes = {
-        (part.product.instance_type, part.product.market): q
-        for part, q in lines
-        if isinstance(part.product, Instance) and isinstance(q, Quote)
-    }
     pool_of = dict(use.nodes)
-    hourly: float | None = 0.0
-    for node in use.idle:
-        quote = quotes.get(pools[pool_of[node]])
-        if quote is None:
-            hourly = None  # an idle node fmctl cannot price: the share is unknown
-            break
-        hourly = (hourly or 0.0) + quote.usd_per_hour
+    hourly = _priced([pools[pool_of[node]] for node in use.idle], lines)
     return IdleShare(use.idle, len(use.nodes), hourly, SLURM_IDLE_NOTE)
 
 

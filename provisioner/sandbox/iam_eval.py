@@ -11,8 +11,8 @@ are evaluated (an explicit Deny and permission boundaries are not), against ever
 ARN AWS's Service Authorization Reference gives for the call: each must be allowed. Of a
 policy's conditions, only ``StringEquals`` on ``ssm:resourceTag/KEY`` is judged
 (SendCommand's, against the instance's tags); a statement with any other condition allows
-nothing here. A call the sandbox has no ARN for is refused,
-so what it cannot judge fails rather than passing unchecked.
+nothing here. A call the sandbox has no ARN for is refused, so what it cannot judge fails
+rather than passing unchecked.
 """
 
 from __future__ import annotations
