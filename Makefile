@@ -22,8 +22,15 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed-stamp
 CHECKOV_PIN   := checkov==3.3.30
 # The upstream charts up installs (Kueue, NVIDIA's DRA driver) at their release tags: the
 # workspace's copies when present (this machine reaches no chart registry), else fmctl pulls
-# them from their registries.
-FMCTL_SHARED_DIR ?= ../shared
+# them from their registries. A clone of a local checkout (`git clone . DIR`, anywhere) finds
+# the shared/ beside the checkout it came from; exported, so the tests read the same one.
+ifeq ($(origin FMCTL_SHARED_DIR),undefined)
+FMCTL_SHARED_DIR := $(shell if [ -d ../shared ]; then echo ../shared; else \
+  origin=$$(git config --get remote.origin.url 2>/dev/null); \
+  if [ -n "$$origin" ] && [ -d "$$origin/../shared" ]; then cd "$$origin/../shared" && pwd; \
+  else echo ../shared; fi; fi)
+endif
+export FMCTL_SHARED_DIR
 CHART_MIRROR := $(wildcard $(FMCTL_SHARED_DIR)/charts)
 
 .PHONY: help install tools slurm-tools demo check test campaign lint unit bench golden reliability e2e-kind clean
