@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provisioner import FmctlBug
 from provisioner.graph.graph import Graph
 from provisioner.graph.ref import refs_in
 from provisioner.resources.base import Planned
 
 
-class BlueprintError(Exception):
+class BlueprintError(FmctlBug):
     """The rendered files and the resource model disagree (a bug in fmctl, not the spec)."""
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.common import GuardedCommand, _fail, _load, _target
+from provisioner.cli.common import GuardedCommand, _fail, _load, _target, fail_with
 from provisioner.cli.options import name_argument, target_options
 
 #: Checks that fail on a node itself: draining it is the remedy.
@@ -126,7 +126,7 @@ def check(
                 if save_baseline:
                     baseline = _to_save(lambda: baselines_to_save(spec, where, report))
     except CheckUnavailable as exc:
-        _fail(str(exc), exc.hint)
+        fail_with(exc)
     if output == "json" or as_json:
         click.echo(json.dumps(report.as_data(), indent=2))
     else:
@@ -137,7 +137,7 @@ def check(
             "error: no node was checked" + (" (see why above)" if report.skipped else ""), err=True
         )
     if isinstance(baseline, CheckUnavailable):
-        _fail(str(baseline), baseline.hint)
+        fail_with(baseline)
     if baseline:
         keep_baselines(home_of(state_dir), spec.metadata.name, baseline)
         _saved(baseline)

@@ -17,6 +17,7 @@ from provisioner.cli.common import (
     _notice,
     _report,
     _target,
+    fail_with,
     missing_cluster,
 )
 from provisioner.cli.options import (
@@ -153,7 +154,7 @@ def down(
             name, target, progress, skip_kubernetes_cleanup, wait, _notice, keep
         )
     except LockHeld as exc:
-        _fail(str(exc), exc.hint)
+        fail_with(exc)
     finally:
         progress.close()
     ok = _report(result, f"down {name}", exit=not as_json)
@@ -333,7 +334,11 @@ def sandbox_fault(
         where = resolve_region(region, name, home, True)
         said = inject(home, where, name, node, faults[0])
     except (RegionUnknown, SandboxError) as exc:
-        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox; --region names the cluster's")
+        _fail(
+            str(exc),
+            "`fmctl up --sandbox` starts the sandbox; --region names the cluster's",
+            exc.kind,
+        )
     click.echo(said)
 
 
@@ -355,7 +360,7 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
     try:
         sent = spend(home, name, resolve_region(region, name, home, True), usd)
     except (RegionUnknown, SandboxError) as exc:
-        _fail(str(exc), "`fmctl up --sandbox` a spec with cost.budget first")
+        _fail(str(exc), "`fmctl up --sandbox` a spec with cost.budget first", exc.kind)
     if not sent:
         click.echo("no notification crossed its threshold")
     for item in sent:
@@ -381,7 +386,7 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
     try:
         runs = advance(home_of(state_dir), float(seconds))
     except SandboxError as exc:
-        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox")
+        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox", exc.kind)
     if not runs:
         click.echo("no schedule or event was due")
     for run in runs:

@@ -16,8 +16,9 @@ from provisioner.cli.report import print_problems, use_color
 
 
 class GuardedCommand(click.Command):
-    """A command whose unexpected errors print as one line with a hint, never a traceback
-    (FMCTL_DEBUG=1 shows it). AWS errors are translated first."""
+    """A command whose failures print as ``error:`` and ``hint:`` lines (and JSON under -o
+    json) with exit status 1, never a traceback (FMCTL_DEBUG=1 shows it): the one place
+    that maps fmctl's error family (``provisioner.FmctlError``) to what a person sees."""
 
     def invoke(self, ctx: click.Context) -> Any:
         import os
@@ -36,20 +37,20 @@ class GuardedCommand(click.Command):
         except Exception as exc:
             if os.environ.get("FMCTL_DEBUG"):
                 raise
-            from provisioner.ops.errors import explain
+            from provisioner.ops.errors import as_error
 
-            message, hint = explain(exc, f"fmctl {ctx.info_name}")
-            _fail(
-                message,
-                hint
-                or "FMCTL_DEBUG=1 shows the traceback; please report it if it looks like fmctl's",
-            )
+            fail_with(as_error(exc, f"fmctl {ctx.info_name}"))
 
 
-def _fail(message: str, hint: str | None = None) -> NoReturn:
+def fail_with(error: Any) -> NoReturn:
+    """Report one of fmctl's errors (an ``FmctlError``) and exit 1."""
+    _fail(str(error), error.hint, error.kind)
+
+
+def _fail(message: str, hint: str | None = None, kind: str | None = None) -> NoReturn:
     click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
     if jsonout.is_json():
-        jsonout.error(message, hint)
+        jsonout.error(message, hint, **({"kind": kind} if kind else {}))
     sys.exit(1)
 
 
@@ -73,15 +74,13 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
     try:
         state = parse_state_url(state_url) if state_url else None
     except BadStateUrl as exc:
-        _fail(f"--state/FMCTL_STATE: {exc}", "write it as s3://BUCKET/PREFIX")
+        _fail(f"--state/FMCTL_STATE: {exc}", exc.hint, exc.kind)
     from provisioner.ops.errors import BadTimeScale
 
     try:
         target = target_for(region, home_of(state_dir), sandbox)
-    except SandboxError as exc:
-        _fail(str(exc))
-    except BadTimeScale as exc:
-        _fail(str(exc), "unset it to pace waits as on AWS; it applies with AWS_ENDPOINT_URL only")
+    except (SandboxError, BadTimeScale) as exc:
+        fail_with(exc)
     target.state = state
     return target
 
@@ -114,13 +113,13 @@ def _notice(line: str) -> None:
 
 def _online(validation: Any, target: Any) -> None:
     """Online checks; errors print located and exit 1 before anything is created."""
-    from provisioner.ops.errors import explain
+    from provisioner.ops.errors import as_error
     from provisioner.ops.validate import check_online
 
     try:
         online = check_online(validation, target)
     except Exception as exc:  # noqa: BLE001 - botocore errors: translated, never a traceback
-        _fail(*explain(exc, "checking the account"))
+        fail_with(as_error(exc, "checking the account"))
     print_problems(online, sys.stderr, color=use_color(sys.stderr))
     if not online.ok:
         _json_problems(online, "the account")
@@ -153,12 +152,14 @@ def _prepare(validation: Any, target: Any, sandbox: bool) -> None:
 
 def _failures(result: Any, pending: list[str] | None = None) -> dict[str, Any]:
     """What failed, what did not start and what is still to change, as data."""
-    from provisioner.ops.errors import explain
+    from provisioner.ops.errors import as_error
 
     failed = []
     for node, error in result.failed.items():
-        message, hint = explain(error, node)
-        failed.append({"resource": node, "message": message, "hint": hint})
+        known = as_error(error, node)
+        failed.append(
+            {"resource": node, "message": str(known), "hint": known.hint, "kind": known.kind}
+        )
     return {"failed": failed, "not_started": list(result.skipped), "pending": pending or []}
 
 

@@ -18,6 +18,7 @@ from provisioner.cli.common import (
     _prepare,
     _report,
     _target,
+    fail_with,
 )
 from provisioner.cli.options import (
     output_option,
@@ -317,7 +318,7 @@ def up(
             _notice,
         )
     except LockHeld as exc:
-        _fail(str(exc), exc.hint)
+        fail_with(exc)
     except Refused as exc:
         print_problems(Validation(validation.doc, exc.problems), sys.stderr)
         _fail(
@@ -367,7 +368,7 @@ def _wait_healthy(spec: Any, target: Any, timeout: int) -> None:
             spec, target, timeout, lambda line: click.echo(f"health: {line}", err=True)
         )
     except CheckUnavailable as exc:
-        _fail(str(exc), exc.hint)
+        fail_with(exc)
     nodes = sum(1 for n in report.nodes if n.state == "healthy")
     if ok:
         click.echo(f"healthy: {nodes} GPU nodes in service, {seconds:.1f} s after up")

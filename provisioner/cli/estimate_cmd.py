@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from provisioner.cli.common import GuardedCommand, _fail, _load
+from provisioner.cli.common import GuardedCommand, _load, fail_with
 from provisioner.ops.estimate import MODEL_NAMES
 
 
@@ -93,7 +93,7 @@ def estimate(
             recompute=recompute,
         )
     except EstimateError as exc:
-        _fail(str(exc), "see `fmctl estimate --help`")
+        fail_with(exc)
     e, itype = sized.estimate, sized.instance_type
     if output == "json":
         click.echo(

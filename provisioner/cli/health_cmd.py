@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.common import GuardedCommand, _fail, _load, _target
+from provisioner.cli.common import GuardedCommand, _fail, _load, _target, fail_with
 from provisioner.cli.options import name_argument, target_options
 
 
@@ -45,7 +45,7 @@ def health(
     try:
         spec = _load(path, None).resolved if path else saved_spec(home_of(state_dir), name)
     except CheckUnavailable as exc:
-        _fail(str(exc), exc.hint)
+        fail_with(exc)
     if spec.metadata.name != name:
         _fail(f"the spec is for {spec.metadata.name}, not {name}", "give NAME's own spec with -f")
     target = _target(spec.metadata.region, state_dir, sandbox)
@@ -53,7 +53,7 @@ def health(
         try:
             report = gather(spec, target)
         except CheckUnavailable as exc:
-            _fail(str(exc), exc.hint)
+            fail_with(exc)
         if output == "json":
             click.echo(json.dumps(report.as_data(), indent=2))
         else:

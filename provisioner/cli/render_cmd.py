@@ -50,7 +50,6 @@ def render(
     """
     import os
 
-    from provisioner.ops.errors import AwsError, explain
     from provisioner.ops.render import render_to
 
     target_of = None
@@ -62,20 +61,12 @@ def render(
 
     try:
         outcome = render_to(path, out, scheduler, target_of)
-    except AwsError as exc:  # the live cluster could not fill it: nothing was written
-        message, hint = explain(exc, "fmctl render --from-cluster")
-        click.echo(f"error: {message}" + (f"\nhint: {hint}" if hint else ""), err=True)
-        sys.exit(1)
-    except Exception as exc:  # a template bug, never the user's input: say so plainly
+    except Exception as exc:
         if os.environ.get("FMCTL_DEBUG"):
             raise
-        click.echo(
-            f"fmctl: internal error while rendering {path}: {type(exc).__name__}: "
-            f"{exc}\nhint: this is a bug in fmctl, not in your spec; please report it "
-            "(FMCTL_DEBUG=1 shows the traceback)",
-            err=True,
-        )
-        sys.exit(2)
+        from provisioner.cli.common import fail_with
+
+        fail_with(_render_failure(exc, path))
     problems = outcome.validation
     print_problems(problems, sys.stderr, color=use_color(sys.stderr))
     if not problems.ok:
@@ -100,3 +91,16 @@ def render(
             f"{len(pending)} placeholder(s) `fmctl up` fills: {', '.join(pending)} "
             f"(see {out / 'PLACEHOLDERS.md'}; --from-cluster fills them from the live cluster)"
         )
+
+
+def _render_failure(exc: Exception, path: str) -> Any:
+    """What stopped `render`, as one of fmctl's errors: the live cluster could not fill the
+    placeholders (an AWS error: nothing was written), or anything else, which is a bug in
+    fmctl's templates, never in the spec."""
+    from provisioner.ops.errors import AwsError, FmctlBug, FmctlError, as_error
+
+    if isinstance(exc, AwsError):
+        return as_error(exc, "fmctl render --from-cluster")
+    if isinstance(exc, FmctlError):
+        return exc
+    return FmctlBug(f"internal error while rendering {path}: {type(exc).__name__}: {exc}")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from provisioner.cli.common import GuardedCommand, _fail, _target
+from provisioner.cli.common import GuardedCommand, _fail, _target, fail_with
 from provisioner.cli.options import name_argument, region_option, state_option, target_options
 
 
@@ -21,7 +21,7 @@ def _location(url: str | None) -> Any:
     try:
         location = parse_state_url(url)
     except BadStateUrl as exc:
-        _fail(str(exc), "write it as s3://BUCKET/PREFIX")
+        fail_with(exc)
     if location.local:
         _fail("the state location must be s3://BUCKET/PREFIX here")
     return location

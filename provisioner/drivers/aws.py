@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner import FmctlBug, FmctlError
+
 #: Operations that only read (what `plan` may call): by name prefix, for every service.
 READ_PREFIXES = ("Describe", "List", "Get", "Head", "Lookup", "Search")
 #: Reads whose names start otherwise (CloudWatch Logs' search of a group's events).
@@ -27,16 +29,16 @@ def is_read(operation: str) -> bool:
     return operation.startswith(READ_PREFIXES) or operation in READ_OPERATIONS
 
 
-class WriteRefused(Exception):
+class WriteRefused(FmctlBug):
     """A client made read-only (`plan`) was asked to change something."""
 
 
-class AwsError(Exception):
-    """An AWS failure, translated for a person: what happened and what to do."""
+class AwsError(FmctlError):
+    """An AWS failure, translated for a person: what happened and what to do; ``code``:
+    AWS's error code, where it gave one."""
 
     def __init__(self, message: str, hint: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
+        super().__init__(message, hint)
         self.code = code
 
 

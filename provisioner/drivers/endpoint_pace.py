@@ -15,14 +15,18 @@ import os
 import ssl
 import urllib.request
 
+from provisioner import FmctlError
+
 #: The signing name of the sandbox's own operations (``provisioner.sandbox.protocol``'s
 #: SANDBOX_SERVICE: drivers import nothing of fmctl's, so it is said again here).
 SANDBOX_SIGNING_NAME = "fmctl-sandbox"
 SETTING = "FMCTL_TIME_SCALE"
 
 
-class BadTimeScale(ValueError):
+class BadTimeScale(FmctlError, ValueError):
     """FMCTL_TIME_SCALE is not a factor fmctl can use; the message says which are."""
+
+    default_hint = "unset it to pace waits as on AWS; it applies with AWS_ENDPOINT_URL only"
 
 
 def configured_scale() -> float | None:

@@ -20,17 +20,36 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+from provisioner import FmctlError
+
 MANAGER = "fmctl"
 #: Refresh the bearer token this long before EKS stops accepting it.
 TOKEN_REFRESH = 600.0
 
 
-class KubeError(Exception):
-    """A failed Kubernetes call: the HTTP status, the Status reason and message."""
+class KubeError(FmctlError):
+    """A failed Kubernetes call: the HTTP status, the Status reason and message; the hint
+    follows the status (the Kubernetes API conventions' meaning of each)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
+        super().__init__(f"{status} {reason}: {message}", _kube_hint(status))
         self.status, self.reason, self.message = status, reason, message
+
+
+def _kube_hint(status: int) -> str:
+    if status in (401, 403):
+        return (
+            "the API server refused this identity: check the kubeconfig context `fmctl up` "
+            "wrote, and the cluster's access entries for the caller (`aws eks "
+            "list-access-entries`)"
+        )
+    if status == 404:
+        return "not there (yet): run the command again once `fmctl status` shows it ready"
+    if status == 409:
+        return "another writer changed the object meanwhile: run the command again"
+    if status == 0:
+        return "refused before it was sent (a run that only reads): a bug if you see it"
+    return "the API server failed or could not be reached: run the command again"
 
 
 class KubeApi(Protocol):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from provisioner import FmctlError
+
 #: How ParallelCluster's official AMI names spell each OS (aws-parallelcluster-VER-PART-ARCH).
 IMAGE_OS_PART = {
     "alinux2023": "amzn2023-hvm",
@@ -43,8 +45,10 @@ LOG_HINTS = {
 }
 
 
-class PclusterError(Exception):
+class PclusterError(FmctlError):
     """`pcluster` failed or answered something fmctl cannot read."""
+
+    default_hint = "the message is ParallelCluster's; `fmctl logs NAME` reads the head node's logs"
 
 
 @dataclass(frozen=True)

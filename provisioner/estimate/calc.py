@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from provisioner import FmctlError
 from provisioner.catalog import InstanceType
 from provisioner.estimate.models import Model
 
@@ -47,8 +48,10 @@ class Parallel:
         return f"tp={self.tp},pp={self.pp},dp={self.dp},zero={self.zero}"
 
 
-class EstimateError(ValueError):
+class EstimateError(FmctlError, ValueError):
     """Inputs that describe no possible run."""
+
+    default_hint = "see `fmctl estimate --help`"
 
 
 def parse_parallel(text: str, gpus: int) -> Parallel:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from provisioner import FmctlBug
 
-class CycleError(ValueError):
+
+class CycleError(FmctlBug, ValueError):
     """The graph has a cycle; the message names the nodes on it."""
 
 

@@ -8,16 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from provisioner import FmctlError
 from provisioner.ops.target import Target, make_context
 from provisioner.spec.model import ClusterSpec
 
 
-class CheckUnavailable(Exception):
+class CheckUnavailable(FmctlError):
     """What `check` needs is not there; the message says what, the hint what to do."""
 
     def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.hint = hint
+        super().__init__(message, hint)
 
 
 def judge_folder(spec: ClusterSpec, folder: Path, home: Path | None = None) -> Any:

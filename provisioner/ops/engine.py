@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provisioner import FmctlError
 from provisioner.blueprint import Blueprint, Where, build
 from provisioner.estimate.cost import CostEstimate
 from provisioner.graph.runner import RunResult
@@ -36,8 +37,10 @@ from provisioner.state.store import ClusterState
 Notice = Callable[[str], None]
 
 
-class Refused(Exception):
+class Refused(FmctlError):
     """`up` will not make these changes; each problem is located in the spec."""
+
+    default_hint = "`fmctl plan` shows every change and why"
 
     def __init__(self, problems: list[Problem]) -> None:
         super().__init__("; ".join(p.message for p in problems))

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from provisioner import FmctlBug
 from provisioner.catalog import Catalog
 from provisioner.render import placeholders
 from provisioner.render.context import ClusterContext, build_context
@@ -22,7 +23,7 @@ from provisioner.spec.model import ClusterSpec
 INDEX = ".fmctl-render.json"
 
 
-class RenderError(Exception):
+class RenderError(FmctlBug):
     """A rendered file failed its parse-back check (a bug in a template, not in the spec)."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from provisioner import BUG_HINT
 from provisioner.drivers.aws import AwsError
 
 
@@ -21,3 +22,5 @@ class Foreign(ResourceError):
 
 class ReadOnly(ResourceError):
     """A write was attempted while planning (a bug: `plan` must never write)."""
+
+    default_hint = BUG_HINT

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from provisioner import FmctlError
 from provisioner.sandbox.protocol import SANDBOX_SERVICE
 from provisioner.sandbox.sigv4 import Credentials
 
@@ -27,8 +28,10 @@ from provisioner.sandbox.sigv4 import Credentials
 DEFAULT_SCALE = 0.005
 
 
-class SandboxError(Exception):
+class SandboxError(FmctlError):
     """The emulator could not be started or reached."""
+
+    default_hint = "its log is sandbox/server.log under FMCTL_HOME (~/.fmctl by default)"
 
 
 #: The module a sandbox server runs (tests run their double of it, around the same app).

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from provisioner import FmctlError
 from provisioner.state.records import Holder
 
 
-class StateError(Exception):
+class StateError(FmctlError):
     """A failure of the state or its lock; ``hint`` says what to do."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 class LockHeld(StateError):

@@ -6,14 +6,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from provisioner import FmctlError
 from provisioner.catalog.s3_names import bucket_problem
 
 #: The prefix when a URL names none.
 DEFAULT_PREFIX = "fmctl"
 
 
-class BadStateUrl(ValueError):
+class BadStateUrl(FmctlError, ValueError):
     """A state URL that names no usable bucket; the message says how to write one."""
+
+    default_hint = "write it as s3://BUCKET/PREFIX"
 
 
 @dataclass(frozen=True)
