@@ -121,14 +121,33 @@ def cluster(p: Parts, where: Where) -> None:
         launch_template(p, files, refs, pool.name)
         _nodegroup(p, files, refs, pool.name, index)
     _addons(p)
+    if p.c.autoscaled_pools:
+        _autoscaler(p)
     if p.spec.kubernetes.in_cluster_stack == "fmctl":  # else Argo CD or Flux installs them
-        _charts(p)
+        _charts(p, files)
     _stack(p, files, where)
 
 
-def _charts(p: Parts) -> None:
-    """The upstream charts (Kueue, NVIDIA's DRA driver), with the values render wrote, on
-    the system nodes."""
+def _autoscaler(p: Parts) -> None:
+    """The Cluster Autoscaler's role, which its pods assume (EKS Pod Identity): made before
+    the stack runs it."""
+    from provisioner.catalog import autoscaler
+
+    p.role("iam/cluster-autoscaler", "cluster-autoscaler", autoscaler.policy(p.c.name))
+    identity = IdentityParams(
+        p.ref("eks", EksOut),
+        autoscaler.NAMESPACE,
+        autoscaler.SERVICE_ACCOUNT,
+        p.ref("iam/cluster-autoscaler", RoleOut),
+        p.ref("addon/eks-pod-identity-agent", AddonOut),
+        p.tags("pod-identity/cluster-autoscaler"),
+    )
+    p.add("pod-identity/cluster-autoscaler", "eks-pod-identity", identity)
+
+
+def _charts(p: Parts, files: dict[str, str]) -> None:
+    """The upstream charts (Kueue, NVIDIA's DRA driver), with the values render wrote (and
+    the CRDs they need served as they start), on the system nodes."""
     from provisioner.drivers.helm import ChartRef
     from provisioner.render.kubernetes import chart_installs
 
@@ -142,6 +161,7 @@ def _charts(p: Parts) -> None:
             pod_security=install.pod_security,
             admin=p.ref("access/admin", AccessOut),
             nodegroups=(p.ref("nodegroup/system", NodegroupOut),),
+            crds="".join(f"---\n{files[path]}" for path in install.crds),
         )
         p.add(f"chart/{ch.name}", "kube-chart", params, version="kubernetes.queueing")
 
@@ -264,6 +284,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         routes=routes,
         endpoint=endpoint,
         repair=NodeRepair.of(repair),
+        asg_tags=_asg_tags(files, group),
     )
     for part in (scaling, update, doc):
         part.done()
@@ -282,6 +303,20 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
         repair="health.maxInRepair",
         **{"repair.overrides": "health.repair"},
     )
+
+
+def _asg_tags(files: dict[str, str], group: str) -> tuple[tuple[str, str], ...]:
+    """The tags fmctl puts on the node group's Auto Scaling group (aws/autoscaling/): those
+    of a pool the Cluster Autoscaler sizes; none for the others."""
+    path = f"aws/autoscaling/{group}.yaml"
+    if path not in files:
+        return ()
+    doc = load(files, path)
+    if doc.take("nodegroupName") != group:
+        raise BlueprintError(f"{path}: nodegroupName is not {group}")
+    tags = tuple(sorted((str(k), str(v)) for k, v in (doc.take("tags") or {}).items()))
+    doc.done()
+    return tags
 
 
 #: The VPC CNI add-on's configuration values: its network policy agent on.
@@ -340,7 +375,14 @@ def _applied(c: ClusterContext, path: str) -> bool:
 def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
     c = p.c
     pools = tuple(
-        PoolCheck(x.name, x.count, x.gpus, x.efa_devices if x.efa else 0, x.itype.ultra_server)
+        PoolCheck(
+            x.name,
+            x.count,
+            x.gpus,
+            x.efa_devices if x.efa else 0,
+            x.itype.ultra_server,
+            x.autoscaled,
+        )
         for x in c.pools
     )
     ids = [i.id for i in p.items]

@@ -72,6 +72,9 @@ ROLES: dict[str, tuple[str | tuple[str, ...], tuple[str, ...]]] = {
     # Prometheus on EKS remote-writing to Amazon Managed Service for Prometheus; its inline
     # policy names the spec's workspace (``amp_write_policy``).
     "prometheus-amp": ("pods.eks.amazonaws.com", ()),
+    # The Cluster Autoscaler on EKS (cost.idle scale-down); its inline policy may change only
+    # the Auto Scaling groups tagged for the cluster (``catalog.autoscaler.policy``).
+    "cluster-autoscaler": ("pods.eks.amazonaws.com", ()),
     # AWS PCS nodes (login and compute): SSM for `fmctl check`; the rest is inline.
     "pcs-node": ("ec2.amazonaws.com", ("AmazonSSMManagedInstanceCore",)),
     # EventBridge Scheduler running the ttl's schedules (``blueprint.expiry``): inline only,

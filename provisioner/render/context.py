@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from provisioner.catalog import Catalog, InstanceType, architecture_of
+from provisioner.catalog import Catalog, InstanceType, architecture_of, autoscaler
 from provisioner.catalog.eks_repair import RepairOverride, overrides
 from provisioner.catalog.faults import repair_budget
 from provisioner.render.efa import NetworkInterface, efa_device_count, efa_interfaces
@@ -26,7 +26,9 @@ from provisioner.render.queueing import (
     uses_dra,
 )
 from provisioner.spec.defaults import IDLE_ALERT_AFTER
+from provisioner.spec.durations import seconds
 from provisioner.spec.model import ClusterSpec, GpuPool, Network
+from provisioner.spec.resolve import shrinks
 from provisioner.spec.tags import OWNER_TAG
 
 POOL_LABEL = "fmctl.dev/pool"
@@ -64,6 +66,9 @@ class PoolContext:
     interfaces: tuple[NetworkInterface, ...]
     labels: tuple[tuple[str, str], ...]
     local_nvme: bool
+    #: Its size is the Cluster Autoscaler's between min_count and count (EKS, cost.idle
+    #: scale-down): idle nodes go, and come back when work needs them.
+    autoscaled: bool = False
 
     @property
     def instance_type(self) -> str:
@@ -353,8 +358,37 @@ class ClusterContext:
         """A placeholder, for templates."""
         return placeholder(name)
 
+    @property
+    def autoscaled_pools(self) -> tuple[PoolContext, ...]:
+        """The pools the Cluster Autoscaler sizes (none: it is not installed)."""
+        return tuple(p for p in self.pools if p.autoscaled)
 
-def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
+    @property
+    def autoscaler_image(self) -> str:
+        """The Cluster Autoscaler matching the cluster's Kubernetes minor."""
+        return autoscaler.image(self.kubernetes_version)
+
+    @property
+    def autoscaler_class(self) -> str:
+        """The ProvisioningRequest class Kueue asks the autoscaler for nodes with."""
+        return autoscaler.PROVISIONING_CLASS
+
+    @property
+    def autoscaler_gpu_threshold(self) -> str:
+        """The GPU share below which the autoscaler counts a node unneeded."""
+        return autoscaler.GPU_UTILIZATION_THRESHOLD
+
+    @property
+    def scale_down_unneeded_time(self) -> str:
+        """cost.idle.after as the autoscaler's flag takes it (a Go duration: no days)."""
+        total = seconds(self.idle_after) or 0
+        hours, rest = divmod(total, 3600)
+        minutes, secs = divmod(rest, 60)
+        parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else ""]
+        return "".join(parts) + (f"{secs}s" if secs or not any(parts) else "")
+
+
+def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog, autoscaling: bool) -> PoolContext:
     itype = catalog[pool.instance_type]
     efa = bool(pool.efa)
     # Not node.kubernetes.io/instance-type: the kubelet sets it (a well-known label under the
@@ -362,11 +396,17 @@ def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
     labels = {**pool.labels, POOL_LABEL: pool.name}
     if efa:
         labels[EFA_LABEL] = "true"
+    min_count = pool.min_count if pool.min_count is not None else pool.count
+    autoscaled = autoscaling and shrinks(pool, "kubernetes", catalog) and min_count < pool.count
+    if autoscaled and itype.gpu:
+        # The Cluster Autoscaler treats a node with this label as a GPU node: it judges it
+        # by GPU requests alone, and waits for its device plugin (catalog.autoscaler).
+        labels[autoscaler.GPU_LABEL] = f"nvidia-{itype.gpu.model.lower()}"
     return PoolContext(
         name=pool.name,
         itype=itype,
         count=pool.count,
-        min_count=pool.min_count if pool.min_count is not None else pool.count,
+        min_count=min_count,
         capacity=pool.capacity.type,
         reservation_id=pool.capacity.reservation_id,
         efa=efa,
@@ -375,6 +415,7 @@ def _pool(spec: ClusterSpec, pool: GpuPool, catalog: Catalog) -> PoolContext:
         interfaces=tuple(efa_interfaces(itype, efa)),
         labels=tuple(sorted(labels.items())),
         local_nvme=spec.storage.local_nvme is not None and itype.local_nvme is not None,
+        autoscaled=autoscaled,
     )
 
 
@@ -404,7 +445,7 @@ def _queueing(spec: ClusterSpec, pools: tuple[PoolContext, ...], dra: bool) -> Q
             CHANNEL_RESOURCE: str(p.count if p.itype.ultra_server else 0),
         }
         quotas = tuple(Quota(r, amounts[r]) for r in covered)
-        flavors.append(Flavor(p.name, p.name, topo.name, quotas, p.efa))
+        flavors.append(Flavor(p.name, p.name, topo.name, quotas, p.efa, p.autoscaled))
     return Queueing(
         topologies=tuple(sorted(topologies.values(), key=lambda t: t.name)),
         flavors=tuple(flavors),
@@ -468,8 +509,10 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         )
     tags = {**spec.metadata.tags, OWNER_TAG: spec.metadata.name}
     obs = spec.observability
-    pools = tuple(_pool(spec, p, catalog) for p in spec.compute.gpu_pools)
     kube = spec.scheduler == "kubernetes"
+    idle = spec.cost.idle
+    autoscaling = kube and idle is not None and idle.action == "scale-down"
+    pools = tuple(_pool(spec, p, catalog, autoscaling) for p in spec.compute.gpu_pools)
     ultra = tuple(p.name for p in pools if p.itype.ultra_server)
     dra = kube and uses_dra(spec.kubernetes.version, len(ultra))
     kueue = kube and spec.kubernetes.queueing == "kueue"

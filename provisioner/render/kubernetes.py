@@ -13,6 +13,9 @@ from provisioner.render.monitoring import alert_rules, dashboards
 from provisioner.render.queueing import Placement, dra_values, dump_values, kueue_values
 from provisioner.shipped import shipped_dir
 
+#: The ProvisioningRequest API, served before Kueue starts when a pool is autoscaled.
+PROVISIONING_CRD = "charts/provisioningrequest-crd.yaml"
+
 #: Argo CD applies lower waves first: namespaces, then plugins and storage, then the rest.
 SYNC_WAVES = {
     "namespaces": -2,
@@ -24,6 +27,7 @@ SYNC_WAVES = {
     "dcgm-exporter": 1,
     "efa-exporter": 1,
     "kube-state-metrics": 1,
+    "cluster-autoscaler": 1,
     "prometheus": 2,
     "grafana": 3,
     "kueue": 4,
@@ -40,6 +44,9 @@ class ChartInstall:
     values: str
     #: The Pod Security level its namespace enforces (its pods' needs).
     pod_security: str
+    #: Rendered files (CRDs) applied with the chart, before its controllers start: APIs they
+    #: only use when served as they start.
+    crds: tuple[str, ...] = ()
 
     @property
     def values_file(self) -> str:
@@ -53,7 +60,9 @@ def chart_installs(c: ClusterContext) -> tuple[ChartInstall, ...]:
     out = []
     if c.queueing is not None:
         # Kueue's controller runs as non-root with every capability dropped.
-        out.append(ChartInstall(KUEUE, dump_values(kueue_values(c.queueing)), "restricted"))
+        values = dump_values(kueue_values(c.queueing))
+        crds = (PROVISIONING_CRD,) if c.queueing.provisioned_flavors else ()
+        out.append(ChartInstall(KUEUE, values, "restricted", crds))
     if c.dra:
         # Its kubelet plugin is privileged: it manages the GPUs' IMEX channels.
         values = dump_values(dra_values(c.kubernetes_version, c.dra_pools))
@@ -167,6 +176,13 @@ def components(c: ClusterContext) -> list[Component]:
                     "monitoring",
                 )
             )
+    if c.autoscaled_pools:
+        out.append(
+            Component(
+                "cluster-autoscaler",
+                (("rbac.yaml.j2", "rbac.yaml"), ("deployment.yaml.j2", "deployment.yaml")),
+            )
+        )
     if c.queueing is not None:
         out.append(Component("kueue", (("queues.yaml.j2", "queues.yaml"),)))
     if c.efa_pools or c.pools:
@@ -234,6 +250,10 @@ def _aws(c: ClusterContext) -> dict[str, str]:
         files[f"aws/launch-templates/{pool.name}.yaml"] = render_template(
             "aws/launch-template.yaml.j2", c=c, p=pool
         )
+        if pool.autoscaled:
+            files[f"aws/autoscaling/{pool.name}.yaml"] = render_template(
+                "aws/autoscaling.yaml.j2", c=c, p=pool
+            )
     return files
 
 
@@ -245,6 +265,11 @@ def render_kubernetes(c: ClusterContext) -> dict[str, str]:
         files[install.values_file] = render_template(
             "charts/upstream-values.yaml.j2", c=c, install=install
         )
+        for crd in install.crds:
+            files[crd] = render_template(f"{crd}.j2", c=c)
+            # Flux applies a Kustomization's CRDs before its other objects (the HelmRelease):
+            # a copy inside its folder, which kustomize reads only below its root.
+            files[f"gitops/flux/{crd.rsplit('/', 1)[1]}"] = files[crd]
     files["gitops/argocd-application.yaml"] = render_template(
         "gitops/argocd-application.yaml.j2", c=c, charts=charts
     )

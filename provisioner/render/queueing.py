@@ -86,6 +86,9 @@ class Flavor:
     topology: str
     quotas: tuple[Quota, ...]
     efa: bool
+    #: Its pool's nodes come and go with the Cluster Autoscaler: a job is admitted once a
+    #: ProvisioningRequest has its nodes (Kueue's provisioning admission check).
+    autoscaled: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ class Queueing:
     cluster_queue: str = QUEUE
     local_queue: str = QUEUE
     namespace: str = "training"
+
+    @property
+    def provisioned_flavors(self) -> tuple[str, ...]:
+        """The flavors whose jobs wait for a ProvisioningRequest (autoscaled pools)."""
+        return tuple(f.name for f in self.flavors if f.autoscaled)
 
     def flavor(self, pool: str) -> Flavor:
         """The flavor of pool ``pool``."""
@@ -228,11 +236,18 @@ def kueue_values(queueing: Queueing) -> dict[str, Any]:
         }
     import yaml
 
+    manager: dict[str, Any] = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
+    }
+    if queueing.provisioned_flavors:
+        # Kueue sets its provisioning admission check up only if the ProvisioningRequest API
+        # is served as it starts (cmd/kueue/main.go): a new annotation rolls its pods once
+        # the API is there (applied with the chart, first), on a cluster that had Kueue
+        # before.
+        manager["podAnnotations"] = {"fmctl.dev/provisioning-requests": "served"}
     return {
         "controllerManager": {
-            "manager": {
-                "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}
-            },
+            "manager": manager,
             "nodeSelector": {"fmctl.dev/role": "system"},
         },
         "managerConfig": {

@@ -120,6 +120,14 @@ class NodegroupParams:
     reservation_id: str | None = None
     #: EKS node auto repair (spec health:; off for the system group).
     repair: NodeRepair = NodeRepair()
+    #: Tags fmctl keeps on the group's Auto Scaling group (aws/autoscaling/): the Cluster
+    #: Autoscaler's discovery tag and node template. Empty: a pool of fixed size.
+    asg_tags: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def autoscaled(self) -> bool:
+        """The Cluster Autoscaler sets the desired size, between min and max."""
+        return bool(self.asg_tags)
 
 
 @dataclass(frozen=True)
@@ -139,3 +147,5 @@ class NodegroupLive:
     launch_template: Any
     tags: Tags
     repair: NodeRepair = NodeRepair()
+    #: fmctl's tags on the group's Auto Scaling group (``eks_nodes.ASG_TAG_KEYS``).
+    asg_tags: Any = frozenset()

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from provisioner.catalog import autoscaler
 from provisioner.graph.ref import UNKNOWN
 from provisioner.resources import eks_drain
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -36,6 +37,20 @@ from provisioner.resources.kube_api import close, connect
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, Tags
 
 _FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
+
+
+def asg_of(ng: dict[str, Any]) -> str | None:
+    """The Auto Scaling group EKS runs a node group as (DescribeNodegroup's
+    ``resources.autoScalingGroups``; absent until EKS has made it)."""
+    groups = (ng.get("resources") or {}).get("autoScalingGroups") or []
+    return str(groups[0]["name"]) if groups else None
+
+
+def managed_asg_tag(key: str) -> bool:
+    """A tag fmctl keeps on a node group's Auto Scaling group (the Cluster Autoscaler's)."""
+    return key == autoscaler.DISCOVERY_TAG or key.startswith(autoscaler.TEMPLATE_PREFIX)
+
+
 #: The changes EKS makes as a rolling update (UpdateNodegroupVersion: a surge node first).
 _ROLLING = ("version", "launch_template")
 _NO_SURGE = (
@@ -96,6 +111,9 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         max_unavailable=Policy(How.UPDATE, "UpdateNodegroupConfig updateConfig"),
         repair=Policy(How.UPDATE, "UpdateNodegroupConfig nodeRepairConfig"),
         version=Policy(How.UPDATE, "UpdateNodegroupVersion: a rolling update of the nodes"),
+        asg_tags=Policy(
+            How.UPDATE, "CreateOrUpdateTags / DeleteTags on the group's Auto Scaling group"
+        ),
         launch_template=Policy(
             How.UPDATE, "UpdateNodegroupVersion to the new template version: a rolling update"
         ),
@@ -122,8 +140,37 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
         return ctx.cached("eks:nodegroups", load)
 
-    def _observed(self, ctx: Context, ng: dict[str, Any]) -> Observed[NodegroupOut, NodegroupLive]:
+    def _asg_tags(self, ctx: Context) -> dict[str, frozenset[tuple[str, str]]]:
+        """fmctl's tags on the Auto Scaling group of each of the cluster's node groups, by
+        group name (one DescribeAutoScalingGroups for them all)."""
+
+        def load() -> dict[str, frozenset[tuple[str, str]]]:
+            names = sorted({asg for ng in self._groups(ctx) if (asg := asg_of(ng))})
+            # Every node group's at once: most clusters have a handful.
+            if not names:
+                return {}
+            found: dict[str, frozenset[tuple[str, str]]] = {}
+            pages = ctx.aws.client("autoscaling").get_paginator("describe_auto_scaling_groups")
+            for page in pages.paginate(AutoScalingGroupNames=names):
+                for group in page["AutoScalingGroups"]:
+                    found[group["AutoScalingGroupName"]] = frozenset(
+                        (str(tag["Key"]), str(tag.get("Value", "")))
+                        for tag in group.get("Tags") or []
+                        if managed_asg_tag(str(tag["Key"]))
+                    )
+            return found
+
+        return ctx.cached("autoscaling:nodegroup-tags", load)
+
+    def _observed(
+        self, ctx: Context, ng: dict[str, Any], autoscaled: bool = False
+    ) -> Observed[NodegroupOut, NodegroupLive]:
+        """``autoscaled``: the spec wants the group autoscaled; its Auto Scaling group's
+        tags are read then, or when the group still carries the autoscaler's GPU label (it
+        was autoscaled: its tags may have to go). Other clusters make no Auto Scaling call."""
         scaling = ng.get("scalingConfig") or {}
+        labelled = autoscaler.GPU_LABEL in (ng.get("labels") or {})
+        asg = asg_of(ng) if autoscaled or labelled else None
         template = ng.get("launchTemplate") or {}
         live = NodegroupLive(
             str(ng.get("amiType", "")),
@@ -143,6 +190,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             f"{template['id']}:{template.get('version')}" if template.get("id") else None,
             Tags.of(ng.get("tags") or {}),
             NodeRepair.of(ng.get("nodeRepairConfig")),
+            self._asg_tags(ctx).get(asg, frozenset()) if asg else frozenset(),
         )
         status = str(ng["status"])
         if status in ("CREATE_FAILED", "DELETE_FAILED", "DEGRADED"):
@@ -161,7 +209,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         mine = [ng for ng in mine if ng["status"] != "DELETING"]
         if not mine:
             return None
-        observed = [self._observed(ctx, ng) for ng in mine]
+        observed = [self._observed(ctx, ng, params.autoscaled) for ng in mine]
         # During a blue/green replacement two groups carry the pool's tag: the one that
         # already has what the spec asks for is the pool; the other is on its way out.
         for candidate in observed:
@@ -189,13 +237,20 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             if all(ctx.known(s) for s in params.subnets)
             else UNKNOWN
         )
+        scaling = params.scaling
+        if params.autoscaled:
+            # The Cluster Autoscaler owns the desired size: `up` keeps it, within the bounds.
+            now = observed.live.scaling.desired_size
+            scaling = dataclasses.replace(
+                scaling, desired_size=min(max(now, scaling.min_size), scaling.max_size)
+            )
         return NodegroupLive(
             params.ami_type,
             params.capacity_type,
             params.instance_type or (params.instance_types[0] if params.instance_types else None),
             subnets,
             ctx.resolve(params.node_role, "arn"),
-            params.scaling,
+            scaling,
             frozenset(params.labels),
             frozenset((t.key, t.value, t.effect) for t in params.taints),
             params.max_unavailable,
@@ -203,6 +258,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             template,
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
             params.repair,
+            frozenset(params.asg_tags),
         )
 
     def diff(
@@ -334,7 +390,51 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         created_or_found(
             lambda: eks.create_nodegroup(**request, clientRequestToken=ctx.token(rid)), again
         )
-        return self._active(ctx, rid, params.nodegroup_name, self.create_seconds)
+        made = self._active(ctx, rid, params.nodegroup_name, self.create_seconds)
+        if params.asg_tags:
+            self._retag_asg(ctx, rid, params.nodegroup_name, params, frozenset())
+        return made
+
+    def _retag_asg(
+        self,
+        ctx: Context,
+        rid: str,
+        name: str,
+        params: NodegroupParams,
+        live: frozenset[tuple[str, str]],
+    ) -> None:
+        """Put fmctl's tags on the group's Auto Scaling group, and take off those it no
+        longer wants (EKS makes the group once the node group exists: DescribeNodegroup
+        ``resources.autoScalingGroups``)."""
+        ng = ctx.aws.client("eks").describe_nodegroup(clusterName=ctx.cluster, nodegroupName=name)
+        asg = asg_of(ng["nodegroup"])
+        if asg is None:
+            raise ResourceError(f"node group {name} has no Auto Scaling group to tag yet")
+        autoscaling = ctx.aws.client("autoscaling")
+        want = dict(params.asg_tags)
+        stale = sorted({k for k, _ in live} - set(want))
+        if stale:
+            autoscaling.delete_tags(
+                Tags=[
+                    {"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": k}
+                    for k in stale
+                ]
+            )
+        changed = sorted((k, v) for k, v in want.items() if (k, v) not in live)
+        if changed:
+            ctx.emit(rid, "updating", f"{len(changed)} tag(s) on Auto Scaling group {asg}")
+            autoscaling.create_or_update_tags(
+                Tags=[
+                    {
+                        "ResourceId": asg,
+                        "ResourceType": "auto-scaling-group",
+                        "Key": k,
+                        "Value": v,
+                        "PropagateAtLaunch": False,
+                    }
+                    for k, v in changed
+                ]
+            )
 
     def _active(self, ctx: Context, rid: str, name: str, expected: float) -> NodegroupOut:
         eks = ctx.aws.client("eks")
@@ -441,6 +541,11 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
                 "nodegroup"
             ]["nodegroupArn"]
             eks_retag(ctx, arn, changes)
+        if "asg_tags" in paths:
+            live = observed.live.asg_tags
+            self._retag_asg(
+                ctx, rid, observed.id, params, live if isinstance(live, frozenset) else frozenset()
+            )
         return observed.outputs
 
     def _scale_in(
@@ -494,7 +599,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
     ) -> Any:
         """What dependents see once the planned update ran: nodes that changed (the stack
         checks them all again), unless only tags change."""
-        if all(c.path == "tags" for c in changes):
+        if all(c.path in ("tags", "asg_tags") for c in changes):
             return observed.outputs
         return NodegroupOut(UNKNOWN)
 

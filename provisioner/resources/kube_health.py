@@ -28,6 +28,17 @@ class PoolCheck:
     efa: int
     #: UltraServer nodes: each must carry its UltraServer's label (Kueue places by it).
     ultra_server: bool = False
+    #: The Cluster Autoscaler sizes the pool: any number of nodes up to ``count`` is right.
+    autoscaled: bool = False
+
+    @property
+    def expected(self) -> int:
+        """The node count `up` checks (``AUTOSCALED``: whatever the autoscaler has now)."""
+        return AUTOSCALED if self.autoscaled else self.count
+
+
+#: The node count of an autoscaled pool, live and desired alike: not `up`'s to hold.
+AUTOSCALED = -1
 
 
 def not_ready(api: KubeApi, objects: list[dict[str, Any]], cluster: str) -> list[str]:
@@ -80,7 +91,7 @@ def node_problems(api: KubeApi, pools: Sequence[PoolCheck]) -> list[str]:
             for n in api.list("v1", "Node", selector=f"{POOL_LABEL}={pool.pool}")
             if not n.get("spec", {}).get("unschedulable")
         ]
-        if len(nodes) != pool.count:
+        if len(nodes) != pool.count and not pool.autoscaled:
             problems.append(f"pool {pool.pool}: {len(nodes)} of {pool.count} nodes joined")
         for n in nodes:
             name = n["metadata"]["name"]
@@ -119,4 +130,8 @@ def pool_nodes(api: KubeApi, pools: Sequence[PoolCheck]) -> frozenset[tuple[str,
             out[key] = out.get(key, 0) + 1
         if not any(key[0] == pool.pool for key in out):
             out[(pool.pool, pool.gpus, pool.efa)] = 0
-    return frozenset((pool, count, gpus, efa) for (pool, gpus, efa), count in out.items())
+    autoscaled = {p.pool for p in pools if p.autoscaled}
+    return frozenset(
+        (pool, AUTOSCALED if pool in autoscaled else count, gpus, efa)
+        for (pool, gpus, efa), count in out.items()
+    )

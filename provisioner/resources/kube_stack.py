@@ -279,7 +279,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         if any(ctx.resolve(ref) is UNKNOWN for ref in params.nodegroups):
             nodes: Any = UNKNOWN  # a node group changes: every node is checked again after
         else:
-            nodes = frozenset((p.pool, p.count, p.gpus, p.efa) for p in params.pools)
+            nodes = frozenset((p.pool, p.expected, p.gpus, p.efa) for p in params.pools)
         return StackLive(objects, nodes)
 
     def diff(

@@ -390,6 +390,14 @@ def _program(rule: str) -> Any:
 
 @lru_cache(maxsize=256)
 def _regex(pattern: str) -> re.Pattern[str]:
+    """A CRD's pattern (Go's RE2 syntax, as the API server reads it) for Python's ``re``:
+    RE2 lets a flag group such as ``(?i)`` stand mid-expression, where it holds to the end
+    of its group (Kueue's ``^(?i)[a-z]...$``); Python wants flags first, or scoped
+    ``(?i:...)``, which is what a top-level one becomes."""
+    for flag in ("(?i)", "(?s)", "(?m)"):
+        at = pattern.find(flag)
+        if at > 0 and pattern[:at].count("(") == pattern[:at].count(")"):
+            pattern = f"{pattern[:at]}(?{flag[2]}:{pattern[at + len(flag) :]})"
     return re.compile(pattern)
 
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.sandbox import eks_network, eks_repair
+from provisioner.sandbox import eks_autoscaler, eks_network, eks_repair
 from provisioner.sandbox import protocol as p
 from provisioner.sandbox.eks_identity import HANDLERS as IDENTITY_HANDLERS
 from provisioner.sandbox.eks_model import (
@@ -85,6 +85,8 @@ class Eks:
     access: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     #: Pod Identity associations, by (region, cluster, association id).
     identities: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    #: What each cluster's Cluster Autoscaler keeps between scans (``eks_autoscaler``).
+    autoscalers: dict[tuple[str, str], eks_autoscaler.Memory] = field(default_factory=dict)
     #: The account's capacity reservations (the EC2 shim's), by region and id.
     reservation_source: Callable[[str, str], dict[str, Any] | None] = field(
         default=lambda region, rid: None
@@ -154,6 +156,7 @@ class Eks:
                 self.sync_nodes(key[0], item.data)
             land(item, now)
         eks_repair.repair(self, now)
+        eks_autoscaler.autoscale(self, now)
         for key, item in list(self.addons.items()):
             land(item, now)
             if item.gone_at is not None and now >= item.gone_at:

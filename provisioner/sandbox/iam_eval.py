@@ -9,10 +9,12 @@ and ``ArnLike``; a key the service does not pass, or another condition, fails th
 Its inline and attached managed policies are read from moto's IAM. Only Allow statements
 are evaluated (an explicit Deny and permission boundaries are not), against every resource
 ARN AWS's Service Authorization Reference gives for the call: each must be allowed. Of a
-policy's conditions, only ``StringEquals`` on ``ssm:resourceTag/KEY`` is judged
-(SendCommand's, against the instance's tags); a statement with any other condition allows
-nothing here. A call the sandbox has no ARN for is refused, so what it cannot judge fails
-rather than passing unchecked.
+policy's conditions, only ``StringEquals`` on ``ssm:resourceTag/KEY`` (SendCommand's,
+against the instance's tags) and ``autoscaling:ResourceTag/KEY`` (the Cluster Autoscaler's
+writes, against the Auto Scaling group's tags) is judged; a statement with any other
+condition allows nothing here. The principals are those services' and EKS Pod Identity's
+(``pods.eks.amazonaws.com``, for the autoscaler's pods). A call the sandbox has no ARN for
+is refused, so what it cannot judge fails rather than passing unchecked.
 """
 
 from __future__ import annotations
@@ -63,8 +65,30 @@ def resources(
             tags = {t["key"]: t["value"] for t in ec2.describe_tags({"resource-id": [instance]})}
             found.append((f"arn:aws:ec2:{region}:{account}:instance/{instance}", tags))
         return found
+    if (service, action) in AUTOSCALING_WRITES:
+        # An Auto Scaling group, with its tags (autoscaling:ResourceTag/KEY): the Service
+        # Authorization Reference's autoScalingGroup ARN, whose group id a policy names or
+        # matches with `*`.
+        group = f"autoScalingGroupName/{params.get('AutoScalingGroupName')}"
+        where = f"arn:aws:autoscaling:{region}:{account}:autoScalingGroup:*:{group}"
+        return [(where, dict(params.get("_tags") or {}))]
+    if (service, action) in UNSCOPED:
+        return [("*", {})]  # no resource-level permission: a statement must name "*"
     arn = resource(service, action, region, account, params)
     return None if arn is None else [(arn, {})]
+
+
+#: The Cluster Autoscaler's calls that act on an Auto Scaling group.
+AUTOSCALING_WRITES = {
+    ("autoscaling", "setDesiredCapacity"),
+    ("autoscaling", "terminateInstanceInAutoScalingGroup"),
+}
+#: Calls with no resource-level permission (the Auto Scaling User Guide: "Describe actions
+#: do not support resource-level permissions").
+UNSCOPED = {
+    ("autoscaling", "describeAutoScalingGroups"),
+    ("autoscaling", "describeAutoScalingInstances"),
+}
 
 
 def role_documents(
@@ -127,7 +151,7 @@ def _allows(statement: dict[str, Any], wanted: str, arn: str, tags: dict[str, st
         if operator != "StringEquals":
             return False
         for key, values in keys.items():
-            if not key.startswith("ssm:resourceTag/"):
+            if not key.lower().startswith(("ssm:resourcetag/", "autoscaling:resourcetag/")):
                 return False
             if tags.get(key.split("/", 1)[1]) not in listed(values):
                 return False

@@ -41,7 +41,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote
 
 from provisioner.sandbox import kube_dra as dra
@@ -64,6 +64,9 @@ from provisioner.sandbox.kube_resources import JOBS, QUEUED, Served, served
 from provisioner.sandbox.kube_webhooks import refuse_by_webhook
 from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
 
+T = TypeVar("T")
+#: How a controller puts an object: (plural, namespace, object).
+Put = Callable[[str, str, dict[str, Any]], None]
 #: Label prefixes EKS and the kubelet set on a node: theirs, never kept from before a sync.
 _EKS_LABELS = ("eks.amazonaws.com/", "topology.k8s.aws/", "kubernetes.io/", "node.kubernetes.io/")
 
@@ -218,6 +221,25 @@ class KubeServer:
                 return False
             change(obj)
             return True
+
+    def read(self, cluster: str, read: Callable[[Cluster], T]) -> T | None:
+        """What ``read`` makes of the API at ``cluster`` (None: no such API), under the
+        lock: an in-cluster controller's view (it copies what it keeps)."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            return None if c is None else read(c)
+
+    def write(
+        self, cluster: str, write: Callable[[Cluster, Put], None], settle: str = "pods"
+    ) -> None:
+        """An in-cluster controller's writes (``write`` puts objects as a client would),
+        then what they move on settles as after the API's own writes."""
+        with self.lock:
+            c = self.clusters.get(cluster)
+            if c is None:
+                return
+            write(c, lambda plural, ns, obj: self._put(c, plural, ns, obj))
+            self._settle(c, settle)
 
     def has(self, cluster: str, plural: str, namespace: str, name: str) -> bool:
         """Whether the object exists in the API at endpoint ``cluster``."""

@@ -27,9 +27,14 @@ What it does, after Kueue 0.19 (``pkg/controller/jobs/job``, ``pkg/scheduler``,
 - A finished Job's Workload is Finished and its quota free; a deleted Job's Workload goes.
   ClusterQueue and LocalQueue status count pending and admitted workloads.
 
+- A flavor with an admission check (the provisioning check, for a pool the Cluster
+  Autoscaler sizes) reserves quota first and places by topology once the check has the
+  nodes (``kube_kueue_checks``).
+
 Left out: preemption, cohorts and borrowing, fair sharing, priorities, waitForPodsReady's
-eviction, admission checks, partial admission; topology fit counts GPUs and EFA devices per
-node (what the sandbox's scheduler accounts), CPU, memory and hugepages against quota only;
+eviction, admission checks other than the provisioning one, partial admission; topology fit
+counts GPUs and EFA devices per node (what the sandbox's scheduler accounts), CPU, memory and
+hugepages against quota only;
 the domain chosen among those that fit is the one with the least room (best fit).
 """
 
@@ -41,6 +46,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
+from provisioner.sandbox import kube_kueue_checks as checks
 from provisioner.sandbox.kube_controllers import admits
 from provisioner.sandbox.kube_kueue_model import (
     condition,
@@ -64,14 +70,11 @@ API = "kueue.x-k8s.io/v1beta2"
 TOPOLOGY_ANNOTATIONS = ("required", "preferred", "unconstrained")
 
 
-def config(c: Cluster) -> dict[str, Any] | None:
-    """Kueue's configuration when Kueue runs in the cluster (its Workload CRD served and its
-    controller available), else None."""
-    import yaml
-
+def controller(c: Cluster) -> dict[str, Any] | None:
+    """Kueue's controller Deployment when it runs (available), else None."""
     if "workloads" not in c.crds:
         return None
-    for (plural, namespace, _), deployment in c.objects.items():
+    for (plural, _, _), deployment in c.objects.items():
         if plural != "deployments":
             continue
         pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
@@ -80,6 +83,18 @@ def config(c: Cluster) -> dict[str, Any] | None:
             continue
         if int((deployment.get("status") or {}).get("availableReplicas", 0) or 0) < 1:
             return None
+        return deployment
+    return None
+
+
+def config(c: Cluster) -> dict[str, Any] | None:
+    """Kueue's configuration when Kueue runs in the cluster (its Workload CRD served and its
+    controller available), else None."""
+    import yaml
+
+    deployment = controller(c)
+    if deployment is not None:
+        namespace = deployment["metadata"].get("namespace", "")
         for (p, ns, _), cm in c.objects.items():
             text = ((cm.get("data") or {}) if p == "configmaps" and ns == namespace else {}).get(
                 "controller_manager_config.yaml"
@@ -116,8 +131,18 @@ def reconcile(c: Cluster, put: Put) -> None:
             continue
         if mine is not None and job_finished(mine) and not condition(wl, "Finished"):
             set_condition(wl, "Finished", "True", "Succeeded", "Job finished")
+    deployment = controller(c)
+    checks.activate(c, deployment is not None and checks.controller_runs(c, deployment))
+    checks.collect(c)
+    for (plural, _, _), wl in sorted(c.objects.items()):
+        if plural == "workloads" and checks.unfinished(wl):
+            _checked(c, cfg, put, wl, jobs)
     pending = sorted(
-        (wl for (p, _, _), wl in c.objects.items() if p == "workloads" and is_pending(wl)),
+        (
+            wl
+            for (p, _, _), wl in c.objects.items()
+            if p == "workloads" and is_pending(wl) and wl["spec"].get("active", True)
+        ),
         key=lambda w: (w["metadata"].get("creationTimestamp", ""), w["metadata"]["name"]),
     )
     for wl in pending:
@@ -237,6 +262,9 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
     if cq is None:
         pending(wl, "Inadmissible", f"ClusterQueue {cq_name} doesn't exist")
         return
+    if checks.inactive(c, cq) is not None:
+        pending(wl, "Inadmissible", f"ClusterQueue {cq_name} is inactive")
+        return
     asked = _requests(c, cfg, wl)
     if isinstance(asked, str):
         pending(wl, "Inadmissible", asked)
@@ -291,6 +319,13 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
                     f"in flavor {rf['metadata']['name']}, {show(more)} more needed"
                 )
                 continue
+            wanted = checks.checks_for(cq, rf["metadata"]["name"])
+            if wanted:
+                # Quota first; placed by topology once the checks have the nodes there.
+                tas = bool((rf.get("spec") or {}).get("topologyName"))
+                usage = _assignment(rf["metadata"]["name"], asked, count)
+                checks.reserve(wl, cq_name, usage, wanted, tas)
+                return
             placed = _place(c, rf, pod_spec, podset, asked, count)
             if isinstance(placed, str):
                 why = placed
@@ -298,6 +333,49 @@ def _admit(c: Cluster, cfg: dict[str, Any], wl: dict[str, Any], jobs: dict[Any, 
             _admitted(c, wl, cq_name, rf, asked, count, placed, jobs)
             return
     pending(wl, "Pending", why)
+
+
+def _checked(
+    c: Cluster, cfg: dict[str, Any], put: Put, wl: dict[str, Any], jobs: dict[Any, Any]
+) -> None:
+    """A workload holding quota while its admission checks run: their progress, then the
+    second pass (placed by topology on the nodes there now), or its quota back."""
+    verdict = checks.progress(c, put, wl)
+    if verdict == "retry":
+        states = wl["status"].get("admissionChecks") or []
+        checks.release(wl, next((s["message"] for s in states if s["state"] == "Retry"), ""))
+        return
+    if verdict == "rejected":
+        states = wl["status"].get("admissionChecks") or []
+        checks.reject(wl, next((s["message"] for s in states if s["state"] == "Rejected"), ""))
+        return
+    if verdict != "ready":
+        return
+    assignment = wl["status"]["admission"]["podSetAssignments"][0]
+    flavor = next(iter((assignment.get("flavors") or {}).values()), "")
+    rf = c.objects.get(("resourceflavors", "", flavor))
+    asked = _requests(c, cfg, wl)
+    if rf is None or isinstance(asked, str):
+        return
+    podset = wl["spec"]["podSets"][0]
+    count = int(podset.get("count", 1))
+    pod_spec = (podset.get("template") or {}).get("spec") or {}
+    placed = _place(c, rf, pod_spec, podset, asked, count)
+    if isinstance(placed, str):
+        set_condition(wl, "Admitted", "False", "UnsatisfiedChecks", placed)
+        return
+    queue = wl["status"]["admission"]["clusterQueue"]
+    _admitted(c, wl, queue, rf, asked, count, placed, jobs)
+
+
+def _assignment(flavor: str, asked: dict[str, Fraction], count: int) -> dict[str, Any]:
+    """A pod set's assignment: its flavor for every resource, what it uses, its count."""
+    return {
+        "name": "main",
+        "flavors": {r: flavor for r in sorted(asked)},
+        "resourceUsage": {r: show(v * count) for r, v in sorted(asked.items())},
+        "count": count,
+    }
 
 
 def _place(
@@ -458,13 +536,10 @@ def _admitted(
     placed: tuple[list[str], list[tuple[str, int]]] | None,
     jobs: dict[Any, Any],
 ) -> None:
-    flavor = rf["metadata"]["name"]
-    assignment: dict[str, Any] = {
-        "name": "main",
-        "flavors": {r: flavor for r in sorted(asked)},
-        "resourceUsage": {r: show(v * count) for r, v in sorted(asked.items())},
-        "count": count,
-    }
+    assignment = _assignment(rf["metadata"]["name"], asked, count)
+    delayed = _assignments(wl)[:1]
+    if delayed and delayed[0].get("delayedTopologyRequest"):
+        assignment["delayedTopologyRequest"] = "Ready"
     if placed is not None:
         levels, nodes = placed
         assignment["topologyAssignment"] = {

@@ -51,3 +51,6 @@ class Cluster:
     version: str = "1.33"
     #: The kinds CustomResourceDefinitions added, by plural.
     crds: dict[str, Crd] = field(default_factory=dict)
+    #: Kueue's pod templates as they started -> whether the ProvisioningRequest API was
+    #: served then (``kube_kueue_checks.controller_runs``).
+    kueue_starts: dict[str, bool] = field(default_factory=dict)

@@ -24,6 +24,9 @@ QUEUED = {
     "localqueues",
     "computedomains",
     "resourceclaimtemplates",
+    "admissionchecks",
+    "provisioningrequestconfigs",
+    "provisioningrequests",
 }
 #: plural -> (group, version, kind, namespaced) of the built-in resources (the version of
 #: ``resource.k8s.io`` is the cluster's: ``dra_version``).
@@ -37,6 +40,7 @@ RESOURCES: dict[str, tuple[str, str, str, bool]] = {
     "serviceaccounts": ("", "v1", "ServiceAccount", True),
     "persistentvolumeclaims": ("", "v1", "PersistentVolumeClaim", True),
     "pods": ("", "v1", "Pod", True),
+    "podtemplates": ("", "v1", "PodTemplate", True),
     "daemonsets": ("apps", "v1", "DaemonSet", True),
     "deployments": ("apps", "v1", "Deployment", True),
     "statefulsets": ("apps", "v1", "StatefulSet", True),

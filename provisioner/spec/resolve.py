@@ -66,28 +66,40 @@ def _fsx(fsx: FsxLustre) -> FsxLustre:
     )
 
 
-def _scales_down(spec: ClusterSpec, scheduler: str) -> bool:
-    """cost.idle with scale-down on Slurm: its on-demand and spot pools power down to zero
-    when idle, unless the spec keeps a minCount."""
+def _scales_down(spec: ClusterSpec) -> bool:
+    """cost.idle with scale-down: the on-demand and spot pools shrink to zero when idle
+    (Slurm's power saving; on EKS, the Cluster Autoscaler), unless the spec keeps a
+    minCount."""
     idle = spec.cost.idle
-    return idle is not None and idle.action == "scale-down" and scheduler == "slurm"
+    return idle is not None and idle.action == "scale-down"
 
 
-def _min_count(pool: GpuPool, scales_down: bool) -> int:
+def shrinks(pool: GpuPool, scheduler: str, catalog: Catalog) -> bool:
+    """True when ``pool``'s idle nodes are removed under cost.idle scale-down: an on-demand
+    or spot pool (reserved capacity is paid anyway); on EKS not an UltraServer pool, whose
+    IMEX ComputeDomain the Cluster Autoscaler cannot simulate for a node it has not made."""
+    if pool.capacity.type not in ("on-demand", "spot"):
+        return False
+    itype = catalog.get(pool.instance_type)
+    return scheduler == "slurm" or not (itype is not None and itype.ultra_server)
+
+
+def _min_count(pool: GpuPool, shrinking: bool) -> int:
     if pool.min_count is not None:
         return pool.min_count
-    if scales_down and pool.capacity.type in ("on-demand", "spot"):
-        return 0  # every node dynamic: Slurm powers it down once idle, up when work comes
+    if shrinking:
+        return 0  # every node dynamic: removed once idle, back when work comes
     return pool.count
 
 
 def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -> ClusterSpec:
     """Return the spec with every derived default filled in (and ``scheduler`` applied)."""
-    scales_down = _scales_down(spec, scheduler or spec.scheduler)
+    scales_down = _scales_down(spec)
+    where = scheduler or spec.scheduler
     pools = [
         pool.model_copy(
             update={
-                "min_count": _min_count(pool, scales_down),
+                "min_count": _min_count(pool, scales_down and shrinks(pool, where, catalog)),
                 "efa": pool_efa(pool, catalog),
                 "placement_group": pool_placement_group(pool, catalog),
             }
@@ -116,7 +128,8 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
     slurm = spec.slurm
     idle = spec.cost.idle
     after = seconds(idle.after) if idle is not None else None
-    if scales_down and after is not None and "scaledown_idletime" not in slurm.model_fields_set:
+    slurm_idle = scales_down and where == "slurm"
+    if slurm_idle and after is not None and "scaledown_idletime" not in slurm.model_fields_set:
         # Slurm's own idle time (ParallelCluster's ScaledownIdletime, PCS's
         # scaleDownIdleTimeInSeconds) is what powers the idle nodes down.
         slurm = slurm.model_copy(update={"scaledown_idletime": max(1, after // 60)})

@@ -21,6 +21,7 @@ from provisioner.blueprint.infra import INLINE, ROLES
 from tests.engine.harness import ROOT, Sandbox, owned, raw_leftovers, region_of, spec_file
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+AUTOSCALED = ROOT / "tests/data/specs/eks-autoscaled.yaml"
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 SKIPS: dict[str, dict[str, object]] = yaml.safe_load(
     (ROOT / "tests/data/checkov-skips.yaml").read_text()
@@ -59,7 +60,10 @@ def _render(tmp: Path, example: Path, scheduler: str) -> Path:
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
     tmp = tmp_path_factory.mktemp("rendered")
-    return {(e.stem, s): _render(tmp, e, s) for e in EXAMPLES for s in ("slurm", "kubernetes")}
+    out = {(e.stem, s): _render(tmp, e, s) for e in EXAMPLES for s in ("slurm", "kubernetes")}
+    # Idle nodes removed on EKS: the Cluster Autoscaler's manifests, which no example has.
+    out[(AUTOSCALED.stem, "kubernetes")] = _render(tmp, AUTOSCALED, "kubernetes")
+    return out
 
 
 def _files(folder: Path) -> Iterator[Path]:

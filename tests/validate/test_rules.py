@@ -175,10 +175,10 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     (
         "cost-idle",
-        "eks-scale-down",
+        "eks-nothing-to-scale",
         [(("scheduler",), "kubernetes"), (("cost",), {"idle": {"action": "scale-down"}})],
         "cost.idle.action",
-        "error",
+        "warning",
     ),
     (
         "cost-idle",
@@ -1133,6 +1133,15 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("capacity-block", "no-signal", [((*POOL, "capacity", "checkpointSignal"), "none")]),
     ("cost-idle", "alert", [(("cost",), {"idle": {"after": "2h"}})]),
     ("cost-idle", "scale-down", [ON_DEMAND, (("cost",), {"idle": {"action": "scale-down"}})]),
+    (
+        "cost-idle",
+        "eks-scale-down",
+        [
+            ON_DEMAND,
+            (("scheduler",), "kubernetes"),
+            (("cost",), {"idle": {"action": "scale-down"}}),
+        ],
+    ),
     (
         "cost-idle",
         "same-idle-time",

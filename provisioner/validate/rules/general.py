@@ -12,6 +12,7 @@ from provisioner.spec import defaults
 from provisioner.spec.durations import seconds
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem, suggest
+from provisioner.spec.resolve import shrinks
 from provisioner.validate.rules.registry import RuleContext, rule
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{2,39}$")
@@ -488,10 +489,10 @@ IDLE_MIN_SECONDS = 10 * 60
 
 @rule("cost-idle")
 def cost_idle(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
-    """cost.idle.after is a duration of 10 minutes or more; scale-down is Slurm's (its own
-    power saving, with nothing for it to act on when every pool is reserved or held at its
-    full count), and it sets Slurm's idle time, which slurm.scaledownIdletime must then not
-    contradict."""
+    """cost.idle.after is a duration of 10 minutes or more. scale-down needs a pool to act on
+    (reserved capacity is paid anyway; a pool held at its full count by minCount has nothing
+    to remove); on Slurm it sets Slurm's idle time, which slurm.scaledownIdletime must then
+    not contradict; on EKS the Cluster Autoscaler removes the idle nodes."""
     idle = spec.cost.idle
     if idle is None:
         return
@@ -506,21 +507,13 @@ def cost_idle(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
         )
     if idle.action != "scale-down":
         return
-    if ctx.scheduler != "slurm":
-        yield Problem(
-            "cost-idle",
-            "scale-down needs something to remove idle nodes, and fmctl's EKS node groups "
-            "have no autoscaler",
-            (*where, "action"),
-            hint="use action: alert (GpuNodeIdle fires), or lower the pool's count when it idles",
-        )
-        return
     explicit = "scaledown_idletime" in spec.slurm.model_fields_set
-    if after is not None and explicit and spec.slurm.scaledown_idletime * 60 != after:
+    minutes = spec.slurm.scaledown_idletime
+    if ctx.scheduler == "slurm" and explicit and after is not None and minutes * 60 != after:
         yield Problem(
             "cost-idle",
-            f"slurm.scaledownIdletime ({spec.slurm.scaledown_idletime} min) and "
-            f"cost.idle.after ({idle.after}) both set when Slurm powers idle nodes down",
+            f"slurm.scaledownIdletime ({minutes} min) and cost.idle.after ({idle.after}) both "
+            "set when Slurm powers idle nodes down",
             ("slurm", "scaledownIdletime"),
             hint="remove slurm.scaledownIdletime: with action scale-down, cost.idle.after sets it",
             related=((*where, "after"),),
@@ -528,13 +521,14 @@ def cost_idle(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     shrinkable = [
         p
         for p in spec.compute.gpu_pools
-        if p.capacity.type in ("on-demand", "spot") and (p.min_count or 0) < p.count
+        if shrinks(p, ctx.scheduler, ctx.catalog) and (p.min_count or 0) < p.count
     ]
     if not shrinkable:
+        ultra = "" if ctx.scheduler == "slurm" else ", or an UltraServer pool on EKS"
         yield Problem(
             "cost-idle",
             "no pool can scale down: each is reserved capacity (paid anyway: it only alerts) "
-            "or keeps its full count with minCount",
+            f"or keeps its full count with minCount{ultra}",
             (*where, "action"),
             hint="an on-demand or spot pool without minCount (or a lower one) scales down",
             level="warning",
