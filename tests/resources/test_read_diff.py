@@ -570,6 +570,80 @@ def test_node_auto_repair_changes_in_place() -> None:
     assert NodeRepair.of({"enabled": False, "maxParallelNodesRepairedCount": 3}) == NodeRepair()
 
 
+def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags() -> None:
+    """A pool the Cluster Autoscaler sizes: its group's tags are read (one
+    DescribeAutoScalingGroups), the desired size it set is kept (only a size outside the
+    bounds is changed), and the tags fmctl wants are what differs."""
+    import dataclasses
+
+    asg = "eks-gpu-12c6f1f2-4b4e-4d8a-9a3f-0123456789ab"
+    aws = RecordedAws("us-west-2")
+    cluster = example("eks", "DescribeCluster")
+    cluster["cluster"]["name"] = CLUSTER
+    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    aws.answer("eks", "DescribeCluster", cluster)
+    aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
+    described = _nodegroup(
+        scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 1},
+        labels={"fmctl.dev/pool": "gpu", "k8s.amazonaws.com/accelerator": "nvidia-h200"},
+        resources={"autoScalingGroups": [{"name": asg}]},
+    )
+    aws.answer("eks", "DescribeNodegroup", described)
+    group = {
+        "AutoScalingGroupName": asg,
+        "MinSize": 0,
+        "MaxSize": 4,
+        "DesiredCapacity": 1,
+        "DefaultCooldown": 300,
+        "AvailabilityZones": ["us-west-2a"],
+        "HealthCheckType": "EC2",
+        "CreatedTime": "2026-11-30T10:00:00Z",
+        "Tags": [
+            {
+                "ResourceId": asg,
+                "ResourceType": "auto-scaling-group",
+                "Key": k,
+                "Value": v,
+                "PropagateAtLaunch": False,
+            }
+            for k, v in (
+                ("fmctl.dev/autoscaler", CLUSTER),
+                ("k8s.io/cluster-autoscaler/node-template/label/fmctl.dev/pool", "gpu"),
+                ("eks:nodegroup-name", "gpu"),  # EKS's own: not fmctl's to keep
+            )
+        ],
+    }
+    aws.answer("autoscaling", "DescribeAutoScalingGroups", {"AutoScalingGroups": [group]})
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
+    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    wanted = (
+        ("fmctl.dev/autoscaler", CLUSTER),
+        ("k8s.io/cluster-autoscaler/node-template/label/fmctl.dev/pool", "gpu"),
+        ("k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu", "8"),
+    )
+    params = dataclasses.replace(
+        _ng_params(4, "p5en.48xlarge"),
+        scaling=Scaling(0, 4, 4),
+        labels=(("fmctl.dev/pool", "gpu"), ("k8s.amazonaws.com/accelerator", "nvidia-h200")),
+        asg_tags=wanted,
+    )
+    observed = Nodegroup().read(ctx, "nodegroup/gpu", params)
+    aws.done()
+    assert observed is not None and observed.live.scaling == Scaling(0, 4, 1)
+    assert observed.live.asg_tags == frozenset(wanted[:2])  # EKS's tag is not fmctl's
+    changes = Nodegroup().diff(ctx, "nodegroup/gpu", params, observed)
+    assert [c.path for c in changes] == ["asg_tags"], changes  # the size is the autoscaler's
+    shrunk = dataclasses.replace(params, scaling=Scaling(0, 0, 0))  # max below the size
+    assert _fields(Nodegroup().diff(ctx, "nodegroup/gpu", shrunk, observed))[
+        "scaling.desired_size"
+    ] == (1, 0, How.UPDATE)
+    # Not autoscaled any more: the tags go, and the spec's size is back.
+    fixed = dataclasses.replace(params, asg_tags=(), scaling=Scaling(4, 4, 4))
+    paths = {c.path for c in Nodegroup().diff(ctx, "nodegroup/gpu", fixed, observed)}
+    assert {"asg_tags", "scaling.desired_size", "scaling.min_size"} <= paths
+
+
 def test_addon_follows_the_default_of_the_spec_version() -> None:
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
