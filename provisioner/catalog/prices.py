@@ -18,6 +18,11 @@ Sources:
   regions' rates dynamically, so none is recorded.
 - EKS control plane: the EKS pricing page, $0.10 per cluster-hour in standard support and
   $0.60 in extended support (``eks_versions``).
+- KMS key: the AWS KMS pricing page, "Each AWS KMS key that you create in AWS KMS costs
+  $1/month (prorated hourly)", the same for every kind of key; with automatic rotation on,
+  each newly generated backing key adds $1/month (a key's first rotation is a year after it
+  is made). Read 2026-12-05. An hour is a month's share over an average month:
+  $1 x 12 / 8,760 hours.
 
 The Price List query recipe (``ec2_filters``): one instance type's hourly rate needs eight
 attributes fixed, not the seven usually quoted. ``licenseModel`` tells apart SKUs that share
@@ -47,6 +52,7 @@ Market = Literal["OnDemand", "Spot", "CapacityBlock"]
 _EC2_OFFER = "AWS Price List, AmazonEC2 offer file 20260910195514 (2026-09-10)"
 _VPC_PAGE = "Amazon VPC pricing page, NAT gateway example (read 2026-09-20)"
 _EKS_PAGE = "Amazon EKS pricing page (eks_versions)"
+_KMS_PAGE = "AWS KMS pricing page: $1 per key-month, prorated hourly (read 2026-12-05)"
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,9 @@ INSTANCE_HOURLY: dict[tuple[str, str, Market], ShippedPrice] = {
 NAT_GATEWAY_HOURLY: dict[str, ShippedPrice] = {
     "us-east-2": ShippedPrice(0.045, _VPC_PAGE),
 }
+
+#: One customer managed KMS key, every commercial region alike ($1 a month, by the hour).
+KMS_KEY_HOURLY = ShippedPrice(round(12 / 8760, 6), _KMS_PAGE)
 
 #: EKS support -> one cluster's hourly charge, every commercial region alike.
 EKS_CLUSTER_HOURLY: dict[str, ShippedPrice] = {

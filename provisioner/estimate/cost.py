@@ -40,6 +40,11 @@ class EksControlPlane:
 
 
 @dataclass(frozen=True)
+class KmsKey:
+    """One customer managed KMS key (its storage; requests are billed per 10,000 on top)."""
+
+
+@dataclass(frozen=True)
 class Unpriceable:
     """A part fmctl knows is billed but has no source to price it from yet."""
 
@@ -47,7 +52,7 @@ class Unpriceable:
     why: str
 
 
-Product = Instance | NatGateway | EksControlPlane | Unpriceable
+Product = Instance | NatGateway | EksControlPlane | KmsKey | Unpriceable
 
 
 @dataclass(frozen=True)
@@ -211,9 +216,9 @@ def billable_parts(
     spec: ClusterSpec, kinds: dict[str, str], today: date, eks_policy: str = "STANDARD"
 ) -> list[Part]:
     """What in the plan AWS bills by the hour: the GPU pools, the head, login and system
-    nodes, the NAT gateways, the file system fmctl makes, the EKS control plane and the PCS
-    controller. ``kinds``: the plan's resource ids and their kinds; ``eks_policy``: the EKS
-    cluster's upgradePolicy.supportType."""
+    nodes, the NAT gateways, the file system fmctl makes, the EKS control plane, the PCS
+    controller and the KMS keys. ``kinds``: the plan's resource ids and their kinds;
+    ``eks_policy``: the EKS cluster's upgradePolicy.supportType."""
     parts: list[Part] = []
     head_type = spec.compute.head_node.instance_type
     by_kind: dict[str, list[str]] = {}
@@ -227,6 +232,15 @@ def billable_parts(
         support = release.billed(today, eks_policy) if release else "standard"
         parts.append(
             Part(rid, f"EKS control plane ({version}, {support} support)", EksControlPlane(support))
+        )
+    for rid in by_kind.get("kms-key", []):
+        parts.append(
+            Part(
+                rid,
+                "KMS key",
+                KmsKey(),
+                note="with its yearly rotation, each new backing key adds as much again",
+            )
         )
     for rid in by_kind.get("parallelcluster", []):
         parts.append(
@@ -329,6 +343,8 @@ class ShippedBook:
         elif isinstance(product, EksControlPlane):
             found = prices.EKS_CLUSTER_HOURLY.get(product.support)
             what = f"EKS {product.support} support"
+        elif isinstance(product, KmsKey):
+            found, what = prices.KMS_KEY_HOURLY, "a KMS key"
         else:
             return Unpriced(product.why)
         if found is None:

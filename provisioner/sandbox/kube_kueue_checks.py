@@ -174,13 +174,21 @@ def _request_name(wl: dict[str, Any], check: str, attempt: int) -> str:
     return f"{wl['metadata']['name']}-{check}-{attempt}"[:253]
 
 
-def _owner(obj: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"].get("uid", ""),
+def _made_for(wl: dict[str, Any], name: str) -> dict[str, Any]:
+    """The metadata of an object the controller makes for workload ``wl``: its label, and
+    the workload as its controlling owner (it goes with the workload)."""
+    owner = {
+        "apiVersion": wl["apiVersion"],
+        "kind": wl["kind"],
+        "name": wl["metadata"]["name"],
+        "uid": wl["metadata"].get("uid", ""),
         "controller": True,
+    }
+    return {
+        "name": name,
+        "namespace": wl["metadata"]["namespace"],
+        "labels": {"kueue.x-k8s.io/managed": "true"},
+        "ownerReferences": [owner],
     }
 
 
@@ -205,12 +213,7 @@ def _make_request(
             {
                 "apiVersion": "v1",
                 "kind": "PodTemplate",
-                "metadata": {
-                    "name": pt_name,
-                    "namespace": ns,
-                    "labels": {"kueue.x-k8s.io/managed": "true"},
-                    "ownerReferences": [_owner(wl)],
-                },
+                "metadata": _made_for(wl, pt_name),
                 "template": template,
             },
         )
@@ -222,12 +225,7 @@ def _make_request(
         {
             "apiVersion": REQUEST_API,
             "kind": "ProvisioningRequest",
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {"kueue.x-k8s.io/managed": "true"},
-                "ownerReferences": [_owner(wl)],
-            },
+            "metadata": _made_for(wl, name),
             "spec": {
                 "provisioningClassName": spec_config.get("provisioningClassName", ""),
                 "parameters": dict(spec_config.get("parameters") or {}),

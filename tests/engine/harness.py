@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -462,3 +463,25 @@ def head_node_instance(sandbox: Sandbox, region: str, name: str, cidr: str) -> s
         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
     )
     return str(made["Instances"][0]["InstanceId"])
+
+
+def until(what: str, probe: Any, seconds: float = 30.0, every: float = 0.2) -> Any:
+    """What ``probe`` returns once it is truthy; an AssertionError naming ``what`` when it
+    is not within ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        found = probe()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def quick_torchrun(sandbox: Sandbox, tmp: Path) -> None:
+    """Node tools whose torchrun ends at once (the sandbox has no GPUs)."""
+    folder = tmp / "tools"
+    folder.mkdir()
+    torchrun = folder / "torchrun"
+    torchrun.write_text("#!/bin/sh\nexit 0\n")
+    torchrun.chmod(0o755)
+    sandbox.node_tools(folder)

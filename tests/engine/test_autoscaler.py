@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,15 @@ from provisioner.catalog import load_catalog
 from provisioner.render import render
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
-from tests.engine.harness import Sandbox, kube_client, raw_leftovers, region_of, spec_file
+from tests.engine.harness import (
+    Sandbox,
+    kube_client,
+    quick_torchrun,
+    raw_leftovers,
+    region_of,
+    spec_file,
+    until,
+)
 
 NAME = "e2e-autoscale"
 POOL = "gpu"
@@ -39,16 +46,6 @@ def _spec(tmp: Path) -> Path:
     path = tmp / f"{NAME}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def _until(what: str, probe: Any, seconds: float = 60.0) -> Any:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _pool_nodes(sandbox: Sandbox, region: str) -> list[str]:
@@ -87,20 +84,10 @@ def _nccl(spec: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(files["kubernetes/nccl-test/job.yaml"]) if d]
 
 
-def _tools(sandbox: Sandbox, tmp: Path) -> None:
-    """Node tools whose torchrun ends at once (the sandbox has no GPUs)."""
-    folder = tmp / "tools"
-    folder.mkdir()
-    torchrun = folder / "torchrun"
-    torchrun.write_text("#!/bin/sh\nexit 0\n")
-    torchrun.chmod(0o755)
-    sandbox.node_tools(folder)
-
-
 def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     region = region_of(spec)
-    _tools(sandbox, tmp_path)
+    quick_torchrun(sandbox, tmp_path)
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
@@ -135,8 +122,8 @@ def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_p
 
         # The pool runs nothing: after cost.idle.after (10 minutes, on the sandbox's clock)
         # the autoscaler removes both nodes, to the group's minimum of 0.
-        _until("the idle nodes to go", lambda: _desired(sandbox, region) == 0)
-        _until("the nodes to leave", lambda: _pool_nodes(sandbox, region) == [])
+        until("the idle nodes to go", lambda: _desired(sandbox, region) == 0, 60)
+        until("the nodes to leave", lambda: _pool_nodes(sandbox, region) == [], 60)
         assert "removed" in _status(sandbox, region)
 
         # A job queued for the pool: Kueue reserves its quota, asks for its two nodes with a
@@ -167,7 +154,7 @@ def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_p
                 done = states.get("Admitted", {}).get("status") == "True"
                 return wl if done else None
 
-            wl = _until("the job's admission", admitted, 120)
+            wl = until("the job's admission", admitted, 120)
             (check_state,) = wl["status"]["admissionChecks"]
             assert check_state["name"] == "fmctl-capacity" and check_state["state"] == "Ready"
             requests = api.list("autoscaling.x-k8s.io/v1", "ProvisioningRequest", "training")
@@ -188,13 +175,13 @@ def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_p
                 conditions = (job.get("status") or {}).get("conditions") or []
                 return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
 
-            _until("the job to finish", finished, 120)
+            until("the job to finish", finished, 120)
         finally:
             api.close()
 
         # Idle again: once the capacity's booking ends and the nodes have been unneeded long
         # enough, they go again.
-        _until("the nodes to go again", lambda: _desired(sandbox, region) == 0, 120)
+        until("the nodes to go again", lambda: _desired(sandbox, region) == 0, 120)
 
         # A later `up` leaves the autoscaler's size alone (0 of 2, within the bounds).
         plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
@@ -247,9 +234,10 @@ def test_the_autoscaler_can_scale_only_what_its_role_allows(
             PolicyName=policy,
             PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": reads}),
         )
-        said = _until(
+        said = until(
             "the autoscaler to be refused",
             lambda: "AccessDenied" in (text := _status(sandbox, region)) and text,
+            60,
         )
         assert "autoscaling:terminateInstanceInAutoScalingGroup" in said
         assert _desired(sandbox, region) == 2 and len(_pool_nodes(sandbox, region)) == 2
@@ -258,7 +246,7 @@ def test_the_autoscaler_can_scale_only_what_its_role_allows(
         again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "iam/cluster-autoscaler" in again.stdout
-        _until("the idle nodes to go", lambda: _desired(sandbox, region) == 0)
+        until("the idle nodes to go", lambda: _desired(sandbox, region) == 0, 60)
     finally:
         down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file
-from tests.engine.test_kueue import _docs, _rendered, _state, _until, _workloads
+from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file, until
+from tests.engine.test_kueue import _docs, _rendered, _state, _workloads
 from tests.engine.test_pcs import pcs_spec
 from tests.tools.fake_slurm import calls, login_slurm
 
@@ -296,7 +296,7 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
             ]
             return found[0] if found and "QuotaReserved" in _state(found[0]) else None
 
-        held = _state(_until("the NCCL test's workload", nccl))
+        held = _state(until("the NCCL test's workload", nccl))
         assert "Admitted" not in held and held["QuotaReserved"]["status"] == "False", held
         assert "doesn't allow to fit any of 2 pod(s)" in held["QuotaReserved"]["message"], held
         assert (
@@ -316,7 +316,7 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         t60 = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(end - 3600))
         assert moved["ScheduleExpression"] == f"at({t60})"
         # ...and the job that waited is admitted into the block.
-        wl = _until("the NCCL test's admission", lambda: "Admitted" in _state(nccl() or {}))
+        wl = until("the NCCL test's admission", lambda: "Admitted" in _state(nccl() or {}))
         assert wl
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")

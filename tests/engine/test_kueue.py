@@ -12,7 +12,6 @@ values and the objects fmctl writes are the real ones.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from provisioner.render.queueing import ULTRASERVER_LABEL
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, kube_client, owned, region_of
+from tests.engine.harness import Sandbox, kube_client, owned, quick_torchrun, region_of, until
 
 B300 = ROOT / "examples/p6-b300-eks-capacity-block.yaml"
 GB200 = ROOT / "tests/data/specs/gb200-eks.yaml"
@@ -61,16 +60,6 @@ def _state(wl: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (wl.get("status") or {}).get("conditions") or []}
 
 
-def _until(what: str, probe: Any, seconds: float = 30.0) -> Any:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_kueue_admits_the_nccl_test_as_one_gang_in_topology_order(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -103,7 +92,7 @@ def test_kueue_admits_the_nccl_test_as_one_gang_in_topology_order(
             ]
             return found[0] if found and "Admitted" in _state(found[0]) else None
 
-        wl = _until("the NCCL test's admission", admitted)
+        wl = until("the NCCL test's admission", admitted)
         assignment = wl["status"]["admission"]["podSetAssignments"][0]
         assert assignment["count"] == 2 and assignment["flavors"]["nvidia.com/gpu"] == "b300"
         pods = {
@@ -160,16 +149,6 @@ def test_kueue_admits_the_nccl_test_as_one_gang_in_topology_order(
     assert owned(sandbox, name, region) == []
 
 
-def _tools(sandbox: Sandbox, tmp: Path) -> None:
-    """Node tools whose torchrun ends at once (the sandbox has no GPUs)."""
-    folder = tmp / "tools"
-    folder.mkdir()
-    torchrun = folder / "torchrun"
-    torchrun.write_text("#!/bin/sh\nexit 0\n")
-    torchrun.chmod(0o755)
-    sandbox.node_tools(folder)
-
-
 def test_gb200_jobs_get_a_compute_domain_across_their_ultraserver(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
@@ -180,7 +159,7 @@ def test_gb200_jobs_get_a_compute_domain_across_their_ultraserver(
     assert up.returncode == 0, up.stdout + up.stderr
     assert "applied 22 objects of nvidia-dra-driver-gpu 25.12.0" in up.stdout
     api = kube_client(sandbox, name, region, "kubectl")
-    _tools(sandbox, tmp_path)
+    quick_torchrun(sandbox, tmp_path)
     try:
         # Every GB200 node carries its UltraServer (the capacityBlockId EC2 gives it).
         gb200 = api.list("v1", "Node", selector="fmctl.dev/pool=nvl72")
@@ -204,7 +183,7 @@ def test_gb200_jobs_get_a_compute_domain_across_their_ultraserver(
             nodes = ((domain or {}).get("status") or {}).get("nodes") or []
             return domain if len(nodes) == 2 else None
 
-        domain = _until("the ComputeDomain's two nodes", formed)
+        domain = until("the ComputeDomain's two nodes", formed)
         pods = api.list("v1", "Pod", "training", "batch.kubernetes.io/job-name=nccl-allreduce")
         ran_on = sorted(p["spec"]["nodeName"] for p in pods)
         assert sorted(n["name"] for n in domain["status"]["nodes"]) == ran_on
@@ -239,7 +218,7 @@ def test_gb200_jobs_get_a_compute_domain_across_their_ultraserver(
             said = _state(found[0]).get("QuotaReserved", {}) if found else {}
             return str(said.get("message", "")) or None
 
-        assert "DeviceClass compute-domain-default-channel.nvidia.com is not mapped" in _until(
+        assert "DeviceClass compute-domain-default-channel.nvidia.com is not mapped" in until(
             "Kueue's refusal", refused
         )
         status = sandbox.fmctl("status", name, "--region", region, "--sandbox", "-o", "json")

@@ -128,12 +128,17 @@ def test_every_billable_part_of_an_eks_plan_is_listed() -> None:
         "nodegroup/train",
         "nodegroup/spare",
         "fsx",
+        "kms/secrets",
     }
     assert parts["nodegroup/train"].product == Instance("p5.48xlarge", "OnDemand")
     assert (parts["nodegroup/train"].count, parts["nodegroup/train"].idle_count) == (4, 1)
     assert parts["nodegroup/spare"].product == Instance("p5.48xlarge", "Spot")
     assert parts["eks"].product == EksControlPlane("standard")
     assert isinstance(parts["fsx"].product, Unpriceable)
+    # The secrets key: $1 a key-month, by the hour (the KMS pricing page).
+    kms = ShippedBook().quote("us-east-1", parts["kms/secrets"].product)
+    assert isinstance(kms, Quote) and kms.usd_per_hour == pytest.approx(1 / 730, rel=1e-3)
+    assert "KMS pricing page" in kms.source
 
 
 def test_a_version_past_standard_support_is_billed_extended_only_under_extended() -> None:

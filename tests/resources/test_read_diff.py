@@ -508,16 +508,17 @@ def _ng_params(count: int, instance_type: str) -> NodegroupParams:
     )
 
 
-def _nodegroup_world() -> tuple[RecordedAws, Context]:
+def _nodegroup_world(described: dict[str, Any] | None = None) -> tuple[RecordedAws, Context]:
     """AWS answering for one EKS cluster of ours with one node group ``gpu`` (as
-    ``_nodegroup`` describes it), and a run context with its subnet and role made."""
+    ``described``, else ``_nodegroup``, describes it), and a run context with its subnet and
+    role made."""
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
     cluster["cluster"]["name"] = CLUSTER
     cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
     aws.answer("eks", "DescribeCluster", cluster)
     aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
-    aws.answer("eks", "DescribeNodegroup", _nodegroup())
+    aws.answer("eks", "DescribeNodegroup", described or _nodegroup())
     ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
     ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
@@ -577,18 +578,12 @@ def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags(
     import dataclasses
 
     asg = "eks-gpu-12c6f1f2-4b4e-4d8a-9a3f-0123456789ab"
-    aws = RecordedAws("us-west-2")
-    cluster = example("eks", "DescribeCluster")
-    cluster["cluster"]["name"] = CLUSTER
-    cluster["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
-    aws.answer("eks", "DescribeCluster", cluster)
-    aws.answer("eks", "ListNodegroups", {"nodegroups": ["gpu"]})
     described = _nodegroup(
         scalingConfig={"minSize": 0, "maxSize": 4, "desiredSize": 1},
         labels={"fmctl.dev/pool": "gpu", "k8s.amazonaws.com/accelerator": "nvidia-h200"},
         resources={"autoScalingGroups": [{"name": asg}]},
     )
-    aws.answer("eks", "DescribeNodegroup", described)
+    aws, ctx = _nodegroup_world(described)
     group = {
         "AutoScalingGroupName": asg,
         "MinSize": 0,
@@ -614,9 +609,6 @@ def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags(
         ],
     }
     aws.answer("autoscaling", "DescribeAutoScalingGroups", {"AutoScalingGroups": [group]})
-    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
-    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
-    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
     wanted = (
         ("fmctl.dev/autoscaler", CLUSTER),
         ("k8s.io/cluster-autoscaler/node-template/label/fmctl.dev/pool", "gpu"),
