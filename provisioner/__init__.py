@@ -4,8 +4,9 @@ The import package is ``provisioner``; the command is ``fmctl``. Importing this 
 must stay cheap: heavy SDKs (boto3, kubernetes, pcluster) load only where they are used.
 
 It holds the version and the root of fmctl's one error family, ``FmctlError``: every layer
-derives its failures from it (the drivers and the sandbox too, which import nothing else of
-fmctl), since this module is loaded before any of theirs anyway.
+derives its failures from it (the drivers too, which import nothing else of fmctl), since
+this module is loaded before any of theirs anyway. The sandbox, a program of its own,
+derives nothing from it.
 """
 
 from typing import ClassVar

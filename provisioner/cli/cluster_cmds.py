@@ -308,7 +308,7 @@ def sandbox_fault(
     rehearse the health loop: `fmctl health NAME --sandbox` shows each step. On a PCS
     cluster NODE is a compute node group's instance (i-...), and the group's health
     monitoring acts on it as its repairAction (spec health.repair) says."""
-    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.errors import SandboxError, as_error
     from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_fault as inject
@@ -337,7 +337,7 @@ def sandbox_fault(
         _fail(
             str(exc),
             "`fmctl up --sandbox` starts the sandbox; --region names the cluster's",
-            exc.kind,
+            as_error(exc, "fmctl sandbox").kind,
         )
     click.echo(said)
 
@@ -351,7 +351,7 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
     """Set what cluster NAME has spent, as AWS Budgets sees it, to USD: the notifications of
     its budget (cost.budget) that this crosses go out, as AWS would send them. To rehearse a
     budget: `up --sandbox` a spec with cost.budget, then spend past its limit."""
-    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.errors import SandboxError, as_error
     from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_spend as spend
@@ -360,7 +360,11 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
     try:
         sent = spend(home, name, resolve_region(region, name, home, True), usd)
     except (RegionUnknown, SandboxError) as exc:
-        _fail(str(exc), "`fmctl up --sandbox` a spec with cost.budget first", exc.kind)
+        _fail(
+            str(exc),
+            "`fmctl up --sandbox` a spec with cost.budget first",
+            as_error(exc, "fmctl sandbox").kind,
+        )
     if not sent:
         click.echo("no notification crossed its threshold")
     for item in sent:
@@ -375,7 +379,7 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
     schedules then due run, and EC2's Capacity Block warnings then due reach the rules that
     match, as AWS would run them. To rehearse a ttl: `up --sandbox` a spec with
     metadata.ttl, advance past it, and its node groups are at zero."""
-    from provisioner.ops.errors import SandboxError
+    from provisioner.ops.errors import SandboxError, as_error
     from provisioner.ops.gc import parse_age
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_advance as advance
@@ -386,7 +390,9 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
     try:
         runs = advance(home_of(state_dir), float(seconds))
     except SandboxError as exc:
-        _fail(str(exc), "`fmctl up --sandbox` starts the sandbox", exc.kind)
+        _fail(
+            str(exc), "`fmctl up --sandbox` starts the sandbox", as_error(exc, "fmctl sandbox").kind
+        )
     if not runs:
         click.echo("no schedule or event was due")
     for run in runs:

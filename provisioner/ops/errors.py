@@ -22,12 +22,20 @@ __all__ = [
     "LeaseLost",
     "LockHeld",
     "SandboxError",
+    "SandboxUnavailable",
     "StateConflict",
     "StateError",
     "Unexpected",
     "as_error",
     "explain",
 ]
+
+
+class SandboxUnavailable(FmctlError):
+    """The sandbox's emulator could not be started or reached (its ``SandboxError``: the
+    sandbox, a separate program, derives nothing from fmctl)."""
+
+    default_hint = "its log is sandbox/server.log under FMCTL_HOME (~/.fmctl by default)"
 
 
 class Unexpected(FmctlError):
@@ -41,6 +49,8 @@ def as_error(exc: BaseException, doing: str) -> FmctlError:
     """``exc``, met while ``doing``, as one of fmctl's errors."""
     if isinstance(exc, FmctlError) and not isinstance(exc, AwsError):
         return exc
+    if isinstance(exc, SandboxError):
+        return SandboxUnavailable(str(exc))
     translated = translate(exc, doing)
     if isinstance(exc, AwsError) or translated.code is not None or translated.hint is not None:
         return translated

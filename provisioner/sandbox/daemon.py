@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from provisioner import FmctlError
 from provisioner.sandbox.protocol import SANDBOX_SERVICE
 from provisioner.sandbox.sigv4 import Credentials
 
@@ -28,10 +27,9 @@ from provisioner.sandbox.sigv4 import Credentials
 DEFAULT_SCALE = 0.005
 
 
-class SandboxError(FmctlError):
-    """The emulator could not be started or reached."""
-
-    default_hint = "its log is sandbox/server.log under FMCTL_HOME (~/.fmctl by default)"
+class SandboxError(Exception):
+    """The emulator could not be started or reached (the CLI reports it as one of fmctl's
+    errors: ``ops.errors.as_error``; the sandbox imports nothing of fmctl)."""
 
 
 #: The module a sandbox server runs (tests run their double of it, around the same app).

@@ -26,6 +26,9 @@ OUTSIDE = {
     "provisioner.sandbox.pcs_model.PcsError": "an emulated API's error response",
     # The emulator's client hung up mid-request: the server drops the connection.
     "provisioner.sandbox.server.ClientGone": "the emulator's own connection handling",
+    # The emulator, a separate program that imports nothing of fmctl: the CLI reports its
+    # failure to start as ops.errors.SandboxUnavailable (as_error).
+    "provisioner.sandbox.daemon.SandboxError": "reported as SandboxUnavailable",
     # Caught inside the spec loader and turned into a located problem.
     "provisioner.spec.source._BuildError": "becomes a located validation problem",
 }
@@ -87,6 +90,12 @@ def _client_error() -> BaseException:
     )
 
 
+def _sandbox_error() -> BaseException:
+    from provisioner.sandbox.daemon import SandboxError
+
+    return SandboxError("the sandbox did not start")
+
+
 @pytest.mark.parametrize(
     ("raised", "kind", "message", "hint"),
     [
@@ -99,8 +108,9 @@ def _client_error() -> BaseException:
         (FmctlBug("a loop in the graph"), "FmctlBug", "a loop in the graph", BUG_HINT),
         (KeyError("zone"), "Unexpected", "fmctl status: KeyError: 'zone'", "FMCTL_DEBUG=1"),
         (_client_error(), "AwsError", "UnauthorizedOperation: not allowed", None),
+        (_sandbox_error(), "SandboxUnavailable", "the sandbox did not start", "server.log"),
     ],
-    ids=["own-kind", "bug", "unexpected", "aws"],
+    ids=["own-kind", "bug", "unexpected", "aws", "sandbox"],
 )
 def test_the_cli_maps_every_failure_in_one_way(
     monkeypatch: pytest.MonkeyPatch,
