@@ -133,7 +133,12 @@ def _autoscaler(p: Parts) -> None:
     the stack runs it."""
     from provisioner.catalog import autoscaler
 
-    p.role("iam/cluster-autoscaler", "cluster-autoscaler", autoscaler.policy(p.c.name))
+    p.role(
+        "iam/cluster-autoscaler",
+        "cluster-autoscaler",
+        autoscaler.policy(p.c.name),
+        pods=(autoscaler.NAMESPACE, autoscaler.SERVICE_ACCOUNT),
+    )
     identity = IdentityParams(
         p.ref("eks", EksOut),
         autoscaler.NAMESPACE,
@@ -333,7 +338,7 @@ def _addons(p: Parts) -> None:
         rid = f"addon/{addon}"
         extra: dict[str, Any] = {}
         if addon == "aws-fsx-csi-driver":
-            p.role("iam/fsx-csi", "fsx-csi")
+            p.role("iam/fsx-csi", "fsx-csi", pods=("kube-system", FSX_CSI_ACCOUNT))
             extra = {
                 "role": p.ref("iam/fsx-csi", RoleOut),
                 "service_account": FSX_CSI_ACCOUNT,
@@ -351,7 +356,12 @@ def _addons(p: Parts) -> None:
     if p.c.amp_workspace_arn:
         # Prometheus's service account assumes a role that may write to the workspace: made
         # before the stack, so Prometheus starts with credentials.
-        p.role("iam/prometheus-amp", "prometheus-amp", amp_write_policy(p.c.amp_workspace_arn))
+        p.role(
+            "iam/prometheus-amp",
+            "prometheus-amp",
+            amp_write_policy(p.c.amp_workspace_arn),
+            pods=("monitoring", "prometheus"),
+        )
         identity = IdentityParams(
             eks,
             "monitoring",

@@ -231,12 +231,18 @@ class Parts:
         inline: dict[str, Any] | None = None,
         path: str = "/",
         sources: tuple[str, ...] = (),
+        pods: tuple[str, str] | None = None,
     ) -> None:
         """Plan one of fmctl's IAM roles. ``sources``: the ARNs (``ACCOUNT`` where the
         account goes, ``*`` where a part is not known) of what alone may have the service
         assume it, the confused-deputy conditions ``aws:SourceArn`` and
         ``aws:SourceAccount`` AWS recommends (EventBridge Scheduler: its schedule group;
-        EventBridge: the rule; the services' User Guides, "Confused deputy prevention")."""
+        EventBridge: the rule; the services' User Guides, "Confused deputy prevention").
+        ``pods``: (namespace, service account) of the only pods, in this cluster only, that
+        EKS Pod Identity may hand the role to, by the session tags it adds when it assumes
+        the role (the EKS User Guide, "Create IAM role with trust policy required by EKS Pod
+        Identity", and its list of session tags: eks-cluster-name, kubernetes-namespace,
+        kubernetes-service-account among them)."""
         service, managed = ROLES[role]
         actions: Any = (
             ["sts:AssumeRole", "sts:TagSession"]
@@ -253,6 +259,14 @@ class Parts:
             statement["Condition"] = {
                 "StringEquals": {"aws:SourceAccount": ACCOUNT},
                 "ArnLike": {"aws:SourceArn": list(sources)},
+            }
+        if pods is not None:
+            statement["Condition"] = {
+                "StringEquals": {
+                    "aws:RequestTag/eks-cluster-name": self.c.name,
+                    "aws:RequestTag/kubernetes-namespace": pods[0],
+                    "aws:RequestTag/kubernetes-service-account": pods[1],
+                }
             }
         trust = {"Version": "2012-10-17", "Statement": [statement]}
         document = inline or INLINE.get(role)

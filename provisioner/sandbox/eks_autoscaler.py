@@ -282,7 +282,17 @@ def _credentials(eks: Any, region: str, cluster: str) -> tuple[str, list[Any] | 
             NAME,
         ):
             role = str(item["roleArn"])
-            return role, iam_eval.role_documents(eks.account, role, PRINCIPAL)
+            # The session tags EKS Pod Identity adds (the EKS User Guide's list), which a
+            # trust policy may require.
+            tags = {
+                "eks-cluster-arn": f"arn:aws:eks:{region}:{eks.account}:cluster/{cluster}",
+                "eks-cluster-name": cluster,
+                "kubernetes-namespace": NAMESPACE,
+                "kubernetes-service-account": NAME,
+                "kubernetes-pod-name": f"{NAME}-0",
+                "kubernetes-pod-uid": "00000000-0000-0000-0000-000000000000",
+            }
+            return role, iam_eval.role_documents(eks.account, role, PRINCIPAL, None, tags)
     return "", f"no Pod Identity association for {NAMESPACE}/{NAME}: no AWS credentials"
 
 

@@ -92,10 +92,16 @@ UNSCOPED = {
 
 
 def role_documents(
-    account: str, role_arn: str, principal: str, source_arn: str | None = None
+    account: str,
+    role_arn: str,
+    principal: str,
+    source_arn: str | None = None,
+    session_tags: dict[str, str] | None = None,
 ) -> list[Any] | str:
     """The role's policy documents, or why it cannot be used by ``principal`` acting for
-    ``source_arn`` (missing, or not trusting it). Call under the lock over AWS's state."""
+    ``source_arn`` with ``session_tags`` (what EKS Pod Identity tags its session with:
+    ``aws:RequestTag/KEY`` in the trust); missing, or not trusting it. Call under the lock
+    over AWS's state."""
     from moto.iam.models import iam_backends
 
     iam = iam_backends[account]["global"]
@@ -104,7 +110,8 @@ def role_documents(
     if role is None:
         return f"no role {role_arn}"
     trust = json.loads(unquote(role.assume_role_policy_document))
-    if not any(trusts(s, principal, account, source_arn) for s in listed(trust.get("Statement"))):
+    statements = listed(trust.get("Statement"))
+    if not any(trusts(s, principal, account, source_arn, session_tags) for s in statements):
         return f"role {name} does not trust {principal}" + (
             f" for {source_arn}" if source_arn else ""
         )
@@ -167,16 +174,26 @@ _MATCHES = {
 }
 
 
-def trusts(statement: dict[str, Any], principal: str, account: str, source_arn: str | None) -> bool:
+def trusts(
+    statement: dict[str, Any],
+    principal: str,
+    account: str,
+    source_arn: str | None,
+    session_tags: dict[str, str] | None = None,
+) -> bool:
     """Whether a trust statement lets ``principal`` assume the role for ``source_arn`` in
-    ``account``."""
-    context = {"aws:sourceaccount": account, "aws:sourcearn": source_arn}
+    ``account``, tagging the session with ``session_tags`` (which needs sts:TagSession
+    too: the IAM User Guide, "Passing session tags in AWS STS")."""
+    context: dict[str, str | None] = {"aws:sourceaccount": account, "aws:sourcearn": source_arn}
+    context |= {f"aws:requesttag/{k}".lower(): v for k, v in (session_tags or {}).items()}
     granted = statement.get("Principal", {})
     services = listed(granted.get("Service")) if isinstance(granted, dict) else []
     actions = listed(statement.get("Action"))
     if not (
         statement.get("Effect") == "Allow" and principal in services and "sts:AssumeRole" in actions
     ):
+        return False
+    if session_tags and "sts:TagSession" not in actions:
         return False
     for operator, keys in (statement.get("Condition") or {}).items():
         match = _MATCHES.get(operator)

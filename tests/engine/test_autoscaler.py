@@ -337,3 +337,36 @@ def test_kueue_started_before_the_provisioning_api_admits_nothing_there() -> Non
     assert request["spec"]["podSets"][0]["count"] == 2
     (template,) = [o for (p, _, _), o in c.objects.items() if p == "podtemplates"]
     assert template["template"]["spec"]["nodeSelector"]["fmctl.dev/pool"] == POOL
+
+
+def test_a_pod_identity_role_trusts_only_its_own_pods() -> None:
+    """The sandbox judges a Pod Identity trust as STS would: the session tags EKS Pod
+    Identity adds must match the trust's conditions, and tagging needs sts:TagSession."""
+    from provisioner.sandbox import iam_eval
+
+    statement = {
+        "Effect": "Allow",
+        "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        "Condition": {
+            "StringEquals": {
+                "aws:RequestTag/eks-cluster-name": NAME,
+                "aws:RequestTag/kubernetes-namespace": "kube-system",
+                "aws:RequestTag/kubernetes-service-account": "cluster-autoscaler",
+            }
+        },
+    }
+    own = {
+        "eks-cluster-name": NAME,
+        "kubernetes-namespace": "kube-system",
+        "kubernetes-service-account": "cluster-autoscaler",
+    }
+    pods = "pods.eks.amazonaws.com"
+    assert iam_eval.trusts(statement, pods, "123456789012", None, own)
+    other = {**own, "kubernetes-service-account": "default"}
+    assert not iam_eval.trusts(statement, pods, "123456789012", None, other)
+    assert not iam_eval.trusts(
+        statement, pods, "123456789012", None, {**own, "eks-cluster-name": "x"}
+    )
+    no_tagging = {**statement, "Action": "sts:AssumeRole"}
+    assert not iam_eval.trusts(no_tagging, pods, "123456789012", None, own)

@@ -191,6 +191,14 @@ def test_the_plan_gives_the_autoscaler_a_role_for_the_clusters_groups_only() -> 
     role = items["iam/cluster-autoscaler"].params
     trust = json.loads(role.trust)["Statement"][0]
     assert trust["Principal"]["Service"] == "pods.eks.amazonaws.com"
+    # Only its own pods in this cluster (EKS Pod Identity's session tags).
+    assert trust["Condition"] == {
+        "StringEquals": {
+            "aws:RequestTag/eks-cluster-name": "h200-finetune",
+            "aws:RequestTag/kubernetes-namespace": "kube-system",
+            "aws:RequestTag/kubernetes-service-account": "cluster-autoscaler",
+        }
+    }
     statements = json.loads(role.inline)["Statement"]
     read, write = statements
     assert read["Resource"] == "*" and all(
