@@ -25,6 +25,7 @@ from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
 from tests.engine.harness import (
     Sandbox,
+    kill_after,
     kube_client,
     quick_torchrun,
     raw_leftovers,
@@ -370,3 +371,35 @@ def test_a_pod_identity_role_trusts_only_its_own_pods() -> None:
     )
     no_tagging = {**statement, "Action": "sts:AssumeRole"}
     assert not iam_eval.trusts(no_tagging, pods, "123456789012", None, own)
+
+
+def test_up_killed_as_it_tags_the_group_converges(sandbox: Sandbox, tmp_path: Path) -> None:
+    """Killed as it tags the pool's Auto Scaling group (the node group made, its tags maybe
+    not), `up` again finds the group and puts exactly the tags that are missing."""
+    spec = _spec(tmp_path)
+    region = region_of(spec)
+    proc = sandbox.spawn("up", "-f", str(spec), "--sandbox", "--yes")
+    said = kill_after(proc, "tag(s) on Auto Scaling group", 1)
+    assert proc.returncode != 0, "".join(said)
+    try:
+        again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        aws = sandbox.aws(region)
+        group = aws.client("eks").describe_nodegroup(clusterName=NAME, nodegroupName=POOL)
+        asg = group["nodegroup"]["resources"]["autoScalingGroups"][0]["name"]
+        (found,) = aws.client("autoscaling").describe_auto_scaling_groups(
+            AutoScalingGroupNames=[asg]
+        )["AutoScalingGroups"]
+        tags = {t["Key"]: t["Value"] for t in found["Tags"]}
+        assert tags["fmctl.dev/autoscaler"] == NAME
+        assert len([k for k in tags if k.startswith("k8s.io/cluster-autoscaler/")]) == 8
+        plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "-o", "json")
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        (pool,) = [
+            c for c in json.loads(plan.stdout)["changes"] if c["resource"] == f"nodegroup/{POOL}"
+        ]
+        assert pool["action"] == "unchanged", pool
+    finally:
+        down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, NAME, region) == []
