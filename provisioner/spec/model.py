@@ -456,9 +456,10 @@ class Idle(SpecModel):
     )
     action: IdleAction = Field(
         d.IDLE_ACTION,
-        description="alert: GpuNodeIdle fires | scale-down: on Slurm, the on-demand and spot "
-        "pools' nodes also power down once idle that long, and come back when jobs need "
-        "them (Slurm's own power saving); reserved capacity, paid anyway, only alerts.",
+        description="alert: GpuNodeIdle fires | scale-down: the on-demand and spot pools' "
+        "nodes also go once idle that long, and come back when jobs need them (on Slurm its "
+        "own power saving; on EKS the Cluster Autoscaler, Kueue asking it for a queued job's "
+        "nodes); reserved capacity, paid anyway, only alerts.",
     )
 
 
