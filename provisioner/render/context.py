@@ -303,6 +303,13 @@ class ClusterContext:
         return "kubernetes" if base in ("", ".") else f"{base}/kubernetes"
 
     @property
+    def charts_path(self) -> str:
+        """Where charts/ (values files, and CRDs a chart needs first) is, from the
+        repository's root."""
+        base = (self.git_path or self.name).strip("/")
+        return "charts" if base in ("", ".") else f"{base}/charts"
+
+    @property
     def flux_charts_path(self) -> str:
         """Where gitops/flux/ (the upstream charts' HelmReleases) is, from the repository's
         root."""

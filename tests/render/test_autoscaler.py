@@ -156,6 +156,14 @@ def test_the_provisioning_request_crd_holds_what_the_api_says() -> None:
         == files["charts/provisioningrequest-crd.yaml"]
     )
     assert "provisioningrequest-crd.yaml" in files["gitops/flux/kustomization.yaml"]
+    # Argo CD: an Application of its own for the CRD, a sync wave before the charts'.
+    apps = {d["metadata"]["name"]: d for _, d in documents(files, "gitops/argocd-application.yaml")}
+    crds, kueue = apps["fmctl-h200-finetune-kueue-crds"], apps["fmctl-h200-finetune-kueue"]
+    wave = "argocd.argoproj.io/sync-wave"
+    assert int(crds["metadata"]["annotations"][wave]) < int(kueue["metadata"]["annotations"][wave])
+    source = crds["spec"]["source"]
+    assert source["path"] == "h200-finetune/charts"
+    assert source["directory"] == {"include": "{provisioningrequest-crd.yaml}"}
     schema = Crd.from_object(crd).version("v1")
     assert schema is not None
     request = _kueue_request()
