@@ -31,10 +31,13 @@ What it does, after kubernetes/autoscaler at cluster-autoscaler-1.34.5
   minimum, and none while a request's capacity is booked (the real one keeps the booked
   pods' room, as if they ran).
 
-Left out: scale-up for pending pods that no request covers, expanders (the first group that
-fits), balancing, pods that block removal other than workloads', node info from
-``eks:DescribeNodegroup``. Times are in the sandbox's scale; it scans every 10 seconds (its
-``--scan-interval``).
+- Without provisioning requests: pods the scheduler placed nowhere (Pending, no node, no
+  scheduling gate) get nodes in the first group that fits them, as many as they need
+  beyond those still booting, within its maximum.
+
+Left out: expanders (the first group that fits), balancing, pods that block removal other
+than workloads', node info from ``eks:DescribeNodegroup``. Times are in the sandbox's
+scale; it scans every 10 seconds (its ``--scan-interval``).
 """
 
 from __future__ import annotations
@@ -149,6 +152,8 @@ class View:
     flags: Flags
     nodes: tuple[Node, ...]
     requests: tuple[Request, ...]
+    #: Pods the scheduler placed nowhere (Pending, no node, no scheduling gate), by spec.
+    unplaced: tuple[dict[str, Any], ...] = ()
 
 
 def _asks(pod: dict[str, Any]) -> dict[str, Fraction]:
@@ -170,8 +175,15 @@ def _view(c: Cluster) -> View | None:
         return None
     used: dict[str, dict[str, Fraction]] = {}
     workloads: set[str] = set()
+    unplaced = []
     for (plural, _, _), pod in c.objects.items():
-        node = pod.get("spec", {}).get("nodeName") if plural == "pods" else None
+        spec = pod.get("spec") or {}
+        waiting = (pod.get("status") or {}).get("phase") in (None, "Pending")
+        if plural == "pods" and waiting and not spec.get("nodeName"):
+            if not spec.get("schedulingGates") and not _daemon(pod):
+                unplaced.append(copy.deepcopy(spec))
+            continue
+        node = spec.get("nodeName") if plural == "pods" else None
         if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
         held = used.setdefault(node, {})
@@ -219,7 +231,8 @@ def _view(c: Cluster) -> View | None:
                 )
         conditions = tuple(copy.deepcopy((req.get("status") or {}).get("conditions") or []))
         requests.append(Request(ns, name, tuple(pods), conditions))
-    return View(found, tuple(sorted(nodes, key=lambda n: n.name)), tuple(requests))
+    nodes.sort(key=lambda n: n.name)
+    return View(found, tuple(nodes), tuple(requests), tuple(unplaced))
 
 
 def _daemon(pod: dict[str, Any]) -> bool:
@@ -312,6 +325,8 @@ def _scan(
     booked: set[str] = set()
     if view.flags.provisioning:
         booked = _provision(scan, view, groups, memory, now, updates)
+    if view.unplaced and _scale_up(scan, view, groups):
+        memory.added = now
     _scale_down(scan, endpoint, view, groups, booked, memory, now)
     eks.kube.write(endpoint, lambda c, put: _answer(c, updates), "provisioningrequests")
     _status(eks, endpoint, scan.said or ["Healthy"])
@@ -483,6 +498,36 @@ def _provision(
                 ),
             ]
     return booked
+
+
+def _scale_up(scan: _Scan, view: View, groups: list[Group]) -> bool:
+    """Nodes for the pods placed nowhere: in the first group whose nodes fit them, as many
+    as they need beyond the group's nodes still booting, within its maximum. True when it
+    asked for some."""
+    asked = False
+    for group in groups:
+        node, offers = _template(group, view.nodes)
+        fitting = [pod for pod in view.unplaced if _per_node(pod, node, offers) > 0]
+        if not fitting:
+            continue
+        per = min(_per_node(pod, node, offers) for pod in fitting)
+        booting = group.desired - sum(1 for n in view.nodes if n.group == group.nodegroup)
+        needed = math.ceil(len(fitting) / per) - max(booting, 0)
+        wanted = min(group.desired + needed, group.maximum)
+        if needed <= 0 or wanted <= group.desired:
+            continue
+        if not scan.allowed("setDesiredCapacity", group.name, group.tags):
+            break
+        refused = eks_asg.set_desired(scan.eks, scan.region, group.name, wanted)
+        if refused:
+            scan.said.append(f"ValidationError: {refused}")
+            break
+        scan.said.append(
+            f"scaled up {group.name} by {wanted - group.desired} for {len(fitting)} pending pod(s)"
+        )
+        asked = True
+        break  # one group a scan: the rest wait for what it adds
+    return asked
 
 
 def _unfit(req: Request, nodes: tuple[Node, ...]) -> list[tuple[dict[str, Any], int]]:

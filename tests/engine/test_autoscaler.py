@@ -403,3 +403,44 @@ def test_up_killed_as_it_tags_the_group_converges(sandbox: Sandbox, tmp_path: Pa
         down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, NAME, region) == []
+
+
+def test_without_kueue_pending_pods_bring_nodes(sandbox: Sandbox, tmp_path: Path) -> None:
+    """No Kueue: a job whose pods fit no node (the pool idled to zero) makes the autoscaler
+    add as many nodes as they need, and they run there."""
+    spec = _spec(tmp_path)
+    data = yaml.safe_load(spec.read_text())
+    data["kubernetes"]["queueing"] = "none"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    quick_torchrun(sandbox, tmp_path)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        api = kube_client(sandbox, NAME, region)
+        try:
+            deployment = api.get("apps/v1", "Deployment", "cluster-autoscaler", "kube-system")
+            command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+            assert "--enable-provisioning-requests=true" not in command
+            # up ran the NCCL test (no queue to hold it); once it is done the nodes idle.
+            until("the nodes to go", lambda: _desired(sandbox, region) == 0, 120)
+            job = next(d for d in _nccl(spec) if d["kind"] == "Job")
+            job["metadata"]["name"] = "nccl-again"
+            job["spec"]["suspend"] = False
+            api.apply(job)
+
+            def ran() -> bool:
+                found = api.get("batch/v1", "Job", "nccl-again", "training") or {}
+                states = (found.get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Complete" and c["status"] == "True" for c in states)
+
+            until("the job to run on nodes brought for it", ran, 120)
+            assert _desired(sandbox, region) == 2
+            assert "pending pod(s)" in _status(sandbox, region)
+        finally:
+            api.close()
+    finally:
+        sandbox.node_tools(None)
+        down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, NAME, region) == []
