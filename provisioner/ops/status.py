@@ -81,6 +81,8 @@ class KubeStatus:
     #: Kueue's ClusterQueues and their workloads; NVIDIA's ComputeDomains.
     queues: tuple[QueueRow, ...] = ()
     domains: tuple[DomainRow, ...] = ()
+    #: Pools the Cluster Autoscaler sizes (cost.idle scale-down): (pool, min, max, desired).
+    autoscaled: tuple[tuple[str, int, int, int], ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: what the text shows, and whether all of it is healthy (every
@@ -96,6 +98,10 @@ class KubeStatus:
             "stack": [row.as_data() for row in self.stack],
             "queues": [q.as_data() for q in self.queues],
             "computeDomains": [d.as_data() for d in self.domains],
+            "autoscaled": [
+                {"pool": pool, "min": low, "max": high, "desired": now}
+                for pool, low, high, now in self.autoscaled
+            ],
             "healthy": self.status == "ACTIVE"
             and all(n.ready and n.problem is None for n in nodes)
             and all(r.ready >= r.desired for r in self.stack)
@@ -368,6 +374,7 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
     if cluster is None:
         return None
     eks = ctx.aws.client("eks")
+    autoscaled = _autoscaled(eks, name)
     addons = []
     for addon in eks.list_addons(clusterName=name)["addons"]:
         item = eks.describe_addon(clusterName=name, addonName=addon)["addon"]
@@ -396,8 +403,36 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
         queue_rows, domain_rows = queues(api), domains(api)
     finally:
         api.close() if hasattr(api, "close") else None
+    for pool, *_ in autoscaled:
+        pools.setdefault(pool, [])  # an autoscaled pool at zero nodes is still listed
     rows = tuple((pool, tuple(nodes)) for pool, nodes in sorted(pools.items()))
-    return KubeStatus(status, version, tuple(addons), rows, tuple(stack), queue_rows, domain_rows)
+    return KubeStatus(
+        status, version, tuple(addons), rows, tuple(stack), queue_rows, domain_rows, autoscaled
+    )
+
+
+def _autoscaled(eks: Any, name: str) -> tuple[tuple[str, int, int, int], ...]:
+    """(pool, min, max, desired) of the node groups the Cluster Autoscaler sizes: those
+    whose nodes carry its GPU label (fmctl sets it on autoscaled pools only)."""
+    from provisioner.catalog.autoscaler import GPU_LABEL
+    from provisioner.resources.kube_health import POOL_LABEL
+
+    out = []
+    for group in eks.list_nodegroups(clusterName=name)["nodegroups"]:
+        ng = eks.describe_nodegroup(clusterName=name, nodegroupName=group)["nodegroup"]
+        labels = ng.get("labels") or {}
+        if GPU_LABEL not in labels:
+            continue
+        scaling = ng.get("scalingConfig") or {}
+        out.append(
+            (
+                str(labels.get(POOL_LABEL, group)),
+                int(scaling.get("minSize", 0)),
+                int(scaling.get("maxSize", 0)),
+                int(scaling.get("desiredSize", 0)),
+            )
+        )
+    return tuple(sorted(out))
 
 
 #: The well-known label the kubelet sets to the node's EC2 instance type (Kubernetes'

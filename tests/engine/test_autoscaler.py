@@ -126,6 +126,14 @@ def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_p
         until("the idle nodes to go", lambda: _desired(sandbox, region) == 0, 60)
         until("the nodes to leave", lambda: _pool_nodes(sandbox, region) == [], 60)
         assert "removed" in _status(sandbox, region)
+        # `status` says why the pool has no node.
+        shown = sandbox.fmctl("status", NAME, "--region", region, "--sandbox", "-o", "json")
+        assert shown.returncode in (0, 1), shown.stdout + shown.stderr
+        kubernetes = json.loads(shown.stdout)["kubernetes"]
+        assert kubernetes["autoscaled"] == [{"pool": POOL, "min": 0, "max": 2, "desired": 0}]
+        assert {"pool": POOL, "nodes": []} in kubernetes["pools"]
+        text = sandbox.fmctl("status", NAME, "--region", region, "--sandbox").stdout
+        assert f"pool {POOL}: 0 nodes (the Cluster Autoscaler sizes it, 0 to 2" in text
 
         # A job queued for the pool: Kueue reserves its quota, asks for its two nodes with a
         # ProvisioningRequest, the autoscaler adds them at once, and once they have joined
