@@ -19,6 +19,7 @@ from typing import Any
 
 from provisioner.catalog import autoscaler
 from provisioner.graph.ref import UNKNOWN
+from provisioner.resources import eks_asg_tags as asg_tags
 from provisioner.resources import eks_drain
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
 from provisioner.resources.context import Context
@@ -37,18 +38,6 @@ from provisioner.resources.kube_api import close, connect
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, Tags
 
 _FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
-
-
-def asg_of(ng: dict[str, Any]) -> str | None:
-    """The Auto Scaling group EKS runs a node group as (DescribeNodegroup's
-    ``resources.autoScalingGroups``; absent until EKS has made it)."""
-    groups = (ng.get("resources") or {}).get("autoScalingGroups") or []
-    return str(groups[0]["name"]) if groups else None
-
-
-def managed_asg_tag(key: str) -> bool:
-    """A tag fmctl keeps on a node group's Auto Scaling group (the Cluster Autoscaler's)."""
-    return key == autoscaler.DISCOVERY_TAG or key.startswith(autoscaler.TEMPLATE_PREFIX)
 
 
 #: The changes EKS makes as a rolling update (UpdateNodegroupVersion: a surge node first).
@@ -140,28 +129,6 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
         return ctx.cached("eks:nodegroups", load)
 
-    def _asg_tags(self, ctx: Context) -> dict[str, frozenset[tuple[str, str]]]:
-        """fmctl's tags on the Auto Scaling group of each of the cluster's node groups, by
-        group name (one DescribeAutoScalingGroups for them all)."""
-
-        def load() -> dict[str, frozenset[tuple[str, str]]]:
-            names = sorted({asg for ng in self._groups(ctx) if (asg := asg_of(ng))})
-            # Every node group's at once: most clusters have a handful.
-            if not names:
-                return {}
-            found: dict[str, frozenset[tuple[str, str]]] = {}
-            pages = ctx.aws.client("autoscaling").get_paginator("describe_auto_scaling_groups")
-            for page in pages.paginate(AutoScalingGroupNames=names):
-                for group in page["AutoScalingGroups"]:
-                    found[group["AutoScalingGroupName"]] = frozenset(
-                        (str(tag["Key"]), str(tag.get("Value", "")))
-                        for tag in group.get("Tags") or []
-                        if managed_asg_tag(str(tag["Key"]))
-                    )
-            return found
-
-        return ctx.cached("autoscaling:nodegroup-tags", load)
-
     def _observed(
         self, ctx: Context, ng: dict[str, Any], autoscaled: bool = False
     ) -> Observed[NodegroupOut, NodegroupLive]:
@@ -170,7 +137,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         was autoscaled: its tags may have to go). Other clusters make no Auto Scaling call."""
         scaling = ng.get("scalingConfig") or {}
         labelled = autoscaler.GPU_LABEL in (ng.get("labels") or {})
-        asg = asg_of(ng) if autoscaled or labelled else None
+        asg = asg_tags.asg_of(ng) if autoscaled or labelled else None
         template = ng.get("launchTemplate") or {}
         live = NodegroupLive(
             str(ng.get("amiType", "")),
@@ -190,7 +157,9 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             f"{template['id']}:{template.get('version')}" if template.get("id") else None,
             Tags.of(ng.get("tags") or {}),
             NodeRepair.of(ng.get("nodeRepairConfig")),
-            self._asg_tags(ctx).get(asg, frozenset()) if asg else frozenset(),
+            asg_tags.of_groups(ctx, self._groups(ctx)).get(asg, frozenset())
+            if asg
+            else frozenset(),
         )
         status = str(ng["status"])
         if status in ("CREATE_FAILED", "DELETE_FAILED", "DEGRADED"):
@@ -392,49 +361,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         )
         made = self._active(ctx, rid, params.nodegroup_name, self.create_seconds)
         if params.asg_tags:
-            self._retag_asg(ctx, rid, params.nodegroup_name, params, frozenset())
+            asg_tags.retag(ctx, rid, params.nodegroup_name, params.asg_tags, frozenset())
         return made
-
-    def _retag_asg(
-        self,
-        ctx: Context,
-        rid: str,
-        name: str,
-        params: NodegroupParams,
-        live: frozenset[tuple[str, str]],
-    ) -> None:
-        """Put fmctl's tags on the group's Auto Scaling group, and take off those it no
-        longer wants (EKS makes the group once the node group exists: DescribeNodegroup
-        ``resources.autoScalingGroups``)."""
-        ng = ctx.aws.client("eks").describe_nodegroup(clusterName=ctx.cluster, nodegroupName=name)
-        asg = asg_of(ng["nodegroup"])
-        if asg is None:
-            raise ResourceError(f"node group {name} has no Auto Scaling group to tag yet")
-        autoscaling = ctx.aws.client("autoscaling")
-        want = dict(params.asg_tags)
-        stale = sorted({k for k, _ in live} - set(want))
-        if stale:
-            autoscaling.delete_tags(
-                Tags=[
-                    {"ResourceId": asg, "ResourceType": "auto-scaling-group", "Key": k}
-                    for k in stale
-                ]
-            )
-        changed = sorted((k, v) for k, v in want.items() if (k, v) not in live)
-        if changed:
-            ctx.emit(rid, "updating", f"{len(changed)} tag(s) on Auto Scaling group {asg}")
-            autoscaling.create_or_update_tags(
-                Tags=[
-                    {
-                        "ResourceId": asg,
-                        "ResourceType": "auto-scaling-group",
-                        "Key": k,
-                        "Value": v,
-                        "PropagateAtLaunch": False,
-                    }
-                    for k, v in changed
-                ]
-            )
 
     def _active(self, ctx: Context, rid: str, name: str, expected: float) -> NodegroupOut:
         eks = ctx.aws.client("eks")
@@ -543,9 +471,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             eks_retag(ctx, arn, changes)
         if "asg_tags" in paths:
             live = observed.live.asg_tags
-            self._retag_asg(
-                ctx, rid, observed.id, params, live if isinstance(live, frozenset) else frozenset()
-            )
+            held = live if isinstance(live, frozenset) else frozenset()
+            asg_tags.retag(ctx, rid, observed.id, params.asg_tags, held)
         return observed.outputs
 
     def _scale_in(

@@ -49,31 +49,27 @@ from fractions import Fraction
 from typing import Any
 
 from provisioner.sandbox import eks_asg, iam_eval
+from provisioner.sandbox.eks_autoscaler_view import (
+    FITTED,
+    NAME,
+    NAMESPACE,
+    Flags,
+    Node,
+    Request,
+    View,
+    asks,
+    read,
+)
 from provisioner.sandbox.kube_controllers import admits
 from provisioner.sandbox.kube_kueue_model import quantity
-from provisioner.sandbox.kube_model import EFA, GPU, Cluster
+from provisioner.sandbox.kube_model import Cluster
 
-NAMESPACE, NAME = "kube-system", "cluster-autoscaler"
-IMAGE = "/autoscaling/cluster-autoscaler:"
 PRINCIPAL = "pods.eks.amazonaws.com"
-CLASS = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 TEMPLATE = "k8s.io/cluster-autoscaler/node-template/"
 TAINT = "ToBeDeletedByClusterAutoscaler"
 SCAN_SECONDS = 10.0
 DELAY_AFTER_ADD_SECONDS = 600.0
 RESERVATION_SECONDS = 600.0
-#: Resources fitted per node: what the sandbox's nodes advertise (it models no hugepages).
-FITTED = (GPU, EFA)
-
-
-@dataclass(frozen=True)
-class Flags:
-    """What the autoscaler was started with."""
-
-    discovery: dict[str, str]
-    unneeded_seconds: float
-    gpu_threshold: float
-    provisioning: bool
 
 
 @dataclass
@@ -85,159 +81,6 @@ class Memory:
     unneeded_since: dict[str, float] = field(default_factory=dict)
     #: When each request it provisioned was booked from.
     booked_since: dict[tuple[str, str], float] = field(default_factory=dict)
-
-
-def _duration(text: str) -> float:
-    """A Go duration ("1h30m", "600s") in seconds."""
-    total, number = 0.0, ""
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
-    for char in text:
-        if char.isdigit() or char == ".":
-            number += char
-        elif char in units and number:
-            total, number = total + float(number) * units[char], ""
-    return total
-
-
-def flags(deployment: dict[str, Any]) -> Flags | None:
-    """The flags of the Deployment's autoscaler container (None: none on AWS)."""
-    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
-    for container in pod.get("containers") or []:
-        if IMAGE not in container.get("image", ""):
-            continue
-        args = [*(container.get("command") or []), *(container.get("args") or [])]
-        given = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
-        if given.get("cloud-provider") != "aws":
-            return None
-        discovery = given.get("node-group-auto-discovery", "").removeprefix("asg:tag=")
-        pairs = [part.partition("=") for part in discovery.split(",") if part]
-        tags = {key: value for key, _, value in pairs}
-        return Flags(
-            tags,
-            _duration(given.get("scale-down-unneeded-time", "10m")),
-            float(given.get("scale-down-gpu-utilization-threshold", "0.5")),
-            given.get("enable-provisioning-requests", "false") == "true",
-        )
-    return None
-
-
-@dataclass(frozen=True)
-class Node:
-    """A node as the autoscaler weighs it."""
-
-    name: str
-    group: str
-    obj: dict[str, Any]
-    free: dict[str, Fraction]
-    gpus: Fraction
-    gpus_requested: Fraction
-    only_daemons: bool
-    ready: bool
-
-
-@dataclass(frozen=True)
-class Request:
-    """A ProvisioningRequest of the autoscaler's class, its pods resolved."""
-
-    namespace: str
-    name: str
-    pods: tuple[tuple[dict[str, Any], int], ...]
-    conditions: tuple[dict[str, Any], ...]
-
-
-@dataclass(frozen=True)
-class View:
-    """What one scan reads of the cluster."""
-
-    flags: Flags
-    nodes: tuple[Node, ...]
-    requests: tuple[Request, ...]
-    #: Pods the scheduler placed nowhere (Pending, no node, no scheduling gate), by spec.
-    unplaced: tuple[dict[str, Any], ...] = ()
-
-
-def _asks(pod: dict[str, Any]) -> dict[str, Fraction]:
-    asked: dict[str, Fraction] = {}
-    for container in pod.get("containers") or []:
-        for res, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            asked[res] = asked.get(res, Fraction(0)) + quantity(value)
-    return asked
-
-
-def _view(c: Cluster) -> View | None:
-    import copy
-
-    deployment = c.objects.get(("deployments", NAMESPACE, NAME))
-    if deployment is None or not (deployment.get("status") or {}).get("availableReplicas"):
-        return None
-    found = flags(deployment)
-    if found is None:
-        return None
-    used: dict[str, dict[str, Fraction]] = {}
-    workloads: set[str] = set()
-    unplaced = []
-    for (plural, _, _), pod in c.objects.items():
-        spec = pod.get("spec") or {}
-        waiting = (pod.get("status") or {}).get("phase") in (None, "Pending")
-        if plural == "pods" and waiting and not spec.get("nodeName"):
-            if not spec.get("schedulingGates") and not _daemon(pod):
-                unplaced.append(copy.deepcopy(spec))
-            continue
-        node = spec.get("nodeName") if plural == "pods" else None
-        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        held = used.setdefault(node, {})
-        for res, value in _asks(pod["spec"]).items():
-            held[res] = held.get(res, Fraction(0)) + value
-        if not _daemon(pod):
-            workloads.add(node)
-    nodes = []
-    for (plural, _, name), obj in c.objects.items():
-        if plural != "nodes":
-            continue
-        alloc = {
-            r: quantity(v) for r, v in ((obj.get("status") or {}).get("allocatable") or {}).items()
-        }
-        mine = used.get(name, {})
-        nodes.append(
-            Node(
-                name,
-                obj["metadata"].get("labels", {}).get("eks.amazonaws.com/nodegroup", ""),
-                copy.deepcopy(obj),
-                {r: alloc.get(r, Fraction(0)) - mine.get(r, Fraction(0)) for r in FITTED},
-                alloc.get(GPU, Fraction(0)),
-                mine.get(GPU, Fraction(0)),
-                name not in workloads,
-                any(
-                    x.get("type") == "Ready" and x.get("status") == "True"
-                    for x in (obj.get("status") or {}).get("conditions") or []
-                ),
-            )
-        )
-    requests = []
-    for (plural, ns, name), req in c.objects.items():
-        spec = req.get("spec") or {}
-        if plural != "provisioningrequests" or spec.get("provisioningClassName") != CLASS:
-            continue
-        pods = []
-        for ps in spec.get("podSets") or []:
-            template = c.objects.get(("podtemplates", ns, ps["podTemplateRef"]["name"]))
-            if template is not None:
-                pods.append(
-                    (
-                        copy.deepcopy((template.get("template") or {}).get("spec") or {}),
-                        int(ps["count"]),
-                    )
-                )
-        conditions = tuple(copy.deepcopy((req.get("status") or {}).get("conditions") or []))
-        requests.append(Request(ns, name, tuple(pods), conditions))
-    nodes.sort(key=lambda n: n.name)
-    return View(found, tuple(nodes), tuple(requests), tuple(unplaced))
-
-
-def _daemon(pod: dict[str, Any]) -> bool:
-    """A DaemonSet's pod (its owner reference)."""
-    return any(r.get("kind") == "DaemonSet" for r in pod["metadata"].get("ownerReferences") or [])
 
 
 def autoscale(eks: Any, now: float) -> None:
@@ -254,7 +97,7 @@ def autoscale(eks: Any, now: float) -> None:
         if now - memory.scanned < SCAN_SECONDS * eks.scale:
             continue
         memory.scanned = now
-        view = eks.kube.read(endpoint, _view)
+        view = eks.kube.read(endpoint, read)
         if view is not None:
             _scan(eks, region, cluster, endpoint, view, memory, now)
 
@@ -396,7 +239,7 @@ def _per_node(pod: dict[str, Any], node: dict[str, Any], offers: dict[str, Fract
     """How many of ``pod`` a node like ``node`` holds."""
     if not admits(pod, node):
         return 0
-    asked = _asks(pod)
+    asked = asks(pod)
     fits = [int(offers[r] // asked[r]) for r in FITTED if asked.get(r)]
     return min(fits) if fits else 1
 
@@ -537,7 +380,7 @@ def _unfit(req: Request, nodes: tuple[Node, ...]) -> list[tuple[dict[str, Any], 
     }
     left = []
     for pod, count in req.pods:
-        asked = _asks(pod)
+        asked = asks(pod)
         remaining = count
         for node in nodes:
             room = free.get(node.name)

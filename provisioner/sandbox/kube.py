@@ -46,10 +46,10 @@ from urllib.parse import parse_qs, unquote
 
 from provisioner.sandbox import kube_dra as dra
 from provisioner.sandbox import kube_kueue as kueue
-from provisioner.sandbox.kube_apply import fields_v1, merge, owned, owners_of
+from provisioner.sandbox.kube_apply import merge, owned, owners_of, record
 from provisioner.sandbox.kube_controllers import reconcile
 from provisioner.sandbox.kube_crds import checked, define, selects, undefine
-from provisioner.sandbox.kube_evict import evict
+from provisioner.sandbox.kube_evict import drain_node, evict
 from provisioner.sandbox.kube_jobs import step
 from provisioner.sandbox.kube_model import (
     RECONCILED,
@@ -62,7 +62,7 @@ from provisioner.sandbox.kube_patch import merge_patch, strategic_patch, update_
 from provisioner.sandbox.kube_protocol import discovery, json_answer, load, target
 from provisioner.sandbox.kube_resources import JOBS, QUEUED, Served, served
 from provisioner.sandbox.kube_webhooks import refuse_by_webhook
-from provisioner.sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
+from provisioner.sandbox.kube_workloads import OWNER_KIND, reconcile_pods
 
 T = TypeVar("T")
 #: How a controller puts an object: (plural, namespace, object).
@@ -122,7 +122,7 @@ class KubeServer:
                 labels = obj["metadata"].get("labels", {})
                 mine = labels.get("eks.amazonaws.com/nodegroup") == nodegroup
                 if key[0] == "nodes" and mine and key[2] not in wanted:
-                    self._drain(c, key[2])
+                    drain_node(c, key[2])
             for n in nodes:
                 labels = {
                     **n["labels"],
@@ -176,24 +176,7 @@ class KubeServer:
             for key, obj in list(c.objects.items()):
                 labels = obj["metadata"].get("labels", {})
                 if key[0] == "nodes" and labels.get("eks.amazonaws.com/nodegroup") == nodegroup:
-                    self._drain(c, key[2])
-
-    def _drain(self, c: Cluster, node: str) -> None:
-        """A node leaves: its pods are evicted (a workload's go, and their controller makes
-        them again elsewhere; a Job's fail as evicted), then the node goes."""
-        for key, pod in list(c.objects.items()):
-            if key[0] != "pods" or pod["spec"].get("nodeName") != node:
-                continue
-            if pod["metadata"].get("labels", {}).get(OWNER_LABEL):
-                del c.objects[key]
-            elif (pod.get("status") or {}).get("phase") in (None, "Pending", "Running"):
-                pod["status"] = {
-                    "phase": "Failed",
-                    "reason": "Evicted",
-                    "message": f"The node {node} was drained.",
-                }
-        c.objects.pop(("nodes", "", node), None)
-        c.hardware.pop(node, None)
+                    drain_node(c, key[2])
 
     def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
         """Copies of a node group's Node objects in the API at endpoint ``cluster``."""
@@ -459,7 +442,7 @@ class KubeServer:
             if obj == live:
                 return copy.deepcopy(live)
         obj = checked(res, version, obj, live, strict)
-        _record(obj, live, owners, {manager: operation}, want)
+        record(obj, live, owners, {manager: operation}, want)
         self._put(c, plural, namespace, obj, live)
         if plural == "customresourcedefinitions":
             define(c, obj)
@@ -503,7 +486,7 @@ class KubeServer:
             return copy.deepcopy(live)
         obj = checked(res, version, obj, live, strict=False)
         owners = update_owners(live, obj, owners_of(live), manager)
-        _record(obj, live, owners, {manager: "Update"}, res.api_version(version))
+        record(obj, live, owners, {manager: "Update"}, res.api_version(version))
         self._put(c, plural, namespace, obj, live)
         return copy.deepcopy(c.objects[(plural, namespace, name)])
 
@@ -571,32 +554,3 @@ class KubeServer:
             # strategy.go, PrepareForCreate: Status = PodStatus{Phase: PodPending}).
             obj["status"] = {**(obj.get("status") or {}), "phase": "Pending"}
         c.objects[(plural, namespace, meta["name"])] = obj
-
-
-def _record(
-    obj: dict[str, Any],
-    live: dict[str, Any] | None,
-    owners: dict[str, set[tuple[str, ...]]],
-    now: dict[str, str],
-    api_version: str,
-) -> None:
-    """Write ``managedFields`` (each manager's operation as before, ``now``'s as given) and
-    bump ``generation`` when the spec changed."""
-    before = {
-        e["manager"]: e.get("operation", "Apply")
-        for e in (live or {}).get("metadata", {}).get("managedFields", [])
-    }
-    operations = {**before, **now}
-    obj["metadata"]["managedFields"] = [
-        {
-            "manager": m,
-            "operation": operations.get(m, "Apply"),
-            "apiVersion": api_version,
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields_v1(paths),
-        }
-        for m, paths in sorted(owners.items())
-        if paths
-    ]
-    if live is not None and obj.get("spec") != live.get("spec"):
-        obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1

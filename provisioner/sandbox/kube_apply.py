@@ -96,3 +96,32 @@ def _paths_v1(tree: dict[str, Any], prefix: Path = ()) -> set[Path]:
         path = (*prefix, key[2:])
         out |= _paths_v1(sub, path) if sub else {path}
     return out
+
+
+def record(
+    obj: dict[str, Any],
+    live: dict[str, Any] | None,
+    owners: dict[str, set[tuple[str, ...]]],
+    now: dict[str, str],
+    api_version: str,
+) -> None:
+    """Write ``managedFields`` (each manager's operation as before, ``now``'s as given) and
+    bump ``generation`` when the spec changed."""
+    before = {
+        e["manager"]: e.get("operation", "Apply")
+        for e in (live or {}).get("metadata", {}).get("managedFields", [])
+    }
+    operations = {**before, **now}
+    obj["metadata"]["managedFields"] = [
+        {
+            "manager": m,
+            "operation": operations.get(m, "Apply"),
+            "apiVersion": api_version,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(paths),
+        }
+        for m, paths in sorted(owners.items())
+        if paths
+    ]
+    if live is not None and obj.get("spec") != live.get("spec"):
+        obj["metadata"]["generation"] = live["metadata"].get("generation", 1) + 1

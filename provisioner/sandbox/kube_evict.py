@@ -12,6 +12,8 @@ percentage of the selected pods rounded up) or the selected pods less ``maxUnava
 not healthy may be evicted whatever the budget (the default unhealthyPodEvictionPolicy,
 IfHealthyBudget, lets it go while the budget is met; the sandbox lets it go always: the
 simplification). A workload's evicted pod is made again by its controller where it fits.
+A node that leaves (``drain_node``: its group scaled in, replaced or deleted) takes its pods
+with it: a workload's go, a Job's fail as evicted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from typing import Any
 
 from provisioner.sandbox.kube_model import ApiError, Cluster
+from provisioner.sandbox.kube_workloads import OWNER_LABEL
 
 
 def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -101,3 +104,21 @@ def evict(c: Cluster, namespace: str, name: str) -> None:
                     f"has {sum(healthy(p) for p in pods)} currently",
                 )
     del c.objects[("pods", namespace, name)]
+
+
+def drain_node(c: Cluster, node: str) -> None:
+    """A node leaves: its pods are evicted (a workload's go, and their controller makes
+    them again elsewhere; a Job's fail as evicted), then the node goes."""
+    for key, pod in list(c.objects.items()):
+        if key[0] != "pods" or pod["spec"].get("nodeName") != node:
+            continue
+        if pod["metadata"].get("labels", {}).get(OWNER_LABEL):
+            del c.objects[key]
+        elif (pod.get("status") or {}).get("phase") in (None, "Pending", "Running"):
+            pod["status"] = {
+                "phase": "Failed",
+                "reason": "Evicted",
+                "message": f"The node {node} was drained.",
+            }
+    c.objects.pop(("nodes", "", node), None)
+    c.hardware.pop(node, None)
