@@ -214,7 +214,7 @@ def status(target: Target, name: str) -> Status:
     if any(o.kind == "parallelcluster" for o in found):
         slurm, access = slurm_status(target, name)
     if any(o.kind == "eks-cluster" for o in found):
-        kube = kube_status(target, name)
+        kube = kube_status(target, name, ctx)
         if kube is not None and kube.status == "ACTIVE":
             access = kube_access(name, target.region, str(kubeconfig_path(target, name)))
     pcs = None
@@ -362,19 +362,20 @@ def slurm_access(
     return lines
 
 
-def kube_status(target: Target, name: str) -> KubeStatus | None:
+def kube_status(target: Target, name: str, ctx: Any = None) -> KubeStatus | None:
     """Nodes per pool (GPU/EFA allocatable, and whether that is all their type has), add-ons
-    and the stack's health."""
+    and the stack's health. ``ctx``: a read-only context of the cluster whose reads (the
+    node groups `status` found) are reused, else a new one."""
     from provisioner.resources.eks import EksCluster
     from provisioner.resources.kube_api import connect
     from provisioner.resources.kube_health import EFA, GPU, POOL_LABEL
 
-    ctx = make_context(target, name, read_only=True)
+    ctx = ctx or make_context(target, name, read_only=True)
     cluster = EksCluster().describe(ctx)
     if cluster is None:
         return None
     eks = ctx.aws.client("eks")
-    autoscaled = _autoscaled(eks, name)
+    autoscaled = _autoscaled(ctx)
     addons = []
     for addon in eks.list_addons(clusterName=name)["addons"]:
         item = eks.describe_addon(clusterName=name, addonName=addon)["addon"]
@@ -411,22 +412,22 @@ def kube_status(target: Target, name: str) -> KubeStatus | None:
     )
 
 
-def _autoscaled(eks: Any, name: str) -> tuple[tuple[str, int, int, int], ...]:
+def _autoscaled(ctx: Any) -> tuple[tuple[str, int, int, int], ...]:
     """(pool, min, max, desired) of the node groups the Cluster Autoscaler sizes: those
     whose nodes carry its GPU label (fmctl sets it on autoscaled pools only)."""
     from provisioner.catalog.autoscaler import GPU_LABEL
+    from provisioner.resources.eks_nodes import Nodegroup
     from provisioner.resources.kube_health import POOL_LABEL
 
     out = []
-    for group in eks.list_nodegroups(clusterName=name)["nodegroups"]:
-        ng = eks.describe_nodegroup(clusterName=name, nodegroupName=group)["nodegroup"]
+    for ng in Nodegroup().described(ctx):
         labels = ng.get("labels") or {}
         if GPU_LABEL not in labels:
             continue
         scaling = ng.get("scalingConfig") or {}
         out.append(
             (
-                str(labels.get(POOL_LABEL, group)),
+                str(labels.get(POOL_LABEL, ng["nodegroupName"])),
                 int(scaling.get("minSize", 0)),
                 int(scaling.get("maxSize", 0)),
                 int(scaling.get("desiredSize", 0)),

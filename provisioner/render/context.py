@@ -121,6 +121,16 @@ class PoolContext:
         return HUGEPAGES_2MI_PER_GPU * self.gpus
 
     @property
+    def node_template_resources(self) -> tuple[tuple[str, str], ...]:
+        """What a node offers the Cluster Autoscaler while its group has none, as the
+        group's ``k8s.io/cluster-autoscaler/node-template/resources/NAME`` tags say it."""
+        offers = [("nvidia.com/gpu", str(self.gpus))]
+        if self.efa:
+            offers.append(("vpc.amazonaws.com/efa", str(self.efa_devices)))
+        offers.append(("hugepages-2Mi", f"{self.hugepages_2mi * 2}Mi"))
+        return tuple((f"{autoscaler.TEMPLATE_PREFIX}resources/{k}", v) for k, v in offers)
+
+    @property
     def ami_type(self) -> str:
         """EKS AMI type: the AL2023 NVIDIA image for the CPU architecture."""
         arch = "ARM_64" if self.itype.architecture == "arm64" else "x86_64"

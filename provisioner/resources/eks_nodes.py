@@ -129,6 +129,11 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
         return ctx.cached("eks:nodegroups", load)
 
+    def described(self, ctx: Context) -> list[dict[str, Any]]:
+        """DescribeNodegroup of each of the cluster's node groups fmctl made (read once per
+        context)."""
+        return self._groups(ctx)
+
     def _observed(
         self, ctx: Context, ng: dict[str, Any], autoscaled: bool = False
     ) -> Observed[NodegroupOut, NodegroupLive]:

@@ -19,10 +19,6 @@ from typing import Any
 
 import yaml
 
-from provisioner.catalog import load_catalog
-from provisioner.render import render
-from provisioner.spec.source import load_source
-from provisioner.validate import validate_document
 from tests.engine.harness import (
     Sandbox,
     kill_after,
@@ -33,6 +29,7 @@ from tests.engine.harness import (
     spec_file,
     until,
 )
+from tests.engine.test_kueue import _docs, _rendered
 
 NAME = "e2e-autoscale"
 POOL = "gpu"
@@ -77,12 +74,7 @@ def _status(sandbox: Sandbox, region: str) -> str:
 
 
 def _nccl(spec: Path) -> list[dict[str, Any]]:
-    doc, problems = load_source(str(spec))
-    assert not problems
-    result = validate_document(doc)
-    assert result.ok and result.resolved is not None
-    files = render(result.resolved, load_catalog()).files
-    return [d for d in yaml.safe_load_all(files["kubernetes/nccl-test/job.yaml"]) if d]
+    return _docs(_rendered(spec)["kubernetes/nccl-test/job.yaml"])
 
 
 def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_path: Path) -> None:
@@ -273,10 +265,7 @@ def test_kueue_started_before_the_provisioning_api_admits_nothing_there() -> Non
     from tests.conftest import SHARED
 
     spec = _spec(Path(tempfile.mkdtemp()))
-    doc, problems = load_source(str(spec))
-    result = validate_document(doc)
-    assert not problems and result.resolved is not None
-    files = render(result.resolved, load_catalog()).files
+    files = _rendered(spec)
     c = Cluster("demo", version="1.35")
     for path in sorted((SHARED / "schemas/kueue-v0.19.2").glob("*.yaml")):
         crd = Crd.from_object(yaml.safe_load(path.read_text()))
