@@ -77,8 +77,14 @@ fi
 
 # The daemon reads its peers only when it starts (the config's own header says a restart
 # is needed for new settings): restart it on the job's list.
-timeout 30 systemctl restart nvidia-imex >/dev/null 2>&1 ||
-  fail "systemctl restart nvidia-imex failed"
+# systemctl's own last line goes into the drain reason: `sinfo -R` then says why.
+out=$(timeout 30 systemctl restart nvidia-imex 2>&1)
+status=$?
+if [ $status = 124 ]; then
+  fail "systemctl restart nvidia-imex did not return in 30 s"
+elif [ $status != 0 ]; then
+  fail "systemctl restart nvidia-imex failed: ${out##*$'\n'}"
+fi
 
 # `nvidia-imex-ctl -q` prints READY once this node's daemon is up (the IMEX guide's command
 # service) -- this node's only: "not the entire domain" (NVIDIA's DRA driver,

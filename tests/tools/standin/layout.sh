@@ -98,6 +98,8 @@ RestartSec=1s
 [Install]
 WantedBy=multi-user.target
 UNIT
+# Checked now, once for every node built from this image (the stand-in systemctl's record).
+systemctl standin-verify nvidia-imex
 install -d /etc/standin
 
 # A user's account, as the AMI's default user (ec2-user / ubuntu / rocky): uid 1000.
