@@ -124,6 +124,9 @@ def test_idle_nodes_go_and_a_queued_job_brings_them_back(sandbox: Sandbox, tmp_p
         kubernetes = json.loads(shown.stdout)["kubernetes"]
         assert kubernetes["autoscaled"] == [{"pool": POOL, "min": 0, "max": 2, "desired": 0}]
         assert {"pool": POOL, "nodes": []} in kubernetes["pools"]
+        # The autoscaler itself is one of the in-cluster stack's Deployments status watches.
+        (autoscaler,) = [s for s in kubernetes["stack"] if s["name"] == "cluster-autoscaler"]
+        assert (autoscaler["kind"], autoscaler["namespace"]) == ("Deployment", "kube-system")
         text = sandbox.fmctl("status", NAME, "--region", region, "--sandbox").stdout
         assert f"pool {POOL}: 0 nodes (the Cluster Autoscaler sizes it, 0 to 2" in text
 
