@@ -8,10 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from provisioner.blueprint.infra import Parts, placement_ref
 from provisioner.blueprint.model import BlueprintError
+from provisioner.drivers import yamlio
 from provisioner.graph.ref import Ref
 from provisioner.resources.launch_template import Interface, LtData, LtParams, Volume
 from provisioner.resources.tags import OWNER_TAG
@@ -51,7 +50,7 @@ class Doc:
 
 
 def load(files: dict[str, str], path: str) -> Doc:
-    return Doc(yaml.safe_load(files[path]), path)
+    return Doc(yamlio.load(files[path]), path)
 
 
 def tags_match(p: Parts, doc: Doc, where: str) -> None:

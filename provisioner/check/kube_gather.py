@@ -27,9 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from provisioner.check.results import passed_nodes, split_stream
+from provisioner.drivers import yamlio
 from provisioner.drivers.kube import KubeApi
 from provisioner.graph.pacing import poll_schedule
 from provisioner.render.context import POOL_LABEL, ClusterContext
@@ -43,9 +42,6 @@ from provisioner.shipped import shipped_dir
 NAMESPACE_PREFIX = "fmctl-check-"
 #: How long a node's check takes (DCGM's level-2 diagnostic is most of it): when to look.
 EXPECTED_SECONDS = 240.0
-#: libyaml's loader where PyYAML was built with it (its wheels are): a 1,024-node check's
-#: manifests parse in a second instead of half a minute. Same result as the Python one.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: API calls in flight at once for per-node work (each node's Job, its results).
 READERS = 32
 #: The label every object of a check carries (its namespace is found and deleted by it).
@@ -178,7 +174,7 @@ def node_manifests(
         scripts=scripts,
         deadline=deadline,
     )
-    docs = [d for d in yaml.load_all(text, Loader=_LOADER) if d]
+    docs = [d for d in yamlio.load_all(text) if d]
     templates = iter(d for d in docs if d["kind"] == "Job")
     by_shape = {(s.pool, s.gpus, s.efa): next(templates) for s in shapes}
     objects = [d for d in docs if d["kind"] != "Job"]
@@ -236,7 +232,7 @@ def nccl_manifests(
                 if shared
                 else Placement("preferred", levels[0]),
             )
-        objects += [d for d in yaml.load_all(nccl_job(context, pools[pool], run), _LOADER) if d]
+        objects += [d for d in yamlio.load_all(nccl_job(context, pools[pool], run)) if d]
         names[pool] = name
     if names and context.queueing is not None:
         objects.insert(0, local_queue(context, namespace))

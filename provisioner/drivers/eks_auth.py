@@ -102,11 +102,11 @@ SECTIONS = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
 
 
 def _read_kubeconfig(path: Path) -> dict[str, Any]:
-    import yaml
+    from provisioner.drivers import yamlio
 
     if not path.exists():
         return {}
-    config: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    config: dict[str, Any] = yamlio.load(path.read_text()) or {}
     return config
 
 

@@ -95,7 +95,7 @@ def template(
 ) -> list[dict[str, Any]]:
     """The chart's objects (CRDs included) for a cluster of ``kube_version`` ("1.35"), with
     ``values`` (YAML). The same inputs render once per process (plan and apply both ask)."""
-    import yaml
+    from provisioner.drivers import yamlio
 
     args = source_args(chart, mirror)
     key = hashlib.sha256("\0".join([*args, values, kube_version]).encode()).hexdigest()
@@ -141,7 +141,7 @@ def template(
             + ("; ".join(said[-3:]) or f"exit status {done.returncode}"),
             f"a registry that cannot be reached: set {MIRROR_ENV} to a folder with {chart.folder}/",
         )
-    docs = [d for d in yaml.safe_load_all(done.stdout) if isinstance(d, dict) and d]
+    docs = [d for d in yamlio.load_all(done.stdout) if isinstance(d, dict) and d]
     with _lock:
         _cache[key] = docs
     return copy.deepcopy(docs)

@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from provisioner.drivers import yamlio
 from provisioner.drivers.helm import ChartRef, template
 from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import Ref
@@ -121,7 +120,7 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
 
     def _objects(self, ctx: Context, params: ChartParams) -> list[dict[str, Any]]:
         docs = template(params.chart, params.values, params.kube_version)
-        docs += [d for d in yaml.safe_load_all(params.crds) if d] if params.crds else []
+        docs += [d for d in yamlio.load_all(params.crds) if d] if params.crds else []
         for doc in docs:
             if not _namespaced(doc):
                 # Charts' templates set one on cluster-wide objects too (Kueue's webhook

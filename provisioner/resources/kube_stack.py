@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from provisioner.drivers import yamlio
 from provisioner.drivers.aws import AwsError
 from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -51,10 +50,6 @@ from provisioner.resources.kube_objects import (
 from provisioner.resources.kube_ultraserver import label_ultraservers
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
-
-#: libyaml's safe loader where PyYAML has it: the pure-Python one took a second of each
-#: `up` parsing the in-cluster stack.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,7 @@ def manifests(files: dict[str, str], values: dict[str, str], cluster: str) -> li
     for path, text in files.items():
         if not path.startswith("kubernetes/") or path.endswith("kustomization.yaml"):
             continue
-        for doc in yaml.load_all(fill(text, values), Loader=_LOADER):
+        for doc in yamlio.load_all(fill(text, values)):
             if doc:
                 stamp(doc, cluster)
                 objects.append(doc)
@@ -260,7 +255,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         for path, text in params.files:
             if not path.startswith("kubernetes/") or path.endswith("kustomization.yaml"):
                 continue
-            for doc in yaml.load_all(text, Loader=_LOADER):
+            for doc in yamlio.load_all(text):
                 if doc:
                     kinds.add((str(doc["apiVersion"]), str(doc["kind"])))
         return kinds

@@ -94,8 +94,10 @@ class ClusterState:
         the cluster; None when neither is recorded."""
         import yaml
 
+        from provisioner.drivers import yamlio
+
         try:
-            doc = yaml.safe_load(self.spec_text() or "")
+            doc = yamlio.load(self.spec_text() or "")
         except yaml.YAMLError:
             doc = None
         meta = doc.get("metadata") if isinstance(doc, dict) else None
