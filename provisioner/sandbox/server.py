@@ -291,11 +291,25 @@ def build_app(scale: float, credentials: sigv4.Credentials, ca_pem: bytes = b"")
 
     from provisioner.sandbox import ec2_mend
 
+    class Dispatcher(DomainDispatcherApplication):
+        """moto's dispatcher, remembering which backend serves a host: moto finds it anew
+        for every request (a listing of its package's folders, then a few hundred URL
+        patterns), a twentieth of the emulator's time. Called under the dispatcher's lock."""
+
+        def __init__(self) -> None:
+            super().__init__(create_backend_app)
+            self.hosts: dict[str | None, Any] = {}
+
+        def get_backend_for_host(self, host: str | None) -> Any:
+            if host not in self.hosts:
+                self.hosts[host] = super().get_backend_for_host(host)
+            return self.hosts[host]
+
     ec2_mend.mend()
     scheduler_run.mend()
     lambda_run.mend()
     return Emulator(
-        DomainDispatcherApplication(create_backend_app),
+        Dispatcher(),
         Shims(scale=scale, ca_pem=ca_pem),
         credentials,
     )
