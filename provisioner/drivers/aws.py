@@ -2,7 +2,8 @@
 
 boto3 is imported here (lazily, on first client) and nowhere else but other drivers.
 Retries of throttling and 5xx are botocore's own ("adaptive" mode: exponential backoff with
-client-side rate limiting), not a loop of ours. In the sandbox every client points at the
+client-side rate limiting; "standard", without the limiter, in the sandbox), not a loop of
+ours. In the sandbox every client points at the
 local emulator with the sandbox's own credentials (random per sandbox; the emulator accepts
 no others) and instance metadata disabled, whatever the environment holds, so nothing can
 reach real AWS.
@@ -63,6 +64,17 @@ class Aws:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: Any = field(default=None, repr=False)
 
+    @property
+    def retry_mode(self) -> str:
+        """botocore's retry mode: "adaptive" against AWS (exponential backoff, and a client
+        that slows its own sending after throttling answers, to stay under an API's rate
+        limit); "standard" against the sandbox (the same backoff and retried errors, without
+        the rate limiter). The emulator has no rate limit: its throttling answers are faults a
+        test injects in a share of calls, and the limiter, paced by AWS's clock while the
+        sandbox runs at a fraction of it, spent most of a fault test's time waiting for its
+        tokens."""
+        return "standard" if self.sandbox else "adaptive"
+
     def client(self, service: str, retries: bool = True) -> Any:
         """A boto3 client (thread-safe to share; created once per service).
 
@@ -83,7 +95,7 @@ class Aws:
         config = Config(
             region_name=self.region,
             # total_max_attempts counts every attempt; botocore reads max_attempts as retries.
-            retries={"mode": "adaptive", "total_max_attempts": attempts or self.max_attempts},
+            retries={"mode": self.retry_mode, "total_max_attempts": attempts or self.max_attempts},
             connect_timeout=10,
             read_timeout=60,
             max_pool_connections=32,

@@ -53,3 +53,17 @@ def test_each_model_is_parsed_once_per_process(monkeypatch: pytest.MonkeyPatch) 
     # Each keeps its own hooks: the read-only one refuses a write before it is sent.
     with pytest.raises(aws.WriteRefused):
         second.run_instances(MinCount=1, MaxCount=1)
+
+
+def test_only_real_aws_gets_the_client_side_rate_limiter() -> None:
+    """Against AWS, botocore's adaptive mode (backoff and a rate limiter that slows a client
+    after throttling answers); against the sandbox, standard mode: the same backoff and
+    retried errors, no limiter waiting by AWS's clock on an emulator without rate limits."""
+    real = Aws("us-west-2").client("sts")
+    sandbox = Aws(
+        "us-west-2", "https://127.0.0.1:1", sandbox=True, credentials=("key", "secret")
+    ).client("sts")
+    assert real.meta.config.retries["mode"] == "adaptive"
+    assert sandbox.meta.config.retries["mode"] == "standard"
+    for client in (real, sandbox):
+        assert client.meta.config.retries["total_max_attempts"] == 10
