@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Sandbox:
 
     home: Path
     info: dict[str, Any]
+    clients: dict[str, Aws] = field(default_factory=dict, repr=False)
 
     @property
     def endpoint(self) -> str:
@@ -47,13 +48,17 @@ class Sandbox:
         return creds.access_key, creds.secret_key
 
     def aws(self, region: str) -> Aws:
-        return Aws(
-            region,
-            self.endpoint,
-            sandbox=True,
-            ca_bundle=self.info["ca"],
-            credentials=self.credentials,
-        )
+        """Clients of the emulator in ``region``: one ``Aws`` per region, whose clients are
+        made once (a botocore client takes tens of milliseconds to make)."""
+        if region not in self.clients:
+            self.clients[region] = Aws(
+                region,
+                self.endpoint,
+                sandbox=True,
+                ca_bundle=self.info["ca"],
+                credentials=self.credentials,
+            )
+        return self.clients[region]
 
     def requests(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = doubles.control(self.home, "/_fmctl/requests")
