@@ -367,6 +367,10 @@ def serve(
         next request; one whose body was not read, or that failed, closes it."""
 
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY: an answer goes out as two writes (headers, then body), and on a kept
+        # connection Nagle's algorithm held the second until the client's delayed ACK came,
+        # 40 ms later: every call took 45 ms instead of a few.
+        disable_nagle_algorithm = True
 
         def run_wsgi(self) -> None:
             if self.headers.get("Expect", "").lower().strip(" \t") == "100-continue":
