@@ -128,15 +128,20 @@ def test_an_eks_cluster_over_its_budget_is_scaled_to_zero_by_aws(
         _wait("node groups at zero", lambda: set(sizes().values()) == {(0, 0)})
         logs = aws.client("logs")
         group = f"/aws/lambda/fmctl-{name}-budget-stop"
-        streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
-        said = [
-            e["message"]
-            for s in streams
-            for e in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])[
-                "events"
+
+        def said() -> list[str]:
+            streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
+            return [
+                e["message"]
+                for s in streams
+                for e in logs.get_log_events(logGroupName=group, logStreamName=s["logStreamName"])[
+                    "events"
+                ]
             ]
-        ]
-        assert any('"failed": []' in line for line in said), said
+
+        # The function reports once its last call has returned: the node groups can be at
+        # zero a moment before its report is in the log group.
+        _wait("the function's report", lambda: any('"failed": []' in x for x in said()), 30)
         plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox")
         assert "the budget is spent: 1001.00 USD of 1000.00" in plan.stdout, plan.stdout
         # `fmctl cost` says where the budget stands, as AWS Budgets counts it.
