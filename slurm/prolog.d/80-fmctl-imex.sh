@@ -77,13 +77,15 @@ fi
 
 # The daemon reads its peers only when it starts (the config's own header says a restart
 # is needed for new settings): restart it on the job's list.
-# systemctl's own last line goes into the drain reason: `sinfo -R` then says why.
+# systemctl's own first line goes into the drain reason, so `sinfo -R` says why ("Job for
+# nvidia-imex.service failed because ...": its second line only points at `systemctl status`;
+# systemd src/shared/bus-wait-for-jobs.c, log_job_error_with_service_result).
 out=$(timeout 30 systemctl restart nvidia-imex 2>&1)
 status=$?
 if [ $status = 124 ]; then
   fail "systemctl restart nvidia-imex did not return in 30 s"
 elif [ $status != 0 ]; then
-  fail "systemctl restart nvidia-imex failed: ${out##*$'\n'}"
+  fail "systemctl restart nvidia-imex failed: ${out%%$'\n'*}"
 fi
 
 # `nvidia-imex-ctl -q` prints READY once this node's daemon is up (the IMEX guide's command

@@ -260,6 +260,13 @@ def test_a_local_ready_is_not_a_domain(cluster: Cluster) -> None:
         cluster.slurm.wait_state(good.name, ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"))
         shown = cluster.slurm.scontrol("show", "node", good.name)
         assert "IMEX domain is not UP" in shown and f"{bad.addr} UNAVAILABLE" in shown, shown
+        # The peer's own daemon could not start: its reason carries systemctl's words.
+        cluster.slurm.wait_state(bad.name, ("DRAIN", "IDLE+DRAIN", "DOWN+DRAIN"))
+        theirs = cluster.slurm.scontrol("show", "node", bad.name)
+        assert (
+            "systemctl restart nvidia-imex failed: Job for nvidia-imex.service failed because "
+            "the control process exited with error code" in theirs
+        ), theirs
         local = good.node.run(["nvidia-imex-ctl", "-q"], env=SSM_ENV)
         assert local.stdout.strip() == "READY"  # what the prolog no longer takes for a domain
     finally:
