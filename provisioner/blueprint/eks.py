@@ -18,7 +18,7 @@ Order, and why:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from provisioner.blueprint.files import launch_template, load, tags_match
 from provisioner.blueprint.infra import Parts, amp_write_policy, way_out
@@ -46,6 +46,9 @@ from provisioner.resources.kube_stack import StackParams
 from provisioner.resources.launch_template import LtOut
 from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plane_group
 from provisioner.resources.network import SubnetOut
+
+if TYPE_CHECKING:
+    from provisioner.resources.eks import AuthenticationMode, SupportType
 
 #: Add-ons whose pods run on nodes, in the order EKS documents them.
 ADDONS = (
@@ -227,8 +230,10 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
         logging=tuple(enabled),
         log_group=log_group,
         key=key,
-        authentication_mode=str(access.take("authenticationMode")),
-        support_type=str(upgrade.take("supportType")),
+        # From fmctl's own rendering (templates/aws/eks-cluster.yaml.j2), which writes EKS's
+        # names; EKS refuses any other at CreateCluster.
+        authentication_mode=cast("AuthenticationMode", access.take("authenticationMode")),
+        support_type=cast("SupportType", upgrade.take("supportType")),
         tags=p.tags("eks"),
     )
     if access.take("bootstrapClusterCreatorAdminPermissions") is not True:

@@ -50,6 +50,7 @@ from provisioner.resources.routes import (
 from provisioner.resources.storage import ArtifactsParams, BucketOut, BucketParams
 from provisioner.resources.tags import DesiredTags
 from provisioner.shipped import shipped_dir
+from provisioner.spec.defaults import FSX_DEPLOYMENT_TYPE
 from provisioner.spec.model import ClusterSpec
 
 T = TypeVar("T")
@@ -437,7 +438,7 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
         subnet=p.ref("subnet/private", SubnetOut),
         security_group=p.ref("sg/fsx", SgOut),
         capacity_gib=int(fsx.capacity_gib or 0),
-        deployment_type=str(fsx.deployment_type),
+        deployment_type=fsx.deployment_type or FSX_DEPLOYMENT_TYPE,
         tags=tags,
         throughput_per_tib=fsx.throughput_per_tib,
         import_path=fsx.import_path,

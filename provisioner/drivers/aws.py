@@ -15,9 +15,34 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from provisioner import FmctlBug, FmctlError
+
+if TYPE_CHECKING:
+    # boto3's published stubs (types-boto3, a dev dependency): each service's client typed, so
+    # mypy checks every call's operation name, parameters and answer fields.
+    import types_boto3_autoscaling
+    import types_boto3_budgets
+    import types_boto3_ce
+    import types_boto3_cloudformation
+    import types_boto3_ec2
+    import types_boto3_eks
+    import types_boto3_events
+    import types_boto3_fsx
+    import types_boto3_iam
+    import types_boto3_kms
+    import types_boto3_lambda
+    import types_boto3_logs
+    import types_boto3_pcs
+    import types_boto3_pricing
+    import types_boto3_resourcegroupstaggingapi
+    import types_boto3_s3
+    import types_boto3_scheduler
+    import types_boto3_service_quotas
+    import types_boto3_sns
+    import types_boto3_ssm
+    import types_boto3_sts
 
 #: Operations that only read (what `plan` may call): by name prefix, for every service.
 READ_PREFIXES = ("Describe", "List", "Get", "Head", "Lookup", "Search")
@@ -65,7 +90,7 @@ class Aws:
     _session: Any = field(default=None, repr=False)
 
     @property
-    def retry_mode(self) -> str:
+    def retry_mode(self) -> Literal["standard", "adaptive"]:
         """botocore's retry mode: "adaptive" against AWS (exponential backoff, and a client
         that slows its own sending after throttling answers, to stay under an API's rate
         limit); "standard" against the sandbox (the same backoff and retried errors, without
@@ -75,6 +100,66 @@ class Aws:
         tokens."""
         return "standard" if self.sandbox else "adaptive"
 
+    @overload
+    def client(
+        self, service: Literal["autoscaling"], retries: bool = True
+    ) -> types_boto3_autoscaling.Client: ...
+    @overload
+    def client(
+        self, service: Literal["budgets"], retries: bool = True
+    ) -> types_boto3_budgets.Client: ...
+    @overload
+    def client(self, service: Literal["ce"], retries: bool = True) -> types_boto3_ce.Client: ...
+    @overload
+    def client(
+        self, service: Literal["cloudformation"], retries: bool = True
+    ) -> types_boto3_cloudformation.Client: ...
+    @overload
+    def client(self, service: Literal["ec2"], retries: bool = True) -> types_boto3_ec2.Client: ...
+    @overload
+    def client(self, service: Literal["eks"], retries: bool = True) -> types_boto3_eks.Client: ...
+    @overload
+    def client(
+        self, service: Literal["events"], retries: bool = True
+    ) -> types_boto3_events.Client: ...
+    @overload
+    def client(self, service: Literal["fsx"], retries: bool = True) -> types_boto3_fsx.Client: ...
+    @overload
+    def client(self, service: Literal["iam"], retries: bool = True) -> types_boto3_iam.Client: ...
+    @overload
+    def client(self, service: Literal["kms"], retries: bool = True) -> types_boto3_kms.Client: ...
+    @overload
+    def client(
+        self, service: Literal["lambda"], retries: bool = True
+    ) -> types_boto3_lambda.Client: ...
+    @overload
+    def client(self, service: Literal["logs"], retries: bool = True) -> types_boto3_logs.Client: ...
+    @overload
+    def client(self, service: Literal["pcs"], retries: bool = True) -> types_boto3_pcs.Client: ...
+    @overload
+    def client(
+        self, service: Literal["pricing"], retries: bool = True
+    ) -> types_boto3_pricing.Client: ...
+    @overload
+    def client(
+        self, service: Literal["resourcegroupstaggingapi"], retries: bool = True
+    ) -> types_boto3_resourcegroupstaggingapi.Client: ...
+    @overload
+    def client(self, service: Literal["s3"], retries: bool = True) -> types_boto3_s3.Client: ...
+    @overload
+    def client(
+        self, service: Literal["scheduler"], retries: bool = True
+    ) -> types_boto3_scheduler.Client: ...
+    @overload
+    def client(
+        self, service: Literal["service-quotas"], retries: bool = True
+    ) -> types_boto3_service_quotas.Client: ...
+    @overload
+    def client(self, service: Literal["sns"], retries: bool = True) -> types_boto3_sns.Client: ...
+    @overload
+    def client(self, service: Literal["ssm"], retries: bool = True) -> types_boto3_ssm.Client: ...
+    @overload
+    def client(self, service: Literal["sts"], retries: bool = True) -> types_boto3_sts.Client: ...
     def client(self, service: str, retries: bool = True) -> Any:
         """A boto3 client (thread-safe to share; created once per service).
 

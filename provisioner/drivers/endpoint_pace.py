@@ -59,10 +59,11 @@ def endpoint_scale(endpoint: str, ca_bundle: str | None, timeout: float = 3.0) -
         return None
     if creds is None:
         return None
+    url, payload = endpoint.rstrip("/") + "/", b"{}"
     request = AWSRequest(
         method="POST",
-        url=endpoint.rstrip("/") + "/",
-        data=b"{}",
+        url=url,
+        data=payload,
         headers={
             "Content-Type": "application/x-amz-json-1.1",
             "X-Amz-Target": "FmctlSandbox.Health",
@@ -70,7 +71,7 @@ def endpoint_scale(endpoint: str, ca_bundle: str | None, timeout: float = 3.0) -
     )
     SigV4Auth(creds, SANDBOX_SIGNING_NAME, "us-east-1").add_auth(request)
     prepared = urllib.request.Request(
-        request.url, data=request.body, headers=dict(request.headers.items()), method="POST"
+        url, data=payload, headers=dict(request.headers.items()), method="POST"
     )
     context = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else None
     try:

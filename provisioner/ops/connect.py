@@ -10,6 +10,7 @@ it), any node by its instance id or private DNS name.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +58,7 @@ def _instance(ctx: Any, filters: list[dict[str, Any]]) -> dict[str, Any] | None:
     return items[0] if items else None
 
 
-def _eks_nodes(target: Target, name: str, cluster: dict[str, Any]) -> list[dict[str, Any]]:
+def _eks_nodes(target: Target, name: str, cluster: Mapping[str, Any]) -> list[dict[str, Any]]:
     from provisioner.resources.kube_api import connect as kube_connect
 
     ctx = make_context(target, name, read_only=True)

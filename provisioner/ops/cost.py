@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from provisioner.catalog import prices
 from provisioner.drivers.aws import Aws, translate
@@ -28,6 +28,10 @@ from provisioner.estimate.cost import (
     Unpriced,
 )
 from provisioner.estimate.price_list import answer, hourly_rates
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.literals import InstanceTypeType
+    from types_boto3_ec2.type_defs import DescribeSpotPriceHistoryRequestTypeDef
 
 #: How long a rate read from the Price List is used again without asking (AWS publishes
 #: EC2's offer file a few times a month).
@@ -178,15 +182,19 @@ class PriceListBook:
                 return documents
 
     def _spot(self, instance_type: str) -> Quote | Unpriced:
-        where = {"AvailabilityZone": self.zone} if self.zone else {}
+        request: DescribeSpotPriceHistoryRequestTypeDef = {
+            # The catalog's names are EC2's: the stubs' literal list lags new types.
+            "InstanceTypes": [cast("InstanceTypeType", instance_type)],
+            "ProductDescriptions": ["Linux/UNIX (Amazon VPC)", "Linux/UNIX"],
+            "StartTime": datetime.now(UTC),
+            "MaxResults": 100,
+        }
+        if self.zone:
+            request["AvailabilityZone"] = self.zone
         try:
-            history = self.aws.client("ec2").describe_spot_price_history(
-                InstanceTypes=[instance_type],
-                ProductDescriptions=["Linux/UNIX (Amazon VPC)", "Linux/UNIX"],
-                StartTime=datetime.now(UTC),
-                MaxResults=100,
-                **where,
-            )["SpotPriceHistory"]
+            history = self.aws.client("ec2").describe_spot_price_history(**request)[
+                "SpotPriceHistory"
+            ]
         except Exception as exc:  # noqa: BLE001 - any failure to ask is reported, not fatal
             return Unpriced(str(translate(exc, "reading the Spot price history")))
         here = [h for h in history if not self.zone or h.get("AvailabilityZone") == self.zone]

@@ -13,6 +13,7 @@ is not active, and asks GetCostAndUsage once (MONTHLY, from the cluster's creati
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -161,7 +162,7 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _tags(item: dict[str, Any]) -> dict[str, str]:
+def _tags(item: Mapping[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in item.get("Tags", [])}
 
 
@@ -234,7 +235,7 @@ def running_parts(aws: Aws, name: str, instances: dict[str, Running] | None = No
         Part(f"instances/{itype}", f"{n} x {itype} ({market})", Instance(itype, market), n)
         for (itype, market), n in sorted(counts.items())
     ]
-    gateways = ec2.describe_nat_gateways(Filter=[{"Name": f"tag:{OWNER_TAG}", "Values": [name]}])[
+    gateways = ec2.describe_nat_gateways(Filters=[{"Name": f"tag:{OWNER_TAG}", "Values": [name]}])[
         "NatGateways"
     ]
     for gateway in gateways:

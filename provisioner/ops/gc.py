@@ -10,7 +10,13 @@ from typing import Any
 
 from provisioner.drivers.aws import Aws
 from provisioner.ops.target import Target
-from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG, parse_stamp
+from provisioner.resources.tags import (
+    CREATED_TAG,
+    EXPIRES_TAG,
+    OWNER_TAG,
+    AwsTag,
+    parse_stamp,
+)
 
 
 @dataclass
@@ -119,7 +125,7 @@ def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
     functions, budgets = aws.client("lambda"), aws.client("budgets")
     account = aws.account_id()
 
-    def listed(items: list[dict[str, str]]) -> dict[str, str]:
+    def listed(items: Sequence[AwsTag]) -> dict[str, str]:
         return {str(t["Key"]): str(t["Value"]) for t in items}
 
     def group_tags(arn: str) -> dict[str, str]:
@@ -158,27 +164,27 @@ def _gather_money(aws: Aws, seen: dict[str, ClusterSeen]) -> None:
             suffix = "-blocks" if name.removesuffix("-blocks")[6:] in seen else ""
             note(name, "fmctl-", suffix, read)
     events = aws.client("events")
-    for page in events.get_paginator("list_rules").paginate(NamePrefix="fmctl-"):
-        for rule in page.get("Rules", []):
+    for rule_page in events.get_paginator("list_rules").paginate(NamePrefix="fmctl-"):
+        for rule in rule_page.get("Rules", []):
             # fmctl-NAME-HEX: a Capacity Block's T-40 rule (HEX: the block id's 17 digits).
             name = str(rule["Name"])
             read = functools.partial(rule_tags, str(rule["Arn"]))
             note(name, "fmctl-", name[-18:] if len(name) > 24 else "", read)
-    for page in sns.get_paginator("list_topics").paginate():
-        for topic in page.get("Topics", []):
+    for topic_page in sns.get_paginator("list_topics").paginate():
+        for topic in topic_page.get("Topics", []):
             arn = str(topic["TopicArn"])
             note(arn.rsplit(":", 1)[-1], "fmctl-", "-budget", functools.partial(topic_tags, arn))
-    for page in functions.get_paginator("list_functions").paginate():
-        for function in page.get("Functions", []):
+    for function_page in functions.get_paginator("list_functions").paginate():
+        for function in function_page.get("Functions", []):
             read = functools.partial(function_tags, str(function["FunctionArn"]))
             note(str(function["FunctionName"]), "fmctl-", "-budget-stop", read)
-    for page in budgets.get_paginator("describe_budgets").paginate(AccountId=account):
-        for budget in page.get("Budgets", []):
+    for budget_page in budgets.get_paginator("describe_budgets").paginate(AccountId=account):
+        for budget in budget_page.get("Budgets", []):
             name = str(budget["BudgetName"])
             note(name, "fmctl-", f"-{aws.region}", functools.partial(budget_tags, name))
 
 
-def _bucket_region(s3: Any, bucket: dict[str, Any]) -> str | None:
+def _bucket_region(s3: Any, bucket: Mapping[str, Any]) -> str | None:
     """A listed bucket's region: ListBuckets gives BucketRegion (since 2024), else
     GetBucketLocation, whose empty LocationConstraint means us-east-1."""
     if bucket.get("BucketRegion"):

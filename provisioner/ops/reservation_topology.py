@@ -16,10 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import Aws, error_code
 from provisioner.spec.model import ClusterSpec
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import (
+        CapacityReservationTopologyTypeDef,
+        DescribeCapacityReservationTopologyRequestTypeDef,
+    )
 
 #: DescribeCapacityReservationTopology takes at most 10 reservation ids per call (its
 #: CapacityReservationIds constraint), and botocore has no paginator for it: NextToken.
@@ -73,13 +79,17 @@ def read_places(aws: Aws, pools: list[tuple[str, str, str]]) -> list[ReservedPla
     """Each pool's reservation with its network nodes, in the spec's pool order."""
     ec2 = aws.client("ec2")
     ids = sorted({rid for _, rid, _ in pools})
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, CapacityReservationTopologyTypeDef] = {}
     for start in range(0, len(ids), IDS_PER_CALL):
         chunk = ids[start : start + IDS_PER_CALL]
         token: str | None = None
         while True:
-            more = {"NextToken": token} if token else {}
-            page = ec2.describe_capacity_reservation_topology(CapacityReservationIds=chunk, **more)
+            request: DescribeCapacityReservationTopologyRequestTypeDef = {
+                "CapacityReservationIds": chunk
+            }
+            if token:
+                request["NextToken"] = token
+            page = ec2.describe_capacity_reservation_topology(**request)
             for item in page.get("CapacityReservations", []):
                 found[item["CapacityReservationId"]] = item
             token = page.get("NextToken")

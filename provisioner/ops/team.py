@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from provisioner.ops.target import Target
 from provisioner.resources.storage import (
@@ -34,6 +35,10 @@ from provisioner.state.location import LOCAL, StateLocation, parse_state_url
 from provisioner.state.records import AuditEntry, Holder
 from provisioner.state.s3 import S3Backend
 from provisioner.state.store import REPLACED, ClusterState
+
+if TYPE_CHECKING:
+    from types_boto3_s3.literals import BucketLocationConstraintType
+    from types_boto3_s3.type_defs import CreateBucketRequestTypeDef
 
 __all__ = [
     "StateLocation",
@@ -251,12 +256,15 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
     except Exception as exc:
         if error_code(exc) not in {"404", "NoSuchBucket", "NotFound"}:
             raise
-        extra = (
-            {}
-            if target.region == "us-east-1"
-            else {"CreateBucketConfiguration": {"LocationConstraint": target.region}}
-        )
-        s3.create_bucket(Bucket=bucket, ObjectOwnership="BucketOwnerEnforced", **extra)
+        request: CreateBucketRequestTypeDef = {
+            "Bucket": bucket,
+            "ObjectOwnership": "BucketOwnerEnforced",
+        }
+        if target.region != "us-east-1":  # us-east-1 refuses its own name as a constraint
+            request["CreateBucketConfiguration"] = {
+                "LocationConstraint": cast("BucketLocationConstraintType", target.region)
+            }
+        s3.create_bucket(**request)
         lines.append(f"created bucket {bucket} in {target.region}")
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
     s3.put_bucket_encryption(

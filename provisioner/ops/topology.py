@@ -19,13 +19,17 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import Aws
 from provisioner.ops.reservation_topology import ReservedPlace
 from provisioner.ops.topology_model import Placed, PoolTree, carry_over, pool_trees, to_json
 from provisioner.resources.parallelcluster import PCLUSTER_TAG
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import InstanceTypeDef
 
 #: The tags naming an instance's pool: ParallelCluster's queue (pcluster/constants.py
 #: PCLUSTER_QUEUE_NAME_TAG) and fmctl's own on PCS node groups' instances.
@@ -35,10 +39,10 @@ POOL_TAGS = ("parallelcluster:queue-name", "fmctl.dev/pool")
 IDS_PER_CALL = 100
 
 
-def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
+def compute_instances(aws: Aws, cluster: str) -> dict[str, InstanceTypeDef]:
     """Running compute instances of the ParallelCluster cluster, by id."""
     ec2 = aws.client("ec2")
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, InstanceTypeDef] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
             {"Name": f"tag:{PCLUSTER_TAG}", "Values": [cluster]},
@@ -55,14 +59,14 @@ def compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def pcs_compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
+def pcs_compute_instances(aws: Aws, cluster: str) -> dict[str, InstanceTypeDef]:
     """Running compute instances of the cluster's PCS node groups (PCS's cluster tag and
     fmctl's; the login group left out), by id."""
     from provisioner.catalog.pcs import CLUSTER_TAG
     from provisioner.resources.tags import OWNER_TAG
 
     ec2 = aws.client("ec2")
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, InstanceTypeDef] = {}
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
             {"Name": f"tag:{OWNER_TAG}", "Values": [cluster]},
@@ -79,7 +83,7 @@ def pcs_compute_instances(aws: Aws, cluster: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def read_topology(aws: Aws, instances: dict[str, dict[str, Any]]) -> list[Placed]:
+def read_topology(aws: Aws, instances: Mapping[str, Mapping[str, Any]]) -> list[Placed]:
     """Each of the running compute ``instances`` (``compute_instances``) with its network
     nodes (instances EC2 does not place, types without topology support, are left out)."""
     ec2 = aws.client("ec2")

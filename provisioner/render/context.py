@@ -27,7 +27,7 @@ from provisioner.render.queueing import (
 )
 from provisioner.spec.defaults import IDLE_ALERT_AFTER
 from provisioner.spec.durations import seconds
-from provisioner.spec.model import ClusterSpec, GpuPool, Network
+from provisioner.spec.model import ClusterSpec, FsxDeploymentType, GpuPool, Network
 from provisioner.spec.resolve import shrinks
 from provisioner.spec.tags import OWNER_TAG
 
@@ -154,7 +154,7 @@ class FsxContext:
 
     existing_id: str | None
     capacity_gib: int | None
-    deployment_type: str | None
+    deployment_type: FsxDeploymentType | None
     throughput_per_tib: int | None
     mount_path: str
     import_path: str | None

@@ -42,9 +42,9 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.drivers.aws import error_code
@@ -74,6 +74,9 @@ from provisioner.resources.tags import (
     apply_tag_change,
 )
 from provisioner.shipped import shipped_dir
+
+if TYPE_CHECKING:
+    from types_boto3_events.type_defs import DescribeRuleResponseTypeDef
 
 #: fmctl's own trigger: this long before a block's end.
 LEAD_SECONDS = 3600
@@ -335,9 +338,9 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
         listed = ctx.aws.client("events").list_tags_for_resource(ResourceARN=arn)
         return Tags.of({t["Key"]: t["Value"] for t in listed.get("Tags", [])})
 
-    def _rule(self, ctx: Context, name: str) -> dict[str, Any] | None:
+    def _rule(self, ctx: Context, name: str) -> DescribeRuleResponseTypeDef | None:
         try:
-            found: dict[str, Any] = ctx.aws.client("events").describe_rule(Name=name)
+            found = ctx.aws.client("events").describe_rule(Name=name)
         except Exception as exc:
             if error_code(exc) == "ResourceNotFoundException":
                 return None
@@ -497,7 +500,7 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
                 raise
 
 
-def _target_of(target: dict[str, Any]) -> WarningTarget:
+def _target_of(target: Mapping[str, Any]) -> WarningTarget:
     run = (target.get("RunCommandParameters") or {}).get("RunCommandTargets") or [{}]
     return WarningTarget(
         str(target.get("Arn", "")),

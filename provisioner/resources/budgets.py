@@ -24,8 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -43,10 +44,19 @@ from provisioner.resources.tags import (
 )
 from provisioner.resources.topics import TopicOut
 
+if TYPE_CHECKING:
+    from types_boto3_budgets.literals import TimeUnitType
+    from types_boto3_budgets.type_defs import (
+        BudgetOutputTypeDef,
+        BudgetTypeDef,
+        NotificationTypeDef,
+        SubscriberTypeDef,
+    )
+
 #: The thresholds, in percent of the limit: a warning, and the limit itself.
 WARN_AT, LIMIT_AT = 80.0, 100.0
 Period = Literal["monthly", "total"]
-TIME_UNIT: dict[str, str] = {"monthly": "MONTHLY", "total": "ANNUALLY"}
+TIME_UNIT: dict[str, TimeUnitType] = {"monthly": "MONTHLY", "total": "ANNUALLY"}
 
 
 def usd(amount: object) -> str:
@@ -65,7 +75,11 @@ def scope(cluster: str) -> str:
     return f"user:{OWNER_TAG}${cluster}"
 
 
-def subscriber(address: str) -> tuple[str, str]:
+#: How a budget notification reaches someone (Budgets' SubscriptionType).
+Channel = Literal["EMAIL", "SNS"]
+
+
+def subscriber(address: str) -> tuple[Channel, str]:
     """(SubscriptionType, Address) of one address of the spec."""
     return ("SNS" if address.startswith("arn:") else "EMAIL", address)
 
@@ -95,7 +109,7 @@ class Notice:
     """One notification: its threshold (percent of the limit) and its subscribers."""
 
     threshold: float
-    subscribers: frozenset[tuple[str, str]]
+    subscribers: frozenset[tuple[Channel, str]]
 
 
 @dataclass(frozen=True)
@@ -139,7 +153,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
     def _ours(ctx: Context, tags: Tags) -> bool:
         return ctx.ours(tags.as_dict()) and tags.get(REGION_TAG) == ctx.region
 
-    def _budget(self, ctx: Context, name: str) -> dict[str, Any] | None:
+    def _budget(self, ctx: Context, name: str) -> BudgetOutputTypeDef | None:
         try:
             found = ctx.aws.client("budgets").describe_budget(
                 AccountId=self._account(ctx), BudgetName=name
@@ -148,8 +162,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
             if error_code(exc) == "NotFoundException":
                 return None
             raise
-        budget: dict[str, Any] = found["Budget"]
-        return budget
+        return found["Budget"]
 
     def _notices(self, ctx: Context, name: str) -> frozenset[Notice]:
         client, account = ctx.aws.client("budgets"), self._account(ctx)
@@ -239,8 +252,8 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         )
 
     # -- acting -------------------------------------------------------------------------
-    def _document(self, ctx: Context, params: BudgetParams) -> dict[str, Any]:
-        document: dict[str, Any] = {
+    def _document(self, ctx: Context, params: BudgetParams) -> BudgetTypeDef:
+        document: BudgetTypeDef = {
             "BudgetName": params.name,
             "BudgetLimit": {"Amount": usd(params.limit), "Unit": "USD"},
             "CostFilters": {"TagKeyValue": [scope(ctx.cluster)]},
@@ -250,7 +263,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         return document
 
     @staticmethod
-    def _notification(notice: Notice) -> dict[str, Any]:
+    def _notification(notice: Notice) -> NotificationTypeDef:
         return {
             "NotificationType": "ACTUAL",
             "ComparisonOperator": "GREATER_THAN",
@@ -259,7 +272,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         }
 
     @staticmethod
-    def _subscribers(notice: Notice) -> list[dict[str, str]]:
+    def _subscribers(notice: Notice) -> list[SubscriberTypeDef]:
         return [{"SubscriptionType": t, "Address": a} for t, a in sorted(notice.subscribers)]
 
     def create(self, ctx: Context, rid: str, params: BudgetParams) -> BudgetOut:
@@ -267,7 +280,8 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         document = self._document(ctx, params)
         if params.period == "total":
             # From today: a lifetime, not a calendar year (ANNUALLY alone starts on January 1).
-            document["TimePeriod"] = {"Start": int(time.time() // 86400 * 86400)}
+            today = datetime.fromtimestamp(time.time() // 86400 * 86400, UTC)
+            document["TimePeriod"] = {"Start": today}
         try:
             client.create_budget(
                 AccountId=self._account(ctx),
@@ -302,9 +316,10 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         paths = {c.path for c in changes}
         if paths & {"limit", "time_unit", "scope"}:
             document = self._document(ctx, params)
-            live = self._budget(ctx, params.name) or {}
-            if params.period == "total" and "TimePeriod" in live:
-                document["TimePeriod"] = {"Start": live["TimePeriod"]["Start"]}
+            live = self._budget(ctx, params.name)
+            start = live.get("TimePeriod", {}).get("Start") if live else None
+            if params.period == "total" and start is not None:
+                document["TimePeriod"] = {"Start": start}
             client.update_budget(AccountId=account, NewBudget=document)
         if "notices" in paths:
             self._renotify(ctx, params, observed.live.notices)

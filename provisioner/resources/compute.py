@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -31,6 +31,9 @@ from provisioner.resources.tags import (
     Tags,
     tag_updates,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import IpPermissionTypeDef
 
 #: Lustre's ports: 988 and 1018-1023
 #: (https://docs.aws.amazon.com/fsx/latest/LustreGuide/limit-access-security-groups.html)
@@ -84,7 +87,7 @@ class SgLive:
     tags: Tags
 
 
-def _flatten(permissions: list[dict[str, Any]]) -> frozenset[LiveRule]:
+def _flatten(permissions: Sequence[Mapping[str, Any]]) -> frozenset[LiveRule]:
     rules: set[LiveRule] = set()
     for perm in permissions:
         protocol = str(perm.get("IpProtocol", "-1"))
@@ -96,11 +99,12 @@ def _flatten(permissions: list[dict[str, Any]]) -> frozenset[LiveRule]:
     return frozenset(rules)
 
 
-def _permission(rule: LiveRule) -> dict[str, Any]:
+def _permission(rule: LiveRule) -> IpPermissionTypeDef:
     protocol, low, high, peer = rule
-    perm: dict[str, Any] = {"IpProtocol": protocol}
-    if protocol != "-1":
-        perm.update(FromPort=low, ToPort=high)
+    perm: IpPermissionTypeDef = {"IpProtocol": protocol}
+    # Every protocol but "-1" (all) names its ports (a LiveRule read from AWS carries them).
+    if protocol != "-1" and low is not None and high is not None:
+        perm["FromPort"], perm["ToPort"] = low, high
     if peer.startswith("sg-"):
         perm["UserIdGroupPairs"] = [{"GroupId": peer}]
     else:
@@ -130,7 +134,7 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             return None
         return self._observed(item)
 
-    def _observed(self, item: dict[str, Any]) -> Observed[SgOut, SgLive]:
+    def _observed(self, item: Mapping[str, Any]) -> Observed[SgOut, SgLive]:
         live = SgLive(
             item["VpcId"],
             item["GroupName"],
@@ -241,19 +245,19 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
         ec2 = ctx.aws.client("ec2")
         item = ec2.describe_security_groups(GroupIds=[owned.id])["SecurityGroups"][0]
         cidr = ec2.describe_vpcs(VpcIds=[item["VpcId"]])["Vpcs"][0]["CidrBlock"]
-        for key, revoke, authorize in (
+        for permissions, revoke, authorize in (
             (
-                "IpPermissions",
+                item.get("IpPermissions", []),
                 ec2.revoke_security_group_ingress,
                 ec2.authorize_security_group_ingress,
             ),
             (
-                "IpPermissionsEgress",
+                item.get("IpPermissionsEgress", []),
                 ec2.revoke_security_group_egress,
                 ec2.authorize_security_group_egress,
             ),
         ):
-            live = _flatten(item.get(key, []))
+            live = _flatten(permissions)
             others = sorted(
                 (r for r in live if r[3].startswith("sg-") and r[3] != owned.id), key=repr
             )
@@ -284,11 +288,11 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             return  # gone
         sweep_cni_interfaces(ctx, "sg", "group-id", owned.id)
         # Rules naming other groups block their deletion: empty this group first.
-        for key, revoke in (
-            ("IpPermissions", ec2.revoke_security_group_ingress),
-            ("IpPermissionsEgress", ec2.revoke_security_group_egress),
+        for permissions, revoke in (
+            (item.get("IpPermissions", []), ec2.revoke_security_group_ingress),
+            (item.get("IpPermissionsEgress", []), ec2.revoke_security_group_egress),
         ):
-            rules = [r for r in _flatten(item.get(key, [])) if r[3].startswith("sg-")]
+            rules = [r for r in _flatten(permissions) if r[3].startswith("sg-")]
             if rules:
                 perms = [_permission(r) for r in sorted(rules, key=repr)]
                 retry_dependency(
@@ -312,7 +316,7 @@ class PlacementGroupParams:
 
     group_name: str
     tags: DesiredTags
-    strategy: str = "cluster"
+    strategy: Literal["cluster", "partition", "spread"] = "cluster"
 
 
 @dataclass(frozen=True)

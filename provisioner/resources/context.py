@@ -9,13 +9,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from provisioner.drivers.aws import Aws
 from provisioner.graph.pacing import poll_schedule
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.errors import WaitTimeout
-from provisioner.resources.tags import OWNER_TAG, RESOURCE_TAG, DesiredTags
+from provisioner.resources.tags import OWNER_TAG, RESOURCE_TAG, AwsTag, DesiredTags, aws_tags
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.literals import ResourceTypeType
+    from types_boto3_ec2.type_defs import FilterTypeDef, TagSpecificationTypeDef
 
 T = TypeVar("T")
 
@@ -110,9 +114,9 @@ class Context:
             self.outputs[resource] = outputs
 
     # -- ownership ----------------------------------------------------------------------
-    def owner_filters(self, resource: str | None = None) -> list[dict[str, Any]]:
+    def owner_filters(self, resource: str | None = None) -> list[FilterTypeDef]:
         """EC2 filters selecting the cluster's resources (one of them, with ``resource``)."""
-        filters: list[dict[str, Any]] = [{"Name": f"tag:{OWNER_TAG}", "Values": [self.cluster]}]
+        filters: list[FilterTypeDef] = [{"Name": f"tag:{OWNER_TAG}", "Values": [self.cluster]}]
         if resource is not None:
             filters.append({"Name": f"tag:{RESOURCE_TAG}", "Values": [resource]})
         return filters
@@ -128,13 +132,17 @@ class Context:
         return f"fmctl-{digest}"
 
     @staticmethod
-    def tag_list(tags: DesiredTags, key: str = "Key", value: str = "Value") -> list[dict[str, str]]:
+    def tag_list(tags: DesiredTags) -> list[AwsTag]:
         """Creation tags in the [{"Key": k, "Value": v}] shape most APIs take."""
-        return [{key: k, value: v} for k, v in sorted(tags.at_creation().items())]
+        return aws_tags(tags.at_creation())
 
-    def tag_spec(self, resource_type: str, tags: DesiredTags) -> list[dict[str, Any]]:
+    @staticmethod
+    def tag_spec(
+        resource_type: ResourceTypeType, tags: DesiredTags
+    ) -> list[TagSpecificationTypeDef]:
         """EC2 TagSpecifications with the creation tags."""
-        return [{"ResourceType": resource_type, "Tags": self.tag_list(tags)}]
+        pairs = sorted(tags.at_creation().items())
+        return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in pairs]}]
 
     # -- batched reads ------------------------------------------------------------------
     def cached(self, key: str, load: Callable[[], T]) -> T:

@@ -10,9 +10,9 @@ new cluster.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -34,8 +34,23 @@ from provisioner.resources.tags import (
     Tags,
 )
 
+if TYPE_CHECKING:
+    from types_boto3_eks.type_defs import (
+        ClusterTypeDef,
+        CreateClusterRequestTypeDef,
+        VpcConfigRequestTypeDef,
+    )
+
 
 # -- the control plane -------------------------------------------------------------------
+# EKS's names (its CreateCluster model); the params' fields are read at run time (the graph's
+# references), so these are defined here rather than taken from the stubs, and mypy checks
+# them against the stubs' at the call.
+ControlPlaneLog = Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]
+AuthenticationMode = Literal["API", "API_AND_CONFIG_MAP", "CONFIG_MAP"]
+SupportType = Literal["STANDARD", "EXTENDED"]
+
+
 @dataclass(frozen=True)
 class EksOut:
     """The control plane: name, ARN, endpoint, CA and version."""
@@ -59,11 +74,11 @@ class EksParams:
     endpoint_private: bool
     endpoint_public: bool
     public_cidrs: tuple[str, ...]
-    logging: tuple[str, ...]
+    logging: tuple[ControlPlaneLog, ...]
     #: The key fmctl made, or the ARN of the spec's (kubernetes.secretsKeyArn).
     key: Ref[KmsOut] | str
-    authentication_mode: str
-    support_type: str
+    authentication_mode: AuthenticationMode
+    support_type: SupportType
     tags: DesiredTags
     #: The group the enabled log types go to, made before the cluster, deleted after it.
     log_group: Ref[LogGroupOut] | None = None
@@ -111,19 +126,16 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         support_type=Policy(How.UPDATE, "UpdateClusterConfig upgradePolicy"),
     )
 
-    def describe(self, ctx: Context) -> dict[str, Any] | None:
+    def describe(self, ctx: Context) -> ClusterTypeDef | None:
         """The cluster as EKS describes it, or None."""
         eks = ctx.aws.client("eks")
-        found: dict[str, Any] | None = unless_gone(
-            lambda: eks.describe_cluster(name=ctx.cluster)["cluster"]
-        )
-        return found
+        return unless_gone(lambda: eks.describe_cluster(name=ctx.cluster)["cluster"])
 
-    def _described(self, ctx: Context) -> dict[str, Any] | None:
+    def _described(self, ctx: Context) -> ClusterTypeDef | None:
         return ctx.cached("eks:cluster", lambda: self.describe(ctx))
 
     @staticmethod
-    def out_of(c: dict[str, Any]) -> EksOut:
+    def out_of(c: Mapping[str, Any]) -> EksOut:
         """The outputs of a described cluster."""
         return EksOut(
             c["name"],
@@ -239,7 +251,7 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
     def create(self, ctx: Context, rid: str, params: EksParams) -> EksOut:
         eks = ctx.aws.client("eks")
         key = params.key if isinstance(params.key, str) else ctx.get(params.key).arn
-        vpc: dict[str, Any] = {
+        vpc: VpcConfigRequestTypeDef = {
             "subnetIds": [ctx.get(s).id for s in params.subnets],
             "securityGroupIds": [ctx.get(g).id for g in params.security_groups],
             "endpointPrivateAccess": params.endpoint_private,
@@ -247,7 +259,7 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         }
         if params.endpoint_public:
             vpc["publicAccessCidrs"] = list(params.public_cidrs)
-        request = {
+        request: CreateClusterRequestTypeDef = {
             "name": params.cluster_name,
             "version": params.version,
             "roleArn": ctx.get(params.role).arn,
@@ -267,9 +279,8 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
             found = self.read(ctx, rid, params)
             return found.outputs if found else None
 
-        created_or_found(
-            lambda: eks.create_cluster(**request, clientRequestToken=ctx.token(rid)), again
-        )
+        request["clientRequestToken"] = ctx.token(rid)
+        created_or_found(lambda: eks.create_cluster(**request), again)
         return self._active(ctx, rid, self.create_seconds, "ACTIVE")
 
     def _active(self, ctx: Context, rid: str, expected: float, what: str) -> EksOut:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -21,6 +21,9 @@ from provisioner.resources.tags import (
     DesiredTags,
     Tags,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_eks.type_defs import AccessEntryTypeDef
 
 ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 
@@ -67,11 +70,11 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
             return caller_principal(ctx)
         return ctx.resolve(params.principal, "arn")
 
-    def _entries(self, ctx: Context) -> dict[str, dict[str, Any]]:
+    def _entries(self, ctx: Context) -> dict[str, AccessEntryTypeDef]:
         """Principal -> the cluster's access entry (one listing, one describe each, per
         run)."""
 
-        def load() -> dict[str, dict[str, Any]]:
+        def load() -> dict[str, AccessEntryTypeDef]:
             if not cluster_ours(ctx):
                 return {}
             eks = ctx.aws.client("eks")

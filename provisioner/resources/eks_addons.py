@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import After, Ref
@@ -25,6 +25,9 @@ from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+if TYPE_CHECKING:
+    from types_boto3_eks.type_defs import AddonTypeDef, PodIdentityAssociationTypeDef
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,8 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
         configuration=Policy(How.UPDATE, "UpdateAddon configurationValues"),
     )
 
-    def _addons(self, ctx: Context) -> dict[str, dict[str, Any]]:
-        def load() -> dict[str, dict[str, Any]]:
+    def _addons(self, ctx: Context) -> dict[str, AddonTypeDef]:
+        def load() -> dict[str, AddonTypeDef]:
             if not cluster_ours(ctx):
                 return {}
             eks = ctx.aws.client("eks")
@@ -304,8 +307,8 @@ class PodIdentity(Kind[IdentityParams, IdentityOut, IdentityLive]):
     name, params, outputs = "eks-pod-identity", IdentityParams, IdentityOut
     policy = policies(role=Policy(How.UPDATE, "UpdatePodIdentityAssociation roleArn"))
 
-    def _associations(self, ctx: Context) -> list[dict[str, Any]]:
-        def load() -> list[dict[str, Any]]:
+    def _associations(self, ctx: Context) -> list[PodIdentityAssociationTypeDef]:
+        def load() -> list[PodIdentityAssociationTypeDef]:
             if not cluster_ours(ctx):
                 return []
             eks = ctx.aws.client("eks")

@@ -3,7 +3,7 @@ ARN, and who the caller is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from provisioner.drivers.aws import error_code
@@ -40,7 +40,7 @@ def created_or_found(create: Callable[[], T], find: Callable[[], T | None]) -> T
         return found
 
 
-def health(item: dict[str, Any]) -> str:
+def health(item: Mapping[str, Any]) -> str:
     """EKS's health issues of a resource, as one line."""
     found = (item.get("health") or {}).get("issues") or []
     return "; ".join(f"{i.get('code')}: {i.get('message')}" for i in found) or "no details"

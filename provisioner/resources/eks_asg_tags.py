@@ -8,6 +8,7 @@ tags on to its Auto Scaling group (aws/containers-roadmap#608), so fmctl puts th
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from provisioner.catalog import autoscaler
@@ -17,7 +18,7 @@ from provisioner.resources.errors import ResourceError
 Held = frozenset[tuple[str, str]]
 
 
-def asg_of(ng: dict[str, Any]) -> str | None:
+def asg_of(ng: Mapping[str, Any]) -> str | None:
     """The Auto Scaling group EKS runs a node group as (DescribeNodegroup's
     ``resources.autoScalingGroups``; absent until EKS has made it)."""
     groups = (ng.get("resources") or {}).get("autoScalingGroups") or []
@@ -29,7 +30,7 @@ def managed(key: str) -> bool:
     return key == autoscaler.DISCOVERY_TAG or key.startswith(autoscaler.TEMPLATE_PREFIX)
 
 
-def of_groups(ctx: Context, nodegroups: list[dict[str, Any]]) -> dict[str, Held]:
+def of_groups(ctx: Context, nodegroups: Sequence[Mapping[str, Any]]) -> dict[str, Held]:
     """fmctl's tags on the Auto Scaling group of each of ``nodegroups`` (DescribeNodegroup
     answers), by group name: one DescribeAutoScalingGroups for them all, once per run."""
 
@@ -64,13 +65,24 @@ def retag(
         raise ResourceError(f"node group {nodegroup} has no Auto Scaling group to tag yet")
     client = ctx.aws.client("autoscaling")
     want = dict(wanted)
-    group = {"ResourceId": asg, "ResourceType": "auto-scaling-group"}
+    kind = "auto-scaling-group"
     stale = sorted({k for k, _ in held} - set(want))
     if stale:
-        client.delete_tags(Tags=[{**group, "Key": k} for k in stale])
+        client.delete_tags(
+            Tags=[{"ResourceId": asg, "ResourceType": kind, "Key": k} for k in stale]
+        )
     changed = sorted((k, v) for k, v in want.items() if (k, v) not in held)
     if changed:
         ctx.emit(rid, "updating", f"{len(changed)} tag(s) on Auto Scaling group {asg}")
         client.create_or_update_tags(
-            Tags=[{**group, "Key": k, "Value": v, "PropagateAtLaunch": False} for k, v in changed]
+            Tags=[
+                {
+                    "ResourceId": asg,
+                    "ResourceType": kind,
+                    "Key": k,
+                    "Value": v,
+                    "PropagateAtLaunch": False,
+                }
+                for k, v in changed
+            ]
         )

@@ -14,8 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from provisioner.catalog import autoscaler
 from provisioner.graph.ref import UNKNOWN
@@ -36,6 +36,9 @@ from provisioner.resources.eks_upgrade import instance_type_of, no_surge, scale
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.kube_api import close, connect
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, Tags
+
+if TYPE_CHECKING:
+    from types_boto3_eks.type_defs import NodegroupTypeDef
 
 _FIXED = "fixed at creation (CreateNodegroup): the pool is replaced blue/green"
 
@@ -108,10 +111,10 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         ),
     )
 
-    def _groups(self, ctx: Context) -> list[dict[str, Any]]:
+    def _groups(self, ctx: Context) -> list[NodegroupTypeDef]:
         """Every node group of the cluster carrying its tag (one list, one describe each)."""
 
-        def load() -> list[dict[str, Any]]:
+        def load() -> list[NodegroupTypeDef]:
             if not cluster_ours(ctx):
                 return []
             eks = ctx.aws.client("eks")
@@ -129,13 +132,13 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
         return ctx.cached("eks:nodegroups", load)
 
-    def described(self, ctx: Context) -> list[dict[str, Any]]:
+    def described(self, ctx: Context) -> list[NodegroupTypeDef]:
         """DescribeNodegroup of each of the cluster's node groups fmctl made (read once per
         context)."""
         return self._groups(ctx)
 
     def _observed(
-        self, ctx: Context, ng: dict[str, Any], autoscaled: bool = False
+        self, ctx: Context, ng: Mapping[str, Any], autoscaled: bool = False
     ) -> Observed[NodegroupOut, NodegroupLive]:
         """``autoscaled``: the spec wants the group autoscaled; its Auto Scaling group's
         tags are read then, or when the group still carries the autoscaler's GPU label (it

@@ -17,13 +17,17 @@ last one left them, waits out an update still in flight, and goes on from there.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from provisioner.resources.context import Context
 from provisioner.resources.eks_api import health, unless_gone
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.launch_template import template_version
 from provisioner.resources.tags import OWNER_TAG
+
+if TYPE_CHECKING:
+    from types_boto3_eks.type_defs import NodegroupTypeDef
 
 #: A rolling update of a node group (every node replaced), and an add-on update: the node
 #: group and add-on kinds' own figures.
@@ -56,7 +60,7 @@ def scale(ctx: Context, rid: str, name: str, low: int, high: int, desired: int) 
     settled_nodegroup(ctx, rid, name)
 
 
-def instance_type_of(ctx: Context, ng: dict[str, Any]) -> str | None:
+def instance_type_of(ctx: Context, ng: Mapping[str, Any]) -> str | None:
     """A node group's instance type: its launch template's, or its own list's first."""
     template = ng.get("launchTemplate") or {}
     if not template.get("id"):
@@ -93,7 +97,7 @@ def _addons(ctx: Context) -> list[str]:
     return sorted(name for page in pages for name in page["addons"])
 
 
-def settled_nodegroup(ctx: Context, rid: str, name: str) -> dict[str, Any] | None:
+def settled_nodegroup(ctx: Context, rid: str, name: str) -> NodegroupTypeDef | None:
     """The node group once no update of it is in flight (None: it is gone)."""
     eks = ctx.aws.client("eks")
     describe = functools.partial(
@@ -101,21 +105,22 @@ def settled_nodegroup(ctx: Context, rid: str, name: str) -> dict[str, Any] | Non
     )
     now = unless_gone(describe)
     if now is None or now["nodegroup"]["status"] not in _MOVING:
-        return None if now is None else dict(now["nodegroup"])
+        return None if now is None else now["nodegroup"]
 
-    def probe() -> dict[str, Any] | bool | None:
+    def probe() -> list[NodegroupTypeDef] | None:
+        """[the group] once settled, [] once gone, None while an update is in flight."""
         found = unless_gone(describe)
         if found is None:
-            return False
-        ng: dict[str, Any] = found["nodegroup"]
+            return []
+        ng = found["nodegroup"]
         if ng["status"] in _MOVING:
             return None
-        return ng
+        return [ng]
 
     settled = ctx.wait_until(
         f"node group {name} to finish its update", probe, NODEGROUP_UPDATE_SECONDS, 3600, rid
     )
-    return settled if isinstance(settled, dict) else None
+    return settled[0] if settled else None
 
 
 def _nodegroup_to(ctx: Context, rid: str, name: str, version: str) -> None:

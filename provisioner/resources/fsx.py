@@ -14,10 +14,10 @@ increases); the last request is read from the file system's AdministrativeAction
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -36,8 +36,16 @@ from provisioner.resources.tags import (
     Tags,
     apply_tag_change,
 )
+from provisioner.spec.model import FsxDeploymentType
 
-EVENTS = ("NEW", "CHANGED", "DELETED")
+if TYPE_CHECKING:
+    from types_boto3_fsx.literals import EventTypeType
+    from types_boto3_fsx.type_defs import (
+        CreateFileSystemLustreConfigurationTypeDef,
+        UpdateFileSystemLustreConfigurationTypeDef,
+    )
+
+EVENTS: tuple[EventTypeType, ...] = ("NEW", "CHANGED", "DELETED")
 
 
 #: On a file system fmctl made with storage.fsxLustre.deletionPolicy: retain.
@@ -53,17 +61,21 @@ def release_fsx(ctx: Context, arn: str, tags: Tags) -> None:
     fsx.tag_resource(ResourceARN=arn, Tags=[{"Key": RETAINED_TAG, "Value": ctx.cluster}])
 
 
-def fsx_tags(item: dict[str, Any]) -> Tags:
+def fsx_tags(item: Mapping[str, Any]) -> Tags:
     """The tags of a file system or association as FSx describes them."""
     return Tags.from_list(item.get("Tags"))
 
 
+#: An FSx answer's item (a file system or a data repository association).
+Item = TypeVar("Item", bound=Mapping[str, Any])
+
+
 def await_available(
-    ctx: Context, what: str, fetch: Callable[[], dict[str, Any]], expected: float, rid: str
-) -> dict[str, Any]:
+    ctx: Context, what: str, fetch: Callable[[], Item], expected: float, rid: str
+) -> Item:
     """Wait for an FSx lifecycle to reach AVAILABLE; FAILED or MISCONFIGURED is an error."""
 
-    def probe() -> dict[str, Any] | None:
+    def probe() -> Item | None:
         item = fetch()
         if item["Lifecycle"] in ("FAILED", "MISCONFIGURED"):
             reason = item.get("FailureDetails", {}).get("Message", "")
@@ -124,7 +136,7 @@ class FsxParams:
     subnet: Ref[SubnetOut]
     security_group: Ref[SgOut]
     capacity_gib: int
-    deployment_type: str
+    deployment_type: FsxDeploymentType
     tags: DesiredTags
     throughput_per_tib: int | None = None
     #: Linked at creation (types other than PERSISTENT_2; PERSISTENT_2 uses associations).
@@ -163,7 +175,7 @@ def _epoch(value: Any) -> float:
     return value.timestamp() if isinstance(value, datetime) else float(value)
 
 
-def _storage_actions(item: dict[str, Any]) -> list[dict[str, Any]]:
+def _storage_actions(item: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The file system's storage increases FSx lists, newest first, failed ones left out."""
     actions = [
         a
@@ -212,10 +224,10 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         compression=Policy(How.UPDATE, "UpdateFileSystem DataCompressionType"),
     )
 
-    def _items(self, ctx: Context) -> list[dict[str, Any]]:
-        def load() -> list[dict[str, Any]]:
+    def _items(self, ctx: Context) -> list[Mapping[str, Any]]:
+        def load() -> list[Mapping[str, Any]]:
             fsx = ctx.aws.client("fsx")
-            items: list[dict[str, Any]] = []
+            items: list[Mapping[str, Any]] = []
             for page in fsx.get_paginator("describe_file_systems").paginate():
                 items += [
                     f
@@ -228,7 +240,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         return ctx.cached("fsx:file-systems", load)
 
     @staticmethod
-    def out_of(item: dict[str, Any]) -> FsxOut:
+    def out_of(item: Mapping[str, Any]) -> FsxOut:
         """The outputs of a described file system."""
         return FsxOut(
             item["FileSystemId"],
@@ -242,7 +254,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
                 return self._observed(item)
         return None
 
-    def _observed(self, item: dict[str, Any]) -> Observed[FsxOut, FsxLive]:
+    def _observed(self, item: Mapping[str, Any]) -> Observed[FsxOut, FsxLive]:
         lustre = item.get("LustreConfiguration", {})
         repo = lustre.get("DataRepositoryConfiguration", {})
         grows = _storage_actions(item)
@@ -314,7 +326,7 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         return out
 
     def create(self, ctx: Context, rid: str, params: FsxParams) -> FsxOut:
-        lustre: dict[str, Any] = {
+        lustre: CreateFileSystemLustreConfigurationTypeDef = {
             "DeploymentType": params.deployment_type,
             "DataCompressionType": "LZ4",
         }
@@ -364,10 +376,10 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
     ) -> FsxOut:
         paths = {c.path for c in changes}
         request: dict[str, Any] = {}
-        lustre: dict[str, Any] = {}
+        lustre: UpdateFileSystemLustreConfigurationTypeDef = {}
         if "capacity_gib" in paths:
             request["StorageCapacity"] = params.capacity_gib
-        if "throughput_per_tib" in paths:
+        if "throughput_per_tib" in paths and params.throughput_per_tib is not None:
             lustre["PerUnitStorageThroughput"] = params.throughput_per_tib
         if "auto_import" in paths:
             lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"

@@ -8,9 +8,9 @@ new association.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -25,6 +25,9 @@ from provisioner.resources.fsx import (
     release_fsx,
 )
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+if TYPE_CHECKING:
+    from types_boto3_fsx.type_defs import S3DataRepositoryConfigurationTypeDef
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,8 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
         export_events=Policy(How.UPDATE, "UpdateDataRepositoryAssociation AutoExportPolicy"),
     )
 
-    def _items(self, ctx: Context) -> list[dict[str, Any]]:
-        def load() -> list[dict[str, Any]]:
+    def _items(self, ctx: Context) -> list[Mapping[str, Any]]:
+        def load() -> list[Mapping[str, Any]]:
             fsx = ctx.aws.client("fsx")
             items = fsx.describe_data_repository_associations()["Associations"]
             return [
@@ -113,8 +116,8 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
             params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def _s3(self, params: DraParams) -> dict[str, Any]:
-        s3: dict[str, Any] = {}
+    def _s3(self, params: DraParams) -> S3DataRepositoryConfigurationTypeDef:
+        s3: S3DataRepositoryConfigurationTypeDef = {}
         if params.auto_import:
             s3["AutoImportPolicy"] = {"Events": list(EVENTS)}
         if params.auto_export:

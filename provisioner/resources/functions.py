@@ -26,9 +26,9 @@ import hashlib
 import io
 import json
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -41,7 +41,10 @@ from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, T
 from provisioner.resources.topics import TopicOut
 from provisioner.shipped import shipped_dir
 
-RUNTIME = "python3.12"
+if TYPE_CHECKING:
+    from types_boto3_lambda.type_defs import GetFunctionResponseTypeDef
+
+RUNTIME: Final = "python3.12"
 HANDLER = "budget_stop.handler"
 #: Days its log group keeps what the function said.
 LOG_DAYS = 30
@@ -119,9 +122,9 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
     )
 
     # -- reading ------------------------------------------------------------------------
-    def _get(self, ctx: Context, name: str) -> dict[str, Any] | None:
+    def _get(self, ctx: Context, name: str) -> GetFunctionResponseTypeDef | None:
         try:
-            found: dict[str, Any] = ctx.aws.client("lambda").get_function(FunctionName=name)
+            found = ctx.aws.client("lambda").get_function(FunctionName=name)
         except Exception as exc:
             if error_code(exc) == "ResourceNotFoundException":
                 return None
@@ -211,9 +214,9 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         client = ctx.aws.client("lambda")
         calls = self._calls(ctx, params) or []
 
-        def make() -> dict[str, Any] | None:
+        def make() -> Mapping[str, Any] | None:
             try:
-                made: dict[str, Any] = client.create_function(
+                made = client.create_function(
                     FunctionName=params.function_name,
                     Runtime=RUNTIME,
                     Role=str(ctx.resolve(params.role, "arn")),
@@ -237,7 +240,7 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                         f"Lambda function {params.function_name} exists and is not fmctl "
                         f"cluster {ctx.cluster}'s"
                     ) from exc
-                return dict(found["Configuration"])
+                return found["Configuration"]
             return made
 
         config = ctx.wait_until(
@@ -352,8 +355,8 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         pages = logs.get_paginator("describe_log_groups").paginate(
             logGroupNamePrefix=log_group(prefix)
         )
-        for page in pages:
-            for group in page.get("logGroups", []):
+        for group_page in pages:
+            for group in group_page.get("logGroups", []):
                 name = str(group["logGroupName"]).rsplit("/", 1)[-1]
                 if name in found:
                     continue

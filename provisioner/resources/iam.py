@@ -23,9 +23,11 @@ from provisioner.resources.tags import (
     OWNER_TAG,
     REGION_TAG,
     RESOURCE_TAG,
+    AwsTag,
     DesiredTags,
     Tags,
     apply_tag_change,
+    aws_tags,
     tag_updates,
 )
 
@@ -73,7 +75,7 @@ def canonical(document: Any) -> str:
     return json.dumps(document, sort_keys=True)
 
 
-def _tags_or_none(read: Callable[[], list[dict[str, str]]]) -> Tags | None:
+def _tags_or_none(read: Callable[[], Sequence[AwsTag]]) -> Tags | None:
     """Tags read by ``read``, or None when the entity does not exist."""
     try:
         return Tags.from_list(read())
@@ -297,7 +299,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
     ) -> None:
         iam = ctx.aws.client("iam")
         name = params.role_name
-        pairs = [{"Key": k, "Value": v} for k, v in sorted(add.items())]
+        pairs = aws_tags(add)
         if add:
             iam.tag_role(RoleName=name, Tags=pairs)
         if remove:
@@ -322,8 +324,8 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 tags = self._tags(ctx, name)
                 if tags is not None and owned_here(name, tags, ctx.cluster, ctx.region):
                     out[name] = self.owned_item(tags.get(RESOURCE_TAG) or "?", name)
-        for page in iam.get_paginator("list_instance_profiles").paginate():
-            for profile in page["InstanceProfiles"]:
+        for listed in iam.get_paginator("list_instance_profiles").paginate():
+            for profile in listed["InstanceProfiles"]:
                 name = profile["InstanceProfileName"]
                 if name in out or not name.startswith(prefix):
                     continue

@@ -24,7 +24,7 @@ from provisioner.resources.tags import (
     RESOURCE_TAG,
     DesiredTags,
     Tags,
-    apply_tag_change,
+    tag_updates,
 )
 
 
@@ -170,7 +170,10 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
                 KeyUsage="ENCRYPT_DECRYPT",
                 KeySpec="SYMMETRIC_DEFAULT",
                 Policy=document,
-                Tags=ctx.tag_list(params.tags, "TagKey", "TagValue"),
+                Tags=[
+                    {"TagKey": k, "TagValue": v}
+                    for k, v in sorted(params.tags.at_creation().items())
+                ],
             )["KeyMetadata"]
             return KmsOut(meta["KeyId"], meta["Arn"])
 
@@ -204,12 +207,15 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
                     Policy=key_policy(account, params.service),
                 )
             if change.path == "tags":
-                apply_tag_change(
-                    change.after,
-                    lambda tags: kms.tag_resource(KeyId=observed.id, Tags=tags),
-                    lambda keys: kms.untag_resource(KeyId=observed.id, TagKeys=keys),
-                    key="TagKey",
-                )
+                # KMS names a tag's fields TagKey and TagValue.
+                add, remove = tag_updates(None, change.after)
+                if add:
+                    kms.tag_resource(
+                        KeyId=observed.id,
+                        Tags=[{"TagKey": k, "TagValue": v} for k, v in sorted(add.items())],
+                    )
+                if remove:
+                    kms.untag_resource(KeyId=observed.id, TagKeys=remove)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -17,6 +17,12 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, tags_of
 from provisioner.resources.errors import Foreign
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import (
+        RequestLaunchTemplateDataTypeDef,
+        ResponseLaunchTemplateDataTypeDef,
+    )
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,13 @@ def launch_data(ctx: Context, data: LtData, encode: bool = True) -> dict[str, An
     return body
 
 
+def request_data(ctx: Context, data: LtData) -> RequestLaunchTemplateDataTypeDef:
+    """``launch_data`` for the create calls, where every reference is resolved. Its body is
+    built as a plain mapping because `plan` fills it with ``UNKNOWN`` too; LtData's fields are
+    the spec's validated values (instance, volume and market types EC2 names)."""
+    return cast("RequestLaunchTemplateDataTypeDef", launch_data(ctx, data))
+
+
 def user_data(ctx: Context, data: LtData) -> Any:
     """The user data with its placeholders filled (``UNKNOWN`` until what fills one exists)."""
     if not data.fills:
@@ -149,16 +162,17 @@ def user_data(ctx: Context, data: LtData) -> Any:
     return fill(data.user_data, {k: str(v) for k, v in values.items()})
 
 
-def template_version(ctx: Context, lt_id: str, version: str) -> dict[str, Any] | None:
+def template_version(
+    ctx: Context, lt_id: str, version: str
+) -> ResponseLaunchTemplateDataTypeDef | None:
     """A launch template version's data (read once per run: the template and the node groups
     that run it ask for the same one)."""
 
-    def load() -> dict[str, Any] | None:
+    def load() -> ResponseLaunchTemplateDataTypeDef | None:
         found = ctx.aws.client("ec2").describe_launch_template_versions(
             LaunchTemplateId=lt_id, Versions=[version]
         )["LaunchTemplateVersions"]
-        data: dict[str, Any] | None = found[0]["LaunchTemplateData"] if found else None
-        return data
+        return found[0]["LaunchTemplateData"] if found else None
 
     return ctx.cached(f"ec2:lt:{lt_id}:{version}", load)
 
@@ -207,7 +221,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
             return None
         lt_id = item["LaunchTemplateId"]
         version = int(item["DefaultVersionNumber"])
-        data = dict(template_version(ctx, lt_id, str(version)) or {})
+        data: dict[str, Any] = dict(template_version(ctx, lt_id, str(version)) or {})
         if "UserData" in data:
             data["UserData"] = base64.b64decode(data["UserData"]).decode()
         # The template's own tags are not part of its data (EC2 refuses a "launch-template"
@@ -259,7 +273,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
         try:
             made = ec2.create_launch_template(
                 LaunchTemplateName=params.template_name,
-                LaunchTemplateData=launch_data(ctx, params.data),
+                LaunchTemplateData=request_data(ctx, params.data),
                 TagSpecifications=ctx.tag_spec("launch-template", params.tags),
                 ClientToken=ctx.token(rid),
             )["LaunchTemplate"]
@@ -289,7 +303,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
         if any(c.path.startswith("data.") for c in changes):
             version = ec2.create_launch_template_version(
                 LaunchTemplateId=observed.id,
-                LaunchTemplateData=launch_data(ctx, params.data),
+                LaunchTemplateData=request_data(ctx, params.data),
                 ClientToken=ctx.token(f"{rid}/v{observed.outputs.version + 1}"),
             )["LaunchTemplateVersion"]
             number = int(version["VersionNumber"])

@@ -11,9 +11,9 @@ logs); one an earlier cluster of the same name left is not fmctl's, and `up` say
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import Aws, error_code
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
@@ -30,6 +30,9 @@ from provisioner.resources.tags import (
     tag_updates,
 )
 
+if TYPE_CHECKING:
+    from types_boto3_logs.type_defs import LogGroupTypeDef
+
 
 def control_plane_group(cluster: str) -> str:
     """The group EKS writes a cluster's control-plane logs to."""
@@ -43,7 +46,7 @@ FOREIGN_HINT = (
 )
 
 
-def _arn_of(group: dict[str, Any]) -> str:
+def _arn_of(group: Mapping[str, Any]) -> str:
     """A described group's ARN (``arn`` ends in ``:*``; ``logGroupArn`` does not)."""
     return str(group.get("logGroupArn") or str(group["arn"]).removesuffix(":*"))
 
@@ -108,10 +111,10 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
     name, params, outputs = "log-group", LogGroupParams, LogGroupOut
     policy = policies(retention_days=Policy(How.UPDATE, "PutRetentionPolicy"))
 
-    def _groups(self, ctx: Context) -> list[tuple[dict[str, Any], Tags]]:
+    def _groups(self, ctx: Context) -> list[tuple[LogGroupTypeDef, Tags]]:
         """The groups under ``/aws/eks/CLUSTER/`` with their tags."""
 
-        def load() -> list[tuple[dict[str, Any], Tags]]:
+        def load() -> list[tuple[LogGroupTypeDef, Tags]]:
             logs = ctx.aws.client("logs")
             out = []
             prefix = control_plane_group(ctx.cluster).rsplit("/", 1)[0] + "/"

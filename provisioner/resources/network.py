@@ -120,8 +120,8 @@ class Vpc(Kind[VpcParams, VpcOut, VpcLive]):
     def _dns(self, ctx: Context, vpc_id: str) -> None:
         ec2 = ctx.aws.client("ec2")
         # One attribute per call (ModifyVpcAttribute takes one at a time).
-        for attribute in ("EnableDnsSupport", "EnableDnsHostnames"):
-            ec2.modify_vpc_attribute(VpcId=vpc_id, **{attribute: {"Value": True}})
+        ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsSupport={"Value": True})
+        ec2.modify_vpc_attribute(VpcId=vpc_id, EnableDnsHostnames={"Value": True})
 
     def update(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from provisioner.drivers.aws import error_code
 from provisioner.resources.base import FieldChange
@@ -16,6 +16,9 @@ from provisioner.resources.tags import (
     Tags,
     tag_updates,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import FilterTypeDef
 
 T = TypeVar("T")
 FAILED = ("CREATE_FAILED", "DELETE_FAILED", "UPDATE_FAILED", "SUSPENDING", "SUSPENDED")
@@ -90,7 +93,7 @@ def sweep(ctx: Context, rid: str, key: str, value: str) -> None:
     node group terminates its instances, and any it did not must not outlive the cluster."""
     ec2 = ctx.aws.client("ec2")
     alive = ["pending", "running", "stopping", "stopped"]
-    filters = [
+    filters: list[FilterTypeDef] = [
         {"Name": f"tag:{key}", "Values": [value]},
         {"Name": f"tag:{OWNER_TAG}", "Values": [ctx.cluster]},
         {"Name": "instance-state-name", "Values": alive},

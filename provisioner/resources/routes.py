@@ -135,9 +135,11 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
 
     def _route(self, ctx: Context, table_id: str, target: str, replace: bool) -> None:
         ec2 = ctx.aws.client("ec2")
-        key = "NatGatewayId" if target.startswith("nat-") else "GatewayId"
         call = ec2.replace_route if replace else ec2.create_route
-        call(RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", **{key: target})
+        if target.startswith("nat-"):
+            call(RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=target)
+        else:
+            call(RouteTableId=table_id, DestinationCidrBlock="0.0.0.0/0", GatewayId=target)
 
     def _associate(self, ctx: Context, table_id: str, subnet_id: str) -> None:
         ctx.aws.client("ec2").associate_route_table(RouteTableId=table_id, SubnetId=subnet_id)

@@ -23,7 +23,7 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
@@ -41,6 +41,12 @@ from provisioner.resources.tags import (
     parse_stamp,
     tag_updates,
 )
+
+if TYPE_CHECKING:
+    from types_boto3_scheduler.type_defs import (
+        GetScheduleGroupOutputTypeDef,
+        GetScheduleOutputTypeDef,
+    )
 
 #: The universal target's ARN for an API call (``service:apiAction``).
 UNIVERSAL = "arn:aws:scheduler:::aws-sdk:{}"
@@ -147,7 +153,7 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
         listed = ctx.aws.client("scheduler").list_tags_for_resource(ResourceArn=arn)
         return Tags.of({t["Key"]: t["Value"] for t in listed.get("Tags", [])})
 
-    def _group(self, ctx: Context, name: str) -> tuple[dict[str, Any], Tags] | None:
+    def _group(self, ctx: Context, name: str) -> tuple[GetScheduleGroupOutputTypeDef, Tags] | None:
         try:
             group = ctx.aws.client("scheduler").get_schedule_group(Name=name)
         except Exception as exc:
@@ -156,7 +162,7 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
             raise
         return group, self._tags(ctx, str(group["Arn"]))
 
-    def _schedules(self, ctx: Context, name: str) -> list[dict[str, Any]]:
+    def _schedules(self, ctx: Context, name: str) -> list[GetScheduleOutputTypeDef]:
         client = ctx.aws.client("scheduler")
         found = []
         for page in client.get_paginator("list_schedules").paginate(GroupName=name):

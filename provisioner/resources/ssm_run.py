@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import AwsError
 from provisioner.graph.pacing import poll_schedule
 from provisioner.resources.context import Context
+
+if TYPE_CHECKING:
+    from types_boto3_ec2.type_defs import FilterTypeDef
 
 #: Run Command's states that end an invocation.
 FINISHED = {"Success", "Failed", "Cancelled", "TimedOut", "Cancelling"}
@@ -25,7 +28,7 @@ def head_node(ctx: Context, provider: str = "parallelcluster") -> str:
     if provider == "pcs":
         from provisioner.catalog.pcs import CLUSTER_TAG
 
-        filters = [
+        filters: list[FilterTypeDef] = [
             {"Name": "tag:fmctl.dev/cluster", "Values": [ctx.cluster]},
             {"Name": "tag:fmctl.dev/pool", "Values": ["login"]},
             {"Name": "tag-key", "Values": [CLUSTER_TAG]},

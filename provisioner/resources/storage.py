@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import AwsError, error_code
 from provisioner.graph.ref import Ref
@@ -17,7 +17,15 @@ from provisioner.resources.ec2 import is_gone
 from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
 
-PUBLIC_ACCESS_BLOCK = {
+if TYPE_CHECKING:
+    from types_boto3_s3.literals import ServerSideEncryptionType
+    from types_boto3_s3.type_defs import (
+        ObjectIdentifierTypeDef,
+        PublicAccessBlockConfigurationTypeDef,
+        ServerSideEncryptionConfigurationTypeDef,
+    )
+
+PUBLIC_ACCESS_BLOCK: PublicAccessBlockConfigurationTypeDef = {
     "BlockPublicAcls": True,
     "IgnorePublicAcls": True,
     "BlockPublicPolicy": True,
@@ -25,7 +33,9 @@ PUBLIC_ACCESS_BLOCK = {
 }
 
 
-def default_encryption(algorithm: str) -> dict[str, Any]:
+def default_encryption(
+    algorithm: ServerSideEncryptionType,
+) -> ServerSideEncryptionConfigurationTypeDef:
     """PutBucketEncryption's configuration: ``algorithm`` (AES256 or aws:kms) with S3
     bucket keys."""
     return {
@@ -243,7 +253,7 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
         s3 = ctx.aws.client("s3")
         try:
             for page in s3.get_paginator("list_object_versions").paginate(Bucket=owned.id):
-                victims = [
+                victims: list[ObjectIdentifierTypeDef] = [
                     {"Key": v["Key"], "VersionId": v["VersionId"]}
                     for v in page.get("Versions", []) + page.get("DeleteMarkers", [])
                 ]

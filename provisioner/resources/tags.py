@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from provisioner.spec.tags import OWNER_TAG
 
@@ -143,17 +143,28 @@ def tag_updates(before: Any, after: Any) -> tuple[dict[str, str], list[str]]:
     return add, remove
 
 
+class AwsTag(TypedDict):
+    """One tag in the {"Key", "Value"} shape IAM, S3, SNS, FSx, EventBridge and Budgets take
+    (both keys required, as their models say; EC2's and KMS's shapes differ)."""
+
+    Key: str
+    Value: str
+
+
+def aws_tags(pairs: Mapping[str, str]) -> list[AwsTag]:
+    """``pairs`` in AWS's [{"Key": k, "Value": v}] shape, sorted by key."""
+    return [{"Key": k, "Value": v} for k, v in sorted(pairs.items())]
+
+
 def apply_tag_change(
     after: Any,
-    tag: Callable[[list[dict[str, str]]], object],
+    tag: Callable[[list[AwsTag]], object],
     untag: Callable[[list[str]], object],
-    key: str = "Key",
 ) -> None:
     """Apply a tags FieldChange through a service's own tag and untag calls: ``tag`` gets
-    AWS's [{"Key": k, "Value": v}] list (``key`` "TagKey" for KMS), ``untag`` the keys."""
+    AWS's [{"Key": k, "Value": v}] list, ``untag`` the keys."""
     add, remove = tag_updates(None, after)
-    value = "TagValue" if key == "TagKey" else "Value"
     if add:
-        tag([{key: k, value: v} for k, v in sorted(add.items())])
+        tag(aws_tags(add))
     if remove:
         untag(remove)

@@ -69,10 +69,11 @@ def call(
     from botocore.credentials import Credentials as BotoCredentials
 
     url = f"https://127.0.0.1:{info['port']}/"
+    payload = json.dumps(body or {}).encode()
     request = AWSRequest(
         method="POST",
         url=url,
-        data=json.dumps(body or {}).encode(),
+        data=payload,
         headers={
             "Content-Type": "application/x-amz-json-1.1",
             "X-Amz-Target": f"FmctlSandbox.{action}",
@@ -81,7 +82,7 @@ def call(
     signer = SigV4Auth(BotoCredentials(creds.access_key, creds.secret_key), SANDBOX_SERVICE, region)
     signer.add_auth(request)
     prepared = urllib.request.Request(
-        url, data=request.body, headers=dict(request.headers.items()), method="POST"
+        url, data=payload, headers=dict(request.headers.items()), method="POST"
     )
     context = ssl.create_default_context(cafile=info["ca"])
     try:

@@ -42,13 +42,14 @@ def _judge_every_call() -> None:
     at botocore's one door for API calls, so this host needs no SDK of its own."""
     from botocore.client import BaseClient
 
-    send = BaseClient._make_api_call
+    # Private to botocore (so not in its stubs), and the one method every call goes through.
+    send = BaseClient._make_api_call  # type: ignore[attr-defined]
 
     def judged(self: Any, operation: str, params: dict[str, Any]) -> Any:
         _guard(self.meta.service_model.operation_model(operation), params)
         return send(self, operation, params)
 
-    BaseClient._make_api_call = judged
+    BaseClient._make_api_call = judged  # type: ignore[attr-defined]
 
 
 def main() -> int:

@@ -39,7 +39,7 @@ IDLE_ACTION: Final = "alert"
 IDLE_ALERT_AFTER = "30m"
 FSX_MOUNT_PATH = "/fsx"
 FSX_CAPACITY_GIB = 1200
-FSX_DEPLOYMENT_TYPE = "PERSISTENT_2"
+FSX_DEPLOYMENT_TYPE: Final = "PERSISTENT_2"
 #: The middle of each persistent type's allowed throughputs; scratch types take none.
 FSX_THROUGHPUT_PER_TIB = {"PERSISTENT_1": 200, "PERSISTENT_2": 250}
 #: What `down` does with a file system fmctl made.

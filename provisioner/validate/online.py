@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from provisioner.catalog import Catalog
@@ -134,7 +134,7 @@ def _reservations(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def _reservation_fit(
-    res: dict[str, Any], itype: str, count: int, az: str, path: tuple[Any, ...], block: bool
+    res: Mapping[str, Any], itype: str, count: int, az: str, path: tuple[Any, ...], block: bool
 ) -> Iterator[Problem]:
     rid = res["CapacityReservationId"]
     # botocore's ec2 model: CapacityReservation.ReservationType is default | capacity-block.

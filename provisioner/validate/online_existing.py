@@ -6,7 +6,7 @@ deployment type, VPC) and the Lustre ports its security groups open to the nodes
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from provisioner.drivers.aws import Aws, error_code
@@ -217,7 +217,7 @@ def existing_fsx_ports(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
-def _admits(rule: dict[str, Any], low: int, high: int, cidr: str) -> bool:
+def _admits(rule: Mapping[str, Any], low: int, high: int, cidr: str) -> bool:
     """True when an inbound rule lets TCP ``low``-``high`` in from every address of
     ``cidr`` (all traffic, or TCP over those ports, from a range that holds it)."""
     import ipaddress
