@@ -20,7 +20,14 @@ from provisioner.blueprint.infra import Parts, rule_source, schedule_group_sourc
 from provisioner.blueprint.model import Where
 from provisioner.graph.ref import Ref
 from provisioner.render.pcs import LOGIN
-from provisioner.resources.block_ends import Block, BlockEndParams, group_name, rule_name
+from provisioner.resources.block_ends import (
+    Block,
+    BlockEndParams,
+    BlockSchedule,
+    BlockWarning,
+    group_name,
+    rule_name,
+)
 from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.parallelcluster import PclusterOut
@@ -87,7 +94,7 @@ def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
         host,
         p.tags(SCHEDULE),
     )
-    p.add(SCHEDULE, "block-schedule", params, schedules="compute.gpuPools")
+    p.add(SCHEDULE, BlockSchedule, params, schedules="compute.gpuPools")
 
 
 def blocks(p: Parts, where: Where) -> list[str]:
@@ -125,7 +132,7 @@ def blocks(p: Parts, where: Where) -> list[str]:
     every = tuple(block for _, block in found)
     p.add(
         SCHEDULE,
-        "block-schedule",
+        BlockSchedule,
         BlockEndParams(group_name(p.c.name), role, every, provider, host, p.tags(SCHEDULE)),
         schedules="compute.gpuPools",
     )
@@ -134,7 +141,7 @@ def blocks(p: Parts, where: Where) -> list[str]:
         at = f"compute.gpuPools[{index}].capacity"
         p.add(
             rid,
-            "block-warning",
+            BlockWarning,
             BlockEndParams(
                 rule_name(p.c.name, block.reservation_id),
                 role,

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from provisioner.blueprint.expiry import stop_calls
 from provisioner.blueprint.infra import Parts
-from provisioner.resources.budgets import BudgetParams, budget_name
-from provisioner.resources.functions import FunctionParams, log_group
+from provisioner.resources.budgets import Budget, BudgetParams, budget_name
+from provisioner.resources.functions import Function, FunctionParams, log_group
 from provisioner.resources.iam import RoleOut
-from provisioner.resources.kms import KmsOut, KmsParams
-from provisioner.resources.topics import TopicOut, TopicParams
+from provisioner.resources.kms import KmsKey, KmsOut, KmsParams
+from provisioner.resources.topics import Topic, TopicOut, TopicParams
 
 RID = "budget"
 KEY, TOPIC, ROLE, FUNCTION = "kms/budget", "budget/topic", "iam/budget-stop", "budget/stop"
@@ -48,17 +48,17 @@ def _stop(p: Parts) -> str | None:
     p.role(ROLE, "budget-stop", inline={"Version": "2012-10-17", "Statement": statements})
     p.add(
         KEY,
-        "kms-key",
+        KmsKey,
         KmsParams(f"fmctl {p.c.name}: the budget's SNS topic", p.tags(KEY), PRINCIPAL),
     )
     p.add(
         TOPIC,
-        "sns-topic",
+        Topic,
         TopicParams(f"fmctl-{p.c.name}-budget", PRINCIPAL, p.ref(KEY, KmsOut), p.tags(TOPIC)),
     )
     p.add(
         FUNCTION,
-        "function",
+        Function,
         FunctionParams(
             name, p.ref(ROLE, RoleOut), p.ref(TOPIC, TopicOut), tuple(calls), p.tags(FUNCTION)
         ),
@@ -76,7 +76,7 @@ def budget(p: Parts) -> None:
     topic = _stop(p) if wanted.actions == "stop" else None
     p.add(
         RID,
-        "budget",
+        Budget,
         BudgetParams(
             budget_name(p.c.name, p.c.region),
             float(limit),

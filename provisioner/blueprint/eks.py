@@ -27,9 +27,16 @@ from provisioner.graph.ref import After, Ref
 from provisioner.render.context import ClusterContext
 from provisioner.render.placeholders import PATTERN
 from provisioner.resources.compute import SgOut
-from provisioner.resources.eks import EksOut, EksParams
-from provisioner.resources.eks_access import ADMIN_POLICY, AccessOut, AccessParams
-from provisioner.resources.eks_addons import AddonOut, AddonParams, IdentityOut, IdentityParams
+from provisioner.resources.eks import EksCluster, EksOut, EksParams
+from provisioner.resources.eks_access import ADMIN_POLICY, AccessEntry, AccessOut, AccessParams
+from provisioner.resources.eks_addons import (
+    Addon,
+    AddonOut,
+    AddonParams,
+    IdentityOut,
+    IdentityParams,
+    PodIdentity,
+)
 from provisioner.resources.eks_nodegroup_model import (
     NodegroupOut,
     NodegroupParams,
@@ -37,14 +44,15 @@ from provisioner.resources.eks_nodegroup_model import (
     Scaling,
     Taint,
 )
+from provisioner.resources.eks_nodes import Nodegroup
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
-from provisioner.resources.kms import KmsOut, KmsParams
-from provisioner.resources.kube_chart import ChartOut, ChartParams
+from provisioner.resources.kms import KmsKey, KmsOut, KmsParams
+from provisioner.resources.kube_chart import ChartOut, ChartParams, KubeChart
 from provisioner.resources.kube_health import PoolCheck
-from provisioner.resources.kube_stack import StackParams
+from provisioner.resources.kube_stack import KubeStack, StackParams
 from provisioner.resources.launch_template import LtOut
-from provisioner.resources.logs import LogGroupOut, LogGroupParams, control_plane_group
+from provisioner.resources.logs import LogGroup, LogGroupOut, LogGroupParams, control_plane_group
 from provisioner.resources.network import SubnetOut
 
 if TYPE_CHECKING:
@@ -114,11 +122,11 @@ def cluster(p: Parts, where: Where) -> None:
     nodes = p.ref("iam/eks-node", RoleOut)
     p.add(
         "access/nodes",
-        "eks-access-entry",
+        AccessEntry,
         AccessParams(eks, nodes, "EC2_LINUX", p.tags("access/nodes")),
     )
     admin = AccessParams(eks, None, "STANDARD", p.tags("access/admin"), ADMIN_POLICY)
-    p.add("access/admin", "eks-access-entry", admin)
+    p.add("access/admin", AccessEntry, admin)
     _nodegroup(p, files, refs, "system", None)
     for index, pool in enumerate(p.c.pools):
         launch_template(p, files, refs, pool.name)
@@ -150,7 +158,7 @@ def _autoscaler(p: Parts) -> None:
         p.ref("addon/eks-pod-identity-agent", AddonOut),
         p.tags("pod-identity/cluster-autoscaler"),
     )
-    p.add("pod-identity/cluster-autoscaler", "eks-pod-identity", identity)
+    p.add("pod-identity/cluster-autoscaler", PodIdentity, identity)
 
 
 def _charts(p: Parts, files: dict[str, str]) -> None:
@@ -171,7 +179,7 @@ def _charts(p: Parts, files: dict[str, str]) -> None:
             nodegroups=(p.ref("nodegroup/system", NodegroupOut),),
             crds="".join(f"---\n{files[path]}" for path in install.crds),
         )
-        p.add(f"chart/{ch.name}", "kube-chart", params, version="kubernetes.queueing")
+        p.add(f"chart/{ch.name}", KubeChart, params, version="kubernetes.queueing")
 
 
 def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
@@ -182,7 +190,7 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
     if key_arn is None:
         p.add(
             "kms/secrets",
-            "kms-key",
+            KmsKey,
             KmsParams(f"fmctl {p.c.name}: EKS secrets encryption", p.tags("kms/secrets")),
         )
         key = p.ref("kms/secrets", KmsOut)
@@ -203,7 +211,7 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
         )
         p.add(
             "log-group/control-plane",
-            "log-group",
+            LogGroup,
             group,
             retention_days="kubernetes.controlPlaneLogDays",
         )
@@ -242,7 +250,7 @@ def _control_plane(p: Parts, files: dict[str, str], refs: Refs) -> None:
         part.done()
     p.add(
         "eks",
-        "eks-cluster",
+        EksCluster,
         params,
         version="kubernetes.version",
         public_cidrs="network.apiCidrs",
@@ -301,7 +309,7 @@ def _nodegroup(p: Parts, files: dict[str, str], refs: Refs, group: str, index: i
     at = f"compute.gpuPools[{index}]" if index is not None else "compute.systemNodes"
     p.add(
         rid,
-        "eks-nodegroup",
+        Nodegroup,
         params,
         scaling=f"{at}.count",
         instance_type=f"{at}.instanceType",
@@ -357,7 +365,7 @@ def _addons(p: Parts) -> None:
         params = AddonParams(
             eks, addon, p.c.kubernetes_version, system, p.tags(rid), pins.get(addon), **extra
         )
-        p.add(rid, "eks-addon", params, version=f"kubernetes.addonVersions.{addon}")
+        p.add(rid, Addon, params, version=f"kubernetes.addonVersions.{addon}")
     if p.c.amp_workspace_arn:
         # Prometheus's service account assumes a role that may write to the workspace: made
         # before the stack, so Prometheus starts with credentials.
@@ -375,7 +383,7 @@ def _addons(p: Parts) -> None:
             p.ref("addon/eks-pod-identity-agent", AddonOut),
             p.tags("pod-identity/prometheus"),
         )
-        p.add("pod-identity/prometheus", "eks-pod-identity", identity)
+        p.add("pod-identity/prometheus", PodIdentity, identity)
 
 
 def _applied(c: ClusterContext, path: str) -> bool:
@@ -417,4 +425,4 @@ def _stack(p: Parts, files: dict[str, str], where: Where) -> None:
         token_args=where.token_args,
         apply=p.spec.kubernetes.in_cluster_stack == "fmctl",
     )
-    p.add("kube-stack", "kube-stack", params, nodes="compute.gpuPools")
+    p.add("kube-stack", KubeStack, params, nodes="compute.gpuPools")

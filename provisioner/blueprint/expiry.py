@@ -22,7 +22,7 @@ from typing import Any
 from provisioner.blueprint.infra import Parts, schedule_group_source
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.pcs import NodeGroupOut, PcsClusterOut
-from provisioner.resources.schedules import ExpiryParams, StopCall, group_name, input_of
+from provisioner.resources.schedules import Expiry, ExpiryParams, StopCall, group_name, input_of
 
 ROLE = "iam/ttl-scheduler"
 RID = "expiry"
@@ -125,7 +125,7 @@ def expiry(p: Parts) -> None:
     )
     p.add(
         RID,
-        "expiry-schedule",
+        Expiry,
         ExpiryParams(group_name(p.c.name), p.ref(ROLE, RoleOut), tuple(calls), p.tags(RID)),
         at="metadata.ttl",
     )

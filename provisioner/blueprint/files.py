@@ -12,7 +12,13 @@ from provisioner.blueprint.infra import Parts, placement_ref
 from provisioner.blueprint.model import BlueprintError
 from provisioner.drivers import yamlio
 from provisioner.graph.ref import Ref
-from provisioner.resources.launch_template import Interface, LtData, LtParams, Volume
+from provisioner.resources.launch_template import (
+    Interface,
+    LaunchTemplate,
+    LtData,
+    LtParams,
+    Volume,
+)
 from provisioner.resources.tags import OWNER_TAG
 
 #: A placeholder (or an id the spec names) -> the resource that fills it.
@@ -148,4 +154,4 @@ def launch_template(
     data.done()
     doc.done()
     rid = rid or f"launch-template/{pool}"
-    p.add(rid, "launch-template", LtParams(name, lt, p.tags(rid)))
+    p.add(rid, LaunchTemplate, LtParams(name, lt, p.tags(rid)))

@@ -9,51 +9,88 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from provisioner.blueprint.model import BlueprintError
 from provisioner.graph.ref import Ref
 from provisioner.render.context import ClusterContext
-from provisioner.resources.base import Planned
+from provisioner.resources.base import Kind, Planned
 from provisioner.resources.compute import (
     ANYWHERE,
     LUSTRE_PORTS,
+    PlacementGroup,
     PlacementGroupOut,
     PlacementGroupParams,
     Rule,
+    SecurityGroup,
     SgOut,
     SgParams,
 )
-from provisioner.resources.fsx import DELETION_POLICY_TAG, ExistingFsxParams, FsxOut, FsxParams
-from provisioner.resources.fsx_dra import DraParams
-from provisioner.resources.gateways import EipOut, EipParams, IgwOut, IgwParams, NatOut, NatParams
+from provisioner.resources.fsx import (
+    DELETION_POLICY_TAG,
+    ExistingFileSystem,
+    ExistingFsxParams,
+    FileSystem,
+    FsxOut,
+    FsxParams,
+)
+from provisioner.resources.fsx_dra import DraParams, RepositoryLink
+from provisioner.resources.gateways import (
+    EipOut,
+    EipParams,
+    ElasticIp,
+    IgwOut,
+    IgwParams,
+    InternetGateway,
+    NatGateway,
+    NatOut,
+    NatParams,
+)
 from provisioner.resources.iam import (
     ACCOUNT,
+    ManagedPolicy,
     PolicyParams,
+    Role,
     RoleOut,
     RoleParams,
     canonical,
     role_name,
 )
 from provisioner.resources.network import (
+    ExistingSubnet,
     ExistingSubnetParams,
+    ExistingVpc,
     ExistingVpcParams,
+    Subnet,
     SubnetOut,
     SubnetParams,
+    Vpc,
     VpcOut,
     VpcParams,
 )
 from provisioner.resources.pcluster_check import CheckOut
+from provisioner.resources.registry import kinds
 from provisioner.resources.routes import (
     EndpointOut,
     EndpointParams,
+    RouteTable,
     RouteTableOut,
     RouteTableParams,
+    S3Endpoint,
 )
-from provisioner.resources.storage import ArtifactsParams, BucketOut, BucketParams
+from provisioner.resources.storage import (
+    Artifacts,
+    ArtifactsParams,
+    Bucket,
+    BucketOut,
+    BucketParams,
+)
 from provisioner.resources.tags import DesiredTags
 from provisioner.shipped import shipped_dir
 from provisioner.spec.defaults import FSX_DEPLOYMENT_TYPE
 from provisioner.spec.model import ClusterSpec
 
 T = TypeVar("T")
+P = TypeVar("P")
+Out = TypeVar("Out")
 
 #: What each role may do: trusted service, AWS-managed policies. Nothing broader.
 ROLES: dict[str, tuple[str | tuple[str, ...], tuple[str, ...]]] = {
@@ -194,23 +231,40 @@ class Parts:
     #: The shared state's URL, which every resource is created carrying (``STATE_TAG``).
     state: str | None = None
 
-    def add(self, rid: str, kind: str, params: Any, **origins: str) -> None:
-        """Plan a resource (``origins``: live field -> spec path it comes from)."""
-        self.items.append(Planned(rid, kind, params, origins))
+    def add(self, rid: str, kind: type[Kind[P, Out, Any]], params: P, **origins: str) -> Ref[Out]:
+        """Plan a resource of ``kind`` (``origins``: live field -> spec path it comes from);
+        a reference to its outputs. mypy checks ``params`` against the kind's; run time, too
+        (a kind's params are a class of their own)."""
+        if not isinstance(params, kind.params):
+            raise BlueprintError(
+                f"{rid}: a {kind.name} takes {kind.params.__name__}, not {type(params).__name__}"
+            )
+        if self.has(rid):
+            raise BlueprintError(f"{rid} is planned twice")
+        self.items.append(Planned(rid, kind.name, params, origins))
+        made: Ref[Out] = Ref(rid, kind.outputs)
+        return made
 
     def has(self, rid: str) -> bool:
         """True when ``rid`` is planned."""
         return any(i.id == rid for i in self.items)
 
     def ref(self, rid: str, outputs: type[T]) -> Ref[T]:
-        """A reference to a planned resource."""
-        if not self.has(rid):
+        """A reference to a planned resource, whose kind must give ``outputs``: a reference
+        to the wrong kind fails the plan's build, before any AWS call."""
+        found = next((i for i in self.items if i.id == rid), None)
+        if found is None:
             raise KeyError(f"{rid} is not planned")
+        given = kinds()[found.kind].outputs
+        if given is not outputs:
+            raise BlueprintError(
+                f"{rid} is a {found.kind}: its outputs are {given.__name__}, not {outputs.__name__}"
+            )
         return Ref(rid, outputs)
 
     def maybe(self, rid: str, outputs: type[T]) -> Ref[T] | None:
         """A reference, or None when ``rid`` is not planned."""
-        return Ref(rid, outputs) if self.has(rid) else None
+        return self.ref(rid, outputs) if self.has(rid) else None
 
     def tags(self, rid: str) -> DesiredTags:
         """The tags resource ``rid`` must carry."""
@@ -273,7 +327,7 @@ class Parts:
         document = inline or INLINE.get(role)
         self.add(
             rid,
-            "iam-role",
+            Role,
             RoleParams(
                 role_name=role_name(self.c.name, self.c.region, role),
                 trust=canonical(trust),
@@ -297,53 +351,51 @@ def network(p: Parts) -> None:
     """The VPC, subnets and ways out; or the existing VPC and subnets the spec names."""
     c, net = p.c, p.spec.network
     if c.vpc_cidr is None:  # reuse: look the VPC and subnets up, never change them
-        p.add("vpc", "existing-vpc", ExistingVpcParams(net.vpc_id or ""))
+        p.add("vpc", ExistingVpc, ExistingVpcParams(net.vpc_id or ""))
         vpc = p.ref("vpc", VpcOut)
-        p.add("subnet/private", "existing-subnet", ExistingSubnetParams(vpc, net.subnet_id or ""))
+        p.add("subnet/private", ExistingSubnet, ExistingSubnetParams(vpc, net.subnet_id or ""))
         if net.public_subnet_id:
-            p.add(
-                "subnet/public", "existing-subnet", ExistingSubnetParams(vpc, net.public_subnet_id)
-            )
+            p.add("subnet/public", ExistingSubnet, ExistingSubnetParams(vpc, net.public_subnet_id))
         if c.scheduler == "kubernetes":  # looked up, so a wrong id stops `up` at once
             p.add(
                 "subnet/secondary",
-                "existing-subnet",
+                ExistingSubnet,
                 ExistingSubnetParams(vpc, net.secondary_subnet_id or ""),
             )
         return
     private, public, secondary, _ = _blocks(c.vpc_cidr)
     cidr, az = "network.vpcCidr", "network.availabilityZone"
-    p.add("vpc", "vpc", VpcParams(c.vpc_cidr, p.tags("vpc")), cidr=cidr)
+    p.add("vpc", Vpc, VpcParams(c.vpc_cidr, p.tags("vpc")), cidr=cidr)
     vpc = p.ref("vpc", VpcOut)
-    p.add("igw", "igw", IgwParams(vpc, p.tags("igw")))
+    p.add("igw", InternetGateway, IgwParams(vpc, p.tags("igw")))
     for rid, block, public_ip in (
         ("subnet/private", private, False),
         ("subnet/public", public, True),
     ):
         params = SubnetParams(vpc, block, p.tags(rid), az=c.availability_zone, public=public_ip)
-        p.add(rid, "subnet", params, cidr=cidr, az=az)
+        p.add(rid, Subnet, params, cidr=cidr, az=az)
     if c.scheduler == "kubernetes":
         params = SubnetParams(
             vpc, secondary, p.tags("subnet/secondary"), avoid_az=c.availability_zone
         )
-        p.add("subnet/secondary", "subnet", params, cidr=cidr, az=az)
-    p.add("eip/nat", "eip", EipParams(p.tags("eip/nat")))
+        p.add("subnet/secondary", Subnet, params, cidr=cidr, az=az)
+    p.add("eip/nat", ElasticIp, EipParams(p.tags("eip/nat")))
     igw = p.ref("igw", IgwOut)
     nat = NatParams(
         p.ref("subnet/public", SubnetOut), p.ref("eip/nat", EipOut), igw, p.tags("natgw")
     )
-    p.add("natgw", "natgw", nat, subnet=az)
+    p.add("natgw", NatGateway, nat, subnet=az)
     routes: tuple[tuple[str, Ref[IgwOut] | Ref[NatOut], str], ...] = (
         ("route-table/public", igw, "subnet/public"),
         ("route-table/private", p.ref("natgw", NatOut), "subnet/private"),
     )
     for rid, target, subnet in routes:
         table = RouteTableParams(vpc, target, (p.ref(subnet, SubnetOut),), p.tags(rid))
-        p.add(rid, "route-table", table)
+        p.add(rid, RouteTable, table)
     endpoint = EndpointParams(
         vpc, (p.ref("route-table/private", RouteTableOut),), p.tags("s3-endpoint")
     )
-    p.add("s3-endpoint", "s3-endpoint", endpoint)
+    p.add("s3-endpoint", S3Endpoint, endpoint)
 
 
 def way_out(p: Parts) -> tuple[tuple[Ref[RouteTableOut], ...], Ref[EndpointOut] | None]:
@@ -366,15 +418,13 @@ def shared(p: Parts) -> None:
         egress=(everything, Rule("-1", cidr=ANYWHERE)),
         tags=p.tags("sg/efa"),
     )
-    p.add("sg/efa", "sg", efa)
+    p.add("sg/efa", SecurityGroup, efa)
     for index, pool in enumerate(c.pools):
         if pool.placement_group:
             rid = f"placement-group/{pool.name}"
             params = PlacementGroupParams(pool.placement_group_name, p.tags(rid))
-            p.add(
-                rid, "placement-group", params, strategy=f"compute.gpuPools[{index}].placementGroup"
-            )
-    p.add("bucket", "bucket", BucketParams(p.tags("bucket")))
+            p.add(rid, PlacementGroup, params, strategy=f"compute.gpuPools[{index}].placementGroup")
+    p.add("bucket", Bucket, BucketParams(p.tags("bucket")))
     if c.scheduler == "kubernetes":  # ParallelCluster makes its own, scoped by S3Access
         p.role("iam/eks-cluster", "eks-cluster")
         p.role("iam/eks-node", "eks-node")
@@ -395,7 +445,7 @@ def _slurm_shared(p: Parts) -> None:
             f"fmctl {c.name} ({c.region}): amp-write",
             p.global_tags("iam/amp-write"),
         )
-        p.add("iam/amp-write", "iam-policy", policy)
+        p.add("iam/amp-write", ManagedPolicy, policy)
     uploads = monitoring_files(c)
     uploads["slurm/health.env"] = health_env(c)  # the health agent's settings (spec health:)
     if c.topology_aware:
@@ -403,7 +453,7 @@ def _slurm_shared(p: Parts) -> None:
         uploads["slurm/topology.conf"] = topology_conf(c)
     extra = tuple(sorted((k.removeprefix("slurm/"), v) for k, v in uploads.items()))
     artifacts = ArtifactsParams(p.ref("bucket", BucketOut), str(shipped_dir("slurm")), extra)
-    p.add("artifacts", "artifacts", artifacts)
+    p.add("artifacts", Artifacts, artifacts)
 
 
 def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
@@ -412,7 +462,7 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
     if fsx is None:
         return
     if fsx.existing_id:
-        p.add("fsx", "existing-fsx", ExistingFsxParams(fsx.existing_id))
+        p.add("fsx", ExistingFileSystem, ExistingFsxParams(fsx.existing_id))
         return
     efa = p.ref("sg/efa", SgOut)
     rules = tuple(
@@ -428,7 +478,7 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
         egress=rules,
         tags=p.tags("sg/fsx"),
     )
-    p.add("sg/fsx", "sg", group)
+    p.add("sg/fsx", SecurityGroup, group)
     at = "storage.fsxLustre"
     tags = p.tags("fsx")
     if fsx.retain:
@@ -447,7 +497,7 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
     )
     p.add(
         "fsx",
-        "fsx",
+        FileSystem,
         params,
         subnet="network.availabilityZone",
         deployment_type=f"{at}.deploymentType",
@@ -467,7 +517,7 @@ def storage(p: Parts, gate: Ref[CheckOut] | None = None) -> None:
                 link.auto_export,
                 p.tags(rid),
             )
-            p.add(rid, "dra", dra, s3_path=f"{at}.s3", file_system_path=f"{at}.s3")
+            p.add(rid, RepositoryLink, dra, s3_path=f"{at}.s3", file_system_path=f"{at}.s3")
 
 
 def placement_ref(p: Parts, pool: str) -> Ref[PlacementGroupOut] | None:

@@ -20,7 +20,7 @@ from provisioner.catalog.pcs import ROLE_PATH
 from provisioner.graph.ref import Ref
 from provisioner.render.pcs import LOGIN, login_architecture, render_pcs
 from provisioner.render.placeholders import PATTERN, find
-from provisioner.resources.compute import ANYWHERE, Rule, SgOut, SgParams
+from provisioner.resources.compute import ANYWHERE, Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.launch_template import LtOut
@@ -29,11 +29,13 @@ from provisioner.resources.pcs import (
     NodeGroupOut,
     PcsAmiOut,
     PcsAmiParams,
+    PcsCluster,
     PcsClusterOut,
     PcsClusterParams,
+    PcsSampleAmi,
 )
-from provisioner.resources.pcs_nodes import NodeGroupParams
-from provisioner.resources.pcs_queues import QueueParams
+from provisioner.resources.pcs_nodes import NodeGroupParams, PcsNodeGroup
+from provisioner.resources.pcs_queues import PcsQueue, QueueParams
 from provisioner.resources.storage import BucketOut
 
 SG = "sg/pcs-cluster"
@@ -133,7 +135,7 @@ def _groups(p: Parts) -> None:
         egress=(everything, Rule("-1", cidr=ANYWHERE)),
         tags=p.tags(SG),
     )
-    p.add(SG, "sg", params)
+    p.add(SG, SecurityGroup, params)
     if c.ssh_cidr:
         ssh = SgParams(
             vpc,
@@ -143,7 +145,7 @@ def _groups(p: Parts) -> None:
             egress=(),
             tags=p.tags(SSH_SG),
         )
-        p.add(SSH_SG, "sg", ssh, ingress="network.sshCidr")
+        p.add(SSH_SG, SecurityGroup, ssh, ingress="network.sshCidr")
 
 
 def _role(p: Parts) -> None:
@@ -191,7 +193,7 @@ def _cluster(p: Parts, files: dict[str, str], refs: Refs) -> None:
     at = "slurm.pcs"
     p.add(
         CLUSTER,
-        "pcs-cluster",
+        PcsCluster,
         params,
         slurm_version=f"{at}.slurmVersion",
         size=f"{at}.size",
@@ -253,7 +255,7 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
         }
     else:
         origins |= {"min_count": "slurm.pcs.loginCount", "max_count": "slurm.pcs.loginCount"}
-    p.add(rid, "pcs-node-group", params, **origins)
+    p.add(rid, PcsNodeGroup, params, **origins)
 
 
 def _queue(p: Parts, files: dict[str, str], refs: Refs, name: str) -> None:
@@ -270,7 +272,7 @@ def _queue(p: Parts, files: dict[str, str], refs: Refs, name: str) -> None:
         p.ref(CLUSTER, PcsClusterOut), str(doc.take("queueName")), groups, p.tags(rid)
     )
     doc.done()
-    p.add(rid, "pcs-queue", params)
+    p.add(rid, PcsQueue, params)
 
 
 def cluster(p: Parts) -> None:
@@ -282,9 +284,7 @@ def cluster(p: Parts) -> None:
         archs = {login_architecture(c.head_node_type)} | {q.itype.architecture for q in c.pools}
         for arch in sorted(archs):
             params = PcsAmiParams(c.pcs.slurm_version, arch)
-            p.add(
-                f"pcs/ami/{arch}", "pcs-sample-ami", params, slurm_version="slurm.pcs.slurmVersion"
-            )
+            p.add(f"pcs/ami/{arch}", PcsSampleAmi, params, slurm_version="slurm.pcs.slurmVersion")
     files = render_pcs(c)
     refs = Refs(p)
     _cluster(p, files, refs)

@@ -12,8 +12,13 @@ from provisioner.resources.fsx import FsxOut
 from provisioner.resources.fsx_dra import DraOut
 from provisioner.resources.iam import PolicyOut
 from provisioner.resources.network import SubnetOut, VpcOut
-from provisioner.resources.parallelcluster import PclusterParams
-from provisioner.resources.pcluster_check import CheckOut, CheckParams, ConfigRefs
+from provisioner.resources.parallelcluster import ParallelClusterKind, PclusterParams
+from provisioner.resources.pcluster_check import (
+    CheckOut,
+    CheckParams,
+    ConfigRefs,
+    ParallelClusterCheck,
+)
 from provisioner.resources.storage import ArtifactsOut, BucketOut
 
 
@@ -43,7 +48,7 @@ def check(p: Parts, where: Where) -> Ref[CheckOut]:
 
     early = render_slurm(p.c, early=True)["parallelcluster/cluster-config.yaml"]
     params = CheckParams(early, str(where.folder / "cluster-config.checked.yaml"), _refs(p, False))
-    p.add("parallelcluster/check", "parallelcluster-check", params)
+    p.add("parallelcluster/check", ParallelClusterCheck, params)
     return p.ref("parallelcluster/check", CheckOut)
 
 
@@ -63,4 +68,4 @@ def cluster(p: Parts, where: Where) -> None:
         links=links,
         validate_only=where.validate_only,
     )
-    p.add("parallelcluster", "parallelcluster", params)
+    p.add("parallelcluster", ParallelClusterKind, params)
