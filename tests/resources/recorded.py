@@ -73,20 +73,37 @@ class RecordedAws:
             self._clients[service], self._stubs[service] = client, stub
         return self._clients[service]
 
-    def answer(self, service: str, operation: str, response: dict[str, Any]) -> None:
-        """Queue the answer to the next ``operation`` call (its parameters are the kind's)."""
+    def answer(
+        self,
+        service: str,
+        operation: str,
+        response: dict[str, Any],
+        expected: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue the answer to the next ``operation`` call; with ``expected``, the call must
+        carry exactly those parameters."""
         from botocore import xform_name
 
         self.client(service)
-        self._stubs[service].add_response(xform_name(operation), response)
+        self._stubs[service].add_response(xform_name(operation), response, expected)
 
-    def fail(self, service: str, operation: str, code: str, status: int = 400) -> None:
-        """Queue an error answer."""
+    def fail(
+        self,
+        service: str,
+        operation: str,
+        code: str,
+        status: int = 400,
+        expected: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue an error answer (``expected``: as for ``answer``)."""
         from botocore import xform_name
 
         self.client(service)
         self._stubs[service].add_client_error(
-            xform_name(operation), service_error_code=code, http_status_code=status
+            xform_name(operation),
+            service_error_code=code,
+            http_status_code=status,
+            expected_params=expected,
         )
 
     def done(self) -> None:
@@ -96,3 +113,26 @@ class RecordedAws:
 
     def account_id(self) -> str:
         return ACCOUNT
+
+
+def lose_answer(
+    aws: RecordedAws,
+    service: str,
+    operation: str,
+    response: dict[str, Any],
+    expected: dict[str, Any] | None = None,
+) -> None:
+    """Queue ``operation``'s answer and lose it: AWS does the work (the stubber takes the
+    call and its parameters), and the caller sees the connection drop before the answer,
+    as botocore reports it (``ConnectionClosedError``). Once."""
+    from botocore.exceptions import ConnectionClosedError
+
+    aws.answer(service, operation, response, expected)
+    client = aws.client(service)
+    event = f"after-call.{client.meta.service_model.service_id.hyphenize()}.{operation}"
+
+    def drop(**_: Any) -> None:
+        client.meta.events.unregister(event, drop, unique_id="fmctl-lose-answer")
+        raise ConnectionClosedError(endpoint_url=client.meta.endpoint_url)
+
+    client.meta.events.register(event, drop, unique_id="fmctl-lose-answer")

@@ -34,6 +34,7 @@ from provisioner.resources.network import Subnet, SubnetOut, SubnetParams, Vpc, 
 from provisioner.resources.routes import RouteTable, RouteTableParams
 from provisioner.resources.storage import Bucket, BucketParams
 from provisioner.resources.tags import DesiredTags
+from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, example, tags
 
 CLUSTER = "llm"
@@ -51,6 +52,7 @@ def _fields(changes: list[Any]) -> dict[str, tuple[Any, Any, How]]:
     return {c.path: (c.before, c.after, c.how) for c in changes}
 
 
+@covers("vpc", "read", "diff")
 def test_vpc_reads_by_tag_and_puts_dns_hostnames_back() -> None:
     aws = RecordedAws()
     vpcs = example("ec2", "DescribeVpcs")
@@ -73,6 +75,7 @@ def test_vpc_reads_by_tag_and_puts_dns_hostnames_back() -> None:
     assert changes["cidr"] == ("10.0.0.0/16", "10.9.0.0/16", How.REPLACE)
 
 
+@covers("vpc", "read")
 def test_a_resource_of_another_cluster_is_not_read_as_ours() -> None:
     aws = RecordedAws()
     vpcs = example("ec2", "DescribeVpcs")
@@ -81,6 +84,7 @@ def test_a_resource_of_another_cluster_is_not_read_as_ours() -> None:
     assert Vpc().read(_ctx(aws), "vpc", VpcParams("10.0.0.0/16", _tags("vpc"))) is None
 
 
+@covers("subnet", "read", "diff")
 def test_subnet_zone_is_fixed_and_public_ips_change_in_place() -> None:
     aws = RecordedAws()
     subnets = example("ec2", "DescribeSubnets")
@@ -103,6 +107,9 @@ def test_subnet_zone_is_fixed_and_public_ips_change_in_place() -> None:
     }
 
 
+@covers("natgw", "read", "diff")
+@covers("igw", "read", "diff")
+@covers("route-table", "read", "diff")
 def test_nat_gateway_and_internet_gateway_and_route_table() -> None:
     aws = RecordedAws()
     nats = example("ec2", "DescribeNatGateways")
@@ -153,6 +160,7 @@ def test_nat_gateway_and_internet_gateway_and_route_table() -> None:
     aws.done()
 
 
+@covers("sg", "read", "diff")
 def test_security_group_rules_revoked_by_hand_are_drift_to_restore() -> None:
     aws = RecordedAws()
     group = {
@@ -199,6 +207,7 @@ def _lt_params(instance_type: str) -> LtParams:
     return LtParams("my-template", data, _tags("launch-template/gpu"))
 
 
+@covers("launch-template", "read", "diff")
 def test_launch_template_changes_are_a_new_version() -> None:
     aws = RecordedAws()
     templates = example("ec2", "DescribeLaunchTemplates")
@@ -254,6 +263,7 @@ def test_an_eks_cluster_without_the_owner_tag_is_refused() -> None:
         EksCluster().read(ctx, "eks", _eks_params("1.10"))
 
 
+@covers("eks-cluster", "read", "diff")
 def test_eks_version_goes_up_one_minor_at_a_time_never_down() -> None:
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
@@ -288,6 +298,7 @@ def _fsx_params(capacity: int, kind: str = "PERSISTENT_2") -> FsxParams:
     )
 
 
+@covers("fsx", "read", "diff")
 def test_fsx_grows_in_place_never_shrinks_and_a_new_type_is_a_new_file_system() -> None:
     aws = RecordedAws()
     systems = example("fsx", "DescribeFileSystems")
@@ -383,6 +394,7 @@ def test_an_fsx_increase_on_its_way_counts_as_asked() -> None:
     assert FileSystem().diff(ctx, "fsx", _fsx_params(2400), observed) == []
 
 
+@covers("iam-role", "read", "diff")
 def test_role_policies_attached_by_hand_go_and_missing_ones_come_back() -> None:
     aws = RecordedAws()
     role_tags = example("iam", "ListRoleTags")
@@ -436,6 +448,7 @@ def test_role_policies_attached_by_hand_go_and_missing_ones_come_back() -> None:
     assert "tags" not in changes
 
 
+@covers("bucket", "read", "diff")
 def test_bucket_safety_settings_are_restored() -> None:
     aws = RecordedAws()
     bucket = f"fmctl-{CLUSTER}-{ACCOUNT}-us-east-1"
@@ -525,6 +538,7 @@ def _nodegroup_world(described: dict[str, Any] | None = None) -> tuple[RecordedA
     return aws, ctx
 
 
+@covers("eks-nodegroup", "read", "diff")
 def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
     aws, ctx = _nodegroup_world()
     observed = Nodegroup().read(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
@@ -636,6 +650,7 @@ def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags(
     assert {"asg_tags", "scaling.desired_size", "scaling.min_size"} <= paths
 
 
+@covers("eks-addon", "read", "diff")
 def test_addon_follows_the_default_of_the_spec_version() -> None:
     aws = RecordedAws("us-west-2")
     cluster = example("eks", "DescribeCluster")
@@ -744,6 +759,7 @@ def _observed_like(params: NodegroupParams, ctx: Context) -> Observed[Any, Any]:
     return Observed(NodegroupOut("gpu"), empty, "gpu")
 
 
+@covers("expiry-schedule", "read", "diff")
 def test_expiry_schedules_read_by_group_and_move_with_the_ttl() -> None:
     """The schedule group read by name and owned by its tags, its schedules described one by
     one; a longer ttl than the one the schedules were made for moves their at() (in place),
@@ -819,6 +835,7 @@ def test_expiry_schedules_read_by_group_and_move_with_the_ttl() -> None:
     assert changes["tags"][1] == {"fmctl.dev/expires-at": "2026-11-30T13:00:00Z"}
 
 
+@covers("budget", "read", "diff")
 def test_budget_reads_its_notifications_and_changes_limit_and_subscribers_in_place() -> None:
     """The budget read by name and owned by its tags (the region's too: budgets are the
     account's), its notifications and their subscribers described one by one; a new limit
@@ -892,6 +909,7 @@ def test_budget_reads_its_notifications_and_changes_limit_and_subscribers_in_pla
         kind.read(_ctx(elsewhere), "budget", params)
 
 
+@covers("sns-topic", "read", "diff")
 def test_topic_reads_its_policy_and_key_and_puts_them_back() -> None:
     """The topic read by its ARN (its name is fmctl's), owned by its tags; an access policy
     changed by hand, or its key taken off, is put back in place."""
@@ -925,6 +943,7 @@ def test_topic_reads_its_policy_and_key_and_puts_them_back() -> None:
     assert changes["key"] == ("", key, How.UPDATE)
 
 
+@covers("function", "read", "diff")
 def test_function_reads_its_package_role_and_subscription() -> None:
     """The stop function read by name, owned by its tags (GetFunction's); its package is
     compared by Lambda's CodeSha256 of the one fmctl builds, and a subscription to the topic
@@ -1019,6 +1038,7 @@ def _block_ctx(aws: RecordedAws) -> Context:
     return ctx
 
 
+@covers("block-schedule", "read", "diff")
 def test_block_schedule_moves_with_the_blocks_end() -> None:
     """The T-60 schedule read from its group; the block extended (EC2's EndDate later) moves
     its at() in place, and the script it sends carries the new end."""
@@ -1073,6 +1093,7 @@ def test_block_schedule_moves_with_the_blocks_end() -> None:
     assert f"train {int(new_end.timestamp())} --block cr-0123456789abcdef0" in script
 
 
+@covers("block-warning", "read", "diff")
 def test_block_warning_rule_names_the_login_node_group() -> None:
     """The T-40 rule read with its target; one that names a login node by instance id (as
     fmctl did before) is changed in place to the login node group's tag, which a replaced
