@@ -120,7 +120,7 @@ e2e-kind: install
 	$(BIN)/pytest -m kind tests/kind -p no:cacheprovider
 
 lint: install
-	$(BIN)/ruff check provisioner tests benchmarks slurm
+	$(BIN)/ruff check provisioner fmctl_sandbox tests benchmarks slurm
 	$(BIN)/mypy
 
 # Test workers: most of the end-to-end tests' time is waiting on the emulator's clock, so

@@ -24,8 +24,8 @@ from up_sandbox import ROOT, SCALE, run
 def collect() -> tuple[list[Row], str]:
     """Up, spend past the limit, wait for zero instances: the row and a line of detail."""
     sys.path.insert(0, str(ROOT))
-    from provisioner.sandbox import daemon
-    from provisioner.sandbox.eks_model import DURATIONS
+    from fmctl_sandbox import daemon
+    from fmctl_sandbox.eks_model import DURATIONS
     from tests.tools import sandbox_doubles as doubles
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-budget-"))

@@ -72,8 +72,8 @@ def _kind(call: dict[str, str]) -> str:
 def collect() -> tuple[list[Row], str]:
     """Plan an unchanged cluster, then scale a pool out: rows and the detailed table."""
     sys.path.insert(0, str(ROOT))
-    from provisioner.sandbox import daemon
-    from provisioner.sandbox.eks_model import DURATIONS
+    from fmctl_sandbox import daemon
+    from fmctl_sandbox.eks_model import DURATIONS
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-day2-"))
     from tests.tools import sandbox_doubles as doubles

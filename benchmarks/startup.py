@@ -58,7 +58,7 @@ def collect() -> tuple[list[Row], str]:
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-home-"))
     os.environ["FMCTL_HOME"] = str(home)
     sys.path.insert(0, str(ROOT))
-    from provisioner.sandbox import daemon
+    from fmctl_sandbox import daemon
 
     daemon.ensure(home)  # plan --sandbox against a running emulator, as users have it
     # The emulator loads its services on first use: let that finish before timing anything

@@ -133,11 +133,11 @@ class Run:
 def _down_floor(home: Path, info: dict, name: str, region: str) -> tuple[float, float]:
     """Critical path and serial sum of the deletion `down` will run (scaled seconds): the
     mirror plan of what is found by tag, each resource at its documented delete time."""
+    from fmctl_sandbox import daemon
     from provisioner.drivers.aws import Aws
     from provisioner.ops.planner import find_owned
     from provisioner.resources.context import Context
     from provisioner.resources.registry import deletion_graph, kinds
-    from provisioner.sandbox import daemon
 
     creds = daemon.credentials(home)
     aws = Aws(
@@ -157,7 +157,7 @@ def _down_floor(home: Path, info: dict, name: str, region: str) -> tuple[float, 
 def collect() -> tuple[list[Row], str]:
     """Up and down of each example in a fresh emulator: the rows and the detailed table."""
     sys.path.insert(0, str(ROOT))
-    from provisioner.sandbox import daemon
+    from fmctl_sandbox import daemon
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-"))
     from tests.tools import sandbox_doubles as doubles

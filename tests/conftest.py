@@ -197,7 +197,7 @@ DELETE = object()
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One sandbox emulator per test process, for every folder that uses it (engine,
     reliability, cli), stopped at the end."""
-    from provisioner.sandbox import daemon
+    from fmctl_sandbox import daemon
     from tests.engine.harness import start
 
     home = Path(tmp_path_factory.mktemp("fmctl-home"))

@@ -89,9 +89,7 @@ def test_the_wheel_ships_no_test_doubles(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         sandbox = {
-            n.removeprefix("provisioner/sandbox/")
-            for n in names
-            if n.startswith("provisioner/sandbox/")
+            n.removeprefix("fmctl_sandbox/") for n in names if n.startswith("fmctl_sandbox/")
         }
         assert sandbox == SANDBOX_FILES
         assert not [n for n in names if n.startswith("tests/")]

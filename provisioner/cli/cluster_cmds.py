@@ -316,7 +316,7 @@ def sandbox_fault(
     rehearse the health loop: `fmctl health NAME --sandbox` shows each step. On a PCS
     cluster NODE is a compute node group's instance (i-...), and the group's health
     monitoring acts on it as its repairAction (spec health.repair) says."""
-    from provisioner.ops.errors import SandboxError, as_error
+    from provisioner.ops.errors import SandboxUnavailable, as_error
     from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_fault as inject
@@ -341,7 +341,7 @@ def sandbox_fault(
     try:
         where = resolve_region(region, name, home, True)
         said = inject(home, where, name, node, faults[0])
-    except (RegionUnknown, SandboxError) as exc:
+    except (RegionUnknown, SandboxUnavailable) as exc:
         _fail(
             str(exc),
             "`fmctl up --sandbox` starts the sandbox; --region names the cluster's",
@@ -359,7 +359,7 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
     """Set what cluster NAME has spent, as AWS Budgets sees it, to USD: the notifications of
     its budget (cost.budget) that this crosses go out, as AWS would send them. To rehearse a
     budget: `up --sandbox` a spec with cost.budget, then spend past its limit."""
-    from provisioner.ops.errors import SandboxError, as_error
+    from provisioner.ops.errors import SandboxUnavailable, as_error
     from provisioner.ops.region import RegionUnknown, resolve_region
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_spend as spend
@@ -367,7 +367,7 @@ def sandbox_spend(name: str, usd: float, region: str | None, state_dir: str | No
     home = home_of(state_dir)
     try:
         sent = spend(home, name, resolve_region(region, name, home, True), usd)
-    except (RegionUnknown, SandboxError) as exc:
+    except (RegionUnknown, SandboxUnavailable) as exc:
         _fail(
             str(exc),
             "`fmctl up --sandbox` a spec with cost.budget first",
@@ -387,7 +387,7 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
     schedules then due run, and EC2's Capacity Block warnings then due reach the rules that
     match, as AWS would run them. To rehearse a ttl: `up --sandbox` a spec with
     metadata.ttl, advance past it, and its node groups are at zero."""
-    from provisioner.ops.errors import SandboxError, as_error
+    from provisioner.ops.errors import SandboxUnavailable, as_error
     from provisioner.ops.gc import parse_age
     from provisioner.ops.target import home_of
     from provisioner.ops.target import sandbox_advance as advance
@@ -397,7 +397,7 @@ def sandbox_advance(duration: str, state_dir: str | None) -> None:
         _fail(f"{duration!r} is not a duration", "a number and a unit: 30m, 8h, 1d, 1h30m")
     try:
         runs = advance(home_of(state_dir), float(seconds))
-    except SandboxError as exc:
+    except SandboxUnavailable as exc:
         _fail(
             str(exc), "`fmctl up --sandbox` starts the sandbox", as_error(exc, "fmctl sandbox").kind
         )

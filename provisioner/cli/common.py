@@ -67,7 +67,7 @@ def _load(path: str, scheduler: str | None) -> Any:
 
 
 def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | None = None) -> Any:
-    from provisioner.ops.errors import BadStateUrl, SandboxError, as_error
+    from provisioner.ops.errors import BadStateUrl, SandboxUnavailable, as_error
     from provisioner.ops.target import home_of, target_for
     from provisioner.ops.team import parse_state_url
 
@@ -79,7 +79,7 @@ def _target(region: str, state_dir: str | None, sandbox: bool, state_url: str | 
 
     try:
         target = target_for(region, home_of(state_dir), sandbox)
-    except (SandboxError, BadTimeScale) as exc:
+    except (SandboxUnavailable, BadTimeScale) as exc:
         fail_with(as_error(exc, "fmctl"))
     target.state = state
     return target

@@ -17,7 +17,7 @@ import urllib.request
 
 from provisioner import FmctlError
 
-#: The signing name of the sandbox's own operations (``provisioner.sandbox.protocol``'s
+#: The signing name of the sandbox's own operations (``fmctl_sandbox.protocol``'s
 #: SANDBOX_SERVICE: drivers import nothing of fmctl's, so it is said again here).
 SANDBOX_SIGNING_NAME = "fmctl-sandbox"
 SETTING = "FMCTL_TIME_SCALE"

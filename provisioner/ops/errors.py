@@ -8,7 +8,7 @@ from __future__ import annotations
 from provisioner import BUG_HINT, FmctlBug, FmctlError
 from provisioner.drivers.aws import AwsError, translate
 from provisioner.drivers.endpoint_pace import BadTimeScale
-from provisioner.sandbox.daemon import SandboxError
+from provisioner.ops.sandbox_link import SandboxMissing, SandboxUnavailable, is_sandbox_error
 from provisioner.state.errors import LeaseLost, LockHeld, StateConflict, StateError
 from provisioner.state.location import BadStateUrl
 
@@ -21,7 +21,7 @@ __all__ = [
     "FmctlError",
     "LeaseLost",
     "LockHeld",
-    "SandboxError",
+    "SandboxMissing",
     "SandboxUnavailable",
     "StateConflict",
     "StateError",
@@ -29,13 +29,6 @@ __all__ = [
     "as_error",
     "explain",
 ]
-
-
-class SandboxUnavailable(FmctlError):
-    """The sandbox's emulator could not be started or reached (its ``SandboxError``: the
-    sandbox, a separate program, derives nothing from fmctl)."""
-
-    default_hint = "its log is sandbox/server.log under FMCTL_HOME (~/.fmctl by default)"
 
 
 class Unexpected(FmctlError):
@@ -49,7 +42,7 @@ def as_error(exc: BaseException, doing: str) -> FmctlError:
     """``exc``, met while ``doing``, as one of fmctl's errors."""
     if isinstance(exc, FmctlError) and not isinstance(exc, AwsError):
         return exc
-    if isinstance(exc, SandboxError):
+    if is_sandbox_error(exc):
         return SandboxUnavailable(str(exc))
     translated = translate(exc, doing)
     if isinstance(exc, AwsError) or translated.code is not None or translated.hint is not None:

@@ -19,9 +19,9 @@ SEEDED_TAG = "fmctl.dev/sandbox-seeded"
 
 def seed_sandbox(spec: ClusterSpec, target: Target) -> list[str]:
     """Seed the sandbox for ``spec``; what was seeded, one line each."""
-    from provisioner.sandbox import daemon
+    from provisioner.ops.sandbox_link import sandbox
 
-    info = daemon.running(target.home)
+    info = sandbox().running(target.home)
     assert info is not None, "the sandbox was started moments ago"
     seed = Seeder(info, target)
     said = _reservations(spec, target, seed)
@@ -35,15 +35,12 @@ class Seeder:
     """Calls to the sandbox's own seeding operations, signed with its credentials."""
 
     def __init__(self, info: dict[str, Any], target: Target) -> None:
-        from provisioner.sandbox import daemon
+        from provisioner.ops.sandbox_link import sandbox
 
-        self.info, self.target = info, target
-        self.creds = daemon.credentials(target.home)
+        self.info, self.target, self.box = info, target, sandbox()
 
     def __call__(self, action: str, body: dict[str, Any]) -> dict[str, Any]:
-        from provisioner.sandbox import daemon
-
-        return daemon.call(self.info, self.creds, action, body, self.target.region)
+        return self.box.ask(self.target.home, action, body, self.target.region)
 
 
 def _reservations(spec: ClusterSpec, target: Target, seed: Seeder) -> list[str]:

@@ -76,10 +76,11 @@ def target_for(region: str, home: Path, sandbox: bool) -> Target:
     if not sandbox:
         endpoint = os.environ.get("AWS_ENDPOINT_URL")
         return Target(region, home, endpoint=endpoint, time_scale=endpoint_pace(endpoint))
-    from provisioner.sandbox import daemon
+    from provisioner.ops.sandbox_link import sandbox as installed
 
-    endpoint, scale, ca = daemon.ensure(home)
-    creds = daemon.credentials(home)
+    box = installed()
+    endpoint, scale, ca = box.ensure(home)
+    creds = box.credentials(home)
     return Target(
         region, home, True, endpoint, scale, ca, credentials=(creds.access_key, creds.secret_key)
     )
@@ -148,9 +149,9 @@ def home_of(state_dir: str | None) -> Path:
 
 def stop_sandbox(home: Path) -> bool:
     """Stop the sandbox emulator of ``home`` (its state goes with it); False when none ran."""
-    from provisioner.sandbox.daemon import stop
+    from provisioner.ops.sandbox_link import sandbox
 
-    return stop(home)
+    return sandbox().stop(home)
 
 
 def exec_credential(target: Target, cluster: str) -> dict[str, object]:
@@ -168,18 +169,15 @@ def _sandbox_op(
     home: Path, action: str, body: dict[str, Any], region: str = "us-east-1"
 ) -> dict[str, Any]:
     """One of the running sandbox's own operations (``sandbox.server``); its answer."""
-    from provisioner.sandbox import daemon
+    from provisioner.ops.sandbox_link import sandbox
 
-    info = daemon.running(home)
-    if info is None:
-        raise daemon.SandboxError(f"no sandbox runs for {home}")
-    return daemon.call(info, daemon.credentials(home), action, body, region)
+    return sandbox().ask(home, action, body, region)
 
 
 def sandbox_fault(home: Path, region: str, cluster: str, node: str, fault: dict[str, Any]) -> str:
     """Make ``node`` of sandbox EKS cluster ``cluster`` suffer ``fault`` (its node
     monitoring agent stand-in reports it; node auto repair acts on what it reports:
-    provisioner/sandbox/eks_repair.py); what the agent did."""
+    fmctl_sandbox/eks_repair.py); what the agent did."""
     body = {"cluster": cluster, "node": node, "fault": fault}
     return str(_sandbox_op(home, "InjectNodeFault", body, region).get("said", ""))
 

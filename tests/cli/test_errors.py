@@ -19,23 +19,26 @@ from tests.tools.inprocess import fmctl
 OUTSIDE = {
     # The emulator's API failures: it answers them as AWS or Kubernetes would (an error
     # response), which reach fmctl as AWS or Kubernetes errors.
-    "provisioner.sandbox.budgets.BudgetsError": "an emulated API's error response",
-    "provisioner.sandbox.crd_schema.RuleError": "an emulated API's error response",
-    "provisioner.sandbox.eks_model.EksError": "an emulated API's error response",
-    "provisioner.sandbox.kube_model.ApiError": "an emulated API's error response",
-    "provisioner.sandbox.pcs_model.PcsError": "an emulated API's error response",
+    "fmctl_sandbox.budgets.BudgetsError": "an emulated API's error response",
+    "fmctl_sandbox.crd_schema.RuleError": "an emulated API's error response",
+    "fmctl_sandbox.eks_model.EksError": "an emulated API's error response",
+    "fmctl_sandbox.kube_model.ApiError": "an emulated API's error response",
+    "fmctl_sandbox.pcs_model.PcsError": "an emulated API's error response",
     # The emulator's client hung up mid-request: the server drops the connection.
-    "provisioner.sandbox.server.ClientGone": "the emulator's own connection handling",
+    "fmctl_sandbox.server.ClientGone": "the emulator's own connection handling",
     # The emulator, a separate program that imports nothing of fmctl: the CLI reports its
     # failure to start as ops.errors.SandboxUnavailable (as_error).
-    "provisioner.sandbox.daemon.SandboxError": "reported as SandboxUnavailable",
+    "fmctl_sandbox.daemon.SandboxError": "reported as SandboxUnavailable",
     # Caught inside the spec loader and turned into a located problem.
     "provisioner.spec.source._BuildError": "becomes a located validation problem",
 }
 
 
 def _exception_classes() -> Iterator[type[BaseException]]:
-    for path in sorted((ROOT / "provisioner").rglob("*.py")):
+    """Every exception class of the two packages the wheel ships (the product and its
+    sandbox)."""
+    paths = [*(ROOT / "provisioner").rglob("*.py"), *(ROOT / "fmctl_sandbox").rglob("*.py")]
+    for path in sorted(paths):
         parts = path.relative_to(ROOT).with_suffix("").parts
         if parts[-1] == "__main__":
             continue
@@ -91,7 +94,7 @@ def _client_error() -> BaseException:
 
 
 def _sandbox_error() -> BaseException:
-    from provisioner.sandbox.daemon import SandboxError
+    from fmctl_sandbox.daemon import SandboxError
 
     return SandboxError("the sandbox did not start")
 

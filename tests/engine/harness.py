@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
+from fmctl_sandbox import daemon, server
 from provisioner.drivers.aws import Aws
 from provisioner.drivers.kube import KubeClient
 from provisioner.resources.context import Context
 from provisioner.resources.tags import OWNER_TAG, RETAINED_TAG
-from provisioner.sandbox import daemon, server
 from tests.tools import sandbox_doubles as doubles
 from tests.tools import zygote
 

@@ -5,7 +5,7 @@ Kueue's ProvisioningRequest, all of them at once, and runs on them; idle again, 
 again; a later `up` leaves the autoscaler's size alone; `down` leaves nothing.
 
 The autoscaler and Kueue's admission check are the sandbox's stand-ins
-(provisioner/sandbox/eks_autoscaler.py and kube_kueue_checks.py say what they follow and
+(fmctl_sandbox/eks_autoscaler.py and kube_kueue_checks.py say what they follow and
 leave out); the manifests, the tags, the role's policy and the CRDs are fmctl's, judged by
 the sandbox as AWS and Kubernetes would judge them.
 """
@@ -262,9 +262,9 @@ def test_kueue_started_before_the_provisioning_api_admits_nothing_there() -> Non
     ProvisioningRequest API was served as Kueue started. Started before, the check stays
     inactive and the ClusterQueue admits nothing; the pods rolled (fmctl's annotation), it
     is active."""
-    from provisioner.sandbox import kube_kueue
-    from provisioner.sandbox.crd_schema import Crd
-    from provisioner.sandbox.kube_model import Cluster
+    from fmctl_sandbox import kube_kueue
+    from fmctl_sandbox.crd_schema import Crd
+    from fmctl_sandbox.kube_model import Cluster
     from tests.conftest import SHARED
 
     spec = _spec(Path(tempfile.mkdtemp()))
@@ -343,7 +343,7 @@ def test_kueue_started_before_the_provisioning_api_admits_nothing_there() -> Non
 def test_a_pod_identity_role_trusts_only_its_own_pods() -> None:
     """The sandbox judges a Pod Identity trust as STS would: the session tags EKS Pod
     Identity adds must match the trust's conditions, and tagging needs sts:TagSession."""
-    from provisioner.sandbox import iam_eval
+    from fmctl_sandbox import iam_eval
 
     statement = {
         "Effect": "Allow",

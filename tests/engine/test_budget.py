@@ -296,7 +296,7 @@ def test_budgets_publishes_only_where_policies_let_it(sandbox: Sandbox) -> None:
     """A topic whose policy does not let budgets.amazonaws.com publish loses the
     notification, as in AWS; SNS invokes a function only if its policy lets SNS; a function
     whose role does not allow a call gets AccessDenied for it."""
-    from provisioner.sandbox import budgets, iam_eval, lambda_run
+    from fmctl_sandbox import budgets, iam_eval, lambda_run
 
     open_topic = {"Policy": json.dumps({"Statement": []})}
     assert "does not let budgets.amazonaws.com sns:Publish" in str(
@@ -355,7 +355,7 @@ def test_a_role_with_confused_deputy_conditions_is_assumed_only_for_its_own_sour
     """The trust fmctl's Scheduler and EventBridge roles carry: the caller's account and
     the cluster's schedule group or rule (the services' "Confused deputy prevention"); the
     sandbox refuses another account's, another group's, and a service passing no source."""
-    from provisioner.sandbox import iam_eval
+    from fmctl_sandbox import iam_eval
 
     group = "arn:aws:scheduler:us-east-1:123456789012:schedule-group/fmctl-c-blocks"
     statement = {

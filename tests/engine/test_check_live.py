@@ -7,7 +7,7 @@ real node-check.sh and cluster-check.sh, the transport of their output (pod logs
 Command's output in S3), the judging, and the clean-up. What is fake: the tools on the
 nodes (nvidia-smi, dcgmi, fi_info, torchrun, sinfo, srun, sbatch), which print the recorded
 outputs of tests/data/check; the sandbox runs a pod's or a command's program with them first
-on PATH (provisioner/sandbox/kube_jobs.py, ssm_agent.py).
+on PATH (fmctl_sandbox/kube_jobs.py, ssm_agent.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The health loop on EKS in the sandbox, as a user rehearses it: `fmctl sandbox fault`
 makes a GPU node report a fault as the node monitoring agent would (or would not), node
 auto repair cordons and replaces it on the sandbox's clock, and `fmctl health` shows each
-step (provisioner/sandbox/eks_repair.py follows the agent's source and the EKS User Guide).
+step (fmctl_sandbox/eks_repair.py follows the agent's source and the EKS User Guide).
 """
 
 from __future__ import annotations

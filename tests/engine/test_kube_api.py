@@ -462,7 +462,7 @@ def test_a_server_the_ca_does_not_vouch_for_is_refused(
     before any request is made (urllib3's SSL error, a connection error to the caller)."""
     from urllib3.exceptions import HTTPError
 
-    from provisioner.sandbox.tls import make_certificate
+    from fmctl_sandbox.tls import make_certificate
 
     other, _ = make_certificate(Path(tempfile.mkdtemp()))
     client = KubeClient.for_eks(

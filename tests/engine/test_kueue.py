@@ -4,7 +4,7 @@ one gang and placed by the network topology with ranks in its order, a job large
 quota waits whole, `status` shows the queue and the ComputeDomains, and on GB200 each job's
 ComputeDomain forms across its UltraServer (judged from its status, node by node).
 
-The sandbox's Kueue and DRA driver are stand-ins (provisioner/sandbox/kube_kueue.py and
+The sandbox's Kueue and DRA driver are stand-ins (fmctl_sandbox/kube_kueue.py and
 kube_dra.py say what they do and leave out); the charts, their CRDs and CEL rules, the
 values and the objects fmctl writes are the real ones.
 """

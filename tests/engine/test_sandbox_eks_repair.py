@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from fmctl_sandbox import eks_repair
+from fmctl_sandbox.eks_model import Item, node_slots
 from provisioner.catalog.eks_repair import overrides
 from provisioner.resources.eks_nodegroup_model import NodeRepair
-from provisioner.sandbox import eks_repair
-from provisioner.sandbox.eks_model import Item, node_slots
 
 SCALE = 0.001  # the sandbox's: a minute is 0.06 s
 MINUTE = 60 * SCALE

@@ -5,28 +5,41 @@ from __future__ import annotations
 
 import ast
 from datetime import date
+from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
-from provisioner.sandbox.eks_model import END_OF_EXTENDED, gpus_of, offered
+from fmctl_sandbox.eks_model import END_OF_EXTENDED, gpus_of, offered
 from tests.engine.harness import ROOT, Sandbox, subnets
 
 REGION = "sa-east-1"
 
 
 def test_the_sandbox_imports_nothing_of_fmctl() -> None:
-    for path in (ROOT / "provisioner" / "sandbox").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            for name in names:
-                if name.startswith("provisioner"):
-                    assert name.startswith("provisioner.sandbox"), (path.name, name)
+    """fmctl_sandbox is a package of its own: nothing of the product (not even under
+    TYPE_CHECKING), and the product names it only where sandbox_link type-checks it."""
+    paths = sorted((ROOT / "fmctl_sandbox").glob("*.py"))
+    assert len(paths) > 40, "the walk found the sandbox's modules"
+    for path in paths:
+        assert not set(_imported(path)) & {"provisioner"}, path.name
+    naming = sorted(
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "provisioner").rglob("*.py")
+        if "fmctl_sandbox" in _imported(path)
+    )
+    assert naming == ["provisioner/ops/sandbox_link.py"]
+
+
+def _imported(path: Path) -> list[str]:
+    """The top-level packages ``path`` imports (absolute imports)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found += [a.name.split(".")[0] for a in node.names]
+    return found
 
 
 def test_versions_past_extended_support_are_not_offered() -> None:
@@ -39,7 +52,7 @@ def test_pcs_versions_end_by_the_sandboxs_day(monkeypatch: pytest.MonkeyPatch) -
     """CreateCluster refuses a version past its end of life, judged on the sandbox's day
     (FMCTL_SANDBOX_TODAY moves it); creation is allowed through the end date itself; an
     update takes only a newer version."""
-    from provisioner.sandbox.pcs_model import (
+    from fmctl_sandbox.pcs_model import (
         PcsError,
         check_create_version,
         check_update_version,
@@ -86,7 +99,7 @@ def test_a_body_cut_short_is_never_handled() -> None:
 
     import pytest
 
-    from provisioner.sandbox.server import ClientGone, read_body
+    from fmctl_sandbox.server import ClientGone, read_body
 
     whole = {"CONTENT_LENGTH": "5", "wsgi.input": BytesIO(b"abcde")}
     assert read_body(whole) == b"abcde"

@@ -1,4 +1,4 @@
-"""The sandbox's PCS health monitoring (provisioner/sandbox/pcs_repair.py) against the
+"""The sandbox's PCS health monitoring (fmctl_sandbox/pcs_repair.py) against the
 botocore PCS model's words for each repairAction, on the module's own state: REPLACE and
 AUTO end the instance (the group launches another), ISOLATE keeps it isolated, NONE only
 records, mode NONE looks at nothing; what AWS's GPU monitor calls a warning is left alone."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from provisioner.sandbox import pcs_repair
-from provisioner.sandbox.pcs_model import PcsError, Thing
+from fmctl_sandbox import pcs_repair
+from fmctl_sandbox.pcs_model import PcsError, Thing
 
 
 @dataclass

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
+from fmctl_sandbox import daemon
 from provisioner.drivers.aws import Aws
 from provisioner.drivers.eks_auth import token
-from provisioner.sandbox import daemon
 from tests.engine.harness import Sandbox, subnets
 
 REGION = "eu-central-1"

@@ -108,7 +108,7 @@ def test_a_partial_read_keeps_what_was_published() -> None:
 def test_eks_nodes_carry_their_layers_as_labels() -> None:
     """The sandbox's EKS nodes: one label per network layer (4 on p6-b300), none on types
     EC2 does not place, and ids hashed per account as EC2's are."""
-    from provisioner.sandbox.topology import layer_labels
+    from fmctl_sandbox.topology import layer_labels
 
     b300 = layer_labels("111111111111", "us-west-2a", "i-0abc", "p6-b300.48xlarge")
     assert sorted(b300) == [f"topology.k8s.aws/network-node-layer-{i}" for i in (1, 2, 3, 4)]

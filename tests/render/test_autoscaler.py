@@ -15,13 +15,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from fmctl_sandbox.crd_schema import Crd, validate
 from provisioner.blueprint import Where, build
 from provisioner.catalog import autoscaler, load_catalog
 from provisioner.catalog.charts import KUEUE
 from provisioner.render import render
 from provisioner.render.context import build_context
 from provisioner.resources.base import Planned
-from provisioner.sandbox.crd_schema import Crd, validate
 from tests.conftest import ROOT, validate_text
 from tests.render.helpers import documents
 from tests.render.test_kueue import KUEUE_VERSIONS, _check_custom, _template

@@ -17,12 +17,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from fmctl_sandbox.crd_schema import Crd, validate
 from provisioner.catalog import load_catalog
 from provisioner.catalog.charts import DRA_DRIVER, KUEUE, minor
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.render import Rendered, render
 from provisioner.render.queueing import CHANNEL_CLASS, CHANNEL_RESOURCE, HOSTNAME, ULTRASERVER_LABEL
-from provisioner.sandbox.crd_schema import Crd, validate
 from provisioner.spec import defaults
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document

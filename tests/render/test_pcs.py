@@ -16,10 +16,10 @@ import pytest
 import yaml
 from botocore.validate import ParamValidator
 
+from fmctl_sandbox.pcs_model import pattern_errors
 from provisioner.catalog import load_catalog
 from provisioner.render import Rendered, render
 from provisioner.render.placeholders import fill
-from provisioner.sandbox.pcs_model import pattern_errors
 from tests.conftest import EXAMPLES, ROOT, set_path, validate_data
 from tests.render.helpers import FILLED
 

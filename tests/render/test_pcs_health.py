@@ -9,12 +9,12 @@ import json
 
 import pytest
 
+from fmctl_sandbox.pcs_health import health_checks as _health_checks
+from fmctl_sandbox.pcs_model import PcsError
 from provisioner.catalog import load_catalog
 from provisioner.render import render
 from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.pcs import instance_health_checks
-from provisioner.sandbox.pcs_health import health_checks as _health_checks
-from provisioner.sandbox.pcs_model import PcsError
 from provisioner.spec.model import ClusterSpec
 from tests.conftest import ROOT, validate_text
 

@@ -1,5 +1,5 @@
 """The tests' double of the sandbox emulator: the product's application
-(``provisioner.sandbox.server.Emulator``) wrapped with what only tests need, so that none of
+(``fmctl_sandbox.server.Emulator``) wrapped with what only tests need, so that none of
 it ships in the wheel.
 
 - a request log: every call seen, with its service, action, signing key, status and fault;
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from provisioner.sandbox import daemon, protocol, sigv4
-from provisioner.sandbox.server import (
+from fmctl_sandbox import daemon, protocol, sigv4
+from fmctl_sandbox.server import (
     KUBE_PREFIX,
     Emulator,
     StartResponse,

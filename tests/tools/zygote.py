@@ -49,7 +49,7 @@ PRELOAD = (
     "provisioner.ops.seed",
     "provisioner.drivers.aws",
     "provisioner.drivers.kube",
-    "provisioner.sandbox.daemon",
+    "fmctl_sandbox.daemon",
     "boto3",
     "botocore.session",
     "botocore.client",

@@ -1,0 +1,249 @@
+"""Jobs in the sandbox's Kubernetes API: the Job controller, the scheduler's device
+accounting and a kubelet, enough for `fmctl check` to be run end to end.
+
+- A Job that is not suspended gets its pods (``completions`` of them; Indexed Jobs label and
+  number them), created Pending.
+- A pending pod is bound to a node that admits it (selector, affinity, taints) and still has
+  the GPUs and EFA devices it asks for: what other live pods hold is taken off the node's
+  allocatable, as the scheduler does. A pod that fits nowhere stays Pending; a Job past its
+  ``activeDeadlineSeconds`` fails with ``DeadlineExceeded``.
+- Once all of a Job's pods are bound, the kubelet runs each: every container's command, with
+  its env (``fieldRef: spec.nodeName`` included, ``$(VAR)`` expanded), its ConfigMap volumes
+  written to a scratch folder and paths under their mount points pointed there. The sandbox's
+  nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are what
+  the folder given to the sandbox as the nodes' tools holds (``KubeServer.node_tools``; a
+  test's double of the emulator sets it to fakes that print recorded outputs). Without one,
+  the pod fails and its log says why. Each container's output is its log (the API wants the
+  container named when a pod has several, as the real one does); the pod is Succeeded when
+  every container exited 0.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fmctl_sandbox.kube_controllers import admits
+from fmctl_sandbox.kube_dra import claims_allow
+from fmctl_sandbox.kube_model import EFA, GPU, Cluster
+
+Put = Callable[[str, str, dict[str, Any]], None]
+#: How long a pod's command may run in the sandbox.
+RUN_TIMEOUT = 60.0
+
+
+def _asks(pod: dict[str, Any]) -> dict[str, int]:
+    asked: dict[str, int] = {}
+    for container in pod["spec"].get("containers", []):
+        requests = (container.get("resources") or {}).get("requests") or {}
+        for resource in (GPU, EFA):
+            asked[resource] = asked.get(resource, 0) + int(requests.get(resource, 0))
+    return asked
+
+
+def _live(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase", "Running") not in ("Succeeded", "Failed")
+
+
+def _free(c: Cluster, node: dict[str, Any]) -> dict[str, int]:
+    """The node's allocatable GPUs and EFA devices less what live pods on it hold."""
+    allocatable = node["status"].get("allocatable", {})
+    free = {r: int(allocatable.get(r, 0)) for r in (GPU, EFA)}
+    for (plural, _, _), pod in c.objects.items():
+        on_node = plural == "pods" and pod["spec"].get("nodeName") == node["metadata"]["name"]
+        if on_node and _live(pod):
+            for resource, count in _asks(pod).items():
+                free[resource] -= count
+    return free
+
+
+def _pods_of(c: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
+    return [
+        pod
+        for (plural, ns, _), pod in sorted(c.objects.items())
+        if plural == "pods"
+        and ns == namespace
+        and pod["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == job
+    ]
+
+
+def step(c: Cluster, put: Put, tools: str | None) -> None:
+    """Move every Job on as far as it can go now."""
+    jobs = [(key, job) for key, job in sorted(c.objects.items()) if key[0] == "jobs"]
+    for (_, namespace, name), job in jobs:
+        spec, status = job["spec"], job.setdefault("status", {})
+        if spec.get("suspend") or status.get("conditions"):
+            continue
+        if not _pods_of(c, namespace, name):
+            _create_pods(job, namespace, put)
+        pods = _pods_of(c, namespace, name)
+        for pod in pods:
+            if not pod["spec"].get("nodeName"):
+                _bind(c, pod)
+        if not all(pod["spec"].get("nodeName") for pod in pods):
+            status["active"] = len(pods)
+            if _past_deadline(job):
+                status["conditions"] = [_condition("Failed", "DeadlineExceeded")]
+                status["failed"] = len(pods)
+            continue
+        for pod in pods:
+            if _live(pod):
+                _run(c, pod, tools)
+        succeeded = sum(p["status"]["phase"] == "Succeeded" for p in pods)
+        status.update(active=0, succeeded=succeeded, failed=len(pods) - succeeded)
+        done = succeeded == len(pods)
+        status["conditions"] = [
+            _condition("Complete", "") if done else _condition("Failed", "BackoffLimitExceeded")
+        ]
+
+
+def _create_pods(job: dict[str, Any], namespace: str, put: Put) -> None:
+    name, spec = job["metadata"]["name"], job["spec"]
+    template = spec.get("template") or {}
+    indexed = spec.get("completionMode") == "Indexed"
+    for index in range(int(spec.get("completions", 1))):
+        labels = {
+            **(template.get("metadata") or {}).get("labels", {}),
+            "batch.kubernetes.io/job-name": name,
+        }
+        if indexed:
+            labels["batch.kubernetes.io/job-completion-index"] = str(index)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{name}-{index}-{uuid.uuid4().hex[:5]}"
+                if indexed
+                else f"{name}-{uuid.uuid4().hex[:5]}",
+                "namespace": namespace,
+                "labels": labels,
+                "ownerReferences": [
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True}
+                ],
+            },
+            "spec": dict(template.get("spec") or {}),
+            "status": {"phase": "Pending"},
+        }
+        put("pods", namespace, pod)
+
+
+def _bind(c: Cluster, pod: dict[str, Any]) -> None:
+    if pod["spec"].get("schedulingGates"):
+        return  # the scheduler leaves a gated pod alone (Kueue's topology gate, until lifted)
+    asked = _asks(pod)
+    for (plural, _, _), node in sorted(c.objects.items()):
+        if plural != "nodes" or node["spec"].get("unschedulable"):
+            continue
+        if not admits(pod["spec"], node):
+            continue
+        if not claims_allow(c, pod, node["metadata"]["name"]):
+            continue
+        free = _free(c, node)
+        if all(free[r] >= n for r, n in asked.items()):
+            pod["spec"]["nodeName"] = node["metadata"]["name"]
+            pod["status"] = {"phase": "Running"}
+            return
+
+
+def _past_deadline(job: dict[str, Any]) -> bool:
+    limit = job["spec"].get("activeDeadlineSeconds")
+    created = job["metadata"].get("creationTimestamp")
+    if limit is None or not created:
+        return False
+    started = calendar.timegm(time.strptime(created, "%Y-%m-%dT%H:%M:%SZ"))
+    return time.time() - started > float(limit)
+
+
+def _condition(kind: str, reason: str) -> dict[str, str]:
+    return {"type": kind, "status": "True", "reason": reason}
+
+
+def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
+    """The kubelet: run each of the pod's containers (one after another: the sandbox's
+    commands are short), keep each one's output as its log; the pod succeeds when all do."""
+    key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+    node = pod["spec"]["nodeName"]
+    containers = pod["spec"]["containers"]
+    if tools is None:
+        why = (
+            f"sandbox: node {node} has no GPUs and no node tools installed (nvidia-smi, "
+            "dcgmi, ...), so this pod's command did not run\n"
+        )
+        c.logs[key] = {k["name"]: why for k in containers}
+        pod["status"] = {"phase": "Failed"}
+        return
+    results = [_run_container(c, pod, container, tools) for container in containers]
+    c.logs[key] = {k["name"]: log for k, (log, _) in zip(containers, results, strict=True)}
+    pod["status"] = {"phase": "Succeeded" if all(ok for _, ok in results) else "Failed"}
+
+
+def _run_container(
+    c: Cluster, pod: dict[str, Any], container: dict[str, Any], tools: str
+) -> tuple[str, bool]:
+    """One container's command with its env and ConfigMap mounts: (its output, succeeded)."""
+    node = pod["spec"]["nodeName"]
+    env = {"PATH": f"{tools}:/usr/bin:/bin"}
+    index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
+    if index is not None:
+        env["JOB_COMPLETION_INDEX"] = index
+    for item in container.get("env") or []:
+        field_path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+        env[item["name"]] = node if field_path == "spec.nodeName" else str(item.get("value", ""))
+    with tempfile.TemporaryDirectory(prefix="fmctl-kubelet-") as scratch:
+        mounts = _mount(c, pod, container, Path(scratch))
+        command = [
+            _remap(_expand(arg, env), mounts)
+            for arg in [*(container.get("command") or []), *(container.get("args") or [])]
+        ]
+        try:
+            done = subprocess.run(
+                command,
+                env=env,
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"sandbox kubelet: {err}\n", False
+    return done.stdout + done.stderr, done.returncode == 0
+
+
+def _mount(
+    c: Cluster, pod: dict[str, Any], container: dict[str, Any], scratch: Path
+) -> dict[str, Path]:
+    """ConfigMap volumes as folders in ``scratch``: mount path -> folder."""
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    mounts: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        volume = volumes.get(mount["name"], {})
+        source = volume.get("configMap")
+        if source is None:
+            continue
+        folder = scratch / mount["name"]
+        folder.mkdir()
+        config = c.objects.get(("configmaps", pod["metadata"]["namespace"], source["name"]))
+        for name, text in ((config or {}).get("data") or {}).items():
+            (folder / name).write_text(text)
+        mounts[mount["mountPath"].rstrip("/")] = folder
+    return mounts
+
+
+def _expand(arg: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` references in a command."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
+
+
+def _remap(arg: str, mounts: dict[str, Path]) -> str:
+    for mount_path, folder in mounts.items():
+        if arg == mount_path or arg.startswith(mount_path + "/"):
+            return str(folder) + arg[len(mount_path) :]
+    return arg
