@@ -35,15 +35,11 @@ def _print_kube(kube: Any) -> None:
     click.echo(f"EKS: {kube.status}, Kubernetes {kube.version}")
     for addon, version, status in kube.addons:
         click.echo(f"  add-on {addon:<24} {version:<22} {status}")
-    sized = {pool: (low, high, now) for pool, low, high, now in kube.autoscaled}
+    sized = {row.pool: row for row in kube.autoscaled}
     for pool, nodes in kube.pools:
         line = f"  pool {pool}: {len(nodes)} nodes"
         if pool in sized:
-            low, high, now = sized[pool]
-            line += (
-                f" (the Cluster Autoscaler sizes it, {low} to {high}: {now} wanted now; "
-                "idle nodes go after cost.idle.after)"
-            )
+            line += f" ({sized[pool]})"
         click.echo(line)
         for n in nodes:
             click.echo(

@@ -70,6 +70,27 @@ class StackRow:
 
 
 @dataclass(frozen=True)
+class AutoscaledRow:
+    """A pool the Cluster Autoscaler sizes (cost.idle scale-down): its node group's bounds and
+    the size it wants now."""
+
+    pool: str
+    min: int
+    max: int
+    desired: int
+
+    def __str__(self) -> str:
+        return (
+            f"the Cluster Autoscaler sizes it, {self.min} to {self.max}: "
+            f"{self.desired} wanted now; idle nodes go after cost.idle.after"
+        )
+
+    def as_data(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return {"pool": self.pool, "min": self.min, "max": self.max, "desired": self.desired}
+
+
+@dataclass(frozen=True)
 class KubeStatus:
     """The EKS side."""
 
@@ -81,8 +102,8 @@ class KubeStatus:
     #: Kueue's ClusterQueues and their workloads; NVIDIA's ComputeDomains.
     queues: tuple[QueueRow, ...] = ()
     domains: tuple[DomainRow, ...] = ()
-    #: Pools the Cluster Autoscaler sizes (cost.idle scale-down): (pool, min, max, desired).
-    autoscaled: tuple[tuple[str, int, int, int], ...] = ()
+    #: Pools the Cluster Autoscaler sizes (cost.idle scale-down).
+    autoscaled: tuple[AutoscaledRow, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """JSON-able form: what the text shows, and whether all of it is healthy (every
@@ -98,10 +119,7 @@ class KubeStatus:
             "stack": [row.as_data() for row in self.stack],
             "queues": [q.as_data() for q in self.queues],
             "computeDomains": [d.as_data() for d in self.domains],
-            "autoscaled": [
-                {"pool": pool, "min": low, "max": high, "desired": now}
-                for pool, low, high, now in self.autoscaled
-            ],
+            "autoscaled": [row.as_data() for row in self.autoscaled],
             "healthy": self.status == "ACTIVE"
             and all(n.ready and n.problem is None for n in nodes)
             and all(r.ready >= r.desired for r in self.stack)
@@ -404,17 +422,17 @@ def kube_status(target: Target, name: str, ctx: Any = None) -> KubeStatus | None
         queue_rows, domain_rows = queues(api), domains(api)
     finally:
         api.close() if hasattr(api, "close") else None
-    for pool, *_ in autoscaled:
-        pools.setdefault(pool, [])  # an autoscaled pool at zero nodes is still listed
+    for sized in autoscaled:
+        pools.setdefault(sized.pool, [])  # an autoscaled pool at zero nodes is still listed
     rows = tuple((pool, tuple(nodes)) for pool, nodes in sorted(pools.items()))
     return KubeStatus(
         status, version, tuple(addons), rows, tuple(stack), queue_rows, domain_rows, autoscaled
     )
 
 
-def _autoscaled(ctx: Any) -> tuple[tuple[str, int, int, int], ...]:
-    """(pool, min, max, desired) of the node groups the Cluster Autoscaler sizes: those
-    whose nodes carry its GPU label (fmctl sets it on autoscaled pools only)."""
+def _autoscaled(ctx: Any) -> tuple[AutoscaledRow, ...]:
+    """The node groups the Cluster Autoscaler sizes: those whose nodes carry its GPU label
+    (fmctl sets it on autoscaled pools only)."""
     from provisioner.catalog.autoscaler import GPU_LABEL
     from provisioner.resources.eks_nodes import Nodegroup
     from provisioner.resources.kube_health import POOL_LABEL
@@ -426,14 +444,14 @@ def _autoscaled(ctx: Any) -> tuple[tuple[str, int, int, int], ...]:
             continue
         scaling = ng.get("scalingConfig") or {}
         out.append(
-            (
+            AutoscaledRow(
                 str(labels.get(POOL_LABEL, ng["nodegroupName"])),
                 int(scaling.get("minSize", 0)),
                 int(scaling.get("maxSize", 0)),
                 int(scaling.get("desiredSize", 0)),
             )
         )
-    return tuple(sorted(out))
+    return tuple(sorted(out, key=lambda row: row.pool))
 
 
 #: The well-known label the kubelet sets to the node's EC2 instance type (Kubernetes'
