@@ -321,11 +321,14 @@ def node_slots(region: str, ng: dict[str, Any]) -> list[tuple[int, str]]:
     while len(slots) < desired:
         slots.append(following)
         following += 1
-    group = ng["nodegroupName"]
+    group = f"{ng.get('clusterName', '')}/{ng['nodegroupName']}"
     return [(base + i, _instance_id(region, group, base + i)) for i in slots]
 
 
 def _instance_id(region: str, nodegroup: str, index: int) -> str:
-    """A node's instance id, the same for the same node (i- and 17 hex digits, as EC2's)."""
+    """A node's instance id, the same for the same node (i- and 17 hex digits, as EC2's).
+    ``nodegroup`` is CLUSTER/NAME: EC2's ids are unique in an account, and two clusters'
+    node groups of one name (every spec's "gpu") must not share instances (a terminate of
+    one cluster's node reached the other's group)."""
     digest = zlib.crc32(f"{region}/{nodegroup}".encode())
     return f"i-{digest:08x}{index:09x}"

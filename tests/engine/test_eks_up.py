@@ -9,6 +9,7 @@ import base64
 import json
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +235,7 @@ def test_eks_cluster_from_up_to_down(sandbox: Sandbox, tmp_path: Path) -> None:
     minted = subprocess.run(
         [exec_["command"], *exec_["args"]]
         if Path(exec_["command"]).exists()
-        else ["python", "-m", "provisioner", *exec_["args"]],
+        else [sys.executable, "-m", "provisioner", *exec_["args"]],
         capture_output=True,
         text=True,
         env=sandbox.env(),

@@ -106,3 +106,19 @@ def test_a_body_cut_short_is_never_handled() -> None:
     cut = {"CONTENT_LENGTH": "10", "wsgi.input": BytesIO(b'{"Vers')}
     with pytest.raises(ClientGone):
         read_body(cut)
+
+
+def test_two_clusters_node_groups_of_one_name_have_instances_of_their_own() -> None:
+    """EC2's instance ids are unique in an account: node groups named alike in two clusters
+    (every spec's "gpu") must not share one, or a terminate of one cluster's node reaches
+    the other's group (the sandbox once derived ids from the region and group name only)."""
+    from fmctl_sandbox.eks_model import node_slots
+
+    def group(cluster: str) -> dict[str, object]:
+        return {"clusterName": cluster, "nodegroupName": "gpu", "scalingConfig": {"desiredSize": 3}}
+
+    first = [i for _, i in node_slots("us-west-2", group("a"))]
+    second = [i for _, i in node_slots("us-west-2", group("b"))]
+    assert len(set(first)) == 3 and not set(first) & set(second)
+    assert first == [i for _, i in node_slots("us-west-2", group("a"))]  # stable
+    assert all(len(i) == 19 and i.startswith("i-") for i in first)  # i- and 17 hex digits
