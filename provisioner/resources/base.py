@@ -281,6 +281,63 @@ class Kind(Generic[P, Out, L]):
 
 
 @dataclass(frozen=True)
+class NoLive:
+    """Nothing fmctl manages of it: a data source's or a check's live view."""
+
+
+class DataSource(Kind[P, Out, NoLive]):
+    """What the spec names and fmctl only looks up (an existing VPC, subnet or file system,
+    AWS's image): read, never created, changed or deleted, never found as the cluster's.
+    A data source says how to look it up and, through ``missing``, what to say when the
+    spec names one that is not there (the plan refuses before any write)."""
+
+    owned: ClassVar[bool] = False
+
+    def look_up(self, ctx: Context, params: P) -> tuple[Out, str] | None:
+        """Its outputs and AWS id, or None when it does not exist. Never writes."""
+        raise NotImplementedError
+
+    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, NoLive] | None:
+        found = self.look_up(ctx, params)
+        return None if found is None else Observed(found[0], NoLive(), found[1])
+
+    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, NoLive]) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: P) -> Out:
+        raise self.missing(rid, params)
+
+
+class Check(Kind[P, Out, NoLive]):
+    """A step of the plan that makes nothing in AWS: it runs once, before what it guards
+    (ParallelCluster's validators before the file system and the cluster), and passes for
+    good once ``passed`` says what it guards exists. Nothing to update, find or delete."""
+
+    delete_seconds: ClassVar[float] = 0.0
+
+    def passed(self, ctx: Context, rid: str, params: P) -> tuple[Out, str] | None:
+        """The outputs and an id when the step need not run (again), else None. Reads only."""
+        raise NotImplementedError
+
+    def run(self, ctx: Context, rid: str, params: P) -> Out:
+        """Run the step; raises when it fails."""
+        raise NotImplementedError
+
+    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, NoLive] | None:
+        found = self.passed(ctx, rid, params)
+        return None if found is None else Observed(found[0], NoLive(), found[1])
+
+    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, NoLive]) -> NoLive:
+        return NoLive()
+
+    def create(self, ctx: Context, rid: str, params: P) -> Out:
+        return self.run(ctx, rid, params)
+
+    def delete(self, ctx: Context, owned: Owned) -> None:
+        """Nothing was made: nothing to delete."""
+
+
+@dataclass(frozen=True)
 class Planned:
     """A kind's resource in the desired graph: its logical id, params, and where in the
     spec each live field comes from (for errors located on the spec's line)."""

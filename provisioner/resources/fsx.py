@@ -20,12 +20,21 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    DataSource,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone, retry_dependency
 from provisioner.resources.errors import ResourceError
-from provisioner.resources.network import NoLive, SubnetOut
+from provisioner.resources.network import SubnetOut
 from provisioner.resources.pcluster_check import CheckOut
 from provisioner.resources.tags import (
     CREATED_TAG,
@@ -453,14 +462,12 @@ class ExistingFsxParams:
     file_system_id: str
 
 
-class ExistingFileSystem(Kind[ExistingFsxParams, FsxOut, NoLive]):
+class ExistingFileSystem(DataSource[ExistingFsxParams, FsxOut]):
     """A file system the spec names: looked up, never changed or deleted."""
 
-    name, params, outputs, owned = "existing-fsx", ExistingFsxParams, FsxOut, False
+    name, params, outputs = "existing-fsx", ExistingFsxParams, FsxOut
 
-    def read(
-        self, ctx: Context, rid: str, params: ExistingFsxParams
-    ) -> Observed[FsxOut, NoLive] | None:
+    def look_up(self, ctx: Context, params: ExistingFsxParams) -> tuple[FsxOut, str] | None:
         try:
             items = ctx.aws.client("fsx").describe_file_systems(
                 FileSystemIds=[params.file_system_id]
@@ -471,12 +478,7 @@ class ExistingFileSystem(Kind[ExistingFsxParams, FsxOut, NoLive]):
             raise
         if not items:
             return None
-        return Observed(FileSystem.out_of(items[0]), NoLive(), params.file_system_id)
-
-    def desired(
-        self, ctx: Context, rid: str, params: ExistingFsxParams, observed: Observed[FsxOut, NoLive]
-    ) -> NoLive:
-        return NoLive()
+        return FileSystem.out_of(items[0]), params.file_system_id
 
     def missing(self, rid: str, params: ExistingFsxParams) -> Exception:
         return ResourceError(
@@ -484,6 +486,3 @@ class ExistingFileSystem(Kind[ExistingFsxParams, FsxOut, NoLive]):
             "exist in this region",
             hint="check the id and the region, or leave fileSystemId out for a new one",
         )
-
-    def create(self, ctx: Context, rid: str, params: ExistingFsxParams) -> FsxOut:
-        raise self.missing(rid, params)

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    DataSource,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
@@ -208,19 +217,12 @@ class ExistingVpcParams:
     vpc_id: str
 
 
-@dataclass(frozen=True)
-class NoLive:
-    """Nothing fmctl manages: the resource is only used."""
-
-
-class ExistingVpc(Kind[ExistingVpcParams, VpcOut, NoLive]):
+class ExistingVpc(DataSource[ExistingVpcParams, VpcOut]):
     """A VPC the spec names: looked up, never modified, never deleted."""
 
-    name, params, outputs, owned = "existing-vpc", ExistingVpcParams, VpcOut, False
+    name, params, outputs = "existing-vpc", ExistingVpcParams, VpcOut
 
-    def read(
-        self, ctx: Context, rid: str, params: ExistingVpcParams
-    ) -> Observed[VpcOut, NoLive] | None:
+    def look_up(self, ctx: Context, params: ExistingVpcParams) -> tuple[VpcOut, str] | None:
         try:
             vpcs = ctx.aws.client("ec2").describe_vpcs(VpcIds=[params.vpc_id])["Vpcs"]
         except Exception as exc:
@@ -229,21 +231,13 @@ class ExistingVpc(Kind[ExistingVpcParams, VpcOut, NoLive]):
             raise
         if not vpcs:
             return None
-        return Observed(VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), NoLive(), params.vpc_id)
-
-    def desired(
-        self, ctx: Context, rid: str, params: ExistingVpcParams, observed: Observed[VpcOut, NoLive]
-    ) -> NoLive:
-        return NoLive()
+        return VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), params.vpc_id
 
     def missing(self, rid: str, params: ExistingVpcParams) -> Exception:
         return ResourceError(
             f"VPC {params.vpc_id} (network.vpcId) does not exist in this region",
             hint="check the id and the region, or leave vpcId out for a new VPC",
         )
-
-    def create(self, ctx: Context, rid: str, params: ExistingVpcParams) -> VpcOut:
-        raise self.missing(rid, params)
 
 
 @dataclass(frozen=True)
@@ -399,14 +393,12 @@ class ExistingSubnetParams:
     subnet_id: str
 
 
-class ExistingSubnet(Kind[ExistingSubnetParams, SubnetOut, NoLive]):
+class ExistingSubnet(DataSource[ExistingSubnetParams, SubnetOut]):
     """A subnet the spec names: looked up, never modified, never deleted."""
 
-    name, params, outputs, owned = "existing-subnet", ExistingSubnetParams, SubnetOut, False
+    name, params, outputs = "existing-subnet", ExistingSubnetParams, SubnetOut
 
-    def read(
-        self, ctx: Context, rid: str, params: ExistingSubnetParams
-    ) -> Observed[SubnetOut, NoLive] | None:
+    def look_up(self, ctx: Context, params: ExistingSubnetParams) -> tuple[SubnetOut, str] | None:
         try:
             subnets = ctx.aws.client("ec2").describe_subnets(SubnetIds=[params.subnet_id])[
                 "Subnets"
@@ -417,23 +409,10 @@ class ExistingSubnet(Kind[ExistingSubnetParams, SubnetOut, NoLive]):
             raise
         if not subnets:
             return None
-        out = SubnetOut(subnets[0]["SubnetId"], subnets[0]["AvailabilityZone"])
-        return Observed(out, NoLive(), params.subnet_id)
-
-    def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: ExistingSubnetParams,
-        observed: Observed[SubnetOut, NoLive],
-    ) -> NoLive:
-        return NoLive()
+        return SubnetOut(subnets[0]["SubnetId"], subnets[0]["AvailabilityZone"]), params.subnet_id
 
     def missing(self, rid: str, params: ExistingSubnetParams) -> Exception:
         return ResourceError(
             f"subnet {params.subnet_id} ({rid}) does not exist in this region",
             hint="check network.subnetId (and the other subnet ids) and the region",
         )
-
-    def create(self, ctx: Context, rid: str, params: ExistingSubnetParams) -> SubnetOut:
-        raise self.missing(rid, params)

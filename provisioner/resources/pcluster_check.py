@@ -10,11 +10,11 @@ from typing import Any
 from provisioner.drivers.pcluster import ParallelCluster, PclusterError
 from provisioner.graph.ref import Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import Kind, Observed
+from provisioner.resources.base import Check
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.iam import PolicyOut
-from provisioner.resources.network import NoLive, SubnetOut, VpcOut
+from provisioner.resources.network import SubnetOut, VpcOut
 from provisioner.resources.routes import EndpointOut, RouteTableOut
 from provisioner.resources.storage import ArtifactsOut, BucketOut
 
@@ -110,7 +110,7 @@ class CheckParams:
     refs: ConfigRefs
 
 
-class ParallelClusterCheck(Kind[CheckParams, CheckOut, NoLive]):
+class ParallelClusterCheck(Check[CheckParams, CheckOut]):
     """ParallelCluster's validators, as early as they can run: once the network, security
     groups, placement groups and artifact bucket exist (seconds, no cost) and before the
     file system and the cluster (tens of minutes, billed).
@@ -120,21 +120,15 @@ class ParallelClusterCheck(Kind[CheckParams, CheckOut, NoLive]):
     """
 
     name, params, outputs = "parallelcluster-check", CheckParams, CheckOut
-    create_seconds, delete_seconds = 5.0, 0.0
+    create_seconds = 5.0
 
-    def read(
-        self, ctx: Context, rid: str, params: CheckParams
-    ) -> Observed[CheckOut, NoLive] | None:
+    def passed(self, ctx: Context, rid: str, params: CheckParams) -> tuple[CheckOut, str] | None:
+        """Once the cluster exists, ParallelCluster has validated its config already."""
         if described(ctx) is not None:
-            return Observed(CheckOut("cluster exists"), NoLive(), ctx.cluster)
+            return CheckOut("cluster exists"), ctx.cluster
         return None
 
-    def desired(
-        self, ctx: Context, rid: str, params: CheckParams, observed: Observed[CheckOut, NoLive]
-    ) -> NoLive:
-        return NoLive()
-
-    def create(self, ctx: Context, rid: str, params: CheckParams) -> CheckOut:
+    def run(self, ctx: Context, rid: str, params: CheckParams) -> CheckOut:
         text = fill(params.config, config_values(ctx, params.refs, None))
         warnings = validate_config(ctx, write_config(params.config_path, text))
         if warnings:

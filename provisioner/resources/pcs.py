@@ -29,7 +29,16 @@ from typing import Any
 from provisioner.catalog.pcs import CLUSTER_TAG, SAMPLE_AMI_OWNER, sample_ami_name, version_key
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    DataSource,
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    policies,
+)
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.errors import ResourceError
@@ -499,20 +508,13 @@ class PcsAmiParams:
     architecture: str
 
 
-@dataclass(frozen=True)
-class NoLive:
-    """Nothing to manage: the image is AWS's."""
-
-
-class PcsSampleAmi(Kind[PcsAmiParams, PcsAmiOut, NoLive]):
+class PcsSampleAmi(DataSource[PcsAmiParams, PcsAmiOut]):
     """AWS's newest PCS sample AMI of a name (looked up; never made or deleted)."""
 
-    name, params, outputs, owned = "pcs-sample-ami", PcsAmiParams, PcsAmiOut, False
+    name, params, outputs = "pcs-sample-ami", PcsAmiParams, PcsAmiOut
     create_seconds = 1.0
 
-    def read(
-        self, ctx: Context, rid: str, params: PcsAmiParams
-    ) -> Observed[PcsAmiOut, NoLive] | None:
+    def look_up(self, ctx: Context, params: PcsAmiParams) -> tuple[PcsAmiOut, str] | None:
         name = sample_ami_name(params.slurm_version, params.architecture)
         images = ctx.aws.client("ec2").describe_images(
             Owners=[SAMPLE_AMI_OWNER],
@@ -525,12 +527,7 @@ class PcsSampleAmi(Kind[PcsAmiParams, PcsAmiOut, NoLive]):
         if not images:
             return None
         newest = max(images, key=lambda i: str(i.get("CreationDate", "")))
-        return Observed(PcsAmiOut(str(newest["ImageId"])), NoLive(), str(newest["ImageId"]))
-
-    def desired(
-        self, ctx: Context, rid: str, params: PcsAmiParams, observed: Observed[PcsAmiOut, NoLive]
-    ) -> NoLive:
-        return NoLive()
+        return PcsAmiOut(str(newest["ImageId"])), str(newest["ImageId"])
 
     def missing(self, rid: str, params: PcsAmiParams) -> Exception:
         name = sample_ami_name(params.slurm_version, params.architecture)
@@ -539,6 +536,3 @@ class PcsSampleAmi(Kind[PcsAmiParams, PcsAmiOut, NoLive]):
             hint="set slurm.amiId to an AMI built for PCS (AWS's PCS AMI recipes), or another "
             "slurm.pcs.slurmVersion",
         )
-
-    def create(self, ctx: Context, rid: str, params: PcsAmiParams) -> PcsAmiOut:
-        raise self.missing(rid, params)
