@@ -24,6 +24,29 @@ AWS_SAMPLES_TOPOLOGY = (
 )
 
 
+#: With a baseline (published, or the user's own), a run below this share of it fails: run
+#: to run, healthy all-reduce figures vary by a few percent.
+BASELINE_FRACTION = 0.85
+#: Without a measured baseline for the type and node count, a multi-node all-reduce must
+#: reach this share of the node's EFA bandwidth: below it NCCL has most likely left EFA
+#: (sockets over ENA give a few GB/s). Coarse: a run well below healthy can pass it.
+NCCL_FLOOR = 0.7
+#: The message size of the verify gate's 2-node pair where no baseline names one: big
+#: enough to measure bandwidth, not latency (check.judge's MIN_JUDGED_BYTES is 1 GiB), and a
+#: few seconds of all_reduce_perf on a healthy pair.
+PAIR_BYTES = 4 * 2**30
+
+
+@dataclass(frozen=True)
+class PairFloor:
+    """What a new node's 2-node all-reduce with a healthy peer must reach (the verify gate's
+    NCCL pair): ``floor_gbs`` of bus bandwidth at ``size_bytes``, and why that figure."""
+
+    floor_gbs: float
+    size_bytes: int
+    source: str
+
+
 @dataclass(frozen=True)
 class NcclBaseline:
     """A healthy all_reduce_perf figure: busbw at one message size (None: the source gives
@@ -84,3 +107,19 @@ def nearest(rows: list[NcclBaseline], size_bytes: int) -> NcclBaseline | None:
         return big / small
 
     return min(rows, key=distance)
+
+
+def pair_floor(instance_type: str, efa_gbps: float) -> PairFloor:
+    """The floor of a 2-node pair of ``instance_type`` (``efa_gbps``: a node's EFA bandwidth,
+    the catalog's): ``BASELINE_FRACTION`` of the published 2-node row nearest ``PAIR_BYTES``,
+    at that row's size; without one, ``NCCL_FLOOR`` of the line rate at ``PAIR_BYTES``, as
+    `fmctl check` judges a pool's run."""
+    row = nearest(published(instance_type, 2), PAIR_BYTES)
+    if row is not None:
+        size = row.size_bytes or PAIR_BYTES
+        floor = BASELINE_FRACTION * row.busbw_gbs
+        why = f"{BASELINE_FRACTION:.0%} of {row.busbw_gbs:g} GB/s measured on 2 x {instance_type}"
+        return PairFloor(round(floor, 1), size, why)
+    floor = NCCL_FLOOR * efa_gbps / 8
+    why = f"{NCCL_FLOOR:.0%} of EFA's {efa_gbps / 8:g} GB/s (a line-rate estimate)"
+    return PairFloor(round(floor, 1), PAIR_BYTES, why)

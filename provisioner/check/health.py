@@ -14,7 +14,8 @@ node's Comment. A node's state:
   its own reason "Static node maintenance: unhealthy node is being replaced",
   aws-parallelcluster-node clustermgtd.py at 2e8f9a8), or rebooting;
 - ``verifying``: out of service until the verify gate passes (reason ``fmctl-health:
-  verifying``);
+  verifying``), or held for its 2-node NCCL pair (reservation ``fmctl-verify-NODE``,
+  slurm/lib/verify-pair.sh);
 - ``drained``: taken out by someone else, with their reason (the agent leaves it alone);
 - ``failed``: down or not responding, not by the loop.
 """
@@ -207,12 +208,14 @@ def _slurm_state(state: str, reason: str, held: str | None) -> tuple[str, str]:
 
 def _sections(
     text: str,
-) -> tuple[list[tuple[str, str, str, str, str]], dict[str, str]]:
-    """cluster-health.sh's two sections: sinfo's groups (partition without the default's
-    ``*``, state, reason time, hosts, reason) and the held faults by node."""
+) -> tuple[list[tuple[str, str, str, str, str]], dict[str, str], set[str]]:
+    """cluster-health.sh's sections: sinfo's groups (partition without the default's ``*``,
+    state, reason time, hosts, reason), the held faults by node, and the nodes the verify
+    gate holds for their NCCL pair."""
     section = ""
     groups: list[tuple[str, str, str, str, str]] = []
     held: dict[str, str] = {}
+    verifying: set[str] = set()
     for line in text.splitlines():
         if line.startswith("== "):
             section = line[3:].strip()
@@ -223,7 +226,9 @@ def _sections(
         elif section == "held" and "|" in line:
             node, _, note = line.partition("|")
             held[node] = note.strip()
-    return groups, held
+        elif section == "verifying" and line.strip():
+            verifying.add(line.strip())
+    return groups, held, verifying
 
 
 def parse_slurm(
@@ -231,7 +236,7 @@ def parse_slurm(
 ) -> HealthReport:
     """cluster-health.sh's output -> the report. ``pools``: the spec's GPU pools (only their
     nodes count; the head node's partitions, if any, are left out)."""
-    groups, held = _sections(text)
+    groups, held, verifying = _sections(text)
     nodes: list[NodeHealth] = []
     events: list[HealthEvent] = []
     seen: set[tuple[str, str]] = set()
@@ -249,6 +254,10 @@ def parse_slurm(
             seen.add((partition, name))
             comment = held.get(name)
             status, detail = _slurm_state(state, reason, comment)
+            if name in verifying and not reason:
+                # Reserved to root until its 2-node NCCL pair passes (verify-pair.sh).
+                status = "verifying"
+                comment = f"{AGENT} held for its 2-node NCCL pair (fmctl-verify-{name})"
             fault = parse_fault(reason) or (parse_fault(comment) if comment else None)
             if reason:
                 detail = reason

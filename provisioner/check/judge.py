@@ -6,7 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from provisioner.catalog.nccl_baselines import NcclBaseline, nearest, published
+from provisioner.catalog.nccl_baselines import (
+    BASELINE_FRACTION,
+    NCCL_FLOOR,
+    NcclBaseline,
+    nearest,
+    published,
+)
 from provisioner.check.outputs import (
     LOST,
     DiagReport,
@@ -19,13 +25,6 @@ from provisioner.check.outputs import (
 )
 from provisioner.render.context import PoolContext as Pool
 
-#: Without a measured baseline for the pool's type and node count, a multi-node all-reduce
-#: must reach this share of the node's EFA bandwidth: below it NCCL has most likely left EFA
-#: (sockets over ENA give a few GB/s). Coarse: a run well below healthy can pass it.
-NCCL_FLOOR = 0.7
-#: With a baseline (published, or the user's own), a run below this share of it fails: run
-#: to run, healthy all-reduce figures vary by a few percent.
-BASELINE_FRACTION = 0.85
 #: The largest message must be at least this big for the figure to mean something (small
 #: messages measure latency, not bandwidth).
 MIN_JUDGED_BYTES = 2**30

@@ -276,6 +276,8 @@ class ClusterContext:
     #: The verify gate's DCGM diagnostic level (0: none).
     health_verify_dcgm_level: int = 2
     health_verify_efa_loopback: bool = True
+    #: The verify gate's 2-node NCCL pair (health.verify.ncclPair).
+    health_verify_nccl_pair: bool = True
 
     @property
     def dra(self) -> bool:
@@ -582,6 +584,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_repair=spec.health.repair,
         health_verify_dcgm_level=spec.health.verify.dcgm_level,
         health_verify_efa_loopback=spec.health.verify.efa_loopback,
+        health_verify_nccl_pair=spec.health.verify.nccl_pair,
     )
 
 

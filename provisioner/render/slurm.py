@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from provisioner.catalog.nccl_baselines import pair_floor
 from provisioner.render.context import ClusterContext, PoolContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
@@ -162,7 +163,23 @@ def health_env(c: ClusterContext) -> str:
         f"FMCTL_HEALTH_VERIFY_DCGM_LEVEL={c.health_verify_dcgm_level}\n"
         "# ... and fi_pingpong through each EFA device (true or false).\n"
         f"FMCTL_HEALTH_VERIFY_EFA_LOOPBACK={'true' if c.health_verify_efa_loopback else 'false'}\n"
+        "# ... and, once joined, a 2-node all-reduce with a healthy peer (lib/verify-pair.sh)\n"
+        "# against each pool's floor: PARTITION:GBPS:BYTES, space-separated (the pools of two\n"
+        "# nodes or more on EFA; the figures from provisioner/catalog/nccl_baselines.py).\n"
+        f"FMCTL_HEALTH_VERIFY_NCCL_PAIR={'true' if c.health_verify_nccl_pair else 'false'}\n"
+        f'FMCTL_NCCL_PAIR_FLOORS="{nccl_pair_floors(c)}"\n'
     )
+
+
+def nccl_pair_floors(c: ClusterContext) -> str:
+    """PARTITION:GBPS:BYTES of each GPU pool a pair can run on (two nodes or more, on EFA):
+    what verify-pair.sh holds a new node's all-reduce with a peer to."""
+    rows = []
+    for pool in c.pools:
+        if pool.gpus and pool.efa and pool.count >= 2:
+            floor = pair_floor(pool.instance_type, pool.itype.network.bandwidth_gbps)
+            rows.append(f"{pool.name}:{floor.floor_gbs:g}:{floor.size_bytes}")
+    return " ".join(rows)
 
 
 def scrape_jobs(c: ClusterContext) -> list[tuple[str, int, bool]]:

@@ -384,6 +384,14 @@ class HealthVerify(SpecModel):
         description="Pass traffic through every EFA device to itself (fi_pingpong, as the EFA "
         "installer's efa_test.sh; about a second a device).",
     )
+    nccl_pair: bool = Field(
+        True,
+        description="Slurm: once it has joined (reserved to itself, so no job lands on it), "
+        "run a 2-node NCCL all-reduce with an idle healthy peer of its partition and hold it "
+        "out of service until it reaches the pool's floor (the published 2-node baseline, "
+        "else a share of EFA's line rate); a failing pair is run again with a second peer to "
+        "tell a bad node from a bad peer.",
+    )
 
 
 class Health(SpecModel):

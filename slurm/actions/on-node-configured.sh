@@ -152,9 +152,23 @@ ExecStart=/bin/bash $home/lib/verify-node.sh --once-per-boot
 [Install]
 RequiredBy=slurmd.service
 UNIT
+    # The gate's last check, the 2-node NCCL pair (lib/verify-pair.sh): once slurmd runs,
+    # pulled in by it at every start (WantedBy), for a node the gate held for it.
+    cat >/etc/systemd/system/fmctl-verify-pair.service <<UNIT
+[Unit]
+Description=fmctl: verify gate's 2-node NCCL all-reduce before the node takes work
+After=slurmd.service
+[Service]
+Type=oneshot
+ExecStart=/bin/bash $home/lib/verify-pair.sh
+[Install]
+WantedBy=slurmd.service
+UNIT
     systemctl daemon-reload
     systemctl enable fmctl-verify.service ||
       echo "fmctl: warning: the verify gate's boot unit could not be enabled" >&2
+    systemctl enable fmctl-verify-pair.service ||
+      echo "fmctl: warning: the verify gate's pair unit could not be enabled" >&2
     if ! "$home/lib/verify-node.sh"; then
       echo "fmctl: this node failed the verify gate (/var/lib/fmctl/health/verify.txt): not joining the cluster" >&2
       exit 1

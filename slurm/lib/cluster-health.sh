@@ -11,6 +11,10 @@
 #                                               did not act on (its repair budget was spent,
 #                                               or someone else had taken the node out): the
 #                                               agent keeps that in the node's Comment
+#   == verifying
+#   NODE                                        nodes the verify gate holds for their 2-node
+#                                               NCCL pair (reservation fmctl-verify-NODE,
+#                                               lib/verify-pair.sh)
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # SSM's shell reads no profile: slurm-prefix.sh puts Slurm's commands first on PATH
@@ -26,3 +30,6 @@ echo "== held"
 scontrol show node -o |
   sed -n 's/^NodeName=\([^ ]*\) .* Comment=\(fmctl-health: .*\)/\1|\2/p' |
   sed 's/ [A-Z][A-Za-z]*=.*$//'
+echo "== verifying"
+scontrol show reservation -o 2>/dev/null |
+  sed -n 's/^ReservationName=fmctl-verify-\([^ ]*\) .*/\1/p'

@@ -17,7 +17,9 @@
 #     health.verify.efaLoopback, on unless told);
 #   - DCGM's diagnostic at the spec's level (health.verify.dcgmLevel, 2 unless told; 0 skips
 #     it): any test with status Fail fails the node. Without DCGM or its host engine the
-#     diagnostic is skipped and said so: that is the image's fault, not the node's.
+#     diagnostic is skipped and said so: that is the image's fault, not the node's;
+#   - then, once it passes, the node is held (reserved) for the 2-node NCCL pair that runs
+#     after slurmd starts (lib/verify-pair.sh, health.verify.ncclPair).
 # Prints one line per check ("ok ..." / "FAIL ..." / "skip ..."), records them in
 # /var/lib/fmctl/health/verify.txt, exits 0 when the node passes and 1 when it does not.
 # A pass is also recorded for this boot (/run is a tmpfs: a reboot forgets it).
@@ -163,4 +165,9 @@ if [ "$failed" -ne 0 ]; then
 fi
 install -d -m 0755 "${passed%/*}"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$passed"
+# The gate's last check needs Slurm: a 2-node NCCL all-reduce with a healthy peer
+# (lib/verify-pair.sh, health.verify.ncclPair). Here the node is only held for it (reserved
+# to root before slurmd starts, so no job lands on it); fmctl-verify-pair.service runs the
+# pair once slurmd does, and returns the node or drains it.
+"$lib/verify-pair.sh" --hold || true
 exit 0

@@ -188,3 +188,24 @@ def test_the_p5en_baseline_is_the_topology_readmes_16_node_run() -> None:
     (row,) = published("p5en.48xlarge", ranks // 8)
     assert (row.size_bytes, row.busbw_gbs) == (int(fields[0]), busbw) == (16 * GIB, 369.86)
     assert published("p5en.48xlarge", 2) == []
+
+
+def test_the_verify_pairs_floor_is_what_check_holds_a_pool_to() -> None:
+    """The verify gate's 2-node pair (slurm/lib/verify-pair.sh) is judged as `fmctl check`
+    judges a 2-node run: 85% of the published measurement nearest 4 GiB, at its size; else
+    70% of EFA's line rate at 4 GiB."""
+    from provisioner.catalog.nccl_baselines import (
+        BASELINE_FRACTION,
+        NCCL_FLOOR,
+        PAIR_BYTES,
+        pair_floor,
+    )
+
+    p5 = pair_floor("p5.48xlarge", 3200)
+    assert (p5.floor_gbs, p5.size_bytes) == (round(BASELINE_FRACTION * 465.9, 1), 4 * 2**30)
+    assert "465.9 GB/s measured on 2 x p5.48xlarge" in p5.source
+    p4de = pair_floor("p4de.24xlarge", 400)  # measured at 2 GiB only: judged there
+    assert (p4de.floor_gbs, p4de.size_bytes) == (round(BASELINE_FRACTION * 78.3, 1), 2 * 2**30)
+    b200 = pair_floor("p6-b200.48xlarge", 3200)  # nothing published for 2 nodes
+    assert (b200.floor_gbs, b200.size_bytes) == (NCCL_FLOOR * 400, PAIR_BYTES)
+    assert "line-rate estimate" in b200.source

@@ -170,3 +170,27 @@ def test_the_text_shows_counts_and_only_the_nodes_to_look_at(
     # Problems in node order, 13 after 8 (not after 1).
     assert lines == [f"train-st-p5-{n}" for n in (3, 5, 6, 7, 8, 13)], lines
     assert "idle*: not responding to slurmctld" in out
+
+
+def test_a_node_held_for_its_nccl_pair_is_verifying() -> None:
+    """cluster-health.sh's "verifying" section names the nodes the verify gate reserved for
+    their 2-node NCCL pair (fmctl-verify-NODE; the script runs against a real slurmctld in
+    tests/slurm/test_standin_verify_pair.py); sinfo shows them "reserved", no reason."""
+    text = (
+        "== nodes\n"
+        "train*|idle|Unknown|train-st-p5-[1-2]|none\n"
+        "train*|reserved|Unknown|train-st-p5-3|none\n"
+        "== held\n"
+        "== verifying\n"
+        "train-st-p5-3\n"
+    )
+    nodes = {n.name: n for n in parse_slurm("llm", text, "10%", ("train",)).nodes}
+    held = nodes["train-st-p5-3"]
+    assert held.state == "verifying" and held.fault is None
+    assert held.detail == "fmctl-health: held for its 2-node NCCL pair (fmctl-verify-train-st-p5-3)"
+    assert nodes["train-st-p5-1"].state == "healthy"
+    # Without the section (an older script's output), a reserved node is in service.
+    old = text.split("== verifying")[0]
+    assert {n.name: n.state for n in parse_slurm("llm", old, "10%", ("train",)).nodes}[
+        "train-st-p5-3"
+    ] == "healthy"

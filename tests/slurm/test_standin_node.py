@@ -219,6 +219,9 @@ def test_the_verify_gate_passed_the_healthy_node(cluster: Cluster) -> None:
         "ok efa: 32 of 32 devices",
         "ok efa-loopback: 32 of 32 devices passed traffic",
         "ok dcgm: level 2 diagnostic passed",
+        # This cluster's train pool is one node: no peer to pair with (the pair has its
+        # own tests: tests/slurm/test_standin_verify_pair.py).
+        "skip nccl-pair: no pair floor for partition train (a pool of one node, or no EFA)",
     ], report
     assert "verify-node.sh" in (ROOT / "slurm/actions/on-node-configured.sh").read_text()
 
@@ -238,6 +241,16 @@ def test_the_verify_gate_runs_again_before_slurmd_after_a_reboot(cluster: Cluste
         env=SSM_ENV,
     )
     assert "fmctl-verify.service" not in verify.stderr, verify.stderr
+    # ... and the pair's unit (lib/verify-pair.sh), after slurmd, pulled in by its start.
+    pair = compute.path("/etc/systemd/system/fmctl-verify-pair.service").read_text()
+    assert "After=slurmd.service" in pair and "WantedBy=slurmd.service" in pair
+    wanted = compute.path("/etc/systemd/system/slurmd.service.wants/fmctl-verify-pair.service")
+    assert wanted.is_symlink()
+    verify = compute.run(
+        ["systemd-analyze", "verify", "--man=no", "/etc/systemd/system/fmctl-verify-pair.service"],
+        env=SSM_ENV,
+    )
+    assert "fmctl-verify-pair.service" not in verify.stderr, verify.stderr
     start = unit.split("ExecStart=", 1)[1].splitlines()[0].split()
     done = compute.run(start, env=SSM_ENV)
     _ok(done)
@@ -245,7 +258,12 @@ def test_the_verify_gate_runs_again_before_slurmd_after_a_reboot(cluster: Cluste
     compute.run(["rm", "-f", "/run/fmctl/verified"], env=SSM_ENV)  # what a reboot does
     # Without the EFA loopback (half a second a device: it has tests of its own).
     settings = Path(start[-2]).parent.parent / "health.env"
-    fast = health_env(dataclasses.replace(_context_of(cluster), health_verify_efa_loopback=False))
+    # Nor the NCCL pair (its own tests: test_standin_verify_pair.py; here no peer serves).
+    fast = health_env(
+        dataclasses.replace(
+            _context_of(cluster), health_verify_efa_loopback=False, health_verify_nccl_pair=False
+        )
+    )
     before = (
         compute.path(str(settings)).read_text() if compute.path(str(settings)).exists() else None
     )
@@ -306,7 +324,13 @@ def test_a_node_that_fails_the_verify_gate_fails_its_bootstrap(
     settings = f"{_bucket_prefix(cluster)}/health.env"
     compute.write(
         settings,
-        health_env(dataclasses.replace(_context_of(cluster), health_verify_efa_loopback=False)),
+        health_env(
+            dataclasses.replace(
+                _context_of(cluster),
+                health_verify_efa_loopback=False,
+                health_verify_nccl_pair=False,
+            )
+        ),
     )
     try:
         actions = cluster.config["Scheduling"]["SlurmQueues"][0]["CustomActions"]

@@ -149,12 +149,13 @@ class StandinSlurm:
         head.daemon(["/opt/slurm/sbin/slurmctld", "-D", "-i"])
         self._wait_cmd(head, ["/opt/slurm/bin/scontrol", "ping"], "UP")
 
-    def start_slurmd(self) -> None:
-        """slurmd on every compute node (ParallelCluster starts it once the node is
-        configured), then wait for the nodes to register idle."""
-        for c in self.computes:
+    def start_slurmd(self, names: Sequence[str] | None = None) -> None:
+        """slurmd on every compute node (``names``: on those only; ParallelCluster starts it
+        once the node is configured), then wait for the nodes to register idle."""
+        chosen = [c for c in self.computes if names is None or c.name in names]
+        for c in chosen:
             c.node.daemon(["/opt/slurm/sbin/slurmd", "-D", "-N", c.name])
-        for c in self.computes:
+        for c in chosen:
             self.wait_state(c.name, ("IDLE",), timeout=30)
 
     def scontrol(self, *args: str) -> str:
