@@ -16,11 +16,21 @@ from tests.check import fakes
 from tests.engine.harness import Sandbox
 
 #: scontrol keeps the reservations it creates (their names in ``reservations``): `show
-#: reservation NAME` fails for one it did not, as Slurm's does.
+#: reservation NAME` fails for one it did not, as Slurm's does; `show reservation -o` lists
+#: them one a line (ReservationName=NAME first), or says there are none.
 SCONTROL = """#!/bin/bash
 echo "scontrol $*" >> "$FAKE/calls"
 case "$1 $2" in
-  "show reservation") grep -qx "$3" "$FAKE/reservations" ;;
+  "show reservation")
+    if [ "${3:--o}" = -o ]; then
+      if [ -s "$FAKE/reservations" ]; then
+        sed 's/^/ReservationName=/; s/$/ Nodes=(null)/' "$FAKE/reservations"
+      else
+        echo "No reservations in the system"
+      fi
+    else
+      grep -qx "$3" "$FAKE/reservations"
+    fi ;;
   "create reservation")
     for arg in "$@"; do
       case "$arg" in ReservationName=*) echo "${arg#*=}" >> "$FAKE/reservations" ;; esac
