@@ -14,16 +14,14 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 
-from provisioner.catalog import load_catalog
 from provisioner.check.health import parse_slurm
 from provisioner.check.health_gather import health_script
-from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.slurm import health_env
-from tests.conftest import ROOT, validate_text
+from tests.conftest import ROOT
+from tests.slurm.test_standin_health import Cluster, _context
 from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
@@ -37,19 +35,6 @@ HEALTHY = "465.9"
 SLOW = "120.4"  # NCCL off EFA or a slow link: far below the floor
 FIGURES = "/opt/slurm/etc/standin-nccl"
 HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
-
-
-def _context() -> ClusterContext:
-    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
-    assert validation.ok and validation.resolved is not None
-    return build_context(validation.resolved, load_catalog())
-
-
-@dataclass
-class Cluster:
-    head: StandinNode
-    computes: list[ComputeNode]
-    slurm: StandinSlurm
 
 
 @pytest.fixture(scope="module")
