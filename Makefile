@@ -140,12 +140,12 @@ unit: tools
 	FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest $(PYTEST_PARALLEL)
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
-# Once fmctl's own virtualenv exists, the lint, the checkers' virtualenvs, helm and the Debian
-# tools are independent of each other: made side by side (from a fresh clone, the two
-# virtualenvs' pip runs and mypy overlap instead of queueing: about a minute less here), each
-# one's output kept together.
-PREPARE := lint $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tools
-prepare: install
+# The virtualenvs, the lint, helm and the Debian tools, side by side as far as they allow
+# (the lint and helm wait for fmctl's own virtualenv; the checkers' virtualenvs do not): from a
+# fresh clone the pip runs and mypy overlap instead of queueing. Each one's output is kept
+# together.
+PREPARE := $(STAMP) lint $(PCLUSTER_STAMP) $(CHECKOV_STAMP) $(HELM) $(KUBECTL) slurm-tools
+prepare:
 	@$(MAKE) --no-print-directory --output-sync=target -j4 $(PREPARE)
 
 # The unit tier: what needs neither the emulator, the stand-in node nor Slurm's daemons.
