@@ -50,7 +50,6 @@ GAPS: dict[str, set[str]] = {
     "pcs-queue": {"read", "diff", "create-adopts", "delete"},
     "pcs-sample-ami": {"read"},
     "placement-group": {"read", "diff", "create-adopts", "delete"},
-    "route-table": {"create-adopts", "delete"},
     "s3-endpoint": {"read", "diff", "create-adopts", "delete"},
     "sns-topic": {"create-adopts", "delete"},
 }
@@ -84,4 +83,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 96
+    assert sum(len(v) for v in GAPS.values()) <= 94

@@ -39,6 +39,7 @@ from provisioner.resources.network import (
     VpcOut,
     VpcParams,
 )
+from provisioner.resources.routes import RouteTable, RouteTableOut, RouteTableParams
 from provisioner.resources.tags import CREATED_TAG, DesiredTags
 from tests.resources.contract import covers
 from tests.resources.recorded import RecordedAws, example, lose_answer, tags
@@ -430,4 +431,65 @@ def test_a_security_group_empties_its_rules_naming_other_groups_then_goes() -> N
     gone = RecordedAws()
     gone.fail("ec2", "DescribeSecurityGroups", "InvalidGroup.NotFound")
     SecurityGroup().delete(_ctx(gone), Owned("sg", "sg/efa", "sg-903004f8"))
+    gone.done()
+
+
+@covers("route-table", "create-adopts", "delete")
+def test_a_route_table_made_by_a_lost_create_is_adopted_and_its_delete_lets_subnets_go() -> None:
+    aws, events = RecordedAws(), []
+    made = example("ec2", "CreateRouteTable")["RouteTable"]
+    table = made["RouteTableId"]
+    ctx = _ctx(aws, events)
+    ctx.record("vpc", VpcOut(made["VpcId"], "10.0.0.0/16"))
+    ctx.record("natgw", NatOut("nat-08d48af2a8e83edfd"))
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1c"))
+    spec = _spec("route-table", "route-table/private")
+    lose_answer(
+        aws,
+        "ec2",
+        "CreateRouteTable",
+        {"RouteTable": made},
+        {"VpcId": made["VpcId"], "TagSpecifications": spec},
+    )
+    found = {**made, "Associations": [], "Tags": tags(CLUSTER, "route-table/private")}
+    aws.answer("ec2", "DescribeRouteTables", {"RouteTables": [found]})
+    default = {"RouteTableId": table, "DestinationCidrBlock": "0.0.0.0/0"}
+    aws.answer(
+        "ec2", "CreateRoute", {"Return": True}, {**default, "NatGatewayId": "nat-08d48af2a8e83edfd"}
+    )
+    aws.answer(
+        "ec2",
+        "AssociateRouteTable",
+        {"AssociationId": "rtbassoc-781d0d1a"},
+        {"RouteTableId": table, "SubnetId": "subnet-9d4a7b6c"},
+    )
+    params = RouteTableParams(
+        Ref("vpc", VpcOut),
+        Ref("natgw", NatOut),
+        (Ref("subnet/private", SubnetOut),),
+        _tags("route-table/private"),
+    )
+    assert RouteTable().create(ctx, "route-table/private", params) == RouteTableOut(table)
+    aws.done()
+    assert _adopted(events, "route-table/private")
+    # Delete: the subnets' associations go first (the main one is the VPC's), then the table.
+    gone = RecordedAws()
+    associations = [
+        {"RouteTableAssociationId": "rtbassoc-main", "Main": True},
+        {
+            "RouteTableAssociationId": "rtbassoc-781d0d1a",
+            "SubnetId": "subnet-9d4a7b6c",
+            "Main": False,
+        },
+    ]
+    gone.answer(
+        "ec2",
+        "DescribeRouteTables",
+        {"RouteTables": [{**made, "Associations": associations}]},
+        {"RouteTableIds": [table]},
+    )
+    gone.answer("ec2", "DisassociateRouteTable", {}, {"AssociationId": "rtbassoc-781d0d1a"})
+    gone.fail("ec2", "DeleteRouteTable", "DependencyViolation")
+    gone.answer("ec2", "DeleteRouteTable", {}, {"RouteTableId": table})
+    RouteTable().delete(_ctx(gone), Owned("route-table", "route-table/private", table))
     gone.done()
