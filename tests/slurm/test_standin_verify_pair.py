@@ -215,3 +215,24 @@ def test_the_pair_is_off_when_the_spec_says_so(cluster: Cluster) -> None:
         assert not _held(cluster, new)
     finally:
         env.write_text(text)
+
+
+def test_the_pair_reads_a_real_all_reduce_perf_table(cluster: Cluster) -> None:
+    """verify-pair.sh's reading of all_reduce_perf's table, on a recorded real run over EFA
+    (2 x p5.48xlarge, tests/data/real/nccl-p5-2nodes-eks-blueprints.txt: 444.31 GB/s
+    out-of-place at 2 GiB, its largest size), with the floor set at that size."""
+    new = cluster.computes[0]
+    env = new.node.path("/opt/fmctl/slurm/health.env")
+    text = env.read_text()
+    recording = (ROOT / "tests/data/real/nccl-p5-2nodes-eks-blueprints.txt").read_text()
+    cluster.head.write(f"{FIGURES}/recorded", recording)
+    env.write_text(text.replace("train:396:4294967296", "train:396:2147483648"))
+    try:
+        assert _pair(new, "--hold")[0] == 0
+        code, said = _pair(new)
+        assert code == 0, said
+        assert "ok nccl-pair: 444.31 GB/s with" in said and "at 2147483648 B" in said
+        assert not _held(cluster, new)
+    finally:
+        env.write_text(text)
+        cluster.head.path(f"{FIGURES}/recorded").unlink()
