@@ -22,7 +22,7 @@ from typing import Any
 from provisioner.graph.graph import Graph
 from provisioner.graph.runner import DEFAULT_PARALLELISM, RunResult, run
 from provisioner.ops.planner import Action, Change, Plan, references, steps_seconds
-from provisioner.resources.base import Owned
+from provisioner.resources.base import Owned, Request
 from provisioner.resources.context import Context
 from provisioner.resources.registry import kind_deletion_order, kinds, waits_for
 
@@ -129,22 +129,22 @@ def _run(ctx: Context, plan: Plan, step: Step) -> str:
         kind.delete(ctx, owned)
         ctx.emit(rid, "deleted", owned.id)
         return "deleted"
-    params = plan.blueprint[rid].params
+    req = Request(ctx, rid, plan.blueprint[rid].params)
     observed = plan.observed.get(rid)
     if step.verb == "create":
         ctx.emit(rid, "creating")
-        out: Any = kind.create(ctx, rid, params)
+        out: Any = kind.create(req)
         verb = "created"
     elif step.verb == "wait":
         assert observed is not None
         ctx.emit(rid, "waiting", observed.pending or "")
-        out = kind.wait(ctx, rid, params, observed)
+        out = kind.wait(req, observed)
         verb = "existed"
     elif step.verb == "update":
         assert observed is not None
         if observed.pending:
             ctx.emit(rid, "waiting", observed.pending)
-            kind.wait(ctx, rid, params, observed)
+            kind.wait(req, observed)
         shown = sorted(
             {
                 f.path.split(".")[0] if f.path.startswith("objects.") else f.path
@@ -155,18 +155,18 @@ def _run(ctx: Context, plan: Plan, step: Step) -> str:
         if change.action == Action.DRIFT:
             paths = f"{observed.id}: restored what was changed outside fmctl: {paths}"
         ctx.emit(rid, "updating", paths)
-        out = kind.update(ctx, rid, params, observed, change.fields)
+        out = kind.update(req, observed, change.fields)
         verb = "updated"
     else:  # replace
         assert observed is not None
         if f"-{rid}" in steps_of(plan):
             ctx.emit(rid, "creating", "the replacement")
-            out = kind.create(ctx, rid, params)
+            out = kind.create(req)
         else:  # blue/green: the new one first, usable, then the old one goes
             renamed = getattr(kind, "renamed", None)
-            fresh = renamed(params, observed) if renamed else params
+            fresh = renamed(req.params, observed) if renamed else req.params
             ctx.emit(rid, "creating", "the replacement, before the old one goes")
-            out = kind.create(ctx, rid, fresh)
+            out = kind.create(req.with_params(fresh))
             # Said in the order it happens: the new one usable, what must happen before the
             # old one goes (a drain, queues moved), then its deletion.
             ctx.emit(rid, "note", f"the replacement {getattr(out, 'id', '')} is ready")

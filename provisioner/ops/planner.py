@@ -25,6 +25,7 @@ from provisioner.resources.base import (
     Observed,
     Owned,
     Planned,
+    Request,
     has_unknown,
     jsonable,
 )
@@ -230,7 +231,7 @@ class Planner:
         def task(rid: str) -> str:
             item = self.blueprint[rid]
             try:
-                observed = kinds()[item.kind].read(self.ctx, rid, item.params)
+                observed = kinds()[item.kind].read(Request(self.ctx, rid, item.params))
             except Exception as exc:  # noqa: BLE001 - every kind's failure is kept and said per resource
                 with self.ctx.lock:
                     self.errors[rid] = exc
@@ -262,13 +263,13 @@ class Planner:
         observed = self.observed.get(item.id)
         if observed is None:
             if not kind.owned:
-                missing = kind.missing(item.id, item.params)
+                missing = kind.missing(Request(ctx, item.id, item.params))
                 change = self._unreadable(item, missing)
                 return dataclasses.replace(change, reason=str(missing)), None
             return Change(item.id, item.kind, Action.CREATE), None
         if not kind.owned:
             return Change(item.id, item.kind, Action.USE, aws_id=observed.id), observed.outputs
-        fields = kind.diff(ctx, item.id, item.params, observed)
+        fields = kind.diff(Request(ctx, item.id, item.params), observed)
         fields = self._mark_drift(ctx, item, observed, fields)
         fields = [dataclasses.replace(f, spec=f.spec or _spec_of(item, f.path)) for f in fields]
         replaces = [f for f in fields if f.how == How.REPLACE]
@@ -334,8 +335,8 @@ class Planner:
         if old.kind != item.kind:
             return fields
         try:
-            before = kinds()[item.kind].desired(ctx, item.id, old.params, observed)
-            now = kinds()[item.kind].desired(ctx, item.id, item.params, observed)
+            before = kinds()[item.kind].desired(Request(ctx, item.id, old.params), observed)
+            now = kinds()[item.kind].desired(Request(ctx, item.id, item.params), observed)
         except Exception:  # noqa: BLE001 - the old spec no longer makes sense: not drift, a change
             return fields
         out = []

@@ -172,6 +172,23 @@ def has_unknown(value: Any) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Request(Generic[P]):
+    """What every verb on one resource is asked with: the run's context, the resource's
+    logical id (its ``fmctl.dev/resource`` tag) and its typed params. One object instead of
+    the same three arguments on every verb of every kind (the verbs add only what is theirs:
+    what was read, the changes to make)."""
+
+    ctx: Context
+    rid: str
+    params: P
+
+    def with_params(self, params: P) -> Request[P]:
+        """The same resource asked with other params (a replacement made from a fresh
+        plan)."""
+        return dataclasses.replace(self, params=params)
+
+
 class Kind(Generic[P, Out, L]):
     """Base of every resource kind; subclasses set the class attributes and the verbs."""
 
@@ -192,20 +209,18 @@ class Kind(Generic[P, Out, L]):
     create_before_delete: ClassVar[bool] = False
 
     # -- reading ------------------------------------------------------------------------
-    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, L] | None:
+    def read(self, req: Request[P]) -> Observed[Out, L] | None:
         """The resource as AWS has it, or None when it does not exist. Never writes."""
         raise NotImplementedError
 
-    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]) -> L:
+    def desired(self, req: Request[P], observed: Observed[Out, L]) -> L:
         """The live view ``params`` ask for (references resolved; ``UNKNOWN`` where they
         point at something not made yet)."""
         raise NotImplementedError
 
-    def diff(
-        self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]
-    ) -> list[FieldChange]:
+    def diff(self, req: Request[P], observed: Observed[Out, L]) -> list[FieldChange]:
         """Each field that differs, with how it changes and why."""
-        want = self.desired(ctx, rid, params, observed)
+        want = self.desired(req, observed)
         return [
             FieldChange(path, before, after, *self.rule(path))
             for path, before, after in changed_fields(want, observed.live)
@@ -222,31 +237,27 @@ class Kind(Generic[P, Out, L]):
                 return found.how, found.reason
         return How.UPDATE, "changes in place"
 
-    def missing(self, rid: str, params: P) -> Exception:
+    def missing(self, req: Request[P]) -> Exception:
         """What to say when a resource the spec names (one fmctl does not own) is not there."""
-        return ResourceError(f"{rid} ({self.name}), named by the spec, does not exist")
+        return ResourceError(f"{req.rid} ({self.name}), named by the spec, does not exist")
 
     # -- acting -------------------------------------------------------------------------
-    def create(self, ctx: Context, rid: str, params: P) -> Out:
+    def create(self, req: Request[P]) -> Out:
         """Make the resource and wait until it is usable (idempotent: client tokens, or a
         look by tag before trying again)."""
         raise NotImplementedError
 
-    def wait(self, ctx: Context, rid: str, params: P, observed: Observed[Out, L]) -> Out:
+    def wait(self, req: Request[P], observed: Observed[Out, L]) -> Out:
         """Wait for a resource an earlier run left on its way (``observed.pending``)."""
         return observed.outputs
 
     def update(
-        self,
-        ctx: Context,
-        rid: str,
-        params: P,
-        observed: Observed[Out, L],
-        changes: Sequence[FieldChange],
+        self, req: Request[P], observed: Observed[Out, L], changes: Sequence[FieldChange]
     ) -> Out:
         """Make the in-place ``changes``; returns the outputs after."""
         raise ResourceError(
-            f"{rid}: {self.name} has no in-place update for {', '.join(c.path for c in changes)}"
+            f"{req.rid}: {self.name} has no in-place update for "
+            + ", ".join(c.path for c in changes)
         )
 
     def before_delete(self, ctx: Context, owned: Owned) -> None:
@@ -293,19 +304,19 @@ class DataSource(Kind[P, Out, NoLive]):
 
     owned: ClassVar[bool] = False
 
-    def look_up(self, ctx: Context, params: P) -> tuple[Out, str] | None:
+    def look_up(self, req: Request[P]) -> tuple[Out, str] | None:
         """Its outputs and AWS id, or None when it does not exist. Never writes."""
         raise NotImplementedError
 
-    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, NoLive] | None:
-        found = self.look_up(ctx, params)
+    def read(self, req: Request[P]) -> Observed[Out, NoLive] | None:
+        found = self.look_up(req)
         return None if found is None else Observed(found[0], NoLive(), found[1])
 
-    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, NoLive]) -> NoLive:
+    def desired(self, req: Request[P], observed: Observed[Out, NoLive]) -> NoLive:
         return NoLive()
 
-    def create(self, ctx: Context, rid: str, params: P) -> Out:
-        raise self.missing(rid, params)
+    def create(self, req: Request[P]) -> Out:
+        raise self.missing(req)
 
 
 class Check(Kind[P, Out, NoLive]):
@@ -315,23 +326,23 @@ class Check(Kind[P, Out, NoLive]):
 
     delete_seconds: ClassVar[float] = 0.0
 
-    def passed(self, ctx: Context, rid: str, params: P) -> tuple[Out, str] | None:
+    def passed(self, req: Request[P]) -> tuple[Out, str] | None:
         """The outputs and an id when the step need not run (again), else None. Reads only."""
         raise NotImplementedError
 
-    def run(self, ctx: Context, rid: str, params: P) -> Out:
+    def run(self, req: Request[P]) -> Out:
         """Run the step; raises when it fails."""
         raise NotImplementedError
 
-    def read(self, ctx: Context, rid: str, params: P) -> Observed[Out, NoLive] | None:
-        found = self.passed(ctx, rid, params)
+    def read(self, req: Request[P]) -> Observed[Out, NoLive] | None:
+        found = self.passed(req)
         return None if found is None else Observed(found[0], NoLive(), found[1])
 
-    def desired(self, ctx: Context, rid: str, params: P, observed: Observed[Out, NoLive]) -> NoLive:
+    def desired(self, req: Request[P], observed: Observed[Out, NoLive]) -> NoLive:
         return NoLive()
 
-    def create(self, ctx: Context, rid: str, params: P) -> Out:
-        return self.run(ctx, rid, params)
+    def create(self, req: Request[P]) -> Out:
+        return self.run(req)
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Nothing was made: nothing to delete."""

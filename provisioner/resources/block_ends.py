@@ -49,7 +49,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import Foreign
@@ -347,21 +356,19 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
             raise
         return found
 
-    def read(
-        self, ctx: Context, rid: str, params: BlockEndParams
-    ) -> Observed[WarningOut, WarningLive] | None:
-        rule = self._rule(ctx, params.group_name)
+    def read(self, req: Request[BlockEndParams]) -> Observed[WarningOut, WarningLive] | None:
+        rule = self._rule(req.ctx, req.params.group_name)
         if rule is None:
             return None
         arn = str(rule["Arn"])
-        tags = self._tags(ctx, arn)
-        if not ctx.ours(tags.as_dict()):
+        tags = self._tags(req.ctx, arn)
+        if not req.ctx.ours(tags.as_dict()):
             raise Foreign(
-                f"EventBridge rule {params.group_name} exists and is not fmctl cluster "
-                f"{ctx.cluster}'s",
+                f"EventBridge rule {req.params.group_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s",
                 hint="delete it (aws events delete-rule) or pick another cluster name",
             )
-        listed = ctx.aws.client("events").list_targets_by_rule(Rule=params.group_name)
+        listed = req.ctx.aws.client("events").list_targets_by_rule(Rule=req.params.group_name)
         target = next((t for t in listed.get("Targets", []) if t.get("Id") == self.TARGET_ID), None)
         live = WarningLive(
             _canonical(str(rule.get("EventPattern", ""))),
@@ -369,7 +376,7 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
             None if target is None else _target_of(target),
             tags,
         )
-        return Observed(WarningOut(params.group_name, arn), live, params.group_name)
+        return Observed(WarningOut(req.params.group_name, arn), live, req.params.group_name)
 
     def _target(self, ctx: Context, params: BlockEndParams) -> WarningTarget:
         role = ctx.resolve(params.role, "arn")
@@ -389,17 +396,13 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
         return WarningTarget(document, str(role), key, values, text)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: BlockEndParams,
-        observed: Observed[WarningOut, WarningLive],
+        self, req: Request[BlockEndParams], observed: Observed[WarningOut, WarningLive]
     ) -> WarningLive:
         return WarningLive(
-            pattern(params.blocks),
+            pattern(req.params.blocks),
             "ENABLED",
-            self._target(ctx, params),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            self._target(req.ctx, req.params),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     def _put_rule(self, ctx: Context, params: BlockEndParams, tags: DesiredTags | None) -> str:
@@ -436,33 +439,31 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
                 f"{failed.get('ErrorCode')} {failed.get('ErrorMessage')}"
             )
 
-    def create(self, ctx: Context, rid: str, params: BlockEndParams) -> WarningOut:
+    def create(self, req: Request[BlockEndParams]) -> WarningOut:
         # PutRule creates or updates by name: a run that lost its answer puts the same rule
         # again; a foreign rule of the name is refused by its tags first.
-        found = self._rule(ctx, params.group_name)
-        if found is not None and not ctx.ours(self._tags(ctx, str(found["Arn"])).as_dict()):
+        found = self._rule(req.ctx, req.params.group_name)
+        if found is not None and not req.ctx.ours(self._tags(req.ctx, str(found["Arn"])).as_dict()):
             raise Foreign(
-                f"EventBridge rule {params.group_name} exists and is not fmctl cluster "
-                f"{ctx.cluster}'s"
+                f"EventBridge rule {req.params.group_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s"
             )
-        arn = self._put_rule(ctx, params, params.tags if found is None else None)
-        self._put_target(ctx, params)
-        return WarningOut(params.group_name, arn)
+        arn = self._put_rule(req.ctx, req.params, req.params.tags if found is None else None)
+        self._put_target(req.ctx, req.params)
+        return WarningOut(req.params.group_name, arn)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: BlockEndParams,
+        req: Request[BlockEndParams],
         observed: Observed[WarningOut, WarningLive],
         changes: Sequence[FieldChange],
     ) -> WarningOut:
-        events = ctx.aws.client("events")
+        events = req.ctx.aws.client("events")
         paths = {c.path for c in changes}
         if paths & {"pattern", "state"}:
-            self._put_rule(ctx, params, None)
+            self._put_rule(req.ctx, req.params, None)
         if any(path.split(".")[0] == "target" for path in paths):
-            self._put_target(ctx, params)
+            self._put_target(req.ctx, req.params)
         arn = observed.outputs.arn
         for change in changes:
             if change.path == "tags":

@@ -30,7 +30,16 @@ from typing import TYPE_CHECKING, Literal
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
 from provisioner.resources.tags import (
@@ -183,23 +192,21 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
                 )
         return frozenset(out)
 
-    def read(
-        self, ctx: Context, rid: str, params: BudgetParams
-    ) -> Observed[BudgetOut, BudgetLive] | None:
-        budget = self._budget(ctx, params.name)
+    def read(self, req: Request[BudgetParams]) -> Observed[BudgetOut, BudgetLive] | None:
+        budget = self._budget(req.ctx, req.params.name)
         if budget is None:
             return None
-        tags = self._tags(ctx, params.name)
-        if not self._ours(ctx, tags):
+        tags = self._tags(req.ctx, req.params.name)
+        if not self._ours(req.ctx, tags):
             raise Foreign(
-                f"budget {params.name} exists and is not fmctl cluster {ctx.cluster}'s",
+                f"budget {req.params.name} exists and is not fmctl cluster {req.ctx.cluster}'s",
                 hint="delete it (aws budgets delete-budget) or pick another cluster name",
             )
         live = BudgetLive(
             usd(budget["BudgetLimit"]["Amount"]),
             str(budget.get("TimeUnit", "")),
             tuple(budget.get("CostFilters", {}).get("TagKeyValue", [])),
-            self._notices(ctx, params.name),
+            self._notices(req.ctx, req.params.name),
             tags,
             usd(budget.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)),
         )
@@ -211,11 +218,11 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
                 + (
                     "; its stop function has scaled the node groups to zero, and `up` keeps "
                     "them there until cost.budget is raised above what is spent"
-                    if params.stop_topic is not None
+                    if req.params.stop_topic is not None
                     else ""
                 ),
             )
-        return Observed(BudgetOut(params.name), live, params.name, None, notes)
+        return Observed(BudgetOut(req.params.name), live, req.params.name, None, notes)
 
     def _notices_wanted(self, ctx: Context, params: BudgetParams) -> frozenset[Notice]:
         """80%: the spec's addresses; 100%: them and the stop function's topic. A
@@ -236,18 +243,14 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
         return frozenset(out)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: BudgetParams,
-        observed: Observed[BudgetOut, BudgetLive],
+        self, req: Request[BudgetParams], observed: Observed[BudgetOut, BudgetLive]
     ) -> BudgetLive:
         return BudgetLive(
-            usd(params.limit),
-            TIME_UNIT[params.period],
-            (scope(ctx.cluster),),
-            self._notices_wanted(ctx, params),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            usd(req.params.limit),
+            TIME_UNIT[req.params.period],
+            (scope(req.ctx.cluster),),
+            self._notices_wanted(req.ctx, req.params),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
             observed.live.spent,
         )
 
@@ -275,58 +278,58 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
     def _subscribers(notice: Notice) -> list[SubscriberTypeDef]:
         return [{"SubscriptionType": t, "Address": a} for t, a in sorted(notice.subscribers)]
 
-    def create(self, ctx: Context, rid: str, params: BudgetParams) -> BudgetOut:
-        client = ctx.aws.client("budgets")
-        document = self._document(ctx, params)
-        if params.period == "total":
+    def create(self, req: Request[BudgetParams]) -> BudgetOut:
+        client = req.ctx.aws.client("budgets")
+        document = self._document(req.ctx, req.params)
+        if req.params.period == "total":
             # From today: a lifetime, not a calendar year (ANNUALLY alone starts on January 1).
             today = datetime.fromtimestamp(time.time() // 86400 * 86400, UTC)
             document["TimePeriod"] = {"Start": today}
         try:
             client.create_budget(
-                AccountId=self._account(ctx),
+                AccountId=self._account(req.ctx),
                 Budget=document,
                 NotificationsWithSubscribers=[
                     {"Notification": self._notification(n), "Subscribers": self._subscribers(n)}
-                    for n in sorted(self._notices_wanted(ctx, params), key=lambda n: n.threshold)
+                    for n in sorted(
+                        self._notices_wanted(req.ctx, req.params), key=lambda n: n.threshold
+                    )
                 ],
-                ResourceTags=ctx.tag_list(params.tags),
+                ResourceTags=req.ctx.tag_list(req.params.tags),
             )
         except Exception as exc:
             if error_code(exc) != "DuplicateRecordException":
                 raise
             # Made by a run that lost the answer (ours by tag: then the next plan mends any
             # difference), or someone else's.
-            if not self._ours(ctx, self._tags(ctx, params.name)):
+            if not self._ours(req.ctx, self._tags(req.ctx, req.params.name)):
                 raise Foreign(
-                    f"budget {params.name} exists and is not fmctl cluster {ctx.cluster}'s",
+                    f"budget {req.params.name} exists and is not fmctl cluster {req.ctx.cluster}'s",
                     hint="delete it (aws budgets delete-budget) or pick another cluster name",
                 ) from exc
-        return BudgetOut(params.name)
+        return BudgetOut(req.params.name)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: BudgetParams,
+        req: Request[BudgetParams],
         observed: Observed[BudgetOut, BudgetLive],
         changes: Sequence[FieldChange],
     ) -> BudgetOut:
-        client, account = ctx.aws.client("budgets"), self._account(ctx)
+        client, account = req.ctx.aws.client("budgets"), self._account(req.ctx)
         paths = {c.path for c in changes}
         if paths & {"limit", "time_unit", "scope"}:
-            document = self._document(ctx, params)
-            live = self._budget(ctx, params.name)
+            document = self._document(req.ctx, req.params)
+            live = self._budget(req.ctx, req.params.name)
             start = live.get("TimePeriod", {}).get("Start") if live else None
-            if params.period == "total" and start is not None:
+            if req.params.period == "total" and start is not None:
                 document["TimePeriod"] = {"Start": start}
             client.update_budget(AccountId=account, NewBudget=document)
         if "notices" in paths:
-            self._renotify(ctx, params, observed.live.notices)
+            self._renotify(req.ctx, req.params, observed.live.notices)
         for change in changes:
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)
-                arn = self._arn(ctx, params.name)
+                arn = self._arn(req.ctx, req.params.name)
                 if add:
                     client.tag_resource(
                         ResourceARN=arn,

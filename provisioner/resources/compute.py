@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
@@ -128,8 +137,8 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_security_groups", "SecurityGroups")
 
-    def read(self, ctx: Context, rid: str, params: SgParams) -> Observed[SgOut, SgLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[SgParams]) -> Observed[SgOut, SgLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         return self._observed(item)
@@ -158,42 +167,40 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             out.add((rule.protocol, rule.from_port, rule.to_port, str(peer)))
         return frozenset(out)
 
-    def desired(
-        self, ctx: Context, rid: str, params: SgParams, observed: Observed[SgOut, SgLive]
-    ) -> SgLive:
+    def desired(self, req: Request[SgParams], observed: Observed[SgOut, SgLive]) -> SgLive:
         return SgLive(
-            ctx.resolve(params.vpc),
-            params.group_name,
-            self._rules(ctx, params.ingress, observed.id),
-            self._rules(ctx, params.egress, observed.id),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.ctx.resolve(req.params.vpc),
+            req.params.group_name,
+            self._rules(req.ctx, req.params.ingress, observed.id),
+            self._rules(req.ctx, req.params.egress, observed.id),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: SgParams) -> SgOut:
-        ec2 = ctx.aws.client("ec2")
+    def create(self, req: Request[SgParams]) -> SgOut:
+        ec2 = req.ctx.aws.client("ec2")
         try:
             group = ec2.create_security_group(
-                GroupName=params.group_name,
-                Description=params.description,
-                VpcId=ctx.get(params.vpc).id,
-                TagSpecifications=ctx.tag_spec("security-group", params.tags),
+                GroupName=req.params.group_name,
+                Description=req.params.description,
+                VpcId=req.ctx.get(req.params.vpc).id,
+                TagSpecifications=req.ctx.tag_spec("security-group", req.params.tags),
             )
             group_id = str(group["GroupId"])
         except Exception as exc:
             if error_code(exc) != "InvalidGroup.Duplicate":
                 raise
-            ctx.forget("ec2:describe_security_groups")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_security_groups")
+            found = self.read(req)
             if found is None:
                 raise Foreign(
-                    f"a security group named {params.group_name} exists in the VPC and is not "
-                    f"fmctl cluster {ctx.cluster}'s",
+                    f"a security group named {req.params.group_name} exists in the VPC and is not "
+                    f"fmctl cluster {req.ctx.cluster}'s",
                     hint="delete it, or pick another cluster name",
                 ) from exc
             group_id = found.id
         described = ec2.describe_security_groups(GroupIds=[group_id])["SecurityGroups"][0]
         observed = self._observed(described)
-        self._converge(ctx, params, observed)
+        self._converge(req.ctx, req.params, observed)
         return SgOut(group_id)
 
     def _converge(self, ctx: Context, params: SgParams, observed: Observed[SgOut, SgLive]) -> None:
@@ -218,17 +225,15 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: SgParams,
+        req: Request[SgParams],
         observed: Observed[SgOut, SgLive],
         changes: Sequence[FieldChange],
     ) -> SgOut:
         if any(c.path in ("ingress", "egress") for c in changes):
-            self._converge(ctx, params, observed)
+            self._converge(req.ctx, req.params, observed)
         for change in changes:
             if change.path == "tags":
-                retag(ctx, observed.id, *tag_updates(change.before, change.after))
+                retag(req.ctx, observed.id, *tag_updates(change.before, change.after))
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -341,9 +346,9 @@ class PlacementGroup(Kind[PlacementGroupParams, PlacementGroupOut, PlacementGrou
         return owned_items(ctx, "describe_placement_groups", "PlacementGroups", "State")
 
     def read(
-        self, ctx: Context, rid: str, params: PlacementGroupParams
+        self, req: Request[PlacementGroupParams]
     ) -> Observed[PlacementGroupOut, PlacementGroupLive] | None:
-        item = by_resource(self._items(ctx), rid)
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         live = PlacementGroupLive(item["GroupName"], item.get("Strategy", ""), tags_of(item))
@@ -351,48 +356,44 @@ class PlacementGroup(Kind[PlacementGroupParams, PlacementGroupOut, PlacementGrou
 
     def desired(
         self,
-        ctx: Context,
-        rid: str,
-        params: PlacementGroupParams,
+        req: Request[PlacementGroupParams],
         observed: Observed[PlacementGroupOut, PlacementGroupLive],
     ) -> PlacementGroupLive:
         return PlacementGroupLive(
-            params.group_name,
-            params.strategy,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.group_name,
+            req.params.strategy,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: PlacementGroupParams) -> PlacementGroupOut:
+    def create(self, req: Request[PlacementGroupParams]) -> PlacementGroupOut:
         try:
-            ctx.aws.client("ec2").create_placement_group(
-                GroupName=params.group_name,
-                Strategy=params.strategy,
-                TagSpecifications=ctx.tag_spec("placement-group", params.tags),
+            req.ctx.aws.client("ec2").create_placement_group(
+                GroupName=req.params.group_name,
+                Strategy=req.params.strategy,
+                TagSpecifications=req.ctx.tag_spec("placement-group", req.params.tags),
             )
         except Exception as exc:
             if error_code(exc) != "InvalidPlacementGroup.Duplicate":
                 raise
-            ctx.forget("ec2:describe_placement_groups")
-            if self.read(ctx, rid, params) is None:  # same name, but not this cluster's
+            req.ctx.forget("ec2:describe_placement_groups")
+            if self.read(req) is None:  # same name, but not this cluster's
                 raise Foreign(
-                    f"a placement group named {params.group_name} exists and is not owned by "
-                    f"fmctl cluster {ctx.cluster}",
+                    f"a placement group named {req.params.group_name} exists and is not owned by "
+                    f"fmctl cluster {req.ctx.cluster}",
                     hint="rename the pool or delete that group",
                 ) from exc
-        return PlacementGroupOut(params.group_name)
+        return PlacementGroupOut(req.params.group_name)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: PlacementGroupParams,
+        req: Request[PlacementGroupParams],
         observed: Observed[PlacementGroupOut, PlacementGroupLive],
         changes: Sequence[FieldChange],
     ) -> PlacementGroupOut:
         for change in changes:
             if change.path == "tags":
-                group_id = self._group_id(ctx, observed.id)
-                retag(ctx, group_id, *tag_updates(change.before, change.after))
+                group_id = self._group_id(req.ctx, observed.id)
+                retag(req.ctx, group_id, *tag_updates(change.before, change.after))
         return observed.outputs
 
     def _group_id(self, ctx: Context, name: str) -> str:

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
@@ -145,21 +154,21 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
             c.get("version", ""),
         )
 
-    def read(self, ctx: Context, rid: str, params: EksParams) -> Observed[EksOut, EksLive] | None:
-        c = self._described(ctx)
+    def read(self, req: Request[EksParams]) -> Observed[EksOut, EksLive] | None:
+        c = self._described(req.ctx)
         if c is None:
             return None
         tags = Tags.of(c.get("tags") or {})
-        if tags.get(OWNER_TAG) != ctx.cluster:
+        if tags.get(OWNER_TAG) != req.ctx.cluster:
             raise Foreign(
-                f"an EKS cluster named {ctx.cluster} exists and is not fmctl's (no "
+                f"an EKS cluster named {req.ctx.cluster} exists and is not fmctl's (no "
                 "fmctl.dev/cluster tag): fmctl will not take it over",
                 hint="pick another cluster name",
             )
         if c["status"] in ("FAILED", "DELETING"):
             raise ResourceError(
-                f"EKS cluster {ctx.cluster} is {c['status']}",
-                hint=f"`fmctl down {ctx.cluster}` and `fmctl up` again",
+                f"EKS cluster {req.ctx.cluster} is {c['status']}",
+                hint=f"`fmctl down {req.ctx.cluster}` and `fmctl up` again",
             )
         vpc = c.get("resourcesVpcConfig", {})
         logging = frozenset(
@@ -188,34 +197,36 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         pending = None if c["status"] == "ACTIVE" else str(c["status"])
         return Observed(self.out_of(c), live, c["name"], pending)
 
-    def desired(
-        self, ctx: Context, rid: str, params: EksParams, observed: Observed[EksOut, EksLive]
-    ) -> EksLive:
-        key = params.key if isinstance(params.key, str) else ctx.resolve(params.key, "arn")
+    def desired(self, req: Request[EksParams], observed: Observed[EksOut, EksLive]) -> EksLive:
+        key = (
+            req.params.key
+            if isinstance(req.params.key, str)
+            else req.ctx.resolve(req.params.key, "arn")
+        )
         return EksLive(
-            params.version,
-            ctx.resolve(params.role, "arn"),
-            frozenset(ctx.resolve(s) for s in params.subnets)
-            if all(ctx.known(s) for s in params.subnets)
+            req.params.version,
+            req.ctx.resolve(req.params.role, "arn"),
+            frozenset(req.ctx.resolve(s) for s in req.params.subnets)
+            if all(req.ctx.known(s) for s in req.params.subnets)
             else UNKNOWN,
-            frozenset(ctx.resolve(g) for g in params.security_groups)
-            if all(ctx.known(g) for g in params.security_groups)
+            frozenset(req.ctx.resolve(g) for g in req.params.security_groups)
+            if all(req.ctx.known(g) for g in req.params.security_groups)
             else UNKNOWN,
-            params.endpoint_private,
-            params.endpoint_public,
-            frozenset(params.public_cidrs) if params.endpoint_public else frozenset(),
-            frozenset(params.logging),
+            req.params.endpoint_private,
+            req.params.endpoint_public,
+            frozenset(req.params.public_cidrs) if req.params.endpoint_public else frozenset(),
+            frozenset(req.params.logging),
             key,
-            params.authentication_mode,
-            params.support_type,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.authentication_mode,
+            req.params.support_type,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     def diff(
-        self, ctx: Context, rid: str, params: EksParams, observed: Observed[EksOut, EksLive]
+        self, req: Request[EksParams], observed: Observed[EksOut, EksLive]
     ) -> list[FieldChange]:
         out = []
-        for change in super().diff(ctx, rid, params, observed):
+        for change in super().diff(req, observed):
             if change.path == "version" and _minor(change.after) < _minor(change.before):
                 change = FieldChange(
                     change.path,
@@ -248,40 +259,40 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         _, last = _minor(target)
         return [f"{major}.{m}" for m in range(minor, last + 1)]
 
-    def create(self, ctx: Context, rid: str, params: EksParams) -> EksOut:
-        eks = ctx.aws.client("eks")
-        key = params.key if isinstance(params.key, str) else ctx.get(params.key).arn
+    def create(self, req: Request[EksParams]) -> EksOut:
+        eks = req.ctx.aws.client("eks")
+        key = req.params.key if isinstance(req.params.key, str) else req.ctx.get(req.params.key).arn
         vpc: VpcConfigRequestTypeDef = {
-            "subnetIds": [ctx.get(s).id for s in params.subnets],
-            "securityGroupIds": [ctx.get(g).id for g in params.security_groups],
-            "endpointPrivateAccess": params.endpoint_private,
-            "endpointPublicAccess": params.endpoint_public,
+            "subnetIds": [req.ctx.get(s).id for s in req.params.subnets],
+            "securityGroupIds": [req.ctx.get(g).id for g in req.params.security_groups],
+            "endpointPrivateAccess": req.params.endpoint_private,
+            "endpointPublicAccess": req.params.endpoint_public,
         }
-        if params.endpoint_public:
-            vpc["publicAccessCidrs"] = list(params.public_cidrs)
+        if req.params.endpoint_public:
+            vpc["publicAccessCidrs"] = list(req.params.public_cidrs)
         request: CreateClusterRequestTypeDef = {
-            "name": params.cluster_name,
-            "version": params.version,
-            "roleArn": ctx.get(params.role).arn,
+            "name": req.params.cluster_name,
+            "version": req.params.version,
+            "roleArn": req.ctx.get(req.params.role).arn,
             "resourcesVpcConfig": vpc,
             "accessConfig": {
-                "authenticationMode": params.authentication_mode,
+                "authenticationMode": req.params.authentication_mode,
                 "bootstrapClusterCreatorAdminPermissions": True,
             },
-            "logging": {"clusterLogging": [{"types": list(params.logging), "enabled": True}]},
+            "logging": {"clusterLogging": [{"types": list(req.params.logging), "enabled": True}]},
             "encryptionConfig": [{"resources": ["secrets"], "provider": {"keyArn": key}}],
-            "upgradePolicy": {"supportType": params.support_type},
-            "tags": params.tags.at_creation(),
+            "upgradePolicy": {"supportType": req.params.support_type},
+            "tags": req.params.tags.at_creation(),
         }
 
         def again() -> EksOut | None:
-            ctx.forget("eks:cluster")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("eks:cluster")
+            found = self.read(req)
             return found.outputs if found else None
 
-        request["clientRequestToken"] = ctx.token(rid)
+        request["clientRequestToken"] = req.ctx.token(req.rid)
         created_or_found(lambda: eks.create_cluster(**request), again)
-        return self._active(ctx, rid, self.create_seconds, "ACTIVE")
+        return self._active(req.ctx, req.rid, self.create_seconds, "ACTIVE")
 
     def _active(self, ctx: Context, rid: str, expected: float, what: str) -> EksOut:
         def probe() -> EksOut | None:
@@ -294,16 +305,12 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
 
         return ctx.wait_until(f"EKS cluster {ctx.cluster} to be {what}", probe, expected, 1800, rid)
 
-    def wait(
-        self, ctx: Context, rid: str, params: EksParams, observed: Observed[EksOut, EksLive]
-    ) -> EksOut:
-        return self._active(ctx, rid, self.create_seconds, "ACTIVE")
+    def wait(self, req: Request[EksParams], observed: Observed[EksOut, EksLive]) -> EksOut:
+        return self._active(req.ctx, req.rid, self.create_seconds, "ACTIVE")
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: EksParams,
+        req: Request[EksParams],
         observed: Observed[EksOut, EksLive],
         changes: Sequence[FieldChange],
     ) -> EksOut:
@@ -311,26 +318,30 @@ class EksCluster(Kind[EksParams, EksOut, EksLive]):
         out = observed.outputs
         if paths & {"endpoint_private", "endpoint_public", "public_cidrs"}:
             vpc: dict[str, Any] = {
-                "endpointPrivateAccess": params.endpoint_private,
-                "endpointPublicAccess": params.endpoint_public,
+                "endpointPrivateAccess": req.params.endpoint_private,
+                "endpointPublicAccess": req.params.endpoint_public,
             }
-            if params.endpoint_public:
-                vpc["publicAccessCidrs"] = list(params.public_cidrs)
-            self._config(ctx, rid, resourcesVpcConfig=vpc)
+            if req.params.endpoint_public:
+                vpc["publicAccessCidrs"] = list(req.params.public_cidrs)
+            self._config(req.ctx, req.rid, resourcesVpcConfig=vpc)
         if "logging" in paths:
             self._config(
-                ctx,
-                rid,
-                logging={"clusterLogging": [{"types": list(params.logging), "enabled": True}]},
+                req.ctx,
+                req.rid,
+                logging={"clusterLogging": [{"types": list(req.params.logging), "enabled": True}]},
             )
         if "authentication_mode" in paths:
-            self._config(ctx, rid, accessConfig={"authenticationMode": params.authentication_mode})
+            self._config(
+                req.ctx,
+                req.rid,
+                accessConfig={"authenticationMode": req.params.authentication_mode},
+            )
         if "support_type" in paths:
-            self._config(ctx, rid, upgradePolicy={"supportType": params.support_type})
+            self._config(req.ctx, req.rid, upgradePolicy={"supportType": req.params.support_type})
         if "version" in paths:
-            out = self._upgrade(ctx, rid, params.version)
-        eks_retag(ctx, observed.outputs.arn, changes)
-        return self._active(ctx, rid, 5.0, "ACTIVE") if paths - {"tags"} else out
+            out = self._upgrade(req.ctx, req.rid, req.params.version)
+        eks_retag(req.ctx, observed.outputs.arn, changes)
+        return self._active(req.ctx, req.rid, 5.0, "ACTIVE") if paths - {"tags"} else out
 
     def _config(self, ctx: Context, rid: str, **change: Any) -> None:
         eks = ctx.aws.client("eks")

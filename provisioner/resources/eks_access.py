@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
 from provisioner.resources.eks_api import caller_principal, eks_retag, unless_gone
@@ -91,50 +100,44 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
 
         return ctx.cached("eks:access-entries", load)
 
-    def read(
-        self, ctx: Context, rid: str, params: AccessParams
-    ) -> Observed[AccessOut, AccessLive] | None:
-        principal = self._principal(ctx, params)
+    def read(self, req: Request[AccessParams]) -> Observed[AccessOut, AccessLive] | None:
+        principal = self._principal(req.ctx, req.params)
         if principal is UNKNOWN:
             return None
-        entry = self._entries(ctx).get(principal)
+        entry = self._entries(req.ctx).get(principal)
         if entry is None:
             return None
-        listed = ctx.aws.client("eks").list_associated_access_policies(
-            clusterName=ctx.cluster, principalArn=principal
+        listed = req.ctx.aws.client("eks").list_associated_access_policies(
+            clusterName=req.ctx.cluster, principalArn=principal
         )["associatedAccessPolicies"]
         policies = frozenset(p["policyArn"] for p in listed)
         live = AccessLive(entry["type"], policies, Tags.of(entry.get("tags") or {}))
         return Observed(AccessOut(principal), live, principal)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: AccessParams,
-        observed: Observed[AccessOut, AccessLive],
+        self, req: Request[AccessParams], observed: Observed[AccessOut, AccessLive]
     ) -> AccessLive:
         return AccessLive(
-            params.entry_type,
-            frozenset([params.policy] if params.policy else []),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.entry_type,
+            frozenset([req.params.policy] if req.params.policy else []),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: AccessParams) -> AccessOut:
-        principal = self._principal(ctx, params)
+    def create(self, req: Request[AccessParams]) -> AccessOut:
+        principal = self._principal(req.ctx, req.params)
         try:
-            ctx.aws.client("eks").create_access_entry(
-                clusterName=ctx.cluster,
+            req.ctx.aws.client("eks").create_access_entry(
+                clusterName=req.ctx.cluster,
                 principalArn=principal,
-                type=params.entry_type,
-                tags=params.tags.at_creation(),
-                clientRequestToken=ctx.token(f"{rid}/{principal}"),
+                type=req.params.entry_type,
+                tags=req.params.tags.at_creation(),
+                clientRequestToken=req.ctx.token(f"{req.rid}/{principal}"),
             )
         except Exception as exc:
             # The cluster's creator has an entry from bootstrapClusterCreatorAdminPermissions.
             if error_code(exc) != "ResourceInUseException":
                 raise
-        self._associate(ctx, params, principal)
+        self._associate(req.ctx, req.params, principal)
         return AccessOut(principal)
 
     def _associate(self, ctx: Context, params: AccessParams, principal: str) -> None:
@@ -148,22 +151,20 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: AccessParams,
+        req: Request[AccessParams],
         observed: Observed[AccessOut, AccessLive],
         changes: Sequence[FieldChange],
     ) -> AccessOut:
-        eks = ctx.aws.client("eks")
+        eks = req.ctx.aws.client("eks")
         if any(c.path == "policies" for c in changes):
-            self._associate(ctx, params, observed.id)
-            for stale in sorted(observed.live.policies - {params.policy}):
+            self._associate(req.ctx, req.params, observed.id)
+            for stale in sorted(observed.live.policies - {req.params.policy}):
                 eks.disassociate_access_policy(
-                    clusterName=ctx.cluster, principalArn=observed.id, policyArn=stale
+                    clusterName=req.ctx.cluster, principalArn=observed.id, policyArn=stale
                 )
         if any(c.path == "tags" for c in changes):
-            entry = eks.describe_access_entry(clusterName=ctx.cluster, principalArn=observed.id)
-            eks_retag(ctx, entry["accessEntry"]["accessEntryArn"], changes)
+            entry = eks.describe_access_entry(clusterName=req.ctx.cluster, principalArn=observed.id)
+            eks_retag(req.ctx, entry["accessEntry"]["accessEntryArn"], changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

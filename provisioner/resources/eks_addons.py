@@ -17,7 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import After, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksOut, cluster_ours
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
@@ -101,15 +110,13 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
 
         return ctx.cached("eks:addons", load)
 
-    def read(
-        self, ctx: Context, rid: str, params: AddonParams
-    ) -> Observed[AddonOut, AddonLive] | None:
-        item = self._addons(ctx).get(params.addon_name)
+    def read(self, req: Request[AddonParams]) -> Observed[AddonOut, AddonLive] | None:
+        item = self._addons(req.ctx).get(req.params.addon_name)
         if item is None or item.get("status") == "DELETING":
             return None
         if item["status"] in ("CREATE_FAILED", "DEGRADED"):
             raise ResourceError(
-                f"add-on {params.addon_name} is {item['status']}: {health(item)}",
+                f"add-on {req.params.addon_name} is {item['status']}: {health(item)}",
                 hint="its pods need nodes to run on; `fmctl status` shows the node groups",
             )
         live = AddonLive(
@@ -119,7 +126,9 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
             _configuration(item.get("configurationValues")),
         )
         pending = None if item["status"] == "ACTIVE" else str(item["status"])
-        return Observed(AddonOut(params.addon_name, live.version), live, params.addon_name, pending)
+        return Observed(
+            AddonOut(req.params.addon_name, live.version), live, req.params.addon_name, pending
+        )
 
     def version(self, ctx: Context, params: AddonParams) -> str:
         """The pinned version, or EKS's default for the spec's Kubernetes version."""
@@ -154,14 +163,16 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
         return found
 
     def desired(
-        self, ctx: Context, rid: str, params: AddonParams, observed: Observed[AddonOut, AddonLive]
+        self, req: Request[AddonParams], observed: Observed[AddonOut, AddonLive]
     ) -> AddonLive:
-        roles = frozenset([ctx.resolve(params.role, "arn")]) if params.role else frozenset()
+        roles = (
+            frozenset([req.ctx.resolve(req.params.role, "arn")]) if req.params.role else frozenset()
+        )
         return AddonLive(
-            self.version(ctx, params),
+            self.version(req.ctx, req.params),
             roles,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
-            _configuration(params.configuration),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            _configuration(req.params.configuration),
         )
 
     def _identities(self, ctx: Context, params: AddonParams) -> dict[str, Any]:
@@ -177,23 +188,23 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
             ],
         }
 
-    def create(self, ctx: Context, rid: str, params: AddonParams) -> AddonOut:
-        version = self.version(ctx, params)
+    def create(self, req: Request[AddonParams]) -> AddonOut:
+        version = self.version(req.ctx, req.params)
         try:
-            ctx.aws.client("eks").create_addon(
-                clusterName=ctx.cluster,
-                addonName=params.addon_name,
+            req.ctx.aws.client("eks").create_addon(
+                clusterName=req.ctx.cluster,
+                addonName=req.params.addon_name,
                 addonVersion=version,
                 # EKS installed self-managed vpc-cni, kube-proxy and coredns with the cluster.
                 resolveConflicts="OVERWRITE",
-                tags=params.tags.at_creation(),
-                clientRequestToken=ctx.token(rid),
-                **self._identities(ctx, params),
+                tags=req.params.tags.at_creation(),
+                clientRequestToken=req.ctx.token(req.rid),
+                **self._identities(req.ctx, req.params),
             )
         except Exception as exc:
             if error_code(exc) != "ResourceInUseException":
                 raise
-        return self._active(ctx, rid, params.addon_name, self.create_seconds)
+        return self._active(req.ctx, req.rid, req.params.addon_name, self.create_seconds)
 
     def _active(self, ctx: Context, rid: str, addon: str, expected: float) -> AddonOut:
         eks = ctx.aws.client("eks")
@@ -210,38 +221,34 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
 
         return ctx.wait_until(f"add-on {addon} to be ACTIVE", probe, expected, 1200, rid)
 
-    def wait(
-        self, ctx: Context, rid: str, params: AddonParams, observed: Observed[AddonOut, AddonLive]
-    ) -> AddonOut:
-        return self._active(ctx, rid, params.addon_name, self.create_seconds)
+    def wait(self, req: Request[AddonParams], observed: Observed[AddonOut, AddonLive]) -> AddonOut:
+        return self._active(req.ctx, req.rid, req.params.addon_name, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: AddonParams,
+        req: Request[AddonParams],
         observed: Observed[AddonOut, AddonLive],
         changes: Sequence[FieldChange],
     ) -> AddonOut:
         paths = {c.path for c in changes}
         out = observed.outputs
         if paths & {"version", "roles", "configuration"}:
-            version = self.version(ctx, params)
-            ctx.emit(rid, "updating", f"{observed.live.version} -> {version}")
-            ctx.aws.client("eks").update_addon(
-                clusterName=ctx.cluster,
-                addonName=params.addon_name,
+            version = self.version(req.ctx, req.params)
+            req.ctx.emit(req.rid, "updating", f"{observed.live.version} -> {version}")
+            req.ctx.aws.client("eks").update_addon(
+                clusterName=req.ctx.cluster,
+                addonName=req.params.addon_name,
                 addonVersion=version,
                 resolveConflicts="OVERWRITE",
-                clientRequestToken=ctx.token(f"{rid}/{version}"),
-                **self._identities(ctx, params),
+                clientRequestToken=req.ctx.token(f"{req.rid}/{version}"),
+                **self._identities(req.ctx, req.params),
             )
-            out = self._active(ctx, rid, params.addon_name, self.update_seconds)
+            out = self._active(req.ctx, req.rid, req.params.addon_name, self.update_seconds)
         if "tags" in paths:
-            arn = ctx.aws.client("eks").describe_addon(
-                clusterName=ctx.cluster, addonName=params.addon_name
+            arn = req.ctx.aws.client("eks").describe_addon(
+                clusterName=req.ctx.cluster, addonName=req.params.addon_name
             )["addon"]["addonArn"]
-            eks_retag(ctx, arn, changes)
+            eks_retag(req.ctx, arn, changes)
         return out
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -328,19 +335,17 @@ class PodIdentity(Kind[IdentityParams, IdentityOut, IdentityLive]):
 
         return ctx.cached("eks:pod-identities", load)
 
-    def read(
-        self, ctx: Context, rid: str, params: IdentityParams
-    ) -> Observed[IdentityOut, IdentityLive] | None:
-        for item in self._associations(ctx):
+    def read(self, req: Request[IdentityParams]) -> Observed[IdentityOut, IdentityLive] | None:
+        for item in self._associations(req.ctx):
             if (item["namespace"], item["serviceAccount"]) != (
-                params.namespace,
-                params.service_account,
+                req.params.namespace,
+                req.params.service_account,
             ):
                 continue
-            if (item.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
+            if (item.get("tags") or {}).get(OWNER_TAG) != req.ctx.cluster:
                 raise Foreign(
-                    f"service account {params.namespace}/{params.service_account} of "
-                    f"{ctx.cluster} already has a Pod Identity association fmctl did not make "
+                    f"service account {req.params.namespace}/{req.params.service_account} of "
+                    f"{req.ctx.cluster} already has a Pod Identity association fmctl did not make "
                     f"({item['associationId']})",
                     hint="delete it, or let fmctl's Prometheus go without remote write",
                 )
@@ -350,58 +355,52 @@ class PodIdentity(Kind[IdentityParams, IdentityOut, IdentityLive]):
         return None
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: IdentityParams,
-        observed: Observed[IdentityOut, IdentityLive],
+        self, req: Request[IdentityParams], observed: Observed[IdentityOut, IdentityLive]
     ) -> IdentityLive:
         return IdentityLive(
-            ctx.resolve(params.role, "arn"),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.ctx.resolve(req.params.role, "arn"),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: IdentityParams) -> IdentityOut:
-        eks = ctx.aws.client("eks")
+    def create(self, req: Request[IdentityParams]) -> IdentityOut:
+        eks = req.ctx.aws.client("eks")
 
         def make() -> IdentityOut:
             item = eks.create_pod_identity_association(
-                clusterName=ctx.cluster,
-                namespace=params.namespace,
-                serviceAccount=params.service_account,
-                roleArn=ctx.get(params.role).arn,
-                tags=params.tags.at_creation(),
-                clientRequestToken=ctx.token(rid),
+                clusterName=req.ctx.cluster,
+                namespace=req.params.namespace,
+                serviceAccount=req.params.service_account,
+                roleArn=req.ctx.get(req.params.role).arn,
+                tags=req.params.tags.at_creation(),
+                clientRequestToken=req.ctx.token(req.rid),
             )["association"]
             return IdentityOut(item["associationId"])
 
         def again() -> IdentityOut | None:
-            ctx.forget("eks:pod-identities")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("eks:pod-identities")
+            found = self.read(req)
             return found.outputs if found else None
 
         return created_or_found(make, again)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: IdentityParams,
+        req: Request[IdentityParams],
         observed: Observed[IdentityOut, IdentityLive],
         changes: Sequence[FieldChange],
     ) -> IdentityOut:
-        eks = ctx.aws.client("eks")
+        eks = req.ctx.aws.client("eks")
         if any(c.path == "role" for c in changes):
             eks.update_pod_identity_association(
-                clusterName=ctx.cluster,
+                clusterName=req.ctx.cluster,
                 associationId=observed.id,
-                roleArn=ctx.get(params.role).arn,
+                roleArn=req.ctx.get(req.params.role).arn,
             )
         if any(c.path == "tags" for c in changes):
             arn = eks.describe_pod_identity_association(
-                clusterName=ctx.cluster, associationId=observed.id
+                clusterName=req.ctx.cluster, associationId=observed.id
             )["association"]["associationArn"]
-            eks_retag(ctx, arn, changes)
+            eks_retag(req.ctx, arn, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

@@ -21,7 +21,16 @@ from provisioner.catalog import autoscaler
 from provisioner.graph.ref import UNKNOWN
 from provisioner.resources import eks_asg_tags as asg_tags
 from provisioner.resources import eks_drain
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.eks import cluster_ours
 from provisioner.resources.eks_api import created_or_found, eks_retag, health, unless_gone
@@ -179,83 +188,80 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         name = str(ng["nodegroupName"])
         return Observed(NodegroupOut(name), live, name, pending)
 
-    def read(
-        self, ctx: Context, rid: str, params: NodegroupParams
-    ) -> Observed[NodegroupOut, NodegroupLive] | None:
-        mine = [ng for ng in self._groups(ctx) if (ng.get("tags") or {}).get(RESOURCE_TAG) == rid]
+    def read(self, req: Request[NodegroupParams]) -> Observed[NodegroupOut, NodegroupLive] | None:
+        mine = [
+            ng
+            for ng in self._groups(req.ctx)
+            if (ng.get("tags") or {}).get(RESOURCE_TAG) == req.rid
+        ]
         mine = [ng for ng in mine if ng["status"] != "DELETING"]
         if not mine:
             return None
-        observed = [self._observed(ctx, ng, params.autoscaled) for ng in mine]
+        observed = [self._observed(req.ctx, ng, req.params.autoscaled) for ng in mine]
         # During a blue/green replacement two groups carry the pool's tag: the one that
         # already has what the spec asks for is the pool; the other is on its way out.
         for candidate in observed:
-            want = self.desired(ctx, rid, params, candidate)
+            want = self.desired(req, candidate)
             fixed = ("ami_type", "capacity_type", "instance_type")
             if all(getattr(want, f) == getattr(candidate.live, f) for f in fixed):
                 return candidate
-        named = [o for o in observed if o.id == params.nodegroup_name]
+        named = [o for o in observed if o.id == req.params.nodegroup_name]
         return (named or observed)[0]
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodegroupParams,
-        observed: Observed[NodegroupOut, NodegroupLive],
+        self, req: Request[NodegroupParams], observed: Observed[NodegroupOut, NodegroupLive]
     ) -> NodegroupLive:
         template = None
-        if params.launch_template is not None:
-            lt_id = ctx.resolve(params.launch_template)
-            lt_version = ctx.resolve(params.launch_template, "version")
+        if req.params.launch_template is not None:
+            lt_id = req.ctx.resolve(req.params.launch_template)
+            lt_version = req.ctx.resolve(req.params.launch_template, "version")
             template = UNKNOWN if UNKNOWN in (lt_id, lt_version) else f"{lt_id}:{lt_version}"
         subnets = (
-            frozenset(ctx.resolve(s) for s in params.subnets)
-            if all(ctx.known(s) for s in params.subnets)
+            frozenset(req.ctx.resolve(s) for s in req.params.subnets)
+            if all(req.ctx.known(s) for s in req.params.subnets)
             else UNKNOWN
         )
-        scaling = params.scaling
-        if params.autoscaled:
+        scaling = req.params.scaling
+        if req.params.autoscaled:
             # The Cluster Autoscaler owns the desired size: `up` keeps it, within the bounds.
             now = observed.live.scaling.desired_size
             scaling = dataclasses.replace(
                 scaling, desired_size=min(max(now, scaling.min_size), scaling.max_size)
             )
         return NodegroupLive(
-            params.ami_type,
-            params.capacity_type,
-            params.instance_type or (params.instance_types[0] if params.instance_types else None),
+            req.params.ami_type,
+            req.params.capacity_type,
+            req.params.instance_type
+            or (req.params.instance_types[0] if req.params.instance_types else None),
             subnets,
-            ctx.resolve(params.node_role, "arn"),
+            req.ctx.resolve(req.params.node_role, "arn"),
             scaling,
-            frozenset(params.labels),
-            frozenset((t.key, t.value, t.effect) for t in params.taints),
-            params.max_unavailable,
-            params.version,
+            frozenset(req.params.labels),
+            frozenset((t.key, t.value, t.effect) for t in req.params.taints),
+            req.params.max_unavailable,
+            req.params.version,
             template,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
-            params.repair,
-            frozenset(params.asg_tags),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.repair,
+            frozenset(req.params.asg_tags),
         )
 
     def diff(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodegroupParams,
-        observed: Observed[NodegroupOut, NodegroupLive],
+        self, req: Request[NodegroupParams], observed: Observed[NodegroupOut, NodegroupLive]
     ) -> list[FieldChange]:
         """On a full UltraServer Capacity Block a rolling update has no room for its surge
         node: AWS's EKS guide for P6e-GB200 scales such a node group to 0 and back for a
         change that replaces nodes. Said in the plan; done only with --allow-replace."""
         out = [
-            self._scale_in_said(ctx, params, observed, c) if c.path == "scaling.desired_size" else c
-            for c in super().diff(ctx, rid, params, observed)
+            self._scale_in_said(req.ctx, req.params, observed, c)
+            if c.path == "scaling.desired_size"
+            else c
+            for c in super().diff(req, observed)
         ]
         rolling = [c for c in out if c.path in _ROLLING and c.how == How.UPDATE]
-        why = _NO_SURGE if _no_surge(params) else None
+        why = _NO_SURGE if _no_surge(req.params) else None
         if rolling and why is None:
-            why = _full_reservation(ctx, params, observed)
+            why = _full_reservation(req.ctx, req.params, observed)
         if why is None:
             return out
         return [
@@ -324,52 +330,55 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             name = f"{base}-g{hashlib.sha256((fixed + '/again').encode()).hexdigest()[:5]}"
         return dataclasses.replace(params, nodegroup_name=name[:63])
 
-    def create(self, ctx: Context, rid: str, params: NodegroupParams) -> NodegroupOut:
-        eks = ctx.aws.client("eks")
+    def create(self, req: Request[NodegroupParams]) -> NodegroupOut:
+        eks = req.ctx.aws.client("eks")
         request: dict[str, Any] = {
-            "clusterName": ctx.cluster,
-            "nodegroupName": params.nodegroup_name,
-            "amiType": params.ami_type,
-            "capacityType": params.capacity_type,
+            "clusterName": req.ctx.cluster,
+            "nodegroupName": req.params.nodegroup_name,
+            "amiType": req.params.ami_type,
+            "capacityType": req.params.capacity_type,
             "scalingConfig": {
-                "minSize": params.scaling.min_size,
-                "maxSize": params.scaling.max_size,
-                "desiredSize": params.scaling.desired_size,
+                "minSize": req.params.scaling.min_size,
+                "maxSize": req.params.scaling.max_size,
+                "desiredSize": req.params.scaling.desired_size,
             },
-            "subnets": [ctx.get(s).id for s in params.subnets],
-            "nodeRole": ctx.get(params.node_role).arn,
-            "labels": dict(params.labels),
-            "updateConfig": {"maxUnavailable": params.max_unavailable},
-            "nodeRepairConfig": params.repair.request(),
-            "version": params.version,
-            "tags": params.tags.at_creation(),
+            "subnets": [req.ctx.get(s).id for s in req.params.subnets],
+            "nodeRole": req.ctx.get(req.params.node_role).arn,
+            "labels": dict(req.params.labels),
+            "updateConfig": {"maxUnavailable": req.params.max_unavailable},
+            "nodeRepairConfig": req.params.repair.request(),
+            "version": req.params.version,
+            "tags": req.params.tags.at_creation(),
         }
-        if params.taints:
+        if req.params.taints:
             request["taints"] = [
-                {"key": t.key, "value": t.value, "effect": t.effect} for t in params.taints
+                {"key": t.key, "value": t.value, "effect": t.effect} for t in req.params.taints
             ]
-        if params.instance_types:
-            request["instanceTypes"] = list(params.instance_types)
-        if params.launch_template is not None:
-            template = ctx.get(params.launch_template)
+        if req.params.instance_types:
+            request["instanceTypes"] = list(req.params.instance_types)
+        if req.params.launch_template is not None:
+            template = req.ctx.get(req.params.launch_template)
             request["launchTemplate"] = {"id": template.id, "version": str(template.version)}
 
         def again() -> NodegroupOut | None:
             ng = unless_gone(
                 lambda: eks.describe_nodegroup(
-                    clusterName=ctx.cluster, nodegroupName=params.nodegroup_name
+                    clusterName=req.ctx.cluster, nodegroupName=req.params.nodegroup_name
                 )["nodegroup"]
             )
-            if ng is None or (ng.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
+            if ng is None or (ng.get("tags") or {}).get(OWNER_TAG) != req.ctx.cluster:
                 return None
-            return NodegroupOut(params.nodegroup_name)
+            return NodegroupOut(req.params.nodegroup_name)
 
         created_or_found(
-            lambda: eks.create_nodegroup(**request, clientRequestToken=ctx.token(rid)), again
+            lambda: eks.create_nodegroup(**request, clientRequestToken=req.ctx.token(req.rid)),
+            again,
         )
-        made = self._active(ctx, rid, params.nodegroup_name, self.create_seconds)
-        if params.asg_tags:
-            asg_tags.retag(ctx, rid, params.nodegroup_name, params.asg_tags, frozenset())
+        made = self._active(req.ctx, req.rid, req.params.nodegroup_name, self.create_seconds)
+        if req.params.asg_tags:
+            asg_tags.retag(
+                req.ctx, req.rid, req.params.nodegroup_name, req.params.asg_tags, frozenset()
+            )
         return made
 
     def _active(self, ctx: Context, rid: str, name: str, expected: float) -> NodegroupOut:
@@ -390,13 +399,9 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         return ctx.wait_until(f"node group {name} to be ACTIVE", probe, expected, 3600, rid)
 
     def wait(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodegroupParams,
-        observed: Observed[NodegroupOut, NodegroupLive],
+        self, req: Request[NodegroupParams], observed: Observed[NodegroupOut, NodegroupLive]
     ) -> NodegroupOut:
-        return self._active(ctx, rid, observed.id, self.create_seconds)
+        return self._active(req.ctx, req.rid, observed.id, self.create_seconds)
 
     @staticmethod
     def _config_change(
@@ -436,51 +441,51 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: NodegroupParams,
+        req: Request[NodegroupParams],
         observed: Observed[NodegroupOut, NodegroupLive],
         changes: Sequence[FieldChange],
     ) -> NodegroupOut:
-        eks = ctx.aws.client("eks")
+        eks = req.ctx.aws.client("eks")
         paths = {c.path.split(".")[0] for c in changes}
-        if "scaling" in paths and ctx.drain is not None:
-            self._scale_in(ctx, rid, params, observed)
-        config = self._config_change(params, observed.live, paths)
+        if "scaling" in paths and req.ctx.drain is not None:
+            self._scale_in(req.ctx, req.rid, req.params, observed)
+        config = self._config_change(req.params, observed.live, paths)
         if config:
-            ctx.emit(rid, "updating", ", ".join(sorted(config)))
+            req.ctx.emit(req.rid, "updating", ", ".join(sorted(config)))
             eks.update_nodegroup_config(
-                clusterName=ctx.cluster, nodegroupName=observed.id, **config
+                clusterName=req.ctx.cluster, nodegroupName=observed.id, **config
             )
-            self._active(ctx, rid, observed.id, self.config_seconds)
+            self._active(req.ctx, req.rid, observed.id, self.config_seconds)
         version: dict[str, Any] = {}
         stopped = any(c.how == How.STOP for c in changes) and bool(paths & set(_ROLLING))
         if stopped:
             # No surge room: no nodes to roll, then the new version, then the nodes back.
-            self._scale_to(ctx, rid, observed.id, Scaling(0, params.scaling.max_size, 0))
-        if "launch_template" in paths and params.launch_template is not None:
-            template = ctx.get(params.launch_template)
+            self._scale_to(
+                req.ctx, req.rid, observed.id, Scaling(0, req.params.scaling.max_size, 0)
+            )
+        if "launch_template" in paths and req.params.launch_template is not None:
+            template = req.ctx.get(req.params.launch_template)
             version["launchTemplate"] = {"id": template.id, "version": str(template.version)}
         if "version" in paths:
-            version["version"] = params.version
+            version["version"] = req.params.version
         if version:
-            ctx.emit(rid, "updating", "rolling update: " + ", ".join(sorted(version)))
+            req.ctx.emit(req.rid, "updating", "rolling update: " + ", ".join(sorted(version)))
             started = eks.update_nodegroup_version(
-                clusterName=ctx.cluster, nodegroupName=observed.id, **version
+                clusterName=req.ctx.cluster, nodegroupName=observed.id, **version
             )
-            self._active(ctx, rid, observed.id, self.update_seconds)
-            self._succeeded(ctx, observed.id, str(started["update"]["id"]))
+            self._active(req.ctx, req.rid, observed.id, self.update_seconds)
+            self._succeeded(req.ctx, observed.id, str(started["update"]["id"]))
         if stopped:
-            self._scale_to(ctx, rid, observed.id, params.scaling)
+            self._scale_to(req.ctx, req.rid, observed.id, req.params.scaling)
         if "tags" in paths:
-            arn = eks.describe_nodegroup(clusterName=ctx.cluster, nodegroupName=observed.id)[
+            arn = eks.describe_nodegroup(clusterName=req.ctx.cluster, nodegroupName=observed.id)[
                 "nodegroup"
             ]["nodegroupArn"]
-            eks_retag(ctx, arn, changes)
+            eks_retag(req.ctx, arn, changes)
         if "asg_tags" in paths:
             live = observed.live.asg_tags
             held = live if isinstance(live, frozenset) else frozenset()
-            asg_tags.retag(ctx, rid, observed.id, params.asg_tags, held)
+            asg_tags.retag(req.ctx, req.rid, observed.id, req.params.asg_tags, held)
         return observed.outputs
 
     def _scale_in(

@@ -28,6 +28,7 @@ from provisioner.resources.base import (
     Observed,
     Owned,
     Policy,
+    Request,
     policies,
 )
 from provisioner.resources.compute import SgOut
@@ -257,9 +258,9 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
             item.get("LustreConfiguration", {}).get("MountName", ""),
         )
 
-    def read(self, ctx: Context, rid: str, params: FsxParams) -> Observed[FsxOut, FsxLive] | None:
-        for item in self._items(ctx):
-            if fsx_tags(item).get(RESOURCE_TAG) == rid:
+    def read(self, req: Request[FsxParams]) -> Observed[FsxOut, FsxLive] | None:
+        for item in self._items(req.ctx):
+            if fsx_tags(item).get(RESOURCE_TAG) == req.rid:
                 return self._observed(item)
         return None
 
@@ -286,42 +287,40 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         pending = None if item.get("Lifecycle") == "AVAILABLE" else str(item.get("Lifecycle"))
         return Observed(self.out_of(item), live, item["FileSystemId"], pending)
 
-    def desired(
-        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
-    ) -> FsxLive:
-        linked = params.import_path is not None and params.deployment_type != "PERSISTENT_2"
+    def desired(self, req: Request[FsxParams], observed: Observed[FsxOut, FsxLive]) -> FsxLive:
+        linked = req.params.import_path is not None and req.params.deployment_type != "PERSISTENT_2"
         # Without an ExportPath, FSx picks s3://IMPORT-BUCKET/FSxLustre<creation time>: what
         # it picked is what was asked for.
-        export = params.export_path or observed.live.export_path
+        export = req.params.export_path or observed.live.export_path
         return FsxLive(
-            ctx.resolve(params.subnet),
-            params.deployment_type,
-            params.capacity_gib,
-            params.throughput_per_tib,
-            params.import_path if linked else None,
+            req.ctx.resolve(req.params.subnet),
+            req.params.deployment_type,
+            req.params.capacity_gib,
+            req.params.throughput_per_tib,
+            req.params.import_path if linked else None,
             export if linked else None,
             "NEW_CHANGED_DELETED" if linked else None,
             "LZ4",
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     def diff(
-        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
+        self, req: Request[FsxParams], observed: Observed[FsxOut, FsxLive]
     ) -> list[FieldChange]:
         out = []
-        for change in super().diff(ctx, rid, params, observed):
+        for change in super().diff(req, observed):
             if change.path == "capacity_gib" and (
-                change.after < change.before or params.deployment_type == "SCRATCH_1"
+                change.after < change.before or req.params.deployment_type == "SCRATCH_1"
             ):
                 why = (
                     "SCRATCH_1 file systems cannot grow"
-                    if params.deployment_type == "SCRATCH_1"
+                    if req.params.deployment_type == "SCRATCH_1"
                     else "FSx for Lustre storage only grows; it cannot shrink"
                 )
                 change = FieldChange(change.path, change.before, change.after, How.IMMUTABLE, why)
             elif change.path == "capacity_gib" and observed.live.grown_at is not None:
                 change = _not_before(change, observed.live.grown_at + GROW_INTERVAL_S)
-            elif change.path == "throughput_per_tib" and not params.deployment_type.startswith(
+            elif change.path == "throughput_per_tib" and not req.params.deployment_type.startswith(
                 "PERSISTENT"
             ):
                 change = FieldChange(
@@ -334,30 +333,30 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
             out.append(change)
         return out
 
-    def create(self, ctx: Context, rid: str, params: FsxParams) -> FsxOut:
+    def create(self, req: Request[FsxParams]) -> FsxOut:
         lustre: CreateFileSystemLustreConfigurationTypeDef = {
-            "DeploymentType": params.deployment_type,
+            "DeploymentType": req.params.deployment_type,
             "DataCompressionType": "LZ4",
         }
-        if params.throughput_per_tib:
-            lustre["PerUnitStorageThroughput"] = params.throughput_per_tib
-        if params.import_path and params.deployment_type != "PERSISTENT_2":
-            lustre["ImportPath"] = params.import_path
-            if params.export_path:
-                lustre["ExportPath"] = params.export_path
+        if req.params.throughput_per_tib:
+            lustre["PerUnitStorageThroughput"] = req.params.throughput_per_tib
+        if req.params.import_path and req.params.deployment_type != "PERSISTENT_2":
+            lustre["ImportPath"] = req.params.import_path
+            if req.params.export_path:
+                lustre["ExportPath"] = req.params.export_path
             lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
-        item = ctx.aws.client("fsx").create_file_system(
-            ClientRequestToken=ctx.token(rid),
+        item = req.ctx.aws.client("fsx").create_file_system(
+            ClientRequestToken=req.ctx.token(req.rid),
             FileSystemType="LUSTRE",
-            StorageCapacity=params.capacity_gib,
+            StorageCapacity=req.params.capacity_gib,
             StorageType="SSD",
-            SubnetIds=[ctx.get(params.subnet).id],
-            SecurityGroupIds=[ctx.get(params.security_group).id],
+            SubnetIds=[req.ctx.get(req.params.subnet).id],
+            SecurityGroupIds=[req.ctx.get(req.params.security_group).id],
             LustreConfiguration=lustre,
             FileSystemTypeVersion="2.15",
-            Tags=ctx.tag_list(params.tags),
+            Tags=req.ctx.tag_list(req.params.tags),
         )["FileSystem"]
-        return self._available(ctx, rid, item["FileSystemId"], self.create_seconds)
+        return self._available(req.ctx, req.rid, item["FileSystemId"], self.create_seconds)
 
     def _available(self, ctx: Context, rid: str, fs_id: str, expected: float) -> FsxOut:
         fsx = ctx.aws.client("fsx")
@@ -370,16 +369,12 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         )
         return self.out_of(item)
 
-    def wait(
-        self, ctx: Context, rid: str, params: FsxParams, observed: Observed[FsxOut, FsxLive]
-    ) -> FsxOut:
-        return self._available(ctx, rid, observed.id, self.create_seconds)
+    def wait(self, req: Request[FsxParams], observed: Observed[FsxOut, FsxLive]) -> FsxOut:
+        return self._available(req.ctx, req.rid, observed.id, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: FsxParams,
+        req: Request[FsxParams],
         observed: Observed[FsxOut, FsxLive],
         changes: Sequence[FieldChange],
     ) -> FsxOut:
@@ -387,9 +382,9 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         request: dict[str, Any] = {}
         lustre: UpdateFileSystemLustreConfigurationTypeDef = {}
         if "capacity_gib" in paths:
-            request["StorageCapacity"] = params.capacity_gib
-        if "throughput_per_tib" in paths and params.throughput_per_tib is not None:
-            lustre["PerUnitStorageThroughput"] = params.throughput_per_tib
+            request["StorageCapacity"] = req.params.capacity_gib
+        if "throughput_per_tib" in paths and req.params.throughput_per_tib is not None:
+            lustre["PerUnitStorageThroughput"] = req.params.throughput_per_tib
         if "auto_import" in paths:
             lustre["AutoImportPolicy"] = "NEW_CHANGED_DELETED"
         if "compression" in paths:
@@ -397,15 +392,17 @@ class FileSystem(Kind[FsxParams, FsxOut, FsxLive]):
         if lustre:
             request["LustreConfiguration"] = lustre
         if request:
-            ctx.aws.client("fsx").update_file_system(
+            req.ctx.aws.client("fsx").update_file_system(
                 FileSystemId=observed.id,
-                ClientRequestToken=ctx.token(f"{rid}/update/{sorted(request.items())!r}")[:63],
+                ClientRequestToken=req.ctx.token(f"{req.rid}/update/{sorted(request.items())!r}")[
+                    :63
+                ],
                 **request,
             )
-        arn = self._arn(ctx, observed.id)
-        fsx_retag(ctx, arn, changes)
+        arn = self._arn(req.ctx, observed.id)
+        fsx_retag(req.ctx, arn, changes)
         if request:
-            return self._available(ctx, rid, observed.id, self.update_seconds)
+            return self._available(req.ctx, req.rid, observed.id, self.update_seconds)
         return observed.outputs
 
     def _arn(self, ctx: Context, fs_id: str) -> str:
@@ -467,10 +464,10 @@ class ExistingFileSystem(DataSource[ExistingFsxParams, FsxOut]):
 
     name, params, outputs = "existing-fsx", ExistingFsxParams, FsxOut
 
-    def look_up(self, ctx: Context, params: ExistingFsxParams) -> tuple[FsxOut, str] | None:
+    def look_up(self, req: Request[ExistingFsxParams]) -> tuple[FsxOut, str] | None:
         try:
-            items = ctx.aws.client("fsx").describe_file_systems(
-                FileSystemIds=[params.file_system_id]
+            items = req.ctx.aws.client("fsx").describe_file_systems(
+                FileSystemIds=[req.params.file_system_id]
             )["FileSystems"]
         except Exception as exc:
             if is_gone(exc):
@@ -478,11 +475,11 @@ class ExistingFileSystem(DataSource[ExistingFsxParams, FsxOut]):
             raise
         if not items:
             return None
-        return FileSystem.out_of(items[0]), params.file_system_id
+        return FileSystem.out_of(items[0]), req.params.file_system_id
 
-    def missing(self, rid: str, params: ExistingFsxParams) -> Exception:
+    def missing(self, req: Request[ExistingFsxParams]) -> Exception:
         return ResourceError(
-            f"file system {params.file_system_id} (storage.fsxLustre.fileSystemId) does not "
+            f"file system {req.params.file_system_id} (storage.fsxLustre.fileSystemId) does not "
             "exist in this region",
             hint="check the id and the region, or leave fileSystemId out for a new one",
         )

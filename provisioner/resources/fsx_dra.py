@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.fsx import (
     EVENTS,
@@ -87,9 +96,9 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
 
         return ctx.cached("fsx:associations", load)
 
-    def read(self, ctx: Context, rid: str, params: DraParams) -> Observed[DraOut, DraLive] | None:
-        for item in self._items(ctx):
-            if fsx_tags(item).get(RESOURCE_TAG) == rid:
+    def read(self, req: Request[DraParams]) -> Observed[DraOut, DraLive] | None:
+        for item in self._items(req.ctx):
+            if fsx_tags(item).get(RESOURCE_TAG) == req.rid:
                 s3 = item.get("S3", {})
                 live = DraLive(
                     item["FileSystemId"],
@@ -104,16 +113,14 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
                 return Observed(DraOut(aid), live, aid, pending)
         return None
 
-    def desired(
-        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
-    ) -> DraLive:
+    def desired(self, req: Request[DraParams], observed: Observed[DraOut, DraLive]) -> DraLive:
         return DraLive(
-            ctx.resolve(params.fsx),
-            params.file_system_path,
-            params.s3_path,
-            EVENTS if params.auto_import else (),
-            EVENTS if params.auto_export else (),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.ctx.resolve(req.params.fsx),
+            req.params.file_system_path,
+            req.params.s3_path,
+            EVENTS if req.params.auto_import else (),
+            EVENTS if req.params.auto_export else (),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     def _s3(self, params: DraParams) -> S3DataRepositoryConfigurationTypeDef:
@@ -124,17 +131,17 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
             s3["AutoExportPolicy"] = {"Events": list(EVENTS)}
         return s3
 
-    def create(self, ctx: Context, rid: str, params: DraParams) -> DraOut:
-        item = ctx.aws.client("fsx").create_data_repository_association(
-            FileSystemId=ctx.get(params.fsx).id,
-            FileSystemPath=params.file_system_path,
-            DataRepositoryPath=params.s3_path,
-            BatchImportMetaDataOnCreate=params.auto_import,
-            S3=self._s3(params),
-            ClientRequestToken=ctx.token(rid),
-            Tags=ctx.tag_list(params.tags),
+    def create(self, req: Request[DraParams]) -> DraOut:
+        item = req.ctx.aws.client("fsx").create_data_repository_association(
+            FileSystemId=req.ctx.get(req.params.fsx).id,
+            FileSystemPath=req.params.file_system_path,
+            DataRepositoryPath=req.params.s3_path,
+            BatchImportMetaDataOnCreate=req.params.auto_import,
+            S3=self._s3(req.params),
+            ClientRequestToken=req.ctx.token(req.rid),
+            Tags=req.ctx.tag_list(req.params.tags),
         )["Association"]
-        return self._available(ctx, rid, item["AssociationId"], self.create_seconds)
+        return self._available(req.ctx, req.rid, item["AssociationId"], self.create_seconds)
 
     def _available(self, ctx: Context, rid: str, aid: str, expected: float) -> DraOut:
         fsx = ctx.aws.client("fsx")
@@ -149,28 +156,26 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
         )
         return DraOut(aid)
 
-    def wait(
-        self, ctx: Context, rid: str, params: DraParams, observed: Observed[DraOut, DraLive]
-    ) -> DraOut:
-        return self._available(ctx, rid, observed.id, self.create_seconds)
+    def wait(self, req: Request[DraParams], observed: Observed[DraOut, DraLive]) -> DraOut:
+        return self._available(req.ctx, req.rid, observed.id, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: DraParams,
+        req: Request[DraParams],
         observed: Observed[DraOut, DraLive],
         changes: Sequence[FieldChange],
     ) -> DraOut:
-        fsx = ctx.aws.client("fsx")
+        fsx = req.ctx.aws.client("fsx")
         if any(c.path.endswith("_events") for c in changes):
-            fsx.update_data_repository_association(AssociationId=observed.id, S3=self._s3(params))
+            fsx.update_data_repository_association(
+                AssociationId=observed.id, S3=self._s3(req.params)
+            )
         item = fsx.describe_data_repository_associations(AssociationIds=[observed.id])[
             "Associations"
         ][0]
-        fsx_retag(ctx, item["ResourceARN"], changes)
+        fsx_retag(req.ctx, item["ResourceARN"], changes)
         if any(c.path.endswith("_events") for c in changes):
-            return self._available(ctx, rid, observed.id, self.update_seconds)
+            return self._available(req.ctx, req.rid, observed.id, self.update_seconds)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

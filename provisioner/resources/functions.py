@@ -32,7 +32,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
 from provisioner.resources.iam import RoleOut
@@ -140,17 +149,15 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                     out.add(str(item["TopicArn"]))
         return frozenset(out)
 
-    def read(
-        self, ctx: Context, rid: str, params: FunctionParams
-    ) -> Observed[FunctionOut, FunctionLive] | None:
-        found = self._get(ctx, params.function_name)
+    def read(self, req: Request[FunctionParams]) -> Observed[FunctionOut, FunctionLive] | None:
+        found = self._get(req.ctx, req.params.function_name)
         if found is None:
             return None
         tags = Tags.of(found.get("Tags") or {})
-        if not ctx.ours(tags.as_dict()):
+        if not req.ctx.ours(tags.as_dict()):
             raise Foreign(
-                f"Lambda function {params.function_name} exists and is not fmctl cluster "
-                f"{ctx.cluster}'s",
+                f"Lambda function {req.params.function_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s",
                 hint="delete it (aws lambda delete-function) or pick another cluster name",
             )
         config = found["Configuration"]
@@ -159,12 +166,14 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
             str(config.get("CodeSha256", "")),
             str(config.get("Role", "")),
             str(config.get("Runtime", "")),
-            self._subscribed(ctx, arn),
+            self._subscribed(req.ctx, arn),
             tags,
         )
         state = str(config.get("State", "Active"))
         pending = None if state == "Active" else state
-        return Observed(FunctionOut(params.function_name, arn), live, params.function_name, pending)
+        return Observed(
+            FunctionOut(req.params.function_name, arn), live, req.params.function_name, pending
+        )
 
     def _calls(self, ctx: Context, params: FunctionParams) -> list[dict[str, Any]] | None:
         """The calls with the ids they name filled in; None while one is not known."""
@@ -177,20 +186,19 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         return out
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: FunctionParams,
-        observed: Observed[FunctionOut, FunctionLive],
+        self, req: Request[FunctionParams], observed: Observed[FunctionOut, FunctionLive]
     ) -> FunctionLive:
-        calls = self._calls(ctx, params)
-        role, topic = ctx.resolve(params.role, "arn"), ctx.resolve(params.topic, "arn")
+        calls = self._calls(req.ctx, req.params)
+        role, topic = (
+            req.ctx.resolve(req.params.role, "arn"),
+            req.ctx.resolve(req.params.topic, "arn"),
+        )
         return FunctionLive(
             UNKNOWN if calls is None else code_sha(package(calls)),
             UNKNOWN if role is UNKNOWN else str(role),
             RUNTIME,
             UNKNOWN if topic is UNKNOWN else frozenset({str(topic)}),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     # -- acting -------------------------------------------------------------------------
@@ -209,23 +217,23 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                 ) from exc
         logs.put_retention_policy(logGroupName=name, retentionInDays=LOG_DAYS)
 
-    def create(self, ctx: Context, rid: str, params: FunctionParams) -> FunctionOut:
-        self._log_group(ctx, params)
-        client = ctx.aws.client("lambda")
-        calls = self._calls(ctx, params) or []
+    def create(self, req: Request[FunctionParams]) -> FunctionOut:
+        self._log_group(req.ctx, req.params)
+        client = req.ctx.aws.client("lambda")
+        calls = self._calls(req.ctx, req.params) or []
 
         def make() -> Mapping[str, Any] | None:
             try:
                 made = client.create_function(
-                    FunctionName=params.function_name,
+                    FunctionName=req.params.function_name,
                     Runtime=RUNTIME,
-                    Role=str(ctx.resolve(params.role, "arn")),
+                    Role=str(req.ctx.resolve(req.params.role, "arn")),
                     Handler=HANDLER,
                     Code={"ZipFile": package(calls)},
-                    Description=f"fmctl {ctx.cluster}: the budget is spent; scale to zero",
+                    Description=f"fmctl {req.ctx.cluster}: the budget is spent; scale to zero",
                     Timeout=60,
                     MemorySize=128,
-                    Tags=params.tags.at_creation(),
+                    Tags=req.params.tags.at_creation(),
                 )
             except Exception as exc:
                 code = error_code(exc)
@@ -234,31 +242,27 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                 if code != "ResourceConflictException":
                     raise
                 # Made by a run that lost the answer (ours by tag), or someone else's.
-                found = self._get(ctx, params.function_name)
-                if found is None or not ctx.ours(found.get("Tags") or {}):
+                found = self._get(req.ctx, req.params.function_name)
+                if found is None or not req.ctx.ours(found.get("Tags") or {}):
                     raise Foreign(
-                        f"Lambda function {params.function_name} exists and is not fmctl "
-                        f"cluster {ctx.cluster}'s"
+                        f"Lambda function {req.params.function_name} exists and is not fmctl "
+                        f"cluster {req.ctx.cluster}'s"
                     ) from exc
                 return found["Configuration"]
             return made
 
-        config = ctx.wait_until(
-            f"IAM to let Lambda assume {params.function_name}'s role", make, 2.0, 120.0, rid
+        config = req.ctx.wait_until(
+            f"IAM to let Lambda assume {req.params.function_name}'s role", make, 2.0, 120.0, req.rid
         )
         arn = str(config["FunctionArn"])
-        self._active(ctx, rid, params.function_name)
-        self._subscribe(ctx, params, arn)
-        return FunctionOut(params.function_name, arn)
+        self._active(req.ctx, req.rid, req.params.function_name)
+        self._subscribe(req.ctx, req.params, arn)
+        return FunctionOut(req.params.function_name, arn)
 
     def wait(
-        self,
-        ctx: Context,
-        rid: str,
-        params: FunctionParams,
-        observed: Observed[FunctionOut, FunctionLive],
+        self, req: Request[FunctionParams], observed: Observed[FunctionOut, FunctionLive]
     ) -> FunctionOut:
-        self._active(ctx, rid, params.function_name)
+        self._active(req.ctx, req.rid, req.params.function_name)
         return observed.outputs
 
     def _active(self, ctx: Context, rid: str, name: str) -> None:
@@ -294,29 +298,28 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: FunctionParams,
+        req: Request[FunctionParams],
         observed: Observed[FunctionOut, FunctionLive],
         changes: Sequence[FieldChange],
     ) -> FunctionOut:
-        client = ctx.aws.client("lambda")
+        client = req.ctx.aws.client("lambda")
         paths = {c.path for c in changes}
         if "code" in paths:
             client.update_function_code(
-                FunctionName=params.function_name, ZipFile=package(self._calls(ctx, params) or [])
+                FunctionName=req.params.function_name,
+                ZipFile=package(self._calls(req.ctx, req.params) or []),
             )
-            self._active(ctx, rid, params.function_name)
+            self._active(req.ctx, req.rid, req.params.function_name)
         if paths & {"role", "runtime"}:
             client.update_function_configuration(
-                FunctionName=params.function_name,
-                Role=str(ctx.resolve(params.role, "arn")),
+                FunctionName=req.params.function_name,
+                Role=str(req.ctx.resolve(req.params.role, "arn")),
                 Runtime=RUNTIME,
             )
-            self._active(ctx, rid, params.function_name)
+            self._active(req.ctx, req.rid, req.params.function_name)
         if "topics" in paths:
-            self._unsubscribe(ctx, observed.outputs.arn)
-            self._subscribe(ctx, params, observed.outputs.arn)
+            self._unsubscribe(req.ctx, observed.outputs.arn)
+            self._subscribe(req.ctx, req.params, observed.outputs.arn)
         for change in changes:
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)

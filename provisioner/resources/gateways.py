@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
@@ -85,8 +94,8 @@ class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_internet_gateways", "InternetGateways")
 
-    def read(self, ctx: Context, rid: str, params: IgwParams) -> Observed[IgwOut, IgwLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[IgwParams]) -> Observed[IgwOut, IgwLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         attached = [a["VpcId"] for a in item.get("Attachments", []) if a.get("VpcId")]
@@ -94,27 +103,27 @@ class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
         gid = item["InternetGatewayId"]
         return Observed(IgwOut(gid), live, gid)
 
-    def desired(
-        self, ctx: Context, rid: str, params: IgwParams, observed: Observed[IgwOut, IgwLive]
-    ) -> IgwLive:
-        return IgwLive(ctx.resolve(params.vpc), params.tags.resolve(_born(observed.live.tags)))
+    def desired(self, req: Request[IgwParams], observed: Observed[IgwOut, IgwLive]) -> IgwLive:
+        return IgwLive(
+            req.ctx.resolve(req.params.vpc), req.params.tags.resolve(_born(observed.live.tags))
+        )
 
-    def create(self, ctx: Context, rid: str, params: IgwParams) -> IgwOut:
-        once = ctx.aws.client("ec2", retries=False)
+    def create(self, req: Request[IgwParams]) -> IgwOut:
+        once = req.ctx.aws.client("ec2", retries=False)
 
         def make() -> IgwOut:
             igw = once.create_internet_gateway(
-                TagSpecifications=ctx.tag_spec("internet-gateway", params.tags)
+                TagSpecifications=req.ctx.tag_spec("internet-gateway", req.params.tags)
             )["InternetGateway"]
             return IgwOut(igw["InternetGatewayId"])
 
         def again() -> IgwOut | None:
-            ctx.forget("ec2:describe_internet_gateways")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_internet_gateways")
+            found = self.read(req)
             return found.outputs if found else None
 
-        out = create_or_adopt(ctx, rid, make, again)
-        self._attach(ctx, out.id, ctx.get(params.vpc).id)
+        out = create_or_adopt(req.ctx, req.rid, make, again)
+        self._attach(req.ctx, out.id, req.ctx.get(req.params.vpc).id)
         return out
 
     def _attach(self, ctx: Context, gid: str, vpc_id: str) -> None:
@@ -122,18 +131,16 @@ class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: IgwParams,
+        req: Request[IgwParams],
         observed: Observed[IgwOut, IgwLive],
         changes: Sequence[FieldChange],
     ) -> IgwOut:
         if any(c.path == "vpc" for c in changes):
-            ec2 = ctx.aws.client("ec2")
+            ec2 = req.ctx.aws.client("ec2")
             if observed.live.vpc:
                 ec2.detach_internet_gateway(InternetGatewayId=observed.id, VpcId=observed.live.vpc)
-            self._attach(ctx, observed.id, ctx.get(params.vpc).id)
-        _tagged(ctx, observed.id, changes)
+            self._attach(req.ctx, observed.id, req.ctx.get(req.params.vpc).id)
+        _tagged(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -181,42 +188,38 @@ class ElasticIp(Kind[EipParams, EipOut, EipLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_addresses", "Addresses")
 
-    def read(self, ctx: Context, rid: str, params: EipParams) -> Observed[EipOut, EipLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[EipParams]) -> Observed[EipOut, EipLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         return Observed(EipOut(item["AllocationId"]), EipLive(tags_of(item)), item["AllocationId"])
 
-    def desired(
-        self, ctx: Context, rid: str, params: EipParams, observed: Observed[EipOut, EipLive]
-    ) -> EipLive:
-        return EipLive(params.tags.resolve(_born(observed.live.tags)))
+    def desired(self, req: Request[EipParams], observed: Observed[EipOut, EipLive]) -> EipLive:
+        return EipLive(req.params.tags.resolve(_born(observed.live.tags)))
 
-    def create(self, ctx: Context, rid: str, params: EipParams) -> EipOut:
-        once = ctx.aws.client("ec2", retries=False)
+    def create(self, req: Request[EipParams]) -> EipOut:
+        once = req.ctx.aws.client("ec2", retries=False)
 
         def make() -> EipOut:
             address = once.allocate_address(
-                Domain="vpc", TagSpecifications=ctx.tag_spec("elastic-ip", params.tags)
+                Domain="vpc", TagSpecifications=req.ctx.tag_spec("elastic-ip", req.params.tags)
             )
             return EipOut(address["AllocationId"])
 
         def again() -> EipOut | None:
-            ctx.forget("ec2:describe_addresses")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_addresses")
+            found = self.read(req)
             return found.outputs if found else None
 
-        return create_or_adopt(ctx, rid, make, again)
+        return create_or_adopt(req.ctx, req.rid, make, again)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: EipParams,
+        req: Request[EipParams],
         observed: Observed[EipOut, EipLive],
         changes: Sequence[FieldChange],
     ) -> EipOut:
-        _tagged(ctx, observed.id, changes)
+        _tagged(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -260,8 +263,8 @@ class NatGateway(Kind[NatParams, NatOut, NatLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_nat_gateways", "NatGateways", "State")
 
-    def read(self, ctx: Context, rid: str, params: NatParams) -> Observed[NatOut, NatLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[NatParams]) -> Observed[NatOut, NatLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         addresses = [a.get("AllocationId") for a in item.get("NatGatewayAddresses", [])]
@@ -270,28 +273,24 @@ class NatGateway(Kind[NatParams, NatOut, NatLive]):
         pending = None if item["State"] == "available" else str(item["State"])
         return Observed(NatOut(nid), live, nid, pending)
 
-    def desired(
-        self, ctx: Context, rid: str, params: NatParams, observed: Observed[NatOut, NatLive]
-    ) -> NatLive:
+    def desired(self, req: Request[NatParams], observed: Observed[NatOut, NatLive]) -> NatLive:
         return NatLive(
-            ctx.resolve(params.subnet),
-            ctx.resolve(params.eip),
-            params.tags.resolve(_born(observed.live.tags)),
+            req.ctx.resolve(req.params.subnet),
+            req.ctx.resolve(req.params.eip),
+            req.params.tags.resolve(_born(observed.live.tags)),
         )
 
-    def create(self, ctx: Context, rid: str, params: NatParams) -> NatOut:
-        nat = ctx.aws.client("ec2").create_nat_gateway(
-            SubnetId=ctx.get(params.subnet).id,
-            AllocationId=ctx.get(params.eip).id,
-            ClientToken=ctx.token(rid),
-            TagSpecifications=ctx.tag_spec("natgateway", params.tags),
+    def create(self, req: Request[NatParams]) -> NatOut:
+        nat = req.ctx.aws.client("ec2").create_nat_gateway(
+            SubnetId=req.ctx.get(req.params.subnet).id,
+            AllocationId=req.ctx.get(req.params.eip).id,
+            ClientToken=req.ctx.token(req.rid),
+            TagSpecifications=req.ctx.tag_spec("natgateway", req.params.tags),
         )["NatGateway"]
-        return self._available(ctx, rid, nat["NatGatewayId"])
+        return self._available(req.ctx, req.rid, nat["NatGatewayId"])
 
-    def wait(
-        self, ctx: Context, rid: str, params: NatParams, observed: Observed[NatOut, NatLive]
-    ) -> NatOut:
-        return self._available(ctx, rid, observed.id)
+    def wait(self, req: Request[NatParams], observed: Observed[NatOut, NatLive]) -> NatOut:
+        return self._available(req.ctx, req.rid, observed.id)
 
     def _available(self, ctx: Context, rid: str, nat_id: str) -> NatOut:
         ec2 = ctx.aws.client("ec2")
@@ -311,13 +310,11 @@ class NatGateway(Kind[NatParams, NatOut, NatLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: NatParams,
+        req: Request[NatParams],
         observed: Observed[NatOut, NatLive],
         changes: Sequence[FieldChange],
     ) -> NatOut:
-        _tagged(ctx, observed.id, changes)
+        _tagged(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

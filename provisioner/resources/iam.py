@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from provisioner.drivers.aws import error_code
 from provisioner.render.images import partition
-from provisioner.resources.base import FieldChange, Kind, Observed, Owned
+from provisioner.resources.base import FieldChange, Kind, Observed, Owned, Request
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone, retry_dependency
 from provisioner.resources.errors import Foreign
@@ -155,13 +155,11 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
     name, params, outputs = "iam-role", RoleParams, RoleOut
     create_seconds = delete_seconds = 3.0
 
-    def read(
-        self, ctx: Context, rid: str, params: RoleParams
-    ) -> Observed[RoleOut, RoleLive] | None:
-        iam = ctx.aws.client("iam")
-        name = params.role_name
-        tags = self._tags(ctx, name)
-        if not _claim(tags, f"IAM role {name}", ctx.cluster):
+    def read(self, req: Request[RoleParams]) -> Observed[RoleOut, RoleLive] | None:
+        iam = req.ctx.aws.client("iam")
+        name = req.params.role_name
+        tags = self._tags(req.ctx, name)
+        if not _claim(tags, f"IAM role {name}", req.ctx.cluster):
             return None
         assert tags is not None
         role = iam.get_role(RoleName=name)["Role"]
@@ -170,12 +168,12 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
             for p in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]
         )
         inline = None
-        if params.inline_name in iam.list_role_policies(RoleName=name)["PolicyNames"]:
-            doc = iam.get_role_policy(RoleName=name, PolicyName=params.inline_name)
+        if req.params.inline_name in iam.list_role_policies(RoleName=name)["PolicyNames"]:
+            doc = iam.get_role_policy(RoleName=name, PolicyName=req.params.inline_name)
             inline = canonical(doc["PolicyDocument"])
         profile = False
-        if params.instance_profile:
-            profile = name in self._profile_roles(ctx, name)
+        if req.params.instance_profile:
+            profile = name in self._profile_roles(req.ctx, name)
         live = RoleLive(
             canonical(role["AssumeRolePolicyDocument"]), attached, inline, profile, tags
         )
@@ -190,36 +188,34 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
             raise
         return [r["RoleName"] for r in profile["InstanceProfile"]["Roles"]]
 
-    def desired(
-        self, ctx: Context, rid: str, params: RoleParams, observed: Observed[RoleOut, RoleLive]
-    ) -> RoleLive:
+    def desired(self, req: Request[RoleParams], observed: Observed[RoleOut, RoleLive]) -> RoleLive:
         return RoleLive(
-            trust_of(ctx, params),
-            frozenset(params.managed),
-            params.inline,
-            params.instance_profile,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            trust_of(req.ctx, req.params),
+            frozenset(req.params.managed),
+            req.params.inline,
+            req.params.instance_profile,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: RoleParams) -> RoleOut:
-        iam = ctx.aws.client("iam")
-        name = params.role_name
+    def create(self, req: Request[RoleParams]) -> RoleOut:
+        iam = req.ctx.aws.client("iam")
+        name = req.params.role_name
         try:
             iam.create_role(
                 RoleName=name,
-                AssumeRolePolicyDocument=trust_of(ctx, params),
-                Description=params.description,
-                Tags=ctx.tag_list(params.tags),
+                AssumeRolePolicyDocument=trust_of(req.ctx, req.params),
+                Description=req.params.description,
+                Tags=req.ctx.tag_list(req.params.tags),
                 MaxSessionDuration=3600,
-                Path=params.path,
+                Path=req.params.path,
             )
         except Exception as exc:
             if error_code(exc) != "EntityAlreadyExists":
                 raise
             # Lost tags (or none) are not ours either.
             tags = _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"])
-            _claim(tags or Tags(), f"IAM role {name}", ctx.cluster)
-        self._converge(ctx, params, frozenset(), None, False)
+            _claim(tags or Tags(), f"IAM role {name}", req.ctx.cluster)
+        self._converge(req.ctx, req.params, frozenset(), None, False)
         return RoleOut(name, iam.get_role(RoleName=name)["Role"]["Arn"])
 
     def _converge(
@@ -273,25 +269,23 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: RoleParams,
+        req: Request[RoleParams],
         observed: Observed[RoleOut, RoleLive],
         changes: Sequence[FieldChange],
     ) -> RoleOut:
-        iam = ctx.aws.client("iam")
+        iam = req.ctx.aws.client("iam")
         paths = {c.path for c in changes}
         if "trust" in paths:
             iam.update_assume_role_policy(
-                RoleName=params.role_name, PolicyDocument=trust_of(ctx, params)
+                RoleName=req.params.role_name, PolicyDocument=trust_of(req.ctx, req.params)
             )
         if paths & {"managed", "inline", "instance_profile"}:
             live = observed.live
-            self._converge(ctx, params, live.managed, live.inline, live.instance_profile)
+            self._converge(req.ctx, req.params, live.managed, live.inline, live.instance_profile)
         for change in changes:
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)
-                self._retag(ctx, params, add, remove)
+                self._retag(req.ctx, req.params, add, remove)
         return observed.outputs
 
     def _retag(
@@ -427,13 +421,11 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
         account = account_of(ctx)
         return f"arn:{partition(ctx.region)}:iam::{account}:policy{POLICY_PATH}{policy_name}"
 
-    def read(
-        self, ctx: Context, rid: str, params: PolicyParams
-    ) -> Observed[PolicyOut, PolicyLive] | None:
-        iam = ctx.aws.client("iam")
-        arn = self._arn(ctx, params.policy_name)
+    def read(self, req: Request[PolicyParams]) -> Observed[PolicyOut, PolicyLive] | None:
+        iam = req.ctx.aws.client("iam")
+        arn = self._arn(req.ctx, req.params.policy_name)
         tags = _tags_or_none(lambda: iam.list_policy_tags(PolicyArn=arn)["Tags"])
-        if not _claim(tags, f"IAM policy {arn}", ctx.cluster):
+        if not _claim(tags, f"IAM policy {arn}", req.ctx.cluster):
             return None
         assert tags is not None
         default = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
@@ -441,31 +433,29 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
         return Observed(PolicyOut(arn, arn), PolicyLive(canonical(live["Document"]), tags), arn)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PolicyParams,
-        observed: Observed[PolicyOut, PolicyLive],
+        self, req: Request[PolicyParams], observed: Observed[PolicyOut, PolicyLive]
     ) -> PolicyLive:
-        return PolicyLive(params.document, params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
+        return PolicyLive(
+            req.params.document, req.params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+        )
 
-    def create(self, ctx: Context, rid: str, params: PolicyParams) -> PolicyOut:
-        iam = ctx.aws.client("iam")
-        arn = self._arn(ctx, params.policy_name)
+    def create(self, req: Request[PolicyParams]) -> PolicyOut:
+        iam = req.ctx.aws.client("iam")
+        arn = self._arn(req.ctx, req.params.policy_name)
         try:
             iam.create_policy(
-                PolicyName=params.policy_name,
+                PolicyName=req.params.policy_name,
                 Path=POLICY_PATH,
-                PolicyDocument=params.document,
-                Description=params.description,
-                Tags=ctx.tag_list(params.tags),
+                PolicyDocument=req.params.document,
+                Description=req.params.description,
+                Tags=req.ctx.tag_list(req.params.tags),
             )
         except Exception as exc:
             if error_code(exc) != "EntityAlreadyExists":
                 raise
             tags = _tags_or_none(lambda: iam.list_policy_tags(PolicyArn=arn)["Tags"])
-            _claim(tags or Tags(), f"IAM policy {arn}", ctx.cluster)
-            self._new_version(ctx, arn, params.document)
+            _claim(tags or Tags(), f"IAM policy {arn}", req.ctx.cluster)
+            self._new_version(req.ctx, arn, req.params.document)
         return PolicyOut(arn, arn)
 
     def _new_version(self, ctx: Context, arn: str, document: str) -> None:
@@ -485,16 +475,14 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: PolicyParams,
+        req: Request[PolicyParams],
         observed: Observed[PolicyOut, PolicyLive],
         changes: Sequence[FieldChange],
     ) -> PolicyOut:
-        iam = ctx.aws.client("iam")
+        iam = req.ctx.aws.client("iam")
         for change in changes:
             if change.path == "document":
-                self._new_version(ctx, observed.id, params.document)
+                self._new_version(req.ctx, observed.id, req.params.document)
             if change.path == "tags":
                 apply_tag_change(
                     change.after,

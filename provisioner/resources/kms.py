@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.drivers.aws import error_code
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.tags import (
     CREATED_TAG,
@@ -136,11 +145,11 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
 
         return ctx.cached("kms:keys", load)
 
-    def read(self, ctx: Context, rid: str, params: KmsParams) -> Observed[KmsOut, KmsLive] | None:
-        for arn, tags in self._keys(ctx):
-            if tags.get(RESOURCE_TAG) == rid:
+    def read(self, req: Request[KmsParams]) -> Observed[KmsOut, KmsLive] | None:
+        for arn, tags in self._keys(req.ctx):
+            if tags.get(RESOURCE_TAG) == req.rid:
                 key_id = arn.rsplit("/", 1)[-1]
-                kms = ctx.aws.client("kms")
+                kms = req.ctx.aws.client("kms")
                 rotation = kms.get_key_rotation_status(KeyId=key_id)
                 document = kms.get_key_policy(KeyId=key_id, PolicyName="default")["Policy"]
                 live = KmsLive(
@@ -149,62 +158,60 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
                 return Observed(KmsOut(key_id, arn), live, key_id)
         return None
 
-    def desired(
-        self, ctx: Context, rid: str, params: KmsParams, observed: Observed[KmsOut, KmsLive]
-    ) -> KmsLive:
+    def desired(self, req: Request[KmsParams], observed: Observed[KmsOut, KmsLive]) -> KmsLive:
         return KmsLive(
             True,
-            frozenset({params.service} if params.service else ()),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            frozenset({req.params.service} if req.params.service else ()),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: KmsParams) -> KmsOut:
+    def create(self, req: Request[KmsParams]) -> KmsOut:
         from provisioner.resources.ec2 import create_or_adopt
 
-        once = ctx.aws.client("kms", retries=False)
-        document = key_policy(ctx.cached("sts:account", ctx.aws.account_id), params.service)
+        once = req.ctx.aws.client("kms", retries=False)
+        document = key_policy(
+            req.ctx.cached("sts:account", req.ctx.aws.account_id), req.params.service
+        )
 
         def make() -> KmsOut:
             meta = once.create_key(
-                Description=params.description,
+                Description=req.params.description,
                 KeyUsage="ENCRYPT_DECRYPT",
                 KeySpec="SYMMETRIC_DEFAULT",
                 Policy=document,
                 Tags=[
                     {"TagKey": k, "TagValue": v}
-                    for k, v in sorted(params.tags.at_creation().items())
+                    for k, v in sorted(req.params.tags.at_creation().items())
                 ],
             )["KeyMetadata"]
             return KmsOut(meta["KeyId"], meta["Arn"])
 
         def again() -> KmsOut | None:
-            ctx.forget("kms:keys")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("kms:keys")
+            found = self.read(req)
             return found.outputs if found else None
 
         # CreateKey takes no client token: after a lost answer, look before trying again.
-        out = create_or_adopt(ctx, rid, make, again)
-        ctx.aws.client("kms").enable_key_rotation(KeyId=out.id)
+        out = create_or_adopt(req.ctx, req.rid, make, again)
+        req.ctx.aws.client("kms").enable_key_rotation(KeyId=out.id)
         return out
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: KmsParams,
+        req: Request[KmsParams],
         observed: Observed[KmsOut, KmsLive],
         changes: Sequence[FieldChange],
     ) -> KmsOut:
-        kms = ctx.aws.client("kms")
+        kms = req.ctx.aws.client("kms")
         for change in changes:
             if change.path == "rotation":
                 kms.enable_key_rotation(KeyId=observed.id)
             if change.path == "services":
-                account = ctx.cached("sts:account", ctx.aws.account_id)
+                account = req.ctx.cached("sts:account", req.ctx.aws.account_id)
                 kms.put_key_policy(
                     KeyId=observed.id,
                     PolicyName="default",
-                    Policy=key_policy(account, params.service),
+                    Policy=key_policy(account, req.params.service),
                 )
             if change.path == "tags":
                 # KMS names a tag's fields TagKey and TagValue.

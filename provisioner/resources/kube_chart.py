@@ -21,7 +21,16 @@ from provisioner.drivers import yamlio
 from provisioner.drivers.helm import ChartRef, template
 from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksOut, cluster_ours
 from provisioner.resources.eks_access import AccessOut
@@ -136,16 +145,14 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
             doc["metadata"]["annotations"][VERSION_ANNOTATION] = params.chart.version
         return first_then_rest(docs)
 
-    def read(
-        self, ctx: Context, rid: str, params: ChartParams
-    ) -> Observed[ChartOut, ChartLive] | None:
-        if not ctx.known(params.cluster) or not cluster_ours(ctx):
+    def read(self, req: Request[ChartParams]) -> Observed[ChartOut, ChartLive] | None:
+        if not req.ctx.known(req.params.cluster) or not cluster_ours(req.ctx):
             return None
-        rendered = self._objects(ctx, params)
-        cluster = ctx.get(params.cluster)
-        api = connect(ctx, cluster.endpoint, cluster.ca)
+        rendered = self._objects(req.ctx, req.params)
+        cluster = req.ctx.get(req.params.cluster)
+        api = connect(req.ctx, cluster.endpoint, cluster.ca)
         try:
-            live = _live(api, ctx.cluster, params.chart.name, _kinds(rendered))
+            live = _live(api, req.ctx.cluster, req.params.chart.name, _kinds(rendered))
             ready = not _not_ready(api, rendered)
         finally:
             close(api)
@@ -160,23 +167,24 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
         )
         state = ChartLive(",".join(sorted(versions)), applied, ready, content=live)
         # The chart's id is its namespace (what find_owned finds it by).
-        out = ChartOut(f"{params.chart.name} {params.chart.version}")
-        return Observed(out, state, params.chart.namespace)
+        out = ChartOut(f"{req.params.chart.name} {req.params.chart.version}")
+        return Observed(out, state, req.params.chart.namespace)
 
     def desired(
-        self, ctx: Context, rid: str, params: ChartParams, observed: Observed[ChartOut, ChartLive]
+        self, req: Request[ChartParams], observed: Observed[ChartOut, ChartLive]
     ) -> ChartLive:
         objects = frozenset(
-            (key_of(o), o["metadata"]["annotations"][DIGEST]) for o in self._objects(ctx, params)
+            (key_of(o), o["metadata"]["annotations"][DIGEST])
+            for o in self._objects(req.ctx, req.params)
         )
-        return ChartLive(params.chart.version, objects, True)
+        return ChartLive(req.params.chart.version, objects, True)
 
     def diff(
-        self, ctx: Context, rid: str, params: ChartParams, observed: Observed[ChartOut, ChartLive]
+        self, req: Request[ChartParams], observed: Observed[ChartOut, ChartLive]
     ) -> list[FieldChange]:
         """The version, the objects that are missing, differ or are no longer made (one
         line, with counts: a chart has dozens), each hand-edited object, and readiness."""
-        want = self.desired(ctx, rid, params, observed)
+        want = self.desired(req, observed)
         have = observed.live
         out: list[FieldChange] = []
         if want.version != have.version:
@@ -198,7 +206,7 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
                     f"{', '.join(said)}: applied server-side, what is gone deleted",
                 )
             )
-        rendered = {key_of(o): o for o in self._objects(ctx, params)}
+        rendered = {key_of(o): o for o in self._objects(req.ctx, req.params)}
         for key in sorted(set(need) & set(got)):
             if need[key] == got[key] and have.content and key in have.content:
                 out += drifted(key, rendered[key], have.content[key])
@@ -206,14 +214,12 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
             out.append(FieldChange("ready", have.ready, want.ready, *self.rule("ready")))
         return out
 
-    def create(self, ctx: Context, rid: str, params: ChartParams) -> ChartOut:
-        return self._install(ctx, rid, params, frozenset(), frozenset())
+    def create(self, req: Request[ChartParams]) -> ChartOut:
+        return self._install(req.ctx, req.rid, req.params, frozenset(), frozenset())
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: ChartParams,
+        req: Request[ChartParams],
         observed: Observed[ChartOut, ChartLive],
         changes: Sequence[FieldChange],
     ) -> ChartOut:
@@ -227,7 +233,7 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
             if isinstance(observed.live.objects, frozenset)
             else frozenset()
         )
-        return self._install(ctx, rid, params, applied, frozenset(taken))
+        return self._install(req.ctx, req.rid, req.params, applied, frozenset(taken))
 
     def _install(
         self,

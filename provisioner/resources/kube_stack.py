@@ -26,7 +26,16 @@ from provisioner.drivers.aws import AwsError
 from provisioner.drivers.kube import KubeApi, KubeError
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksOut, cluster_ours
@@ -163,22 +172,20 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
     def _objects(self, ctx: Context, params: StackParams) -> list[dict[str, Any]]:
         return manifests(dict(params.files), placeholder_values(ctx, params), ctx.cluster)
 
-    def read(
-        self, ctx: Context, rid: str, params: StackParams
-    ) -> Observed[StackOut, StackLive] | None:
-        if not ctx.known(params.cluster) or not cluster_ours(ctx):
+    def read(self, req: Request[StackParams]) -> Observed[StackOut, StackLive] | None:
+        if not req.ctx.known(req.params.cluster) or not cluster_ours(req.ctx):
             return None
-        cluster = ctx.get(params.cluster)
-        api = connect(ctx, cluster.endpoint, cluster.ca)
+        cluster = req.ctx.get(req.params.cluster)
+        api = connect(req.ctx, cluster.endpoint, cluster.ca)
         try:
-            kinds = sorted({(v, k) for v, k in self._kinds(params)})
+            kinds = sorted({(v, k) for v, k in self._kinds(req.params)})
             applied: dict[str, str] = {}
             content: dict[str, dict[str, Any]] = {}
             external: dict[str, str] = {}
             theirs: dict[str, dict[str, Any]] = {}
             for api_version, kind in kinds:
                 # Not the charts' objects (kube_chart applies and reads those).
-                selector = f"{OWNER_TAG}={ctx.cluster},!{CHART_LABEL}"
+                selector = f"{OWNER_TAG}={req.ctx.cluster},!{CHART_LABEL}"
                 try:
                     found = api.list(api_version, kind, selector=selector)
                 except KubeError as err:
@@ -194,25 +201,28 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                         continue
                     applied[key] = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
                     content[key] = obj
-            nodes = pool_nodes(api, params.pools)
+            nodes = pool_nodes(api, req.params.pools)
         finally:
             close(api)
-        notes = self._out_of_date(ctx, params, theirs, external)
-        if not params.apply:
+        notes = self._out_of_date(req.ctx, req.params, theirs, external)
+        if not req.params.apply:
             # Nothing of fmctl's to apply: what is live is Argo CD's or Flux's; the one thing
             # fmctl keeps is the kubeconfig entry.
             live = StackLive(
-                frozenset(), frozenset(), frozenset(external.items()), self._has_entry(ctx, params)
+                frozenset(),
+                frozenset(),
+                frozenset(external.items()),
+                self._has_entry(req.ctx, req.params),
             )
-            out = StackOut(f"{len(external)} objects", params.kubeconfig)
-            return Observed(out, live, ctx.cluster, notes=notes)
+            out = StackOut(f"{len(external)} objects", req.params.kubeconfig)
+            return Observed(out, live, req.ctx.cluster, notes=notes)
         if not applied and not external:
             return None
         live = StackLive(
             frozenset(applied.items()), nodes, frozenset(external.items()), content=content
         )
-        out = StackOut(f"{len(applied)} objects", params.kubeconfig)
-        return Observed(out, live, ctx.cluster, notes=notes)
+        out = StackOut(f"{len(applied)} objects", req.params.kubeconfig)
+        return Observed(out, live, req.ctx.cluster, notes=notes)
 
     def _out_of_date(
         self,
@@ -261,28 +271,28 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         return kinds
 
     def desired(
-        self, ctx: Context, rid: str, params: StackParams, observed: Observed[StackOut, StackLive]
+        self, req: Request[StackParams], observed: Observed[StackOut, StackLive]
     ) -> StackLive:
-        values = placeholder_values(ctx, params)
+        values = placeholder_values(req.ctx, req.params)
         if any(v == repr(UNKNOWN) for v in values.values()):
             objects: Any = UNKNOWN
         else:
             objects = frozenset(
                 (key_of(o), o["metadata"]["annotations"][DIGEST])
-                for o in self._objects(ctx, params)
+                for o in self._objects(req.ctx, req.params)
             )
-        if any(ctx.resolve(ref) is UNKNOWN for ref in params.nodegroups):
+        if any(req.ctx.resolve(ref) is UNKNOWN for ref in req.params.nodegroups):
             nodes: Any = UNKNOWN  # a node group changes: every node is checked again after
         else:
-            nodes = frozenset((p.pool, p.expected, p.gpus, p.efa) for p in params.pools)
+            nodes = frozenset((p.pool, p.expected, p.gpus, p.efa) for p in req.params.pools)
         return StackLive(objects, nodes)
 
     def diff(
-        self, ctx: Context, rid: str, params: StackParams, observed: Observed[StackOut, StackLive]
+        self, req: Request[StackParams], observed: Observed[StackOut, StackLive]
     ) -> list[FieldChange]:
         """Per object that is missing, differs from what is rendered, or is no longer
         rendered; and the nodes per pool."""
-        if not params.apply:
+        if not req.params.apply:
             if observed.live.kubeconfig:
                 return []
             return [
@@ -290,14 +300,14 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                     "kubeconfig", False, True, How.UPDATE, "the cluster's entry: written again"
                 )
             ]
-        want = self.desired(ctx, rid, params, observed)
+        want = self.desired(req, observed)
         out = []
         if want.objects is UNKNOWN:
             out.append(FieldChange("objects", "applied", UNKNOWN, How.UPDATE, "filled once made"))
         else:
             have, need = dict(observed.live.objects), dict(want.objects)
             theirs = dict(observed.live.external)
-            rendered = {key_of(o): o for o in self._objects(ctx, params)}
+            rendered = {key_of(o): o for o in self._objects(req.ctx, req.params)}
             for key in sorted(set(have) | set(need)):
                 if key in theirs:
                     continue  # Argo CD's or Flux's to apply: reported by `up`, not fought
@@ -328,11 +338,11 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
             )
         return out
 
-    def create(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
-        if not params.apply:
-            return self._handed_over(ctx, rid, params)
-        self._apply(ctx, rid, params, ())
-        return self._settle(ctx, rid, params)
+    def create(self, req: Request[StackParams]) -> StackOut:
+        if not req.params.apply:
+            return self._handed_over(req.ctx, req.rid, req.params)
+        self._apply(req.ctx, req.rid, req.params, ())
+        return self._settle(req.ctx, req.rid, req.params)
 
     def _handed_over(self, ctx: Context, rid: str, params: StackParams) -> StackOut:
         """``inClusterStack: gitops``: the kubeconfig entry only; the files are Argo CD's or
@@ -360,18 +370,16 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: StackParams,
+        req: Request[StackParams],
         observed: Observed[StackOut, StackLive],
         changes: Sequence[FieldChange],
     ) -> StackOut:
-        if not params.apply:
-            return self._handed_over(ctx, rid, params)
+        if not req.params.apply:
+            return self._handed_over(req.ctx, req.rid, req.params)
         if any(c.path.startswith("objects") for c in changes):
             stale: tuple[str, ...] = ()
             if isinstance(observed.live.objects, frozenset):
-                wanted = {key_of(o) for o in self._objects(ctx, params)}
+                wanted = {key_of(o) for o in self._objects(req.ctx, req.params)}
                 stale = tuple(sorted(k for k, _ in observed.live.objects if k not in wanted))
             # The objects the plan showed changed in the cluster: their fields taken back.
             taken = {
@@ -379,9 +387,9 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                 for c in changes
                 if c.reason.startswith(CHANGED_IN_CLUSTER)
             }
-            self._apply(ctx, rid, params, stale, dict(observed.live.external), taken)
+            self._apply(req.ctx, req.rid, req.params, stale, dict(observed.live.external), taken)
         # Only the nodes changed (a pool scaled or rolled): nothing to apply, check them.
-        return self._settle(ctx, rid, params)
+        return self._settle(req.ctx, req.rid, req.params)
 
     def _apply(
         self,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Request
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import by_resource, owned_items, retag, tags_of
@@ -215,13 +215,13 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_launch_templates", "LaunchTemplates")
 
-    def read(self, ctx: Context, rid: str, params: LtParams) -> Observed[LtOut, LtLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[LtParams]) -> Observed[LtOut, LtLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         lt_id = item["LaunchTemplateId"]
         version = int(item["DefaultVersionNumber"])
-        data: dict[str, Any] = dict(template_version(ctx, lt_id, str(version)) or {})
+        data: dict[str, Any] = dict(template_version(req.ctx, lt_id, str(version)) or {})
         if "UserData" in data:
             data["UserData"] = base64.b64decode(data["UserData"]).decode()
         # The template's own tags are not part of its data (EC2 refuses a "launch-template"
@@ -236,18 +236,14 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
         live = LtLive(tuple(flatten(data)), tags_of(item))
         return Observed(LtOut(lt_id, version), live, lt_id)
 
-    def desired(
-        self, ctx: Context, rid: str, params: LtParams, observed: Observed[LtOut, LtLive]
-    ) -> LtLive:
-        data = launch_data(ctx, params.data, encode=False)
-        tags = params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+    def desired(self, req: Request[LtParams], observed: Observed[LtOut, LtLive]) -> LtLive:
+        data = launch_data(req.ctx, req.params.data, encode=False)
+        tags = req.params.tags.resolve(observed.live.tags.get(CREATED_TAG))
         return LtLive(tuple(flatten(data)), tags)
 
-    def diff(
-        self, ctx: Context, rid: str, params: LtParams, observed: Observed[LtOut, LtLive]
-    ) -> list[FieldChange]:
-        want = self.desired(ctx, rid, params, observed)
-        changes = [c for c in super().diff(ctx, rid, params, observed) if c.path == "tags"]
+    def diff(self, req: Request[LtParams], observed: Observed[LtOut, LtLive]) -> list[FieldChange]:
+        want = self.desired(req, observed)
+        changes = [c for c in super().diff(req, observed) if c.path == "tags"]
         have, need = dict(observed.live.data), dict(want.data)
         changed = sorted(
             p for p in set(have) | set(need) if have.get(p) != need.get(p) or need.get(p) is UNKNOWN
@@ -268,23 +264,23 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
             )
         return changes
 
-    def create(self, ctx: Context, rid: str, params: LtParams) -> LtOut:
-        ec2 = ctx.aws.client("ec2")
+    def create(self, req: Request[LtParams]) -> LtOut:
+        ec2 = req.ctx.aws.client("ec2")
         try:
             made = ec2.create_launch_template(
-                LaunchTemplateName=params.template_name,
-                LaunchTemplateData=request_data(ctx, params.data),
-                TagSpecifications=ctx.tag_spec("launch-template", params.tags),
-                ClientToken=ctx.token(rid),
+                LaunchTemplateName=req.params.template_name,
+                LaunchTemplateData=request_data(req.ctx, req.params.data),
+                TagSpecifications=req.ctx.tag_spec("launch-template", req.params.tags),
+                ClientToken=req.ctx.token(req.rid),
             )["LaunchTemplate"]
         except Exception as exc:
             if "AlreadyExists" not in (error_code(exc) or ""):
                 raise
-            ctx.forget("ec2:describe_launch_templates")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_launch_templates")
+            found = self.read(req)
             if found is None:
                 raise Foreign(
-                    f"launch template {params.template_name} exists and is not fmctl's",
+                    f"launch template {req.params.template_name} exists and is not fmctl's",
                     hint="delete it, or pick another cluster name",
                 ) from exc
             return found.outputs
@@ -292,19 +288,17 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: LtParams,
+        req: Request[LtParams],
         observed: Observed[LtOut, LtLive],
         changes: Sequence[FieldChange],
     ) -> LtOut:
-        ec2 = ctx.aws.client("ec2")
+        ec2 = req.ctx.aws.client("ec2")
         out = observed.outputs
         if any(c.path.startswith("data.") for c in changes):
             version = ec2.create_launch_template_version(
                 LaunchTemplateId=observed.id,
-                LaunchTemplateData=request_data(ctx, params.data),
-                ClientToken=ctx.token(f"{rid}/v{observed.outputs.version + 1}"),
+                LaunchTemplateData=request_data(req.ctx, req.params.data),
+                ClientToken=req.ctx.token(f"{req.rid}/v{observed.outputs.version + 1}"),
             )["LaunchTemplateVersion"]
             number = int(version["VersionNumber"])
             ec2.modify_launch_template(LaunchTemplateId=observed.id, DefaultVersion=str(number))
@@ -313,7 +307,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
             if change.path == "tags":
                 from provisioner.resources.tags import tag_updates
 
-                retag(ctx, observed.id, *tag_updates(change.before, change.after))
+                retag(req.ctx, observed.id, *tag_updates(change.before, change.after))
         return out
 
     def outputs_after(

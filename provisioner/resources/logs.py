@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import Aws, error_code
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
 from provisioner.resources.tags import (
@@ -127,49 +136,43 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
 
         return ctx.cached("logs:groups", load)
 
-    def read(
-        self, ctx: Context, rid: str, params: LogGroupParams
-    ) -> Observed[LogGroupOut, LogGroupLive] | None:
-        for group, tags in self._groups(ctx):
-            if group["logGroupName"] == params.group_name and ctx.ours(tags.as_dict()):
+    def read(self, req: Request[LogGroupParams]) -> Observed[LogGroupOut, LogGroupLive] | None:
+        for group, tags in self._groups(req.ctx):
+            if group["logGroupName"] == req.params.group_name and req.ctx.ours(tags.as_dict()):
                 live = LogGroupLive(group.get("retentionInDays"), tags)
-                return Observed(LogGroupOut(params.group_name), live, params.group_name)
+                return Observed(LogGroupOut(req.params.group_name), live, req.params.group_name)
         return None
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: LogGroupParams,
-        observed: Observed[LogGroupOut, LogGroupLive],
+        self, req: Request[LogGroupParams], observed: Observed[LogGroupOut, LogGroupLive]
     ) -> LogGroupLive:
         return LogGroupLive(
-            params.retention_days, params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+            req.params.retention_days, req.params.tags.resolve(observed.live.tags.get(CREATED_TAG))
         )
 
-    def create(self, ctx: Context, rid: str, params: LogGroupParams) -> LogGroupOut:
-        logs = ctx.aws.client("logs")
-        tags = params.tags.at_creation()
+    def create(self, req: Request[LogGroupParams]) -> LogGroupOut:
+        logs = req.ctx.aws.client("logs")
+        tags = req.params.tags.at_creation()
         try:
-            logs.create_log_group(logGroupName=params.group_name, tags=tags)
+            logs.create_log_group(logGroupName=req.params.group_name, tags=tags)
         except Exception as exc:
             if error_code(exc) != "ResourceAlreadyExistsException":
                 raise
             # Ours from a run that lost the answer, or EKS's own (untagged) for this name:
             # adopt either; anyone else's is not fmctl's to take.
-            foreign = foreign_holder(ctx.aws, ctx.cluster)
+            foreign = foreign_holder(req.ctx.aws, req.ctx.cluster)
             if foreign is not None:
                 raise Foreign(
-                    f"log group {params.group_name} exists and is not fmctl cluster "
-                    f"{ctx.cluster}'s: it holds the control-plane logs of {foreign}",
-                    hint=FOREIGN_HINT.format(group=params.group_name),
+                    f"log group {req.params.group_name} exists and is not fmctl cluster "
+                    f"{req.ctx.cluster}'s: it holds the control-plane logs of {foreign}",
+                    hint=FOREIGN_HINT.format(group=req.params.group_name),
                 ) from exc
-            arn = self._arn(ctx, params.group_name)
+            arn = self._arn(req.ctx, req.params.group_name)
             logs.tag_resource(resourceArn=arn, tags=tags)
         logs.put_retention_policy(
-            logGroupName=params.group_name, retentionInDays=params.retention_days
+            logGroupName=req.params.group_name, retentionInDays=req.params.retention_days
         )
-        return LogGroupOut(params.group_name)
+        return LogGroupOut(req.params.group_name)
 
     def _arn(self, ctx: Context, group_name: str) -> str:
         found = _group(ctx.aws.client("logs"), group_name)
@@ -179,21 +182,19 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: LogGroupParams,
+        req: Request[LogGroupParams],
         observed: Observed[LogGroupOut, LogGroupLive],
         changes: Sequence[FieldChange],
     ) -> LogGroupOut:
-        logs = ctx.aws.client("logs")
+        logs = req.ctx.aws.client("logs")
         for change in changes:
             if change.path == "retention_days":
                 logs.put_retention_policy(
-                    logGroupName=observed.id, retentionInDays=params.retention_days
+                    logGroupName=observed.id, retentionInDays=req.params.retention_days
                 )
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)
-                arn = self._arn(ctx, observed.id)
+                arn = self._arn(req.ctx, observed.id)
                 if add:
                     logs.tag_resource(resourceArn=arn, tags=add)
                 if remove:

@@ -17,6 +17,7 @@ from provisioner.resources.base import (
     Observed,
     Owned,
     Policy,
+    Request,
     policies,
 )
 from provisioner.resources.context import Context
@@ -84,11 +85,11 @@ class Vpc(Kind[VpcParams, VpcOut, VpcLive]):
         dns_hostnames=Policy(How.UPDATE, "ModifyVpcAttribute EnableDnsHostnames"),
     )
 
-    def read(self, ctx: Context, rid: str, params: VpcParams) -> Observed[VpcOut, VpcLive] | None:
-        item = by_resource(owned_items(ctx, "describe_vpcs", "Vpcs", "State"), rid)
+    def read(self, req: Request[VpcParams]) -> Observed[VpcOut, VpcLive] | None:
+        item = by_resource(owned_items(req.ctx, "describe_vpcs", "Vpcs", "State"), req.rid)
         if item is None:
             return None
-        ec2 = ctx.aws.client("ec2")
+        ec2 = req.ctx.aws.client("ec2")
         vpc_id = item["VpcId"]
         support = ec2.describe_vpc_attribute(VpcId=vpc_id, Attribute="enableDnsSupport")
         hostnames = ec2.describe_vpc_attribute(VpcId=vpc_id, Attribute="enableDnsHostnames")
@@ -101,29 +102,31 @@ class Vpc(Kind[VpcParams, VpcOut, VpcLive]):
         pending = None if item.get("State") in (None, "available") else str(item["State"])
         return Observed(VpcOut(vpc_id, item["CidrBlock"]), live, vpc_id, pending)
 
-    def desired(
-        self, ctx: Context, rid: str, params: VpcParams, observed: Observed[VpcOut, VpcLive]
-    ) -> VpcLive:
+    def desired(self, req: Request[VpcParams], observed: Observed[VpcOut, VpcLive]) -> VpcLive:
         return VpcLive(
-            params.cidr, True, True, params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+            req.params.cidr,
+            True,
+            True,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: VpcParams) -> VpcOut:
-        once = ctx.aws.client("ec2", retries=False)
+    def create(self, req: Request[VpcParams]) -> VpcOut:
+        once = req.ctx.aws.client("ec2", retries=False)
 
         def make() -> VpcOut:
             vpc = once.create_vpc(
-                CidrBlock=params.cidr, TagSpecifications=ctx.tag_spec("vpc", params.tags)
+                CidrBlock=req.params.cidr,
+                TagSpecifications=req.ctx.tag_spec("vpc", req.params.tags),
             )["Vpc"]
             return VpcOut(vpc["VpcId"], vpc["CidrBlock"])
 
         def again() -> VpcOut | None:
-            ctx.forget("ec2:describe_vpcs")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_vpcs")
+            found = self.read(req)
             return found.outputs if found else None
 
-        out = create_or_adopt(ctx, rid, make, again)
-        self._dns(ctx, out.id)
+        out = create_or_adopt(req.ctx, req.rid, make, again)
+        self._dns(req.ctx, out.id)
         return out
 
     def _dns(self, ctx: Context, vpc_id: str) -> None:
@@ -134,15 +137,13 @@ class Vpc(Kind[VpcParams, VpcOut, VpcLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: VpcParams,
+        req: Request[VpcParams],
         observed: Observed[VpcOut, VpcLive],
         changes: Sequence[FieldChange],
     ) -> VpcOut:
         if any(c.path.startswith("dns_") for c in changes):
-            self._dns(ctx, observed.id)
-        _apply_tags(ctx, observed.id, changes)
+            self._dns(req.ctx, observed.id)
+        _apply_tags(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -222,20 +223,20 @@ class ExistingVpc(DataSource[ExistingVpcParams, VpcOut]):
 
     name, params, outputs = "existing-vpc", ExistingVpcParams, VpcOut
 
-    def look_up(self, ctx: Context, params: ExistingVpcParams) -> tuple[VpcOut, str] | None:
+    def look_up(self, req: Request[ExistingVpcParams]) -> tuple[VpcOut, str] | None:
         try:
-            vpcs = ctx.aws.client("ec2").describe_vpcs(VpcIds=[params.vpc_id])["Vpcs"]
+            vpcs = req.ctx.aws.client("ec2").describe_vpcs(VpcIds=[req.params.vpc_id])["Vpcs"]
         except Exception as exc:
             if is_gone(exc):
                 return None
             raise
         if not vpcs:
             return None
-        return VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), params.vpc_id
+        return VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), req.params.vpc_id
 
-    def missing(self, rid: str, params: ExistingVpcParams) -> Exception:
+    def missing(self, req: Request[ExistingVpcParams]) -> Exception:
         return ResourceError(
-            f"VPC {params.vpc_id} (network.vpcId) does not exist in this region",
+            f"VPC {req.params.vpc_id} (network.vpcId) does not exist in this region",
             hint="check the id and the region, or leave vpcId out for a new VPC",
         )
 
@@ -285,10 +286,8 @@ class Subnet(Kind[SubnetParams, SubnetOut, SubnetLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_subnets", "Subnets", "State")
 
-    def read(
-        self, ctx: Context, rid: str, params: SubnetParams
-    ) -> Observed[SubnetOut, SubnetLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[SubnetParams]) -> Observed[SubnetOut, SubnetLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         live = SubnetLive(
@@ -302,44 +301,40 @@ class Subnet(Kind[SubnetParams, SubnetOut, SubnetLive]):
         return Observed(out, live, item["SubnetId"])
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: SubnetParams,
-        observed: Observed[SubnetOut, SubnetLive],
+        self, req: Request[SubnetParams], observed: Observed[SubnetOut, SubnetLive]
     ) -> SubnetLive:
-        az: Any = params.az
+        az: Any = req.params.az
         if az is None:  # any zone but the nodes' (EKS control planes need two)
-            az = observed.live.az if observed.live.az != params.avoid_az else UNKNOWN
+            az = observed.live.az if observed.live.az != req.params.avoid_az else UNKNOWN
         return SubnetLive(
-            ctx.resolve(params.vpc),
-            params.cidr,
+            req.ctx.resolve(req.params.vpc),
+            req.params.cidr,
             az,
-            params.public,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.public,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: SubnetParams) -> SubnetOut:
-        az = params.az or _other_az(ctx, params.avoid_az or "")
-        once = ctx.aws.client("ec2", retries=False)
+    def create(self, req: Request[SubnetParams]) -> SubnetOut:
+        az = req.params.az or _other_az(req.ctx, req.params.avoid_az or "")
+        once = req.ctx.aws.client("ec2", retries=False)
 
         def make() -> SubnetOut:
             subnet = once.create_subnet(
-                VpcId=ctx.get(params.vpc).id,
-                CidrBlock=params.cidr,
+                VpcId=req.ctx.get(req.params.vpc).id,
+                CidrBlock=req.params.cidr,
                 AvailabilityZone=az,
-                TagSpecifications=ctx.tag_spec("subnet", params.tags),
+                TagSpecifications=req.ctx.tag_spec("subnet", req.params.tags),
             )["Subnet"]
             return SubnetOut(subnet["SubnetId"], az)
 
         def again() -> SubnetOut | None:
-            ctx.forget("ec2:describe_subnets")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_subnets")
+            found = self.read(req)
             return found.outputs if found else None
 
-        out = create_or_adopt(ctx, rid, make, again)
-        if params.public:
-            self._public(ctx, out.id)
+        out = create_or_adopt(req.ctx, req.rid, make, again)
+        if req.params.public:
+            self._public(req.ctx, out.id)
         return out
 
     def _public(self, ctx: Context, subnet_id: str) -> None:
@@ -349,17 +344,15 @@ class Subnet(Kind[SubnetParams, SubnetOut, SubnetLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: SubnetParams,
+        req: Request[SubnetParams],
         observed: Observed[SubnetOut, SubnetLive],
         changes: Sequence[FieldChange],
     ) -> SubnetOut:
         if any(c.path == "public" for c in changes):
-            ctx.aws.client("ec2").modify_subnet_attribute(
-                SubnetId=observed.id, MapPublicIpOnLaunch={"Value": params.public}
+            req.ctx.aws.client("ec2").modify_subnet_attribute(
+                SubnetId=observed.id, MapPublicIpOnLaunch={"Value": req.params.public}
             )
-        _apply_tags(ctx, observed.id, changes)
+        _apply_tags(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -398,9 +391,9 @@ class ExistingSubnet(DataSource[ExistingSubnetParams, SubnetOut]):
 
     name, params, outputs = "existing-subnet", ExistingSubnetParams, SubnetOut
 
-    def look_up(self, ctx: Context, params: ExistingSubnetParams) -> tuple[SubnetOut, str] | None:
+    def look_up(self, req: Request[ExistingSubnetParams]) -> tuple[SubnetOut, str] | None:
         try:
-            subnets = ctx.aws.client("ec2").describe_subnets(SubnetIds=[params.subnet_id])[
+            subnets = req.ctx.aws.client("ec2").describe_subnets(SubnetIds=[req.params.subnet_id])[
                 "Subnets"
             ]
         except Exception as exc:
@@ -409,10 +402,12 @@ class ExistingSubnet(DataSource[ExistingSubnetParams, SubnetOut]):
             raise
         if not subnets:
             return None
-        return SubnetOut(subnets[0]["SubnetId"], subnets[0]["AvailabilityZone"]), params.subnet_id
+        return SubnetOut(
+            subnets[0]["SubnetId"], subnets[0]["AvailabilityZone"]
+        ), req.params.subnet_id
 
-    def missing(self, rid: str, params: ExistingSubnetParams) -> Exception:
+    def missing(self, req: Request[ExistingSubnetParams]) -> Exception:
         return ResourceError(
-            f"subnet {params.subnet_id} ({rid}) does not exist in this region",
+            f"subnet {req.params.subnet_id} ({req.rid}) does not exist in this region",
             hint="check network.subnetId (and the other subnet ids) and the region",
         )

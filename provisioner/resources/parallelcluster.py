@@ -19,7 +19,7 @@ from typing import Any
 from provisioner.drivers.pcluster import PclusterError, failure_text
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned
+from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Request
 from provisioner.resources.context import Context
 from provisioner.resources.fsx import FsxOut
 from provisioner.resources.fsx_dra import DraOut
@@ -78,42 +78,33 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
     name, params, outputs = "parallelcluster", PclusterParams, PclusterOut
     create_seconds, update_seconds, delete_seconds = 1200.0, 900.0, 600.0
 
-    def read(
-        self, ctx: Context, rid: str, params: PclusterParams
-    ) -> Observed[PclusterOut, PclusterLive] | None:
-        found = described(ctx)
+    def read(self, req: Request[PclusterParams]) -> Observed[PclusterOut, PclusterLive] | None:
+        found = described(req.ctx)
         if found is None:
             return None
         status = str(found["clusterStatus"])
         if status == "CREATE_FAILED":
             raise PclusterError(
-                failure_text(ctx.cluster, found) + f"; `fmctl down {ctx.cluster}` removes it"
+                failure_text(req.ctx.cluster, found)
+                + f"; `fmctl down {req.ctx.cluster}` removes it"
             )
         if status == "UPDATE_FAILED":  # rolled back: it runs on its previous config
-            ctx.emit(rid, "exists", "the last update failed and was rolled back")
+            req.ctx.emit(req.rid, "exists", "the last update failed and was rolled back")
         settled = status.endswith(("_COMPLETE", "_FAILED"))
-        out = _outputs(ctx, found)
-        return Observed(out, PclusterLive("deployed"), ctx.cluster, None if settled else status)
+        out = _outputs(req.ctx, found)
+        return Observed(out, PclusterLive("deployed"), req.ctx.cluster, None if settled else status)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PclusterParams,
-        observed: Observed[PclusterOut, PclusterLive],
+        self, req: Request[PclusterParams], observed: Observed[PclusterOut, PclusterLive]
     ) -> PclusterLive:
         return PclusterLive("deployed")
 
     def diff(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PclusterParams,
-        observed: Observed[PclusterOut, PclusterLive],
+        self, req: Request[PclusterParams], observed: Observed[PclusterOut, PclusterLive]
     ) -> list[FieldChange]:
         """ParallelCluster's own answer: each changed setting, and whether its update policy
         allows the change now (`update-cluster --dryrun true`; nothing is written)."""
-        values = config_values(ctx, params.refs, params.fsx)
+        values = config_values(req.ctx, req.params.refs, req.params.fsx)
         if any(v is UNKNOWN for v in values.values()):
             return [
                 FieldChange(
@@ -124,8 +115,8 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
                     "resources it refers to change first; ParallelCluster judges the update then",
                 )
             ]
-        config = write_config(params.config_path, fill(params.config, values))
-        plan = pcluster(ctx).update_dryrun(ctx.cluster, config)
+        config = write_config(req.params.config_path, fill(req.params.config, values))
+        plan = pcluster(req.ctx).update_dryrun(req.ctx.cluster, config)
         refused = {m.type: m.message for m in plan.messages if m.level == "ERROR"}
         out = []
         for change in plan.changes:
@@ -134,8 +125,8 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
             if reason and plan.needs_fleet_stop:
                 reason += (
                     "; fmctl never stops the compute fleet itself (that ends running jobs): "
-                    f"`pcluster update-compute-fleet --cluster-name {ctx.cluster} --status "
-                    f"STOP_REQUESTED --region {ctx.region}`, then `fmctl up` again (and "
+                    f"`pcluster update-compute-fleet --cluster-name {req.ctx.cluster} --status "
+                    f"STOP_REQUESTED --region {req.ctx.region}`, then `fmctl up` again (and "
                     "START_REQUESTED after)"
                 )
             out.append(
@@ -152,39 +143,35 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
             out.append(FieldChange("config", "deployed", "?", How.IMMUTABLE, str(detail)))
         return out
 
-    def create(self, ctx: Context, rid: str, params: PclusterParams) -> PclusterOut:
+    def create(self, req: Request[PclusterParams]) -> PclusterOut:
         config = write_config(
-            params.config_path, fill(params.config, config_values(ctx, params.refs, params.fsx))
+            req.params.config_path,
+            fill(req.params.config, config_values(req.ctx, req.params.refs, req.params.fsx)),
         )
         # Again on the final config: now with the file system's id and its interfaces.
-        validate_config(ctx, config)
-        if params.validate_only:
-            return PclusterOut(ctx.cluster, VALIDATED, config=str(config))
-        pcluster(ctx).create(ctx.cluster, config)
-        return self._settled(ctx, rid, ("_FAILED",), self.create_seconds)
+        validate_config(req.ctx, config)
+        if req.params.validate_only:
+            return PclusterOut(req.ctx.cluster, VALIDATED, config=str(config))
+        pcluster(req.ctx).create(req.ctx.cluster, config)
+        return self._settled(req.ctx, req.rid, ("_FAILED",), self.create_seconds)
 
     def wait(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PclusterParams,
-        observed: Observed[PclusterOut, PclusterLive],
+        self, req: Request[PclusterParams], observed: Observed[PclusterOut, PclusterLive]
     ) -> PclusterOut:
-        return self._settled(ctx, rid, ("CREATE_FAILED",), self.create_seconds)
+        return self._settled(req.ctx, req.rid, ("CREATE_FAILED",), self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: PclusterParams,
+        req: Request[PclusterParams],
         observed: Observed[PclusterOut, PclusterLive],
         changes: Sequence[FieldChange],
     ) -> PclusterOut:
         config = write_config(
-            params.config_path, fill(params.config, config_values(ctx, params.refs, params.fsx))
+            req.params.config_path,
+            fill(req.params.config, config_values(req.ctx, req.params.refs, req.params.fsx)),
         )
-        pc = pcluster(ctx)
-        plan = pc.update_dryrun(ctx.cluster, config)
+        pc = pcluster(req.ctx)
+        plan = pc.update_dryrun(req.ctx.cluster, config)
         if plan.ok and not plan.changes:
             return observed.outputs
         changed = ", ".join(plan.parameters) or "the config"
@@ -193,16 +180,16 @@ class ParallelClusterKind(Kind[PclusterParams, PclusterOut, PclusterLive]):
                 raise PclusterError(
                     f"changing {changed} needs the compute fleet stopped, which ends running "
                     f"jobs, so fmctl does not do it: `pcluster update-compute-fleet "
-                    f"--cluster-name {ctx.cluster} --status STOP_REQUESTED --region "
-                    f"{ctx.region}`, then `fmctl up` again (and START_REQUESTED after)"
+                    f"--cluster-name {req.ctx.cluster} --status STOP_REQUESTED --region "
+                    f"{req.ctx.region}`, then `fmctl up` again (and START_REQUESTED after)"
                 )
             detail = "; ".join(f"{m.type}: {m.message}" for m in plan.messages)
             raise PclusterError(
                 f"ParallelCluster refuses to update {changed}: {detail or plan.error}"
             )
-        ctx.emit(rid, "updating", changed)
-        pc.update(ctx.cluster, config)
-        return self._settled(ctx, rid, ("_FAILED",), self.update_seconds)
+        req.ctx.emit(req.rid, "updating", changed)
+        pc.update(req.ctx.cluster, config)
+        return self._settled(req.ctx, req.rid, ("_FAILED",), self.update_seconds)
 
     def _settled(
         self, ctx: Context, rid: str, failed: tuple[str, ...], expected: float

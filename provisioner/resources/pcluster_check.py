@@ -10,7 +10,7 @@ from typing import Any
 from provisioner.drivers.pcluster import ParallelCluster, PclusterError
 from provisioner.graph.ref import Ref
 from provisioner.render.placeholders import fill
-from provisioner.resources.base import Check
+from provisioner.resources.base import Check, Request
 from provisioner.resources.compute import PlacementGroupOut, SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.iam import PolicyOut
@@ -122,17 +122,17 @@ class ParallelClusterCheck(Check[CheckParams, CheckOut]):
     name, params, outputs = "parallelcluster-check", CheckParams, CheckOut
     create_seconds = 5.0
 
-    def passed(self, ctx: Context, rid: str, params: CheckParams) -> tuple[CheckOut, str] | None:
+    def passed(self, req: Request[CheckParams]) -> tuple[CheckOut, str] | None:
         """Once the cluster exists, ParallelCluster has validated its config already."""
-        if described(ctx) is not None:
-            return CheckOut("cluster exists"), ctx.cluster
+        if described(req.ctx) is not None:
+            return CheckOut("cluster exists"), req.ctx.cluster
         return None
 
-    def run(self, ctx: Context, rid: str, params: CheckParams) -> CheckOut:
-        text = fill(params.config, config_values(ctx, params.refs, None))
-        warnings = validate_config(ctx, write_config(params.config_path, text))
+    def run(self, req: Request[CheckParams]) -> CheckOut:
+        text = fill(req.params.config, config_values(req.ctx, req.params.refs, None))
+        warnings = validate_config(req.ctx, write_config(req.params.config_path, text))
         if warnings:
-            ctx.emit(rid, "note", f"ParallelCluster warns: {warnings}")
+            req.ctx.emit(req.rid, "note", f"ParallelCluster warns: {warnings}")
         return CheckOut("accepted")
 
 

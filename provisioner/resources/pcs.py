@@ -37,6 +37,7 @@ from provisioner.resources.base import (
     Observed,
     Owned,
     Policy,
+    Request,
     policies,
 )
 from provisioner.resources.compute import SgOut
@@ -140,17 +141,13 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
     )
 
     def diff(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PcsClusterParams,
-        observed: Observed[PcsClusterOut, PcsClusterLive],
+        self, req: Request[PcsClusterParams], observed: Observed[PcsClusterOut, PcsClusterLive]
     ) -> list[FieldChange]:
         """A newer Slurm is an upgrade in place (UpdateCluster's scheduler; the node groups
         then take the new version's AMI); PCS takes no older one ("You can only update to a
         newer version", botocore's UpdateSchedulerRequest)."""
         out = []
-        for change in super().diff(ctx, rid, params, observed):
+        for change in super().diff(req, observed):
             if change.path == "slurm_version" and version_key(change.after) <= version_key(
                 change.before
             ):
@@ -185,16 +182,16 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         return ctx.cached("pcs:clusters", load)
 
     def read(
-        self, ctx: Context, rid: str, params: PcsClusterParams
+        self, req: Request[PcsClusterParams]
     ) -> Observed[PcsClusterOut, PcsClusterLive] | None:
-        mine = [c for c in self.mine(ctx) if c["status"] != "DELETING"]
+        mine = [c for c in self.mine(req.ctx) if c["status"] != "DELETING"]
         if not mine:
             return None
         item = mine[0]
         if item["status"] in FAILED:
             raise ResourceError(
                 f"PCS cluster {item['name']} is {item['status']}: {errors_of(item)}",
-                hint=f"`fmctl down {ctx.cluster}` and `fmctl up` again",
+                hint=f"`fmctl down {req.ctx.cluster}` and `fmctl up` again",
             )
         slurm = item.get("slurmConfiguration") or {}
         net = item.get("networking") or {}
@@ -209,7 +206,7 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 for s in slurm.get("slurmCustomSettings") or []
             ),
             str((slurm.get("accounting") or {}).get("mode", "NONE")),
-            tags_of(ctx, item["arn"]),
+            tags_of(req.ctx, item["arn"]),
         )
         pending = None if item["status"] == "ACTIVE" else str(item["status"])
         return Observed(self.outputs_of(item), live, str(item["id"]), pending)
@@ -221,26 +218,22 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         return PcsClusterOut(str(item["id"]), str(item["arn"]), endpoint)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PcsClusterParams,
-        observed: Observed[PcsClusterOut, PcsClusterLive],
+        self, req: Request[PcsClusterParams], observed: Observed[PcsClusterOut, PcsClusterLive]
     ) -> PcsClusterLive:
         def ids(refs: tuple[Ref[Any], ...]) -> Any:
-            if not all(ctx.known(r) for r in refs):
+            if not all(req.ctx.known(r) for r in refs):
                 return UNKNOWN
-            return frozenset(ctx.resolve(r) for r in refs)
+            return frozenset(req.ctx.resolve(r) for r in refs)
 
         return PcsClusterLive(
-            params.slurm_version,
-            params.size,
-            ids(params.subnets),
-            ids(params.security_groups),
-            params.scale_down_seconds,
-            frozenset(params.custom_settings),
-            params.accounting,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.slurm_version,
+            req.params.size,
+            ids(req.params.subnets),
+            ids(req.params.security_groups),
+            req.params.scale_down_seconds,
+            frozenset(req.params.custom_settings),
+            req.params.accounting,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
     @staticmethod
@@ -253,33 +246,35 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
             "accounting": {"mode": params.accounting},
         }
 
-    def create(self, ctx: Context, rid: str, params: PcsClusterParams) -> PcsClusterOut:
-        pcs = client(ctx)
+    def create(self, req: Request[PcsClusterParams]) -> PcsClusterOut:
+        pcs = client(req.ctx)
         request = {
-            "clusterName": params.cluster_name,
-            "scheduler": {"type": "SLURM", "version": params.slurm_version},
-            "size": params.size,
+            "clusterName": req.params.cluster_name,
+            "scheduler": {"type": "SLURM", "version": req.params.slurm_version},
+            "size": req.params.size,
             "networking": {
-                "subnetIds": [ctx.get(s).id for s in params.subnets],
-                "securityGroupIds": [ctx.get(g).id for g in params.security_groups],
+                "subnetIds": [req.ctx.get(s).id for s in req.params.subnets],
+                "securityGroupIds": [req.ctx.get(g).id for g in req.params.security_groups],
             },
-            "slurmConfiguration": self._slurm(params),
+            "slurmConfiguration": self._slurm(req.params),
             # The same request, again after a crash, is the same create; a cluster made anew
             # after a `down` has a new subnet and group, so PCS never answers with the old.
-            "clientToken": ctx.token(f"{rid}/{digest(request_of_networking(ctx, params))}"),
-            "tags": params.tags.at_creation(),
+            "clientToken": req.ctx.token(
+                f"{req.rid}/{digest(request_of_networking(req.ctx, req.params))}"
+            ),
+            "tags": req.params.tags.at_creation(),
         }
         try:
             item = pcs.create_cluster(**request)["cluster"]
         except Exception as exc:
             code = error_code(exc)
             if code == "ServiceQuotaExceededException":
-                item = self._behind(ctx, rid, request)
+                item = self._behind(req.ctx, req.rid, request)
             elif code == "ConflictException":
-                item = self._found(ctx, params.cluster_name)
+                item = self._found(req.ctx, req.params.cluster_name)
             else:
                 raise
-        return self._active(ctx, rid, str(item["id"]), self.create_seconds)
+        return self._active(req.ctx, req.rid, str(item["id"]), self.create_seconds)
 
     def _found(self, ctx: Context, name: str) -> dict[str, Any]:
         """Our own cluster of that name (a create whose answer was lost), or the conflict."""
@@ -357,19 +352,13 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         return ctx.wait_until(f"PCS cluster {cluster_id} to be ACTIVE", probe, expected, 7200, rid)
 
     def wait(
-        self,
-        ctx: Context,
-        rid: str,
-        params: PcsClusterParams,
-        observed: Observed[PcsClusterOut, PcsClusterLive],
+        self, req: Request[PcsClusterParams], observed: Observed[PcsClusterOut, PcsClusterLive]
     ) -> PcsClusterOut:
-        return self._active(ctx, rid, observed.id, self.create_seconds)
+        return self._active(req.ctx, req.rid, observed.id, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: PcsClusterParams,
+        req: Request[PcsClusterParams],
         observed: Observed[PcsClusterOut, PcsClusterLive],
         changes: Sequence[FieldChange],
     ) -> PcsClusterOut:
@@ -377,37 +366,42 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         if "slurm_version" in paths:
             # The controller first, alone: the settings may name what only the new Slurm
             # knows, and PCS takes one update at a time.
-            ctx.emit(
-                rid,
+            req.ctx.emit(
+                req.rid,
                 "updating",
-                f"Slurm {observed.live.slurm_version} -> {params.slurm_version} (UpdateCluster)",
+                f"Slurm {observed.live.slurm_version} -> {req.params.slurm_version} "
+                "(UpdateCluster)",
             )
-            scheduler = {"version": params.slurm_version}
+            scheduler = {"version": req.params.slurm_version}
             patiently(
-                ctx,
-                rid,
-                f"the upgrade to Slurm {params.slurm_version}",
-                lambda: client(ctx).update_cluster(
+                req.ctx,
+                req.rid,
+                f"the upgrade to Slurm {req.params.slurm_version}",
+                lambda: client(req.ctx).update_cluster(
                     clusterIdentifier=observed.id,
                     scheduler=scheduler,
-                    clientToken=ctx.token(f"{rid}/upgrade/{observed.id}/{params.slurm_version}"),
+                    clientToken=req.ctx.token(
+                        f"{req.rid}/upgrade/{observed.id}/{req.params.slurm_version}"
+                    ),
                 ),
             )
-            self._active(ctx, rid, observed.id, self.update_seconds)
+            self._active(req.ctx, req.rid, observed.id, self.update_seconds)
         if paths - {"tags", "slurm_version"}:
-            ctx.emit(rid, "updating", ", ".join(sorted(paths - {"tags", "slurm_version"})))
+            req.ctx.emit(req.rid, "updating", ", ".join(sorted(paths - {"tags", "slurm_version"})))
             patiently(
-                ctx,
-                rid,
+                req.ctx,
+                req.rid,
                 "the cluster's Slurm settings",
-                lambda: client(ctx).update_cluster(
+                lambda: client(req.ctx).update_cluster(
                     clusterIdentifier=observed.id,
-                    slurmConfiguration=self._slurm(params),
-                    clientToken=ctx.token(f"{rid}/update/{digest(self._slurm(params))}"),
+                    slurmConfiguration=self._slurm(req.params),
+                    clientToken=req.ctx.token(
+                        f"{req.rid}/update/{digest(self._slurm(req.params))}"
+                    ),
                 ),
             )
-            self._active(ctx, rid, observed.id, self.update_seconds)
-        retag(ctx, observed.outputs.arn, changes)
+            self._active(req.ctx, req.rid, observed.id, self.update_seconds)
+        retag(req.ctx, observed.outputs.arn, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:
@@ -514,13 +508,13 @@ class PcsSampleAmi(DataSource[PcsAmiParams, PcsAmiOut]):
     name, params, outputs = "pcs-sample-ami", PcsAmiParams, PcsAmiOut
     create_seconds = 1.0
 
-    def look_up(self, ctx: Context, params: PcsAmiParams) -> tuple[PcsAmiOut, str] | None:
-        name = sample_ami_name(params.slurm_version, params.architecture)
-        images = ctx.aws.client("ec2").describe_images(
+    def look_up(self, req: Request[PcsAmiParams]) -> tuple[PcsAmiOut, str] | None:
+        name = sample_ami_name(req.params.slurm_version, req.params.architecture)
+        images = req.ctx.aws.client("ec2").describe_images(
             Owners=[SAMPLE_AMI_OWNER],
             Filters=[
                 {"Name": "name", "Values": [f"{name}*"]},
-                {"Name": "architecture", "Values": [params.architecture]},
+                {"Name": "architecture", "Values": [req.params.architecture]},
                 {"Name": "state", "Values": ["available"]},
             ],
         )["Images"]
@@ -529,8 +523,8 @@ class PcsSampleAmi(DataSource[PcsAmiParams, PcsAmiOut]):
         newest = max(images, key=lambda i: str(i.get("CreationDate", "")))
         return PcsAmiOut(str(newest["ImageId"])), str(newest["ImageId"])
 
-    def missing(self, rid: str, params: PcsAmiParams) -> Exception:
-        name = sample_ami_name(params.slurm_version, params.architecture)
+    def missing(self, req: Request[PcsAmiParams]) -> Exception:
+        name = sample_ami_name(req.params.slurm_version, req.params.architecture)
         return ResourceError(
             f"AWS's PCS sample AMI {name} is not offered in this region",
             hint="set slurm.amiId to an AMI built for PCS (AWS's PCS AMI recipes), or another "

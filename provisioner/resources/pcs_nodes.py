@@ -15,7 +15,16 @@ from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources import pcs_drain
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.iam import RoleOut
@@ -161,71 +170,61 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         aws_id = f"{ng['clusterId']}/{ng['id']}"
         return Observed(NodeGroupOut(str(ng["id"])), live, aws_id, pending)
 
-    def read(
-        self, ctx: Context, rid: str, params: NodeGroupParams
-    ) -> Observed[NodeGroupOut, NodeGroupLive] | None:
+    def read(self, req: Request[NodeGroupParams]) -> Observed[NodeGroupOut, NodeGroupLive] | None:
         mine = [
             ng
-            for ng in self.groups(ctx)
-            if tags_of(ctx, ng["arn"]).get(RESOURCE_TAG) == rid
+            for ng in self.groups(req.ctx)
+            if tags_of(req.ctx, ng["arn"]).get(RESOURCE_TAG) == req.rid
             and ng["status"] not in ("DELETING", "DELETED")
         ]
         if not mine:
             return None
-        observed = [self._observed(ctx, ng) for ng in mine]
+        observed = [self._observed(req.ctx, ng) for ng in mine]
         # While a replacement runs two groups carry the pool's tag: the one with the
         # instance type the spec asks for is the pool.
         for candidate in observed:
-            if candidate.live.instance_type == params.instance_type:
+            if candidate.live.instance_type == req.params.instance_type:
                 return candidate
         return observed[0]
 
     def diff(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodeGroupParams,
-        observed: Observed[NodeGroupOut, NodeGroupLive],
+        self, req: Request[NodeGroupParams], observed: Observed[NodeGroupOut, NodeGroupLive]
     ) -> list[FieldChange]:
         """A group scaled in says which Slurm nodes `up` drains first."""
-        going = observed.live.max_count - params.max_count
-        out = super().diff(ctx, rid, params, observed)
+        going = observed.live.max_count - req.params.max_count
+        out = super().diff(req, observed)
         if going <= 0:
             return out
         nodes = pcs_drain.nodelist(
-            params.group_name, params.max_count + 1, params.max_count + going
+            req.params.group_name, req.params.max_count + 1, req.params.max_count + going
         )
         note = pcs_drain.plan_note(nodes)
         return [dataclasses.replace(c, note=note) if c.path == "max_count" else c for c in out]
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodeGroupParams,
-        observed: Observed[NodeGroupOut, NodeGroupLive],
+        self, req: Request[NodeGroupParams], observed: Observed[NodeGroupOut, NodeGroupLive]
     ) -> NodeGroupLive:
-        lt_id = ctx.resolve(params.launch_template)
-        lt_version = ctx.resolve(params.launch_template, "version")
+        lt_id = req.ctx.resolve(req.params.launch_template)
+        lt_version = req.ctx.resolve(req.params.launch_template, "version")
         template = UNKNOWN if UNKNOWN in (lt_id, lt_version) else f"{lt_id}:{lt_version}"
         subnets = (
-            frozenset(ctx.resolve(s) for s in params.subnets)
-            if all(ctx.known(s) for s in params.subnets)
+            frozenset(req.ctx.resolve(s) for s in req.params.subnets)
+            if all(req.ctx.known(s) for s in req.params.subnets)
             else UNKNOWN
         )
-        role_arn = ctx.resolve(params.instance_profile, "arn")
+        role_arn = req.ctx.resolve(req.params.instance_profile, "arn")
         return NodeGroupLive(
-            params.ami if isinstance(params.ami, str) else ctx.resolve(params.ami),
+            req.params.ami if isinstance(req.params.ami, str) else req.ctx.resolve(req.params.ami),
             subnets,
-            params.purchase_option,
+            req.params.purchase_option,
             template,
             UNKNOWN if role_arn is UNKNOWN else profile_arn(str(role_arn)),
-            params.min_count,
-            params.max_count,
-            params.instance_type,
-            params.ssh_key,
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
-            params.health_checks,
+            req.params.min_count,
+            req.params.max_count,
+            req.params.instance_type,
+            req.params.ssh_key,
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.health_checks,
         )
 
     def renamed(self, params: NodeGroupParams, observed: Observed[Any, Any]) -> NodeGroupParams:
@@ -261,29 +260,29 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             body["instanceHealthChecks"] = json.loads(params.health_checks)
         return body
 
-    def create(self, ctx: Context, rid: str, params: NodeGroupParams) -> NodeGroupOut:
-        pcs = client(ctx)
-        cluster = ctx.get(params.cluster).id
+    def create(self, req: Request[NodeGroupParams]) -> NodeGroupOut:
+        pcs = client(req.ctx)
+        cluster = req.ctx.get(req.params.cluster).id
         request = {
-            **self._body(ctx, params),
+            **self._body(req.ctx, req.params),
             "clusterIdentifier": cluster,
-            "computeNodeGroupName": params.group_name,
-            "instanceConfigs": [{"instanceType": params.instance_type}],
-            "clientToken": ctx.token(f"{rid}/{cluster}/{params.group_name}"),
-            "tags": params.tags.at_creation(),
+            "computeNodeGroupName": req.params.group_name,
+            "instanceConfigs": [{"instanceType": req.params.instance_type}],
+            "clientToken": req.ctx.token(f"{req.rid}/{cluster}/{req.params.group_name}"),
+            "tags": req.params.tags.at_creation(),
         }
         try:
             item = patiently(
-                ctx,
-                rid,
-                f"node group {params.group_name}",
+                req.ctx,
+                req.rid,
+                f"node group {req.params.group_name}",
                 lambda: pcs.create_compute_node_group(**request)["computeNodeGroup"],
             )
         except Exception as exc:
             if error_code(exc) != "ConflictException":
                 raise
-            item = self._by_name(ctx, cluster, params.group_name)
-        return self._active(ctx, rid, cluster, str(item["id"]), self.create_seconds)
+            item = self._by_name(req.ctx, cluster, req.params.group_name)
+        return self._active(req.ctx, req.rid, cluster, str(item["id"]), self.create_seconds)
 
     def _by_name(self, ctx: Context, cluster: str, name: str) -> dict[str, Any]:
         item = unless_gone(
@@ -318,51 +317,51 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         return ctx.wait_until(f"PCS node group {group} to be ACTIVE", probe, expected, 3600, rid)
 
     def wait(
-        self,
-        ctx: Context,
-        rid: str,
-        params: NodeGroupParams,
-        observed: Observed[NodeGroupOut, NodeGroupLive],
+        self, req: Request[NodeGroupParams], observed: Observed[NodeGroupOut, NodeGroupLive]
     ) -> NodeGroupOut:
-        cluster = ctx.get(params.cluster).id
-        return self._active(ctx, rid, cluster, observed.outputs.id, self.create_seconds)
+        cluster = req.ctx.get(req.params.cluster).id
+        return self._active(req.ctx, req.rid, cluster, observed.outputs.id, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: NodeGroupParams,
+        req: Request[NodeGroupParams],
         observed: Observed[NodeGroupOut, NodeGroupLive],
         changes: Sequence[FieldChange],
     ) -> NodeGroupOut:
         paths = {c.path.split(".")[0] for c in changes} - {"tags"}
-        cluster = ctx.get(params.cluster).id
+        cluster = req.ctx.get(req.params.cluster).id
         group = observed.outputs.id
-        going = observed.live.max_count - params.max_count
-        if ctx.drain is not None and going > 0 and "max_count" in paths:
+        going = observed.live.max_count - req.params.max_count
+        if req.ctx.drain is not None and going > 0 and "max_count" in paths:
             # The group's Slurm nodes are numbered up to its maximum: the top ones go.
             nodes = pcs_drain.nodelist(
-                params.group_name, params.max_count + 1, params.max_count + going
+                req.params.group_name, req.params.max_count + 1, req.params.max_count + going
             )
-            pcs_drain.drain(ctx, rid, nodes, ctx.drain, f"node group {params.group_name} scaled in")
+            pcs_drain.drain(
+                req.ctx,
+                req.rid,
+                nodes,
+                req.ctx.drain,
+                f"node group {req.params.group_name} scaled in",
+            )
         if paths:
-            ctx.emit(rid, "updating", ", ".join(sorted(paths)))
-            body = self._body(ctx, params)
+            req.ctx.emit(req.rid, "updating", ", ".join(sorted(paths)))
+            body = self._body(req.ctx, req.params)
             patiently(
-                ctx,
-                rid,
+                req.ctx,
+                req.rid,
                 f"the update of node group {group}",
-                lambda: client(ctx).update_compute_node_group(
+                lambda: client(req.ctx).update_compute_node_group(
                     clusterIdentifier=cluster,
                     computeNodeGroupIdentifier=group,
-                    clientToken=ctx.token(f"{rid}/update/{group}/{digest(body)}"),
+                    clientToken=req.ctx.token(f"{req.rid}/update/{group}/{digest(body)}"),
                     **body,
                 ),
             )
-            self._active(ctx, rid, cluster, group, self.update_seconds)
-        arn = self._arn(ctx, cluster, group)
+            self._active(req.ctx, req.rid, cluster, group, self.update_seconds)
+        arn = self._arn(req.ctx, cluster, group)
         if arn:
-            retag(ctx, arn, changes)
+            retag(req.ctx, arn, changes)
         return observed.outputs
 
     def _arn(self, ctx: Context, cluster: str, group: str) -> str | None:

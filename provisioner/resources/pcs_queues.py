@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context, DrainSettings
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.pcs import NodeGroupOut, PcsClusterOut, children, split_id
@@ -69,13 +78,11 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
     def queues(self, ctx: Context) -> list[dict[str, Any]]:
         return children(ctx, "pcs:queues", "list_queues", "queues", "get_queue", "queueIdentifier")
 
-    def read(
-        self, ctx: Context, rid: str, params: QueueParams
-    ) -> Observed[QueueOut, QueueLive] | None:
+    def read(self, req: Request[QueueParams]) -> Observed[QueueOut, QueueLive] | None:
         mine = [
             q
-            for q in self.queues(ctx)
-            if tags_of(ctx, q["arn"]).get(RESOURCE_TAG) == rid and q["status"] != "DELETING"
+            for q in self.queues(req.ctx)
+            if tags_of(req.ctx, q["arn"]).get(RESOURCE_TAG) == req.rid and q["status"] != "DELETING"
         ]
         if not mine:
             return None
@@ -86,38 +93,41 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
             frozenset(
                 c.get("computeNodeGroupId") for c in q.get("computeNodeGroupConfigurations") or []
             ),
-            tags_of(ctx, q["arn"]),
+            tags_of(req.ctx, q["arn"]),
         )
         pending = None if q["status"] == "ACTIVE" else str(q["status"])
         return Observed(QueueOut(str(q["id"])), live, f"{q['clusterId']}/{q['id']}", pending)
 
     def desired(
-        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
+        self, req: Request[QueueParams], observed: Observed[QueueOut, QueueLive]
     ) -> QueueLive:
         groups = (
-            frozenset(ctx.resolve(g) for g in params.node_groups)
-            if all(ctx.known(g) for g in params.node_groups)
+            frozenset(req.ctx.resolve(g) for g in req.params.node_groups)
+            if all(req.ctx.known(g) for g in req.params.node_groups)
             else UNKNOWN
         )
-        return QueueLive(groups, params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
+        return QueueLive(groups, req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)))
 
     def _configs(self, ctx: Context, params: QueueParams) -> list[dict[str, str]]:
         return [{"computeNodeGroupId": ctx.get(g).id} for g in params.node_groups]
 
-    def create(self, ctx: Context, rid: str, params: QueueParams) -> QueueOut:
-        pcs = client(ctx)
-        cluster = ctx.get(params.cluster).id
+    def create(self, req: Request[QueueParams]) -> QueueOut:
+        pcs = client(req.ctx)
+        cluster = req.ctx.get(req.params.cluster).id
         request = {
             "clusterIdentifier": cluster,
-            "queueName": params.queue_name,
-            "computeNodeGroupConfigurations": self._configs(ctx, params),
-            "clientToken": ctx.token(f"{rid}/{cluster}"),
-            "tags": params.tags.at_creation(),
+            "queueName": req.params.queue_name,
+            "computeNodeGroupConfigurations": self._configs(req.ctx, req.params),
+            "clientToken": req.ctx.token(f"{req.rid}/{cluster}"),
+            "tags": req.params.tags.at_creation(),
         }
         item = patiently(
-            ctx, rid, f"queue {params.queue_name}", lambda: pcs.create_queue(**request)["queue"]
+            req.ctx,
+            req.rid,
+            f"queue {req.params.queue_name}",
+            lambda: pcs.create_queue(**request)["queue"],
         )
-        return self._active(ctx, rid, cluster, str(item["id"]), self.create_seconds)
+        return self._active(req.ctx, req.rid, cluster, str(item["id"]), self.create_seconds)
 
     def _active(
         self, ctx: Context, rid: str, cluster: str, queue: str, expected: float
@@ -137,43 +147,39 @@ class PcsQueue(Kind[QueueParams, QueueOut, QueueLive]):
         ctx.forget("pcs:queues")
         return ctx.wait_until(f"PCS queue {queue} to be ACTIVE", probe, expected, 3600, rid)
 
-    def wait(
-        self, ctx: Context, rid: str, params: QueueParams, observed: Observed[QueueOut, QueueLive]
-    ) -> QueueOut:
-        cluster = ctx.get(params.cluster).id
-        return self._active(ctx, rid, cluster, observed.outputs.id, self.create_seconds)
+    def wait(self, req: Request[QueueParams], observed: Observed[QueueOut, QueueLive]) -> QueueOut:
+        cluster = req.ctx.get(req.params.cluster).id
+        return self._active(req.ctx, req.rid, cluster, observed.outputs.id, self.create_seconds)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: QueueParams,
+        req: Request[QueueParams],
         observed: Observed[QueueOut, QueueLive],
         changes: Sequence[FieldChange],
     ) -> QueueOut:
-        cluster = ctx.get(params.cluster).id
+        cluster = req.ctx.get(req.params.cluster).id
         queue = observed.outputs.id
-        pcs = client(ctx)
+        pcs = client(req.ctx)
         if any(c.path == "node_groups" for c in changes):
-            ctx.emit(rid, "updating", "node groups")
-            configs = self._configs(ctx, params)
+            req.ctx.emit(req.rid, "updating", "node groups")
+            configs = self._configs(req.ctx, req.params)
             patiently(
-                ctx,
-                rid,
+                req.ctx,
+                req.rid,
                 f"the update of queue {queue}",
                 lambda: pcs.update_queue(
                     clusterIdentifier=cluster,
                     queueIdentifier=queue,
                     computeNodeGroupConfigurations=configs,
-                    clientToken=ctx.token(f"{rid}/update/{queue}/{digest(configs)}"),
+                    clientToken=req.ctx.token(f"{req.rid}/update/{queue}/{digest(configs)}"),
                 ),
             )
-            self._active(ctx, rid, cluster, queue, self.update_seconds)
+            self._active(req.ctx, req.rid, cluster, queue, self.update_seconds)
         q = unless_gone(
             lambda: pcs.get_queue(clusterIdentifier=cluster, queueIdentifier=queue)["queue"]
         )
         if q is not None:
-            retag(ctx, str(q["arn"]), changes)
+            retag(req.ctx, str(q["arn"]), changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
@@ -73,9 +82,9 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
         return owned_items(ctx, "describe_route_tables", "RouteTables")
 
     def read(
-        self, ctx: Context, rid: str, params: RouteTableParams
+        self, req: Request[RouteTableParams]
     ) -> Observed[RouteTableOut, RouteTableLive] | None:
-        item = by_resource(self._items(ctx), rid)
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         default = next(
@@ -94,38 +103,34 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
         return Observed(RouteTableOut(tid), live, tid)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: RouteTableParams,
-        observed: Observed[RouteTableOut, RouteTableLive],
+        self, req: Request[RouteTableParams], observed: Observed[RouteTableOut, RouteTableLive]
     ) -> RouteTableLive:
         return RouteTableLive(
-            ctx.resolve(params.vpc),
-            ctx.resolve(params.target),
-            frozenset(ctx.resolve(s) for s in params.subnets),
-            params.tags.resolve(_born(observed.live.tags)),
+            req.ctx.resolve(req.params.vpc),
+            req.ctx.resolve(req.params.target),
+            frozenset(req.ctx.resolve(s) for s in req.params.subnets),
+            req.params.tags.resolve(_born(observed.live.tags)),
         )
 
-    def create(self, ctx: Context, rid: str, params: RouteTableParams) -> RouteTableOut:
-        once = ctx.aws.client("ec2", retries=False)
+    def create(self, req: Request[RouteTableParams]) -> RouteTableOut:
+        once = req.ctx.aws.client("ec2", retries=False)
 
         def make() -> RouteTableOut:
             table = once.create_route_table(
-                VpcId=ctx.get(params.vpc).id,
-                TagSpecifications=ctx.tag_spec("route-table", params.tags),
+                VpcId=req.ctx.get(req.params.vpc).id,
+                TagSpecifications=req.ctx.tag_spec("route-table", req.params.tags),
             )["RouteTable"]
             return RouteTableOut(table["RouteTableId"])
 
         def again() -> RouteTableOut | None:
-            ctx.forget("ec2:describe_route_tables")
-            found = self.read(ctx, rid, params)
+            req.ctx.forget("ec2:describe_route_tables")
+            found = self.read(req)
             return found.outputs if found else None
 
-        out = create_or_adopt(ctx, rid, make, again)
-        self._route(ctx, out.id, self._target(ctx, params), replace=False)
-        for subnet in params.subnets:
-            self._associate(ctx, out.id, ctx.get(subnet).id)
+        out = create_or_adopt(req.ctx, req.rid, make, again)
+        self._route(req.ctx, out.id, self._target(req.ctx, req.params), replace=False)
+        for subnet in req.params.subnets:
+            self._associate(req.ctx, out.id, req.ctx.get(subnet).id)
         return out
 
     @staticmethod
@@ -146,22 +151,22 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: RouteTableParams,
+        req: Request[RouteTableParams],
         observed: Observed[RouteTableOut, RouteTableLive],
         changes: Sequence[FieldChange],
     ) -> RouteTableOut:
         paths = {c.path for c in changes}
         if "default_route" in paths:
-            target = self._target(ctx, params)
-            self._route(ctx, observed.id, target, replace=observed.live.default_route is not None)
+            target = self._target(req.ctx, req.params)
+            self._route(
+                req.ctx, observed.id, target, replace=observed.live.default_route is not None
+            )
         if "subnets" in paths:
-            want = {ctx.get(s).id for s in params.subnets}
+            want = {req.ctx.get(s).id for s in req.params.subnets}
             for subnet in sorted(want - observed.live.subnets):
-                self._associate(ctx, observed.id, subnet)
-            self._disassociate(ctx, observed.id, observed.live.subnets - want)
-        _tagged(ctx, observed.id, changes)
+                self._associate(req.ctx, observed.id, subnet)
+            self._disassociate(req.ctx, observed.id, observed.live.subnets - want)
+        _tagged(req.ctx, observed.id, changes)
         return observed.outputs
 
     def _disassociate(self, ctx: Context, table_id: str, subnets: set[str] | None) -> None:
@@ -229,10 +234,8 @@ class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
     def _items(self, ctx: Context) -> list[dict[str, Any]]:
         return owned_items(ctx, "describe_vpc_endpoints", "VpcEndpoints", "State")
 
-    def read(
-        self, ctx: Context, rid: str, params: EndpointParams
-    ) -> Observed[EndpointOut, EndpointLive] | None:
-        item = by_resource(self._items(ctx), rid)
+    def read(self, req: Request[EndpointParams]) -> Observed[EndpointOut, EndpointLive] | None:
+        item = by_resource(self._items(req.ctx), req.rid)
         if item is None:
             return None
         live = EndpointLive(
@@ -245,40 +248,34 @@ class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
         return Observed(EndpointOut(eid), live, eid)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: EndpointParams,
-        observed: Observed[EndpointOut, EndpointLive],
+        self, req: Request[EndpointParams], observed: Observed[EndpointOut, EndpointLive]
     ) -> EndpointLive:
         return EndpointLive(
-            ctx.resolve(params.vpc),
-            f"com.amazonaws.{ctx.region}.s3",
-            frozenset(ctx.resolve(t) for t in params.route_tables),
-            params.tags.resolve(_born(observed.live.tags)),
+            req.ctx.resolve(req.params.vpc),
+            f"com.amazonaws.{req.ctx.region}.s3",
+            frozenset(req.ctx.resolve(t) for t in req.params.route_tables),
+            req.params.tags.resolve(_born(observed.live.tags)),
         )
 
-    def create(self, ctx: Context, rid: str, params: EndpointParams) -> EndpointOut:
-        endpoint = ctx.aws.client("ec2").create_vpc_endpoint(
+    def create(self, req: Request[EndpointParams]) -> EndpointOut:
+        endpoint = req.ctx.aws.client("ec2").create_vpc_endpoint(
             VpcEndpointType="Gateway",
-            VpcId=ctx.get(params.vpc).id,
-            ServiceName=f"com.amazonaws.{ctx.region}.s3",
-            RouteTableIds=[ctx.get(t).id for t in params.route_tables],
-            ClientToken=ctx.token(rid),
-            TagSpecifications=ctx.tag_spec("vpc-endpoint", params.tags),
+            VpcId=req.ctx.get(req.params.vpc).id,
+            ServiceName=f"com.amazonaws.{req.ctx.region}.s3",
+            RouteTableIds=[req.ctx.get(t).id for t in req.params.route_tables],
+            ClientToken=req.ctx.token(req.rid),
+            TagSpecifications=req.ctx.tag_spec("vpc-endpoint", req.params.tags),
         )["VpcEndpoint"]
         return EndpointOut(endpoint["VpcEndpointId"])
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: EndpointParams,
+        req: Request[EndpointParams],
         observed: Observed[EndpointOut, EndpointLive],
         changes: Sequence[FieldChange],
     ) -> EndpointOut:
         if any(c.path == "route_tables" for c in changes):
-            want = {ctx.get(t).id for t in params.route_tables}
+            want = {req.ctx.get(t).id for t in req.params.route_tables}
             add, remove = (
                 sorted(want - observed.live.route_tables),
                 sorted(observed.live.route_tables - want),
@@ -288,8 +285,8 @@ class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
                 extra["AddRouteTableIds"] = add
             if remove:
                 extra["RemoveRouteTableIds"] = remove
-            ctx.aws.client("ec2").modify_vpc_endpoint(VpcEndpointId=observed.id, **extra)
-        _tagged(ctx, observed.id, changes)
+            req.ctx.aws.client("ec2").modify_vpc_endpoint(VpcEndpointId=observed.id, **extra)
+        _tagged(req.ctx, observed.id, changes)
         return observed.outputs
 
     def find_owned(self, ctx: Context) -> list[Owned]:

@@ -27,7 +27,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
 from provisioner.resources.iam import RoleOut
@@ -170,18 +179,18 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
                 found.append(client.get_schedule(GroupName=name, Name=item["Name"]))
         return found
 
-    def read(self, ctx: Context, rid: str, params: GP) -> Observed[ExpiryOut, ExpiryLive] | None:
-        found = self._group(ctx, params.group_name)
+    def read(self, req: Request[GP]) -> Observed[ExpiryOut, ExpiryLive] | None:
+        found = self._group(req.ctx, req.params.group_name)
         if found is None:
             return None
         group, tags = found
-        if not ctx.ours(tags.as_dict()):
+        if not req.ctx.ours(tags.as_dict()):
             raise Foreign(
-                f"schedule group {params.group_name} exists and is not fmctl cluster "
-                f"{ctx.cluster}'s",
+                f"schedule group {req.params.group_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s",
                 hint="delete it (aws scheduler delete-schedule-group) or pick another name",
             )
-        schedules = self._schedules(ctx, params.group_name)
+        schedules = self._schedules(req.ctx, req.params.group_name)
         live = ExpiryLive(
             frozenset(str(s.get("ScheduleExpression", "")) for s in schedules),
             frozenset(
@@ -197,57 +206,53 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
         )
         state = str(group.get("State", "ACTIVE"))
         pending = None if state == "ACTIVE" else state
-        notes = self.notes(ctx, params, tags)
-        return Observed(ExpiryOut(params.group_name), live, params.group_name, pending, notes)
+        notes = self.notes(req.ctx, req.params, tags)
+        return Observed(
+            ExpiryOut(req.params.group_name), live, req.params.group_name, pending, notes
+        )
 
     def notes(self, ctx: Context, params: GP, tags: Tags) -> tuple[str, ...]:
         """What the plan says of the group as read (nothing by default)."""
         return ()
 
-    def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: GP,
-        observed: Observed[ExpiryOut, ExpiryLive],
-    ) -> ExpiryLive:
+    def desired(self, req: Request[GP], observed: Observed[ExpiryOut, ExpiryLive]) -> ExpiryLive:
         created = observed.live.tags.get(CREATED_TAG)
-        planned = self.planned(ctx, params, created)
+        planned = self.planned(req.ctx, req.params, created)
         if planned is None:
             return ExpiryLive(
                 cast(frozenset[str], UNKNOWN),
                 cast(frozenset[LiveSchedule], UNKNOWN),
-                params.tags.resolve(created),
+                req.params.tags.resolve(created),
             )
         return ExpiryLive(
             frozenset(at for _, at in planned.values()),
             frozenset(schedule for schedule, _ in planned.values()),
-            params.tags.resolve(created),
+            req.params.tags.resolve(created),
         )
 
     # -- acting -------------------------------------------------------------------------
-    def create(self, ctx: Context, rid: str, params: GP) -> ExpiryOut:
-        client = ctx.aws.client("scheduler")
-        tags = params.tags.at_creation()
+    def create(self, req: Request[GP]) -> ExpiryOut:
+        client = req.ctx.aws.client("scheduler")
+        tags = req.params.tags.at_creation()
         try:
             client.create_schedule_group(
-                Name=params.group_name,
+                Name=req.params.group_name,
                 Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
-                ClientToken=f"fmctl-{ctx.cluster}-{rid}"[:64],
+                ClientToken=f"fmctl-{req.ctx.cluster}-{req.rid}"[:64],
             )
         except Exception as exc:
             if error_code(exc) != "ConflictException":
                 raise
             # Made by a run that lost the answer (ours by tag), or someone else's.
-            found = self._group(ctx, params.group_name)
-            if found is None or not ctx.ours(found[1].as_dict()):
+            found = self._group(req.ctx, req.params.group_name)
+            if found is None or not req.ctx.ours(found[1].as_dict()):
                 raise Foreign(
-                    f"schedule group {params.group_name} exists and is not fmctl cluster "
-                    f"{ctx.cluster}'s"
+                    f"schedule group {req.params.group_name} exists and is not fmctl cluster "
+                    f"{req.ctx.cluster}'s"
                 ) from exc
             tags = found[1].as_dict()
-        self._put(ctx, params, tags.get(CREATED_TAG), set())
-        return ExpiryOut(params.group_name)
+        self._put(req.ctx, req.params, tags.get(CREATED_TAG), set())
+        return ExpiryOut(req.params.group_name)
 
     def _put(self, ctx: Context, params: GP, created: str | None, existing: set[str]) -> None:
         """Create or update every planned schedule (``existing``: names already there, or
@@ -292,18 +297,16 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: GP,
+        req: Request[GP],
         observed: Observed[ExpiryOut, ExpiryLive],
         changes: Sequence[FieldChange],
     ) -> ExpiryOut:
-        client = ctx.aws.client("scheduler")
+        client = req.ctx.aws.client("scheduler")
         paths = {c.path for c in changes}
         if paths & {"at", "schedules"}:
             created = observed.live.tags.get(CREATED_TAG)
             existing = {s.name for s in observed.live.schedules}
-            self._put(ctx, params, created, existing)
+            self._put(req.ctx, req.params, created, existing)
         for change in changes:
             if change.path == "tags":
                 add, remove = tag_updates(change.before, change.after)

@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from provisioner.drivers.aws import AwsError, error_code
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone
 from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
@@ -133,14 +142,12 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
                 return Tags()
             raise
 
-    def read(
-        self, ctx: Context, rid: str, params: BucketParams
-    ) -> Observed[BucketOut, BucketLive] | None:
-        name = self.bucket(ctx)
-        tags = self._tags(ctx, name)
-        if tags is None or tags.get(OWNER_TAG) != ctx.cluster:
+    def read(self, req: Request[BucketParams]) -> Observed[BucketOut, BucketLive] | None:
+        name = self.bucket(req.ctx)
+        tags = self._tags(req.ctx, name)
+        if tags is None or tags.get(OWNER_TAG) != req.ctx.cluster:
             return None
-        s3 = ctx.aws.client("s3")
+        s3 = req.ctx.aws.client("s3")
         versioning = str(s3.get_bucket_versioning(Bucket=name).get("Status", "Disabled"))
         live = BucketLive(
             versioning,
@@ -182,30 +189,26 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
             raise
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: BucketParams,
-        observed: Observed[BucketOut, BucketLive],
+        self, req: Request[BucketParams], observed: Observed[BucketOut, BucketLive]
     ) -> BucketLive:
-        tags = params.tags.resolve(observed.live.tags.get(CREATED_TAG))
+        tags = req.params.tags.resolve(observed.live.tags.get(CREATED_TAG))
         return BucketLive("Enabled", "aws:kms", True, True, tags)
 
-    def create(self, ctx: Context, rid: str, params: BucketParams) -> BucketOut:
-        s3 = ctx.aws.client("s3")
-        name = self.bucket(ctx)
+    def create(self, req: Request[BucketParams]) -> BucketOut:
+        s3 = req.ctx.aws.client("s3")
+        name = self.bucket(req.ctx)
         kwargs: dict[str, Any] = {"Bucket": name}
-        if ctx.region != "us-east-1":
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": ctx.region}
+        if req.ctx.region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": req.ctx.region}
         try:
             s3.create_bucket(**kwargs)
         except Exception as exc:
             if error_code(exc) != "BucketAlreadyOwnedByYou":
                 raise
-            tags = self._read_tags(ctx, name)
-            if tags and tags.get(OWNER_TAG) not in (None, ctx.cluster):
+            tags = self._read_tags(req.ctx, name)
+            if tags and tags.get(OWNER_TAG) not in (None, req.ctx.cluster):
                 raise
-        s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": ctx.tag_list(params.tags)})
+        s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": req.ctx.tag_list(req.params.tags)})
         self._secure(s3, name)
         return BucketOut(name)
 
@@ -219,18 +222,16 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: BucketParams,
+        req: Request[BucketParams],
         observed: Observed[BucketOut, BucketLive],
         changes: Sequence[FieldChange],
     ) -> BucketOut:
-        s3 = ctx.aws.client("s3")
+        s3 = req.ctx.aws.client("s3")
         if any(c.path != "tags" for c in changes):
             self._secure(s3, observed.id)
         if any(c.path == "tags" for c in changes):
             # PutBucketTagging replaces the whole set: keep the tags others put there.
-            wanted = params.tags.resolve(observed.live.tags.get(CREATED_TAG)).as_dict()
+            wanted = req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)).as_dict()
             merged = {**observed.live.tags.as_dict(), **wanted}
             stale = [k for k in merged if k.startswith("fmctl.dev/") and k not in wanted]
             for key in stale:
@@ -330,52 +331,44 @@ class Artifacts(Kind[ArtifactsParams, ArtifactsOut, ArtifactsLive]):
             h.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
         return h.hexdigest()
 
-    def read(
-        self, ctx: Context, rid: str, params: ArtifactsParams
-    ) -> Observed[ArtifactsOut, ArtifactsLive] | None:
-        bucket = Bucket().bucket(ctx)
-        s3 = ctx.aws.client("s3")
+    def read(self, req: Request[ArtifactsParams]) -> Observed[ArtifactsOut, ArtifactsLive] | None:
+        bucket = Bucket().bucket(req.ctx)
+        s3 = req.ctx.aws.client("s3")
         try:
-            body = s3.get_object(Bucket=bucket, Key=f"{ctx.cluster}/slurm/{MANIFEST}")["Body"]
+            body = s3.get_object(Bucket=bucket, Key=f"{req.ctx.cluster}/slurm/{MANIFEST}")["Body"]
             manifest = json.loads(body.read())
         except Exception as exc:
             if error_code(exc) in ("NoSuchKey", "404", "NoSuchBucket"):
                 return None
             raise
-        where = f"s3://{bucket}/{ctx.cluster}/slurm"
+        where = f"s3://{bucket}/{req.ctx.cluster}/slurm"
         return Observed(ArtifactsOut(where), ArtifactsLive(manifest.get("digest")), where)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: ArtifactsParams,
-        observed: Observed[ArtifactsOut, ArtifactsLive],
+        self, req: Request[ArtifactsParams], observed: Observed[ArtifactsOut, ArtifactsLive]
     ) -> ArtifactsLive:
-        return ArtifactsLive(self.digest(self.files(params)))
+        return ArtifactsLive(self.digest(self.files(req.params)))
 
-    def create(self, ctx: Context, rid: str, params: ArtifactsParams) -> ArtifactsOut:
-        s3 = ctx.aws.client("s3")
-        bucket = ctx.get(params.bucket).id
-        files = self.files(params)
+    def create(self, req: Request[ArtifactsParams]) -> ArtifactsOut:
+        s3 = req.ctx.aws.client("s3")
+        bucket = req.ctx.get(req.params.bucket).id
+        files = self.files(req.params)
         for path, data in files.items():
-            s3.put_object(Bucket=bucket, Key=f"{ctx.cluster}/slurm/{path}", Body=data)
+            s3.put_object(Bucket=bucket, Key=f"{req.ctx.cluster}/slurm/{path}", Body=data)
         s3.put_object(
             Bucket=bucket,
-            Key=f"{ctx.cluster}/slurm/{MANIFEST}",
+            Key=f"{req.ctx.cluster}/slurm/{MANIFEST}",
             Body=json.dumps({"digest": self.digest(files), "files": sorted(files)}),
         )
-        return ArtifactsOut(f"s3://{bucket}/{ctx.cluster}/slurm")
+        return ArtifactsOut(f"s3://{bucket}/{req.ctx.cluster}/slurm")
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: ArtifactsParams,
+        req: Request[ArtifactsParams],
         observed: Observed[ArtifactsOut, ArtifactsLive],
         changes: Sequence[FieldChange],
     ) -> ArtifactsOut:
-        return self.create(ctx, rid, params)
+        return self.create(req)
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         return None  # the objects go with the bucket

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 
 from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
-from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Policy, policies
+from provisioner.resources.base import (
+    FieldChange,
+    How,
+    Kind,
+    Observed,
+    Owned,
+    Policy,
+    Request,
+    policies,
+)
 from provisioner.resources.context import Context
 from provisioner.resources.errors import Foreign
 from provisioner.resources.kms import KmsOut
@@ -112,17 +121,16 @@ class Topic(Kind[TopicParams, TopicOut, TopicLive]):
         attributes: dict[str, str] = found["Attributes"]
         return attributes
 
-    def read(
-        self, ctx: Context, rid: str, params: TopicParams
-    ) -> Observed[TopicOut, TopicLive] | None:
-        arn = self._arn(ctx, params.topic_name)
-        attributes = self._attributes(ctx, arn)
+    def read(self, req: Request[TopicParams]) -> Observed[TopicOut, TopicLive] | None:
+        arn = self._arn(req.ctx, req.params.topic_name)
+        attributes = self._attributes(req.ctx, arn)
         if attributes is None:
             return None
-        tags = self._tags(ctx, arn)
-        if not ctx.ours(tags.as_dict()):
+        tags = self._tags(req.ctx, arn)
+        if not req.ctx.ours(tags.as_dict()):
             raise Foreign(
-                f"SNS topic {params.topic_name} exists and is not fmctl cluster {ctx.cluster}'s",
+                f"SNS topic {req.params.topic_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s",
                 hint="delete it (aws sns delete-topic) or pick another cluster name",
             )
         live = TopicLive(
@@ -135,59 +143,56 @@ class Topic(Kind[TopicParams, TopicOut, TopicLive]):
         return access_policy(self._arn(ctx, params.topic_name), account, params.publisher)
 
     def desired(
-        self,
-        ctx: Context,
-        rid: str,
-        params: TopicParams,
-        observed: Observed[TopicOut, TopicLive],
+        self, req: Request[TopicParams], observed: Observed[TopicOut, TopicLive]
     ) -> TopicLive:
-        key = ctx.resolve(params.key, "arn")
+        key = req.ctx.resolve(req.params.key, "arn")
         return TopicLive(
-            self._policy(ctx, params),
+            self._policy(req.ctx, req.params),
             UNKNOWN if key is UNKNOWN else str(key),
-            params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
+            req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
         )
 
-    def create(self, ctx: Context, rid: str, params: TopicParams) -> TopicOut:
+    def create(self, req: Request[TopicParams]) -> TopicOut:
         # CreateTopic is idempotent by name and attributes: a run that lost the answer gets
         # the same topic back; a foreign one of the name is refused by its tags below.
-        arn = self._arn(ctx, params.topic_name)
-        if self._attributes(ctx, arn) is not None and not ctx.ours(self._tags(ctx, arn).as_dict()):
+        arn = self._arn(req.ctx, req.params.topic_name)
+        if self._attributes(req.ctx, arn) is not None and not req.ctx.ours(
+            self._tags(req.ctx, arn).as_dict()
+        ):
             raise Foreign(
-                f"SNS topic {params.topic_name} exists and is not fmctl cluster {ctx.cluster}'s"
+                f"SNS topic {req.params.topic_name} exists and is not fmctl cluster "
+                f"{req.ctx.cluster}'s"
             )
-        made = ctx.aws.client("sns").create_topic(
-            Name=params.topic_name,
+        made = req.ctx.aws.client("sns").create_topic(
+            Name=req.params.topic_name,
             Attributes={
-                "Policy": self._policy(ctx, params),
-                "KmsMasterKeyId": str(ctx.resolve(params.key, "arn")),
+                "Policy": self._policy(req.ctx, req.params),
+                "KmsMasterKeyId": str(req.ctx.resolve(req.params.key, "arn")),
             },
-            Tags=ctx.tag_list(params.tags),
+            Tags=req.ctx.tag_list(req.params.tags),
         )
         arn = str(made["TopicArn"])
         return TopicOut(arn, arn)
 
     def update(
         self,
-        ctx: Context,
-        rid: str,
-        params: TopicParams,
+        req: Request[TopicParams],
         observed: Observed[TopicOut, TopicLive],
         changes: Sequence[FieldChange],
     ) -> TopicOut:
-        sns = ctx.aws.client("sns")
+        sns = req.ctx.aws.client("sns")
         for change in changes:
             if change.path == "policy":
                 sns.set_topic_attributes(
                     TopicArn=observed.id,
                     AttributeName="Policy",
-                    AttributeValue=self._policy(ctx, params),
+                    AttributeValue=self._policy(req.ctx, req.params),
                 )
             elif change.path == "key":
                 sns.set_topic_attributes(
                     TopicArn=observed.id,
                     AttributeName="KmsMasterKeyId",
-                    AttributeValue=str(ctx.resolve(params.key, "arn")),
+                    AttributeValue=str(req.ctx.resolve(req.params.key, "arn")),
                 )
             elif change.path == "tags":
                 apply_tag_change(

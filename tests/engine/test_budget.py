@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.resources.base import Request
 from provisioner.resources.tags import OWNER_TAG
 from tests.engine.harness import Sandbox, raw_leftovers, spec_file
 from tests.engine.test_pcs import pcs_spec
@@ -413,23 +414,23 @@ def test_a_budget_is_its_regions_clusters_and_adopts_after_a_lost_answer(
             None,
             DesiredTags((), name, "budget", region=region),
         )
-        kind.create(ctx, "budget", params)
-        kind.create(ctx, "budget", params)  # the answer to the first was "lost"
+        kind.create(Request(ctx, "budget", params))
+        kind.create(Request(ctx, "budget", params))  # the answer to the first was "lost"
         made[region] = (ctx, params)
     for region, (ctx, params) in made.items():
         (owned,) = kind.find_owned(ctx)
         assert owned.id == f"fmctl-{name}-{region}"
-        observed = kind.read(ctx, "budget", params)
-        assert observed is not None and kind.diff(ctx, "budget", params, observed) == []
+        observed = kind.read(Request(ctx, "budget", params))
+        assert observed is not None and kind.diff(Request(ctx, "budget", params), observed) == []
     # The other region's budget, asked for by this region's name, is not taken for ours.
     ctx, _ = made["us-east-1"]
     _, theirs = made["eu-west-1"]
     with pytest.raises(Foreign):
-        kind.read(ctx, "budget", theirs)
+        kind.read(Request(ctx, "budget", theirs))
     for ctx, params in made.values():
         (owned,) = kind.find_owned(ctx)
         kind.delete(ctx, owned)
-        assert kind.read(ctx, "budget", params) is None
+        assert kind.read(Request(ctx, "budget", params)) is None
 
 
 def test_gc_finds_a_cluster_whose_only_leftover_is_its_budget(sandbox: Sandbox) -> None:
@@ -450,7 +451,7 @@ def test_gc_finds_a_cluster_whose_only_leftover_is_its_budget(sandbox: Sandbox) 
         None,
         DesiredTags((), name, "budget", region=region),
     )
-    Budget().create(ctx, "budget", params)
+    Budget().create(Request(ctx, "budget", params))
     arn = f"arn:aws:budgets::{_account(sandbox, region)}:budget/{params.name}"
     before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - 600))
     aws.client("budgets").tag_resource(
@@ -464,7 +465,7 @@ def test_gc_finds_a_cluster_whose_only_leftover_is_its_budget(sandbox: Sandbox) 
     assert f"collect  {name}" in listed.stdout, listed.stdout + listed.stderr
     done = sandbox.fmctl("gc", "--older-than", "5m", "--region", region, "--sandbox", "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert Budget().read(ctx, "budget", params) is None
+    assert Budget().read(Request(ctx, "budget", params)) is None
     assert raw_leftovers(sandbox, name, region) == []
 
 

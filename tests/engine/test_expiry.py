@@ -14,6 +14,7 @@ import pytest
 import yaml
 from botocore.exceptions import ClientError
 
+from provisioner.resources.base import Request
 from provisioner.resources.tags import EXPIRES_TAG, OWNER_TAG, parse_stamp
 from tests.engine.harness import Sandbox, raw_leftovers, spec_file
 from tests.engine.test_pcs import pcs_spec
@@ -256,19 +257,19 @@ def test_a_create_that_lost_its_answer_adopts_what_it_made(sandbox: Sandbox) -> 
         DesiredTags((), name, "expiry", ttl_seconds=3600),
     )
     kind = Expiry()
-    kind.create(ctx, "expiry", params)
-    kind.create(ctx, "expiry", params)  # the answer to the first was "lost"
+    kind.create(Request(ctx, "expiry", params))
+    kind.create(Request(ctx, "expiry", params))  # the answer to the first was "lost"
     scheduler = aws.client("scheduler")
     groups = scheduler.list_schedule_groups(NamePrefix=f"fmctl-{name}")["ScheduleGroups"]
     assert [g["Name"] for g in groups] == [f"fmctl-{name}"]
     schedules = scheduler.list_schedules(GroupName=f"fmctl-{name}")["Schedules"]
     assert [s["Name"] for s in schedules] == ["gpu"]
-    observed = kind.read(ctx, "expiry", params)
-    assert observed is not None and kind.diff(ctx, "expiry", params, observed) == []
+    observed = kind.read(Request(ctx, "expiry", params))
+    assert observed is not None and kind.diff(Request(ctx, "expiry", params), observed) == []
     (owned,) = kind.find_owned(ctx)
     kind.delete(ctx, owned)
-    assert kind.read(ctx, "expiry", params) is None
+    assert kind.read(Request(ctx, "expiry", params)) is None
     scheduler.create_schedule_group(Name=f"fmctl-{name}", Tags=[{"Key": "team", "Value": "x"}])
     with pytest.raises(Foreign):
-        kind.create(ctx, "expiry", params)
+        kind.create(Request(ctx, "expiry", params))
     scheduler.delete_schedule_group(Name=f"fmctl-{name}")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import Owned
+from provisioner.resources.base import Owned, Request
 from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.context import Context, Event
 from provisioner.resources.errors import Foreign
@@ -115,7 +115,7 @@ def test_a_vpc_whose_create_answer_was_lost_is_found_by_its_tags_not_made_twice(
         aws.answer(
             "ec2", "ModifyVpcAttribute", {}, {"VpcId": made["VpcId"], attribute: {"Value": True}}
         )
-    out = Vpc().create(_ctx(aws, events), "vpc", params)
+    out = Vpc().create(Request(_ctx(aws, events), "vpc", params))
     aws.done()  # one CreateVpc: no second try once the VPC was found
     assert out == VpcOut(made["VpcId"], "10.0.0.0/16")
     assert _adopted(events, "vpc")
@@ -168,7 +168,7 @@ def test_a_subnet_whose_create_answer_was_lost_is_adopted() -> None:
     lose_answer(aws, "ec2", "CreateSubnet", {"Subnet": made}, request)
     found = {**made, "AvailabilityZone": "us-west-2c", "Tags": tags(CLUSTER, "subnet/private")}
     aws.answer("ec2", "DescribeSubnets", {"Subnets": [found]})
-    out = Subnet().create(ctx, "subnet/private", params)
+    out = Subnet().create(Request(ctx, "subnet/private", params))
     aws.done()
     assert out == SubnetOut(made["SubnetId"], "us-west-2c")
     assert _adopted(events, "subnet/private")
@@ -196,17 +196,17 @@ def test_a_vpc_and_subnet_the_spec_names_are_read_by_id_and_none_when_gone() -> 
     aws = RecordedAws()
     vpc = example("ec2", "DescribeVpcs")["Vpcs"][0]
     aws.answer("ec2", "DescribeVpcs", {"Vpcs": [vpc]}, {"VpcIds": [vpc["VpcId"]]})
-    seen = ExistingVpc().read(_ctx(aws), "vpc", ExistingVpcParams(vpc["VpcId"]))
+    seen = ExistingVpc().read(Request(_ctx(aws), "vpc", ExistingVpcParams(vpc["VpcId"])))
     assert seen is not None and seen.outputs == VpcOut(vpc["VpcId"], vpc["CidrBlock"])
     subnet = example("ec2", "DescribeSubnets")["Subnets"][0]
     aws.answer("ec2", "DescribeSubnets", {"Subnets": [subnet]}, {"SubnetIds": [subnet["SubnetId"]]})
     ctx = _ctx(aws)
     ctx.record("vpc", VpcOut(vpc["VpcId"], vpc["CidrBlock"]))
     params = ExistingSubnetParams(Ref("vpc", VpcOut), subnet["SubnetId"])
-    read = ExistingSubnet().read(ctx, "subnet/private", params)
+    read = ExistingSubnet().read(Request(ctx, "subnet/private", params))
     assert read is not None and read.outputs.id == subnet["SubnetId"]
     aws.fail("ec2", "DescribeVpcs", "InvalidVpcID.NotFound")
-    assert ExistingVpc().read(_ctx(aws), "vpc", ExistingVpcParams("vpc-0gone")) is None
+    assert ExistingVpc().read(Request(_ctx(aws), "vpc", ExistingVpcParams("vpc-0gone"))) is None
     aws.done()
 
 
@@ -226,7 +226,7 @@ def test_an_internet_gateway_whose_create_answer_was_lost_is_adopted_then_attach
     aws.answer(
         "ec2", "AttachInternetGateway", {}, {"InternetGatewayId": gid, "VpcId": "vpc-a01106c2"}
     )
-    out = InternetGateway().create(ctx, "igw", IgwParams(Ref("vpc", VpcOut), _tags("igw")))
+    out = InternetGateway().create(Request(ctx, "igw", IgwParams(Ref("vpc", VpcOut), _tags("igw"))))
     aws.done()
     assert out == IgwOut(gid) and _adopted(events, "igw")
 
@@ -269,7 +269,7 @@ def test_an_address_whose_allocation_answer_was_lost_is_adopted_and_released_on_
     found = {"AllocationId": made["AllocationId"], "PublicIp": made["PublicIp"], "Domain": "vpc"}
     found["Tags"] = tags(CLUSTER, "eip/nat")
     aws.answer("ec2", "DescribeAddresses", {"Addresses": [found]})
-    out = ElasticIp().create(_ctx(aws, events), "eip/nat", EipParams(_tags("eip/nat")))
+    out = ElasticIp().create(Request(_ctx(aws, events), "eip/nat", EipParams(_tags("eip/nat"))))
     assert out == EipOut(made["AllocationId"]) and _adopted(events, "eip/nat")
     # Released once the NAT gateway that held it lets go.
     aws.fail("ec2", "ReleaseAddress", "DependencyViolation")
@@ -311,7 +311,7 @@ def test_a_nat_gateway_create_carries_one_token_per_cluster_and_resource() -> No
             Ref("igw", IgwOut),
             _tags("natgw"),
         )
-        assert NatGateway().create(ctx, "natgw", params) == NatOut(nid)
+        assert NatGateway().create(Request(ctx, "natgw", params)) == NatOut(nid)
         aws.done()
     assert tokens[0] == tokens[1] and tokens[0] != _ctx(RecordedAws()).token("natgw/other")
     aws = RecordedAws()
@@ -378,7 +378,7 @@ def test_a_security_group_made_by_a_lost_create_is_adopted_by_its_name_and_tags(
             ],
         },
     )
-    assert SecurityGroup().create(ctx, "sg/efa", _efa_params()) == SgOut("sg-903004f8")
+    assert SecurityGroup().create(Request(ctx, "sg/efa", _efa_params())) == SgOut("sg-903004f8")
     aws.done()
     # The same name in the VPC, not the cluster's: refused, nothing changed.
     other = RecordedAws()
@@ -387,7 +387,7 @@ def test_a_security_group_made_by_a_lost_create_is_adopted_by_its_name_and_tags(
     other.fail("ec2", "CreateSecurityGroup", "InvalidGroup.Duplicate")
     other.answer("ec2", "DescribeSecurityGroups", {"SecurityGroups": [_efa_group([], "another")]})
     with pytest.raises(Foreign, match="not fmctl cluster llm's"):
-        SecurityGroup().create(ctx, "sg/efa", _efa_params())
+        SecurityGroup().create(Request(ctx, "sg/efa", _efa_params()))
     other.done()
 
 
@@ -469,7 +469,7 @@ def test_a_route_table_made_by_a_lost_create_is_adopted_and_its_delete_lets_subn
         (Ref("subnet/private", SubnetOut),),
         _tags("route-table/private"),
     )
-    assert RouteTable().create(ctx, "route-table/private", params) == RouteTableOut(table)
+    assert RouteTable().create(Request(ctx, "route-table/private", params)) == RouteTableOut(table)
     aws.done()
     assert _adopted(events, "route-table/private")
     # Delete: the subnets' associations go first (the main one is the VPC's), then the table.

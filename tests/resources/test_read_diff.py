@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from provisioner.graph.ref import Ref
-from provisioner.resources.base import How, Observed
+from provisioner.resources.base import How, Observed, Request
 from provisioner.resources.compute import Rule, SecurityGroup, SgOut, SgParams
 from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksParams
@@ -64,14 +64,14 @@ def test_vpc_reads_by_tag_and_puts_dns_hostnames_back() -> None:
     aws.answer("ec2", "DescribeVpcAttribute", hostnames)
     ctx = _ctx(aws)
     params = VpcParams("10.0.0.0/16", _tags("vpc"))
-    observed = Vpc().read(ctx, "vpc", params)
+    observed = Vpc().read(Request(ctx, "vpc", params))
     aws.done()
     assert observed is not None and observed.outputs == VpcOut("vpc-a01106c2", "10.0.0.0/16")
-    assert _fields(Vpc().diff(ctx, "vpc", params, observed)) == {
+    assert _fields(Vpc().diff(Request(ctx, "vpc", params), observed)) == {
         "dns_hostnames": (False, True, How.UPDATE)
     }
     other = VpcParams("10.9.0.0/16", _tags("vpc"))
-    changes = _fields(Vpc().diff(ctx, "vpc", other, observed))
+    changes = _fields(Vpc().diff(Request(ctx, "vpc", other), observed))
     assert changes["cidr"] == ("10.0.0.0/16", "10.9.0.0/16", How.REPLACE)
 
 
@@ -81,7 +81,7 @@ def test_a_resource_of_another_cluster_is_not_read_as_ours() -> None:
     vpcs = example("ec2", "DescribeVpcs")
     vpcs["Vpcs"][0]["Tags"] = tags("another", "vpc")  # a filter the API ignored
     aws.answer("ec2", "DescribeVpcs", vpcs)
-    assert Vpc().read(_ctx(aws), "vpc", VpcParams("10.0.0.0/16", _tags("vpc"))) is None
+    assert Vpc().read(Request(_ctx(aws), "vpc", VpcParams("10.0.0.0/16", _tags("vpc")))) is None
 
 
 @covers("subnet", "read", "diff")
@@ -95,13 +95,13 @@ def test_subnet_zone_is_fixed_and_public_ips_change_in_place() -> None:
     params = SubnetParams(
         Ref("vpc", VpcOut), "10.0.1.0/24", _tags("subnet/private"), az="us-east-1c"
     )
-    observed = Subnet().read(ctx, "subnet/private", params)
+    observed = Subnet().read(Request(ctx, "subnet/private", params))
     assert observed is not None and observed.outputs == SubnetOut("subnet-9d4a7b6c", "us-east-1c")
-    assert Subnet().diff(ctx, "subnet/private", params, observed) == []
+    assert Subnet().diff(Request(ctx, "subnet/private", params), observed) == []
     moved = SubnetParams(
         Ref("vpc", VpcOut), "10.0.1.0/24", _tags("subnet/private"), az="us-east-1a", public=True
     )
-    assert _fields(Subnet().diff(ctx, "subnet/private", moved, observed)) == {
+    assert _fields(Subnet().diff(Request(ctx, "subnet/private", moved), observed)) == {
         "az": ("us-east-1c", "us-east-1a", How.REPLACE),
         "public": (False, True, How.UPDATE),
     }
@@ -133,13 +133,13 @@ def test_nat_gateway_and_internet_gateway_and_route_table() -> None:
     nat_params = NatParams(
         Ref("subnet/public", SubnetOut), Ref("eip/nat", EipOut), Ref("igw", IgwOut), _tags("natgw")
     )
-    nat = NatGateway().read(ctx, "natgw", nat_params)
+    nat = NatGateway().read(Request(ctx, "natgw", nat_params))
     assert nat is not None and nat.pending == "pending" and nat.id == "nat-05dba92075d71c408"
-    assert NatGateway().diff(ctx, "natgw", nat_params, nat) == []
+    assert NatGateway().diff(Request(ctx, "natgw", nat_params), nat) == []
     igw_params = IgwParams(Ref("vpc", VpcOut), _tags("igw"))
-    igw = InternetGateway().read(ctx, "igw", igw_params)
+    igw = InternetGateway().read(Request(ctx, "igw", igw_params))
     assert igw is not None
-    assert _fields(InternetGateway().diff(ctx, "igw", igw_params, igw)) == {
+    assert _fields(InternetGateway().diff(Request(ctx, "igw", igw_params), igw)) == {
         "vpc": (None, "vpc-a01106c2", How.UPDATE)
     }
     ctx.record("natgw", NatOut("nat-05dba92075d71c408"))
@@ -149,11 +149,11 @@ def test_nat_gateway_and_internet_gateway_and_route_table() -> None:
         (Ref("subnet/private", SubnetOut),),
         _tags("route-table/private"),
     )
-    table = RouteTable().read(ctx, "route-table/private", table_params)
+    table = RouteTable().read(Request(ctx, "route-table/private", table_params))
     assert table is not None
     # Only the local route and the main association: the default route and the subnet are
     # missing, both made in place.
-    assert _fields(RouteTable().diff(ctx, "route-table/private", table_params, table)) == {
+    assert _fields(RouteTable().diff(Request(ctx, "route-table/private", table_params), table)) == {
         "default_route": (None, "nat-05dba92075d71c408", How.UPDATE),
         "subnets": (frozenset(), frozenset({"subnet-9d4a7b6c"}), How.UPDATE),
     }
@@ -187,9 +187,9 @@ def test_security_group_rules_revoked_by_hand_are_drift_to_restore() -> None:
         egress=(Rule("-1"), Rule("-1", cidr="0.0.0.0/0")),
         tags=_tags("sg/efa"),
     )
-    observed = SecurityGroup().read(ctx, "sg/efa", params)
+    observed = SecurityGroup().read(Request(ctx, "sg/efa", params))
     assert observed is not None and observed.outputs == SgOut("sg-903004f8")
-    assert _fields(SecurityGroup().diff(ctx, "sg/efa", params, observed)) == {
+    assert _fields(SecurityGroup().diff(Request(ctx, "sg/efa", params), observed)) == {
         "ingress": (frozenset(), frozenset({("-1", None, None, "sg-903004f8")}), How.UPDATE)
     }
 
@@ -218,9 +218,9 @@ def test_launch_template_changes_are_a_new_version() -> None:
     aws.answer("ec2", "DescribeLaunchTemplateVersions", versions)
     ctx = _ctx(aws)
     params = _lt_params("p5.48xlarge")
-    observed = LaunchTemplate().read(ctx, "launch-template/gpu", params)
+    observed = LaunchTemplate().read(Request(ctx, "launch-template/gpu", params))
     assert observed is not None and observed.outputs.id == "lt-01238c059e3466abc"
-    changes = LaunchTemplate().diff(ctx, "launch-template/gpu", params, observed)
+    changes = LaunchTemplate().diff(Request(ctx, "launch-template/gpu", params), observed)
     assert {c.how for c in changes} == {How.UPDATE}
     by_path = _fields(changes)
     assert by_path["data.InstanceType"][:2] == ("t2.medium", "p5.48xlarge")
@@ -260,7 +260,7 @@ def test_an_eks_cluster_without_the_owner_tag_is_refused() -> None:
     aws.answer("eks", "DescribeCluster", example("eks", "DescribeCluster"))
     ctx = Context(aws=aws, cluster="devel", region="us-west-2")  # type: ignore[arg-type]
     with pytest.raises(Foreign, match="not fmctl's"):
-        EksCluster().read(ctx, "eks", _eks_params("1.10"))
+        EksCluster().read(Request(ctx, "eks", _eks_params("1.10")))
 
 
 @covers("eks-cluster", "read", "diff")
@@ -271,17 +271,17 @@ def test_eks_version_goes_up_one_minor_at_a_time_never_down() -> None:
     cluster["cluster"]["version"] = "1.33"
     aws.answer("eks", "DescribeCluster", cluster)
     ctx = Context(aws=aws, cluster="devel", region="us-west-2")  # type: ignore[arg-type]
-    observed = EksCluster().read(ctx, "eks", _eks_params("1.33"))
+    observed = EksCluster().read(Request(ctx, "eks", _eks_params("1.33")))
     assert observed is not None and observed.outputs.version == "1.33"
-    up = _fields(EksCluster().diff(ctx, "eks", _eks_params("1.35"), observed))["version"]
+    up = _fields(EksCluster().diff(Request(ctx, "eks", _eks_params("1.35")), observed))["version"]
     assert up == ("1.33", "1.35", How.UPDATE)
     reason = next(
         c.reason
-        for c in EksCluster().diff(ctx, "eks", _eks_params("1.35"), observed)
+        for c in EksCluster().diff(Request(ctx, "eks", _eks_params("1.35")), observed)
         if c.path == "version"
     )
     assert "1.33 -> 1.34 -> 1.35" in reason
-    down = _fields(EksCluster().diff(ctx, "eks", _eks_params("1.32"), observed))["version"]
+    down = _fields(EksCluster().diff(Request(ctx, "eks", _eks_params("1.32")), observed))["version"]
     assert down[2] == How.IMMUTABLE
 
 
@@ -317,15 +317,17 @@ def test_fsx_grows_in_place_never_shrinks_and_a_new_type_is_a_new_file_system() 
     aws.answer("fsx", "DescribeFileSystems", systems)
     ctx = _ctx(aws)
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
-    observed = FileSystem().read(ctx, "fsx", _fsx_params(1200))
+    observed = FileSystem().read(Request(ctx, "fsx", _fsx_params(1200)))
     assert observed is not None and observed.pending is None
-    assert FileSystem().diff(ctx, "fsx", _fsx_params(1200), observed) == []
-    assert _fields(FileSystem().diff(ctx, "fsx", _fsx_params(2400), observed)) == {
+    assert FileSystem().diff(Request(ctx, "fsx", _fsx_params(1200)), observed) == []
+    assert _fields(FileSystem().diff(Request(ctx, "fsx", _fsx_params(2400)), observed)) == {
         "capacity_gib": (1200, 2400, How.UPDATE)
     }
-    shrink = FileSystem().diff(ctx, "fsx", _fsx_params(600), observed)
+    shrink = FileSystem().diff(Request(ctx, "fsx", _fsx_params(600)), observed)
     assert shrink[0].how == How.IMMUTABLE and "cannot shrink" in shrink[0].reason
-    other = _fields(FileSystem().diff(ctx, "fsx", _fsx_params(1200, "PERSISTENT_1"), observed))
+    other = _fields(
+        FileSystem().diff(Request(ctx, "fsx", _fsx_params(1200, "PERSISTENT_1")), observed)
+    )
     assert other["deployment_type"] == ("PERSISTENT_2", "PERSISTENT_1", How.REPLACE)
 
 
@@ -363,9 +365,9 @@ def test_fsx_takes_the_next_storage_increase_six_hours_after_the_last() -> None:
     aws.answer("fsx", "DescribeFileSystems", _grown(now - datetime.timedelta(hours=1), "COMPLETED"))
     ctx = _ctx(aws)
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
-    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    observed = FileSystem().read(Request(ctx, "fsx", _fsx_params(2400)))
     assert observed is not None
-    (soon,) = FileSystem().diff(ctx, "fsx", _fsx_params(4800), observed)
+    (soon,) = FileSystem().diff(Request(ctx, "fsx", _fsx_params(4800)), observed)
     assert soon.how == How.IMMUTABLE and "6 hours after the last" in soon.reason
     when = (now + datetime.timedelta(hours=5)).strftime("%Y-%m-%d %H:%M")
     assert soon.hint is not None and when in soon.hint and "capacityGiB at 2400" in soon.hint
@@ -374,9 +376,9 @@ def test_fsx_takes_the_next_storage_increase_six_hours_after_the_last() -> None:
     aws.answer("fsx", "DescribeFileSystems", _grown(now - datetime.timedelta(hours=7), "COMPLETED"))
     ctx = _ctx(aws)
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
-    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    observed = FileSystem().read(Request(ctx, "fsx", _fsx_params(2400)))
     assert observed is not None
-    assert _fields(FileSystem().diff(ctx, "fsx", _fsx_params(4800), observed)) == {
+    assert _fields(FileSystem().diff(Request(ctx, "fsx", _fsx_params(4800)), observed)) == {
         "capacity_gib": (2400, 4800, How.UPDATE)
     }
 
@@ -389,9 +391,9 @@ def test_an_fsx_increase_on_its_way_counts_as_asked() -> None:
     aws.answer("fsx", "DescribeFileSystems", _grown(now, "IN_PROGRESS"))
     ctx = _ctx(aws)
     ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-east-1a"))
-    observed = FileSystem().read(ctx, "fsx", _fsx_params(2400))
+    observed = FileSystem().read(Request(ctx, "fsx", _fsx_params(2400)))
     assert observed is not None and observed.live.capacity_gib == 2400
-    assert FileSystem().diff(ctx, "fsx", _fsx_params(2400), observed) == []
+    assert FileSystem().diff(Request(ctx, "fsx", _fsx_params(2400)), observed) == []
 
 
 @covers("iam-role", "read", "diff")
@@ -434,11 +436,11 @@ def test_role_policies_attached_by_hand_go_and_missing_ones_come_back() -> None:
         description="",
         tags=_tags("iam/eks-node"),
     )
-    observed = Role().read(ctx, "iam/eks-node", params)
+    observed = Role().read(Request(ctx, "iam/eks-node", params))
     aws.done()
     assert observed is not None
     assert observed.outputs == RoleOut("Test-Role", "arn:aws:iam::123456789012:role/Test-Role")
-    changes = _fields(Role().diff(ctx, "iam/eks-node", params, observed))
+    changes = _fields(Role().diff(Request(ctx, "iam/eks-node", params), observed))
     assert changes["managed"] == (
         frozenset({"AdministratorAccess"}),
         frozenset({"AmazonEKSWorkerNodePolicy"}),
@@ -468,10 +470,12 @@ def test_bucket_safety_settings_are_restored() -> None:
     aws.fail("s3", "GetPublicAccessBlock", "NoSuchPublicAccessBlockConfiguration", 404)
     aws.answer("s3", "GetBucketPolicy", example("s3", "GetBucketPolicy"))  # not fmctl's
     ctx = _ctx(aws)
-    observed = Bucket().read(ctx, "bucket", BucketParams(_tags("bucket")))
+    observed = Bucket().read(Request(ctx, "bucket", BucketParams(_tags("bucket"))))
     aws.done()
     assert observed is not None and observed.id == bucket
-    assert _fields(Bucket().diff(ctx, "bucket", BucketParams(_tags("bucket")), observed)) == {
+    assert _fields(
+        Bucket().diff(Request(ctx, "bucket", BucketParams(_tags("bucket"))), observed)
+    ) == {
         "public_access_blocked": (False, True, How.UPDATE),
         "tls_only": (False, True, How.UPDATE),
     }
@@ -541,19 +545,24 @@ def _nodegroup_world(described: dict[str, Any] | None = None) -> tuple[RecordedA
 @covers("eks-nodegroup", "read", "diff")
 def test_nodegroup_scales_in_place_and_a_new_type_replaces_it() -> None:
     aws, ctx = _nodegroup_world()
-    observed = Nodegroup().read(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
+    observed = Nodegroup().read(Request(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge")))
     aws.done()
     assert observed is not None and observed.outputs == NodegroupOut("gpu")
-    assert Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"), observed) == []
+    assert (
+        Nodegroup().diff(Request(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge")), observed)
+        == []
+    )
     scaled = _fields(
-        Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(4, "p5en.48xlarge"), observed)
+        Nodegroup().diff(Request(ctx, "nodegroup/gpu", _ng_params(4, "p5en.48xlarge")), observed)
     )
     assert scaled == {
         "scaling.min_size": (2, 4, How.UPDATE),
         "scaling.max_size": (2, 4, How.UPDATE),
         "scaling.desired_size": (2, 4, How.UPDATE),
     }
-    other = _fields(Nodegroup().diff(ctx, "nodegroup/gpu", _ng_params(2, "p5.48xlarge"), observed))
+    other = _fields(
+        Nodegroup().diff(Request(ctx, "nodegroup/gpu", _ng_params(2, "p5.48xlarge")), observed)
+    )
     assert other["instance_type"] == ("p5en.48xlarge", "p5.48xlarge", How.REPLACE)
     assert Nodegroup.create_before_delete  # blue/green
 
@@ -567,12 +576,12 @@ def test_node_auto_repair_changes_in_place() -> None:
 
     aws, ctx = _nodegroup_world()
     base = _ng_params(2, "p5en.48xlarge")
-    observed = Nodegroup().read(ctx, "nodegroup/gpu", base)
+    observed = Nodegroup().read(Request(ctx, "nodegroup/gpu", base))
     aws.done()
     assert observed is not None and observed.live.repair == NodeRepair()
-    assert Nodegroup().diff(ctx, "nodegroup/gpu", base, observed) == []
+    assert Nodegroup().diff(Request(ctx, "nodegroup/gpu", base), observed) == []
     on = dataclasses.replace(base, repair=NodeRepair(True, 2))
-    changes = Nodegroup().diff(ctx, "nodegroup/gpu", on, observed)
+    changes = Nodegroup().diff(Request(ctx, "nodegroup/gpu", on), observed)
     assert _fields(changes) == {
         "repair.enabled": (False, True, How.UPDATE),
         "repair.max_parallel": (None, 2, How.UPDATE),
@@ -634,19 +643,19 @@ def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags(
         labels=(("fmctl.dev/pool", "gpu"), ("k8s.amazonaws.com/accelerator", "nvidia-h200")),
         asg_tags=wanted,
     )
-    observed = Nodegroup().read(ctx, "nodegroup/gpu", params)
+    observed = Nodegroup().read(Request(ctx, "nodegroup/gpu", params))
     aws.done()
     assert observed is not None and observed.live.scaling == Scaling(0, 4, 1)
     assert observed.live.asg_tags == frozenset(wanted[:2])  # EKS's tag is not fmctl's
-    changes = Nodegroup().diff(ctx, "nodegroup/gpu", params, observed)
+    changes = Nodegroup().diff(Request(ctx, "nodegroup/gpu", params), observed)
     assert [c.path for c in changes] == ["asg_tags"], changes  # the size is the autoscaler's
     shrunk = dataclasses.replace(params, scaling=Scaling(0, 0, 0))  # max below the size
-    assert _fields(Nodegroup().diff(ctx, "nodegroup/gpu", shrunk, observed))[
+    assert _fields(Nodegroup().diff(Request(ctx, "nodegroup/gpu", shrunk), observed))[
         "scaling.desired_size"
     ] == (1, 0, How.UPDATE)
     # Not autoscaled any more: the tags go, and the spec's size is back.
     fixed = dataclasses.replace(params, asg_tags=(), scaling=Scaling(4, 4, 4))
-    paths = {c.path for c in Nodegroup().diff(ctx, "nodegroup/gpu", fixed, observed)}
+    paths = {c.path for c in Nodegroup().diff(Request(ctx, "nodegroup/gpu", fixed), observed)}
     assert {"asg_tags", "scaling.desired_size", "scaling.min_size"} <= paths
 
 
@@ -699,9 +708,9 @@ def test_addon_follows_the_default_of_the_spec_version() -> None:
         After("nodegroup/system", NodegroupOut),
         _tags("addon/kube-proxy"),
     )
-    observed = Addon().read(ctx, "addon/kube-proxy", params)
+    observed = Addon().read(Request(ctx, "addon/kube-proxy", params))
     assert observed is not None
-    changes = _fields(Addon().diff(ctx, "addon/kube-proxy", params, observed))
+    changes = _fields(Addon().diff(Request(ctx, "addon/kube-proxy", params), observed))
     aws.done()
     assert changes["version"] == ("v1.33.3-eksbuild.6", "v1.34.1-eksbuild.3", How.UPDATE)
 
@@ -729,10 +738,12 @@ def test_a_full_ultraserver_block_is_stopped_not_rolled() -> None:
         params = dataclasses.replace(
             base, capacity_type="CAPACITY_BLOCK", instance_types=(), instance_type=instance_type
         )
-        live = Nodegroup().desired(ctx, "nodegroup/gpu", params, _observed_like(params, ctx))
+        live = Nodegroup().desired(
+            Request(ctx, "nodegroup/gpu", params), _observed_like(params, ctx)
+        )
         observed = Observed(NodegroupOut("gpu"), live, "gpu")
         newer = dataclasses.replace(params, version="1.34")
-        return _fields(Nodegroup().diff(ctx, "nodegroup/gpu", newer, observed))
+        return _fields(Nodegroup().diff(Request(ctx, "nodegroup/gpu", newer), observed))
 
     assert case("p6e-gb200.36xlarge")["version"] == ("1.33", "1.34", How.STOP)
     assert case("p5.48xlarge")["version"] == ("1.33", "1.34", How.UPDATE)
@@ -818,11 +829,11 @@ def test_expiry_schedules_read_by_group_and_move_with_the_ttl() -> None:
         DesiredTags((("team", "ml"),), CLUSTER, "expiry", ttl_seconds=3 * 3600),
     )
     kind = Expiry()
-    observed = kind.read(ctx, "expiry", params)
+    observed = kind.read(Request(ctx, "expiry", params))
     assert observed is not None and observed.id == f"fmctl-{CLUSTER}"
     # Its expiry passed long ago (2026-11-30): the plan says what happened.
     assert "scaled its node groups to zero" in observed.notes[0]
-    changes = _fields(kind.diff(ctx, "expiry", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "expiry", params), observed))
     # Three hours from its creation (10:00), not the one hour its tag says.
     assert changes["at"][:2] == (
         frozenset({"at(2026-11-30T11:00:00)"}),
@@ -892,11 +903,11 @@ def test_budget_reads_its_notifications_and_changes_limit_and_subscribers_in_pla
         DesiredTags((("team", "ml"),), CLUSTER, "budget", region="us-east-1"),
     )
     kind = Budget()
-    observed = kind.read(ctx, "budget", params)
+    observed = kind.read(Request(ctx, "budget", params))
     aws.done()
     assert observed is not None and observed.live.spent == "850.50"
     assert observed.live.limit == "1000.00" and observed.notes == ()
-    changes = _fields(kind.diff(ctx, "budget", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "budget", params), observed))
     assert changes["limit"] == ("1000.00", "1500.00", How.UPDATE)
     gone, added, how = changes["notices"]
     both = frozenset({("EMAIL", "ops@example.com"), ("EMAIL", "lead@example.com")})
@@ -906,7 +917,7 @@ def test_budget_reads_its_notifications_and_changes_limit_and_subscribers_in_pla
 
     elsewhere = answers("eu-west-1")
     with pytest.raises(Foreign):
-        kind.read(_ctx(elsewhere), "budget", params)
+        kind.read(Request(_ctx(elsewhere), "budget", params))
 
 
 @covers("sns-topic", "read", "diff")
@@ -931,10 +942,10 @@ def test_topic_reads_its_policy_and_key_and_puts_them_back() -> None:
         _tags("budget/topic"),
     )
     kind = Topic()
-    observed = kind.read(ctx, "budget/topic", params)
+    observed = kind.read(Request(ctx, "budget/topic", params))
     aws.done()
     assert observed is not None and observed.id == arn
-    changes = _fields(kind.diff(ctx, "budget/topic", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "budget/topic", params), observed))
     wanted = access_policy(arn, ACCOUNT, "budgets.amazonaws.com")
     assert json.loads(wanted)["Statement"][0]["Condition"] == {
         "StringEquals": {"aws:SourceAccount": ACCOUNT}
@@ -985,10 +996,10 @@ def test_function_reads_its_package_role_and_subscription() -> None:
         _tags("budget/stop"),
     )
     kind = Function()
-    observed = kind.read(ctx, "budget/stop", params)
+    observed = kind.read(Request(ctx, "budget/stop", params))
     aws.done()
     assert observed is not None and observed.pending is None
-    changes = _fields(kind.diff(ctx, "budget/stop", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "budget/stop", params), observed))
     assert set(changes) == {"topics"}, changes  # the package and the role are as built
     assert changes["topics"] == (frozenset(), frozenset({topic}), How.UPDATE)
 
@@ -1072,9 +1083,9 @@ def test_block_schedule_moves_with_the_blocks_end() -> None:
     ctx = _block_ctx(aws)
     params = _block_params(name)
     kind = BlockSchedule()
-    observed = kind.read(ctx, "blocks/schedule", params)
+    observed = kind.read(Request(ctx, "blocks/schedule", params))
     assert observed is not None and observed.notes == ()
-    changes = _fields(kind.diff(ctx, "blocks/schedule", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "blocks/schedule", params), observed))
     aws.done()
     assert set(changes) == {"at", "schedules"}
     assert changes["at"] == (
@@ -1135,9 +1146,9 @@ def test_block_warning_rule_names_the_login_node_group() -> None:
     _block_answers(aws, end)
     ctx = _block_ctx(aws)
     kind = BlockWarning()
-    observed = kind.read(ctx, "blocks/warning/train", params)
+    observed = kind.read(Request(ctx, "blocks/warning/train", params))
     assert observed is not None and observed.outputs.arn == rule_arn
-    changes = _fields(kind.diff(ctx, "blocks/warning/train", params, observed))
+    changes = _fields(kind.diff(Request(ctx, "blocks/warning/train", params), observed))
     aws.done()
     # What is named, and the script (the one `up` would write now), in place.
     assert set(changes) == {"target.key", "target.values", "target.input"}
