@@ -409,4 +409,12 @@ class PlacementGroup(Kind[PlacementGroupParams, PlacementGroupOut, PlacementGrou
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         ec2 = ctx.aws.client("ec2")
-        retry_dependency(lambda: ec2.delete_placement_group(GroupName=owned.id), owned.id, ctx)
+        # A group must hold no instances to go (DeletePlacementGroup's reference); the last
+        # ones of a deleted node group or queue may still be terminating: EC2 says
+        # InvalidPlacementGroup.InUse until they are gone.
+        retry_dependency(
+            lambda: ec2.delete_placement_group(GroupName=owned.id),
+            owned.id,
+            ctx,
+            busy=("DependencyViolation", "InvalidPlacementGroup.InUse"),
+        )

@@ -137,10 +137,15 @@ def create_or_adopt(
 
 
 def retry_dependency(
-    action: Callable[[], Any], what: str, ctx: Context, attempts: int = 30
+    action: Callable[[], Any],
+    what: str,
+    ctx: Context,
+    attempts: int = 30,
+    busy: tuple[str, ...] = ("DependencyViolation",),
 ) -> None:
-    """Run a delete, retrying while AWS says something still depends on it (ENIs of a
-    deleted NAT gateway or file system linger for a while). A resource gone is success."""
+    """Run a delete, retrying while AWS says something still depends on it (``busy``: ENIs
+    of a deleted NAT gateway or file system linger for a while). A resource gone is
+    success."""
     delay = 0.2
     for attempt in range(attempts):
         try:
@@ -149,7 +154,7 @@ def retry_dependency(
         except Exception as exc:
             if is_gone(exc):
                 return
-            if error_code(exc) != "DependencyViolation" or attempt == attempts - 1:
+            if error_code(exc) not in busy or attempt == attempts - 1:
                 raise
             time.sleep(delay * max(ctx.time_scale, 0.05) * 10)
             delay = min(delay * 1.5, 3.0)

@@ -38,7 +38,6 @@ GAPS: dict[str, set[str]] = {
     "function": {"create-adopts", "delete"},
     "iam-policy": {"read", "diff", "create-adopts", "delete"},
     "iam-role": {"create-adopts", "delete"},
-    "kms-key": {"read", "diff", "create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
     "launch-template": {"create-adopts", "delete"},
@@ -49,7 +48,6 @@ GAPS: dict[str, set[str]] = {
     "pcs-node-group": {"read", "diff", "create-adopts", "delete"},
     "pcs-queue": {"read", "diff", "create-adopts", "delete"},
     "pcs-sample-ami": {"read"},
-    "placement-group": {"read", "diff", "create-adopts", "delete"},
     "s3-endpoint": {"read", "diff", "create-adopts", "delete"},
     "sns-topic": {"create-adopts", "delete"},
 }
@@ -83,4 +81,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 94
+    assert sum(len(v) for v in GAPS.values()) <= 86
