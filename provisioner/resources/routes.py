@@ -28,6 +28,7 @@ from provisioner.resources.ec2 import (
     retry_dependency,
     tags_of,
 )
+from provisioner.resources.errors import ResourceError
 from provisioner.resources.gateways import IgwOut, NatOut, _born, _found, _tagged
 from provisioner.resources.network import SubnetOut, VpcOut
 from provisioner.resources.tags import DesiredTags, Tags
@@ -294,4 +295,20 @@ class S3Endpoint(Kind[EndpointParams, EndpointOut, EndpointLive]):
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         ec2 = ctx.aws.client("ec2")
-        retry_dependency(lambda: ec2.delete_vpc_endpoints(VpcEndpointIds=[owned.id]), owned.id, ctx)
+
+        def once() -> None:
+            # DeleteVpcEndpoints is a bulk call: it answers 200 and lists what it did not
+            # delete under Unsuccessful, an endpoint already gone included (EC2's error
+            # codes: InvalidVpcEndpointId.NotFound). Gone is deleted; anything else is said.
+            answer = ec2.delete_vpc_endpoints(VpcEndpointIds=[owned.id])
+            for item in answer.get("Unsuccessful", []):
+                error = item.get("Error", {})
+                code = error.get("Code", "")
+                if code.endswith(".NotFound"):
+                    continue
+                raise ResourceError(
+                    f"VPC endpoint {owned.id} was not deleted: {code}: {error.get('Message', '')}",
+                    hint="see the endpoint in the VPC console, then run down again",
+                )
+
+        retry_dependency(once, owned.id, ctx)

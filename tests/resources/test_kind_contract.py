@@ -26,7 +26,6 @@ GAPS: dict[str, set[str]] = {
     "bucket": {"create-adopts", "delete"},
     "budget": {"create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
-    "eip": {"read", "diff"},
     "eks-access-entry": {"read", "diff", "create-adopts", "delete"},
     "eks-addon": {"create-adopts", "delete"},
     "eks-cluster": {"create-adopts", "delete"},
@@ -41,14 +40,12 @@ GAPS: dict[str, set[str]] = {
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
     "launch-template": {"create-adopts", "delete"},
-    "log-group": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster-check": {"read", "diff", "create-adopts", "delete"},
     "pcs-cluster": {"read", "diff", "create-adopts", "delete"},
     "pcs-node-group": {"read", "diff", "create-adopts", "delete"},
     "pcs-queue": {"read", "diff", "create-adopts", "delete"},
     "pcs-sample-ami": {"read"},
-    "s3-endpoint": {"read", "diff", "create-adopts", "delete"},
     "sns-topic": {"create-adopts", "delete"},
 }
 
@@ -81,4 +78,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 86
+    assert sum(len(v) for v in GAPS.values()) <= 76
