@@ -473,9 +473,18 @@ class ExistingFileSystem(DataSource[ExistingFsxParams, FsxOut]):
             if is_gone(exc):
                 return None
             raise
-        if not items:
+        if not items or items[0].get("Lifecycle") == "DELETING":
             return None
-        return FileSystem.out_of(items[0]), req.params.file_system_id
+        found = items[0]
+        if found.get("FileSystemType") != "LUSTRE":
+            # Nodes mount it with the Lustre client, by its MountName: another FSx type (its
+            # FileSystemType says which) has neither.
+            raise ResourceError(
+                f"file system {req.params.file_system_id} (storage.fsxLustre.fileSystemId) is "
+                f"an FSx {found.get('FileSystemType', '?')} file system, not FSx for Lustre",
+                hint="name an FSx for Lustre file system, or leave fileSystemId out for a new one",
+            )
+        return FileSystem.out_of(found), req.params.file_system_id
 
     def missing(self, req: Request[ExistingFsxParams]) -> Exception:
         return ResourceError(

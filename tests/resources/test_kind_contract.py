@@ -31,11 +31,9 @@ GAPS: dict[str, set[str]] = {
     "eks-cluster": {"create-adopts", "delete"},
     "eks-nodegroup": {"create-adopts", "delete"},
     "eks-pod-identity": {"read", "diff", "create-adopts", "delete"},
-    "existing-fsx": {"read"},
     "expiry-schedule": {"create-adopts", "delete"},
     "fsx": {"create-adopts", "delete"},
     "function": {"create-adopts", "delete"},
-    "iam-policy": {"read", "diff", "create-adopts", "delete"},
     "iam-role": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
@@ -45,7 +43,6 @@ GAPS: dict[str, set[str]] = {
     "pcs-cluster": {"read", "diff", "create-adopts", "delete"},
     "pcs-node-group": {"read", "diff", "create-adopts", "delete"},
     "pcs-queue": {"read", "diff", "create-adopts", "delete"},
-    "pcs-sample-ami": {"read"},
     "sns-topic": {"create-adopts", "delete"},
 }
 
@@ -78,4 +75,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 76
+    assert sum(len(v) for v in GAPS.values()) <= 70
