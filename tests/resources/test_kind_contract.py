@@ -34,7 +34,6 @@ GAPS: dict[str, set[str]] = {
     "expiry-schedule": {"create-adopts", "delete"},
     "fsx": {"create-adopts", "delete"},
     "function": {"create-adopts", "delete"},
-    "iam-role": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
     "launch-template": {"create-adopts", "delete"},
@@ -43,7 +42,6 @@ GAPS: dict[str, set[str]] = {
     "pcs-cluster": {"read", "diff", "create-adopts", "delete"},
     "pcs-node-group": {"read", "diff", "create-adopts", "delete"},
     "pcs-queue": {"read", "diff", "create-adopts", "delete"},
-    "sns-topic": {"create-adopts", "delete"},
 }
 
 
@@ -75,4 +73,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 70
+    assert sum(len(v) for v in GAPS.values()) <= 66
