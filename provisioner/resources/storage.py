@@ -23,6 +23,7 @@ from provisioner.resources.base import (
 )
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone
+from provisioner.resources.errors import Foreign
 from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
 
@@ -205,9 +206,15 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
         except Exception as exc:
             if error_code(exc) != "BucketAlreadyOwnedByYou":
                 raise
+            # Ours: made by a run that lost the answer (outside us-east-1, where S3 answers
+            # a second CreateBucket of one's own bucket with 200 instead).
             tags = self._read_tags(req.ctx, name)
-            if tags and tags.get(OWNER_TAG) not in (None, req.ctx.cluster):
-                raise
+            owner = tags.get(OWNER_TAG) if tags else None
+            if owner not in (None, req.ctx.cluster):
+                raise Foreign(
+                    f"S3 bucket {name} exists and is fmctl cluster {owner}'s",
+                    hint="pick another cluster name, or delete that cluster (fmctl down)",
+                ) from exc
         s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": req.ctx.tag_list(req.params.tags)})
         self._secure(s3, name)
         return BucketOut(name)

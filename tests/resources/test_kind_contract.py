@@ -23,7 +23,6 @@ GAPS: dict[str, set[str]] = {
     "artifacts": {"read", "diff", "create-adopts", "delete"},
     "block-schedule": {"create-adopts", "delete"},
     "block-warning": {"create-adopts", "delete"},
-    "bucket": {"create-adopts", "delete"},
     "budget": {"create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
     "eks-access-entry": {"read", "diff", "create-adopts", "delete"},
@@ -32,11 +31,9 @@ GAPS: dict[str, set[str]] = {
     "eks-nodegroup": {"create-adopts", "delete"},
     "eks-pod-identity": {"read", "diff", "create-adopts", "delete"},
     "expiry-schedule": {"create-adopts", "delete"},
-    "fsx": {"create-adopts", "delete"},
     "function": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
-    "launch-template": {"create-adopts", "delete"},
     "parallelcluster": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster-check": {"read", "diff", "create-adopts", "delete"},
     "pcs-cluster": {"read", "diff", "create-adopts", "delete"},
@@ -73,4 +70,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 66
+    assert sum(len(v) for v in GAPS.values()) <= 60
