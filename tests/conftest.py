@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +45,11 @@ for _var in ("AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_S
 os.environ["AWS_CONFIG_FILE"] = os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 # Nor a chart registry: Kueue's and NVIDIA's charts come from the release copies in shared/.
 os.environ["FMCTL_CHART_MIRROR"] = str(SHARED / "charts")
+# Nor the developer's caches (helm's renderings): each test process, and the fmctl runs it
+# starts, keep theirs in a folder of their own, gone when it exits.
+_CACHE = tempfile.mkdtemp(prefix="fmctl-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, True)
+os.environ["XDG_CACHE_HOME"] = _CACHE
 
 
 #: Run first, in this order: the longest tests (the crash campaigns, whose points run up front

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -88,21 +89,94 @@ def source_args(chart: ChartRef, mirror: str | None = None) -> list[str]:
 
 _cache: dict[str, list[dict[str, Any]]] = {}
 _lock = threading.Lock()
+#: Renderings kept on disk (the newest ones; each is about a megabyte for Kueue's chart).
+CACHE_ENTRIES = 64
+
+
+def cache_dir() -> Path:
+    """Where renderings are kept between runs: ``$XDG_CACHE_HOME/fmctl/helm`` (the XDG base
+    directory for caches, ``~/.cache`` unset). Deleting it only costs the next run a render."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fmctl" / "helm"
+
+
+def _key(helm: str, chart: ChartRef, args: list[str], values: str, kube_version: str) -> str:
+    """What a rendering depends on: helm's binary (its path, size and time: another helm may
+    render otherwise), the chart (a mirror folder by the bytes of its files; a registry's by
+    reference and version, which a release does not change), the release, the namespace, the
+    values and the Kubernetes version."""
+    digest = hashlib.sha256()
+    binary = os.stat(helm)
+    for part in (
+        helm,
+        str(binary.st_size),
+        str(binary.st_mtime_ns),
+        chart.release,
+        chart.namespace,
+    ):
+        digest.update(part.encode() + b"\0")
+    for arg in args:
+        digest.update(arg.encode() + b"\0")
+    if len(args) == 1:  # a mirror's folder (source_args)
+        folder = Path(args[0])
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    digest.update(values.encode() + b"\0" + kube_version.encode())
+    return digest.hexdigest()
+
+
+def _from_disk(key: str) -> list[dict[str, Any]] | None:
+    try:
+        docs = json.loads((cache_dir() / f"{key}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(docs, list) and all(isinstance(d, dict) for d in docs):
+        return docs
+    return None
+
+
+def _to_disk(key: str, docs: list[dict[str, Any]]) -> None:
+    """Keep a rendering (private to the user: 0700 folder, 0600 files; written whole, then
+    renamed, so a reader never sees half of one); the oldest beyond CACHE_ENTRIES go. A cache
+    that cannot be written (a read-only home) is no error."""
+    folder = cache_dir()
+    try:
+        text = json.dumps(docs)
+    except (TypeError, ValueError):  # a value JSON cannot hold (a YAML timestamp): not kept
+        return
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".render-", dir=folder)
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, folder / f"{key}.json")
+        kept = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[CACHE_ENTRIES:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        return
 
 
 def template(
     chart: ChartRef, values: str, kube_version: str, mirror: str | None = None
 ) -> list[dict[str, Any]]:
     """The chart's objects (CRDs included) for a cluster of ``kube_version`` ("1.35"), with
-    ``values`` (YAML). The same inputs render once per process (plan and apply both ask)."""
+    ``values`` (YAML). The same inputs render once per process (plan and apply both ask), and
+    once per machine while the rendering stays in ``cache_dir()``: every EKS plan asks, and
+    helm's run and the parse of its output (a megabyte of CRDs) took a third of a second."""
     from provisioner.drivers import yamlio
 
     args = source_args(chart, mirror)
-    key = hashlib.sha256("\0".join([*args, values, kube_version]).encode()).hexdigest()
+    helm = find_helm()
+    key = _key(helm, chart, args, values, kube_version)
     with _lock:
         if key in _cache:
             return copy.deepcopy(_cache[key])
-    helm = find_helm()
+    kept = _from_disk(key)
+    if kept is not None:
+        with _lock:
+            _cache[key] = kept
+        return copy.deepcopy(kept)
     with tempfile.TemporaryDirectory(prefix="fmctl-helm-") as tmp:
         values_file = Path(tmp) / "values.yaml"
         values_file.write_text(values)
@@ -144,4 +218,5 @@ def template(
     docs = [d for d in yamlio.load_all(done.stdout) if isinstance(d, dict) and d]
     with _lock:
         _cache[key] = docs
+    _to_disk(key, docs)
     return copy.deepcopy(docs)
