@@ -20,13 +20,14 @@ from provisioner.resources.context import Context
 from provisioner.resources.eks import EksCluster, EksOut
 from provisioner.resources.eks_addons import Addon, AddonOut, AddonParams
 from provisioner.resources.eks_nodegroup_model import NodegroupOut
+from provisioner.resources.eks_nodes import Nodegroup
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.kms import KmsOut
 from provisioner.resources.network import SubnetOut
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, example
-from tests.resources.test_read_diff import _eks_params, _tags
+from tests.resources.test_read_diff import _eks_params, _ng_params, _nodegroup, _tags
 
 CLUSTER = "devel"  # the name in AWS's published DescribeCluster example
 KEY = f"arn:aws:kms:us-west-2:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
@@ -209,4 +210,77 @@ def test_an_addon_delete_waits_until_eks_no_longer_knows_it() -> None:
     aws.fail("eks", "DeleteAddon", "AccessDeniedException", 403)
     with pytest.raises(ClientError):
         Addon().delete(_ctx(aws), owned)
+    aws.done()
+
+
+def _ng_ctx(aws: RecordedAws) -> Context:
+    ctx = Context(aws=aws, cluster="llm", region="us-west-2", time_scale=0.001)  # type: ignore[arg-type]
+    ctx.record("subnet/private", SubnetOut("subnet-9d4a7b6c", "us-west-2a"))
+    ctx.record("iam/eks-node", RoleOut("node", f"arn:aws:iam::{ACCOUNT}:role/node"))
+    return ctx
+
+
+@covers("eks-nodegroup", "create-adopts")
+def test_a_node_groups_create_carries_one_token_and_one_of_this_clusters_in_use_is_waited_for() -> (
+    None
+):
+    tokens = []
+    for _run in range(2):
+        aws = RecordedAws("us-west-2")
+        ctx = _ng_ctx(aws)
+        tokens.append(ctx.token("nodegroup/gpu"))
+        request = {
+            "clusterName": "llm",
+            "nodegroupName": "gpu",
+            "amiType": "AL2023_x86_64_NVIDIA",
+            "capacityType": "ON_DEMAND",
+            "scalingConfig": {"minSize": 2, "maxSize": 2, "desiredSize": 2},
+            "subnets": ["subnet-9d4a7b6c"],
+            "nodeRole": f"arn:aws:iam::{ACCOUNT}:role/node",
+            "labels": {"fmctl.dev/pool": "gpu"},
+            "updateConfig": {"maxUnavailable": 1},
+            "nodeRepairConfig": _ng_params(2, "p5en.48xlarge").repair.request(),
+            "version": "1.33",
+            "tags": _tags("nodegroup/gpu").at_creation() | {"fmctl.dev/created-at": _Stamp()},
+            "instanceTypes": ["p5en.48xlarge"],
+            "clientRequestToken": tokens[-1],
+        }
+        aws.answer("eks", "CreateNodegroup", _nodegroup(status="CREATING"), request)
+        aws.answer("eks", "DescribeNodegroup", _nodegroup(status="CREATING"))
+        aws.answer("eks", "DescribeNodegroup", _nodegroup())
+        made = Nodegroup().create(Request(ctx, "nodegroup/gpu", _ng_params(2, "p5en.48xlarge")))
+        assert made == NodegroupOut("gpu")
+        aws.done()
+    assert tokens[0] == tokens[1]
+    # In use by this cluster's node group (a re-run after a crash): waited for, not made again.
+    aws = RecordedAws("us-west-2")
+    aws.fail("eks", "CreateNodegroup", "ResourceInUseException", 409)
+    aws.answer("eks", "DescribeNodegroup", _nodegroup(status="CREATING"))
+    aws.answer("eks", "DescribeNodegroup", _nodegroup())
+    assert Nodegroup().create(
+        Request(_ng_ctx(aws), "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
+    ) == NodegroupOut("gpu")
+    aws.done()
+    # In use by a node group someone else made: the conflict stands.
+    theirs = RecordedAws("us-west-2")
+    theirs.fail("eks", "CreateNodegroup", "ResourceInUseException", 409)
+    theirs.answer("eks", "DescribeNodegroup", _nodegroup(tags={}))
+    with pytest.raises(ClientError, match="ResourceInUseException"):
+        Nodegroup().create(
+            Request(_ng_ctx(theirs), "nodegroup/gpu", _ng_params(2, "p5en.48xlarge"))
+        )
+    theirs.done()
+
+
+@covers("eks-nodegroup", "delete")
+def test_a_node_group_delete_waits_until_eks_no_longer_knows_it() -> None:
+    owned = Owned("eks-nodegroup", "nodegroup/gpu", "gpu")
+    aws = RecordedAws("us-west-2")
+    expected = {"clusterName": "llm", "nodegroupName": "gpu"}
+    aws.answer("eks", "DeleteNodegroup", _nodegroup(status="DELETING"), expected)
+    aws.answer("eks", "DescribeNodegroup", _nodegroup(status="DELETING"))
+    aws.fail("eks", "DescribeNodegroup", "ResourceNotFoundException", 404)
+    Nodegroup().delete(_ng_ctx(aws), owned)
+    aws.fail("eks", "DeleteNodegroup", "ResourceNotFoundException", 404)
+    Nodegroup().delete(_ng_ctx(aws), owned)
     aws.done()
