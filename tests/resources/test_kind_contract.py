@@ -25,8 +25,6 @@ GAPS: dict[str, set[str]] = {
     "block-warning": {"create-adopts", "delete"},
     "budget": {"create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
-    "eks-access-entry": {"read", "diff", "create-adopts", "delete"},
-    "eks-pod-identity": {"read", "diff", "create-adopts", "delete"},
     "expiry-schedule": {"create-adopts", "delete"},
     "function": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
@@ -67,4 +65,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 54
+    assert sum(len(v) for v in GAPS.values()) <= 46
