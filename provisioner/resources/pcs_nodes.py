@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.catalog.pcs import NODE_GROUP_TAG
-from provisioner.drivers.aws import error_code
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources import pcs_drain
 from provisioner.resources.base import (
@@ -52,7 +51,6 @@ from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import EndpointOut, RouteTableOut
 from provisioner.resources.tags import (
     CREATED_TAG,
-    OWNER_TAG,
     RESOURCE_TAG,
     DesiredTags,
     Tags,
@@ -271,28 +269,17 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             "clientToken": req.ctx.token(f"{req.rid}/{cluster}/{req.params.group_name}"),
             "tags": req.params.tags.at_creation(),
         }
-        try:
-            item = patiently(
-                req.ctx,
-                req.rid,
-                f"node group {req.params.group_name}",
-                lambda: pcs.create_compute_node_group(**request)["computeNodeGroup"],
-            )
-        except Exception as exc:
-            if error_code(exc) != "ConflictException":
-                raise
-            item = self._by_name(req.ctx, cluster, req.params.group_name)
-        return self._active(req.ctx, req.rid, cluster, str(item["id"]), self.create_seconds)
-
-    def _by_name(self, ctx: Context, cluster: str, name: str) -> dict[str, Any]:
-        item = unless_gone(
-            lambda: client(ctx).get_compute_node_group(
-                clusterIdentifier=cluster, computeNodeGroupIdentifier=name
-            )["computeNodeGroup"]
+        # The token names the cluster, the pool and the group: a retry after a lost answer,
+        # or a re-run after a crash, is the same request, and PCS answers it with the group
+        # it made. The group's name is the cluster's own (PCS scopes names to a cluster),
+        # so ConflictException only ever means "not now" (patiently).
+        item = patiently(
+            req.ctx,
+            req.rid,
+            f"node group {req.params.group_name}",
+            lambda: pcs.create_compute_node_group(**request)["computeNodeGroup"],
         )
-        if item is None or tags_of(ctx, item["arn"]).get(OWNER_TAG) != ctx.cluster:
-            raise ResourceError(f"PCS node group {name} exists and is not {ctx.cluster}'s")
-        return dict(item)
+        return self._active(req.ctx, req.rid, cluster, str(item["id"]), self.create_seconds)
 
     def _active(
         self, ctx: Context, rid: str, cluster: str, group: str, expected: float

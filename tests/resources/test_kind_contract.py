@@ -31,7 +31,6 @@ GAPS: dict[str, set[str]] = {
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster-check": {"read", "diff", "create-adopts", "delete"},
-    "pcs-node-group": {"read", "diff", "create-adopts", "delete"},
 }
 
 
@@ -63,4 +62,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 38
+    assert sum(len(v) for v in GAPS.values()) <= 34

@@ -17,6 +17,8 @@ from provisioner.resources.base import How, Owned, Request
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
 from provisioner.resources.errors import ResourceError
+from provisioner.resources.iam import RoleOut
+from provisioner.resources.launch_template import LtOut
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.pcs import (
     NodeGroupOut,
@@ -26,6 +28,7 @@ from provisioner.resources.pcs import (
     digest,
     request_of_networking,
 )
+from provisioner.resources.pcs_nodes import NodeGroupParams, PcsNodeGroup
 from provisioner.resources.pcs_queues import PcsQueue, QueueOut, QueueParams
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, tags
@@ -317,4 +320,151 @@ def test_a_queue_delete_waits_until_pcs_no_longer_knows_it() -> None:
     aws.fail("pcs", "DeleteQueue", "ResourceNotFoundException", 404)
     aws.fail("pcs", "GetQueue", "ResourceNotFoundException", 404)
     PcsQueue().delete(_ctx(aws), owned)
+    aws.done()
+
+
+GROUP = "pcs_ng_train"
+PROFILE = f"arn:aws:iam::{ACCOUNT}:instance-profile/aws-pcs/fmctl-llm-us-east-1-pcs-node"
+
+
+def _group_params(
+    ctx: Context, max_count: int = 4, instance_type: str = "p5.48xlarge"
+) -> NodeGroupParams:
+    ctx.record("pcs", PcsClusterOut(ID, ARN, "10.0.1.12:6817"))
+    ctx.record("launch-template/train", LtOut("lt-01238c059e3466abc", 3))
+    role = PROFILE.replace(":instance-profile/", ":role/")
+    ctx.record("iam/pcs-node", RoleOut("fmctl-llm-us-east-1-pcs-node", role))
+    return NodeGroupParams(
+        Ref("pcs", PcsClusterOut),
+        "train",
+        "ami-0a1b2c3d4e5f60002",
+        (Ref("subnet/private", SubnetOut),),
+        "CAPACITY_BLOCK",
+        Ref("launch-template/train", LtOut),
+        Ref("iam/pcs-node", RoleOut),
+        0,
+        max_count,
+        instance_type,
+        _tags("pcs/ng/train"),
+    )
+
+
+def _group(status: str = "ACTIVE", max_count: int = 4) -> dict[str, Any]:
+    """A node group as GetComputeNodeGroup shows it."""
+    return {
+        "name": "train",
+        "id": GROUP,
+        "arn": f"{ARN}/computenodegroup/{GROUP}",
+        "clusterId": ID,
+        "createdAt": WHEN,
+        "modifiedAt": WHEN,
+        "status": status,
+        "amiId": "ami-0a1b2c3d4e5f60002",
+        "subnetIds": ["subnet-9d4a7b6c"],
+        "purchaseOption": "CAPACITY_BLOCK",
+        "customLaunchTemplate": {"id": "lt-01238c059e3466abc", "version": "3"},
+        "iamInstanceProfileArn": PROFILE,
+        "scalingConfiguration": {"minInstanceCount": 0, "maxInstanceCount": max_count},
+        "instanceConfigs": [{"instanceType": "p5.48xlarge"}],
+    }
+
+
+@covers("pcs-node-group", "read", "diff")
+def test_a_node_group_is_read_by_its_tags_scales_in_place_and_a_new_type_replaces_it() -> None:
+    aws = RecordedAws()
+    _mine(aws)
+    summary = {
+        k: _group()[k]
+        for k in ("name", "id", "arn", "clusterId", "createdAt", "modifiedAt", "status")
+    }
+    aws.answer(
+        "pcs", "ListComputeNodeGroups", {"computeNodeGroups": [summary]}, {"clusterIdentifier": ID}
+    )
+    tagged = {"tags": _tag_map(resource="pcs/ng/train")}
+    aws.answer("pcs", "ListTagsForResource", tagged)  # is it the cluster's?
+    aws.answer("pcs", "GetComputeNodeGroup", {"computeNodeGroup": _group()})
+    aws.answer("pcs", "ListTagsForResource", tagged)  # which pool's?
+    aws.answer("pcs", "ListTagsForResource", tagged)  # the live view's tags
+    ctx = _ctx(aws)
+    req = Request(ctx, "pcs/ng/train", _group_params(ctx))
+    observed = PcsNodeGroup().read(req)
+    aws.done()
+    assert observed is not None and observed.outputs == NodeGroupOut(GROUP)
+    assert observed.id == f"{ID}/{GROUP}"
+    assert PcsNodeGroup().diff(req, observed) == []
+    (smaller,) = PcsNodeGroup().diff(Request(ctx, "pcs/ng/train", _group_params(ctx, 2)), observed)
+    assert (smaller.path, smaller.how) == ("max_count", How.UPDATE)
+    assert smaller.note is not None and "train-[3-4]" in smaller.note  # the nodes drained first
+    other = PcsNodeGroup().diff(
+        Request(ctx, "pcs/ng/train", _group_params(ctx, 4, "p5en.48xlarge")), observed
+    )
+    assert {c.path: c.how for c in other} == {"instance_type": How.REPLACE}
+
+
+@covers("pcs-node-group", "create-adopts")
+def test_a_node_groups_create_carries_one_token_and_a_name_in_use_by_its_own_is_waited_for() -> (
+    None
+):
+    tokens = []
+    for _run in range(2):
+        aws = RecordedAws()
+        ctx = _ctx(aws)
+        params = _group_params(ctx)
+        tokens.append(ctx.token(f"pcs/ng/train/{ID}/train"))
+        request = {
+            "amiId": "ami-0a1b2c3d4e5f60002",
+            "subnetIds": ["subnet-9d4a7b6c"],
+            "purchaseOption": "CAPACITY_BLOCK",
+            "customLaunchTemplate": {"id": "lt-01238c059e3466abc", "version": "3"},
+            "iamInstanceProfileArn": PROFILE,
+            "scalingConfiguration": {"minInstanceCount": 0, "maxInstanceCount": 4},
+            "clusterIdentifier": ID,
+            "computeNodeGroupName": "train",
+            "instanceConfigs": [{"instanceType": "p5.48xlarge"}],
+            "clientToken": tokens[-1],
+            "tags": _Tags(_tags("pcs/ng/train").at_creation()),
+        }
+        aws.answer(
+            "pcs", "CreateComputeNodeGroup", {"computeNodeGroup": _group("CREATING")}, request
+        )
+        aws.answer("pcs", "GetComputeNodeGroup", {"computeNodeGroup": _group("CREATING")})
+        aws.answer("pcs", "GetComputeNodeGroup", {"computeNodeGroup": _group()})
+        assert PcsNodeGroup().create(Request(ctx, "pcs/ng/train", params)) == NodeGroupOut(GROUP)
+        aws.done()
+    assert tokens[0] == tokens[1]
+    # PCS answers ConflictException while something the group depends on is changing: the
+    # same request (the same token) goes again until PCS takes it.
+    busy = RecordedAws()
+    ctx = _ctx(busy)
+    busy.fail("pcs", "CreateComputeNodeGroup", "ConflictException", 409)
+    busy.answer(
+        "pcs",
+        "CreateComputeNodeGroup",
+        {"computeNodeGroup": _group("CREATING")},
+        {**request, "clientToken": ctx.token(f"pcs/ng/train/{ID}/train")},
+    )
+    busy.answer("pcs", "GetComputeNodeGroup", {"computeNodeGroup": _group()})
+    assert PcsNodeGroup().create(Request(ctx, "pcs/ng/train", _group_params(ctx))) == NodeGroupOut(
+        GROUP
+    )
+    busy.done()
+
+
+@covers("pcs-node-group", "delete")
+def test_a_node_group_delete_waits_until_pcs_no_longer_knows_it_then_sweeps_its_instances() -> None:
+    owned = Owned("pcs-node-group", "pcs/ng/train", f"{ID}/{GROUP}")
+    aws = RecordedAws()
+    ctx = _ctx(aws)
+    token = ctx.token(f"pcs/ng/train/delete/{ID}/{GROUP}")
+    expected = {"clusterIdentifier": ID, "computeNodeGroupIdentifier": GROUP, "clientToken": token}
+    aws.answer("pcs", "DeleteComputeNodeGroup", {}, expected)
+    aws.answer("pcs", "GetComputeNodeGroup", {"computeNodeGroup": _group("DELETING")})
+    aws.fail("pcs", "GetComputeNodeGroup", "ResourceNotFoundException", 404)
+    filters = [
+        {"Name": "tag:aws:pcs:compute-node-group-id", "Values": [GROUP]},
+        {"Name": "tag:fmctl.dev/cluster", "Values": [CLUSTER]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    ]
+    aws.answer("ec2", "DescribeInstances", {"Reservations": []}, {"Filters": filters})
+    PcsNodeGroup().delete(ctx, owned)
     aws.done()
