@@ -61,7 +61,7 @@ from provisioner.resources.base import (
 )
 from provisioner.resources.context import Context
 from provisioner.resources.eks_nodegroup_model import NodegroupOut
-from provisioner.resources.errors import Foreign
+from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.parallelcluster import PclusterOut
 from provisioner.resources.pcs import NodeGroupOut
@@ -434,9 +434,11 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
         )
         if done.get("FailedEntryCount"):
             failed = done.get("FailedEntries", [{}])[0]
-            raise ValueError(
+            # PutTargets answers 200 and lists the targets it did not put.
+            raise ResourceError(
                 f"rule {params.group_name}: PutTargets failed: "
-                f"{failed.get('ErrorCode')} {failed.get('ErrorMessage')}"
+                f"{failed.get('ErrorCode')} {failed.get('ErrorMessage')}",
+                hint="the rule has no target: `fmctl up` again puts it",
             )
 
     def create(self, req: Request[BlockEndParams]) -> WarningOut:

@@ -21,8 +21,6 @@ READ_ONLY = ("read",)
 #: campaigns cover them end to end). Strike a verb when its test lands; never add one.
 GAPS: dict[str, set[str]] = {
     "artifacts": {"read", "diff", "create-adopts", "delete"},
-    "block-schedule": {"create-adopts", "delete"},
-    "block-warning": {"create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
     "function": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
@@ -60,4 +58,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 30
+    assert sum(len(v) for v in GAPS.values()) <= 26
