@@ -43,7 +43,7 @@ from provisioner.resources.base import (
     policies,
 )
 from provisioner.resources.context import Context
-from provisioner.resources.errors import Foreign
+from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
 from provisioner.resources.schedules import StopCall, filled
 from provisioner.resources.tags import CREATED_TAG, RESOURCE_TAG, DesiredTags, Tags, tag_updates
@@ -272,7 +272,10 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
             config = client.get_function_configuration(FunctionName=name)
             state = config.get("State", "Active")
             if state == "Failed":
-                raise RuntimeError(f"Lambda function {name} failed: {config.get('StateReason')}")
+                raise ResourceError(
+                    f"Lambda function {name} failed: {config.get('StateReason')}",
+                    hint="`fmctl up` again makes it again; its log group says more",
+                )
             done = state == "Active" and config.get("LastUpdateStatus", "Successful") in (
                 "Successful",
                 "Failed",

@@ -22,7 +22,6 @@ READ_ONLY = ("read",)
 GAPS: dict[str, set[str]] = {
     "artifacts": {"read", "diff", "create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
-    "function": {"create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
     "parallelcluster": {"read", "diff", "create-adopts", "delete"},
@@ -58,4 +57,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 26
+    assert sum(len(v) for v in GAPS.values()) <= 24
