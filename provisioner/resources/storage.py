@@ -23,7 +23,7 @@ from provisioner.resources.base import (
 )
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import is_gone
-from provisioner.resources.errors import Foreign
+from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
 
@@ -375,7 +375,36 @@ class Artifacts(Kind[ArtifactsParams, ArtifactsOut, ArtifactsLive]):
         observed: Observed[ArtifactsOut, ArtifactsLive],
         changes: Sequence[FieldChange],
     ) -> ArtifactsOut:
-        return self.create(req)
+        """Upload the new set, then remove what the last one had and this one has not: the
+        nodes `aws s3 sync` the whole folder, so a script fmctl no longer ships would still
+        reach them. Only the files the last manifest lists go (topology.json, which
+        `fmctl topology` publishes beside them, is not fmctl's artifacts' to remove)."""
+        s3 = req.ctx.aws.client("s3")
+        bucket = req.ctx.get(req.params.bucket).id
+        folder = f"{req.ctx.cluster}/slurm"
+        try:
+            body = s3.get_object(Bucket=bucket, Key=f"{folder}/{MANIFEST}")["Body"]
+            before = [str(f) for f in json.loads(body.read()).get("files", [])]
+        except Exception as exc:
+            if error_code(exc) not in ("NoSuchKey", "404"):
+                raise
+            before = []
+        out = self.create(req)
+        gone = sorted(set(before) - set(self.files(req.params)))
+        if gone:
+            done = s3.delete_objects(
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": f"{folder}/{path}"} for path in gone], "Quiet": True},
+            )
+            # DeleteObjects answers 200 and lists the keys it could not delete.
+            failed = [f"{e.get('Key')}: {e.get('Code')}" for e in done.get("Errors", [])]
+            if failed:
+                raise ResourceError(
+                    f"files no longer shipped are still in s3://{bucket}/{folder}: "
+                    + "; ".join(failed),
+                    hint="`fmctl up` again removes them",
+                )
+        return out
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         return None  # the objects go with the bucket

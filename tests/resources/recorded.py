@@ -124,7 +124,8 @@ def lose_answer(
 ) -> None:
     """Queue ``operation``'s answer and lose it: AWS does the work (the stubber takes the
     call and its parameters), and the caller sees the connection drop before the answer,
-    as botocore reports it (``ConnectionClosedError``). Once."""
+    as botocore reports it (``ConnectionClosedError``). Once, and on the next call of
+    ``operation`` whatever answer the stubber gives it: queue it when that call is next."""
     from botocore.exceptions import ConnectionClosedError
 
     aws.answer(service, operation, response, expected)

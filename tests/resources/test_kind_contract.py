@@ -20,7 +20,6 @@ READ_ONLY = ("read",)
 #: Kind -> verbs without a unit test of their own (the sandbox's scenario tests and crash
 #: campaigns cover them end to end). Strike a verb when its test lands; never add one.
 GAPS: dict[str, set[str]] = {
-    "artifacts": {"read", "diff", "create-adopts", "delete"},
     "dra": {"read", "diff", "create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
@@ -57,4 +56,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 24
+    assert sum(len(v) for v in GAPS.values()) <= 20
