@@ -23,8 +23,6 @@ GAPS: dict[str, set[str]] = {
     "dra": {"read", "diff", "create-adopts", "delete"},
     "kube-chart": {"read", "diff", "create-adopts", "delete"},
     "kube-stack": {"read", "diff", "create-adopts", "delete"},
-    "parallelcluster": {"read", "diff", "create-adopts", "delete"},
-    "parallelcluster-check": {"read", "diff", "create-adopts", "delete"},
 }
 
 
@@ -56,4 +54,4 @@ def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
 
 def test_the_gaps_only_shrink() -> None:
     """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 20
+    assert sum(len(v) for v in GAPS.values()) <= 12
