@@ -86,7 +86,14 @@ class RepositoryLink(Kind[DraParams, DraOut, DraLive]):
     def _items(self, ctx: Context) -> list[Mapping[str, Any]]:
         def load() -> list[Mapping[str, Any]]:
             fsx = ctx.aws.client("fsx")
-            items = fsx.describe_data_repository_associations()["Associations"]
+            # No paginator in botocore for this one; FSx pages it all the same (NextToken,
+            # DescribeDataRepositoryAssociations' reference): every page, or one on a later
+            # page is taken for missing and made again.
+            page = fsx.describe_data_repository_associations()
+            items = list(page["Associations"])
+            while page.get("NextToken"):
+                page = fsx.describe_data_repository_associations(NextToken=page["NextToken"])
+                items += page["Associations"]
             return [
                 a
                 for a in items

@@ -60,6 +60,36 @@ from provisioner.resources.kube_ultraserver import label_ultraservers
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.tags import OWNER_TAG
 
+#: Every kind fmctl's ``kubernetes/`` templates make (tests/render/test_kubernetes.py holds
+#: every example's rendering to it). Read lists these as well as what the spec renders now:
+#: an object of a kind the spec no longer renders at all is found, and pruned, too.
+STACK_KINDS = frozenset(
+    {
+        ("v1", "Namespace"),
+        ("v1", "ConfigMap"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("v1", "PersistentVolume"),
+        ("v1", "PersistentVolumeClaim"),
+        ("apps/v1", "DaemonSet"),
+        ("apps/v1", "Deployment"),
+        ("batch/v1", "Job"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("storage.k8s.io/v1", "StorageClass"),
+        ("kueue.x-k8s.io/v1beta2", "AdmissionCheck"),
+        ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
+        ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+        ("kueue.x-k8s.io/v1beta2", "ProvisioningRequestConfig"),
+        ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+        ("kueue.x-k8s.io/v1beta2", "Topology"),
+        ("resource.nvidia.com/v1beta1", "ComputeDomain"),
+    }
+)
+
 
 @dataclass(frozen=True)
 class StackOut:
@@ -178,7 +208,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         cluster = req.ctx.get(req.params.cluster)
         api = connect(req.ctx, cluster.endpoint, cluster.ca)
         try:
-            kinds = sorted({(v, k) for v, k in self._kinds(req.params)})
+            kinds = sorted(self._kinds(req.params) | STACK_KINDS)
             applied: dict[str, str] = {}
             content: dict[str, dict[str, Any]] = {}
             external: dict[str, str] = {}
@@ -410,7 +440,7 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         api = connect(ctx, cluster.endpoint, cluster.ca)
         try:
             apply_all(api, objects, taken=taken)
-            kinds = {(o["kind"]): o["apiVersion"] for o in objects}
+            kinds = {k: v for v, k in STACK_KINDS} | {o["kind"]: o["apiVersion"] for o in objects}
             for key in stale:  # applied before, no longer rendered: pruned
                 kind, namespace, name = key.split("/", 2)
                 if kind in kinds:

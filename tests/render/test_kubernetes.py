@@ -312,3 +312,15 @@ def test_node_groups_do_not_set_the_kubelets_labels() -> None:
         for path, text in rendered(example, scheduler).files.items():
             if path.startswith("aws/") and "nodegroup" in path:
                 assert "node.kubernetes.io/instance-type" not in text, path
+
+
+@pytest.mark.parametrize(("example", "scheduler"), K8S_CASES, ids=K8S_IDS)
+def test_the_stack_reads_every_kind_it_may_have_applied(example: Path, scheduler: str) -> None:
+    """`up` reads the in-cluster stack by kind; a kind no template makes any more would not
+    be read, and its objects never pruned, unless STACK_KINDS lists it."""
+    from provisioner.resources.kube_stack import STACK_KINDS
+
+    for path, doc in documents(rendered(example, scheduler).files, "kubernetes/"):
+        if path.endswith("kustomization.yaml"):
+            continue
+        assert (doc["apiVersion"], doc["kind"]) in STACK_KINDS, path

@@ -137,3 +137,82 @@ def lose_answer(
         raise ConnectionClosedError(endpoint_url=client.meta.endpoint_url)
 
     client.meta.events.register(event, drop, unique_id="fmctl-lose-answer")
+
+
+class RecordedKube:
+    """What the in-cluster kinds reach as a Kubernetes API (``KubeApi``): the objects a test
+    lays in the cluster, answered as the API server answers (a list by equality label
+    selector, a get by name, server-side apply returning the live object with the status the
+    cluster keeps, delete saying whether it was there); every call kept in ``calls``. What
+    the kinds never ask of it (logs, cordon, eviction) fails the test."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+        self.calls: list[tuple[str, str]] = []
+
+    @staticmethod
+    def _key(api_version: str, kind: str, name: str, namespace: str) -> tuple[str, str, str, str]:
+        return (api_version, kind, namespace, name)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """Lay ``obj`` in the cluster (as it would be after an apply), status included."""
+        meta = obj["metadata"]
+        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
+        self.objects[key] = copy.deepcopy(obj)
+
+    def apply(self, obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
+        self.calls.append(("apply", f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"))
+        live = copy.deepcopy(obj)
+        if key in self.objects and "status" in self.objects[key]:
+            live["status"] = self.objects[key]["status"]  # the cluster's, not the applier's
+        self.objects[key] = live
+        return copy.deepcopy(live)
+
+    def get(
+        self, api_version: str, kind: str, name: str, namespace: str = ""
+    ) -> dict[str, Any] | None:
+        self.calls.append(("get", f"{kind}/{namespace}/{name}"))
+        found = self.objects.get(self._key(api_version, kind, name, namespace))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(
+        self, api_version: str, kind: str, namespace: str = "", selector: str = ""
+    ) -> list[dict[str, Any]]:
+        self.calls.append(("list", f"{kind} {selector}"))
+        out = []
+        for (version, k, ns, _), obj in sorted(self.objects.items()):
+            if (version, k) != (api_version, kind) or (namespace and ns != namespace):
+                continue
+            labels = obj["metadata"].get("labels") or {}
+            if all(_selects(term, labels) for term in selector.split(",") if term):
+                out.append(copy.deepcopy(obj))
+        return out
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
+        self.calls.append(("delete", f"{kind}/{namespace}/{name}"))
+        return self.objects.pop(self._key(api_version, kind, name, namespace), None) is not None
+
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
+        raise AssertionError(f"logs of {namespace}/{pod} were not expected")
+
+    def cordon(self, node: str, labels: dict[str, str | None] | None = None) -> None:
+        raise AssertionError(f"cordon of {node} was not expected")
+
+    def label(self, node: str, labels: dict[str, str | None]) -> None:
+        raise AssertionError(f"labels of {node} were not expected")
+
+    def evict(self, namespace: str, pod: str) -> bool:
+        raise AssertionError(f"eviction of {namespace}/{pod} was not expected")
+
+
+def _selects(term: str, labels: dict[str, str]) -> bool:
+    """One term of a label selector, as the API server reads it: ``key=value``, ``key``
+    (exists) or ``!key`` (does not)."""
+    if term.startswith("!"):
+        return term[1:] not in labels
+    if "=" in term:
+        key, value = term.split("=", 1)
+        return labels.get(key) == value
+    return term in labels

@@ -1,29 +1,25 @@
-"""Every resource kind has unit tests of its verbs against recorded AWS answers (issue 36):
-read, diff, a create whose answer was lost, and delete (a kind fmctl only uses, like an
-existing VPC: read). A test says what it covers with ``tests.resources.contract.covers``.
+"""Every resource kind has unit tests of its verbs against recorded answers (issue 36): read,
+diff, a create whose answer was lost, and delete (a kind fmctl only uses, like an existing
+VPC: read). A test says what it covers with ``tests.resources.contract.covers``; the answers
+are AWS's (``recorded.RecordedAws``, botocore's Stubber holding each to the service's model),
+the Kubernetes API's (``recorded.RecordedKube``) or ParallelCluster's CLI's stand-in.
 
-``GAPS`` lists what had no such test when this rule came in (2026-12-05). It may only
-shrink: a new kind comes with its tests, a test removed fails here, and a gap filled must be
-struck from the list (so the list stays the truth)."""
+When the rule came in (2026-12-05) 113 verbs had no such test; the list of them shrank to
+nothing on 2026-12-05, and a new kind now comes with its four tests or fails here."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
+from typing import Any
 
 import tests.resources
+from provisioner.resources.base import DataSource, Kind
 from provisioner.resources.registry import kinds
 from tests.resources.contract import COVERED, VERBS
 
 READ_ONLY = ("read",)
-
-#: Kind -> verbs without a unit test of their own (the sandbox's scenario tests and crash
-#: campaigns cover them end to end). Strike a verb when its test lands; never add one.
-GAPS: dict[str, set[str]] = {
-    "dra": {"read", "diff", "create-adopts", "delete"},
-    "kube-chart": {"read", "diff", "create-adopts", "delete"},
-    "kube-stack": {"read", "diff", "create-adopts", "delete"},
-}
 
 
 def _load_every_test_module() -> None:
@@ -32,26 +28,37 @@ def _load_every_test_module() -> None:
             importlib.import_module(f"tests.resources.{found.name}")
 
 
-def test_every_kind_has_unit_tests_of_its_verbs_or_is_a_listed_gap() -> None:
+def uncovered(
+    every: Mapping[str, Kind[Any, Any, Any]], covered: Mapping[str, set[str]]
+) -> dict[str, list[str]]:
+    """Kind -> the verbs of the contract no test covers."""
+    missing = {}
+    for name, kind in sorted(every.items()):
+        untested = set(VERBS if kind.owned else READ_ONLY) - covered.get(name, set())
+        if untested:
+            missing[name] = sorted(untested)
+    return missing
+
+
+def test_every_kind_has_unit_tests_of_its_verbs() -> None:
     _load_every_test_module()
     every = kinds()
     assert set(COVERED) <= set(every), (
         f"tests cover kinds that do not exist: {set(COVERED) - set(every)}"
     )
-    missing, filled = {}, {}
-    for name, kind in sorted(every.items()):
-        wanted = set(VERBS if kind.owned else READ_ONLY)
-        untested = wanted - COVERED[name]
-        allowed = GAPS.get(name, set())
-        if untested - allowed:
-            missing[name] = sorted(untested - allowed)
-        if allowed - untested:
-            filled[name] = sorted(allowed - untested)
-    assert missing == {}, f"kinds whose verbs have no unit test: {missing} (tests/resources)"
-    assert filled == {}, f"tested now: strike these from GAPS: {filled}"
-    assert set(GAPS) <= set(every), f"GAPS names kinds that do not exist: {set(GAPS) - set(every)}"
+    assert uncovered(every, COVERED) == {}, "kinds whose verbs have no unit test (tests/resources)"
 
 
-def test_the_gaps_only_shrink() -> None:
-    """The count when the rule came in; lower it as gaps are filled, never raise it."""
-    assert sum(len(v) for v in GAPS.values()) <= 12
+def test_the_contract_sees_a_kind_without_tests_and_a_data_source_needs_only_read() -> None:
+    class Untested(Kind[object, object, object]):
+        name = "untested-kind"
+
+    class Looked(DataSource[object, object]):
+        name = "looked-up"
+
+    every = {"untested-kind": Untested(), "looked-up": Looked()}
+    assert uncovered(every, {"untested-kind": {"read", "diff"}}) == {
+        "untested-kind": ["create-adopts", "delete"],
+        "looked-up": ["read"],
+    }
+    assert uncovered(every, {"untested-kind": set(VERBS), "looked-up": {"read"}}) == {}
