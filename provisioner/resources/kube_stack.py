@@ -208,7 +208,8 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
         cluster = req.ctx.get(req.params.cluster)
         api = connect(req.ctx, cluster.endpoint, cluster.ca)
         try:
-            kinds = sorted(self._kinds(req.params) | STACK_KINDS)
+            rendered_kinds = self._kinds(req.params)
+            kinds = sorted(rendered_kinds | STACK_KINDS)
             applied: dict[str, str] = {}
             content: dict[str, dict[str, Any]] = {}
             external: dict[str, str] = {}
@@ -229,7 +230,13 @@ class KubeStack(Kind[StackParams, StackOut, StackLive]):
                         external[key] = owner
                         theirs[key] = obj
                         continue
-                    applied[key] = (obj["metadata"].get("annotations") or {}).get(DIGEST, "")
+                    digest = (obj["metadata"].get("annotations") or {}).get(DIGEST)
+                    if digest is None and (api_version, kind) not in rendered_kinds:
+                        # Labelled as the cluster's but never applied by `up` (no digest): a
+                        # file of the rendered folder a person applied (the NCCL test's Job).
+                        # Not the stack's to prune.
+                        continue
+                    applied[key] = digest or ""
                     content[key] = obj
             nodes = pool_nodes(api, req.params.pools)
         finally:

@@ -19,10 +19,10 @@ from provisioner.resources.compute import (
 )
 from provisioner.resources.errors import Foreign
 from provisioner.resources.kms import KmsKey, KmsLive, KmsOut, KmsParams, key_policy
-from provisioner.resources.tags import OWNER_TAG, Tags
+from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, Tags
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, example, lose_answer, tags
-from tests.resources.test_lifecycle_verbs import CLUSTER, _adopted, _ctx, _spec, _tags
+from tests.resources.test_lifecycle_verbs import CLUSTER, Stamp, _adopted, _ctx, _spec, _tags
 
 BUDGETS = "budgets.amazonaws.com"
 
@@ -109,7 +109,7 @@ def test_a_key_whose_create_answer_was_lost_is_found_by_its_tags_not_made_twice(
         "KeySpec": "SYMMETRIC_DEFAULT",
         "Policy": key_policy(ACCOUNT, BUDGETS),
         "Tags": [
-            {"TagKey": k, "TagValue": v}
+            {"TagKey": k, "TagValue": Stamp() if k == CREATED_TAG else v}
             for k, v in sorted(_tags("kms/budget").at_creation().items())
         ],
     }

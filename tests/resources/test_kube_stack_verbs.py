@@ -120,6 +120,19 @@ def test_the_stack_is_read_by_fmctls_label_and_what_differs_or_is_gone_is_said(
             },
         }
     )
+    # The NCCL test's Job, applied by a person from the rendered folder: the cluster's label,
+    # no digest (`up` never applied it). Not the stack's to prune.
+    kube.put(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": "nccl-allreduce",
+                "namespace": "training",
+                "labels": {"fmctl.dev/cluster": CLUSTER},
+            },
+        }
+    )
     req = Request(ctx, "kube-stack", params)
     observed = KubeStack().read(req)
     assert observed is not None and observed.outputs.id == "2 objects"

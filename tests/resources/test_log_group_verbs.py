@@ -13,9 +13,10 @@ from botocore.exceptions import ClientError
 from provisioner.resources.base import How, Owned, Request
 from provisioner.resources.errors import Foreign
 from provisioner.resources.logs import LogGroup, LogGroupOut, LogGroupParams
+from provisioner.resources.tags import CREATED_TAG
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, lose_answer, tags
-from tests.resources.test_lifecycle_verbs import CLUSTER, _ctx, _tags
+from tests.resources.test_lifecycle_verbs import CLUSTER, Stamp, _ctx, _tags
 
 GROUP = f"/aws/eks/{CLUSTER}/cluster"
 RID = "logs/control-plane"
@@ -96,7 +97,7 @@ def test_a_log_group_whose_create_answer_was_lost_is_adopted_tagged_and_kept_for
     """CreateLogGroup takes no token: the try after a lost answer meets the name taken, finds
     the group tagged as this cluster's, tags it (again) and sets its retention."""
     aws = RecordedAws()
-    tags_sent = _tags(RID).at_creation()
+    tags_sent = {**_tags(RID).at_creation(), CREATED_TAG: Stamp()}  # stamped as it is sent
     lose_answer(aws, "logs", "CreateLogGroup", {}, {"logGroupName": GROUP, "tags": tags_sent})
     req = Request(_ctx(aws), RID, _params())
     with pytest.raises(Exception, match="Connection was closed"):
