@@ -37,6 +37,9 @@ class Sandbox:
     home: Path
     info: dict[str, Any]
     clients: dict[str, Aws] = field(default_factory=dict, repr=False)
+    #: The request log read so far, and how much of it is final (``requests``).
+    log: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    stable: int = 0
 
     @property
     def endpoint(self) -> str:
@@ -61,8 +64,21 @@ class Sandbox:
         return self.clients[region]
 
     def requests(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = doubles.control(self.home, "/_fmctl/requests")
-        return result
+        """The emulator's request log. Read incrementally: a worker's log grows to tens of
+        thousands of calls, and tests ask for it often (some in polling loops). Entries
+        whose answer is not in yet (status 0) may still change, so the next read starts
+        again from the first of them; a log shorter than what was read (a restarted
+        emulator) is read again whole."""
+        got = doubles.control(self.home, f"/_fmctl/requests?since={self.stable}")
+        if got["total"] < self.stable:
+            self.stable, self.log = 0, []
+            got = doubles.control(self.home, "/_fmctl/requests?since=0")
+        self.log[self.stable :] = got["entries"]
+        while self.stable < len(self.log) and (
+            self.log[self.stable]["status"] or self.log[self.stable]["fault"] == "reset"
+        ):
+            self.stable += 1
+        return list(self.log)
 
     def log_size(self) -> int:
         """How far the emulator's log has got (for ``failures``)."""

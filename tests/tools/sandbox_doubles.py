@@ -10,7 +10,7 @@ it ships in the wheel.
 
 Control endpoints, for the test that started it only (each request carries the sandbox's
 secret key in ``X-Fmctl-Secret``; anyone else gets 403):
-  GET  /_fmctl/requests          -> the request log
+  GET  /_fmctl/requests          -> the request log (?since=N: {total, entries from N})
   POST /_fmctl/faults            <- {"rules": [...]}: replaces the rules
   POST /_fmctl/seed/node-tools   <- {"path": DIR or null}
   POST /_fmctl/pcs/hold          <- {"id": CLUSTER-ID, "hold": true|false}: a PCS cluster
@@ -32,6 +32,7 @@ import socket
 import ssl
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -186,8 +187,13 @@ class Doubles:
             return answer(start, 403, {"Content-Type": "application/json"}, b'{"error":"no"}')
         method = environ.get("REQUEST_METHOD", "GET")
         if path == "/_fmctl/requests":
+            query = urllib.parse.parse_qs(str(environ.get("QUERY_STRING", "")))
             with self.lock:
-                data: Any = list(self.log)
+                if "since" in query:  # what the caller has not read yet, and the log's length
+                    since = int(query["since"][0])
+                    data: Any = {"total": len(self.log), "entries": self.log[since:]}
+                else:
+                    data = list(self.log)
         elif path == "/_fmctl/faults" and method == "POST":
             rules = json.loads(body or b"{}").get("rules", [])
             with self.lock:
