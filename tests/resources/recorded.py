@@ -15,6 +15,7 @@ import copy
 import glob
 import json
 import os
+import threading
 from typing import Any
 
 ACCOUNT = "123456789012"
@@ -149,6 +150,9 @@ class RecordedKube:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, str]] = []
+        #: Held by every call, as the API server serializes writes to one store: fmctl
+        #: applies in parallel threads. A test that changes objects meanwhile holds it too.
+        self.lock = threading.RLock()
 
     @staticmethod
     def _key(api_version: str, kind: str, name: str, namespace: str) -> tuple[str, str, str, str]:
@@ -156,43 +160,50 @@ class RecordedKube:
 
     def put(self, obj: dict[str, Any]) -> None:
         """Lay ``obj`` in the cluster (as it would be after an apply), status included."""
-        meta = obj["metadata"]
-        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
-        self.objects[key] = copy.deepcopy(obj)
+        with self.lock:
+            meta = obj["metadata"]
+            key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
+            self.objects[key] = copy.deepcopy(obj)
 
     def apply(self, obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
-        meta = obj["metadata"]
-        key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
-        self.calls.append(("apply", f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}"))
-        live = copy.deepcopy(obj)
-        if key in self.objects and "status" in self.objects[key]:
-            live["status"] = self.objects[key]["status"]  # the cluster's, not the applier's
-        self.objects[key] = live
-        return copy.deepcopy(live)
+        with self.lock:
+            meta = obj["metadata"]
+            key = self._key(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace", ""))
+            self.calls.append(
+                ("apply", f"{obj['kind']}/{meta.get('namespace', '')}/{meta['name']}")
+            )
+            live = copy.deepcopy(obj)
+            if key in self.objects and "status" in self.objects[key]:
+                live["status"] = self.objects[key]["status"]  # the cluster's, not the applier's
+            self.objects[key] = live
+            return copy.deepcopy(live)
 
     def get(
         self, api_version: str, kind: str, name: str, namespace: str = ""
     ) -> dict[str, Any] | None:
-        self.calls.append(("get", f"{kind}/{namespace}/{name}"))
-        found = self.objects.get(self._key(api_version, kind, name, namespace))
-        return copy.deepcopy(found) if found is not None else None
+        with self.lock:
+            self.calls.append(("get", f"{kind}/{namespace}/{name}"))
+            found = self.objects.get(self._key(api_version, kind, name, namespace))
+            return copy.deepcopy(found) if found is not None else None
 
     def list(
         self, api_version: str, kind: str, namespace: str = "", selector: str = ""
     ) -> list[dict[str, Any]]:
-        self.calls.append(("list", f"{kind} {selector}"))
-        out = []
-        for (version, k, ns, _), obj in sorted(self.objects.items()):
-            if (version, k) != (api_version, kind) or (namespace and ns != namespace):
-                continue
-            labels = obj["metadata"].get("labels") or {}
-            if all(_selects(term, labels) for term in selector.split(",") if term):
-                out.append(copy.deepcopy(obj))
-        return out
+        with self.lock:
+            self.calls.append(("list", f"{kind} {selector}"))
+            out = []
+            for (version, k, ns, _), obj in sorted(self.objects.items()):
+                if (version, k) != (api_version, kind) or (namespace and ns != namespace):
+                    continue
+                labels = obj["metadata"].get("labels") or {}
+                if all(_selects(term, labels) for term in selector.split(",") if term):
+                    out.append(copy.deepcopy(obj))
+            return out
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
-        self.calls.append(("delete", f"{kind}/{namespace}/{name}"))
-        return self.objects.pop(self._key(api_version, kind, name, namespace), None) is not None
+        with self.lock:
+            self.calls.append(("delete", f"{kind}/{namespace}/{name}"))
+            return self.objects.pop(self._key(api_version, kind, name, namespace), None) is not None
 
     def logs(self, namespace: str, pod: str, container: str | None = None) -> str:
         raise AssertionError(f"logs of {namespace}/{pod} were not expected")

@@ -135,7 +135,8 @@ def _ready_on_apply(kube: RecordedKube, running: Any) -> None:
 
     def applied(obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
         live = apply(obj, force)
-        running()
+        with kube.lock:  # as the API server, one change at a time
+            running()
         return live
 
     kube.apply = applied  # type: ignore[method-assign]

@@ -170,7 +170,8 @@ def test_an_apply_whose_answer_was_lost_is_the_same_apply_and_waits_for_the_node
 
     def applied(obj: dict[str, Any], force: bool = False) -> dict[str, Any]:
         live = apply(obj, force)
-        _running(kube)  # the cluster starts what is applied
+        with kube.lock:  # the cluster starts what is applied, one change at a time
+            _running(kube)
         return live
 
     kube.apply = applied  # type: ignore[method-assign]
