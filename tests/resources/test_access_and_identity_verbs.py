@@ -20,6 +20,7 @@ from provisioner.resources.errors import Foreign
 from provisioner.resources.iam import RoleOut
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, example, lose_answer
+from tests.resources.test_lifecycle_verbs import Stamp
 from tests.resources.test_read_diff import _tags
 
 CLUSTER = "llm"
@@ -111,7 +112,7 @@ def test_an_access_entry_whose_answer_was_lost_or_in_use_gets_its_policy_all_the
         "clusterName": CLUSTER,
         "principalArn": NODE_ROLE,
         "type": "EC2_LINUX",
-        "tags": _tags("access/nodes").at_creation() | {"fmctl.dev/created-at": _any()},
+        "tags": _tags("access/nodes").at_creation() | {"fmctl.dev/created-at": Stamp()},
         "clientRequestToken": ctx.token(f"access/nodes/{NODE_ROLE}"),
     }
     lose_answer(aws, "eks", "CreateAccessEntry", _entry(NODE_ROLE, "EC2_LINUX"), request)
@@ -141,16 +142,6 @@ def test_an_access_entry_is_deleted_and_one_already_gone_is_deleted() -> None:
     aws.fail("eks", "DeleteAccessEntry", "ResourceNotFoundException", 404)
     AccessEntry().delete(_ctx(aws), owned)
     aws.done()
-
-
-class _any(str):
-    """Equal to any creation stamp."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str)
-
-    def __hash__(self) -> int:
-        return 0
 
 
 def _identity_params() -> IdentityParams:

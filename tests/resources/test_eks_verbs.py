@@ -27,6 +27,7 @@ from provisioner.resources.kms import KmsOut
 from provisioner.resources.network import SubnetOut
 from tests.resources.contract import covers
 from tests.resources.recorded import ACCOUNT, RecordedAws, example
+from tests.resources.test_lifecycle_verbs import Stamp
 from tests.resources.test_read_diff import _eks_params, _ng_params, _nodegroup, _tags
 
 CLUSTER = "devel"  # the name in AWS's published DescribeCluster example
@@ -71,19 +72,9 @@ def _create_request(ctx: Context) -> dict[str, Any]:
         "logging": {"clusterLogging": [{"types": ["api"], "enabled": True}]},
         "encryptionConfig": [{"resources": ["secrets"], "provider": {"keyArn": KEY}}],
         "upgradePolicy": {"supportType": "STANDARD"},
-        "tags": _tags("eks").at_creation() | {"fmctl.dev/created-at": _Stamp()},
+        "tags": _tags("eks").at_creation() | {"fmctl.dev/created-at": Stamp()},
         "clientRequestToken": ctx.token("eks"),
     }
-
-
-class _Stamp(str):
-    """Equal to any creation stamp (``tags.stamp``)."""
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, str) and len(other) == 20 and other.endswith("Z")
-
-    def __hash__(self) -> int:
-        return 0
 
 
 @covers("eks-cluster", "create-adopts")
@@ -172,7 +163,7 @@ def test_an_addons_create_carries_one_token_and_one_in_use_is_waited_for() -> No
             "addonName": "kube-proxy",
             "addonVersion": "v1.34.1-eksbuild.3",
             "resolveConflicts": "OVERWRITE",
-            "tags": _tags("addon/kube-proxy").at_creation() | {"fmctl.dev/created-at": _Stamp()},
+            "tags": _tags("addon/kube-proxy").at_creation() | {"fmctl.dev/created-at": Stamp()},
             "clientRequestToken": tokens[-1],
         }
         aws.answer("eks", "CreateAddon", _addon("CREATING"), request)
@@ -241,7 +232,7 @@ def test_a_node_groups_create_carries_one_token_and_one_of_this_clusters_in_use_
             "updateConfig": {"maxUnavailable": 1},
             "nodeRepairConfig": _ng_params(2, "p5en.48xlarge").repair.request(),
             "version": "1.33",
-            "tags": _tags("nodegroup/gpu").at_creation() | {"fmctl.dev/created-at": _Stamp()},
+            "tags": _tags("nodegroup/gpu").at_creation() | {"fmctl.dev/created-at": Stamp()},
             "instanceTypes": ["p5en.48xlarge"],
             "clientRequestToken": tokens[-1],
         }

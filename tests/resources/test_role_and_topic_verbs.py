@@ -65,6 +65,18 @@ def _role(name: str = ROLE) -> dict[str, object]:
     }
 
 
+def _profile(roles: list[dict[str, object]]) -> dict[str, object]:
+    """The role's instance profile (same name, same path), holding ``roles``."""
+    return {
+        "Path": "/",
+        "InstanceProfileName": ROLE,
+        "InstanceProfileId": "AIPA0123456789EXAMPLE",
+        "Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/{ROLE}",
+        "CreateDate": _role()["CreateDate"],
+        "Roles": roles,
+    }
+
+
 @covers("iam-role", "create-adopts")
 def test_a_role_whose_create_answer_was_lost_is_claimed_and_given_what_it_lacks() -> None:
     aws = RecordedAws()
@@ -90,15 +102,7 @@ def test_a_role_whose_create_answer_was_lost_is_claimed_and_given_what_it_lacks(
     expected = {"RoleName": ROLE, "PolicyName": "fmctl", "PolicyDocument": INLINE}
     aws.answer("iam", "PutRolePolicy", {}, expected)
     aws.fail("iam", "GetInstanceProfile", "NoSuchEntity", 404)
-    profile = {
-        "Path": "/",
-        "InstanceProfileName": ROLE,
-        "InstanceProfileId": "AIPA0123456789EXAMPLE",
-        "Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/{ROLE}",
-        "CreateDate": _role()["CreateDate"],
-        "Roles": [],
-    }
-    aws.answer("iam", "CreateInstanceProfile", {"InstanceProfile": profile})
+    aws.answer("iam", "CreateInstanceProfile", {"InstanceProfile": _profile([])})
     aws.answer(
         "iam", "AddRoleToInstanceProfile", {}, {"InstanceProfileName": ROLE, "RoleName": ROLE}
     )
@@ -118,15 +122,7 @@ def test_a_role_whose_create_answer_was_lost_is_claimed_and_given_what_it_lacks(
 def test_a_role_goes_after_its_profile_policies_and_inline_policy() -> None:
     owned = Owned("iam-role", "iam/eks-node", ROLE)
     aws = RecordedAws()
-    profile = {
-        "Path": "/",
-        "InstanceProfileName": ROLE,
-        "InstanceProfileId": "AIPA0123456789EXAMPLE",
-        "Arn": f"arn:aws:iam::{ACCOUNT}:instance-profile/{ROLE}",
-        "CreateDate": _role()["CreateDate"],
-        "Roles": [_role()],
-        "Tags": tags(CLUSTER, "iam/eks-node"),
-    }
+    profile = dict(_profile([_role()]), Tags=tags(CLUSTER, "iam/eks-node"))
     # (copies: botocore decodes the role's trust document in the answer it is given)
     aws.answer("iam", "GetInstanceProfile", {"InstanceProfile": copy.deepcopy(profile)})
     aws.answer("iam", "GetInstanceProfile", {"InstanceProfile": copy.deepcopy(profile)})
