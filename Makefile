@@ -37,7 +37,7 @@ CHART_MIRROR := $(wildcard $(FMCTL_SHARED_DIR)/charts)
 
 help:
 	@echo "make demo   - install, then validate, render, and up/status/down a cluster in the sandbox"
-	@echo "make check  - lint, type-check, layering and the unit tests (no emulator; about a minute)"
+	@echo "make check  - lint, type-check, layering and the unit tests (no emulator; under 2 minutes)"
 	@echo "make test   - check, plus the scenario tests and a sampled crash campaign (what CI runs)"
 	@echo "make campaign - every crash point of every campaign, and the reliability table"
 	@echo "make bench  - benchmarks as one table: start-up, time to cluster, polling, scale (BENCH_FLAGS=--detail adds each one's own)"
