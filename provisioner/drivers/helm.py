@@ -167,15 +167,18 @@ def template(
     from provisioner.drivers import yamlio
 
     args = source_args(chart, mirror)
+    # Within a process the inputs' names suffice (the chart's files are read once, below).
+    named = [*args, chart.release, chart.namespace, values, kube_version]
+    seen = hashlib.sha256("\0".join(named).encode()).hexdigest()
+    with _lock:
+        if seen in _cache:
+            return copy.deepcopy(_cache[seen])
     helm = find_helm()
     key = _key(helm, chart, args, values, kube_version)
-    with _lock:
-        if key in _cache:
-            return copy.deepcopy(_cache[key])
     kept = _from_disk(key)
     if kept is not None:
         with _lock:
-            _cache[key] = kept
+            _cache[seen] = kept
         return copy.deepcopy(kept)
     with tempfile.TemporaryDirectory(prefix="fmctl-helm-") as tmp:
         values_file = Path(tmp) / "values.yaml"
@@ -217,6 +220,6 @@ def template(
         )
     docs = [d for d in yamlio.load_all(done.stdout) if isinstance(d, dict) and d]
     with _lock:
-        _cache[key] = docs
+        _cache[seen] = docs
     _to_disk(key, docs)
     return copy.deepcopy(docs)

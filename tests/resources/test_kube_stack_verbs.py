@@ -189,62 +189,34 @@ def test_an_apply_whose_answer_was_lost_is_the_same_apply_and_waits_for_the_node
     assert CLUSTER in (tmp_path / "kubeconfig").read_text()
 
 
+def _v1(
+    kind: str,
+    name: str,
+    namespace: str = "",
+    annotations: dict[str, str] | None = None,
+    **spec: str,
+) -> dict[str, Any]:
+    """A core (v1) object as the API server keeps it."""
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
 @covers("kube-stack", "delete")
 def test_down_deletes_load_balancers_and_dynamic_volumes_and_nothing_else(
     kube: RecordedKube,
 ) -> None:
     ctx = _wired(RecordedAws("us-west-2"), teardown=True)
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "grafana", "namespace": "monitoring"},
-            "spec": {"type": "LoadBalancer"},
-        }
-    )
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "prometheus", "namespace": "monitoring"},
-            "spec": {"type": "ClusterIP"},
-        }
-    )
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {
-                "name": "pv-1",
-                "annotations": {"pv.kubernetes.io/provisioned-by": "ebs.csi.aws.com"},
-            },
-            "spec": {"persistentVolumeReclaimPolicy": "Delete"},
-        }
-    )
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": "fsx"},
-            "spec": {"persistentVolumeReclaimPolicy": "Retain"},
-        }
-    )
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "data", "namespace": "monitoring"},
-            "spec": {"volumeName": "pv-1"},
-        }
-    )
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "shared", "namespace": "train"},
-            "spec": {"volumeName": "fsx"},
-        }
-    )
+    dynamic = {"pv.kubernetes.io/provisioned-by": "ebs.csi.aws.com"}
+    kube.put(_v1("Service", "grafana", "monitoring", type="LoadBalancer"))
+    kube.put(_v1("Service", "prometheus", "monitoring", type="ClusterIP"))
+    kube.put(_v1("PersistentVolume", "pv-1", "", dynamic, persistentVolumeReclaimPolicy="Delete"))
+    kube.put(_v1("PersistentVolume", "fsx", persistentVolumeReclaimPolicy="Retain"))
+    kube.put(_v1("PersistentVolumeClaim", "data", "monitoring", volumeName="pv-1"))
+    kube.put(_v1("PersistentVolumeClaim", "shared", "train", volumeName="fsx"))
     remove = kube.delete
 
     def csi(api_version: str, kind: str, name: str, namespace: str = "") -> bool:
@@ -261,14 +233,7 @@ def test_down_deletes_load_balancers_and_dynamic_volumes_and_nothing_else(
     )
     assert deleted == ["PersistentVolumeClaim/monitoring/data", "Service/monitoring/grafana"]
     # The claim's volume goes with it (the CSI driver deletes it): waited for, not deleted.
-    kube.put(
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "lb", "namespace": "x"},
-            "spec": {"type": "LoadBalancer"},
-        }
-    )
+    kube.put(_v1("Service", "lb", "x", type="LoadBalancer"))
     skipped = _wired(RecordedAws("us-west-2"), teardown=True)
     skipped.skip_kubernetes_cleanup = True
     KubeStack().delete(skipped, Owned("kube-stack", "kube-stack", CLUSTER))
