@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from provisioner import FmctlBug, FmctlError
+from provisioner.drivers.aws_errors import typed_errors
 
 if TYPE_CHECKING:
     # boto3's published stubs (types-boto3, a dev dependency): each service's client typed, so
@@ -216,7 +217,7 @@ class Aws:
             kwargs["endpoint_url"] = self.endpoint_url
         if self.ca_bundle:
             kwargs["verify"] = self.ca_bundle
-        client = self._session.client(service, **kwargs)
+        client = typed_errors(self._session.client(service, **kwargs))
         if self.read_only:
             client.meta.events.register("before-call", _refuse_writes)
         if self.fence is not None:

@@ -18,6 +18,8 @@ import os
 import threading
 from typing import Any
 
+from provisioner.drivers.aws_errors import typed_errors
+
 ACCOUNT = "123456789012"
 
 
@@ -69,6 +71,8 @@ class RecordedAws:
                 aws_secret_access_key="recorded",
                 endpoint_url="https://127.0.0.1:9",  # never reached: the stubber answers
             )
+            # The product's clients raise its typed errors (drivers.aws_errors): so do these.
+            typed_errors(client)
             stub = Stubber(client)
             stub.activate()
             self._clients[service], self._stubs[service] = client, stub
