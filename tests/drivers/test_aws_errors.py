@@ -31,8 +31,12 @@ _session = botocore.session.get_session()
 def _codes(service: str) -> set[str]:
     """The error codes ``service``'s botocore model names (each shape's code, which for the
     query protocol differs from its name: IAM's NoSuchEntityException is NoSuchEntity)."""
+    from botocore.model import StructureShape
+
     model = _session.get_service_model(service)
-    return {str(shape.error_code) for shape in model.error_shapes}
+    return {
+        str(shape.error_code) for shape in model.error_shapes if isinstance(shape, StructureShape)
+    }
 
 
 def _services_fmctl_calls() -> set[str]:
