@@ -58,3 +58,24 @@ def test_every_aws_client_the_product_makes_is_typed() -> None:
     assert extras is not None, "pyproject.toml's dev extra has no types-boto3[...]"
     assert typed <= set(extras.group(1).split(",")), "an overload without its stub package"
     assert len(untyped) <= UNTYPED_CLIENTS, f"untyped clients: {untyped}"
+
+
+#: ``error_code(`` outside drivers/: AWS's codes are typed in one table
+#: (drivers.aws_errors); what is left only tells AWS's answers from other failures, or shows
+#: a code to a person. 93 when the table came in (2026-12-05). Lower it when one goes.
+HAND_READ_CODES = 7
+READS_CODE = re.compile(r"\berror_code\(")
+
+
+def test_aws_error_codes_are_read_in_one_place() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "provisioner").rglob("*.py"))
+        if "drivers" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if READS_CODE.search(line)
+    ]
+    assert len(found) <= HAND_READ_CODES, (
+        f"{found}: catch the typed error (drivers.aws_errors: NotFound, AlreadyExists, ...), "
+        "adding a row to its RULES for a code it does not know yet"
+    )

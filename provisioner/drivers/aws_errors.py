@@ -42,6 +42,11 @@ class BucketNotFound(NotFound):
     """An S3 call's bucket does not exist (as against a key in it)."""
 
 
+class KeyNotFound(NotFound):
+    """An S3 object does not exist (GetObject's NoSuchKey; HeadObject's bare 404, which
+    a missing bucket answers too)."""
+
+
 class Unset(AwsProblem):
     """The resource exists; the setting the call reads (a bucket's tags, policy, default
     encryption, public access block) was never set."""
@@ -76,6 +81,11 @@ class AccessDenied(AwsProblem):
 
 class QuotaExceeded(AwsProblem):
     """An account quota (or a limit of concurrent creates) refuses the call."""
+
+
+class Invalid(AwsProblem):
+    """AWS refused a parameter's value or form (an id of the wrong shape, a filter value
+    it does not know)."""
 
 
 class ConditionFailed(AwsProblem):
@@ -113,6 +123,7 @@ S3_HEAD = "https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html"
 S3_CONDITIONS = "https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html"
 RETRIES = "https://docs.aws.amazon.com/sdkref/latest/guide/feature-retry-behavior.html"
 PCS_ERRORS = "https://docs.aws.amazon.com/pcs/latest/APIReference/CommonErrors.html"
+LAMBDA_CREATE = "https://docs.aws.amazon.com/lambda/latest/api/API_CreateFunction.html"
 AUTOSCALING_TERMINATE = (
     "https://docs.aws.amazon.com/autoscaling/ec2/APIReference/"
     "API_TerminateInstanceInAutoScalingGroup.html"
@@ -121,17 +132,18 @@ AUTOSCALING_TERMINATE = (
 #: First match wins: the rows of one service and operation come before the general ones.
 RULES: tuple[Rule, ...] = (
     # S3: a HEAD answer has no body, so its error is the status alone ("404", or botocore's
-    # "NotFound"); HeadBucket's is the bucket's.
+    # "NotFound"): HeadBucket's is the bucket's, HeadObject's the key's.
     Rule("s3", "NoSuchBucket", BucketNotFound, S3_ERRORS),
     Rule("s3", "404", BucketNotFound, S3_HEAD, operations="HeadBucket"),
     Rule("s3", "NotFound", BucketNotFound, S3_HEAD, operations="HeadBucket"),
-    Rule("s3", "NoSuchKey", NotFound, S3_ERRORS),
-    Rule("s3", "404", NotFound, S3_HEAD),
-    Rule("s3", "NotFound", NotFound, S3_HEAD),
+    Rule("s3", "NoSuchKey", KeyNotFound, S3_ERRORS),
+    Rule("s3", "404", KeyNotFound, S3_HEAD),
+    Rule("s3", "NotFound", KeyNotFound, S3_HEAD),
     Rule("s3", "NoSuchTagSet", Unset, S3_ERRORS),
     Rule("s3", "NoSuchBucketPolicy", Unset, S3_ERRORS),
     Rule("s3", "NoSuchPublicAccessBlockConfiguration", Unset, S3_ERRORS),
     Rule("s3", "ServerSideEncryptionConfigurationNotFoundError", Unset, S3_ERRORS),
+    Rule("s3", "403", AccessDenied, S3_HEAD),
     Rule("s3", "BucketAlreadyOwnedByYou", AlreadyExists, "model"),
     Rule("s3", "PreconditionFailed", ConditionFailed, S3_CONDITIONS),
     Rule("s3", "ConditionalRequestConflict", ConditionFailed, S3_CONDITIONS),
@@ -145,6 +157,8 @@ RULES: tuple[Rule, ...] = (
     Rule("ec2", "*AlreadyExists*", AlreadyExists, EC2_ERRORS),
     Rule("ec2", "InvalidSubnet.Conflict", AlreadyExists, EC2_ERRORS),
     Rule("ec2", "UnauthorizedOperation", AccessDenied, EC2_ERRORS),
+    Rule("ec2", "*.Malformed", Invalid, EC2_ERRORS),
+    Rule("ec2", "InvalidParameterValue*", Invalid, EC2_ERRORS),
     # IAM (query protocol: the code is the shape's "error code", not its name).
     Rule("iam", "NoSuchEntity", NotFound, "model"),
     Rule("iam", "EntityAlreadyExists", AlreadyExists, "model"),
@@ -158,6 +172,15 @@ RULES: tuple[Rule, ...] = (
     Rule("pcs", "ConflictException", Conflict, PCS_ERRORS),
     Rule("scheduler", "ConflictException", Conflict, "model"),
     Rule("lambda", "ResourceConflictException", Conflict, "model"),
+    # A role made moments ago that Lambda cannot assume yet: IAM's changes spread in seconds.
+    Rule(
+        "lambda",
+        "InvalidParameterValueException",
+        WrongState,
+        LAMBDA_CREATE,
+        operations="CreateFunction",
+        message="assume",
+    ),
     Rule("budgets", "DuplicateRecordException", AlreadyExists, "model"),
     Rule("kms", "KMSInvalidStateException", WrongState, "model"),
     Rule("fsx", "FileSystemNotFound", NotFound, "model"),
@@ -189,6 +212,8 @@ RULES: tuple[Rule, ...] = (
     Rule("*", "LimitExceededException", QuotaExceeded, "model"),
     Rule("*", "AccessDenied", AccessDenied, "model"),
     Rule("*", "AccessDeniedException", AccessDenied, "model"),
+    # Credentials the service does not know (as a region without the service answers).
+    Rule("*", "UnrecognizedClientException", AccessDenied, PCS_ERRORS),
     Rule("*", "Throttling", Throttled, RETRIES),
     Rule("*", "ThrottlingException", Throttled, RETRIES),
     Rule("*", "ThrottledException", Throttled, RETRIES),

@@ -21,6 +21,7 @@ from typing import Any
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.prices import Market
 from provisioner.drivers.aws import Aws, AwsError, error_code, translate
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.estimate.cost import (
     EksControlPlane,
     Instance,
@@ -317,10 +318,8 @@ def budget_now(aws: Aws, name: str) -> BudgetNow | None:
     wanted = budget_name(name, aws.region)
     try:
         found = client.describe_budget(AccountId=account, BudgetName=wanted)["Budget"]
-    except Exception as exc:
-        if error_code(exc) == "NotFoundException":
-            return None
-        raise
+    except NotFound:
+        return None
     notices = client.describe_notifications_for_budget(AccountId=account, BudgetName=wanted)
     spent = found.get("CalculatedSpend", {}).get("ActualSpend", {}).get("Amount", 0)
     return BudgetNow(

@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.drivers.aws import Aws, error_code
+from provisioner.drivers.aws import Aws
+from provisioner.drivers.aws_errors import AccessDenied, NotFound
 from provisioner.ops.gc import REGIONS_IN_FLIGHT, ClusterSeen, find_clusters
 from provisioner.resources.tags import OWNER_TAG, stamp
 
@@ -60,11 +61,8 @@ def eks_state(aws: Aws, name: str) -> str | None:
     """The status of fmctl's EKS cluster ``name``, or None when there is none."""
     try:
         found = aws.client("eks").describe_cluster(name=name)["cluster"]
-    except Exception as exc:
-        # No such cluster; or a Slurm user whose policy has no EKS at all.
-        if error_code(exc) in ("ResourceNotFoundException", "AccessDeniedException"):
-            return None
-        raise
+    except (NotFound, AccessDenied):
+        return None  # no such cluster; or a Slurm user whose policy has no EKS at all
     if (found.get("tags") or {}).get(OWNER_TAG) != name:
         return None
     return str(found.get("status", "?"))
@@ -78,17 +76,14 @@ def pcs_state(aws: Aws, name: str) -> str | None:
             for found in page["clusters"]:
                 try:
                     tags = pcs.list_tags_for_resource(resourceArn=found["arn"])["tags"]
-                except Exception as exc:
-                    if error_code(exc) == "ResourceNotFoundException":
-                        continue  # deleted between the list and the read
-                    raise
+                except NotFound:
+                    continue  # deleted between the list and the read
                 if tags.get(OWNER_TAG) == name:
                     return str(found["status"])
+    except AccessDenied:
+        return None  # a region without PCS, or a policy without it: not a PCS cluster, then
     except Exception as exc:
-        # A region without PCS, or a policy without it: not a PCS cluster, then.
-        if error_code(exc) in ("AccessDeniedException", "UnrecognizedClientException") or (
-            type(exc).__name__ == "EndpointConnectionError"
-        ):
+        if type(exc).__name__ == "EndpointConnectionError":  # no PCS endpoint in the region
             return None
         raise
     return None
@@ -98,11 +93,8 @@ def _stack_state(aws: Aws, name: str) -> str | None:
     """The status of ParallelCluster's stack ``name``, or None when there is none."""
     try:
         stacks = aws.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
-    except Exception as exc:
-        # CloudFormation says a stack does not exist with a ValidationError.
-        if error_code(exc) in ("ValidationError", "AccessDenied"):
-            return None
-        raise
+    except (NotFound, AccessDenied):
+        return None  # CloudFormation says "does not exist" with a ValidationError (typed)
     return str(stacks[0]["StackStatus"]) if stacks else None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from provisioner.drivers.aws_errors import AlreadyExists
 from provisioner.ops.target import Target, pcluster_command, sandbox_validates_only
 from provisioner.spec.model import ClusterSpec
 
@@ -88,7 +89,6 @@ def _reservations(spec: ClusterSpec, target: Target, seed: Seeder) -> list[str]:
 def _data_bucket(spec: ClusterSpec, target: Target) -> list[str]:
     """The S3 bucket a file system links stands for the user's data: in the sandbox it is
     created (untagged, so no `down` ever deletes it) when missing."""
-    from provisioner.drivers.aws import error_code
 
     fsx = spec.storage.fsx_lustre
     if fsx is None or fsx.s3 is None or fsx.file_system_id is not None:
@@ -114,9 +114,7 @@ def _data_bucket(spec: ClusterSpec, target: Target) -> list[str]:
             continue
         try:
             _create_seeded(s3, bucket, where)
-        except Exception as exc:  # another sandbox run made it meanwhile
-            if error_code(exc) != "BucketAlreadyOwnedByYou":
-                raise
+        except AlreadyExists:  # another sandbox run made it meanwhile
             continue
         said.append(f"created data bucket {bucket} (it stands for yours; never deleted)")
     return said

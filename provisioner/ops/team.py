@@ -244,7 +244,7 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
     """Create (or bring up to standard) the state bucket: versioned, encrypted (SSE-S3,
     bucket keys), public access blocked, TLS-only, noncurrent versions kept 30 days.
     Idempotent: run again, it changes only what differs."""
-    from provisioner.drivers.aws import error_code
+    from provisioner.drivers.aws_errors import BucketNotFound
 
     assert location.bucket is not None
     s3 = target.aws().client("s3")
@@ -253,9 +253,7 @@ def init_bucket(target: Target, location: StateLocation) -> BucketReport:
     try:
         s3.head_bucket(Bucket=bucket)
         lines.append(f"bucket {bucket} exists")
-    except Exception as exc:
-        if error_code(exc) not in {"404", "NoSuchBucket", "NotFound"}:
-            raise
+    except BucketNotFound:
         request: CreateBucketRequestTypeDef = {
             "Bucket": bucket,
             "ObjectOwnership": "BucketOwnerEnforced",

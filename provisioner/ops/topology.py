@@ -127,14 +127,12 @@ def document(cluster: str, placed: list[Placed]) -> dict[str, Any]:
 
 def published_before(aws: Aws, bucket: str, cluster: str) -> dict[str, Any] | None:
     """The topology.json published last, if any."""
-    from provisioner.drivers.aws import error_code
+    from provisioner.drivers.aws_errors import NotFound
 
     try:
         body = aws.client("s3").get_object(Bucket=bucket, Key=f"{cluster}/slurm/topology.json")
-    except Exception as exc:
-        if error_code(exc) in ("NoSuchKey", "404", "NoSuchBucket"):
-            return None
-        raise
+    except NotFound:  # no such object, or no bucket
+        return None
     found: dict[str, Any] = json.loads(body["Body"].read())
     return found
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from provisioner.catalog.pcs import NODE_GROUP_TAG
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import Invalid, NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -144,13 +144,8 @@ def ends(ctx: Context, blocks: Sequence[Block]) -> dict[str, float | None]:
         out: dict[str, float | None] = dict.fromkeys(ids)
         try:
             found = ctx.aws.client("ec2").describe_capacity_reservations(CapacityReservationIds=ids)
-        except Exception as exc:
-            if error_code(exc) in (
-                "InvalidCapacityReservationId.NotFound",
-                "InvalidCapacityReservationId.Malformed",
-            ):
-                return out  # the online checks say which, before `up` gets here
-            raise
+        except (NotFound, Invalid):
+            return out  # the online checks say which, before `up` gets here
         for res in found.get("CapacityReservations", []):
             end = res.get("EndDate")
             if end is not None and res.get("State") not in ("expired", "cancelled", "failed"):
@@ -350,10 +345,8 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
     def _rule(self, ctx: Context, name: str) -> DescribeRuleResponseTypeDef | None:
         try:
             found = ctx.aws.client("events").describe_rule(Name=name)
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        except NotFound:
+            return None
         return found
 
     def read(self, req: Request[BlockEndParams]) -> Observed[WarningOut, WarningLive] | None:
@@ -498,9 +491,8 @@ class BlockWarning(Kind[BlockEndParams, WarningOut, WarningLive]):
             if ids:
                 events.remove_targets(Rule=owned.id, Ids=ids)
             events.delete_rule(Name=owned.id)
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
+        except NotFound:
+            pass
 
 
 def _target_of(target: Mapping[str, Any]) -> WarningTarget:

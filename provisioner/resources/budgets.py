@@ -21,6 +21,7 @@ AWS Budgets (API 2016-10-20, botocore's model and the API reference):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Literal
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -167,10 +168,8 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
             found = ctx.aws.client("budgets").describe_budget(
                 AccountId=self._account(ctx), BudgetName=name
             )
-        except Exception as exc:
-            if error_code(exc) == "NotFoundException":
-                return None
-            raise
+        except NotFound:
+            return None
         return found["Budget"]
 
     def _notices(self, ctx: Context, name: str) -> frozenset[Notice]:
@@ -297,9 +296,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
                 ],
                 ResourceTags=req.ctx.tag_list(req.params.tags),
             )
-        except Exception as exc:
-            if error_code(exc) != "DuplicateRecordException":
-                raise
+        except AlreadyExists as exc:
             # Made by a run that lost the answer (ours by tag: then the next plan mends any
             # difference), or someone else's.
             if not self._ours(req.ctx, self._tags(req.ctx, req.params.name)):
@@ -387,10 +384,7 @@ class Budget(Kind[BudgetParams, BudgetOut, BudgetLive]):
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Delete the budget, its notifications and subscribers with it (at once: no
         state to wait on)."""
-        try:
+        with contextlib.suppress(NotFound):
             ctx.aws.client("budgets").delete_budget(
                 AccountId=self._account(ctx), BudgetName=owned.id
             )
-        except Exception as exc:
-            if error_code(exc) != "NotFoundException":
-                raise

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -23,7 +23,6 @@ from provisioner.resources.base import (
 from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
-    is_gone,
     owned_items,
     retag,
     retry_dependency,
@@ -186,9 +185,7 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
                 TagSpecifications=req.ctx.tag_spec("security-group", req.params.tags),
             )
             group_id = str(group["GroupId"])
-        except Exception as exc:
-            if error_code(exc) != "InvalidGroup.Duplicate":
-                raise
+        except AlreadyExists as exc:
             req.ctx.forget("ec2:describe_security_groups")
             found = self.read(req)
             if found is None:
@@ -214,13 +211,10 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
             want: frozenset[LiveRule] = self._rules(ctx, getattr(params, direction), observed.id)
             have: frozenset[LiveRule] = getattr(observed.live, direction)
             for rule in sorted(want - have, key=repr):
-                try:
+                with contextlib.suppress(AlreadyExists):
                     authorize(GroupId=observed.id, IpPermissions=[_permission(rule)])
-                except Exception as exc:
-                    if error_code(exc) != "InvalidPermission.Duplicate":
-                        raise
             for rule in sorted(have - want, key=repr):
-                with contextlib.suppress(Exception):  # gone already is fine
+                with contextlib.suppress(NotFound):  # gone already is fine
                     revoke(GroupId=observed.id, IpPermissions=[_permission(rule)])
 
     def update(
@@ -287,9 +281,7 @@ class SecurityGroup(Kind[SgParams, SgOut, SgLive]):
         ec2 = ctx.aws.client("ec2")
         try:
             item = ec2.describe_security_groups(GroupIds=[owned.id])["SecurityGroups"][0]
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
             return  # gone
         sweep_cni_interfaces(ctx, "sg", "group-id", owned.id)
         # Rules naming other groups block their deletion: empty this group first.
@@ -372,9 +364,7 @@ class PlacementGroup(Kind[PlacementGroupParams, PlacementGroupOut, PlacementGrou
                 Strategy=req.params.strategy,
                 TagSpecifications=req.ctx.tag_spec("placement-group", req.params.tags),
             )
-        except Exception as exc:
-            if error_code(exc) != "InvalidPlacementGroup.Duplicate":
-                raise
+        except AlreadyExists as exc:
             req.ctx.forget("ec2:describe_placement_groups")
             if self.read(req) is None:  # same name, but not this cluster's
                 raise Foreign(
@@ -411,10 +401,5 @@ class PlacementGroup(Kind[PlacementGroupParams, PlacementGroupOut, PlacementGrou
         ec2 = ctx.aws.client("ec2")
         # A group must hold no instances to go (DeletePlacementGroup's reference); the last
         # ones of a deleted node group or queue may still be terminating: EC2 says
-        # InvalidPlacementGroup.InUse until they are gone.
-        retry_dependency(
-            lambda: ec2.delete_placement_group(GroupName=owned.id),
-            owned.id,
-            ctx,
-            busy=("DependencyViolation", "InvalidPlacementGroup.InUse"),
-        )
+        # InvalidPlacementGroup.InUse (typed InUse) until they are gone.
+        retry_dependency(lambda: ec2.delete_placement_group(GroupName=owned.id), owned.id, ctx)

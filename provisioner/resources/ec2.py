@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from provisioner.drivers.aws import error_code, transient
+from provisioner.drivers.aws import transient
+from provisioner.drivers.aws_errors import AlreadyExists, InUse, NotFound
 from provisioner.resources.context import Context
 from provisioner.resources.tags import RESOURCE_TAG, Tags
 
@@ -15,14 +16,6 @@ T = TypeVar("T")
 
 #: Lifecycle states that mean "gone" for discovery.
 GONE = {"deleted", "deleting", "failed", "disassociated", "rejected", "expired"}
-
-#: Errors a repeated create gets when the first one worked (its answer was lost).
-ALREADY_MADE = {
-    "InvalidSubnet.Conflict",
-    "InvalidGroup.Duplicate",
-    "InvalidPlacementGroup.Duplicate",
-    "RouteAlreadyExists",
-}
 
 
 #: Every EC2 listing fmctl's resources show up in: (describe call, result key, state field).
@@ -57,19 +50,6 @@ def tagged_anywhere(ctx_aws: Any, key: str) -> list[Tags]:
 def tags_of(item: Mapping[str, Any], key: str = "Tags") -> Tags:
     """An EC2 description's tags (``TagSet`` for network interfaces)."""
     return Tags.from_list(item.get(key))
-
-
-def is_gone(exc: BaseException) -> bool:
-    """True for the errors that mean the resource no longer exists."""
-    code = error_code(exc) or ""
-    return code.endswith((".NotFound", "NotFound", ".Unknown")) or code in (
-        "InvalidAllocationID.NotFound",
-        "NoSuchBucket",
-        "FileSystemNotFound",
-        "DataRepositoryAssociationNotFound",
-        "NoSuchEntity",
-        "ResourceNotFoundException",
-    )
 
 
 def owned_items(
@@ -115,7 +95,7 @@ def create_or_adopt(
     attempts: int = 8,
 ) -> T:
     """Create once, with a client that does not retry by itself. When the answer is lost
-    (connection dropped, 5xx, throttling, or a conflict showing the first try worked), look
+    (connection dropped, 5xx, throttling, or AlreadyExists showing the first try worked), look
     for the resource by its tags before trying again, so a lost answer never becomes a
     second resource. For APIs that take no client token."""
     delay = 0.5
@@ -123,7 +103,7 @@ def create_or_adopt(
         try:
             return create()
         except Exception as exc:
-            if not transient(exc) and error_code(exc) not in ALREADY_MADE:
+            if not transient(exc) and not isinstance(exc, AlreadyExists):
                 raise
             found = rediscover()
             if found is not None:
@@ -141,20 +121,19 @@ def retry_dependency(
     what: str,
     ctx: Context,
     attempts: int = 30,
-    busy: tuple[str, ...] = ("DependencyViolation",),
 ) -> None:
-    """Run a delete, retrying while AWS says something still depends on it (``busy``: ENIs
-    of a deleted NAT gateway or file system linger for a while). A resource gone is
-    success."""
+    """Run a delete, retrying while AWS says something still depends on it (InUse: ENIs of
+    a deleted NAT gateway or file system linger for a while; a placement group's last
+    instances are still terminating). A resource gone is success."""
     delay = 0.2
     for attempt in range(attempts):
         try:
             action()
             return
-        except Exception as exc:
-            if is_gone(exc):
-                return
-            if error_code(exc) not in busy or attempt == attempts - 1:
+        except NotFound:
+            return
+        except InUse:
+            if attempt == attempts - 1:
                 raise
             time.sleep(delay * max(ctx.time_scale, 0.05) * 10)
             delay = min(delay * 1.5, 3.0)

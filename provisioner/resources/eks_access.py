@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -125,7 +126,8 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
 
     def create(self, req: Request[AccessParams]) -> AccessOut:
         principal = self._principal(req.ctx, req.params)
-        try:
+        # The cluster's creator has an entry from bootstrapClusterCreatorAdminPermissions.
+        with contextlib.suppress(AlreadyExists):
             req.ctx.aws.client("eks").create_access_entry(
                 clusterName=req.ctx.cluster,
                 principalArn=principal,
@@ -133,10 +135,6 @@ class AccessEntry(Kind[AccessParams, AccessOut, AccessLive]):
                 tags=req.params.tags.at_creation(),
                 clientRequestToken=req.ctx.token(f"{req.rid}/{principal}"),
             )
-        except Exception as exc:
-            # The cluster's creator has an entry from bootstrapClusterCreatorAdminPermissions.
-            if error_code(exc) != "ResourceInUseException":
-                raise
         self._associate(req.ctx, req.params, principal)
         return AccessOut(principal)
 

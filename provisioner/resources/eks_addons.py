@@ -9,13 +9,14 @@ moves them to the new version's defaults (UpdateAddon).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists
 from provisioner.graph.ref import After, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -190,7 +191,7 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
 
     def create(self, req: Request[AddonParams]) -> AddonOut:
         version = self.version(req.ctx, req.params)
-        try:
+        with contextlib.suppress(AlreadyExists):  # made by a run whose answer was lost
             req.ctx.aws.client("eks").create_addon(
                 clusterName=req.ctx.cluster,
                 addonName=req.params.addon_name,
@@ -201,9 +202,6 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
                 clientRequestToken=req.ctx.token(req.rid),
                 **self._identities(req.ctx, req.params),
             )
-        except Exception as exc:
-            if error_code(exc) != "ResourceInUseException":
-                raise
         return self._active(req.ctx, req.rid, req.params.addon_name, self.create_seconds)
 
     def _active(self, ctx: Context, rid: str, addon: str, expected: float) -> AddonOut:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.resources.base import FieldChange
 from provisioner.resources.context import Context
 from provisioner.resources.tags import tag_updates
@@ -19,10 +19,8 @@ def unless_gone(call: Callable[[], T]) -> T | None:
     """``call()``, or None when EKS answers that what it names does not exist."""
     try:
         return call()
-    except Exception as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def created_or_found(create: Callable[[], T], find: Callable[[], T | None]) -> T:
@@ -31,9 +29,7 @@ def created_or_found(create: Callable[[], T], find: Callable[[], T | None]) -> T
     re-run of `up` after a crash is a new one). Nothing found: the conflict stands."""
     try:
         return create()
-    except Exception as exc:
-        if error_code(exc) != "ResourceInUseException":
-            raise
+    except AlreadyExists:
         found = find()
         if found is None:
             raise

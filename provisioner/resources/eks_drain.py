@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.drivers.kube import KubeApi
 from provisioner.resources.context import Context, DrainSettings
 from provisioner.resources.eks_upgrade import settled_nodegroup
@@ -168,13 +169,9 @@ def terminate(ctx: Context, rid: str, leaving: list[Leaving]) -> None:
             autoscaling.terminate_instance_in_auto_scaling_group(
                 InstanceId=node.instance, ShouldDecrementDesiredCapacity=True
             )
-        except Exception as exc:
-            from provisioner.drivers.aws import error_code
-
+        except NotFound:
             # An instance the group no longer has (ended by a run cut short): nothing to do.
-            if error_code(exc) == "ValidationError" and "not found" in str(exc).lower():
-                continue
-            raise
+            continue
         ctx.emit(rid, "deleting", f"{node.node} ({node.instance})")
 
 

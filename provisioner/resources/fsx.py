@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import (
     DataSource,
@@ -33,7 +34,7 @@ from provisioner.resources.base import (
 )
 from provisioner.resources.compute import SgOut
 from provisioner.resources.context import Context
-from provisioner.resources.ec2 import is_gone, retry_dependency
+from provisioner.resources.ec2 import retry_dependency
 from provisioner.resources.errors import ResourceError
 from provisioner.resources.network import SubnetOut
 from provisioner.resources.pcluster_check import CheckOut
@@ -109,10 +110,8 @@ def delete_and_wait(
     def gone() -> bool | None:
         try:
             return None if fetch() else True
-        except Exception as exc:
-            if is_gone(exc):
-                return True
-            raise
+        except NotFound:
+            return True
 
     ctx.wait_until(f"{what} to be deleted", gone, expected, 3600, owned.resource)
 
@@ -469,10 +468,8 @@ class ExistingFileSystem(DataSource[ExistingFsxParams, FsxOut]):
             items = req.ctx.aws.client("fsx").describe_file_systems(
                 FileSystemIds=[req.params.file_system_id]
             )["FileSystems"]
-        except Exception as exc:
-            if is_gone(exc):
-                return None
-            raise
+        except NotFound:
+            return None
         if not items or items[0].get("Lifecycle") == "DELETING":
             return None
         found = items[0]

@@ -22,6 +22,7 @@ AWS Lambda (API 2015-03-31, botocore's model and the Developer Guide):
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -30,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, Conflict, NotFound, WrongState
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -134,10 +135,8 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
     def _get(self, ctx: Context, name: str) -> GetFunctionResponseTypeDef | None:
         try:
             found = ctx.aws.client("lambda").get_function(FunctionName=name)
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        except NotFound:
+            return None
         return found
 
     @staticmethod
@@ -206,9 +205,7 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         logs, name = ctx.aws.client("logs"), log_group(params.function_name)
         try:
             logs.create_log_group(logGroupName=name, tags=params.tags.at_creation())
-        except Exception as exc:
-            if error_code(exc) != "ResourceAlreadyExistsException":
-                raise
+        except AlreadyExists as exc:
             tags = logs.list_tags_log_group(logGroupName=name).get("tags", {})
             if not ctx.ours(tags):
                 raise Foreign(
@@ -235,12 +232,9 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                     MemorySize=128,
                     Tags=req.params.tags.at_creation(),
                 )
-            except Exception as exc:
-                code = error_code(exc)
-                if code == "InvalidParameterValueException" and "assume" in str(exc):
-                    return None  # the role has not spread through IAM yet
-                if code != "ResourceConflictException":
-                    raise
+            except WrongState:
+                return None  # the role has not spread through IAM yet
+            except Conflict as exc:
                 # Made by a run that lost the answer (ours by tag), or someone else's.
                 found = self._get(req.ctx, req.params.function_name)
                 if found is None or not req.ctx.ours(found.get("Tags") or {}):
@@ -286,7 +280,7 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
 
     def _subscribe(self, ctx: Context, params: FunctionParams, arn: str) -> None:
         topic = str(ctx.resolve(params.topic, "arn"))
-        try:
+        with contextlib.suppress(Conflict):  # granted by an earlier run
             ctx.aws.client("lambda").add_permission(
                 FunctionName=params.function_name,
                 StatementId=PERMISSION,
@@ -294,9 +288,6 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
                 Principal="sns.amazonaws.com",
                 SourceArn=topic,
             )
-        except Exception as exc:
-            if error_code(exc) != "ResourceConflictException":  # granted by an earlier run
-                raise
         ctx.aws.client("sns").subscribe(TopicArn=topic, Protocol="lambda", Endpoint=arn)
 
     def update(
@@ -338,11 +329,8 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         for page in sns.get_paginator("list_subscriptions").paginate():
             for item in page.get("Subscriptions", []):
                 if item.get("Protocol") == "lambda" and item.get("Endpoint") == arn:
-                    try:
+                    with contextlib.suppress(NotFound):
                         sns.unsubscribe(SubscriptionArn=item["SubscriptionArn"])
-                    except Exception as exc:
-                        if error_code(exc) not in ("NotFound", "NotFoundException"):
-                            raise
 
     def find_owned(self, ctx: Context) -> list[Owned]:
         """The cluster's functions, and the log group of one already gone (a `down` cut
@@ -377,16 +365,12 @@ class Function(Kind[FunctionParams, FunctionOut, FunctionLive]):
         found = self._get(ctx, owned.id)
         if found is not None:
             self._unsubscribe(ctx, str(found["Configuration"]["FunctionArn"]))
-            try:
+            with contextlib.suppress(NotFound):
                 ctx.aws.client("lambda").delete_function(FunctionName=owned.id)
-            except Exception as exc:
-                if error_code(exc) != "ResourceNotFoundException":
-                    raise
         logs, name = ctx.aws.client("logs"), log_group(owned.id)
         try:
             tags = logs.list_tags_log_group(logGroupName=name).get("tags", {})
             if ctx.ours(tags):
                 logs.delete_log_group(logGroupName=name)
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
+        except NotFound:
+            pass

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -23,7 +24,6 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
     create_or_adopt,
-    is_gone,
     owned_items,
     retag,
     retry_dependency,
@@ -152,9 +152,7 @@ class InternetGateway(Kind[IgwParams, IgwOut, IgwLive]):
             items = ec2.describe_internet_gateways(InternetGatewayIds=[owned.id])[
                 "InternetGateways"
             ]
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
             items = []
         for attachment in items[0].get("Attachments", []) if items else []:
             detach = functools.partial(

@@ -3,6 +3,7 @@ privilege, named per cluster and region (IAM is global to the account), owned by
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -10,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.render.images import partition
 from provisioner.resources.base import FieldChange, Kind, Observed, Owned, Request
 from provisioner.resources.context import Context
-from provisioner.resources.ec2 import is_gone, retry_dependency
+from provisioner.resources.ec2 import retry_dependency
 from provisioner.resources.errors import Foreign
 from provisioner.resources.names import ROLE_NAME_LIMIT, bounded, head_of
 from provisioner.resources.storage import account_of
@@ -79,10 +80,8 @@ def _tags_or_none(read: Callable[[], Sequence[AwsTag]]) -> Tags | None:
     """Tags read by ``read``, or None when the entity does not exist."""
     try:
         return Tags.from_list(read())
-    except Exception as exc:
-        if error_code(exc) == "NoSuchEntity":
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def _claim(tags: Tags | None, what: str, cluster: str) -> bool:
@@ -182,10 +181,8 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
     def _profile_roles(self, ctx: Context, name: str) -> list[str]:
         try:
             profile = ctx.aws.client("iam").get_instance_profile(InstanceProfileName=name)
-        except Exception as exc:
-            if error_code(exc) == "NoSuchEntity":
-                return []
-            raise
+        except NotFound:
+            return []
         return [r["RoleName"] for r in profile["InstanceProfile"]["Roles"]]
 
     def desired(self, req: Request[RoleParams], observed: Observed[RoleOut, RoleLive]) -> RoleLive:
@@ -209,9 +206,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 MaxSessionDuration=3600,
                 Path=req.params.path,
             )
-        except Exception as exc:
-            if error_code(exc) != "EntityAlreadyExists":
-                raise
+        except AlreadyExists:
             # Lost tags (or none) are not ours either.
             tags = _tags_or_none(lambda: iam.list_role_tags(RoleName=name)["Tags"])
             _claim(tags or Tags(), f"IAM role {name}", req.ctx.cluster)
@@ -239,11 +234,8 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
             iam.attach_role_policy(RoleName=name, PolicyArn=arn + policy)
         for policy in sorted(live - set(params.managed)):
             with_prefix = arn + policy
-            try:
+            with contextlib.suppress(NotFound):
                 iam.detach_role_policy(RoleName=name, PolicyArn=with_prefix)
-            except Exception as exc:
-                if not is_gone(exc):
-                    raise
         if params.inline is not None and params.inline != inline:
             iam.put_role_policy(
                 RoleName=name, PolicyName=params.inline_name, PolicyDocument=params.inline
@@ -258,9 +250,7 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
         name = params.role_name
         try:
             held = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
-        except Exception as exc:
-            if error_code(exc) != "NoSuchEntity":
-                raise
+        except NotFound:
             held = iam.create_instance_profile(
                 InstanceProfileName=name, Path=params.path, Tags=ctx.tag_list(params.tags)
             )["InstanceProfile"]
@@ -359,9 +349,8 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                     InstanceProfileName=name, RoleName=role["RoleName"]
                 )
             iam.delete_instance_profile(InstanceProfileName=name)
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
+            pass
 
     def delete(self, ctx: Context, owned: Owned) -> None:
         iam = ctx.aws.client("iam")
@@ -377,10 +366,8 @@ class Role(Kind[RoleParams, RoleOut, RoleLive]):
                 iam.detach_role_policy(RoleName=owned.id, PolicyArn=policy["PolicyArn"])
             for inline in iam.list_role_policies(RoleName=owned.id)["PolicyNames"]:
                 iam.delete_role_policy(RoleName=owned.id, PolicyName=inline)
-        except Exception as exc:
-            if is_gone(exc):
-                return
-            raise
+        except NotFound:
+            return
         retry_dependency(functools.partial(iam.delete_role, RoleName=owned.id), owned.id, ctx)
 
 
@@ -450,9 +437,7 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
                 Description=req.params.description,
                 Tags=req.ctx.tag_list(req.params.tags),
             )
-        except Exception as exc:
-            if error_code(exc) != "EntityAlreadyExists":
-                raise
+        except AlreadyExists:
             tags = _tags_or_none(lambda: iam.list_policy_tags(PolicyArn=arn)["Tags"])
             _claim(tags or Tags(), f"IAM policy {arn}", req.ctx.cluster)
             self._new_version(req.ctx, arn, req.params.document)
@@ -524,6 +509,5 @@ class ManagedPolicy(Kind[PolicyParams, PolicyOut, PolicyLive]):
                 if not version["IsDefaultVersion"]:
                     iam.delete_policy_version(PolicyArn=owned.id, VersionId=version["VersionId"])
             iam.delete_policy(PolicyArn=owned.id)
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
+            pass

@@ -10,12 +10,13 @@ resources only (``aws:SourceAccount``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import NotFound, WrongState
 from provisioner.resources.base import (
     FieldChange,
     How,
@@ -134,10 +135,8 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
                         continue
                     try:
                         meta = kms.describe_key(KeyId=item["ResourceARN"])
-                    except Exception as exc:  # gone since the tags were listed
-                        if error_code(exc) == "NotFoundException":
-                            continue
-                        raise
+                    except NotFound:  # gone since the tags were listed
+                        continue
                     key = meta["KeyMetadata"]
                     if key["KeyState"] not in ("PendingDeletion", "PendingReplicaDeletion"):
                         out.append((str(key["Arn"]), tags))
@@ -234,8 +233,5 @@ class KmsKey(Kind[KmsParams, KmsOut, KmsLive]):
     def delete(self, ctx: Context, owned: Owned) -> None:
         # KMS never deletes at once; 7 days is the shortest window, and a key pending
         # deletion is neither billed nor usable (and `down` no longer finds it).
-        try:
+        with contextlib.suppress(NotFound, WrongState):
             ctx.aws.client("kms").schedule_key_deletion(KeyId=owned.id, PendingWindowInDays=7)
-        except Exception as exc:
-            if error_code(exc) not in ("NotFoundException", "KMSInvalidStateException"):
-                raise

@@ -4,11 +4,12 @@ capacity-block market options and the node's user data; a change is a new versio
 from __future__ import annotations
 
 import base64
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.render.placeholders import fill
 from provisioner.resources.base import FieldChange, How, Kind, Observed, Owned, Request
@@ -273,9 +274,7 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
                 TagSpecifications=req.ctx.tag_spec("launch-template", req.params.tags),
                 ClientToken=req.ctx.token(req.rid),
             )["LaunchTemplate"]
-        except Exception as exc:
-            if "AlreadyExists" not in (error_code(exc) or ""):
-                raise
+        except AlreadyExists as exc:
             req.ctx.forget("ec2:describe_launch_templates")
             found = self.read(req)
             if found is None:
@@ -325,10 +324,5 @@ class LaunchTemplate(Kind[LtParams, LtOut, LtLive]):
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             ctx.aws.client("ec2").delete_launch_template(LaunchTemplateId=owned.id)
-        except Exception as exc:
-            from provisioner.resources.ec2 import is_gone
-
-            if not is_gone(exc):
-                raise

@@ -11,11 +11,13 @@ logs); one an earlier cluster of the same name left is not fmctl's, and `up` say
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from provisioner.drivers.aws import Aws, error_code
+from provisioner.drivers.aws import Aws
+from provisioner.drivers.aws_errors import AlreadyExists, NotFound
 from provisioner.resources.base import (
     FieldChange,
     How,
@@ -81,9 +83,7 @@ def foreign_holder(aws: Aws, cluster: str) -> str | None:
         return f"fmctl cluster {owner}"
     try:
         made = aws.client("eks").describe_cluster(name=cluster)["cluster"]
-    except Exception as exc:
-        if error_code(exc) != "ResourceNotFoundException":
-            raise
+    except NotFound:
         made = {}
     if made.get("tags", {}).get(OWNER_TAG) == cluster:
         return None
@@ -155,9 +155,7 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
         tags = req.params.tags.at_creation()
         try:
             logs.create_log_group(logGroupName=req.params.group_name, tags=tags)
-        except Exception as exc:
-            if error_code(exc) != "ResourceAlreadyExistsException":
-                raise
+        except AlreadyExists as exc:
             # Ours from a run that lost the answer, or EKS's own (untagged) for this name:
             # adopt either; anyone else's is not fmctl's to take.
             foreign = foreign_holder(req.ctx.aws, req.ctx.cluster)
@@ -209,11 +207,8 @@ class LogGroup(Kind[LogGroupParams, LogGroupOut, LogGroupLive]):
         ]
 
     def delete(self, ctx: Context, owned: Owned) -> None:
-        try:
+        with contextlib.suppress(NotFound):
             ctx.aws.client("logs").delete_log_group(logGroupName=owned.id)
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
 
     def release(self, ctx: Context, owned: Owned) -> str:
         """Keep the group (``down --keep-logs``): no longer the cluster's, so nothing of

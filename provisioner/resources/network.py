@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     DataSource,
@@ -24,7 +25,6 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
     create_or_adopt,
-    is_gone,
     owned_items,
     retag,
     retry_dependency,
@@ -226,10 +226,8 @@ class ExistingVpc(DataSource[ExistingVpcParams, VpcOut]):
     def look_up(self, req: Request[ExistingVpcParams]) -> tuple[VpcOut, str] | None:
         try:
             vpcs = req.ctx.aws.client("ec2").describe_vpcs(VpcIds=[req.params.vpc_id])["Vpcs"]
-        except Exception as exc:
-            if is_gone(exc):
-                return None
-            raise
+        except NotFound:
+            return None
         if not vpcs:
             return None
         return VpcOut(vpcs[0]["VpcId"], vpcs[0]["CidrBlock"]), req.params.vpc_id
@@ -396,10 +394,8 @@ class ExistingSubnet(DataSource[ExistingSubnetParams, SubnetOut]):
             subnets = req.ctx.aws.client("ec2").describe_subnets(SubnetIds=[req.params.subnet_id])[
                 "Subnets"
             ]
-        except Exception as exc:
-            if is_gone(exc):
-                return None
-            raise
+        except NotFound:
+            return None
         if not subnets:
             return None
         return SubnetOut(

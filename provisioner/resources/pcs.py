@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from provisioner.catalog.pcs import CLUSTER_TAG, SAMPLE_AMI_OWNER, sample_ami_name, version_key
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import Conflict, QuotaExceeded
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     DataSource,
@@ -266,14 +266,10 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
         }
         try:
             item = pcs.create_cluster(**request)["cluster"]
-        except Exception as exc:
-            code = error_code(exc)
-            if code == "ServiceQuotaExceededException":
-                item = self._behind(req.ctx, req.rid, request)
-            elif code == "ConflictException":
-                item = self._found(req.ctx, req.params.cluster_name)
-            else:
-                raise
+        except QuotaExceeded:
+            item = self._behind(req.ctx, req.rid, request)
+        except Conflict:
+            item = self._found(req.ctx, req.params.cluster_name)
         return self._active(req.ctx, req.rid, str(item["id"]), self.create_seconds)
 
     def _found(self, ctx: Context, name: str) -> dict[str, Any]:
@@ -322,10 +318,8 @@ class PcsCluster(Kind[PcsClusterParams, PcsClusterOut, PcsClusterLive]):
                 return None
             try:
                 return dict(pcs.create_cluster(**request)["cluster"])
-            except Exception as exc:
-                if error_code(exc) == "ServiceQuotaExceededException":
-                    return None
-                raise
+            except QuotaExceeded:
+                return None
 
         return ctx.wait_until(
             f"the PCS cluster being created in {ctx.region} to finish",

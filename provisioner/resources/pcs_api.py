@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import Conflict, NotFound
 from provisioner.resources.base import FieldChange
 from provisioner.resources.context import Context
 from provisioner.resources.tags import (
@@ -32,10 +32,8 @@ def unless_gone(call: Callable[[], T]) -> T | None:
     """``call()``, or None when PCS answers that what it names does not exist."""
     try:
         return call()
-    except Exception as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            return None
-        raise
+    except NotFound:
+        return None
 
 
 def errors_of(item: dict[str, Any]) -> str:
@@ -71,18 +69,14 @@ def patiently(ctx: Context, rid: str, what: str, call: Callable[[], T]) -> T:
     changing: it clears when that change lands)."""
     try:
         return call()
-    except Exception as exc:
-        if error_code(exc) != "ConflictException":
-            raise
+    except Conflict as exc:
         ctx.emit(rid, "note", f"PCS refused {what} for now ({exc}); trying again")
 
     def again() -> tuple[T] | None:
         try:
             return (call(),)
-        except Exception as exc:
-            if error_code(exc) == "ConflictException":
-                return None
-            raise
+        except Conflict:
+            return None
 
     return ctx.wait_until(f"PCS to accept {what}", again, 30.0, 3600, rid)[0]
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -23,7 +24,6 @@ from provisioner.resources.context import Context
 from provisioner.resources.ec2 import (
     by_resource,
     create_or_adopt,
-    is_gone,
     owned_items,
     retry_dependency,
     tags_of,
@@ -175,9 +175,7 @@ class RouteTable(Kind[RouteTableParams, RouteTableOut, RouteTableLive]):
         ec2 = ctx.aws.client("ec2")
         try:
             tables = ec2.describe_route_tables(RouteTableIds=[table_id])["RouteTables"]
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
             return
         for association in tables[0].get("Associations", []) if tables else []:
             if association.get("Main"):

@@ -19,13 +19,14 @@ tag, counted from its creation as every resource's is (``tags.DesiredTags``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import Conflict, NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -165,10 +166,8 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
     def _group(self, ctx: Context, name: str) -> tuple[GetScheduleGroupOutputTypeDef, Tags] | None:
         try:
             group = ctx.aws.client("scheduler").get_schedule_group(Name=name)
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                return None
-            raise
+        except NotFound:
+            return None
         return group, self._tags(ctx, str(group["Arn"]))
 
     def _schedules(self, ctx: Context, name: str) -> list[GetScheduleOutputTypeDef]:
@@ -240,9 +239,7 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
                 Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
                 ClientToken=f"fmctl-{req.ctx.cluster}-{req.rid}"[:64],
             )
-        except Exception as exc:
-            if error_code(exc) != "ConflictException":
-                raise
+        except Conflict as exc:
             # Made by a run that lost the answer (ours by tag), or someone else's.
             found = self._group(req.ctx, req.params.group_name)
             if found is None or not req.ctx.ours(found[1].as_dict()):
@@ -284,16 +281,11 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
                 client.create_schedule(
                     **body, ClientToken=f"{params.group_name}-{schedule.name}"[:64]
                 )
-            except Exception as exc:
-                if error_code(exc) != "ConflictException":
-                    raise
+            except Conflict:
                 client.update_schedule(**body)
         for gone in existing - set(planned):
-            try:
+            with contextlib.suppress(NotFound):
                 client.delete_schedule(GroupName=params.group_name, Name=gone)
-            except Exception as exc:
-                if error_code(exc) != "ResourceNotFoundException":
-                    raise
 
     def update(
         self,
@@ -336,11 +328,8 @@ class ScheduleGroup(Kind[GP, ExpiryOut, ExpiryLive]):
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Delete the group and, with it, its schedules (the group goes DELETING first)."""
         client = ctx.aws.client("scheduler")
-        try:
+        with contextlib.suppress(NotFound):
             client.delete_schedule_group(Name=owned.id)
-        except Exception as exc:
-            if error_code(exc) != "ResourceNotFoundException":
-                raise
         ctx.wait_until(
             f"schedule group {owned.id} to be deleted",
             lambda: True if self._group(ctx, owned.id) is None else None,

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provisioner.drivers.aws import AwsError, error_code
+from provisioner.drivers.aws import AwsError
+from provisioner.drivers.aws_errors import AlreadyExists, KeyNotFound, NotFound, Unset
 from provisioner.graph.ref import Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -22,7 +23,6 @@ from provisioner.resources.base import (
     policies,
 )
 from provisioner.resources.context import Context
-from provisioner.resources.ec2 import is_gone
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.names import BUCKET_NAME_LIMIT, bounded
 from provisioner.resources.tags import CREATED_TAG, OWNER_TAG, RESOURCE_TAG, DesiredTags, Tags
@@ -136,12 +136,10 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
         s3 = ctx.aws.client("s3")
         try:
             return Tags.from_list(s3.get_bucket_tagging(Bucket=name)["TagSet"])
-        except Exception as exc:
-            if error_code(exc) in ("NoSuchBucket", "404"):
-                return None
-            if error_code(exc) == "NoSuchTagSet":
-                return Tags()
-            raise
+        except NotFound:
+            return None
+        except Unset:
+            return Tags()
 
     def read(self, req: Request[BucketParams]) -> Observed[BucketOut, BucketLive] | None:
         name = self.bucket(req.ctx)
@@ -163,10 +161,8 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
     def _encryption(s3: Any, name: str) -> str:
         try:
             rules = s3.get_bucket_encryption(Bucket=name)["ServerSideEncryptionConfiguration"]
-        except Exception as exc:
-            if error_code(exc) == "ServerSideEncryptionConfigurationNotFoundError":
-                return "none"
-            raise
+        except Unset:
+            return "none"
         default = rules["Rules"][0].get("ApplyServerSideEncryptionByDefault", {})
         return str(default.get("SSEAlgorithm", "none"))
 
@@ -174,20 +170,16 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
     def _blocked(s3: Any, name: str) -> bool:
         try:
             config = s3.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
-        except Exception as exc:
-            if error_code(exc) == "NoSuchPublicAccessBlockConfiguration":
-                return False
-            raise
+        except Unset:
+            return False
         return all(config.get(k) for k in PUBLIC_ACCESS_BLOCK)
 
     @staticmethod
     def _policy(s3: Any, name: str) -> Any:
         try:
             return json.loads(s3.get_bucket_policy(Bucket=name)["Policy"])
-        except Exception as exc:
-            if error_code(exc) == "NoSuchBucketPolicy":
-                return None
-            raise
+        except Unset:
+            return None
 
     def desired(
         self, req: Request[BucketParams], observed: Observed[BucketOut, BucketLive]
@@ -203,9 +195,7 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": req.ctx.region}
         try:
             s3.create_bucket(**kwargs)
-        except Exception as exc:
-            if error_code(exc) != "BucketAlreadyOwnedByYou":
-                raise
+        except AlreadyExists as exc:
             # Ours: made by a run that lost the answer (outside us-east-1, where S3 answers
             # a second CreateBucket of one's own bucket with 200 instead).
             tags = self._read_tags(req.ctx, name)
@@ -268,9 +258,8 @@ class Bucket(Kind[BucketParams, BucketOut, BucketLive]):
                 if victims:
                     s3.delete_objects(Bucket=owned.id, Delete={"Objects": victims})
             s3.delete_bucket(Bucket=owned.id)
-        except Exception as exc:
-            if not is_gone(exc):
-                raise
+        except NotFound:
+            pass
 
 
 def artifact_bucket(ctx: Context) -> str:
@@ -344,10 +333,8 @@ class Artifacts(Kind[ArtifactsParams, ArtifactsOut, ArtifactsLive]):
         try:
             body = s3.get_object(Bucket=bucket, Key=f"{req.ctx.cluster}/slurm/{MANIFEST}")["Body"]
             manifest = json.loads(body.read())
-        except Exception as exc:
-            if error_code(exc) in ("NoSuchKey", "404", "NoSuchBucket"):
-                return None
-            raise
+        except NotFound:  # no manifest, or no bucket
+            return None
         where = f"s3://{bucket}/{req.ctx.cluster}/slurm"
         return Observed(ArtifactsOut(where), ArtifactsLive(manifest.get("digest")), where)
 
@@ -385,9 +372,7 @@ class Artifacts(Kind[ArtifactsParams, ArtifactsOut, ArtifactsLive]):
         try:
             body = s3.get_object(Bucket=bucket, Key=f"{folder}/{MANIFEST}")["Body"]
             before = [str(f) for f in json.loads(body.read()).get("files", [])]
-        except Exception as exc:
-            if error_code(exc) not in ("NoSuchKey", "404"):
-                raise
+        except KeyNotFound:
             before = []
         out = self.create(req)
         gone = sorted(set(before) - set(self.files(req.params)))

@@ -12,11 +12,12 @@ does). ``KmsMasterKeyId`` encrypts messages at rest. Tags: Tag/Untag/ListTagsFor
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.graph.ref import UNKNOWN, Ref
 from provisioner.resources.base import (
     FieldChange,
@@ -114,10 +115,8 @@ class Topic(Kind[TopicParams, TopicOut, TopicLive]):
     def _attributes(self, ctx: Context, arn: str) -> dict[str, str] | None:
         try:
             found = ctx.aws.client("sns").get_topic_attributes(TopicArn=arn)
-        except Exception as exc:
-            if error_code(exc) in ("NotFound", "NotFoundException"):
-                return None
-            raise
+        except NotFound:
+            return None
         attributes: dict[str, str] = found["Attributes"]
         return attributes
 
@@ -219,8 +218,5 @@ class Topic(Kind[TopicParams, TopicOut, TopicLive]):
     def delete(self, ctx: Context, owned: Owned) -> None:
         """Delete the topic and its subscriptions (DeleteTopic of a missing topic is not
         an error in SNS)."""
-        try:
+        with contextlib.suppress(NotFound):
             ctx.aws.client("sns").delete_topic(TopicArn=owned.id)
-        except Exception as exc:
-            if error_code(exc) not in ("NotFound", "NotFoundException"):
-                raise

@@ -21,6 +21,7 @@ The lease is FMCTL_LOCK_LEASE seconds (default 120: renewed every 30 s).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import ConditionFailed, KeyNotFound
 from provisioner.state.backend import LockView
 from provisioner.state.errors import LeaseLost, LockHeld
 from provisioner.state.records import Holder, stamp
@@ -36,11 +37,9 @@ from provisioner.state.records import Holder, stamp
 DEFAULT_LEASE_S = 120.0
 #: How often a waiting run says it still waits.
 WAIT_NOTICE_S = 30.0
-#: What S3 answers when a condition fails, or when another conditional write to the key
-#: is in flight.
-CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict"}
-#: A missing object: GetObject's NoSuchKey, HeadObject's bare 404.
-MISSING = {"NoSuchKey", "404", "NotFound"}
+#: What S3 answers when a condition fails or another conditional write to the key is in
+#: flight (ConditionFailed), or the object is gone (KeyNotFound): the lock is not as seen.
+NOT_AS_SEEN = (ConditionFailed, KeyNotFound)
 
 
 def lease_seconds() -> float:
@@ -69,10 +68,8 @@ def view(client: Any, bucket: str, key: str) -> LockView | None:
     """The lock now, with its lease's remaining seconds by S3's clock; None when free."""
     try:
         answer = client.get_object(Bucket=bucket, Key=key)
-    except Exception as exc:
-        if error_code(exc) in MISSING:
-            return None
-        raise
+    except KeyNotFound:
+        return None
     holder = Holder.parse(answer["Body"].read().decode())
     lease = holder.lease_s if holder else DEFAULT_LEASE_S
     remaining = answer["LastModified"].timestamp() + lease - server_now(answer)
@@ -149,7 +146,7 @@ class Lease:
                     IfMatch=etag,
                 )
             except Exception as exc:  # noqa: BLE001 - a lost lease is told apart below; the rest is transient
-                if error_code(exc) in CONDITION_FAILED | MISSING:
+                if isinstance(exc, NOT_AS_SEEN):
                     with self._guard:
                         self._lost = True  # taken over (or removed by `unlock --force`)
                 return False  # else transient: the next tick or fence tries again
@@ -177,11 +174,8 @@ class Lease:
         if was_lost:
             return  # taken over or removed; one merely past its safe part is deleted if
             # it is still this run's (If-Match), not left for the next run to wait out
-        try:
+        with contextlib.suppress(*NOT_AS_SEEN):  # taken over or removed since
             self.client.delete_object(Bucket=self.bucket, Key=self.key, IfMatch=self._etag)
-        except Exception as exc:
-            if error_code(exc) not in CONDITION_FAILED | MISSING:
-                raise
 
 
 def acquire(
@@ -202,9 +196,8 @@ def acquire(
         try:
             answer = client.put_object(Bucket=bucket, Key=key, Body=body, IfNoneMatch="*")
             return Lease(client, bucket, key, holder, answer["ETag"], sent, None)
-        except Exception as exc:
-            if error_code(exc) not in CONDITION_FAILED:
-                raise
+        except ConditionFailed:
+            pass
         seen = view(client, bucket, key)
         if seen is None:
             continue  # released since: try again
@@ -214,10 +207,8 @@ def acquire(
             sent = time.monotonic()
             try:
                 answer = client.put_object(Bucket=bucket, Key=key, Body=body, IfMatch=seen.version)
-            except Exception as exc:
-                if error_code(exc) in CONDITION_FAILED | MISSING:
-                    continue  # another run took it first, or it was released
-                raise
+            except NOT_AS_SEEN:
+                continue  # another run took it first, or it was released
             notice(
                 f"took over the lock of cluster {cluster}: its lease ended "
                 f"{-seen.remaining_s:.0f} s ago, held by {who}"

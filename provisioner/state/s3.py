@@ -13,15 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from provisioner.drivers.aws import error_code
+from provisioner.drivers.aws_errors import BucketNotFound, KeyNotFound
 from provisioner.state.backend import LockView, Stored
 from provisioner.state.errors import StateConflict, StateError
-from provisioner.state.lease import CONDITION_FAILED, MISSING, Lease, acquire, view
+from provisioner.state.lease import NOT_AS_SEEN, Lease, acquire, view
 from provisioner.state.location import StateLocation
 from provisioner.state.records import Holder
 
-#: A bucket that is not there: GetObject's NoSuchBucket, HeadBucket's bare 404.
-NO_BUCKET = {"NoSuchBucket", "404", "NotFound"}
 _UNSEEN = "?"
 
 
@@ -45,24 +43,22 @@ class S3Backend:
         """The object key of ``name``."""
         return self.location.key(self.cluster, name)
 
-    def _no_bucket(self, exc: BaseException) -> None:
-        """Raise StateError for a bucket that does not exist (what to run instead)."""
-        if error_code(exc) in NO_BUCKET:
-            raise StateError(
-                f"the state bucket {self.bucket} does not exist",
-                f"create it with `fmctl state init {self.location.url}` (or fix the name)",
-            ) from None
+    def _no_bucket(self) -> StateError:
+        """The bucket does not exist: what to run instead."""
+        return StateError(
+            f"the state bucket {self.bucket} does not exist",
+            f"create it with `fmctl state init {self.location.url}` (or fix the name)",
+        )
 
     def read(self, name: str) -> Stored | None:
         """GetObject; remembers its ETag for the next write."""
         try:
             answer = self.client.get_object(Bucket=self.bucket, Key=self.key(name))
-        except Exception as exc:
-            if error_code(exc) in MISSING:
-                self._versions[name] = None
-                return None
-            self._no_bucket(exc)
-            raise
+        except BucketNotFound:
+            raise self._no_bucket() from None
+        except KeyNotFound:
+            self._versions[name] = None
+            return None
         text = answer["Body"].read().decode()
         self._versions[name] = answer["ETag"]
         return Stored(text, answer["ETag"])
@@ -70,10 +66,8 @@ class S3Backend:
     def _head(self, name: str) -> str | None:
         try:
             return str(self.client.head_object(Bucket=self.bucket, Key=self.key(name))["ETag"])
-        except Exception as exc:
-            if error_code(exc) in MISSING:
-                return None
-            raise
+        except KeyNotFound:
+            return None
 
     def remember(self, names: tuple[str, ...]) -> None:
         """HeadObject each: the versions later writes must still find."""
@@ -90,14 +84,12 @@ class S3Backend:
             answer = self.client.put_object(
                 Bucket=self.bucket, Key=self.key(name), Body=text.encode(), **condition
             )
-        except Exception as exc:
-            if error_code(exc) in CONDITION_FAILED | MISSING:
-                raise StateConflict(
-                    f"{self.where}/{name} changed since this run read it: another run wrote it",
-                    f"nothing more was written; `fmctl history {self.cluster}` shows the "
-                    "runs; run the command again to work from the state as it is now",
-                ) from None
-            raise
+        except NOT_AS_SEEN:
+            raise StateConflict(
+                f"{self.where}/{name} changed since this run read it: another run wrote it",
+                f"nothing more was written; `fmctl history {self.cluster}` shows the "
+                "runs; run the command again to work from the state as it is now",
+            ) from None
         self._versions[name] = answer["ETag"]
 
     def guard(self, fence: Callable[[], None]) -> None:
@@ -134,9 +126,8 @@ class S3Backend:
         """A leased lock on ``lock.json`` (see ``state.lease``)."""
         try:
             self.client.head_bucket(Bucket=self.bucket)
-        except Exception as exc:
-            self._no_bucket(exc)
-            raise
+        except BucketNotFound:
+            raise self._no_bucket() from None
         return acquire(
             self.client, self.bucket, self.key("lock.json"), self.cluster, holder, wait, notice
         )
@@ -151,8 +142,6 @@ class S3Backend:
             self.client.delete_object(
                 Bucket=self.bucket, Key=self.key("lock.json"), IfMatch=seen.version
             )
-        except Exception as exc:
-            if error_code(exc) in CONDITION_FAILED | MISSING:
-                return False
-            raise
+        except NOT_AS_SEEN:
+            return False
         return True

@@ -18,6 +18,7 @@ from typing import Any
 
 from provisioner.catalog import Catalog
 from provisioner.drivers.aws import Aws, error_code, transient
+from provisioner.drivers.aws_errors import AccessDenied, Invalid, NotFound
 from provisioner.resources.block_ends import LEAD_SECONDS
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Level, Problem
@@ -43,9 +44,7 @@ def _zone(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         zones = aws.client("ec2").describe_availability_zones(
             Filters=[{"Name": "zone-name", "Values": [az]}]
         )["AvailabilityZones"]
-    except Exception as exc:
-        if not (error_code(exc) or "").startswith("InvalidParameterValue"):
-            raise
+    except Invalid:
         zones = []
     if not zones:
         yield Problem(
@@ -112,17 +111,15 @@ def _reservations(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
             (res,) = ec2.describe_capacity_reservations(CapacityReservationIds=[rid])[
                 "CapacityReservations"
             ]
-        except Exception as exc:
-            if error_code(exc) and "NotFound" in (error_code(exc) or ""):
-                yield Problem(
-                    "reservation-missing",
-                    f"{rid} does not exist in {spec.metadata.region}",
-                    path,
-                    hint="check the id and the region; Capacity Blocks are bought in "
-                    "the EC2 console under Capacity Reservations",
-                )
-                continue
-            raise
+        except NotFound:
+            yield Problem(
+                "reservation-missing",
+                f"{rid} does not exist in {spec.metadata.region}",
+                path,
+                hint="check the id and the region; Capacity Blocks are bought in "
+                "the EC2 console under Capacity Reservations",
+            )
+            continue
         yield from _reservation_fit(
             res,
             pool.instance_type,
@@ -242,10 +239,8 @@ def _quota(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             continue
         try:
             value = quotas.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"]
-        except Exception as exc:
-            if error_code(exc) in ("NoSuchResourceException", "AccessDeniedException"):
-                continue  # not visible to these credentials: AWS will say at launch
-            raise
+        except (AccessDenied, NotFound):
+            continue  # not visible to these credentials: AWS will say at launch
         if needed[kind] > value:
             yield Problem(
                 "quota",
@@ -275,26 +270,23 @@ def _data_bucket(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         path = ("storage", "fsxLustre", "s3", key)
         try:
             where = s3.get_bucket_location(Bucket=bucket).get("LocationConstraint") or "us-east-1"
-        except Exception as exc:
-            code = error_code(exc)
-            if code in ("NoSuchBucket", "404"):
-                yield Problem(
-                    "data-bucket-missing",
-                    f"bucket {bucket} does not exist",
-                    path,
-                    hint="create it, or correct the name (fmctl links it; it never creates "
-                    "or deletes your data bucket)",
-                )
-                continue
-            if code in ("AccessDenied", "403"):
-                yield Problem(
-                    "data-bucket-missing",
-                    f"bucket {bucket} is not readable with these credentials",
-                    path,
-                    hint="FSx reads it with its service role; fmctl needs s3:GetBucketLocation",
-                )
-                continue
-            raise
+        except NotFound:
+            yield Problem(
+                "data-bucket-missing",
+                f"bucket {bucket} does not exist",
+                path,
+                hint="create it, or correct the name (fmctl links it; it never creates "
+                "or deletes your data bucket)",
+            )
+            continue
+        except AccessDenied:
+            yield Problem(
+                "data-bucket-missing",
+                f"bucket {bucket} is not readable with these credentials",
+                path,
+                hint="FSx reads it with its service role; fmctl needs s3:GetBucketLocation",
+            )
+            continue
         if where != spec.metadata.region:
             yield Problem(
                 "data-bucket-region",
@@ -313,9 +305,7 @@ def _key_pair(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         return
     try:
         aws.client("ec2").describe_key_pairs(KeyNames=[key])
-    except Exception as exc:
-        if error_code(exc) != "InvalidKeyPair.NotFound":
-            raise
+    except NotFound:
         yield Problem(
             "key-pair-missing",
             f"no key pair {key!r} in {spec.metadata.region}",
@@ -417,7 +407,7 @@ def _topic_refuses(aws: Aws, arn: str) -> tuple[str, Level] | None:
         code = error_code(exc)
         if code is None and not transient(exc):
             raise  # not AWS's answer: a bug, not a topic to judge
-        if code in ("NotFound", "NotFoundException"):
+        if isinstance(exc, NotFound):
             return f"SNS topic {arn} does not exist: the budget's notifications are lost", "error"
         return f"could not read SNS topic {arn} ({code or exc}): not checked", "warning"
     policy = json.loads(attributes.get("Policy") or "{}")
@@ -490,10 +480,8 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
             continue
         try:
             tags = pcs.list_tags_for_resource(resourceArn=cluster["arn"])["tags"]
-        except Exception as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                continue  # deleted between the list and the read
-            raise
+        except NotFound:
+            continue  # deleted between the list and the read
         if tags.get(OWNER_TAG) != name:
             yield Problem(
                 "pcs-name-taken",

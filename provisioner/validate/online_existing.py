@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from provisioner.drivers.aws import Aws, error_code
+from provisioner.drivers.aws import Aws
+from provisioner.drivers.aws_errors import NotFound
 from provisioner.resources.compute import LUSTRE_PORTS
 from provisioner.spec.model import ClusterSpec
 from provisioner.spec.problems import Problem
@@ -24,9 +25,7 @@ def existing_network(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     if net.vpc_id is not None:
         try:
             ec2.describe_vpcs(VpcIds=[net.vpc_id])
-        except Exception as exc:
-            if "NotFound" not in (error_code(exc) or ""):
-                raise
+        except NotFound:
             yield Problem(
                 "existing-missing",
                 f"{net.vpc_id} does not exist in {region}",
@@ -44,9 +43,7 @@ def existing_network(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
         path = ("network", key)
         try:
             (subnet,) = ec2.describe_subnets(SubnetIds=[field])["Subnets"]
-        except Exception as exc:
-            if "NotFound" not in (error_code(exc) or ""):
-                raise
+        except NotFound:
             yield Problem(
                 "existing-missing",
                 f"{field} does not exist in {region}",
@@ -88,9 +85,7 @@ def existing_file_system(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     path = ("storage", "fsxLustre", "fileSystemId")
     try:
         (fs,) = aws.client("fsx").describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
-    except Exception as exc:
-        if error_code(exc) != "FileSystemNotFound":
-            raise
+    except NotFound:
         yield Problem(
             "existing-missing",
             f"{fs_id} does not exist in {spec.metadata.region}",
@@ -168,10 +163,8 @@ def existing_fsx_ports(aws: Aws, spec: ClusterSpec) -> Iterator[Problem]:
     try:
         (fs,) = aws.client("fsx").describe_file_systems(FileSystemIds=[fs_id])["FileSystems"]
         (subnet,) = ec2.describe_subnets(SubnetIds=[subnet_id])["Subnets"]
-    except Exception as exc:  # said by the checks of the file system and the subnet
-        if error_code(exc) in ("FileSystemNotFound", "InvalidSubnetID.NotFound"):
-            return
-        raise
+    except NotFound:  # said by the checks of the file system and the subnet
+        return
     enis = list(fs.get("NetworkInterfaceIds") or [])
     if not enis or fs.get("VpcId") != subnet.get("VpcId"):
         return  # another VPC: said by the file system's own check

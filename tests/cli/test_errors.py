@@ -29,6 +29,27 @@ OUTSIDE = {
     # The emulator, a separate program that imports nothing of fmctl: the CLI reports its
     # failure to start as ops.errors.SandboxUnavailable (as_error).
     "fmctl_sandbox.daemon.SandboxError": "reported as SandboxUnavailable",
+    # botocore's ClientError for a code of known meaning, typed (drivers.aws_errors); one a
+    # caller does not expect reaches the CLI as the ClientError it is, and is translated.
+    **{
+        f"provisioner.drivers.aws_errors.{name}": "a typed ClientError: translated at the CLI"
+        for name in (
+            "AwsProblem",
+            "AccessDenied",
+            "AlreadyExists",
+            "BucketNotFound",
+            "ConditionFailed",
+            "Conflict",
+            "InUse",
+            "Invalid",
+            "KeyNotFound",
+            "NotFound",
+            "QuotaExceeded",
+            "Throttled",
+            "Unset",
+            "WrongState",
+        )
+    },
     # Caught inside the spec loader and turned into a located problem.
     "provisioner.spec.source._BuildError": "becomes a located validation problem",
 }

@@ -20,6 +20,7 @@ from provisioner.drivers.aws_errors import (
     BucketNotFound,
     Conflict,
     InUse,
+    KeyNotFound,
     NotFound,
     typed_errors,
 )
@@ -72,7 +73,8 @@ def test_the_specific_rows_come_before_the_general_ones() -> None:
     assert classify("eks", "AssociateAccessPolicy", "ResourceInUseException") is AlreadyExists
     assert classify("eks", "DeleteCluster", "ResourceInUseException") is InUse
     assert classify("s3", "HeadBucket", "404") is BucketNotFound
-    assert classify("s3", "HeadObject", "404") is NotFound
+    assert classify("s3", "HeadObject", "404") is KeyNotFound
+    assert issubclass(KeyNotFound, NotFound) and issubclass(BucketNotFound, NotFound)
     assert classify("ec2", "DescribeNatGateways", "NatGatewayNotFound") is NotFound
     assert classify("ec2", "DeletePlacementGroup", "InvalidPlacementGroup.InUse") is InUse
     assert classify("pcs", "CreateCluster", "ConflictException") is Conflict

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from provisioner.drivers.aws_errors import typed_errors
 from provisioner.state import lease
 from provisioner.state.errors import LeaseLost, LockHeld, StateConflict
 from provisioner.state.location import BadStateUrl, StateLocation, parse_state_url
@@ -33,7 +34,8 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     }.items():
         monkeypatch.setenv(key, value)
     with mock_aws():
-        client = boto3.client("s3", region_name="us-east-1")
+        # Typed errors, as every client the product makes (drivers.aws.Aws.client) raises.
+        client = typed_errors(boto3.client("s3", region_name="us-east-1"))
         client.create_bucket(Bucket=BUCKET)
         client.put_bucket_versioning(Bucket=BUCKET, VersioningConfiguration={"Status": "Enabled"})
         yield client
