@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from provisioner import FmctlBug, FmctlError
-from provisioner.drivers.aws_errors import typed_errors
+from provisioner.drivers.aws_errors import RULES, Throttled, typed_errors
 
 if TYPE_CHECKING:
     # boto3's published stubs (types-boto3, a dev dependency): each service's client typed, so
@@ -310,16 +310,8 @@ class _Fenced:
             self.fence()
 
 
-THROTTLING = {
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "RequestThrottled",
-    "SlowDown",
-    "EC2ThrottledException",
-    "PriorRequestNotComplete",
-}
+#: AWS's throttling codes, from the one table of codes (every service's, so by code alone).
+THROTTLING = frozenset(r.code for r in RULES if r.problem is Throttled and r.service == "*")
 
 
 def transient(exc: BaseException) -> bool:

@@ -223,6 +223,7 @@ RULES: tuple[Rule, ...] = (
     Rule("*", "RequestThrottledException", Throttled, RETRIES),
     Rule("*", "SlowDown", Throttled, RETRIES),
     Rule("*", "EC2ThrottledException", Throttled, RETRIES),
+    Rule("*", "PriorRequestNotComplete", Throttled, RETRIES),
 )
 
 
