@@ -12,7 +12,6 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import yaml
 
 from provisioner.catalog import load_catalog
 from provisioner.check import outputs
@@ -27,6 +26,7 @@ from provisioner.check.kube_gather import (
 )
 from provisioner.check.results import check_folder, passed_nodes, split_stream
 from provisioner.check.slurm_gather import command_script, hostlist, nccl_step, node_step
+from provisioner.drivers import yamlio
 from provisioner.render.context import ClusterContext, build_context
 from tests.check import fakes
 from tests.conftest import ROOT, validate_text
@@ -463,7 +463,7 @@ def test_node_jobs_are_what_the_template_renders_for_each_node() -> None:
     ]
     objects, jobs = node_manifests(context, Selection(chosen={pool: nodes}), "fmctl-check-x", 900)
     scripts = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
-    direct = yaml.safe_load_all(
+    direct = yamlio.load_all(
         render_template(
             "kubernetes/check/node-check.yaml.j2",
             c=context,

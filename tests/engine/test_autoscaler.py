@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from provisioner.drivers import yamlio
 from tests.engine.harness import (
     Sandbox,
     kill_after,
@@ -286,7 +287,7 @@ def test_kueue_started_before_the_provisioning_api_admits_nothing_there() -> Non
         "ClusterQueue": "clusterqueues",
         "LocalQueue": "localqueues",
     }
-    for obj in yaml.safe_load_all(files["kubernetes/kueue/queues.yaml"]):
+    for obj in yamlio.load_all(files["kubernetes/kueue/queues.yaml"]):
         if obj:
             put(plurals[obj["kind"]], obj["metadata"].get("namespace", ""), obj)
     config = yaml.safe_load(files["charts/kueue-values.yaml"])

@@ -19,6 +19,7 @@ import yaml
 
 from provisioner.catalog import load_catalog
 from provisioner.check.judge import judge_domain
+from provisioner.drivers import yamlio
 from provisioner.render import render
 from provisioner.render.context import build_context
 from provisioner.render.queueing import ULTRASERVER_LABEL
@@ -49,7 +50,7 @@ def _rendered(spec: Path) -> dict[str, str]:
 
 
 def _docs(text: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(text) if d]
+    return [d for d in yamlio.load_all(text) if d]
 
 
 def _workloads(api: Any) -> dict[str, dict[str, Any]]:

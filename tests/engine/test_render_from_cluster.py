@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from provisioner.drivers import yamlio
 from tests.conftest import ROOT, fetched_tool
 from tests.engine.harness import Sandbox, owned, raw_leftovers, region_of, spec_file
 from tests.engine.test_day2 import writes
@@ -57,7 +58,7 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
         left = {path: text.count("<fmctl:") for path, text in files.items() if "<fmctl:" in text}
         assert left == {}, left
         ids = {logical: aws_id for _, logical, aws_id in owned(sandbox, NAME, region)}
-        volume = yaml.safe_load_all(files["kubernetes/fsx/volume.yaml"])
+        volume = yamlio.load_all(files["kubernetes/fsx/volume.yaml"])
         pv = next(d for d in volume if d["kind"] == "PersistentVolume")
         assert pv["spec"]["csi"]["volumeHandle"] == ids["fsx"]
         nodegroup = yaml.safe_load(files["aws/nodegroups/gpu.yaml"])
@@ -69,11 +70,11 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
 
         # Argo CD and Flux read the folder where it sits in the repository (the stack's
         # Application is the last: Kueue's chart, from its registry, syncs first).
-        apps = list(yaml.safe_load_all(files["gitops/argocd-application.yaml"]))
+        apps = list(yamlio.load_all(files["gitops/argocd-application.yaml"]))
         app = apps[-1]["spec"]["source"]
         assert app == {"repoURL": REPO, "targetRevision": "prod", "path": f"eks/{NAME}/kubernetes"}
         assert apps[0]["spec"]["source"]["repoURL"] == "oci://registry.k8s.io/kueue/charts/kueue"
-        flux = list(yaml.safe_load_all(files["gitops/flux-kustomization.yaml"]))
+        flux = list(yamlio.load_all(files["gitops/flux-kustomization.yaml"]))
         (git,) = [d for d in flux if d["kind"] == "GitRepository"]
         assert git["spec"]["url"] == REPO and git["spec"]["ref"] == {"branch": "prod"}
         kustomizations = {d["metadata"]["name"]: d for d in flux if d["kind"] == "Kustomization"}
@@ -89,7 +90,7 @@ def test_render_from_cluster_fills_the_folder_for_gitops(sandbox: Sandbox, tmp_p
             check=False,
         )
         assert built.returncode == 0, built.stderr
-        kinds = {d["kind"] for d in yaml.safe_load_all(built.stdout) if d}
+        kinds = {d["kind"] for d in yamlio.load_all(built.stdout) if d}
         assert {"Namespace", "DaemonSet", "PersistentVolume", "StorageClass"} <= kinds
         assert "Job" not in kinds, "the NCCL test is run on demand, not synced"
     finally:
@@ -141,7 +142,7 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         assert f"the filled folder is {folder}" in up.stdout
         files = _texts(folder)
         assert not [p for p, t in files.items() if "<fmctl:" in t]
-        app = list(yaml.safe_load_all(files["gitops/argocd-application.yaml"]))[-1]["spec"]
+        app = list(yamlio.load_all(files["gitops/argocd-application.yaml"]))[-1]["spec"]
         assert app["source"]["path"] == f"eks/{name}/kubernetes"
         assert (sandbox.home / "clusters" / name / "kubeconfig").is_file()
 
@@ -164,12 +165,12 @@ def test_in_cluster_stack_gitops_hands_kubernetes_over(sandbox: Sandbox, tmp_pat
         try:
             assert argo.list("apps/v1", "DaemonSet", selector=f"fmctl.dev/cluster={name}") == []
             # Argo CD syncs the namespaces and one object of the folder, marked as its own.
-            for doc in yaml.safe_load_all(files["kubernetes/namespaces/namespaces.yaml"]):
+            for doc in yamlio.load_all(files["kubernetes/namespaces/namespaces.yaml"]):
                 if doc:
                     argo.apply(doc)
             (plugin,) = [
                 d
-                for d in yaml.safe_load_all(files["kubernetes/nvidia-device-plugin/daemonset.yaml"])
+                for d in yamlio.load_all(files["kubernetes/nvidia-device-plugin/daemonset.yaml"])
                 if d and d["kind"] == "DaemonSet"
             ]
             plugin["metadata"].setdefault("annotations", {})[ARGO_ANNOTATION] = (

@@ -6,9 +6,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from provisioner.catalog import load_catalog
+from provisioner.drivers import yamlio
 from provisioner.render import Rendered, render
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
@@ -55,7 +54,7 @@ def documents(files: dict[str, str], prefix: str = "") -> list[tuple[str, dict[s
     out = []
     for path, text in files.items():
         if path.startswith(prefix) and path.endswith(".yaml"):
-            out += [(path, doc) for doc in yaml.safe_load_all(text) if doc is not None]
+            out += [(path, doc) for doc in yamlio.load_all(text) if doc is not None]
     return out
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from provisioner.catalog import load_catalog
+from provisioner.drivers import yamlio
 from provisioner.render import render
 from provisioner.render.images import PYTORCH_DLC, PYTORCH_DLC_ARM64
 from tests.conftest import ROOT, set_path, validate_data
@@ -27,7 +28,7 @@ def _files(*edits: tuple[tuple[Any, ...], Any]) -> dict[str, str]:
 
 
 def _job_image(files: dict[str, str]) -> str:
-    docs = [d for d in yaml.safe_load_all(files["kubernetes/nccl-test/job.yaml"]) if d]
+    docs = [d for d in yamlio.load_all(files["kubernetes/nccl-test/job.yaml"]) if d]
     (job,) = [d for d in docs if d["kind"] == "Job"]
     image: str = job["spec"]["template"]["spec"]["containers"][0]["image"]
     return image

@@ -19,6 +19,7 @@ from fmctl_sandbox.crd_schema import Crd, validate
 from provisioner.blueprint import Where, build
 from provisioner.catalog import autoscaler, load_catalog
 from provisioner.catalog.charts import KUEUE
+from provisioner.drivers import yamlio
 from provisioner.render import render
 from provisioner.render.context import build_context
 from provisioner.resources.base import Planned
@@ -190,7 +191,7 @@ def test_kueue_starts_after_the_provisioning_api(tmp_path: Path) -> None:
     assert annotations.items() <= deployment["spec"]["template"]["metadata"]["annotations"].items()
     items = _items(_text())
     chart = items["chart/kueue"].params
-    (crd,) = [d for d in yaml.safe_load_all(chart.crds) if d]
+    (crd,) = [d for d in yamlio.load_all(chart.crds) if d]
     assert crd["metadata"]["name"] == "provisioningrequests.autoscaling.x-k8s.io"
 
 

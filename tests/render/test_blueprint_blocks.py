@@ -11,6 +11,7 @@ from pathlib import Path
 
 from provisioner.blueprint import Where, build
 from provisioner.catalog import load_catalog
+from provisioner.drivers import yamlio
 from provisioner.resources.base import Planned
 from provisioner.resources.block_ends import Block
 from provisioner.resources.iam import ACCOUNT
@@ -113,7 +114,6 @@ def test_node_agents_tolerate_the_block_taint_and_work_does_not() -> None:
     exporters, NVIDIA's DRA kubelet plugin) must land there again, or the node stops
     advertising its GPUs and EFA devices for its last hour; the NCCL test and `fmctl check`'s
     jobs are work, which the taint keeps off."""
-    import yaml
 
     from provisioner.render import render
     from provisioner.resources.block_ends import BLOCK_TAINT
@@ -124,7 +124,7 @@ def test_node_agents_tolerate_the_block_taint_and_work_does_not() -> None:
 
     def tolerated(path: str) -> dict[str, bool]:
         out = {}
-        for doc in yaml.safe_load_all(files[path]):
+        for doc in yamlio.load_all(files[path]):
             if not doc or doc["kind"] not in ("DaemonSet", "Job"):
                 continue
             pod = doc["spec"]["template"]["spec"]

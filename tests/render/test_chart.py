@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from provisioner.drivers import yamlio
 from tests.conftest import fetched_tool
 from tests.render.helpers import CASE_IDS, CASES, rendered
 
@@ -49,7 +50,7 @@ def test_chart_with_rendered_values(tmp_path: Path, example: Path, scheduler: st
     assert lint.returncode == 0, lint.stdout + lint.stderr
     out = _run("template", "run1", str(CHART), "-f", str(values), "--namespace", "training")
     assert out.returncode == 0, out.stderr
-    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    docs = [d for d in yamlio.load_all(out.stdout) if d]
     assert {d["kind"] for d in docs} == {"Job", "Service"}
     for doc in docs:
         kubernetes_validate.validate(doc, "1.33.0", strict=True)

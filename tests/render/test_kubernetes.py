@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from provisioner.catalog import load_catalog
+from provisioner.drivers import yamlio
 from provisioner.render.efa import efa_interfaces
 from tests.conftest import shared_file
 from tests.render.helpers import CASE_IDS, CASES, documents, fill_all, rendered
@@ -239,7 +240,7 @@ def test_fsx_volume(example: Path, scheduler: str) -> None:
     assert pvc["spec"]["volumeName"] == objects["PersistentVolume"]["metadata"]["name"]
     assert objects["StorageClass"]["provisioner"] == "fsx.csi.aws.com"
     # Filled with real-looking ids, the volume still passes the official schema.
-    filled = yaml.safe_load_all(fill_all(files["kubernetes/fsx/volume.yaml"]))
+    filled = yamlio.load_all(fill_all(files["kubernetes/fsx/volume.yaml"]))
     for doc in filled:
         kubernetes_validate.validate(doc, "1.33.0", strict=True)
 

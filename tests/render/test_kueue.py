@@ -21,6 +21,7 @@ from fmctl_sandbox.crd_schema import Crd, validate
 from provisioner.catalog import load_catalog
 from provisioner.catalog.charts import DRA_DRIVER, KUEUE, minor
 from provisioner.catalog.eks_versions import CALENDAR
+from provisioner.drivers import yamlio
 from provisioner.render import Rendered, render
 from provisioner.render.queueing import CHANNEL_CLASS, CHANNEL_RESOURCE, HOSTNAME, ULTRASERVER_LABEL
 from provisioner.spec import defaults
@@ -199,7 +200,7 @@ def _template(
         str(values),
     )
     assert out.returncode == 0, out.stderr
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
+    return [d for d in yamlio.load_all(out.stdout) if d]
 
 
 #: The versions fmctl installs each chart on: Kueue on every supported version EKS still
@@ -289,7 +290,7 @@ def test_training_chart_on_gb200_queues_and_claims_a_domain(tmp_path: Path) -> N
         "template", "run1", str(TRAINING_CHART), "-f", str(values), "--namespace", "training"
     )
     assert out.returncode == 0, out.stderr
-    docs = {d["kind"]: d for d in yaml.safe_load_all(out.stdout) if d}
+    docs = {d["kind"]: d for d in yamlio.load_all(out.stdout) if d}
     assert _check_custom(docs["ComputeDomain"]) == []
     job = docs["Job"]
     kubernetes_validate.validate(job, "1.35.0", strict=True)
@@ -311,7 +312,7 @@ def test_training_chart_on_gb200_queues_and_claims_a_domain(tmp_path: Path) -> N
 @pytest.mark.parametrize("spec", SPECS, ids=IDS)
 def test_gitops_syncs_charts_before_the_stack(spec: Path) -> None:
     files = _render(spec).files
-    apps = list(yaml.safe_load_all(files["gitops/argocd-application.yaml"]))
+    apps = list(yamlio.load_all(files["gitops/argocd-application.yaml"]))
     waves = {
         a["metadata"]["name"]: int(a["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
         for a in apps
@@ -325,7 +326,7 @@ def test_gitops_syncs_charts_before_the_stack(spec: Path) -> None:
         assert source["targetRevision"] == name.version and chart
         values = yaml.safe_load(files[f"charts/{name.name}-values.yaml"])
         assert source["helm"]["valuesObject"] == values
-    flux = list(yaml.safe_load_all(files["gitops/flux-kustomization.yaml"]))
+    flux = list(yamlio.load_all(files["gitops/flux-kustomization.yaml"]))
     stack_ks = next(
         d
         for d in flux
@@ -337,7 +338,7 @@ def test_gitops_syncs_charts_before_the_stack(spec: Path) -> None:
     assert charts_ks["spec"]["path"].endswith("gitops/flux")
     listed = yaml.safe_load(files["gitops/flux/kustomization.yaml"])["resources"]
     for entry in listed:
-        docs = list(yaml.safe_load_all(files[f"gitops/flux/{entry}"]))
+        docs = list(yamlio.load_all(files[f"gitops/flux/{entry}"]))
         release = next(d for d in docs if d["kind"] == "HelmRelease")
         chart = next(c for c in (KUEUE, DRA_DRIVER) if c.name == entry.removesuffix(".yaml"))
         assert release["spec"]["values"] == yaml.safe_load(
