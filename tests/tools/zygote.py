@@ -47,6 +47,8 @@ PRELOAD = (
     "provisioner.ops.gc",
     "provisioner.ops.listing",
     "provisioner.ops.seed",
+    "provisioner.ops.sandbox_link",
+    "importlib.metadata",
     "provisioner.drivers.aws",
     "provisioner.drivers.kube",
     "fmctl_sandbox.daemon",
@@ -81,7 +83,19 @@ def _warm_botocore() -> None:
 
     aws = Aws("us-east-1", "https://127.0.0.1:1", sandbox=True, credentials=("none", "none"))
     for service in SERVICES:
-        aws.client(service)
+        client = aws.client(service)
+        # Its paginators' and waiters' models too: a child's first paginate or waiter would
+        # otherwise list botocore's whole data folder for them (about 20 ms each).
+        client.can_paginate(next(iter(client.meta.method_to_api_mapping)))
+        client.waiter_names  # noqa: B018 - read for its side effect: the model is loaded
+
+
+def _warm_entry_points() -> None:
+    """Find the sandbox's entry point once (every `fmctl ... --sandbox` run does): the
+    children inherit importlib.metadata's listings of the installed distributions."""
+    from provisioner.ops.sandbox_link import sandbox
+
+    sandbox()
 
 
 def enabled() -> bool:
@@ -101,6 +115,7 @@ def serve(path: Path) -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     _warm_botocore()
+    _warm_entry_points()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
     listener.listen(64)
