@@ -17,7 +17,11 @@ The buckets are grouped here by what fmctl does about them:
 fmctl's own rows come from what the node must show (the catalog's GPU and EFA counts, as the
 prolog checks them): a GPU or EFA device gone is ``replace``; so is an NVLink down (a GPU
 with fewer links reporting a speed than the node's best GPU, or than the node had), and the
-FSx file system or the instance-store array not mounted or not answering. EFA
+FSx file system or the instance-store array not mounted or not answering. A GPU's row
+remapper (Ampere and newer: a bad HBM row swapped for a spare one at the next GPU reset)
+that failed is ``replace`` (NVIDIA's RMA criterion); one still pending is ``reboot``, its
+jobs left to finish (NVIDIA: unaffected work runs on until a convenient reset, which the
+reboot is, and the XID that announces it, 63, is in its IGNORE bucket). EFA
 error counters that rise are counted, never acted on (AWS's own node monitoring agent only
 warns of them). DCGM's health watches: a Failure is ``replace``, a Warning counted.
 
@@ -53,6 +57,12 @@ STORAGE_SOURCE = (
     "fmctl: the spec's storage (storage.fsxLustre.mountPath, storage.localNvme.mountPath), "
     "mounted on every node before OnNodeConfigured runs: not a mount point, or no answer in "
     "10 s (a hung Lustre client blocks)"
+)
+ROW_REMAP_SOURCE = (
+    "`nvidia-smi -q -d ROW_REMAPPER`'s Remapped Rows (its form: a recorded 8 x H100 answer, "
+    "tests/data/real/README.md); NVIDIA's GPU Memory Error Management, Error Recovery and "
+    "Response Flags (docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt): the pending flag's "
+    "remap happens at the next GPU reset, the failure flag is the RMA policy's"
 )
 EFA_COUNTER_SOURCE = (
     "the EFA driver's hw_counters that AWS's node monitoring agent watches, and warns of "
@@ -151,6 +161,8 @@ OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("nvlink-down", "NVLINK_DOWN", Action.REPLACE, NVLINK_SOURCE),
     FaultRow("fsx-missing", "FSX_UNAVAILABLE", Action.REPLACE, STORAGE_SOURCE),
     FaultRow("nvme-missing", "NVME_UNAVAILABLE", Action.REPLACE, STORAGE_SOURCE),
+    FaultRow("row-remap-failure", "ROW_REMAP_FAILURE", Action.REPLACE, ROW_REMAP_SOURCE),
+    FaultRow("row-remap-pending", "ROW_REMAP_PENDING", Action.REBOOT, ROW_REMAP_SOURCE),
     FaultRow("dcgm-health", "DCGM_HEALTH_FAILURE", Action.REPLACE, DCGM_HEALTH_SOURCE),
     FaultRow("dcgm-health-warn", "DCGM_HEALTH_WARNING", Action.NONE, DCGM_HEALTH_SOURCE),
     FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),

@@ -9,6 +9,7 @@
 #   - the GPUs nvidia-smi lists and the EFA devices libfabric sees, against what the node
 #     must show (/etc/fmctl/node.env, as the prolog checks them);
 #   - each GPU's NVLinks up (nvidia-smi nvlink -s), against the node's best GPU and its past;
+#   - each GPU's row remapper (nvidia-smi -q -d ROW_REMAPPER): a remap failed or pending;
 #   - the FSx file system and the instance-store array mounted and answering;
 #   - DCGM's health watches (dcgmi health): a Failure is node-level, a Warning counted;
 #   - the EFA devices' error counters (hw_counters), counted only.
@@ -85,6 +86,21 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/nvlinks.sh" ]; then
     short=$(printf '%s\n' "$links" | fmctl_nvlinks_short "$had")
     [ -z "$short" ] || faults+=("nvlink-down	$short NVLinks up")
   fi
+fi
+
+# Row remapping (row-remap.sh reads `nvidia-smi -q -d ROW_REMAPPER`): a GPU whose remap
+# failed has no spare row left for a bad one, NVIDIA's RMA criterion (replace); one whose
+# remap is pending runs on until the GPU is next reset, which NVIDIA leaves to a convenient
+# time: the table's reboot, its jobs left to finish (a replacement, under health.repair:
+# replace, resets it as well). GPUs before Ampere print no such section: nothing to find.
+if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/row-remap.sh" ]; then
+  # shellcheck source=row-remap.sh
+  . "$lib/row-remap.sh"
+  remaps=$(timeout "$deadline" nvidia-smi -q -d ROW_REMAPPER 2>/dev/null | fmctl_row_remaps)
+  failed=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of failure)
+  pending=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of pending)
+  [ -z "$failed" ] || faults+=("row-remap-failure	GPU $failed: row remapping failed")
+  [ -z "$pending" ] || faults+=("row-remap-pending	GPU $pending: row remapping pending")
 fi
 
 # The storage the spec mounts on every node (health.env): FSx for Lustre and the
@@ -245,6 +261,13 @@ reason="$(printf '%s\n' "$show" | sed -n 's/.* Reason=\(.*\)/\1/p' | sed 's/ \[[
 node_state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
 # A Comment runs to the next field (a capitalised Key=); "(null)" or absent when none.
 comment="$(printf '%s\n' "$show" | sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*$//')"
+
+# A node the verify gate holds after a slow pair with the one idle peer it had (neither
+# could be told bad): once another peer is idle, the pair runs again with it
+# (verify-pair.sh --retry starts its unit, without waiting), so no person is needed.
+if [ -s "$dir/pair-first" ] && [ -r "$lib/verify-pair.sh" ]; then
+  timeout "$deadline" /bin/bash "$lib/verify-pair.sh" --retry >/dev/null 2>&1 || true
+fi
 
 if [ -z "$act" ]; then
   # Drained by this agent: stays so until replaced. (Slurm keeps a reason on a node resumed

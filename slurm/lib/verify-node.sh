@@ -11,7 +11,8 @@
 # Checks, each against what the node must show (/etc/fmctl/node.env):
 #   - every GPU listed by nvidia-smi, none with uncorrectable ECC errors since the driver
 #     loaded (ecc.errors.uncorrected.volatile.total), each with as many NVLinks up as the
-#     node's best GPU (nvidia-smi nvlink -s);
+#     node's best GPU (nvidia-smi nvlink -s), and no row remap failed or still pending
+#     (nvidia-smi -q -d ROW_REMAPPER: the boot reset the GPUs, which applies a pending one);
 #   - every EFA device (efa-devices.sh: the prolog's counting rule), each passing traffic
 #     to itself (fi_pingpong over the device, as the EFA installer's efa_test.sh runs it;
 #     health.verify.efaLoopback, on unless told);
@@ -91,6 +92,16 @@ if [ "$want_gpus" -gt 0 ]; then
     else
       say ok "nvlink: $(printf '%s\n' "$links" | wc -l) GPUs with $best links up each"
     fi
+  fi
+  # Row remapping: a failed remap is NVIDIA's RMA criterion; one still pending after the
+  # boot's reset did not take (the health agent would only reboot the node again).
+  # shellcheck source=row-remap.sh
+  . "$lib/row-remap.sh"
+  remaps=$(timeout "$deadline" nvidia-smi -q -d ROW_REMAPPER 2>/dev/null | fmctl_row_remaps)
+  if [ -n "$remaps" ]; then
+    say FAIL "row-remap: $(printf '%s\n' "$remaps" | awk '{printf "%sGPU %s %s", sep, $1, $2; sep = ", "}')"
+  else
+    say ok "row-remap: no remap failed or pending"
   fi
 fi
 

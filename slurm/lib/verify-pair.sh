@@ -12,7 +12,11 @@
 #                           for the node to register, add an idle healthy peer of its
 #                           partition to the reservation, run all_reduce_perf on the two,
 #                           give the peer back; below the floor, once more with a second peer
-#                           (to tell a bad node from a bad peer).
+#                           (to tell a bad node from a bad peer);
+#   verify-pair.sh --retry  from the health agent (every run, while a node is held after a
+#                           slow pair with its one idle peer): once another peer of the
+#                           partition is idle, start fmctl-verify-pair.service again,
+#                           without waiting; that run pairs with the new peer only.
 #
 # Why a reservation and not a drain: ParallelCluster's clustermgtd takes a drained static node
 # for an unhealthy one and replaces it (aws-parallelcluster-node slurm_resources.py
@@ -24,7 +28,9 @@
 #   pass with either peer        the reservation is deleted: the node takes work;
 #   fail with two peers          the node is drained ("fmctl-health: nccl-pair ... -> replace"):
 #                                ParallelCluster's clustermgtd replaces a drained static node;
-#   fail with the one idle peer  neither can be told bad: the node stays held (no work), FAIL;
+#   fail with the one idle peer  neither can be told bad: the node stays held (no work), FAIL,
+#                                the peer and its figure kept (pair-first); the run again
+#                                with another peer (--retry) then decides as with two;
 #   no idle peer, no nccl-tests  said so ("skip"), and the node takes work: the pair is a gate
 #   on the image or the pool     on the node, not on the pool's size or the image's contents.
 # Exit status: 0, but 1 when the node failed (systemd then shows the unit failed).
@@ -45,6 +51,8 @@ deadline="${FMCTL_HEALTH_TOOL_TIMEOUT:-60}"
 dir=/var/lib/fmctl/health
 install -d -m 0755 "$dir"
 report="$dir/verify.txt"
+# The one peer a slow pair was run with while no other was idle: "PEER GBPS" (or "none").
+first_file="$dir/pair-first"
 
 say() {  # ok|FAIL|skip TEXT
   printf '%s %s\n' "$1" "$2" | tee -a "$report"
@@ -78,6 +86,7 @@ release() {  # give the node to its partition's jobs
 }
 
 if [ "${1:-}" = --hold ]; then
+  rm -f "$first_file"  # a new boot: its pair starts afresh
   if [ "${FMCTL_HEALTH_VERIFY_NCCL_PAIR:-true}" != true ]; then
     exit 0
   fi
@@ -97,6 +106,28 @@ if [ "${1:-}" = --hold ]; then
     say ok "nccl-pair: $node held for its pair (reservation $resv)"
   else
     say skip "nccl-pair: could not hold $node for its pair: ${out:-no answer}"
+  fi
+  exit 0
+fi
+
+# Idle peers of the partition: up, no job, in no reservation ("idle", not "reserved",
+# "drained", "idle~" powered down, ...), this node and the peer of an earlier slow pair
+# left out; a fixed order.
+idle_peers() {  # SKIP
+  "$slurm/bin/sinfo" -h -N -p "$partition" -o '%N %T' 2>/dev/null |
+    awk -v me="$node" -v skip="$1" '$1 != me && $1 != skip && $2 == "idle" {print $1}' | sort -u
+}
+
+if [ "${1:-}" = --retry ]; then
+  if [ ! -s "$first_file" ] || ! held; then
+    rm -f "$first_file"  # returned or drained since (a person's `scontrol delete`, a reboot)
+    exit 0
+  fi
+  read -r suspect _ <"$first_file"
+  [ -n "$(idle_peers "$suspect")" ] || exit 0
+  if systemctl --no-block start fmctl-verify-pair.service 2>/dev/null; then
+    logger -t fmctl-verify -- "$node held after a slow pair with $suspect, the one idle peer: another is idle now, pairing again" \
+      2>/dev/null || true
   fi
   exit 0
 fi
@@ -142,11 +173,15 @@ pair() {  # PEER
   printf '%s\n' "$out" | awk -v b="$bytes" '$1 == b && $2 ~ /^[0-9]+$/ {print $8 + 0; exit}'
 }
 
-# Idle peers of the partition: up, no job, in no reservation ("idle", not "reserved",
-# "drained", "idle~" powered down, ...), this node left out; a fixed order.
-peers="$("$slurm/bin/sinfo" -h -N -p "$partition" -o '%N %T' 2>/dev/null |
-  awk -v me="$node" '$1 != me && $2 == "idle" {print $1}' | sort -u)"
-tried=0 first="" first_bw=""
+# A run again after a slow pair with the one idle peer: that pair counts as the first, and
+# only the others are tried.
+first="" first_bw=""
+if [ -s "$first_file" ]; then
+  read -r first first_bw <"$first_file"
+  [ "$first_bw" != none ] || first_bw=""
+fi
+peers="$(idle_peers "$first")"
+tried=0
 for peer in $peers; do
   bw="$(pair "$peer")"
   status=$?
@@ -160,6 +195,7 @@ for peer in $peers; do
     else
       say ok "nccl-pair: ${bw} GB/s with $peer (floor ${floor} GB/s at ${bytes} B)"
     fi
+    rm -f "$first_file"
     release
     exit 0
   fi
@@ -172,6 +208,7 @@ for peer in $peers; do
   say FAIL "nccl-pair: ${bw:-no result} GB/s with $peer, ${first_bw:-no result} with $first (floor ${floor} GB/s at ${bytes} B)"
   scontrol update NodeName="$node" State=DRAIN Reason="$why" >/dev/null 2>&1 ||
     say FAIL "nccl-pair: could not drain $node"
+  rm -f "$first_file"
   release
   logger -t fmctl-verify -- "$node failed its nccl pair: $why" 2>/dev/null || true
   exit 1
@@ -179,11 +216,16 @@ done
 if [ "$tried" -eq 1 ]; then
   # Below the floor with the one idle peer, and no second to tell which of the two is slow:
   # neither drained (a good node replaced for a bad peer would come back to the same peer),
-  # the node kept out of work in its reservation until a person looks.
-  say FAIL "nccl-pair: ${first_bw:-no result} GB/s with $first, the one idle peer (floor ${floor} GB/s at ${bytes} B): $node stays held; \`scontrol delete ReservationName=$resv\` returns it"
+  # the node kept out of work in its reservation until another peer is idle (--retry,
+  # from the health agent) or a person returns it.
+  say FAIL "nccl-pair: ${first_bw:-no result} GB/s with $first, the one idle peer (floor ${floor} GB/s at ${bytes} B): $node stays held until another peer is idle (the health agent pairs it again); \`scontrol delete ReservationName=$resv\` returns it"
+  printf '%s %s\n' "$first" "${first_bw:-none}" >"$first_file"
   logger -t fmctl-verify -- "$node and $first gave ${first_bw:-no result} GB/s, below ${floor}: $node held in $resv" \
     2>/dev/null || true
   exit 1
+fi
+if [ -n "$first" ]; then
+  exit 1  # run again, and still no other idle peer: held, as the earlier run said
 fi
 say skip "nccl-pair: no idle peer in partition $partition: released untested"
 release

@@ -119,6 +119,7 @@ def _healthy(node: StandinNode) -> None:
     node.write("/etc/standin/nvidia-smi.csv", HEALTHY_GPUS)
     node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
     node.path("/etc/standin/kernel.log").unlink(missing_ok=True)
+    node.path("/etc/standin/nvidia-smi-q.txt").unlink(missing_ok=True)
 
 
 def _agent(c: ComputeNode) -> str:
@@ -440,6 +441,53 @@ def test_an_nvlink_down_drains_the_node_and_fails_the_gate(cluster: Cluster) -> 
     assert _agent(c) == f"draining {want}"
     assert _reason(cluster, c)[1] == want
     c.node.path(nvlink).unlink()
+
+
+def test_row_remapping_drains_the_node_and_fails_the_gate(cluster: Cluster) -> None:
+    """`nvidia-smi -q -d ROW_REMAPPER`: the recorded 8 x H100 answer is healthy; the recorded
+    A100 whose remap is pending (after its Xid 63) drains the node, its jobs left to finish
+    (the table's reboot, a replacement under the spec's health.repair: replace); a failed
+    remap (the H100 recording with one GPU's failure flag set) drains it too. Both fail the
+    verify gate, which names the GPU."""
+    _reset(cluster)
+    c = cluster.computes[1]
+    answer = "/etc/standin/nvidia-smi-q.txt"
+    healthy = (REAL / "nvidia-smi-q-remapped-rows-h100x8.txt").read_text()
+    c.node.write(answer, healthy)
+    assert _agent(c).startswith("healthy")
+    _settings(
+        c,
+        health_verify_efa_loopback=False,
+        health_verify_dcgm_level=0,
+        health_verify_nccl_pair=False,
+    )
+    gate = ["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"]
+    done = c.node.run(gate, env=SERVICE_ENV)
+    assert done.returncode == 0, done.stdout
+    assert "ok row-remap: no remap failed or pending" in done.stdout
+    c.node.write(answer, (REAL / "nvidia-smi-q-remapped-rows-a100-pending.txt").read_text())
+    done = c.node.run(gate, env=SERVICE_ENV)
+    assert done.returncode == 1 and "FAIL row-remap: GPU 00000000:10:1C.0 pending" in done.stdout
+    gpu = "GPU 00000000:10:1C.0: row remapping pending"
+    want = f"fmctl-health: ROW_REMAP_PENDING ({gpu}) -> replace"
+    assert _agent(c) == f"draining {want}"
+    assert _reason(cluster, c)[1] == want
+    _reset(cluster)
+
+    flag = "Remapping Failure Occurred        : "
+    c.node.write(answer, healthy.replace(f"{flag}No", f"{flag}Yes", 1))
+    _settings(
+        c,
+        health_verify_efa_loopback=False,
+        health_verify_dcgm_level=0,
+        health_verify_nccl_pair=False,
+    )
+    done = c.node.run(gate, env=SERVICE_ENV)
+    assert done.returncode == 1 and "FAIL row-remap: GPU 00000000:18:00.0 failure" in done.stdout
+    want = "fmctl-health: ROW_REMAP_FAILURE (GPU 00000000:18:00.0: row remapping failed) -> replace"
+    assert _agent(c) == f"draining {want}"
+    assert _reason(cluster, c)[1] == want
+    c.node.path(answer).unlink()
 
 
 def test_storage_gone_drains_the_node(cluster: Cluster) -> None:

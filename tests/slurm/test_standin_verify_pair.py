@@ -11,6 +11,7 @@ example (85% of the 465.9 GB/s the AWS samples measured on 2 x p5.48xlarge at 4 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from collections.abc import Iterator
@@ -200,7 +201,76 @@ def test_with_one_idle_peer_a_slow_pair_keeps_the_node_held(cluster: Cluster) ->
     finally:
         _figure(cluster, new, None)
         cluster.slurm.scontrol("delete", f"ReservationName=fmctl-verify-{new.name}")
+        new.node.path("/var/lib/fmctl/health/pair-first").unlink(missing_ok=True)
         cluster.slurm.scontrol("update", f"NodeName={other.name}", "State=RESUME")
+
+
+def _pair_unit(c: ComputeNode) -> None:
+    """fmctl-verify-pair.service as OnNodeConfigured installs it on ParallelCluster."""
+    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+    unit = script.split("fmctl-verify-pair.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    c.node.write(
+        "/etc/systemd/system/fmctl-verify-pair.service",
+        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    )
+
+
+def test_a_held_node_pairs_again_once_another_peer_is_idle(cluster: Cluster) -> None:
+    """With one idle peer a slow pair holds the node. Run again while no other peer is
+    idle, the pair keeps it held and says nothing new; once another peer is idle, the node's
+    health agent starts the pair's unit again (verify-pair.sh --retry), and that run pairs
+    with the new peer only: a fast pair returns the node, the first peer named the
+    suspect."""
+    new, peer, other = cluster.computes
+    first = new.node.path("/var/lib/fmctl/health/pair-first")
+    _pair_unit(new)
+    unit = "fmctl-verify-pair.service"
+
+    def started() -> bool:
+        """The stand-in systemd's record of a start (its /run is the node's own)."""
+        return (
+            new.node.run(["systemctl", "is-active", "--quiet", unit], env=SERVICE_ENV).returncode
+            == 0
+        )
+
+    new.node.run(["systemctl", "stop", unit], env=SERVICE_ENV)
+    cluster.slurm.scontrol("update", f"NodeName={other.name}", "State=DRAIN", "Reason=ops: busy")
+    _figure(cluster, peer, SLOW)
+    try:
+        assert _pair(new, "--hold")[0] == 0
+        code, said = _pair(new)
+        assert code == 1 and "stays held until another peer is idle" in said, said
+        assert first.read_text().strip() == f"{peer.name} {SLOW}"
+        # No other idle peer: nothing to start, and a run again changes nothing.
+        assert _pair(new, "--retry") == (0, "") and not started()
+        assert _pair(new) == (1, "") and _held(cluster, new)
+
+        cluster.slurm.scontrol("update", f"NodeName={other.name}", "State=RESUME")
+        deadline = time.monotonic() + 30
+        while _sinfo(cluster, other)[0] != "idle" and time.monotonic() < deadline:
+            time.sleep(0.3)
+        # The agent's run (no storage to check in this cluster's settings) starts the unit.
+        bare = dataclasses.replace(_context(), fsx=None, local_nvme_path=None)
+        new.node.write("/opt/fmctl/slurm/health.env", health_env(bare))
+        agent = ["/bin/bash", "/opt/fmctl/slurm/lib/health-agent.sh"]
+        done = new.node.run(agent, env=SERVICE_ENV)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert started(), new.node.path("/var/lib/fmctl/health/state").read_text()
+        # What the unit runs: the pair with the new peer only.
+        code, said = _pair(new)
+        assert code == 0, said
+        assert f"ok nccl-pair: {HEALTHY} GB/s with {other.name}" in said
+        assert f"with {peer.name} {SLOW}: {peer.name} is the suspect" in said
+        assert not _held(cluster, new) and not first.exists()
+    finally:
+        _figure(cluster, peer, None)
+        new.node.write("/opt/fmctl/slurm/health.env", health_env(_context()))
+        new.node.run(["systemctl", "stop", unit], env=SERVICE_ENV)
+        if _held(cluster, new):
+            cluster.slurm.scontrol("delete", f"ReservationName=fmctl-verify-{new.name}")
+        first.unlink(missing_ok=True)
+        if _sinfo(cluster, other)[0] != "idle":
+            cluster.slurm.scontrol("update", f"NodeName={other.name}", "State=RESUME")
 
 
 def test_the_pair_is_off_when_the_spec_says_so(cluster: Cluster) -> None:
