@@ -48,7 +48,16 @@ NODE_ENV = "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32
 #: the recall rounds change to each fatal Xid's.
 XID_RECORDING = "kernel-xid79-open-gpu-kernel-modules-1151.txt"
 #: fmctl's own node-level rows, each injected as the node would show it.
-OWN_FAULTS = ("gpu-count", "efa-count", "nvlink-down", "fsx-missing", "nvme-missing", "dcgm-health")
+OWN_FAULTS = (
+    "gpu-count",
+    "efa-count",
+    "nvlink-down",
+    "fsx-missing",
+    "nvme-missing",
+    "dcgm-health",
+    "row-remap-failure",
+    "row-remap-pending",
+)
 
 
 class Loop:
@@ -125,6 +134,7 @@ class Loop:
                 "dcgmi-health.json",
                 "dcgmi-diag.json",
                 "nvidia-smi-nvlink.txt",
+                "nvidia-smi-q.txt",
             ):
                 node.path(f"/etc/standin/{name}").unlink(missing_ok=True)
             shutil.rmtree(node.path("/var/lib/fmctl/health"), ignore_errors=True)
@@ -166,7 +176,8 @@ class Loop:
 
 def _node_level_faults() -> list[tuple[str, int | None]]:
     """Every node-level row of the fault table: ("xid", code) for each fatal Xid, and
-    fmctl's own (GPU gone, EFA device gone, DCGM health Failure)."""
+    fmctl's own (GPU gone, EFA device gone, DCGM health Failure, ...). A node-level row this
+    bench cannot inject stops it: recall over fewer rows than the table has is no recall."""
     from provisioner.catalog.faults import Action, fault_table
 
     out: list[tuple[str, int | None]] = []
@@ -177,6 +188,8 @@ def _node_level_faults() -> list[tuple[str, int | None]]:
             out.append(("xid", int(row.code[4:])))
         elif row.code in OWN_FAULTS:
             out.append((row.code, None))
+        else:
+            raise RuntimeError(f"no way to inject {row.code}: add it to OWN_FAULTS and _inject")
     return out
 
 
@@ -199,6 +212,17 @@ def _inject(loop: Loop, index: int, kind: str, code: int | None) -> None:
         )
     elif kind in ("fsx-missing", "nvme-missing"):
         node.run(["umount", "/fsx" if kind == "fsx-missing" else "/scratch"], env=SERVICE_ENV)
+    elif kind.startswith("row-remap-"):
+        # The recorded A100 with a remap pending; a failed one as tests/data/real/README.md
+        # says (the 8 x H100 recording with one GPU's failure flag set).
+        real = ROOT / "tests/data/real"
+        if kind == "row-remap-pending":
+            text = (real / "nvidia-smi-q-remapped-rows-a100-pending.txt").read_text()
+        else:
+            flag = "Remapping Failure Occurred        : "
+            text = (real / "nvidia-smi-q-remapped-rows-h100x8.txt").read_text()
+            text = text.replace(f"{flag}No", f"{flag}Yes", 1)
+        node.write("/etc/standin/nvidia-smi-q.txt", text)
     elif kind == "dcgm-health":
         # A host engine answers, its watches on (the agent turns them on in a first run).
         node.write("/etc/standin/dcgmi-diag.json", (data / "dcgmi-diag-healthy.json").read_text())

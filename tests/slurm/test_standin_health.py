@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -353,15 +354,29 @@ def _settings(c: ComputeNode, **changes: object) -> None:
     )
 
 
-def _boot_gate(c: ComputeNode) -> None:
-    """fmctl-verify.service as OnNodeConfigured installs it on ParallelCluster
-    (test_standin_node checks it does): the agent reboots only where it is."""
+def install_unit(c: ComputeNode, name: str) -> None:
+    """The systemd unit ``name`` as OnNodeConfigured writes it on ParallelCluster
+    (test_standin_node checks it does)."""
     script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
-    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
-    c.node.write(
-        "/etc/systemd/system/fmctl-verify.service",
-        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    unit = script.split(f"{name} <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    c.node.write(f"/etc/systemd/system/{name}", unit.replace("$home", "/opt/fmctl/slurm") + "\n")
+
+
+def _boot_gate(c: ComputeNode) -> None:
+    """fmctl-verify.service: the agent reboots only where it is."""
+    install_unit(c, "fmctl-verify.service")
+
+
+def _own_checks(c: ComputeNode) -> subprocess.CompletedProcess[str]:
+    """The verify gate run with the node's own checks only (no EFA loopback, DCGM
+    diagnostic or NCCL pair), as its step runs it."""
+    _settings(
+        c,
+        health_verify_efa_loopback=False,
+        health_verify_dcgm_level=0,
+        health_verify_nccl_pair=False,
     )
+    return c.node.run(["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"], env=SERVICE_ENV)
 
 
 def test_repair_drain_only_and_reboot(cluster: Cluster) -> None:
@@ -425,17 +440,10 @@ def test_an_nvlink_down_drains_the_node_and_fails_the_gate(cluster: Cluster) -> 
     c.node.write(nvlink, (DATA / "nvidia-smi-nvlink-p5-healthy.txt").read_text())
     assert _agent(c).startswith("healthy")
     assert c.node.path("/var/lib/fmctl/health/nvlinks").read_text().strip() == "18"
-    _settings(
-        c,
-        health_verify_efa_loopback=False,
-        health_verify_dcgm_level=0,
-        health_verify_nccl_pair=False,
-    )
-    gate = ["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"]
-    done = c.node.run(gate, env=SERVICE_ENV)
+    done = _own_checks(c)
     assert done.returncode == 0 and "ok nvlink: 8 GPUs with 18 links up each" in done.stdout
     c.node.write(nvlink, (DATA / "nvidia-smi-nvlink-p5-link-down.txt").read_text())
-    done = c.node.run(gate, env=SERVICE_ENV)
+    done = _own_checks(c)
     assert done.returncode == 1 and "FAIL nvlink: GPU 3: 17 of 18 up" in done.stdout, done.stdout
     want = "fmctl-health: NVLINK_DOWN (GPU 3: 17 of 18 NVLinks up) -> replace"
     assert _agent(c) == f"draining {want}"
@@ -455,18 +463,11 @@ def test_row_remapping_drains_the_node_and_fails_the_gate(cluster: Cluster) -> N
     healthy = (REAL / "nvidia-smi-q-remapped-rows-h100x8.txt").read_text()
     c.node.write(answer, healthy)
     assert _agent(c).startswith("healthy")
-    _settings(
-        c,
-        health_verify_efa_loopback=False,
-        health_verify_dcgm_level=0,
-        health_verify_nccl_pair=False,
-    )
-    gate = ["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"]
-    done = c.node.run(gate, env=SERVICE_ENV)
+    done = _own_checks(c)
     assert done.returncode == 0, done.stdout
     assert "ok row-remap: no remap failed or pending" in done.stdout
     c.node.write(answer, (REAL / "nvidia-smi-q-remapped-rows-a100-pending.txt").read_text())
-    done = c.node.run(gate, env=SERVICE_ENV)
+    done = _own_checks(c)
     assert done.returncode == 1 and "FAIL row-remap: GPU 00000000:10:1C.0 pending" in done.stdout
     gpu = "GPU 00000000:10:1C.0: row remapping pending"
     want = f"fmctl-health: ROW_REMAP_PENDING ({gpu}) -> replace"
@@ -476,13 +477,7 @@ def test_row_remapping_drains_the_node_and_fails_the_gate(cluster: Cluster) -> N
 
     flag = "Remapping Failure Occurred        : "
     c.node.write(answer, healthy.replace(f"{flag}No", f"{flag}Yes", 1))
-    _settings(
-        c,
-        health_verify_efa_loopback=False,
-        health_verify_dcgm_level=0,
-        health_verify_nccl_pair=False,
-    )
-    done = c.node.run(gate, env=SERVICE_ENV)
+    done = _own_checks(c)
     assert done.returncode == 1 and "FAIL row-remap: GPU 00000000:18:00.0 failure" in done.stdout
     want = "fmctl-health: ROW_REMAP_FAILURE (GPU 00000000:18:00.0: row remapping failed) -> replace"
     assert _agent(c) == f"draining {want}"

@@ -22,7 +22,7 @@ from provisioner.check.health import parse_slurm
 from provisioner.check.health_gather import health_script
 from provisioner.render.slurm import health_env
 from tests.conftest import ROOT
-from tests.slurm.test_standin_health import Cluster, _context
+from tests.slurm.test_standin_health import Cluster, _context, install_unit
 from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
@@ -205,16 +205,6 @@ def test_with_one_idle_peer_a_slow_pair_keeps_the_node_held(cluster: Cluster) ->
         cluster.slurm.scontrol("update", f"NodeName={other.name}", "State=RESUME")
 
 
-def _pair_unit(c: ComputeNode) -> None:
-    """fmctl-verify-pair.service as OnNodeConfigured installs it on ParallelCluster."""
-    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
-    unit = script.split("fmctl-verify-pair.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
-    c.node.write(
-        "/etc/systemd/system/fmctl-verify-pair.service",
-        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
-    )
-
-
 def test_a_held_node_pairs_again_once_another_peer_is_idle(cluster: Cluster) -> None:
     """With one idle peer a slow pair holds the node. Run again while no other peer is
     idle, the pair keeps it held and says nothing new; once another peer is idle, the node's
@@ -223,7 +213,7 @@ def test_a_held_node_pairs_again_once_another_peer_is_idle(cluster: Cluster) -> 
     suspect."""
     new, peer, other = cluster.computes
     first = new.node.path("/var/lib/fmctl/health/pair-first")
-    _pair_unit(new)
+    install_unit(new, "fmctl-verify-pair.service")
     unit = "fmctl-verify-pair.service"
 
     def started() -> bool:
