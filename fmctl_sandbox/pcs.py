@@ -250,6 +250,11 @@ class Pcs:
             security_group_ids=list(groups) if isinstance(groups, list) else [groups],
             tags={"instance": tags},
         )
+        # Launched into the placement group the template names (PCS launches through EC2
+        # Fleet with the template; moto's RunInstances here keeps only the zone of it).
+        placed = str((lt_data.get("Placement") or {}).get("GroupName") or "")
+        for instance in reservation.instances:
+            instance.placement.group_name = placed
         group.instances += [i.id for i in reservation.instances]
 
 

@@ -356,12 +356,52 @@ def _pg_describe(s: World, call: Call) -> Answer:
     )
 
 
+def _template_group(backend: Any, instance: Any) -> str:
+    """The placement group the launch template an instance was launched from names (moto
+    tags such an instance with the template's id and version, as EC2 does)."""
+    tags = {t["key"]: t["value"] for t in instance.get_tags()}
+    template_id = tags.get("aws:ec2launchtemplate:id")
+    if not template_id:
+        return ""
+    from moto.ec2.exceptions import EC2ClientError
+
+    try:
+        template = backend.get_launch_template(template_id)
+        version = template.get_version(tags.get("aws:ec2launchtemplate:version", "$Default"))
+    except EC2ClientError:  # the template or version deleted since: the instance stays put
+        return ""
+    return str((version.data.get("Placement") or {}).get("GroupName") or "")
+
+
+def placement_members(account: str, region: str, name: str) -> list[str]:
+    """The instances of placement group ``name`` not yet terminated: those launched into it
+    (the PCS stand-in records the group) or from a launch template that names it."""
+    backend = ec2_backend(account, region)
+    return [
+        i.id
+        for i in backend.all_instances()
+        if i.state != "terminated"
+        and (getattr(i.placement, "group_name", "") or _template_group(backend, i)) == name
+    ]
+
+
 def _pg_delete(s: World, call: Call) -> Answer:
     name = call.params.get("GroupName", "")
-    if s.placement_groups.pop((call.region, name), None) is None:
+    if (call.region, name) not in s.placement_groups:
         return p.ec2_error(
             400, "InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown."
         )
+    # DeletePlacementGroup (the EC2 API reference): all instances in the group must be
+    # terminated first; EC2 answers InvalidPlacementGroup.InUse (its error codes) until then.
+    members = placement_members(s.account, call.region, name)
+    if members:
+        return p.ec2_error(
+            400,
+            "InvalidPlacementGroup.InUse",
+            f"The placement group '{name}' is in use by {len(members)} instance(s) "
+            f"({', '.join(sorted(members)[:3])}) and may not be deleted.",
+        )
+    del s.placement_groups[(call.region, name)]
     return p.ec2_response("DeletePlacementGroup", {"return": True})
 
 

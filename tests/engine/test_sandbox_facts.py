@@ -122,3 +122,37 @@ def test_two_clusters_node_groups_of_one_name_have_instances_of_their_own() -> N
     assert len(set(first)) == 3 and not set(first) & set(second)
     assert first == [i for _, i in node_slots("us-west-2", group("a"))]  # stable
     assert all(len(i) == 19 and i.startswith("i-") for i in first)  # i- and 17 hex digits
+
+
+def test_a_placement_group_with_instances_in_it_is_not_deleted(sandbox: Sandbox) -> None:
+    """DeletePlacementGroup (the EC2 API reference): every instance in the group must be
+    terminated first; until then EC2 answers InvalidPlacementGroup.InUse (fmctl's typed
+    InUse, which its teardown waits out). An instance is in the group its launch template
+    names."""
+    from provisioner.drivers.aws_errors import InUse, NotFound
+
+    ec2 = sandbox.aws(REGION).client("ec2")
+    name = "facts-pg-in-use"
+    ec2.create_placement_group(GroupName=name, Strategy="cluster")
+    template = ec2.create_launch_template(
+        LaunchTemplateName=f"{name}-lt",
+        LaunchTemplateData={
+            "ImageId": "ami-12c6146b",
+            "InstanceType": "m5.large",
+            "Placement": {"GroupName": name},
+        },
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    (instance,) = ec2.run_instances(
+        MinCount=1,
+        MaxCount=1,
+        LaunchTemplate={"LaunchTemplateId": template},
+        SubnetId=subnets(sandbox, REGION, 93)[0],
+    )["Instances"]
+    with pytest.raises(InUse) as caught:
+        ec2.delete_placement_group(GroupName=name)
+    assert caught.value.code == "InvalidPlacementGroup.InUse"
+    assert instance["InstanceId"] in str(caught.value)
+    ec2.terminate_instances(InstanceIds=[instance["InstanceId"]])
+    ec2.delete_placement_group(GroupName=name)
+    with pytest.raises(NotFound):
+        ec2.describe_placement_groups(GroupNames=[name])
