@@ -9,7 +9,6 @@ moves them to the new version's defaults (UpdateAddon).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 from collections.abc import Sequence
@@ -111,10 +110,24 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
 
         return ctx.cached("eks:addons", load)
 
+    @staticmethod
+    def _claim(ctx: Context, item: AddonTypeDef) -> None:
+        """An add-on of fmctl's own cluster that fmctl did not make (someone added it by
+        hand, console or eksctl) is not taken over: its version and settings are theirs."""
+        if (item.get("tags") or {}).get(OWNER_TAG) != ctx.cluster:
+            name = item.get("addonName", "?")
+            raise Foreign(
+                f"add-on {name} of cluster {ctx.cluster} was not made by fmctl (it carries no "
+                f"{OWNER_TAG}={ctx.cluster} tag)",
+                hint=f"delete it (`aws eks delete-addon --cluster-name {ctx.cluster} "
+                f"--addon-name {name} --preserve`), then run `up` again to have fmctl manage it",
+            )
+
     def read(self, req: Request[AddonParams]) -> Observed[AddonOut, AddonLive] | None:
         item = self._addons(req.ctx).get(req.params.addon_name)
         if item is None or item.get("status") == "DELETING":
             return None
+        self._claim(req.ctx, item)
         if item["status"] in ("CREATE_FAILED", "DEGRADED"):
             raise ResourceError(
                 f"add-on {req.params.addon_name} is {item['status']}: {health(item)}",
@@ -191,8 +204,9 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
 
     def create(self, req: Request[AddonParams]) -> AddonOut:
         version = self.version(req.ctx, req.params)
-        with contextlib.suppress(AlreadyExists):  # made by a run whose answer was lost
-            req.ctx.aws.client("eks").create_addon(
+        eks = req.ctx.aws.client("eks")
+        try:
+            eks.create_addon(
                 clusterName=req.ctx.cluster,
                 addonName=req.params.addon_name,
                 addonVersion=version,
@@ -202,6 +216,14 @@ class Addon(Kind[AddonParams, AddonOut, AddonLive]):
                 clientRequestToken=req.ctx.token(req.rid),
                 **self._identities(req.ctx, req.params),
             )
+        except AlreadyExists:
+            # Made by a run whose answer was lost (tagged as this cluster's), or someone else's.
+            name = req.params.addon_name
+            found = unless_gone(
+                lambda: eks.describe_addon(clusterName=req.ctx.cluster, addonName=name)
+            )
+            if found is not None:
+                self._claim(req.ctx, found["addon"])
         return self._active(req.ctx, req.rid, req.params.addon_name, self.create_seconds)
 
     def _active(self, ctx: Context, rid: str, addon: str, expected: float) -> AddonOut:

@@ -138,7 +138,10 @@ def _addon_params(version: str | None = "v1.34.1-eksbuild.3") -> AddonParams:
     )
 
 
-def _addon(status: str, version: str = "v1.34.1-eksbuild.3") -> dict[str, Any]:
+def _addon(
+    status: str, version: str = "v1.34.1-eksbuild.3", owner: str | None = CLUSTER
+) -> dict[str, Any]:
+    tags = {"fmctl.dev/cluster": owner, "fmctl.dev/resource": "addon/kube-proxy"}
     return {
         "addon": {
             "addonName": "kube-proxy",
@@ -146,7 +149,7 @@ def _addon(status: str, version: str = "v1.34.1-eksbuild.3") -> dict[str, Any]:
             "status": status,
             "addonVersion": version,
             "health": {"issues": []},
-            "tags": {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "addon/kube-proxy"},
+            "tags": tags if owner else {},
         }
     }
 
@@ -181,10 +184,18 @@ def test_an_addons_create_carries_one_token_and_one_in_use_is_waited_for() -> No
     broken["addon"]["health"]["issues"] = [
         {"code": "InsufficientNumberOfReplicas", "message": "no nodes"}
     ]
-    aws.answer("eks", "DescribeAddon", broken)
+    aws.answer("eks", "DescribeAddon", broken)  # whose it is
+    aws.answer("eks", "DescribeAddon", broken)  # the wait
     with pytest.raises(ResourceError, match="CREATE_FAILED: InsufficientNumberOfReplicas"):
         Addon().create(Request(_ctx(aws), "addon/kube-proxy", _addon_params()))
     aws.done()
+    # In use by an add-on someone else added to fmctl's cluster: not taken over.
+    theirs = RecordedAws("us-west-2")
+    theirs.fail("eks", "CreateAddon", "ResourceInUseException", 409)
+    theirs.answer("eks", "DescribeAddon", _addon("ACTIVE", owner=None))
+    with pytest.raises(Foreign, match=r"kube-proxy of cluster .* was not made by fmctl"):
+        Addon().create(Request(_ctx(theirs), "addon/kube-proxy", _addon_params()))
+    theirs.done()
 
 
 @covers("eks-addon", "delete")
@@ -274,4 +285,16 @@ def test_a_node_group_delete_waits_until_eks_no_longer_knows_it() -> None:
     Nodegroup().delete(_ng_ctx(aws), owned)
     aws.fail("eks", "DeleteNodegroup", "ResourceNotFoundException", 404)
     Nodegroup().delete(_ng_ctx(aws), owned)
+    aws.done()
+
+
+def test_an_addon_someone_else_added_is_not_read_as_fmctls() -> None:
+    """On fmctl's own cluster, an add-on of the spec's name that carries no owner tag (added
+    by hand, the console or eksctl) is refused, not taken over and re-versioned."""
+    aws = RecordedAws("us-west-2")
+    aws.answer("eks", "DescribeCluster", _cluster("ACTIVE"))
+    aws.answer("eks", "ListAddons", {"addons": ["kube-proxy"]})
+    aws.answer("eks", "DescribeAddon", _addon("ACTIVE", owner=None))
+    with pytest.raises(Foreign, match="was not made by fmctl"):
+        Addon().read(Request(_ctx(aws), "addon/kube-proxy", _addon_params()))
     aws.done()
