@@ -155,6 +155,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         compute.write(
             "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
         )
+        # A p5's GPUs' row remappers, as a recorded 8 x H100 answer shows them.
+        compute.write(
+            "/etc/standin/nvidia-smi-q.txt",
+            (DATA / "real/nvidia-smi-q-remapped-rows-h100x8.txt").read_text(),
+        )
         compute.write(
             "/etc/standin/dcgmi-diag.json", (DATA / "check/dcgmi-diag-healthy.json").read_text()
         )
@@ -216,6 +221,7 @@ def test_the_verify_gate_passed_the_healthy_node(cluster: Cluster) -> None:
     assert report == [
         "ok gpus: 8 of 8",
         "ok ecc: no uncorrectable errors",
+        "ok row-remap: no remap failed or pending",
         "ok efa: 32 of 32 devices",
         "ok efa-loopback: 32 of 32 devices passed traffic",
         "ok dcgm: level 2 diagnostic passed",
@@ -348,6 +354,11 @@ def test_a_node_that_fails_the_verify_gate_fails_its_bootstrap(
         compute.path("/opt/fmctl/slurm/health.env").unlink()
         compute.write(
             "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+        # A p5's GPUs' row remappers, as a recorded 8 x H100 answer shows them.
+        compute.write(
+            "/etc/standin/nvidia-smi-q.txt",
+            (DATA / "real/nvidia-smi-q-remapped-rows-h100x8.txt").read_text(),
         )
         compute.write(
             "/etc/standin/dcgmi-diag.json", (DATA / "check/dcgmi-diag-healthy.json").read_text()
