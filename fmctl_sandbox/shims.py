@@ -373,7 +373,7 @@ def _template_group(backend: Any, instance: Any) -> str:
     return str((version.data.get("Placement") or {}).get("GroupName") or "")
 
 
-def placement_members(account: str, region: str, name: str) -> list[str]:
+def _placement_members(account: str, region: str, name: str) -> list[str]:
     """The instances of placement group ``name`` not yet terminated: those launched into it
     (the PCS stand-in records the group) or from a launch template that names it."""
     backend = ec2_backend(account, region)
@@ -393,7 +393,7 @@ def _pg_delete(s: World, call: Call) -> Answer:
         )
     # DeletePlacementGroup (the EC2 API reference): all instances in the group must be
     # terminated first; EC2 answers InvalidPlacementGroup.InUse (its error codes) until then.
-    members = placement_members(s.account, call.region, name)
+    members = _placement_members(s.account, call.region, name)
     if members:
         return p.ec2_error(
             400,

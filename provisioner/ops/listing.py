@@ -70,6 +70,8 @@ def eks_state(aws: Aws, name: str) -> str | None:
 
 def pcs_state(aws: Aws, name: str) -> str | None:
     """The status of fmctl's PCS cluster for ``name``, or None when there is none."""
+    from botocore.exceptions import EndpointConnectionError
+
     pcs = aws.client("pcs")
     try:
         for page in pcs.get_paginator("list_clusters").paginate():
@@ -80,12 +82,8 @@ def pcs_state(aws: Aws, name: str) -> str | None:
                     continue  # deleted between the list and the read
                 if tags.get(OWNER_TAG) == name:
                     return str(found["status"])
-    except AccessDenied:
+    except (AccessDenied, EndpointConnectionError):
         return None  # a region without PCS, or a policy without it: not a PCS cluster, then
-    except Exception as exc:
-        if type(exc).__name__ == "EndpointConnectionError":  # no PCS endpoint in the region
-            return None
-        raise
     return None
 
 

@@ -456,6 +456,8 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     exists: slurm.amiId, or AWS's sample AMI for the Slurm version and each architecture."""
     if spec.scheduler != "slurm" or spec.slurm.provider != "pcs":
         return
+    from botocore.exceptions import EndpointConnectionError
+
     from provisioner.catalog.pcs import ROOT_DEVICE, SAMPLE_AMI_OWNER, sample_ami_name
     from provisioner.render.pcs import login_architecture
     from provisioner.resources.tags import OWNER_TAG
@@ -464,9 +466,7 @@ def _pcs(aws: Aws, spec: ClusterSpec, catalog: Catalog) -> Iterator[Problem]:
     pcs = aws.client("pcs")
     try:
         clusters = [c for p in pcs.get_paginator("list_clusters").paginate() for c in p["clusters"]]
-    except Exception as exc:
-        if type(exc).__name__ != "EndpointConnectionError":
-            raise
+    except EndpointConnectionError as exc:
         yield Problem(
             "pcs-region",
             f"AWS PCS does not answer in {region} ({exc})",
