@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from provisioner import FmctlBug, FmctlError
+from provisioner import FmctlBug, FmctlError, __version__
 from provisioner.drivers.aws_errors import RULES, Throttled, typed_errors
 
 if TYPE_CHECKING:
@@ -86,6 +86,9 @@ class Aws:
     #: Called before every attempt of a call that is not a read; raises to stop it unsent
     #: (a run whose lease on the cluster's lock is gone).
     fence: Callable[[], None] | None = None
+    #: The product token added to every call's User-Agent: CloudTrail records it with the
+    #: call (its ``userAgent`` field), so an account's owner can tell fmctl's calls apart.
+    agent: str = f"fmctl/{__version__}"
     _clients: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: Any = field(default=None, repr=False)
@@ -185,6 +188,7 @@ class Aws:
             connect_timeout=10,
             read_timeout=60,
             max_pool_connections=32,
+            user_agent_extra=self.agent,
         )
         if self._session is None:
             if self.sandbox:
@@ -236,6 +240,7 @@ class Aws:
             max_attempts=self.max_attempts,
             read_only=self.read_only,
             fence=self.fence,
+            agent=self.agent,
         )
 
     def _sandbox_credentials(self) -> tuple[str, str]:

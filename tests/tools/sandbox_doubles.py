@@ -2,7 +2,9 @@
 (``fmctl_sandbox.server.Emulator``) wrapped with what only tests need, so that none of
 it ships in the wheel.
 
-- a request log: every call seen, with its service, action, signing key, status and fault;
+- a request log: every call seen, with its service, action, query string, signing key, the
+  caller's product token from its User-Agent (``agent``: ``fmctl/VERSION`` for the product's
+  own clients, ``drivers.aws.Aws.agent``), status and fault;
 - fault injection (``FaultRule``): errors, dropped connections, answers lost after the call
   was carried out, slow answers — for AWS calls and for the clusters' Kubernetes APIs;
 - the nodes' tools folder: the programs the sandbox's pods and Run Command scripts find
@@ -101,6 +103,13 @@ def _drop_connection(environ: dict[str, Any], action: str) -> None:
     raise ConnectionDropped(action)
 
 
+def _agent(user_agent: str) -> str | None:
+    """The fmctl product token of a User-Agent (botocore appends ``user_agent_extra`` as
+    its last tokens), or None for another caller (the sandbox's own schedules, a function's
+    boto3, the AWS CLI on a node)."""
+    return next((t for t in user_agent.split() if t.startswith("fmctl")), None)
+
+
 @dataclass
 class Doubles:
     """WSGI app: control endpoints, the log and faults, then the product's emulator."""
@@ -132,6 +141,9 @@ class Doubles:
             "service": service,
             "action": action,
             "access_key": key,
+            "agent": _agent(str(environ.get("HTTP_USER_AGENT", ""))),
+            # A REST call's query names its operation as much as its path does (S3's ?delete).
+            "query": str(environ.get("QUERY_STRING", "")),
             "time": time.time(),
             "fault": None,
             "status": 0,
