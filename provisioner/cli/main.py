@@ -65,6 +65,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Show each GPU node's place in the health loop and each pool's repair budget.",
     ),
     "catalog": ("catalog_cmd", "catalog", "Show the accelerated instance types fmctl knows."),
+    "permissions": (
+        "permissions_cmd",
+        "permissions",
+        "Print the IAM policies that let a person or role run fmctl.",
+    ),
     "schema": ("schema_cmd", "schema", "Print the JSON Schema of the spec (for editors)."),
     "completion": ("completion_cmd", "completion", "Print the shell completion script."),
 }

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.conftest import no_faults
+from tests.engine.conftest import listed_calls, no_faults
 from tests.engine.harness import Sandbox
 from tests.reliability.campaign import tally
 
-__all__ = ["no_faults"]
+__all__ = ["listed_calls", "no_faults"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,184 @@
+"""The caller's permissions (provisioner/catalog/permissions.py) against the product's source,
+botocore's models and IAM's rules. The sandbox tiers check the other direction: each call
+fmctl makes there is listed (tests/tools/permissions.py, in tests/engine/conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import pytest
+from botocore import xform_name
+from click.testing import CliRunner
+
+from provisioner.blueprint.infra import ROLES
+from provisioner.catalog import pcs as pcs_catalog
+from provisioner.catalog import permissions as p
+from provisioner.resources.iam import POLICY_PATH, role_name
+from tests.tools.permissions import check, operation
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Method names the scan below finds that are not AWS calls.
+NOT_AWS = {
+    "get_template": "jinja2's Environment.get_template (render/engine.py)",
+    "invoke": "click's Command.invoke (cli/common.py)",
+}
+CLIENT_CALL = re.compile(r"\.([a-z][a-z0-9_]*)\(|get_paginator\(\s*\"([a-z0-9_]+)\"")
+
+
+@cache
+def _models() -> dict[str, frozenset[str]]:
+    session = botocore.session.get_session()
+    return {s: frozenset(session.get_service_model(s).operation_names) for s in p.CALLS}
+
+
+@cache
+def _source() -> str:
+    return "\n".join(f.read_text() for f in sorted((ROOT / "provisioner").rglob("*.py")))
+
+
+def _listed() -> list[tuple[str, str]]:
+    return [(s, op) for s, ops in p.CALLS.items() for op in ops.split()]
+
+
+def test_every_listed_call_is_an_operation_of_its_service() -> None:
+    unknown = [f"{s}:{op}" for s, op in _listed() if op not in _models()[s]]
+    assert not unknown, f"not operations in botocore's models: {unknown}"
+
+
+def test_every_aws_call_in_the_product_is_listed() -> None:
+    """A client method anywhere in provisioner/ whose name is an operation of a service fmctl
+    uses: some service's operation of that name is listed (a name shared by services, like
+    tag_resource, cannot say which, so the sandbox tiers check those)."""
+    by_name: dict[str, set[tuple[str, str]]] = {}
+    for service, operations in _models().items():
+        for op in operations:
+            by_name.setdefault(xform_name(op), set()).add((service, op))
+    listed = set(_listed())
+    missing = set()
+    for match in CLIENT_CALL.finditer(_source()):
+        name = match.group(1) or match.group(2)
+        if name in by_name and name not in NOT_AWS and not by_name[name] & listed:
+            missing.add(name)
+    assert not missing, f"called in provisioner/ but not in CALLS: {sorted(missing)}"
+
+
+def test_every_listed_call_is_made_by_the_product() -> None:
+    """No stale grant: each listed operation is named somewhere in provisioner/, as a method
+    or paginator name or in the tables that name calls as data (the leftover listings)."""
+    words = set(re.findall(r"\b[A-Za-z][A-Za-z0-9_]*\b", _source()))
+    stale = [f"{s}:{op}" for s, op in _listed() if xform_name(op) not in words and op not in words]
+    assert not stale, f"listed but never called by provisioner/: {stale}"
+
+
+def test_s3_actions_are_the_ones_botocore_documents() -> None:
+    """Each S3 row's actions are named in that operation's documentation in botocore's model
+    (which carries the S3 API reference's "Permissions" paragraphs)."""
+    model = botocore.session.get_session().get_service_model("s3")
+    for call, actions in p.ACTIONS.items():
+        service, op = call.split(":")
+        if service == "s3":
+            doc = model.operation_model(op).documentation
+            assert all(a in doc for a in actions), (call, actions)
+
+
+def test_extra_rows_name_listed_calls() -> None:
+    listed = {f"{p.prefix(s)}:{op}" for s, op in _listed()}
+    assert set(p.ACTIONS) <= listed
+    assert {also.call for also in p.ALSO} <= listed
+    assert all(also.source for also in p.ALSO)
+
+
+def test_policies_fit_iams_limit_and_grant_every_action() -> None:
+    docs = p.policies()
+    granted: list[str] = []
+    for _, doc in docs:
+        assert len("".join(json.dumps(doc).split())) <= p.POLICY_LIMIT
+        sids = [s["Sid"] for s in doc["Statement"]]
+        assert len(sids) == len(set(sids))
+        granted += [a for s in doc["Statement"] for a in s["Action"]]
+    assert sorted(granted) == p.required_actions()  # every action, each once
+    assert "sts:GetCallerIdentity" not in granted  # needs no permission
+    assert {"s3:ListBucket", "budgets:ModifyBudget", "iam:PassRole"} <= set(granted)
+    assert "s3:HeadBucket" not in granted  # not an IAM action
+
+
+def test_iam_writes_reach_fmctls_own_names_only() -> None:
+    statements = [s for _, doc in p.policies() for s in doc["Statement"]]
+    for statement in statements:
+        iam = [a for a in statement["Action"] if a.startswith("iam:")]
+        if statement["Resource"] == "*" and iam:
+            # Reads of no resource, and service-linked roles of the listed services only.
+            assert set(iam) <= p.IAM_ANY | {"iam:CreateServiceLinkedRole"}, statement
+            if "iam:CreateServiceLinkedRole" in iam:
+                names = statement["Condition"]["StringEquals"]["iam:AWSServiceName"]
+                assert set(names) == set(p.SERVICE_LINKED)
+    passing = next(s for s in statements if s["Action"] == ["iam:PassRole"])
+    assert all("fmctl-" in r for r in passing["Resource"])
+
+
+def test_fmctls_iam_names_fall_under_the_granted_patterns() -> None:
+    long = role_name("a" * 40, "ap-southeast-2", "cluster-autoscaler")  # bounded to 64
+    for name in (role_name("c", "us-west-2", "eks-node"), long):
+        assert name.startswith("fmctl-") and len(name) <= 64
+    assert f"arn:*:iam::*:policy{POLICY_PATH}fmctl-*" in p.OWN_IAM
+    assert f"arn:*:iam::*:role{pcs_catalog.ROLE_PATH}fmctl-*" in p.OWN_IAM
+
+
+def test_attachable_policies_are_the_ones_fmctls_roles_carry() -> None:
+    carried = {policy for _, managed in ROLES.values() for policy in managed}
+    assert carried == set(p.MANAGED_POLICIES)
+
+
+def test_the_sandbox_check_fails_on_an_unlisted_call_of_fmctls_only() -> None:
+    ours, theirs = "fmctl/0.1.0", "fmctl-tests/harness"
+    entries: list[dict[str, Any]] = [
+        {"service": "ec2", "action": "RunInstances", "agent": ours},
+        {"service": "ec2", "action": "CreateVpc", "agent": ours},
+        {"service": "ec2", "action": "AcceptVpcPeeringConnection", "agent": theirs},
+        {"service": "ec2", "action": "ImportKeyPair", "agent": None},
+        {"service": "kubernetes", "action": "GET /api/v1/nodes", "agent": ours},
+        {"service": "s3", "action": "GET /b/k", "query": "", "agent": ours},
+        {"service": "s3", "action": "PUT /b", "query": "acl", "agent": ours},
+    ]
+    assert check(entries, "t") == ["ec2:RunInstances", "s3:PutBucketAcl"]
+
+
+@pytest.mark.parametrize(
+    ("service", "action", "query", "expected"),
+    [
+        ("s3", "HEAD /b", "", "HeadBucket"),
+        ("s3", "GET /b", "list-type=2&prefix=x", "ListObjectsV2"),
+        ("s3", "GET /b", "versions", "ListObjectVersions"),
+        ("s3", "POST /b", "delete", "DeleteObjects"),
+        ("s3", "PUT /b/k/l.json", "", "PutObject"),  # not CopyObject: no copy-source header
+        ("s3", "DELETE /b/k", "", "DeleteObject"),  # not AbortMultipartUpload: no uploadId
+        ("s3", "PUT /b", "publicAccessBlock", "PutPublicAccessBlock"),
+        ("s3", "PUT /b", "lifecycle", "PutBucketLifecycleConfiguration"),  # not deprecated
+        ("lambda", "GET /2015-03-31/functions/f/configuration", "", "GetFunctionConfiguration"),
+        ("scheduler", "POST /tags/arn:aws:scheduler:r:1:schedule-group/g", "", "TagResource"),
+        ("ec2", "DescribeVpcs", "", "DescribeVpcs"),
+    ],
+)
+def test_rest_calls_are_named_by_botocores_request_templates(
+    service: str, action: str, query: str, expected: str
+) -> None:
+    assert operation(service, action, query) == expected
+
+
+def test_permissions_command() -> None:
+    from provisioner.cli.main import cli
+
+    runner = CliRunner()
+    out = runner.invoke(cli, ["permissions", "-o", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert [d["name"] for d in data["policies"]] == ["fmctl-caller-1", "fmctl-caller-2"]
+    assert data["calls"]["s3:HeadBucket"] == ["s3:ListBucket"]
+    assert "iam:PassRole" in data["calls"]["eks:CreateCluster"]
+    text = runner.invoke(cli, ["permissions", "--name", "ml-infra"])
+    assert text.exit_code == 0 and "ml-infra-2:" in text.output

@@ -1,0 +1,116 @@
+"""What fmctl called in a test, against the permissions it lists for its caller
+(``provisioner.catalog.permissions``): every AWS call the product makes in the sandbox
+tiers must be one the list covers, so the list a user attaches cannot fall behind the code.
+
+The product's own calls are told from the rest by the User-Agent (``drivers.aws.Aws.agent``,
+``fmctl/VERSION``, recorded by the emulator's log as ``agent``): the tests' own clients
+(``harness.HARNESS_AGENT``), the sandbox's schedules and functions (their roles' calls, not
+the caller's) and the nodes' AWS CLI carry none.
+
+``FMCTL_PERMISSIONS_RECORD=FILE`` appends what was seen (one JSON line per call) instead of
+checking: how a maintainer collects the calls of a new feature before listing them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from provisioner.catalog import permissions
+
+#: Not IAM's: the Kubernetes API answers to the cluster's RBAC (an access entry).
+NOT_IAM = frozenset({"kubernetes"})
+
+
+#: The emulator logs a call's SigV4 signing name; botocore names the service otherwise.
+SERVICE_OF_SIGNING = {"servicequotas": "service-quotas", "tagging": "resourcegroupstaggingapi"}
+
+
+def product_calls(entries: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(botocore service, operation) of every call fmctl itself made."""
+    calls = set()
+    for e in entries:
+        if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] in NOT_IAM:
+            continue
+        service = SERVICE_OF_SIGNING.get(str(e["service"]), str(e["service"]))
+        calls.add((service, operation(service, str(e["action"]), str(e.get("query") or ""))))
+    return calls
+
+
+def operation(service: str, action: str, query_string: str = "") -> str:
+    """The operation a logged call was: the log names query and JSON calls by their
+    operation, and REST calls (S3, Lambda, Scheduler) by ``METHOD /path?query``, which is
+    matched here against the requestUri templates of botocore's model of the service."""
+    method, _, target = action.partition(" ")
+    if not target.startswith("/"):
+        return action
+    url = urlsplit(target)
+    query = dict(parse_qsl(query_string or url.query, keep_blank_values=True))
+    best: tuple[int, int, int, str] | None = None
+    for name, (verb, path, literals, headers, deprecated) in _templates(service).items():
+        if verb != method or not path.fullmatch(url.path):
+            continue
+        # x-id names the operation for S3's own routing: botocore may or may not send it.
+        needed = {k: v for k, v in literals.items() if k != "x-id"}
+        if any(k not in query or (v and query[k] != v) for k, v in needed.items()):
+            continue
+        # The template that asks most of the query is the one meant; of two alike, the one
+        # needing fewer headers (the log keeps none: PutObject, not CopyObject), then the one
+        # botocore does not mark deprecated (PutBucketLifecycleConfiguration, whose URI
+        # PutBucketLifecycle shares).
+        rank = (len(needed), -headers, -deprecated, name)
+        if best is None or rank[:3] > best[:3]:
+            best = rank
+    if best is None:
+        raise AssertionError(f"{service}: no operation of botocore's model is {action}")
+    return best[3]
+
+
+@functools.cache
+def _templates(
+    service: str,
+) -> dict[str, tuple[str, re.Pattern[str], dict[str, str], int, bool]]:
+    """Each operation's method, path pattern, the query its request must carry (its
+    requestUri's literal part and its required query members) and how many headers it
+    requires, and whether botocore marks it deprecated."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model(service)
+    out = {}
+    for name in model.operation_names:
+        http = model.operation_model(name).http
+        path, _, query = str(http["requestUri"]).partition("?")
+        # {Key+} spans slashes; {Name} is one segment, or more for an ARN label (an ARN
+        # holds slashes, and the emulator logs the path decoded).
+        pattern = re.sub(r"\\\{[^}]+\\\+\\\}", ".+", re.escape(path))
+        pattern = re.sub(r"\\\{(\w*(?:Arn|ARN|arn)\w*)\\\}", ".+", pattern)
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", pattern)
+        literals = dict(parse_qsl(query, keep_blank_values=True))
+        shape, headers = model.operation_model(name).input_shape, 0
+        members = shape.members if shape is not None else {}
+        for member in shape.required_members if shape is not None else ():
+            where = members[member].serialization
+            if where.get("location") == "querystring":
+                literals.setdefault(str(where["name"]), "")
+            headers += where.get("location") == "header"
+        deprecated = bool(model.operation_model(name).deprecated)
+        out[name] = (str(http["method"]), re.compile(pattern), literals, headers, deprecated)
+    return out
+
+
+def check(entries: list[dict[str, Any]], test: str) -> list[str]:
+    """The calls in ``entries`` the list does not cover, as ``service:Operation``."""
+    seen = product_calls(entries)
+    record = os.environ.get("FMCTL_PERMISSIONS_RECORD")
+    if record:
+        with open(Path(record), "a") as fh:
+            for service, action in sorted(seen):
+                fh.write(json.dumps({"service": service, "action": action, "test": test}) + "\n")
+        return []
+    return sorted(f"{s}:{a}" for s, a in seen if not permissions.covers(s, a))
