@@ -148,6 +148,32 @@ def test_the_sandbox_check_fails_on_an_unlisted_call_of_fmctls_only() -> None:
     assert check(entries, "t") == ["ec2:RunInstances", "s3:PutBucketAcl"]
 
 
+def test_the_sandbox_check_holds_fmctls_iam_calls_to_its_own_names() -> None:
+    def iam(action: str, **names: str) -> dict[str, Any]:
+        return {"service": "iam", "action": action, "agent": "fmctl/0.1.0", "names": names}
+
+    admin = "arn:aws:iam::aws:policy/AdministratorAccess"
+    cni = "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy"
+    fine = [
+        iam("CreateRole", RoleName="fmctl-c-us-west-2-pcs-node", Path="/aws-pcs/"),
+        iam(
+            "AttachRolePolicy",
+            RoleName="fmctl-c-r-eks-node",
+            PolicyArn=cni,
+        ),
+        iam("CreatePolicy", PolicyName="fmctl-c-r-amp", Path="/parallelcluster/"),
+        iam("PutRolePolicy", RoleName="fmctl-c-r-x", PolicyName="inline"),
+        iam("GetRole", RoleName="someone-elses"),  # a read of any role
+    ]
+    assert check(fine, "t") == []
+    wrong = [
+        iam("DeleteRole", RoleName="ops-admin"),
+        iam("AttachRolePolicy", RoleName="fmctl-c-r-eks-node", PolicyArn=admin),
+        iam("CreatePolicy", PolicyName="fmctl-c-r-amp", Path="/"),
+    ]
+    assert len(check(wrong, "t")) == 3
+
+
 @pytest.mark.parametrize(
     ("service", "action", "query", "expected"),
     [

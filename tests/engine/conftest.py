@@ -25,11 +25,16 @@ def no_faults(sandbox: Sandbox) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def listed_calls(sandbox: Sandbox, request: pytest.FixtureRequest) -> Iterator[None]:
-    """Every AWS call fmctl made in the test is one its permissions list covers
-    (tests/tools/permissions.py)."""
-    start = len(sandbox.requests())
+    """Every AWS call fmctl made is one its permissions list covers, on IAM names its policy
+    lets it touch (tests/tools/permissions.py): checked after each test, over all the log
+    has gained since the last check, so a module's fixture's runs (a crash campaign's) are
+    checked too, with the test that first follows them."""
     yield
-    unlisted = permissions.check(sandbox.requests()[start:], request.node.nodeid)
+    entries = sandbox.requests()
+    if len(entries) < sandbox.checked:  # a restarted emulator: its log began again
+        sandbox.checked = 0
+    unlisted = permissions.check(entries[sandbox.checked :], request.node.nodeid)
+    sandbox.checked = len(entries)
     assert not unlisted, (
         "fmctl called what its permissions list (provisioner/catalog/permissions.py) "
         f"does not cover: {', '.join(unlisted)}"

@@ -42,6 +42,8 @@ class Sandbox:
     #: The request log read so far, and how much of it is final (``requests``).
     log: list[dict[str, Any]] = field(default_factory=list, repr=False)
     stable: int = 0
+    #: How much of the log the permission check has read (tests/engine/conftest.py).
+    checked: int = 0
 
     @property
     def endpoint(self) -> str:

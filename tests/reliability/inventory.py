@@ -44,7 +44,12 @@ class Campaign:
 
 def campaigns() -> list[Campaign]:
     """The crash campaigns, from their modules' own point lists."""
-    from tests.reliability import test_crashes, test_crashes_pcs, test_update_campaign
+    from tests.reliability import (
+        test_crashes,
+        test_crashes_autoscaled,
+        test_crashes_pcs,
+        test_update_campaign,
+    )
 
     return [
         Campaign(
@@ -57,6 +62,12 @@ def campaigns() -> list[Campaign]:
             f"test_crashes_pcs.py::{test_crashes_pcs.TEST}",
             tuple((p,) for p in test_crashes_pcs.POINTS),
             test_crashes_pcs.SAMPLE_STRIDE,
+            (),
+        ),
+        Campaign(
+            f"test_crashes_autoscaled.py::{test_crashes_autoscaled.TEST}",
+            tuple((p,) for p in test_crashes_autoscaled.POINTS),
+            test_crashes_autoscaled.SAMPLE_STRIDE,
             (),
         ),
         Campaign(

@@ -13,6 +13,7 @@ checking: how a maintainer collects the calls of a new feature before listing th
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import json
 import os
@@ -104,8 +105,49 @@ def _templates(
     return out
 
 
+def foreign_iam(entries: Iterable[dict[str, Any]]) -> list[str]:
+    """fmctl's IAM calls that act outside what the policy lets it (``permissions.OWN_IAM``,
+    and ``MANAGED_POLICIES`` for what it attaches): ``Operation name`` of each."""
+    out = []
+    for e in entries:
+        names = e.get("names") or {}
+        action = f"iam:{e['action']}"
+        if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] != "iam":
+            continue
+        if action in permissions.IAM_ANY or not names:
+            continue
+        arns: list[list[str]] = []
+        # A role's ARN holds its path: the one the call gives, else either of fmctl's.
+        paths = (str(names["Path"]),) if "Path" in names else ROLE_PATHS
+        if "RoleName" in names:
+            arns.append([f"arn:aws:iam::1:role{p}{names['RoleName']}" for p in paths])
+        if "InstanceProfileName" in names:
+            profile = names["InstanceProfileName"]
+            arns.append([f"arn:aws:iam::1:instance-profile{p}{profile}" for p in paths])
+        if "PolicyName" in names and "RoleName" not in names:  # CreatePolicy
+            arns.append([f"arn:aws:iam::1:policy{p}{names['PolicyName']}" for p in paths])
+        if "PolicyArn" in names and action not in ATTACH:
+            arns.append([str(names["PolicyArn"])])
+        allowed = [
+            any(fnmatch.fnmatchcase(a, g) for a in alts for g in permissions.OWN_IAM)
+            for alts in arns
+        ]
+        if action in ATTACH:
+            known = {f"arn:aws:iam::aws:policy/{n}" for n in permissions.MANAGED_POLICIES}
+            allowed.append(names.get("PolicyArn") in known)
+        if not all(allowed):
+            out.append(f"{e['action']} {names}")
+    return out
+
+
+#: The paths of fmctl's roles and instance profiles (``resources.iam``).
+ROLE_PATHS = ("/", "/aws-pcs/")
+ATTACH = frozenset({"iam:AttachRolePolicy", "iam:DetachRolePolicy"})
+
+
 def check(entries: list[dict[str, Any]], test: str) -> list[str]:
-    """The calls in ``entries`` the list does not cover, as ``service:Operation``."""
+    """The calls in ``entries`` the list does not cover, as ``service:Operation``, and
+    fmctl's IAM calls on what the policy does not let it touch."""
     seen = product_calls(entries)
     record = os.environ.get("FMCTL_PERMISSIONS_RECORD")
     if record:
@@ -113,4 +155,5 @@ def check(entries: list[dict[str, Any]], test: str) -> list[str]:
             for service, action in sorted(seen):
                 fh.write(json.dumps({"service": service, "action": action, "test": test}) + "\n")
         return []
-    return sorted(f"{s}:{a}" for s, a in seen if not permissions.covers(s, a))
+    unlisted = sorted(f"{s}:{a}" for s, a in seen if not permissions.covers(s, a))
+    return unlisted + [f"outside fmctl's IAM names: {c}" for c in foreign_iam(entries)]

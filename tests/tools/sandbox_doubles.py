@@ -53,6 +53,8 @@ from fmctl_sandbox.server import (
 )
 
 MODULE = "tests.tools.sandbox_doubles"
+#: The parameters that say which IAM resource a call acts on.
+IAM_NAMES = frozenset({"RoleName", "InstanceProfileName", "PolicyArn", "PolicyName", "Path"})
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -144,6 +146,10 @@ class Doubles:
             "agent": _agent(str(environ.get("HTTP_USER_AGENT", ""))),
             # A REST call's query names its operation as much as its path does (S3's ?delete).
             "query": str(environ.get("QUERY_STRING", "")),
+            # What an IAM call acts on (the permission check holds fmctl to its own names).
+            "names": {k: v for k, v in (call.params if call else {}).items() if k in IAM_NAMES}
+            if service == "iam"
+            else {},
             "time": time.time(),
             "fault": None,
             "status": 0,
