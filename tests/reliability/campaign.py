@@ -56,6 +56,34 @@ class Tally:
 tally = Tally()
 
 
+#: Tries at killing a run at its step: the kill follows the run's output, and on a loaded
+#: machine the reader may fall so far behind that the run has finished when it gets there.
+KILL_TRIES = 3
+
+
+def killed(
+    sandbox: Sandbox,
+    args: tuple[str, ...],
+    marker: str,
+    count: int,
+    undo: tuple[str, ...],
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run fmctl ``args`` and SIGKILL it once ``count`` output lines show ``marker``. When
+    the run finished before the kill landed, ``undo`` it and try again: a crash at that step
+    must have happened before this returns."""
+    env = env or {}
+    for _ in range(KILL_TRIES):
+        proc = sandbox.spawn(*args, "--sandbox", "--yes", **env)
+        lines = harness.kill_after(proc, marker, count)
+        if proc.returncode != 0:
+            break
+        again = sandbox.fmctl(*undo, "--sandbox", "--yes", timeout=300, **env)
+        assert again.returncode == 0, again.stdout + again.stderr
+    assert proc.returncode == -9, "".join(lines)
+    tally.add(crashes_tried=1)
+
+
 def raw_leftovers(sandbox: Sandbox, name: str, region: str) -> list[str]:
     """What is left tagged as the cluster's (counted for the campaign's report)."""
     left = harness.raw_leftovers(sandbox, name, region)

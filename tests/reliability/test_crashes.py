@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.harness import Sandbox, kill_after, owned, region_of, spec_file
+from tests.engine.harness import Sandbox, owned, region_of, spec_file
 from tests.engine.test_lifecycle import P5EN_RESOURCES
-from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
+from tests.reliability.campaign import duplicates, killed, raw_leftovers, run_points
 from tests.sampling import selected_params
 
 #: Kill `up` after the Nth resource started being created, and `down` after the Nth started
@@ -22,11 +22,6 @@ KILL_POINTS = list(range(1, len(P5EN_RESOURCES) + 1))
 #: Crash points run this many at a time (each one its own cluster): the runs mostly wait on
 #: the emulator's clock, and one after another they took longer than the rest of the suite.
 CRASH_PARALLELISM = 6
-
-
-#: Tries at killing a run at its step: the kill follows the run's output, and on a loaded
-#: machine the reader may fall so far behind that the run has finished when it gets there.
-KILL_TRIES = 3
 
 
 #: The S3 rounds' state, and a lease short enough that waiting one out stays quick, long
@@ -47,28 +42,6 @@ POINTS = [(point, "local") for point in KILL_POINTS] + [(point, "s3") for point 
 #: commit); `make campaign` tries them all.
 SAMPLE_STRIDE = 6
 TEST = "test_killed_at_each_step_then_rerun"
-
-
-def _killed(
-    sandbox: Sandbox,
-    args: tuple[str, ...],
-    marker: str,
-    point: int,
-    undo: tuple[str, ...],
-    env: dict[str, str],
-) -> None:
-    """Run fmctl ``args`` and SIGKILL it once ``point`` output lines show ``marker``. When
-    the run finished before the kill landed, ``undo`` it and try again: a crash at that step
-    must have happened before this returns."""
-    for _ in range(KILL_TRIES):
-        proc = sandbox.spawn(*args, "--sandbox", "--yes", **env)
-        lines = kill_after(proc, marker, point)
-        if proc.returncode != 0:
-            break
-        again = sandbox.fmctl(*undo, "--sandbox", "--yes", *_wait(env), timeout=300, **env)
-        assert again.returncode == 0, again.stdout + again.stderr
-    assert proc.returncode == -9, "".join(lines)
-    tally.add(crashes_tried=1)
 
 
 def _wait(env: dict[str, str]) -> tuple[str, ...]:
@@ -114,7 +87,7 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
     up, down = ("up", "-f", str(spec)), ("down", name, "--region", region)
-    _killed(sandbox, up, " creating", point, down, env)
+    killed(sandbox, up, " creating", point, (*down, *_wait(env)), env)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
     took = [_rerun(sandbox, env, name, *up)]
@@ -124,7 +97,7 @@ def _crash_point(sandbox: Sandbox, tmp_path: Path, point: int, backend: str) -> 
     # What existed before the crash was kept, not replaced.
     assert {i[2] for i in partial} <= {i[2] for i in items}
 
-    _killed(sandbox, down, " deleting", point, up, env)
+    killed(sandbox, down, " deleting", point, (*up, *_wait(env)), env)
     took.append(_rerun(sandbox, env, name, *down))
     assert raw_leftovers(sandbox, name, region) == []
     if env:

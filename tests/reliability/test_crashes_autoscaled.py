@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine.harness import Sandbox, kill_after, owned
+from tests.engine.harness import Sandbox, owned
 from tests.engine.test_lifecycle import P5EN_RESOURCES
-from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
+from tests.reliability.campaign import duplicates, killed, raw_leftovers, run_points
 from tests.sampling import selected_params
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,6 @@ CRASH_PARALLELISM = 4
 #: `make test` tries one point in this many (a different one each commit).
 SAMPLE_STRIDE = 4
 TEST = "test_autoscaled_killed_at_each_part_then_rerun"
-KILL_TRIES = 3
 
 
 def _spec(tmp: Path, name: str) -> tuple[Path, str]:
@@ -41,26 +40,12 @@ def _spec(tmp: Path, name: str) -> tuple[Path, str]:
     return path, str(data["metadata"]["region"])
 
 
-def _killed(sandbox: Sandbox, args: tuple[str, ...], marker: str, undo: tuple[str, ...]) -> None:
-    """Run ``args`` and SIGKILL it at the progress line ``marker`` (again, after ``undo``,
-    when it finished before the kill landed)."""
-    for _ in range(KILL_TRIES):
-        proc = sandbox.spawn(*args, "--sandbox", "--yes")
-        lines = kill_after(proc, marker, 1)
-        if proc.returncode != 0:
-            break
-        again = sandbox.fmctl(*undo, "--sandbox", "--yes", timeout=300)
-        assert again.returncode == 0, again.stdout + again.stderr
-    assert proc.returncode == -9, "".join(lines)
-    tally.add(crashes_tried=1)
-
-
 def _crash_point(sandbox: Sandbox, tmp: Path, resource: str) -> None:
     name = f"e2e-ascrash-{POINTS.index(resource)}"
     spec, region = _spec(tmp, name)
     up, down = ("up", "-f", str(spec)), ("down", name, "--region", region)
     # The progress line of a resource's step (cli/progress.py pads the id to 34).
-    _killed(sandbox, up, f"{resource:<34} creating", down)
+    killed(sandbox, up, f"{resource:<34} creating", 1, down)
     partial = owned(sandbox, name, region)
     assert duplicates(partial) == {}
     again = sandbox.fmctl(*up, "--sandbox", "--yes", timeout=300)
@@ -72,7 +57,7 @@ def _crash_point(sandbox: Sandbox, tmp: Path, resource: str) -> None:
     plan = sandbox.fmctl("plan", "-f", str(spec), "--sandbox", "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr  # nothing left to change
 
-    _killed(sandbox, down, f"{resource:<34} deleting", up)
+    killed(sandbox, down, f"{resource:<34} deleting", 1, up)
     gone = sandbox.fmctl(*down, "--sandbox", "--yes", timeout=300)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert raw_leftovers(sandbox, name, region) == []

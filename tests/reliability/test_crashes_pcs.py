@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine.harness import Sandbox, kill_after, owned
+from tests.engine.harness import Sandbox, owned
 from tests.engine.test_pcs import PCS_RESOURCES, pcs_spec
-from tests.reliability.campaign import duplicates, raw_leftovers, run_points, tally
+from tests.reliability.campaign import duplicates, killed, raw_leftovers, run_points
 from tests.sampling import selected_params
 
 #: Resources a clean `up` creates (the sample AMI is looked up, not made), and the deletes
@@ -25,7 +25,6 @@ CRASH_PARALLELISM = 6
 #: `make test` tries one point in this many (a different slice each commit).
 SAMPLE_STRIDE = 6
 TEST = "test_pcs_killed_at_each_step_then_rerun"
-KILL_TRIES = 3
 REGION = "us-west-2"
 
 
@@ -40,27 +39,11 @@ def crash_spec(tmp: Path, name: str) -> Path:
     return spec
 
 
-def _killed(
-    sandbox: Sandbox, args: tuple[str, ...], marker: str, point: int, undo: tuple[str, ...]
-) -> None:
-    """Run ``args`` and SIGKILL it at its ``point``-th ``marker`` line (again, after ``undo``,
-    when it finished before the kill landed)."""
-    for _ in range(KILL_TRIES):
-        proc = sandbox.spawn(*args, "--sandbox", "--yes")
-        lines = kill_after(proc, marker, point)
-        if proc.returncode != 0:
-            break
-        again = sandbox.fmctl(*undo, "--sandbox", "--yes", timeout=300)
-        assert again.returncode == 0, again.stdout + again.stderr
-    assert proc.returncode == -9, "".join(lines)
-    tally.add(crashes_tried=1)
-
-
 def _crash_point(sandbox: Sandbox, tmp: Path, point: int) -> None:
     name = f"e2e-pcscrash-{point}"
     spec = crash_spec(tmp, name)
     up, down = ("up", "-f", str(spec)), ("down", name, "--region", REGION)
-    _killed(sandbox, up, " creating", point, down)
+    killed(sandbox, up, " creating", point, down)
     partial = owned(sandbox, name, REGION)
     assert duplicates(partial) == {}
     again = sandbox.fmctl(*up, "--sandbox", "--yes", timeout=300)
@@ -71,7 +54,7 @@ def _crash_point(sandbox: Sandbox, tmp: Path, point: int) -> None:
     # What existed before the crash was kept, not replaced.
     assert {i[2] for i in partial} <= {i[2] for i in items}
 
-    _killed(sandbox, down, " deleting", min(point, DOWN_STEPS), up)
+    killed(sandbox, down, " deleting", min(point, DOWN_STEPS), up)
     gone = sandbox.fmctl(*down, "--sandbox", "--yes", timeout=300)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert raw_leftovers(sandbox, name, REGION) == []
