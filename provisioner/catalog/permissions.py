@@ -236,7 +236,8 @@ ALSO: tuple[Also, ...] = (
 #: The services whose service-linked roles a first `up` in an account may create, and who
 #: says the caller creates them: eksctl's minimum policies (EKS, its node groups, Auto
 #: Scaling behind a node group), AmazonFSxFullAccess (FSx, its S3 link), PCS's minimum
-#: permissions page (PCS).
+#: permissions page (CreateCluster needs iam:CreateServiceLinkedRole; the role is
+#: AWSServiceRoleForPCS, the PCS user guide's "Service-linked roles for AWS PCS").
 SERVICE_LINKED = (
     "autoscaling.amazonaws.com",
     "eks.amazonaws.com",
