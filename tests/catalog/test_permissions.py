@@ -174,6 +174,29 @@ def test_the_sandbox_check_holds_fmctls_iam_calls_to_its_own_names() -> None:
     assert len(check(wrong, "t")) == 3
 
 
+def test_the_sandbox_check_judges_the_printed_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listed call the documents do not grant (here: S3's statement lost) is caught."""
+    from tests.tools import permissions as checker
+
+    def without_s3(name: str = "fmctl-caller") -> list[tuple[str, dict[str, Any]]]:
+        return [
+            (n, {**d, "Statement": [s for s in d["Statement"] if s["Sid"] != "S3"]})
+            for n, d in real(name)
+        ]
+
+    real = p.policies
+    monkeypatch.setattr(p, "policies", without_s3)
+    checker._statements.cache_clear()
+    try:
+        head = {"service": "s3", "action": "HEAD /b", "query": "", "agent": "fmctl/0.1.0"}
+        said = check([head], "t")
+    finally:
+        monkeypatch.undo()
+        checker._statements.cache_clear()
+    assert said == ["not granted by its policies: s3:ListBucket on its resource"]
+    assert check([head], "t") == []
+
+
 @pytest.mark.parametrize(
     ("service", "action", "query", "expected"),
     [

@@ -105,39 +105,73 @@ def _templates(
     return out
 
 
-def foreign_iam(entries: Iterable[dict[str, Any]]) -> list[str]:
-    """fmctl's IAM calls that act outside what the policy lets it (``permissions.OWN_IAM``,
-    and ``MANAGED_POLICIES`` for what it attaches): ``Operation name`` of each."""
+def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
+    """fmctl's listed calls that the policies `fmctl permissions` prints would refuse: each
+    call's own IAM actions judged against those documents' statements (their Action and
+    Resource patterns, and the one condition key they put on such calls, iam:PolicyARN), on
+    the resource the call names where the log keeps it (an IAM call's role, instance profile
+    or policy; any other call's resource is one the log does not name, which only a
+    statement on every resource allows)."""
     out = []
     for e in entries:
+        if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] in NOT_IAM:
+            continue
+        service = SERVICE_OF_SIGNING.get(str(e["service"]), str(e["service"]))
+        op = operation(service, str(e["action"]), str(e.get("query") or ""))
+        if not permissions.covers(service, op):
+            continue  # reported as not listed
         names = e.get("names") or {}
-        action = f"iam:{e['action']}"
-        if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] != "iam":
-            continue
-        if action in permissions.IAM_ANY or not names:
-            continue
-        arns: list[list[str]] = []
-        # A role's ARN holds its path: the one the call gives, else either of fmctl's.
-        paths = (str(names["Path"]),) if "Path" in names else ROLE_PATHS
-        if "RoleName" in names:
-            arns.append([f"arn:aws:iam::1:role{p}{names['RoleName']}" for p in paths])
-        if "InstanceProfileName" in names:
-            profile = names["InstanceProfileName"]
-            arns.append([f"arn:aws:iam::1:instance-profile{p}{profile}" for p in paths])
-        if "PolicyName" in names and "RoleName" not in names:  # CreatePolicy
-            arns.append([f"arn:aws:iam::1:policy{p}{names['PolicyName']}" for p in paths])
-        if "PolicyArn" in names and action not in ATTACH:
-            arns.append([str(names["PolicyArn"])])
-        allowed = [
-            any(fnmatch.fnmatchcase(a, g) for a in alts for g in permissions.OWN_IAM)
-            for alts in arns
-        ]
-        if action in ATTACH:
-            known = {f"arn:aws:iam::aws:policy/{n}" for n in permissions.MANAGED_POLICIES}
-            allowed.append(names.get("PolicyArn") in known)
-        if not all(allowed):
-            out.append(f"{e['action']} {names}")
+        groups = _arns(names) or [[f"arn:aws:{service}:us-east-1:1:unnamed"]]
+        own = permissions.ACTIONS.get(f"{permissions.prefix(service)}:{op}")
+        for action in own if own is not None else (f"{permissions.prefix(service)}:{op}",):
+            attached = names.get("PolicyArn") if action in ATTACH else None
+            if not all(any(_granted(action, arn, attached) for arn in g) for g in groups):
+                out.append(f"{action} on {names or 'its resource'}")
     return out
+
+
+def _arns(names: dict[str, Any]) -> list[list[str]]:
+    """The ARNs an IAM call acts on, by the names it gives: one list of alternatives per
+    resource (a role's ARN holds its path: the one the call gives, else either of fmctl's)."""
+    paths = (str(names["Path"]),) if "Path" in names else ROLE_PATHS
+    out = []
+    if "RoleName" in names:
+        out.append([f"arn:aws:iam::1:role{p}{names['RoleName']}" for p in paths])
+    if "InstanceProfileName" in names:
+        profile = names["InstanceProfileName"]
+        out.append([f"arn:aws:iam::1:instance-profile{p}{profile}" for p in paths])
+    if "PolicyName" in names and "RoleName" not in names:  # CreatePolicy
+        out.append([f"arn:aws:iam::1:policy{p}{names['PolicyName']}" for p in paths])
+    if "PolicyArn" in names and "RoleName" not in names:  # the policy's own calls
+        out.append([str(names["PolicyArn"])])
+    return out
+
+
+def _granted(action: str, arn: str, attached: Any) -> bool:
+    """Whether a statement of the printed policies allows ``action`` on ``arn``."""
+    for statement in _statements():
+        if not any(fnmatch.fnmatchcase(action, a) for a in statement["Action"]):
+            continue
+        resources = statement["Resource"]
+        resources = [resources] if isinstance(resources, str) else resources
+        if not any(fnmatch.fnmatchcase(arn, r) for r in resources):
+            continue
+        held = True
+        for keys in statement.get("Condition", {}).values():
+            for key, values in keys.items():
+                # iam:PolicyARN is the only key on a call's own action; any other is not
+                # judged here, so the statement allows nothing.
+                held &= key == "iam:PolicyARN" and any(
+                    fnmatch.fnmatchcase(str(attached), v) for v in values
+                )
+        if held:
+            return True
+    return False
+
+
+@functools.cache
+def _statements() -> tuple[dict[str, Any], ...]:
+    return tuple(s for _, doc in permissions.policies() for s in doc["Statement"])
 
 
 #: The paths of fmctl's roles and instance profiles (``resources.iam``).
@@ -146,8 +180,8 @@ ATTACH = frozenset({"iam:AttachRolePolicy", "iam:DetachRolePolicy"})
 
 
 def check(entries: list[dict[str, Any]], test: str) -> list[str]:
-    """The calls in ``entries`` the list does not cover, as ``service:Operation``, and
-    fmctl's IAM calls on what the policy does not let it touch."""
+    """The calls in ``entries`` the list does not cover, as ``service:Operation``, and those
+    it lists that its printed policies would not allow (``not_granted``)."""
     seen = product_calls(entries)
     record = os.environ.get("FMCTL_PERMISSIONS_RECORD")
     if record:
@@ -156,4 +190,4 @@ def check(entries: list[dict[str, Any]], test: str) -> list[str]:
                 fh.write(json.dumps({"service": service, "action": action, "test": test}) + "\n")
         return []
     unlisted = sorted(f"{s}:{a}" for s, a in seen if not permissions.covers(s, a))
-    return unlisted + [f"outside fmctl's IAM names: {c}" for c in foreign_iam(entries)]
+    return unlisted + [f"not granted by its policies: {c}" for c in not_granted(entries)]
