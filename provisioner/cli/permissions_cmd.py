@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
@@ -24,11 +25,30 @@ def permissions_json(name: str) -> dict[str, Any]:
     }
 
 
+#: IAM's policy names: 1 to 128 of ``[\w+=,.@-]`` (botocore's IAM model, policyNameType);
+#: room is left for the "-N" suffix.
+POLICY_NAME = re.compile(r"[\w+=,.@-]{1,120}", re.ASCII)
+
+
+def _name_check(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A prefix IAM would refuse as a policy's name stops here, exit 1, with IAM's rule."""
+    if not POLICY_NAME.fullmatch(value):
+        click.echo(
+            f"error: --name: {value!r} cannot name an IAM policy\n"
+            "hint: up to 120 of letters, digits and + = , . @ _ - (IAM's rule for policy "
+            "names, less room for the -N suffix)",
+            err=True,
+        )
+        ctx.exit(1)
+    return value
+
+
 @click.command("permissions")
 @click.option(
     "--name",
     default="fmctl-caller",
     show_default=True,
+    callback=_name_check,
     help="Prefix of the policies' names (NAME-1, NAME-2, ...).",
 )
 @output_option
@@ -62,4 +82,3 @@ def permissions(name: str, output: str) -> None:
         "Not in them: ParallelCluster's own calls (Slurm on ParallelCluster: attach its user\n"
         "policies) and Kubernetes RBAC (fmctl makes the cluster's creator its administrator)."
     )
-

@@ -232,3 +232,5 @@ def test_permissions_command() -> None:
     assert "iam:PassRole" in data["calls"]["eks:CreateCluster"]
     text = runner.invoke(cli, ["permissions", "--name", "ml-infra"])
     assert text.exit_code == 0 and "ml-infra-1:" in text.output
+    bad = runner.invoke(cli, ["permissions", "--name", "ml infra"])
+    assert bad.exit_code == 1 and "--name: 'ml infra' cannot name an IAM policy" in bad.output
