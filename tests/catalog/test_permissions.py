@@ -174,6 +174,20 @@ def test_the_sandbox_check_holds_fmctls_iam_calls_to_its_own_names() -> None:
     assert len(check(wrong, "t")) == 3
 
 
+def test_the_sandbox_check_judges_the_roles_fmctl_passes() -> None:
+    def create(role: str) -> dict[str, Any]:
+        return {
+            "service": "eks",
+            "action": "CreateCluster",
+            "agent": "fmctl/0.1.0",
+            "passes": [f"arn:aws:iam::123456789012:role/{role}"],
+        }
+
+    assert check([create("fmctl-c-us-west-2-eks-cluster")], "t") == []
+    (said,) = check([create("platform-admin")], "t")
+    assert said.startswith("not granted by its policies: iam:PassRole of ") and "admin" in said
+
+
 def test_the_sandbox_check_judges_the_printed_documents(monkeypatch: pytest.MonkeyPatch) -> None:
     """A listed call the documents do not grant (here: S3's statement lost) is caught."""
     from tests.tools import permissions as checker

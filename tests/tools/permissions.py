@@ -111,7 +111,7 @@ def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
     Resource patterns, and the one condition key they put on such calls, iam:PolicyARN), on
     the resource the call names where the log keeps it (an IAM call's role, instance profile
     or policy; any other call's resource is one the log does not name, which only a
-    statement on every resource allows)."""
+    statement on every resource allows); and iam:PassRole of each role the call hands over."""
     out = []
     for e in entries:
         if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] in NOT_IAM:
@@ -122,6 +122,9 @@ def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
             continue  # reported as not listed
         names = e.get("names") or {}
         groups = _arns(names) or [[f"arn:aws:{service}:us-east-1:1:unnamed"]]
+        for role in e.get("passes") or []:  # a role handed to the service
+            if not _granted("iam:PassRole", str(role), None):
+                out.append(f"iam:PassRole of {role} ({service}:{op})")
         own = permissions.ACTIONS.get(f"{permissions.prefix(service)}:{op}")
         for action in own if own is not None else (f"{permissions.prefix(service)}:{op}",):
             attached = names.get("PolicyArn") if action in ATTACH else None

@@ -4,7 +4,8 @@ it ships in the wheel.
 
 - a request log: every call seen, with its service, action, query string, signing key, the
   caller's product token from its User-Agent (``agent``: ``fmctl/VERSION`` for the product's
-  own clients, ``drivers.aws.Aws.agent``), status and fault;
+  own clients, ``drivers.aws.Aws.agent``), the IAM names an IAM call acts on and the roles a
+  call passes (for tests/tools/permissions.py), status and fault;
 - fault injection (``FaultRule``): errors, dropped connections, answers lost after the call
   was carried out, slow answers — for AWS calls and for the clusters' Kubernetes APIs;
 - the nodes' tools folder: the programs the sandbox's pods and Run Command scripts find
@@ -53,6 +54,11 @@ from fmctl_sandbox.server import (
 )
 
 MODULE = "tests.tools.sandbox_doubles"
+#: The services whose calls hand a role to AWS (EKS's cluster, node group and pod identity
+#: roles, a function's, a schedule's and a rule target's): the role ARNs in their bodies
+#: are roles passed (iam:PassRole), which the permission check judges.
+PASSING = frozenset({"eks", "lambda", "scheduler", "events"})
+ROLE_KEYS = frozenset({"rolearn", "role", "noderole", "serviceaccountrolearn"})
 #: The parameters that say which IAM resource a call acts on.
 IAM_NAMES = frozenset({"RoleName", "InstanceProfileName", "PolicyArn", "PolicyName", "Path"})
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +111,31 @@ def _drop_connection(environ: dict[str, Any], action: str) -> None:
     raise ConnectionDropped(action)
 
 
+def _passed_roles(body: bytes) -> list[str]:
+    """The roles a request hands over: the values of its role parameters (botocore's models:
+    EKS's roleArn, nodeRole and serviceAccountRoleArn, Lambda's Role, Scheduler's and
+    EventBridge's targets' RoleArn), wherever they sit in its JSON body. Other role ARNs in
+    a body are not passed (EKS's access entry names its principal by principalArn)."""
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError:
+        return []
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key.lower() in ROLE_KEYS and isinstance(value, str):
+                    found.add(value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(data)
+    return sorted(found)
+
+
 def _agent(user_agent: str) -> str | None:
     """The fmctl product token of a User-Agent (botocore appends ``user_agent_extra`` as
     its last tokens), or None for another caller (the sandbox's own schedules, a function's
@@ -150,6 +181,7 @@ class Doubles:
             "names": {k: v for k, v in (call.params if call else {}).items() if k in IAM_NAMES}
             if service == "iam"
             else {},
+            "passes": _passed_roles(body) if service in PASSING else [],
             "time": time.time(),
             "fault": None,
             "status": 0,
