@@ -31,6 +31,7 @@ IAM: fmctl creates the cluster with its creator as administrator.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -287,17 +288,28 @@ def prefix(service: str) -> str:
     return PREFIX.get(service, service)
 
 
+def own_actions(service: str, operation: str) -> tuple[str, ...]:
+    """The IAM actions that authorize the call itself: its own name, unless ``ACTIONS``
+    says otherwise."""
+    call = f"{prefix(service)}:{operation}"
+    return ACTIONS.get(call, (call,))
+
+
 def actions_of(service: str, operation: str) -> tuple[str, ...]:
     """The IAM actions one call needs, its own and those ``ALSO`` adds."""
     call = f"{prefix(service)}:{operation}"
-    own = ACTIONS.get(call, (call,))
     extra = tuple(a for also in ALSO if also.call == call for a in also.actions)
-    return own + extra
+    return own_actions(service, operation) + extra
+
+
+@functools.cache
+def _listed(service: str) -> frozenset[str]:
+    return frozenset(CALLS.get(service, "").split())
 
 
 def covers(service: str, operation: str) -> bool:
     """True when ``CALLS`` lists the call (so its actions are in the policy)."""
-    return operation in CALLS.get(service, "").split()
+    return operation in _listed(service)
 
 
 def required_actions() -> list[str]:

@@ -33,14 +33,18 @@ NOT_IAM = frozenset({"kubernetes"})
 SERVICE_OF_SIGNING = {"servicequotas": "service-quotas", "tagging": "resourcegroupstaggingapi"}
 
 
-def product_calls(entries: Iterable[dict[str, Any]]) -> set[tuple[str, str]]:
-    """(botocore service, operation) of every call fmctl itself made."""
-    calls = set()
+#: A call of fmctl's in the log: the entry, its botocore service and its operation.
+Call = tuple[dict[str, Any], str, str]
+
+
+def fmctl_calls(entries: Iterable[dict[str, Any]]) -> list[Call]:
+    """The calls fmctl itself made (its User-Agent), each named by service and operation."""
+    calls = []
     for e in entries:
         if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] in NOT_IAM:
             continue
         service = SERVICE_OF_SIGNING.get(str(e["service"]), str(e["service"]))
-        calls.add((service, operation(service, str(e["action"]), str(e.get("query") or ""))))
+        calls.append((e, service, operation(service, str(e["action"]), str(e.get("query") or ""))))
     return calls
 
 
@@ -105,7 +109,7 @@ def _templates(
     return out
 
 
-def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
+def not_granted(calls: Iterable[Call]) -> list[str]:
     """fmctl's listed calls that the policies `fmctl permissions` prints would refuse: each
     call's own IAM actions judged against those documents' statements (their Action and
     Resource patterns, and the one condition key they put on such calls, iam:PolicyARN), on
@@ -113,11 +117,7 @@ def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
     or policy; any other call's resource is one the log does not name, which only a
     statement on every resource allows); and iam:PassRole of each role the call hands over."""
     out = []
-    for e in entries:
-        if not str(e.get("agent") or "").startswith("fmctl/") or e["service"] in NOT_IAM:
-            continue
-        service = SERVICE_OF_SIGNING.get(str(e["service"]), str(e["service"]))
-        op = operation(service, str(e["action"]), str(e.get("query") or ""))
+    for e, service, op in calls:
         if not permissions.covers(service, op):
             continue  # reported as not listed
         names = e.get("names") or {}
@@ -125,8 +125,7 @@ def not_granted(entries: Iterable[dict[str, Any]]) -> list[str]:
         for role in e.get("passes") or []:  # a role handed to the service
             if not _granted("iam:PassRole", str(role), None):
                 out.append(f"iam:PassRole of {role} ({service}:{op})")
-        own = permissions.ACTIONS.get(f"{permissions.prefix(service)}:{op}")
-        for action in own if own is not None else (f"{permissions.prefix(service)}:{op}",):
+        for action in permissions.own_actions(service, op):
             attached = names.get("PolicyArn") if action in ATTACH else None
             if not all(any(_granted(action, arn, attached) for arn in g) for g in groups):
                 out.append(f"{action} on {names or 'its resource'}")
@@ -185,7 +184,8 @@ ATTACH = frozenset({"iam:AttachRolePolicy", "iam:DetachRolePolicy"})
 def check(entries: list[dict[str, Any]], test: str) -> list[str]:
     """The calls in ``entries`` the list does not cover, as ``service:Operation``, and those
     it lists that its printed policies would not allow (``not_granted``)."""
-    seen = product_calls(entries)
+    calls = fmctl_calls(entries)
+    seen = {(service, op) for _, service, op in calls}
     record = os.environ.get("FMCTL_PERMISSIONS_RECORD")
     if record:
         with open(Path(record), "a") as fh:
@@ -193,4 +193,4 @@ def check(entries: list[dict[str, Any]], test: str) -> list[str]:
                 fh.write(json.dumps({"service": service, "action": action, "test": test}) + "\n")
         return []
     unlisted = sorted(f"{s}:{a}" for s, a in seen if not permissions.covers(s, a))
-    return unlisted + [f"not granted by its policies: {c}" for c in not_granted(entries)]
+    return unlisted + [f"not granted by its policies: {c}" for c in not_granted(calls)]
