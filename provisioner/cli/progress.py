@@ -32,8 +32,9 @@ TERMINAL_EVERY, LOG_EVERY = 30.0, 60.0
 
 
 def _duration(seconds: float) -> str:
-    """4m10s, 35s, 1h02m."""
-    seconds = max(0, int(seconds))
+    """4m10s, 35s, 1h02m (to the nearest second: a difference of two clock readings,
+    250 s apart, may come out as 249.99999...)."""
+    seconds = max(0, round(seconds))
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
