@@ -17,6 +17,13 @@ maximum (the reference: else a ValidationError) sets the node group's desired si
 the new instances join after they boot; the Cluster Autoscaler's stand-in
 (``eks_autoscaler``) calls it.
 
+Their instances are not moto's: ``instances`` gives them, with the tags EC2 gives each
+instance a node group launches: its launch template's ``instance`` TagSpecifications and
+``aws:autoscaling:groupName``, the group's name ("When you launch instances in an Auto
+Scaling group, Auto Scaling automatically tags each one with the group name": the Auto
+Scaling Developer Guide, "Tagging Auto Scaling Groups and Amazon EC2 Instances"), so that
+SSM Run Command (``ssm_agent``) can name them by tag and IAM judge the tags.
+
 Served here for those groups only (``DescribeAutoScalingGroups`` by name, the tags, the
 desired capacity and the termination); every other Auto Scaling call is moto's. Answers are
 the query protocol's XML in the 2011-01-01 namespace, as botocore parses them.
@@ -29,7 +36,7 @@ import uuid
 from xml.sax.saxutils import escape
 
 from fmctl_sandbox import protocol as p
-from fmctl_sandbox.eks_model import Item, node_slots
+from fmctl_sandbox.eks_model import EksError, Item, node_slots, template_data
 from fmctl_sandbox.eks_repair import Eks
 
 Answer = tuple[int, dict[str, str], bytes]
@@ -119,6 +126,31 @@ def join_booted(eks: Eks, now: float) -> None:
         if at is not None and now >= at and item.gone_at is None:
             item.data.pop("_joining_at")
             eks.sync_nodes(region, item.data)
+
+
+#: The tag EC2 Auto Scaling puts on each instance it launches.
+GROUP_TAG = "aws:autoscaling:groupName"
+
+
+def instances(eks: Eks, region: str) -> dict[str, dict[str, str]]:
+    """Every live node group's instances in ``region``, with their tags (call under the
+    shims' lock)."""
+    out: dict[str, dict[str, str]] = {}
+    for name, item in _groups(eks, region).items():
+        try:
+            template = template_data(eks.account, region, item.data.get("launchTemplate")) or {}
+        except EksError:
+            template = {}  # its template deleted since: the instances keep no tags of it
+        tags = {
+            str(tag["Key"]): str(tag.get("Value", ""))
+            for spec in template.get("TagSpecifications") or []
+            if spec.get("ResourceType") == "instance"
+            for tag in spec.get("Tags") or []
+        }
+        tags[GROUP_TAG] = name
+        for instance in _instances(region, item):
+            out[instance] = dict(tags)
+    return out
 
 
 def _instances(region: str, item: Item) -> list[str]:

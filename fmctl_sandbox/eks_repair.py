@@ -55,6 +55,7 @@ class Eks(Protocol):
     clusters: dict[tuple[str, str], Item]
     endpoints: dict[tuple[str, str], str]
     scale: float
+    account: str
 
     def advance(self, now: float) -> None: ...
 

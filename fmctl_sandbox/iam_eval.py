@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    from fmctl_sandbox.ssm_agent import Others
 
 
 def resource(
@@ -48,10 +51,16 @@ Resource = tuple[str, dict[str, str]]
 
 
 def resources(
-    service: str, action: str, region: str, account: str, params: dict[str, Any]
+    service: str,
+    action: str,
+    region: str,
+    account: str,
+    params: dict[str, Any],
+    others: Others | None = None,
 ) -> list[Resource] | None:
     """Every resource a call acts on (SendCommand: its document and each instance, with
-    the instance's tags), or None when the sandbox does not judge the call."""
+    the instance's tags: moto's, or those of ``others``, the instances moto does not hold),
+    or None when the sandbox does not judge the call."""
     if (service, action) == ("ssm", "sendCommand"):
         from moto.ec2.models import ec2_backends
 
@@ -61,8 +70,13 @@ def resources(
         ]
         from fmctl_sandbox.ssm_agent import targeted
 
-        for instance in targeted(ec2, params):
-            tags = {t["key"]: t["value"] for t in ec2.describe_tags({"resource-id": [instance]})}
+        for instance in targeted(ec2, params, others):
+            if others and instance in others:
+                tags = dict(others[instance])
+            else:
+                tags = {
+                    t["key"]: t["value"] for t in ec2.describe_tags({"resource-id": [instance]})
+                }
             found.append((f"arn:aws:ec2:{region}:{account}:instance/{instance}", tags))
         return found
     if (service, action) in AUTOSCALING_WRITES:
@@ -130,9 +144,11 @@ def refused(
     region: str,
     account: str,
     params: dict[str, Any],
+    others: Others | None = None,
 ) -> str | None:
-    """Why the policies do not allow the call, or None when they do."""
-    acted_on = resources(service, action, region, account, params)
+    """Why the policies do not allow the call, or None when they do (``others``: instances
+    moto does not hold, with their tags)."""
+    acted_on = resources(service, action, region, account, params, others)
     if acted_on is None:
         return f"the sandbox does not judge {service}:{action}"
     wanted = f"{service}:{action}".lower()

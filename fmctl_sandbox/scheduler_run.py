@@ -30,11 +30,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from fmctl_sandbox import iam_eval
+from fmctl_sandbox.ssm_agent import Others
 
 UNIVERSAL = "arn:aws:scheduler:::aws-sdk:"
 PRINCIPAL = "scheduler.amazonaws.com"
@@ -70,10 +72,20 @@ class Runner:
 
 
 class CallAs:
-    """How a run reaches the sandbox: a botocore client per (region, service)."""
+    """How a run reaches the sandbox: a botocore client per (region, service); ``others``
+    gives an account's instances in a region that moto does not hold, with their tags (the
+    EKS nodes a Run Command may name)."""
 
-    def __init__(self, endpoint: str, ca: str, key: str, secret: str) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        ca: str,
+        key: str,
+        secret: str,
+        others: Callable[[str, str], Others] = lambda account, region: {},
+    ) -> None:
         self.endpoint, self.ca, self.key, self.secret = endpoint, ca, key, secret
+        self.others = others
 
     def client(self, region: str, service: str) -> Any:
         import botocore.session
@@ -130,7 +142,8 @@ def _run(account: str, region: str, schedule: Any, now: float, call: CallAs) -> 
         return {**said, "outcome": "failed", "error": f"Input is not JSON: {err}"}
     group = f"arn:aws:scheduler:{region}:{account}:schedule-group/{schedule.group_name}"
     role = str(target.get("RoleArn", ""))
-    refused = _denied(account, role, group, service, action, region, params)
+    others = call.others(account, region)
+    refused = _denied(account, role, group, service, action, region, params, others)
     if refused:
         return {**said, "outcome": "failed", "error": f"AccessDenied: {refused}"}
     from botocore import xform_name
@@ -152,6 +165,7 @@ def _denied(
     action: str,
     region: str,
     params: dict[str, Any],
+    others: Others,
 ) -> str | None:
     """Why the role may not make the call for a schedule of ``group``, or None when it may
     (``iam_eval``)."""
@@ -159,7 +173,7 @@ def _denied(
     if isinstance(documents, str):
         return documents
     name = role_arn.rsplit("/", 1)[-1]
-    return iam_eval.refused(documents, name, service, action, region, account, params)
+    return iam_eval.refused(documents, name, service, action, region, account, params, others)
 
 
 def mend() -> None:

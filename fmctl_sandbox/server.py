@@ -161,7 +161,11 @@ class Emulator:
             # EventBridge Scheduler's clock moved on: the schedules now due run (as the
             # sandbox itself: scheduler_run), and what each did is the answer.
             reach = scheduler_run.CallAs(
-                base_url, self.ca_path, self.credentials.access_key, self.credentials.secret_key
+                base_url,
+                self.ca_path,
+                self.credentials.access_key,
+                self.credentials.secret_key,
+                self.shims.node_instances,
             )
             runs = self.shims.scheduler.advance(
                 float(call.params.get("seconds", 0)), reach, self.shims.lock

@@ -143,17 +143,30 @@ class Shims:
         """The state of ``account``, made on first use (call under the lock)."""
         found = self.worlds.get(account)
         if found is None:
+            eks = Eks(self.scale, self.kube, self.ca_pem, account)
             found = self.worlds[account] = World(
                 account,
                 self.scale,
-                Eks(self.scale, self.kube, self.ca_pem, account),
-                # Instances run commands with the same tools as the Kubernetes nodes' pods.
-                Agent(lambda: self.kube.node_tools, account, aws_state=self.lock),
+                eks,
+                # Instances run commands with the same tools as the Kubernetes nodes' pods;
+                # the EKS nodes are instances too.
+                Agent(
+                    lambda: self.kube.node_tools,
+                    account,
+                    lambda region: eks_asg.instances(eks, region),
+                    aws_state=self.lock,
+                ),
                 Pcs(account, self.scale),
             )
             world = found
             found.eks.reservation_source = lambda region, rid: world.reservations.get((region, rid))
         return found
+
+    def node_instances(self, account: str, region: str) -> dict[str, dict[str, str]]:
+        """The EKS nodes of ``account`` in ``region``: instances moto does not hold, with
+        their tags (``eks_asg.instances``)."""
+        with self.lock:
+            return eks_asg.instances(self.world(account).eks, region)
 
     def handles(self, call: Call) -> bool:
         """True when the call is one of the shims'."""

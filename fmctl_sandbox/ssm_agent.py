@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,15 @@ from fmctl_sandbox.protocol import Call
 Answer = tuple[int, dict[str, str], bytes]
 
 
-def targeted(ec2: Any, params: dict[str, Any]) -> list[str]:
+#: Instances that are not moto's, by id, with their tags: the EKS node groups' nodes
+#: (``eks_asg.instances``).
+Others = Mapping[str, Mapping[str, str]]
+
+
+def targeted(ec2: Any, params: dict[str, Any], others: Others | None = None) -> list[str]:
     """The instances a SendCommand names: ``InstanceIds``, or its ``Targets`` (``InstanceIds``
-    or ``tag:KEY``: the region's running instances with that tag's value among ``Values``)."""
+    or ``tag:KEY``: the region's running instances with that tag's value among ``Values``,
+    moto's and ``others``)."""
     named = list(params.get("InstanceIds") or [])
     for target in params.get("Targets") or []:
         key, values = str(target.get("Key", "")), list(target.get("Values") or [])
@@ -44,6 +50,8 @@ def targeted(ec2: Any, params: dict[str, Any]) -> list[str]:
             wanted = {"instance-state-name": ["running"], key: values}
             for reservation in ec2.describe_instances(wanted):
                 named += [instance.id for instance in reservation.instances]
+            tag = key.removeprefix("tag:")
+            named += [i for i, tags in (others or {}).items() if tags.get(tag) in values]
     return list(dict.fromkeys(named))
 
 
@@ -81,6 +89,8 @@ class Agent:
 
     tools: Callable[[], str | None]
     account: str
+    #: The region's instances that are not moto's (EKS nodes), with their tags.
+    others: Callable[[str], Others] = lambda region: {}
     #: (region, command, instance) -> its invocation: a command is its region's.
     invocations: dict[tuple[str, str, str], Invocation] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,8 +107,11 @@ class Agent:
         from moto.ec2.models import ec2_backends
 
         ec2 = ec2_backends[self.account][call.region]
-        instances = targeted(ec2, params)
+        others = self.others(call.region)
+        instances = targeted(ec2, params, others)
         for instance in params.get("InstanceIds") or []:
+            if instance in others:
+                continue
             try:
                 ec2.get_instance(instance)
             except Exception:  # noqa: BLE001 - moto's not-found for an unknown instance
