@@ -3,12 +3,14 @@ Capacity Block of a ParallelCluster or PCS cluster, a schedule at T-60 minutes a
 on EC2's T-40 warning, both running ``slurm/lib/block-end.sh`` on the controller host
 through Run Command, as a role allowed only that.
 
-On EKS only the T-60 schedule is planned, tainting the block's node group so that no new pod
-lands there, as a role allowed only that call on those node groups: EKS itself scales a
-Capacity Block's managed node group to zero 40 minutes before the block ends (its scheduled
-action "Amazon EKS Node Group Capacity Scaledown Before Reservation End": the EKS User Guide,
-"Create a managed node group with Capacity Blocks for ML"), draining its pods before EC2
-ends the instances.
+On EKS only the T-60 schedules are planned: one taints the block's node group so that no new
+pod lands there, the other has Run Command signal the processes on its nodes' GPUs to
+checkpoint (unless the pool's checkpointSignal is none), as a role allowed only those calls,
+on those node groups and this cluster's instances: EKS itself scales a Capacity Block's
+managed node group to zero 40 minutes before the block ends (its scheduled action "Amazon
+EKS Node Group Capacity Scaledown Before Reservation End": the EKS User Guide, "Create a
+managed node group with Capacity Blocks for ML"), draining its pods before EC2 ends the
+instances.
 """
 
 from __future__ import annotations
@@ -37,32 +39,35 @@ from provisioner.spec.tags import OWNER_TAG
 ROLE, SCHEDULE = "iam/block-end", "blocks/schedule"
 
 
-def _policy(p: Parts) -> dict[str, Any]:
+def _run_command(p: Parts) -> list[dict[str, Any]]:
     """Run Command of AWS-RunShellScript on this cluster's instances only (the instance's
     tag, as the condition key ``ssm:resourceTag/KEY`` gives it to SendCommand)."""
     region = p.c.region
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "RunShellScript",
-                "Effect": "Allow",
-                "Action": ["ssm:SendCommand"],
-                "Resource": [f"arn:aws:ssm:{region}::document/AWS-RunShellScript"],
-            },
-            {
-                "Sid": "ClusterHost",
-                "Effect": "Allow",
-                "Action": ["ssm:SendCommand"],
-                "Resource": [f"arn:aws:ec2:{region}:*:instance/*"],
-                "Condition": {"StringEquals": {f"ssm:resourceTag/{OWNER_TAG}": p.c.name}},
-            },
-        ],
-    }
+    return [
+        {
+            "Sid": "RunShellScript",
+            "Effect": "Allow",
+            "Action": ["ssm:SendCommand"],
+            "Resource": [f"arn:aws:ssm:{region}::document/AWS-RunShellScript"],
+        },
+        {
+            "Sid": "ClusterHost",
+            "Effect": "Allow",
+            "Action": ["ssm:SendCommand"],
+            "Resource": [f"arn:aws:ec2:{region}:*:instance/*"],
+            "Condition": {"StringEquals": {f"ssm:resourceTag/{OWNER_TAG}": p.c.name}},
+        },
+    ]
+
+
+def _policy(p: Parts) -> dict[str, Any]:
+    """The Slurm role's: Run Command on the cluster's instances."""
+    return {"Version": "2012-10-17", "Statement": _run_command(p)}
 
 
 def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
-    """The T-60 taints of an EKS cluster's block node groups."""
+    """The T-60 taints of an EKS cluster's block node groups, and their GPU processes
+    signalled (the nodes carry the cluster's tag: their launch template's)."""
     blocks = []
     for _, block in found:
         planned = next(i for i in p.items if i.id == f"nodegroup/{block.pool}")
@@ -76,7 +81,8 @@ def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
                 "Effect": "Allow",
                 "Action": ["eks:UpdateNodegroupConfig"],
                 "Resource": groups,
-            }
+            },
+            *(_run_command(p) if any(b.signal != "none" for b in blocks) else []),
         ],
     }
     p.role(
@@ -93,6 +99,7 @@ def _eks(p: Parts, found: list[tuple[int, Block]]) -> None:
         "eks",
         host,
         p.tags(SCHEDULE),
+        tuple(p.ref(f"nodegroup/{b.pool}", NodegroupOut) for b in blocks),
     )
     p.add(SCHEDULE, BlockSchedule, params, schedules="compute.gpuPools")
 

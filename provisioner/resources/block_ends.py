@@ -9,10 +9,17 @@ API reference): no new pod lands there, and Kueue admits no new job to them (its
 scheduling leaves out nodes with a taint the pods do not tolerate: Kueue 0.19,
 ``pkg/cache/scheduler/scheduling_simulator_default.go``); running ones go on until EKS itself
 scales the group to zero at T-40 (the EKS User Guide, "Create a managed node group with
-Capacity Blocks for ML"), so no rule is needed there. A block extended after T-60 loses the
-taint on the next `up` (the node group's taints are the spec's). Two triggers on Slurm,
-both kept by AWS with no fmctl running:
-
+Capacity Blocks for ML"), so no rule is needed there. A second T-60 schedule asks the
+running pods to checkpoint: Run Command of ``templates/nodes/gpu-signal.sh`` on the block's
+nodes, which signals every process on their GPUs. It names them by the tag EC2 Auto Scaling
+puts on every instance it launches, ``aws:autoscaling:groupName`` (the Auto Scaling
+Developer Guide, "Tagging Auto Scaling Groups and Amazon EC2 Instances": "Auto Scaling
+automatically tags each one with the group name"), whose value is the group EKS runs the
+node group as (DescribeNodegroup's ``resources.autoScalingGroups``): one tag key, as a Run
+Command target takes, and a group name is the account's and region's alone, so no other
+cluster's "gpu" node group is reached. A block extended after T-60 loses the taint on the
+next `up` (the node group's taints are the spec's). Two triggers on Slurm, both kept by AWS
+with no fmctl running:
 - T-60 min, fmctl's own: a one-time EventBridge Scheduler schedule per block, in the group
   ``fmctl-NAME-blocks``, whose universal target calls ``ssm:SendCommand``
   (AWS-RunShellScript) on the controller host. Its time follows the block's EndDate
@@ -44,6 +51,7 @@ import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from provisioner.catalog.pcs import NODE_GROUP_TAG
@@ -60,6 +68,7 @@ from provisioner.resources.base import (
     policies,
 )
 from provisioner.resources.context import Context
+from provisioner.resources.eks_asg_tags import asg_of
 from provisioner.resources.eks_nodegroup_model import NodegroupOut
 from provisioner.resources.errors import Foreign, ResourceError
 from provisioner.resources.iam import RoleOut
@@ -95,6 +104,8 @@ WARNINGS = ("Capacity Block Expiration Warning", "Capacity Block Reservation Exp
 EXECUTION_TIMEOUT = "600"
 #: The taint an EKS block's nodes get at T-60 (its value: the block's id).
 BLOCK_TAINT = "fmctl.dev/capacity-block-ending"
+#: The tag EC2 Auto Scaling puts on each instance it launches: its group's name.
+GROUP_TAG = "aws:autoscaling:groupName"
 
 
 def group_name(cluster: str) -> str:
@@ -125,7 +136,8 @@ class BlockEndParams:
     has its one), the controller host's kind of cluster (``pcs`` or ``parallelcluster``: how
     the host is found; ``eks``: no host, the node groups are tainted), the role they run
     as, and ``host``, the resource that makes the host (on EKS, a node group: the order only,
-    what is named must exist first)."""
+    what is named must exist first). ``nodegroups``: on EKS, every block's node group (their
+    Auto Scaling groups are read when the schedules are written)."""
 
     group_name: str
     role: Ref[RoleOut]
@@ -133,6 +145,7 @@ class BlockEndParams:
     provider: str
     host: Ref[NodeGroupOut] | Ref[PclusterOut] | Ref[NodegroupOut]
     tags: DesiredTags
+    nodegroups: tuple[Ref[NodegroupOut], ...] = ()
 
 
 def ends(ctx: Context, blocks: Sequence[Block]) -> dict[str, float | None]:
@@ -155,16 +168,42 @@ def ends(ctx: Context, blocks: Sequence[Block]) -> dict[str, float | None]:
     return ctx.cached("ec2:block-ends:" + ",".join(ids), load)
 
 
+def _stripped(path: Path) -> str:
+    """A script with its comment lines dropped (Run Command's input through EventBridge is at
+    most 8,192 characters: TargetInput in botocore's model; Scheduler's Input likewise)."""
+    lines = path.read_text().splitlines()
+    kept = [line for line in lines if not line.lstrip().startswith("#") or line[:2] == "#!"]
+    return "\n".join(kept) + "\n"
+
+
 def _script_files() -> dict[str, str]:
-    """block-end.sh and what it sources, their comment lines dropped (Run Command's input
-    through EventBridge is at most 8,192 characters: TargetInput in botocore's model)."""
+    """block-end.sh and what it sources."""
     lib = shipped_dir("slurm") / "lib"
-    out = {}
-    for name in ("block-end.sh", "slurm-prefix.sh"):
-        lines = (lib / name).read_text().splitlines()
-        kept = [line for line in lines if not line.lstrip().startswith("#") or line[:2] == "#!"]
-        out[name] = "\n".join(kept) + "\n"
-    return out
+    return {name: _stripped(lib / name) for name in ("block-end.sh", "slurm-prefix.sh")}
+
+
+def signal_command(signal: str) -> str:
+    """The script Run Command runs on an EKS block's nodes: gpu-signal.sh SIGNAL."""
+    script = _stripped(shipped_dir("templates") / "nodes" / "gpu-signal.sh")
+    return bundle({"gpu-signal.sh": script}, f'bash "$work/gpu-signal.sh" {shlex.quote(signal)}')
+
+
+def group_of(ctx: Context, nodegroup: str) -> str:
+    """The Auto Scaling group EKS runs the cluster's node group ``nodegroup`` as."""
+
+    def load() -> str:
+        described = ctx.aws.client("eks").describe_nodegroup(
+            clusterName=ctx.cluster, nodegroupName=nodegroup
+        )["nodegroup"]
+        found = asg_of(described)
+        if found is None:
+            raise ResourceError(
+                f"node group {nodegroup} has no Auto Scaling group yet: its nodes cannot be "
+                "named to Run Command; run `up` again once EKS has made it"
+            )
+        return found
+
+    return ctx.cached(f"eks:nodegroup-asg:{nodegroup}", load)
 
 
 def command(blocks: Sequence[Block], when: dict[str, float | None], which: str) -> str:
@@ -222,7 +261,8 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
         self, ctx: Context, params: BlockEndParams, created: str | None
     ) -> Timetable | None:
         role = ctx.resolve(params.role, "arn")
-        if role is UNKNOWN or ctx.resolve(params.host) is UNKNOWN:
+        refs = (params.host, *params.nodegroups)
+        if role is UNKNOWN or any(ctx.resolve(r) is UNKNOWN for r in refs):
             return None
         when = ends(ctx, params.blocks)
         now = time.time()
@@ -236,7 +276,32 @@ class BlockSchedule(ScheduleGroup[BlockEndParams]):
                 f"end-{b.pool}", UNIVERSAL.format(action), input_of(document), str(role)
             )
             out[schedule.name] = (schedule, at_expression(end - LEAD_SECONDS))
+            if params.provider == "eks" and b.signal != "none":
+                signal = LiveSchedule(
+                    f"signal-{b.pool}",
+                    UNIVERSAL.format("ssm:sendCommand"),
+                    input_of(self._signal(ctx, b)),
+                    str(role),
+                )
+                out[signal.name] = (signal, at_expression(end - LEAD_SECONDS))
         return out
+
+    @staticmethod
+    def _signal(ctx: Context, b: Block) -> dict[str, Any]:
+        """Run Command of gpu-signal.sh on every node of an EKS block's node group, all at
+        once, each node's failure its own (MaxErrors 100%: SendCommand's default, 0, would
+        stop the others at the first)."""
+        return {
+            "DocumentName": "AWS-RunShellScript",
+            "Targets": [{"Key": f"tag:{GROUP_TAG}", "Values": [group_of(ctx, b.nodegroup)]}],
+            "MaxConcurrency": "100%",
+            "MaxErrors": "100%",
+            "Comment": f"fmctl {ctx.cluster}: capacity block {b.reservation_id} ends"[:100],
+            "Parameters": {
+                "commands": [signal_command(b.signal)],
+                "executionTimeout": [EXECUTION_TIMEOUT],
+            },
+        }
 
     def _call(
         self, ctx: Context, params: BlockEndParams, b: Block, when: dict[str, float | None]

@@ -119,8 +119,9 @@ class Capacity(SpecModel):
     )
     checkpoint_signal: CheckpointSignal = Field(
         d.CHECKPOINT_SIGNAL,
-        description="Slurm, capacity-block: the signal the pool's running jobs get an hour "
-        "before the block ends, when its nodes stop taking new jobs (none: no signal).",
+        description="capacity-block: the signal the pool's running jobs get an hour before "
+        "the block ends, when its nodes stop taking new jobs (Slurm: every task of each job; "
+        "EKS: every process on the nodes' GPUs; none: no signal).",
     )
 
 

@@ -4,12 +4,15 @@ the pool down on the login node (a maintenance reservation to the block's end, t
 job signalled once); at T-40 EC2's warning reaches the rule, whose run finds the work done;
 the block extended moves the schedule and the rule's script; `down` leaves nothing. The
 login node's Slurm is a fake that records what it is asked (block-end.sh itself runs against
-a real slurmctld in tests/slurm/test_standin_block_end.py). On EKS: the T-60 schedule taints
-the block's nodes, and Kueue admits no job into the block's flavor until the taint goes."""
+a real slurmctld in tests/slurm/test_standin_block_end.py). On EKS: the T-60 schedules taint
+the block's nodes, so Kueue admits no job into the block's flavor until the taint goes, and
+have Run Command signal the processes on the block's GPUs (gpu-signal.sh itself runs in a
+stand-in node in tests/slurm/test_standin_gpu_signal.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -257,11 +260,46 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         assert line.startswith("idle now: 1 of 2 GPU nodes") and line.endswith(f": {b300[1]}")
         api.delete("v1", "Pod", "train-0", "default")
 
-        runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
-        ran = [r for r in runs if f"fmctl-{name}-blocks" in r.get("schedule", "")]
-        assert [r["outcome"] for r in ran] == ["succeeded"], runs
+        # What runs on the block's GPUs: two processes that checkpoint on SIGUSR1 (the driver
+        # lists the second twice: it uses two GPUs), and one that uses no GPU.
+        gpu = _gpu_processes(sandbox, tmp_path)
+        try:
+            runs = sandbox.advance(end - 3600 - sandbox.clock() + 5)
+            ran = {
+                r["schedule"].rsplit("/", 1)[-1]: r["outcome"]
+                for r in runs
+                if f"fmctl-{name}-blocks" in r.get("schedule", "")
+            }
+            assert ran == {"end-b300": "succeeded", "signal-b300": "succeeded"}, runs
+            eks = aws.client("eks")
+            asg = eks.describe_nodegroup(clusterName=name, nodegroupName="b300")["nodegroup"][
+                "resources"
+            ]["autoScalingGroups"][0]["name"]
+            (described,) = aws.client("autoscaling").describe_auto_scaling_groups(
+                AutoScalingGroupNames=[asg]
+            )["AutoScalingGroups"]
+            nodes = sorted(i["InstanceId"] for i in described["Instances"])
+            assert len(nodes) == 2
+            # Run Command reached the block's two nodes, named by their Auto Scaling group's
+            # tag, and no other: not the system node group's.
+            outputs = _signal_outputs(aws, f"fmctl {name}: capacity block {block} ends")
+            assert sorted(outputs) == nodes, outputs
+            for out in outputs.values():
+                lines = out.splitlines()
+                assert sorted(lines[:-1]) == sorted(f"signalled {p.pid} USR1" for p in gpu[:2])
+                assert lines[-1] == "done 2", out
+            # The sandbox's two nodes are this one host: each GPU process was signalled by both
+            # (two signals at once may reach it as one: Linux does not queue a second SIGUSR1
+            # while the first is pending); the process on no GPU heard nothing.
+            for proc in gpu[:2]:
+                until(f"{proc.pid} checkpointing", lambda proc=proc: _heard(tmp_path, proc))
+            assert _heard(tmp_path, gpu[2]) == 0
+        finally:
+            sandbox.node_tools(None)
+            for proc in gpu:
+                proc.kill()
+                proc.wait()
         taint = {"key": "fmctl.dev/capacity-block-ending", "value": block, "effect": "NoSchedule"}
-        eks = aws.client("eks")
 
         def tainted() -> list[dict[str, str]]:
             nodes = kube_client(sandbox, name, region).list(
@@ -322,3 +360,53 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, name, region) == []
+
+
+def _gpu_processes(sandbox: Sandbox, tmp_path: Path) -> list[subprocess.Popen[bytes]]:
+    """Three processes that note each SIGUSR1 they hear in ``tmp_path/heard/PID``; the
+    sandbox's nodes get an nvidia-smi that lists the first two as on their GPUs (the
+    second twice, as on two GPUs), one pid a line as its CSV without header prints them."""
+    heard = tmp_path / "heard"
+    heard.mkdir()
+    trap = f"trap 'echo USR1 >> {heard}/$$' USR1; while :; do sleep 0.1; done"
+    procs = [subprocess.Popen(["bash", "-c", trap]) for _ in range(3)]
+    apps = tmp_path / "gpu-apps"
+    apps.write_text(f"{procs[0].pid}\n{procs[1].pid}\n{procs[1].pid}\n")
+    tools = tmp_path / "node-tools"
+    tools.mkdir()
+    smi = tools / "nvidia-smi"
+    smi.write_text(
+        f'#!/bin/bash\n[ "$1" = --query-compute-apps=pid ] || exit 2\nexec cat "{apps}"\n'
+    )
+    smi.chmod(0o755)
+    sandbox.node_tools(tools)
+    return procs
+
+
+def _heard(tmp_path: Path, proc: subprocess.Popen[bytes]) -> int:
+    """How many signals ``proc`` heard."""
+    path = tmp_path / "heard" / str(proc.pid)
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _signal_outputs(aws: Any, comment: str) -> dict[str, str]:
+    """Each instance's output of the Run Command whose comment is ``comment``, once every
+    invocation has succeeded."""
+    ssm = aws.client("ssm")
+
+    def done() -> dict[str, str] | None:
+        found = [
+            i
+            for i in ssm.list_command_invocations()["CommandInvocations"]
+            if i.get("Comment") == comment
+        ]
+        if not found or any(i["Status"] in ("Pending", "InProgress") for i in found):
+            return None
+        out = {}
+        for i in found:
+            got = ssm.get_command_invocation(CommandId=i["CommandId"], InstanceId=i["InstanceId"])
+            assert got["Status"] == "Success", got
+            out[i["InstanceId"]] = got["StandardOutputContent"]
+        return out
+
+    return until("the block's Run Command", done)

@@ -1,8 +1,9 @@
 """What `plan` builds for a Capacity Block pool's end: on ParallelCluster (the p5 example,
 whose pool is on a block) and PCS, the T-60 schedule group and the T-40 rule, both naming
 the controller host's maker and a role that may send Run Command only to the cluster's own
-instances; on EKS the T-60 taint only (EKS scales the block's node group to zero itself at
-T-40), as a role that may update only that node group."""
+instances; on EKS the T-60 schedules only (EKS scales the block's node group to zero itself at
+T-40), as a role that may update only that node group and send Run Command only to the
+cluster's own instances (none of that with checkpointSignal none)."""
 
 from __future__ import annotations
 
@@ -88,12 +89,16 @@ def test_pcs_names_the_login_node_group_and_a_spec_signal() -> None:
     assert schedule.blocks[0].signal == "USR2"
 
 
-def test_eks_plans_the_taint_only_and_pools_off_blocks_plan_nothing() -> None:
-    eks = _items((ROOT / "examples/p6-b300-eks-capacity-block.yaml").read_text())
+def test_eks_plans_the_t60_schedules_only_and_pools_off_blocks_plan_nothing() -> None:
+    text = (ROOT / "examples/p6-b300-eks-capacity-block.yaml").read_text()
+    eks = _items(text)
     assert not [rid for rid in eks if rid.startswith("blocks/warning/")]
     schedule = eks["blocks/schedule"].params
     assert schedule.provider == "eks" and schedule.host.target == "nodegroup/b300"
     assert [b.nodegroup for b in schedule.blocks] == ["b300"]
+    assert [b.signal for b in schedule.blocks] == ["USR1"]  # the default, as on Slurm
+    # Every block's node group is made first: its Auto Scaling group names the nodes.
+    assert [r.target for r in schedule.nodegroups] == ["nodegroup/b300"]
     role = eks["iam/block-end"].params
     trust = json.loads(role.trust)["Statement"][0]
     assert trust["Principal"]["Service"] == "scheduler.amazonaws.com"
@@ -102,9 +107,19 @@ def test_eks_plans_the_taint_only_and_pools_off_blocks_plan_nothing() -> None:
             f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule-group/fmctl-b300-eval-blocks"
         ]
     }
-    (statement,) = json.loads(role.inline)["Statement"]
-    assert statement["Action"] == ["eks:UpdateNodegroupConfig"]
-    assert statement["Resource"] == ["arn:aws:eks:us-east-1:*:nodegroup/b300-eval/b300/*"]
+    groups, document, instances = json.loads(role.inline)["Statement"]
+    assert groups["Action"] == ["eks:UpdateNodegroupConfig"]
+    assert groups["Resource"] == ["arn:aws:eks:us-east-1:*:nodegroup/b300-eval/b300/*"]
+    assert document["Resource"] == ["arn:aws:ssm:us-east-1::document/AWS-RunShellScript"]
+    assert instances["Action"] == ["ssm:SendCommand"]
+    assert instances["Condition"] == {
+        "StringEquals": {"ssm:resourceTag/fmctl.dev/cluster": "b300-eval"}
+    }
+    # checkpointSignal none: the taint alone, and a role that may send no command.
+    quiet = _items(text.replace("reservationId: cr-", "checkpointSignal: none, reservationId: cr-"))
+    assert [b.signal for b in quiet["blocks/schedule"].params.blocks] == ["none"]
+    (only,) = json.loads(quiet["iam/block-end"].params.inline)["Statement"]
+    assert only["Action"] == ["eks:UpdateNodegroupConfig"]
     slurm = _items((ROOT / "examples/p6-b200-slurm-existing-fsx.yaml").read_text())
     assert not [rid for rid in slurm if rid.startswith(("blocks/", "iam/block-end"))]
 

@@ -1,4 +1,5 @@
-"""Every script in slurm/ is bash -n clean and shellcheck clean."""
+"""Every script in slurm/, and those Run Command runs on EKS nodes (templates/nodes/), is
+bash -n clean and shellcheck clean."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p for p in (ROOT / "slurm").rglob("*") if p.suffix in (".sh", ".sbatch"))
+SCRIPTS = sorted(
+    p
+    for folder in (ROOT / "slurm", ROOT / "templates" / "nodes")
+    for p in folder.rglob("*")
+    if p.suffix in (".sh", ".sbatch")
+)
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 
 
@@ -24,6 +30,7 @@ def test_there_are_scripts() -> None:
         "install-exporter.sh",
         "enroot-pyxis.sh",
         "nccl-env.sh",
+        "gpu-signal.sh",
     } <= names
 
 

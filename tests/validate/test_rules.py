@@ -614,16 +614,6 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
-        "capacity-block",
-        "signal-on-eks",
-        [
-            (("scheduler",), "kubernetes"),
-            ((*POOL, "capacity", "checkpointSignal"), "none"),
-        ],
-        "compute.gpuPools[0].capacity.checkpointSignal",
-        "error",
-    ),
-    (
         "placement-group",
         "with-capacity-block",
         [((*POOL, "placementGroup"), True)],
@@ -1131,6 +1121,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     ("reservation-id", "spot", [((*POOL, "capacity"), {"type": "spot"})]),
     ("capacity-block", "fixed", [((*POOL, "minCount"), 16)]),
     ("capacity-block", "no-signal", [((*POOL, "capacity", "checkpointSignal"), "none")]),
+    (
+        "capacity-block",
+        "signal-on-eks",
+        [(("scheduler",), "kubernetes"), ((*POOL, "capacity", "checkpointSignal"), "USR2")],
+    ),
     ("cost-idle", "alert", [(("cost",), {"idle": {"after": "2h"}})]),
     ("cost-idle", "scale-down", [ON_DEMAND, (("cost",), {"idle": {"action": "scale-down"}})]),
     (

@@ -223,16 +223,12 @@ def capacity_blocks(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """Capacity Blocks: a fixed size, on a type sold as Capacity Blocks."""
     for path, pool in _pools(spec):
         signal_set = "checkpoint_signal" in pool.capacity.model_fields_set
-        if signal_set and (pool.capacity.type != "capacity-block" or spec.scheduler != "slurm"):
-            on_eks = spec.scheduler != "slurm"
+        if signal_set and pool.capacity.type != "capacity-block":
             yield Problem(
                 "capacity-block",
-                "checkpointSignal is only used by a capacity-block pool on Slurm",
+                "checkpointSignal is only used by a capacity-block pool",
                 (*path, "capacity", "checkpointSignal"),
-                hint="remove it: EKS itself scales a block's node group to zero 40 minutes "
-                "before the block ends"
-                if on_eks
-                else f"remove it: {pool.capacity.type} capacity does not end on a clock",
+                hint=f"remove it: {pool.capacity.type} capacity does not end on a clock",
                 related=((*path, "capacity", "type"),),
             )
         if pool.capacity.type != "capacity-block":
