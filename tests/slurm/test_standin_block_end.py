@@ -21,8 +21,11 @@ pytestmark = rootfs.required()
 POOL = "block"
 SCRIPT = "/opt/fmctl/slurm/lib/block-end.sh"
 #: A job that checkpoints on SIGUSR1 as a training loop would: its trap writes a line.
+#: It says when it listens (/opt/slurm/listening-JOBID): Slurm shows the job RUNNING before
+#: the batch shell has reached its trap, and a USR1 that comes earlier ends the shell.
 CHECKPOINTING = (
-    "trap 'echo checkpoint >>/opt/slurm/ckpt-$SLURM_JOB_ID' USR1; while :; do sleep 1; done"
+    "trap 'echo checkpoint >>/opt/slurm/ckpt-$SLURM_JOB_ID' USR1; "
+    "touch /opt/slurm/listening-$SLURM_JOB_ID; while :; do sleep 1; done"
 )
 
 
@@ -58,12 +61,19 @@ def _wait(what: str, check: object, timeout: float = 60) -> None:
     raise AssertionError(f"{what} did not happen in {timeout:.0f}s")
 
 
-def test_the_block_winds_down_once(cluster: LoginCluster) -> None:
+def _checkpointing_job(cluster: LoginCluster) -> str:
+    """A running job of the pool, listening for its checkpoint signal."""
     job = _sbatch(cluster, "--nodes=1", "--output=/dev/null", f"--wrap={CHECKPOINTING}")
     _wait(
         f"job {job} running",
         lambda: _field(cluster.slurm.scontrol("show", "job", job, "-o"), "JobState") == "RUNNING",
     )
+    _wait(f"job {job} listening", cluster.login.path(f"/opt/slurm/listening-{job}").exists)
+    return job
+
+
+def test_the_block_winds_down_once(cluster: LoginCluster) -> None:
+    job = _checkpointing_job(cluster)
     ckpt = cluster.login.path(f"/opt/slurm/ckpt-{job}")
     end = int(time.time()) + 55 * 60  # T-55: the block has 55 minutes left
     try:
@@ -111,11 +121,7 @@ def test_the_block_winds_down_once(cluster: LoginCluster) -> None:
 
 
 def test_no_signal_when_told_none(cluster: LoginCluster) -> None:
-    job = _sbatch(cluster, "--nodes=1", "--output=/dev/null", f"--wrap={CHECKPOINTING}")
-    _wait(
-        f"job {job} running",
-        lambda: _field(cluster.slurm.scontrol("show", "job", job, "-o"), "JobState") == "RUNNING",
-    )
+    job = _checkpointing_job(cluster)
     try:
         end = int(time.time()) + 30
         code, out = _run(cluster, POOL, str(end), "--block", "cr-1", "--signal", "none")
@@ -123,6 +129,8 @@ def test_no_signal_when_told_none(cluster: LoginCluster) -> None:
         assert code == 0 and out.split() == ["reserved", f"fmctl-block-{POOL}", POOL, "1", "done"]
         time.sleep(2)
         assert not cluster.login.path(f"/opt/slurm/ckpt-{job}").exists()
+        state = cluster.slurm.scontrol("show", "job", job, "-o")
+        assert _field(state, "JobState") == "RUNNING", state
     finally:
         cluster.login.run(["/opt/slurm/bin/scancel", job], env=SSM_ENV)
         cluster.slurm.scontrol("delete", f"ReservationName=fmctl-block-{POOL}")
