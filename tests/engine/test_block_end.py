@@ -368,8 +368,11 @@ def _gpu_processes(sandbox: Sandbox, tmp_path: Path) -> list[subprocess.Popen[by
     second twice, as on two GPUs), one pid a line as its CSV without header prints them."""
     heard = tmp_path / "heard"
     heard.mkdir()
-    trap = f"trap 'echo USR1 >> {heard}/$$' USR1; while :; do sleep 0.1; done"
+    # Each says when its trap listens: a USR1 that came earlier would end it.
+    trap = f"trap 'echo USR1 >> {heard}/$$' USR1; touch {heard}/$$.on; while :; do sleep 0.1; done"
     procs = [subprocess.Popen(["bash", "-c", trap]) for _ in range(3)]
+    for proc in procs:
+        until(f"{proc.pid} listening", (heard / f"{proc.pid}.on").exists)
     apps = tmp_path / "gpu-apps"
     apps.write_text(f"{procs[0].pid}\n{procs[1].pid}\n{procs[1].pid}\n")
     tools = tmp_path / "node-tools"
