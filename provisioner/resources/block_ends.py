@@ -20,6 +20,7 @@ Command target takes, and a group name is the account's and region's alone, so n
 cluster's "gpu" node group is reached. A block extended after T-60 loses the taint on the
 next `up` (the node group's taints are the spec's). Two triggers on Slurm, both kept by AWS
 with no fmctl running:
+
 - T-60 min, fmctl's own: a one-time EventBridge Scheduler schedule per block, in the group
   ``fmctl-NAME-blocks``, whose universal target calls ``ssm:SendCommand``
   (AWS-RunShellScript) on the controller host. Its time follows the block's EndDate
@@ -170,7 +171,7 @@ def ends(ctx: Context, blocks: Sequence[Block]) -> dict[str, float | None]:
 
 def _stripped(path: Path) -> str:
     """A script with its comment lines dropped (Run Command's input through EventBridge is at
-    most 8,192 characters: TargetInput in botocore's model; Scheduler's Input likewise)."""
+    most 8,192 characters: TargetInput in botocore's events model)."""
     lines = path.read_text().splitlines()
     kept = [line for line in lines if not line.lstrip().startswith("#") or line[:2] == "#!"]
     return "\n".join(kept) + "\n"
