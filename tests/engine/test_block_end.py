@@ -413,3 +413,70 @@ def _signal_outputs(aws: Any, comment: str) -> dict[str, str]:
         return out
 
     return until("the block's Run Command", done)
+
+
+def test_run_command_on_eks_nodes_is_judged_on_their_own_tags() -> None:
+    """The sandbox's EKS nodes are not moto's instances: SendCommand names them by a tag
+    they carry (``ssm_agent.targeted`` with ``others``), and IAM reads their tags for the
+    ``ssm:resourceTag`` condition: a role scoped to another cluster's instances is refused,
+    and a node group's tag reaches that group's nodes only."""
+    from fmctl_sandbox import iam_eval
+    from fmctl_sandbox.ssm_agent import targeted
+
+    nodes = {
+        "i-0000000000000000a": {
+            "aws:autoscaling:groupName": "eks-b300-1",
+            "fmctl.dev/cluster": "c",
+        },
+        "i-0000000000000000b": {
+            "aws:autoscaling:groupName": "eks-b300-1",
+            "fmctl.dev/cluster": "c",
+        },
+        "i-0000000000000000c": {
+            "aws:autoscaling:groupName": "eks-system-2",
+            "fmctl.dev/cluster": "c",
+        },
+        "i-0000000000000000d": {
+            "aws:autoscaling:groupName": "eks-b300-9",
+            "fmctl.dev/cluster": "d",
+        },
+    }
+    params = {
+        "DocumentName": "AWS-RunShellScript",
+        "Targets": [{"Key": "tag:aws:autoscaling:groupName", "Values": ["eks-b300-1"]}],
+    }
+
+    class NoMotoInstances:
+        def describe_instances(self, filters: dict[str, Any]) -> list[Any]:
+            return []
+
+    assert targeted(NoMotoInstances(), params, nodes) == [
+        "i-0000000000000000a",
+        "i-0000000000000000b",
+    ]
+
+    def role(cluster: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": ["ssm:SendCommand"],
+                        "Resource": ["arn:aws:ssm:us-east-1::document/AWS-RunShellScript"],
+                    },
+                    {
+                        "Effect": "Allow",
+                        "Action": ["ssm:SendCommand"],
+                        "Resource": ["arn:aws:ec2:us-east-1:*:instance/*"],
+                        "Condition": {
+                            "StringEquals": {"ssm:resourceTag/fmctl.dev/cluster": cluster}
+                        },
+                    },
+                ]
+            }
+        ]
+
+    call = ("ssm", "sendCommand", "us-east-1", "123456789012", params)
+    assert iam_eval.refused(role("c"), "r", *call, nodes) is None
+    refused = iam_eval.refused(role("d"), "r", *call, nodes)
+    assert refused is not None and "instance/i-0000000000000000a" in refused
