@@ -50,6 +50,9 @@ from provisioner.resources.kube_objects import (
 from provisioner.resources.tags import OWNER_TAG
 
 CHART_LABEL = "fmctl.dev/chart"
+#: The EKS cluster states whose Kubernetes API answers: ACTIVE, and UPDATING (the cluster
+#: "continues to function during the update": UpdateClusterVersion, the EKS API reference).
+SERVING = ("ACTIVE", "UPDATING")
 VERSION_ANNOTATION = "fmctl.dev/chart-version"
 #: On the chart's namespace: the cluster-wide kinds it made (apiVersion kind, comma-separated).
 KINDS_ANNOTATION = "fmctl.dev/chart-cluster-kinds"
@@ -287,11 +290,13 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
     def find_owned(self, ctx: Context) -> list[Owned]:
         """The charts fmctl installed (their namespaces, by label). Found in `down` too, so
         that what it lists is what it reports gone (they go with the cluster); an API that
-        cannot be reached from here hides them (nothing of theirs is billed)."""
+        cannot be reached from here hides them (nothing of theirs is billed). A cluster being
+        updated still serves its API ("Your cluster continues to function during the
+        update", UpdateClusterVersion in the EKS API reference), so UPDATING lists them too."""
         if ctx.skip_kubernetes_cleanup or not cluster_ours(ctx):
             return []
         cluster = EksCluster().describe(ctx)
-        if cluster is None or cluster["status"] != "ACTIVE":
+        if cluster is None or cluster["status"] not in SERVING:
             return []
         from urllib3.exceptions import HTTPError
 

@@ -161,3 +161,25 @@ def test_a_chart_taken_away_loses_its_webhooks_first_and_in_down_nothing_is_dele
     assert kinds[-1] == "Namespace" and "CustomResourceDefinition" in kinds
     left = {k for (_, k, ns, _) in kube.objects if not ns}
     assert left == set()  # nothing of the chart's cluster-wide objects is left
+
+
+@pytest.mark.parametrize(
+    ("status", "listed"), [("ACTIVE", True), ("UPDATING", True), ("CREATING", False)]
+)
+def test_charts_are_found_while_the_cluster_serves_its_api(
+    kube: RecordedKube, status: str, listed: bool
+) -> None:
+    """An update does not hide the charts (the cluster "continues to function during the
+    update": UpdateClusterVersion); a cluster still being made has no API to ask."""
+    _installed(kube, _ctx(RecordedAws("us-west-2")), _params())
+    described = example("eks", "DescribeCluster")
+    described["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    described["cluster"]["status"] = status
+    aws = RecordedAws("us-west-2")
+    for _ in range(2):  # whose cluster it is, then whether it serves
+        aws.answer("eks", "DescribeCluster", described, {"name": CLUSTER})
+    ctx = Context(aws=aws, cluster=CLUSTER, region="us-west-2")  # type: ignore[arg-type]
+    found = KubeChart().find_owned(ctx)
+    assert [(o.resource, o.id) for o in found] == (
+        [("chart/kueue", KUEUE.namespace)] if listed else []
+    )
