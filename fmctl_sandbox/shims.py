@@ -143,17 +143,16 @@ class Shims:
         """The state of ``account``, made on first use (call under the lock)."""
         found = self.worlds.get(account)
         if found is None:
-            eks = Eks(self.scale, self.kube, self.ca_pem, account)
             found = self.worlds[account] = World(
                 account,
                 self.scale,
-                eks,
+                Eks(self.scale, self.kube, self.ca_pem, account),
                 # Instances run commands with the same tools as the Kubernetes nodes' pods;
                 # the EKS nodes are instances too.
                 Agent(
                     lambda: self.kube.node_tools,
                     account,
-                    lambda region: eks_asg.instances(eks, region),
+                    lambda region: self.node_instances(account, region),
                     aws_state=self.lock,
                 ),
                 Pcs(account, self.scale),
