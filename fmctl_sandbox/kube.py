@@ -71,6 +71,17 @@ Put = Callable[[str, str, dict[str, Any]], None]
 _EKS_LABELS = ("eks.amazonaws.com/", "topology.k8s.aws/", "kubernetes.io/", "node.kubernetes.io/")
 
 
+def _taints_changed(
+    node: list[dict[str, str]], was: list[dict[str, str]], now: list[dict[str, str]]
+) -> list[dict[str, str]]:
+    """A node's taints after its group's went from ``was`` to ``now``: those the group
+    removed go, those it added or changed are set, the node's others stay as they are."""
+    gone = {t["key"] for t in was} - {t["key"] for t in now}
+    changed = [t for t in now if t not in was]
+    keys = {t["key"] for t in changed} | gone
+    return [t for t in node if t["key"] not in keys] + changed
+
+
 @dataclass
 class KubeServer:
     """Every sandbox cluster's API; thread-safe."""
@@ -111,8 +122,11 @@ class KubeServer:
 
     def sync(self, cluster: str, nodegroup: str, nodes: list[dict[str, Any]]) -> None:
         """A node group's nodes are these (each {name, labels, taints, gpus, efa,
-        instance_type}): new ones register, ones no longer listed are drained and leave,
-        the rest take the group's labels and taints."""
+        instance_type}): new ones register with the group's taints (the kubelet's
+        registration taints), ones no longer listed are drained and leave, the rest take the
+        group's labels and what changed in its taints since they last took them (EKS's
+        UpdateNodegroupConfig sends taints as addOrUpdateTaints and removeTaints): a taint
+        someone lifted from a node, as a startup taint is, stays lifted."""
         with self.lock:
             c = self.clusters.get(cluster)
             if c is None:
@@ -142,7 +156,14 @@ class KubeServer:
                 status = (existing or {}).get("status") or {
                     "conditions": [{"type": "Ready", "status": "True"}]
                 }
-                spec = {"taints": n["taints"], "providerID": n.get("provider_id", "")}
+                taints = n["taints"]
+                if existing is not None:
+                    taints = _taints_changed(
+                        (existing.get("spec") or {}).get("taints") or [],
+                        c.group_taints.get(nodegroup, []),
+                        n["taints"],
+                    )
+                spec = {"taints": taints, "providerID": n.get("provider_id", "")}
                 if ((existing or {}).get("spec") or {}).get("unschedulable"):
                     spec["unschedulable"] = True  # a cordon outlives the group's changes
                 node = {
@@ -154,6 +175,8 @@ class KubeServer:
                 }
                 self._put(c, "nodes", "", node, existing)
                 c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"], n.get("clique", ""))
+            if nodes:
+                c.group_taints[nodegroup] = list(nodes[0]["taints"])
 
     def cordon(self, cluster: str, nodegroup: str) -> None:
         """A node group's nodes take no new pods (EKS cordons them as it deletes the group,

@@ -54,3 +54,5 @@ class Cluster:
     #: Kueue's pod templates as they started -> whether the ProvisioningRequest API was
     #: served then (``kube_kueue_checks.controller_runs``).
     kueue_starts: dict[str, bool] = field(default_factory=dict)
+    #: Each node group's taints as its nodes last took them (``KubeServer.sync``).
+    group_taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)

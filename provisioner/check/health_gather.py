@@ -11,7 +11,8 @@ replaces it as fmctl's overrides say (catalog.eks_repair: a minute after an Xid 
 double-bit error, EKS's own 10 minutes for other GPU states, 30 for the rest). A node's state
 here: a failing condition not yet acted on is ``suspect``, cordoned with one ``repairing``;
 not Ready ``failed``; cordoned otherwise ``drained`` (or ``draining`` while pods remain);
-the verify gate's startup taint ``fmctl.dev/unverified`` ``verifying``.
+the verify gate's startup taint ``fmctl.dev/unverified`` ``verifying``, or ``failed`` once
+fmctl's verify controller has recorded that the node failed the gate.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ from provisioner.resources.context import Context
 from provisioner.resources.ssm_run import bundle, head_node, run_script
 from provisioner.shipped import shipped_dir
 
-#: The verify gate's startup taint on a Kubernetes node (issue 33).
+#: The verify gate's startup taint on a Kubernetes node (health.verify.kubernetesGate), and
+#: the verdict fmctl's verify controller records on the node
+#: (templates/kubernetes/health-verify/verify_controller.py).
 UNVERIFIED_TAINT = "fmctl.dev/unverified"
+VERDICT_ANNOTATION = "fmctl.dev/verify"
 #: The node monitoring agent's conditions (EKS User Guide, "Node health"; its repository's
 #: docs/node-health-issues.adoc at 51af549).
 MONITOR_CONDITIONS = (
@@ -49,8 +53,10 @@ MONITOR_CONDITIONS = (
 )
 KUBE_NOTE = (
     "EKS: faults from the node monitoring agent's conditions, repairs by EKS node auto "
-    "repair (fmctl's own agent and verify gate are not on EKS yet)"
+    "repair (fmctl's own node agent is not on EKS yet)"
 )
+#: Said too when the cluster has no verify gate.
+KUBE_NO_GATE = "new nodes take work unverified (health.verify.kubernetesGate is off)"
 _XID_REASON = re.compile(r"NvidiaXID(\d+)(Error|Warning)")
 
 
@@ -120,6 +126,7 @@ def kube_report(
         conditions = status.get("conditions", [])
         ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
         taints = {t.get("key", "") for t in spec.get("taints") or []}
+        verdict = str((meta.get("annotations") or {}).get(VERDICT_ANNOTATION, ""))
         since = ready.get("lastTransitionTime")
         failing = [
             c
@@ -135,6 +142,10 @@ def kube_report(
             cordoned = bool(spec.get("unschedulable"))
             state = "repairing" if cordoned else "suspect"
             detail = f"{failing[0].get('type')} False: {failing[0].get('reason')}"
+        elif UNVERIFIED_TAINT in taints and verdict.startswith("failed"):
+            # fmctl's verify controller keeps such a node out of service for a person.
+            state, detail = "failed", f"verify gate: {verdict}"
+            fault = Fault("verify", "VERIFY_FAILED", "drain", verdict)
         elif UNVERIFIED_TAINT in taints:
             state, detail = "verifying", f"tainted {UNVERIFIED_TAINT}"
         elif spec.get("unschedulable"):
@@ -154,5 +165,5 @@ def kube_report(
             for p, n in counts.items()
         ),
         nodes=tuple(sorted(out, key=lambda n: (n.pool, natural(n.name)))),
-        notes=(KUBE_NOTE,),
+        notes=(KUBE_NOTE,) if context.health_verify_kubernetes_gate else (KUBE_NOTE, KUBE_NO_GATE),
     )

@@ -278,6 +278,8 @@ class ClusterContext:
     health_verify_efa_loopback: bool = True
     #: The verify gate's 2-node NCCL pair (health.verify.ncclPair).
     health_verify_nccl_pair: bool = True
+    #: EKS: the startup taint and fmctl's verify controller (health.verify.kubernetesGate).
+    health_verify_kubernetes_gate: bool = False
 
     @property
     def dra(self) -> bool:
@@ -585,6 +587,9 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_verify_dcgm_level=spec.health.verify.dcgm_level,
         health_verify_efa_loopback=spec.health.verify.efa_loopback,
         health_verify_nccl_pair=spec.health.verify.nccl_pair,
+        health_verify_kubernetes_gate=kube
+        and spec.health.enabled
+        and spec.health.verify.kubernetes_gate,
     )
 
 

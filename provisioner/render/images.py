@@ -42,6 +42,10 @@ class Images:
     #: DCGM itself (dcgmi, nv-hostengine): `fmctl check` runs its diagnostic in it; the same
     #: DCGM release as the exporter's.
     dcgm: str = "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04"
+    #: Python, for fmctl's verify controller (a standard-library script): the Docker
+    #: Official Image as ECR Public mirrors it (gallery.ecr.aws/docker/library/python), so
+    #: pulling it needs no Docker Hub account and meets no Docker Hub rate limit.
+    python: str = "public.ecr.aws/docker/library/python:3.12-slim"
     #: AWS Deep Learning Container: PyTorch with NCCL, aws-ofi-nccl and the EFA libraries.
     pytorch: str = f"{dlc_registry('us-east-1')}/{PYTORCH_DLC}"
     #: The same for arm64 nodes (the x86_64 image does not run there).

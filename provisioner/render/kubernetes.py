@@ -28,6 +28,7 @@ SYNC_WAVES = {
     "efa-exporter": 1,
     "kube-state-metrics": 1,
     "cluster-autoscaler": 1,
+    "health-verify": 1,
     "prometheus": 2,
     "grafana": 3,
     "kueue": 4,
@@ -183,6 +184,8 @@ def components(c: ClusterContext) -> list[Component]:
                 (("rbac.yaml.j2", "rbac.yaml"), ("deployment.yaml.j2", "deployment.yaml")),
             )
         )
+    if c.health_verify_kubernetes_gate:
+        out.append(Component("health-verify", (("controller.yaml.j2", "controller.yaml"),)))
     if c.queueing is not None:
         out.append(Component("kueue", (("queues.yaml.j2", "queues.yaml"),)))
     if c.efa_pools or c.pools:
@@ -197,6 +200,54 @@ def components(c: ClusterContext) -> list[Component]:
 ON_DEMAND = ("nccl-test",)
 
 
+#: What the verify gate's Job runs: verify-node.sh and what it sources (slurm/lib).
+VERIFY_SCRIPTS = ("verify-node.sh", "nvlinks.sh", "row-remap.sh", "efa-devices.sh")
+#: Where a pool's Job template says the Job's name and its node go: the controller's
+#: stand-ins (templates/kubernetes/health-verify/verify_controller.py).
+VERIFY_NAME, VERIFY_NODE = "fmctl-job-name-standin", "fmctl-node-name-standin"
+
+
+@dataclass(frozen=True)
+class VerifyGate:
+    """The EKS verify gate's parts (health.verify.kubernetesGate): the scripts its Jobs
+    run, the controller's source, and each pool's Job as JSON with stand-in names."""
+
+    scripts: dict[str, str]
+    controller: str
+    jobs: dict[str, str]
+
+
+def verify_gate(c: ClusterContext) -> VerifyGate:
+    """The gate's parts for this cluster."""
+    import json
+
+    import yaml
+
+    lib = shipped_dir("slurm") / "lib"
+    jobs = {
+        pool.name: json.dumps(
+            yaml.safe_load(
+                render_template(
+                    "kubernetes/health-verify/job.yaml.j2",
+                    c=c,
+                    pool=pool,
+                    job=VERIFY_NAME,
+                    node=VERIFY_NODE,
+                )
+            ),
+            sort_keys=True,
+        )
+        for pool in c.pools
+    }
+    return VerifyGate(
+        scripts={name: (lib / name).read_text() for name in VERIFY_SCRIPTS},
+        controller=(
+            shipped_dir("templates") / "kubernetes/health-verify/verify_controller.py"
+        ).read_text(),
+        jobs=jobs,
+    )
+
+
 def _manifests(c: ClusterContext) -> dict[str, str]:
     files: dict[str, str] = {}
     comps = components(c)
@@ -207,6 +258,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
     rules = alert_rules(c.idle_after)
     charts = chart_installs(c)
+    gate = verify_gate(c) if c.health_verify_kubernetes_gate else VerifyGate({}, "", {})
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -220,6 +272,9 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 dcgm_counters=dcgm_counters,
                 alert_rules=rules,
                 charts=charts,
+                verify_scripts=gate.scripts,
+                verify_controller=gate.controller,
+                verify_jobs=gate.jobs,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(

@@ -284,8 +284,9 @@ def dra_values(kubernetes: str, pools: tuple[str, ...]) -> dict[str, Any]:
                     }
                 }
             },
-            # The GPU taint, and fmctl's on a Capacity Block's nodes in their last hour: the
-            # kubelet plugin is a node agent, not work (templates/kubernetes/_macros.j2).
+            # The GPU taint, fmctl's on a Capacity Block's nodes in their last hour, and the
+            # verify gate's on a node not yet verified: the kubelet plugin is a node agent,
+            # not work (templates/kubernetes/_macros.j2).
             "tolerations": [
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                 {
@@ -293,6 +294,7 @@ def dra_values(kubernetes: str, pools: tuple[str, ...]) -> dict[str, Any]:
                     "operator": "Exists",
                     "effect": "NoSchedule",
                 },
+                {"key": "fmctl.dev/unverified", "operator": "Exists", "effect": "NoSchedule"},
             ],
         },
     }

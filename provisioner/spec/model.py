@@ -393,6 +393,15 @@ class HealthVerify(SpecModel):
         "else a share of EFA's line rate); a failing pair is run again with a second peer to "
         "tell a bad node from a bad peer.",
     )
+    kubernetes_gate: bool = Field(
+        False,
+        description="EKS: new GPU nodes join with the taint fmctl.dev/unverified:NoSchedule "
+        "and take work only once fmctl's verify controller has run the gate's node checks "
+        "on them (a Job holding every GPU and EFA device: GPUs, ECC, NVLinks, row remapping, "
+        "EFA devices and loopback, the DCGM diagnostic). Off unless asked: a node then takes "
+        "work minutes later (DCGM level 2, and the DCGM and Deep Learning Container images "
+        "pulled first). Slurm's gate is always on.",
+    )
 
 
 class Health(SpecModel):

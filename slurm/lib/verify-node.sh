@@ -25,6 +25,12 @@
 # /var/lib/fmctl/health/verify.txt, exits 0 when the node passes and 1 when it does not.
 # A pass is also recorded for this boot (/run is a tmpfs: a reboot forgets it).
 #
+# On Kubernetes (FMCTL_VERIFY_SCHEDULER=kubernetes) it runs in the containers of the Job
+# fmctl's verify controller starts on a tainted node (templates/kubernetes/health-verify):
+# the settings come from the container's environment (FMCTL_NODE_ENV=/dev/null), the
+# report goes to FMCTL_HEALTH_DIR, and there is no boot record and no Slurm hold: the exit
+# status is the verdict, and the controller lifts the node's startup taint on a pass.
+#
 # --once-per-boot: as fmctl-verify.service runs it at every boot, before slurmd (the unit
 # on-node-configured.sh installs): a node that passed since it booted (OnNodeConfigured on
 # the first boot, just before the finalize recipe starts slurmd) is not checked twice; after
@@ -51,7 +57,9 @@ if [ -r "$lib/../health.env" ]; then
 fi
 deadline="${FMCTL_HEALTH_TOOL_TIMEOUT:-60}"
 level="${FMCTL_HEALTH_VERIFY_DCGM_LEVEL:-2}"
-dir=/var/lib/fmctl/health
+dir="${FMCTL_HEALTH_DIR:-/var/lib/fmctl/health}"
+on_slurm=true
+[ "${FMCTL_VERIFY_SCHEDULER:-slurm}" != kubernetes ] || on_slurm=false
 install -d -m 0755 "$dir"
 report="$dir/verify.txt"
 : >"$report"
@@ -170,10 +178,12 @@ if [ "$want_gpus" -gt 0 ] && [ "$level" -gt 0 ]; then
 fi
 
 if [ "$failed" -ne 0 ]; then
+  [ "$on_slurm" = true ] || exit 1
   logger -t fmctl-verify -- "$(hostname -s) failed the verify gate: $(grep '^FAIL' "$report" | tr '\n' ';')" \
     2>/dev/null || true
   exit 1
 fi
+[ "$on_slurm" = true ] || exit 0
 install -d -m 0755 "${passed%/*}"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$passed"
 # The gate's last check needs Slurm: a 2-node NCCL all-reduce with a healthy peer

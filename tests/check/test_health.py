@@ -11,7 +11,13 @@ import pytest
 from provisioner.catalog import load_catalog
 from provisioner.catalog.faults import repair_budget
 from provisioner.check.health import expand_hostlist, parse_fault, parse_slurm
-from provisioner.check.health_gather import KUBE_NOTE, UNVERIFIED_TAINT, kube_report
+from provisioner.check.health_gather import (
+    KUBE_NO_GATE,
+    KUBE_NOTE,
+    UNVERIFIED_TAINT,
+    VERDICT_ANNOTATION,
+    kube_report,
+)
 from provisioner.render.context import POOL_LABEL, ClusterContext, build_context
 from tests.conftest import ROOT, validate_text
 
@@ -125,7 +131,12 @@ def test_kubernetes_nodes() -> None:
         _node("ip-6", "system"),
         _node("ip-7", "train", fault="NvidiaXID79Error"),
         _node("ip-8", "train", fault="NvidiaXID48Error", unschedulable=True),
+        _node("ip-9", "train", taints=[{"key": UNVERIFIED_TAINT, "effect": "NoSchedule"}]),
     ]
+    # fmctl's verify controller recorded that ip-9 failed the gate: kept out of service.
+    nodes[-1]["metadata"]["annotations"] = {
+        VERDICT_ANNOTATION: "failed 2026-12-04T03:40:00Z: FAIL gpus: 7 of 8"
+    }
     pods = [
         {"metadata": {"name": "job-0"}, "spec": {"nodeName": "ip-3"},
          "status": {"phase": "Running"}},
@@ -142,9 +153,12 @@ def test_kubernetes_nodes() -> None:
         "ip-5": "verifying",
         "ip-7": "suspect",  # EKS waits (a minute, by fmctl's override) before it repairs
         "ip-8": "repairing",  # cordoned by node auto repair
+        "ip-9": "failed",
     }
     faults = {n.name: n.fault for n in report.nodes if n.fault}
-    assert set(faults) == {"ip-7", "ip-8"}
+    assert set(faults) == {"ip-7", "ip-8", "ip-9"}
+    assert faults["ip-9"].fault_class == "VERIFY_FAILED"
+    assert faults["ip-9"].detail.endswith("FAIL gpus: 7 of 8")
     # The XID's class and action are fmctl's fault table's (NVIDIA's catalog).
     assert (faults["ip-7"].code, faults["ip-7"].fault_class) == ("xid:79", "RESTART_BM")
     assert (faults["ip-8"].code, faults["ip-8"].action) == ("xid:48", "replace")
@@ -153,8 +167,10 @@ def test_kubernetes_nodes() -> None:
     assert faults["ip-7"].action == "replace"
     rebooting = kube_report(dataclasses.replace(_context(), health_repair="reboot"), nodes, pods)
     assert {n.name: n.fault.action for n in rebooting.nodes if n.fault}["ip-7"] == "reboot"
-    assert report.notes == (KUBE_NOTE,)
-    assert report.pools[0].as_data() == {"name": "train", "nodes": 7, "inRepair": 1, "budget": 1}
+    assert report.notes == (KUBE_NOTE, KUBE_NO_GATE)
+    gated = dataclasses.replace(_context(), health_verify_kubernetes_gate=True)
+    assert kube_report(gated, nodes, pods).notes == (KUBE_NOTE,)
+    assert report.pools[0].as_data() == {"name": "train", "nodes": 8, "inRepair": 1, "budget": 1}
 
 
 def test_the_text_shows_counts_and_only_the_nodes_to_look_at(

@@ -475,3 +475,79 @@ def test_a_server_the_ca_does_not_vouch_for_is_refused(
             client.list("v1", "Namespace")
     finally:
         client.close()
+
+
+def test_a_lifted_startup_taint_stays_lifted_until_the_group_changes_it(
+    sandbox: Sandbox, cluster: dict[str, Any], api: KubeClient
+) -> None:
+    """A node registers with its group's taints; one lifted from the node (a startup taint,
+    as fmctl's verify controller lifts fmctl.dev/unverified) stays lifted through the group's
+    other changes, and an update's taints are applied as the API sends them: added or
+    removed (UpdateNodegroupConfig's addOrUpdateTaints and removeTaints)."""
+    eks = sandbox.aws(REGION).client("eks")
+    name = f"startup-{uuid.uuid4().hex[:4]}"
+    eks.create_nodegroup(
+        clusterName=cluster["name"],
+        nodegroupName=name,
+        nodeRole="arn:aws:iam::123456789012:role/node",
+        subnets=cluster["resourcesVpcConfig"]["subnetIds"][:1],
+        scalingConfig={"minSize": 1, "maxSize": 3, "desiredSize": 1},
+        labels={"pool": name},
+        taints=[
+            {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
+            {"key": "fmctl.dev/unverified", "value": "true", "effect": "NO_SCHEDULE"},
+        ],
+    )
+    while not api.list("v1", "Node", selector=f"pool={name}"):
+        time.sleep(0.05)
+    (node,) = api.list("v1", "Node", selector=f"pool={name}")
+    first = node["metadata"]["name"]
+    keys = lambda n: sorted(t["key"] for t in n["spec"].get("taints") or [])  # noqa: E731
+    assert keys(node) == ["fmctl.dev/unverified", "nvidia.com/gpu"]
+    lifted = [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    status, _ = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"/api/v1/nodes/{first}",
+        {"spec": {"taints": lifted}},
+        "application/merge-patch+json",
+    )
+    assert status == 200
+
+    def settled() -> dict[str, dict[str, Any]]:
+        while (
+            eks.describe_nodegroup(clusterName=cluster["name"], nodegroupName=name)["nodegroup"][
+                "status"
+            ]
+            != "ACTIVE"
+        ):
+            time.sleep(0.05)
+        return {n["metadata"]["name"]: n for n in api.list("v1", "Node", selector=f"pool={name}")}
+
+    # A scaling change: the lifted taint stays lifted; a new node registers with it.
+    eks.update_nodegroup_config(
+        clusterName=cluster["name"],
+        nodegroupName=name,
+        scalingConfig={"minSize": 1, "maxSize": 3, "desiredSize": 2},
+    )
+    nodes = settled()
+    while len(nodes) < 2:
+        time.sleep(0.05)
+        nodes = settled()
+    assert keys(nodes[first]) == ["nvidia.com/gpu"]
+    (second,) = set(nodes) - {first}
+    assert keys(nodes[second]) == ["fmctl.dev/unverified", "nvidia.com/gpu"]
+    # A taint update: what it adds reaches every node, what it removes leaves every node.
+    eks.update_nodegroup_config(
+        clusterName=cluster["name"],
+        nodegroupName=name,
+        taints={
+            "addOrUpdateTaints": [{"key": "maintenance", "value": "x", "effect": "NO_SCHEDULE"}],
+            "removeTaints": [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
+        },
+    )
+    nodes = settled()
+    assert keys(nodes[first]) == ["maintenance"]
+    assert keys(nodes[second]) == ["fmctl.dev/unverified", "maintenance"]
+    eks.delete_nodegroup(clusterName=cluster["name"], nodegroupName=name)

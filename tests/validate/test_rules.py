@@ -213,6 +213,23 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "health-kubernetes-gate",
+        "on-slurm",
+        [(("health",), {"verify": {"kubernetesGate": True}})],
+        "health.verify.kubernetesGate",
+        "error",
+    ),
+    (
+        "health-kubernetes-gate",
+        "health-off",
+        [
+            (("scheduler",), "kubernetes"),
+            (("health",), {"enabled": False, "verify": {"kubernetesGate": True}}),
+        ],
+        "health.verify.kubernetesGate",
+        "error",
+    ),
+    (
         "health-settings",
         "no-budget",
         [(("health",), {"maxInRepair": 0})],
@@ -1028,6 +1045,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         "health-repair",
         "drain-only-health-off",
         [(("health",), {"enabled": False, "repair": "drain-only"})],
+    ),
+    (
+        "health-kubernetes-gate",
+        "eks",
+        [(("scheduler",), "kubernetes"), (("health",), {"verify": {"kubernetesGate": True}})],
     ),
     ("health-settings", "share", [(("health",), {"enabled": False, "maxInRepair": "25%"})]),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),

@@ -135,6 +135,29 @@ def health_repair(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     )
 
 
+@rule("health-kubernetes-gate")
+def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """health.verify.kubernetesGate is EKS's: a Slurm node always passes the gate (before
+    slurmd on ParallelCluster, PCS's own check on PCS), and a gate with health off would
+    taint nodes nothing verifies."""
+    if not spec.health.verify.kubernetes_gate:
+        return
+    if ctx.scheduler != "kubernetes":
+        yield Problem(
+            "health-kubernetes-gate",
+            "health verify kubernetesGate is for EKS: Slurm nodes pass the verify gate always",
+            ("health", "verify", "kubernetesGate"),
+            hint="remove it; the Slurm gate is verify-node.sh before slurmd (PCS: its own check)",
+        )
+    elif not spec.health.enabled:
+        yield Problem(
+            "health-kubernetes-gate",
+            "health verify kubernetesGate needs health enabled: nothing would lift the taint",
+            ("health", "verify", "kubernetesGate"),
+            hint="set health.enabled: true, or drop kubernetesGate",
+        )
+
+
 @rule("ttl-format")
 def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """The ttl must be a positive duration in days, hours and minutes."""

@@ -1,0 +1,287 @@
+"""fmctl's verify controller (issue 33): a new GPU node of an EKS cluster takes work only
+after it has passed the verify gate.
+
+The GPU node groups register their nodes with the taint ``fmctl.dev/unverified:NoSchedule``
+(health.verify.kubernetesGate), so no work lands on them. Every pass, this controller:
+
+- starts, for each tainted GPU node that has no verdict yet, a Job pinned to it from its
+  pool's template (``jobs/POOL.json`` in its ConfigMap, rendered by fmctl): the Job asks for
+  every GPU and EFA device of the node and runs the same verify-node.sh a Slurm node runs
+  before slurmd (GPUs, ECC, NVLinks, row remapping, EFA devices and loopback, DCGM's
+  diagnostic), its exit status the verdict;
+- on the Job's success, lifts the taint and records ``fmctl.dev/verify: passed TIME`` on the
+  node, in one merge patch conditioned on the node's resourceVersion (a node changed since it
+  was read is looked at again next pass, not overwritten), then deletes the Job;
+- on its failure, records ``fmctl.dev/verify: failed TIME: WHAT`` (the FAIL lines of the
+  Job's logs) and leaves the taint: the node takes no work, and is not tried again until a
+  person removes the annotation (or the node is replaced: a new node has none);
+- deletes its Jobs whose node is gone or no longer tainted.
+
+A Job is named after the node's uid, not its name: EC2 reuses private IP addresses, so a
+replacement can carry a gone node's name and must be verified anew.
+
+Python's standard library only, in-cluster credentials (the pod's service account token,
+re-read for every request: the kubelet rotates it). ``--once`` makes one pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+TAINT = "fmctl.dev/unverified"
+POOL_LABEL = "fmctl.dev/pool"
+VERDICT = "fmctl.dev/verify"
+APP = "fmctl-verify"
+#: What fmctl's rendered Job template says where the Job's name and node go.
+NAME_STANDIN, NODE_STANDIN = "fmctl-job-name-standin", "fmctl-node-name-standin"
+ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class ApiError(Exception):
+    """The API server refused a request."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class Api:
+    """The cluster's API as the pod's service account sees it."""
+
+    def __init__(self, server: str, account: Path) -> None:
+        self.server = server.rstrip("/")
+        self.account = account
+        ca = account / "ca.crt"
+        self.tls = ssl.create_default_context(cafile=str(ca)) if ca.exists() else None
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        ctype: str = "application/json",
+    ) -> Any:
+        """One request; the decoded JSON answer (text for a log)."""
+        token = (self.account / "token").read_text().strip()
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.server + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {token}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", ctype)
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.tls) as answer:
+                text = answer.read().decode()
+        except urllib.error.HTTPError as err:
+            detail = err.read().decode(errors="replace")
+            with contextlib.suppress(ValueError):
+                detail = json.loads(detail).get("message", detail)
+            raise ApiError(err.code, detail) from None
+        if "/log" in path.split("?")[0]:
+            return text
+        return json.loads(text) if text else {}
+
+
+def now() -> str:
+    """The time, as the API writes times."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_name(node: dict[str, Any]) -> str:
+    """The Job that verifies this node (by its uid: names come back with reused IPs)."""
+    uid = str(node["metadata"].get("uid") or node["metadata"]["name"])
+    return f"{APP}-{hashlib.sha256(uid.encode()).hexdigest()[:12]}"
+
+
+def tainted(node: dict[str, Any]) -> bool:
+    """Does the node carry the startup taint?"""
+    return any(t.get("key") == TAINT for t in node.get("spec", {}).get("taints") or [])
+
+
+def fill(value: Any, names: dict[str, str]) -> Any:
+    """A copy of the template with the stand-ins replaced."""
+    if isinstance(value, str):
+        for standin, real in names.items():
+            value = value.replace(standin, real)
+        return value
+    if isinstance(value, dict):
+        return {fill(k, names): fill(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, names) for v in value]
+    return value
+
+
+def finished(job: dict[str, Any]) -> str | None:
+    """``Complete`` or ``Failed`` once the Job controller says so, else None."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") == "True" and condition.get("type") in ("Complete", "Failed"):
+            return str(condition["type"])
+    return None
+
+
+class Controller:
+    """One cluster's gate: the API, the namespace its Jobs run in, the pools' templates."""
+
+    def __init__(self, api: Api, namespace: str, templates: dict[str, Any]) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.templates = templates
+
+    def say(self, line: str) -> None:
+        """A line of the controller's log."""
+        print(f"{now()} {line}", flush=True)
+
+    def run_pass(self) -> None:
+        """Look at every GPU node once (see the module's docstring)."""
+        jobs_path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
+        selector = urllib.parse.quote(f"app.kubernetes.io/name={APP}")
+        jobs = {
+            j["metadata"]["name"]: j
+            for j in self.api.call("GET", f"{jobs_path}?labelSelector={selector}")["items"]
+        }
+        nodes = [
+            n
+            for n in self.api.call("GET", "/api/v1/nodes")["items"]
+            if POOL_LABEL in (n["metadata"].get("labels") or {}) and tainted(n)
+        ]
+        wanted: set[str] = set()
+        for node in nodes:
+            name = job_name(node)
+            wanted.add(name)
+            try:
+                self.step(node, name, jobs.get(name), jobs_path)
+            except ApiError as err:
+                self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
+        for name, job in jobs.items():
+            if name not in wanted:
+                node = (job["metadata"].get("annotations") or {}).get("fmctl.dev/node", "?")
+                self.delete(jobs_path, name)
+                self.say(f"{node}: its node is gone or no longer tainted, Job {name} deleted")
+
+    def step(
+        self, node: dict[str, Any], name: str, job: dict[str, Any] | None, jobs_path: str
+    ) -> None:
+        """Move one tainted node on: start its Job, or act on the Job's verdict."""
+        meta = node["metadata"]
+        verdict = (meta.get("annotations") or {}).get(VERDICT, "")
+        if verdict.startswith("failed"):
+            return  # kept out of service for a person
+        if job is None:
+            pool = meta["labels"][POOL_LABEL]
+            template = self.templates.get(pool)
+            if template is None:
+                self.say(f"{meta['name']}: no verify template for pool {pool}")
+                return
+            made = fill(template, {NAME_STANDIN: name, NODE_STANDIN: meta["name"]})
+            self.api.call("POST", jobs_path, made)
+            self.say(f"{meta['name']}: verifying (Job {name})")
+            return
+        outcome = finished(job)
+        if outcome == "Complete":
+            self.verdict(node, f"passed {now()}", lift=True)
+            self.delete(jobs_path, name)
+            self.say(f"{meta['name']}: passed, {TAINT} lifted")
+        elif outcome == "Failed":
+            what = self.failures(name) or "its Job failed"
+            self.verdict(node, f"failed {now()}: {what}", lift=False)
+            self.say(f"{meta['name']}: failed, kept out of service: {what}")
+
+    def verdict(self, node: dict[str, Any], text: str, lift: bool) -> None:
+        """Record the verdict on the node (and lift the taint), only if the node is as read."""
+        meta = node["metadata"]
+        patch: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {VERDICT: text},
+            }
+        }
+        if lift:
+            keep = [t for t in node["spec"].get("taints") or [] if t.get("key") != TAINT]
+            patch["spec"] = {"taints": keep}
+        self.api.call(
+            "PATCH", f"/api/v1/nodes/{meta['name']}", patch, "application/merge-patch+json"
+        )
+
+    def failures(self, job: str) -> str:
+        """The FAIL lines of the Job's containers' logs, joined."""
+        pods_path = f"/api/v1/namespaces/{self.namespace}/pods"
+        selector = urllib.parse.quote(f"batch.kubernetes.io/job-name={job}")
+        lines: list[str] = []
+        for pod in self.api.call("GET", f"{pods_path}?labelSelector={selector}")["items"]:
+            for container in pod["spec"].get("containers", []):
+                path = f"{pods_path}/{pod['metadata']['name']}/log?container={container['name']}"
+                try:
+                    log = str(self.api.call("GET", path))
+                except ApiError:
+                    continue
+                lines += [ln.strip() for ln in log.splitlines() if ln.startswith("FAIL")]
+        return "; ".join(lines)[:1000]
+
+    def delete(self, jobs_path: str, name: str) -> None:
+        """Delete a Job and its pods."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self.api.call("DELETE", f"{jobs_path}/{name}", body)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+
+
+def load_templates(folder: Path) -> dict[str, Any]:
+    """The pools' Job templates (``POOL.json``)."""
+    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run passes every ``--interval`` seconds (one with ``--once``)."""
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--namespace", default="fmctl-system")
+    args.add_argument("--templates", type=Path, default=Path("/opt/fmctl/jobs"))
+    args.add_argument("--interval", type=float, default=30.0)
+    args.add_argument("--once", action="store_true")
+    args.add_argument("--alive", type=Path, help="touched after every pass (liveness)")
+    args.add_argument("--server", help="the API's URL (in a pod: the kubernetes Service's)")
+    args.add_argument(
+        "--account", type=Path, default=Path(ACCOUNT), help="token and ca.crt (in a pod: its own)"
+    )
+    opts = args.parse_args(argv)
+    server = opts.server
+    if not server:
+        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        if not host:
+            print("error: not in a cluster and no --server", file=sys.stderr)
+            return 1
+        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+    api = Api(server, opts.account)
+    controller = Controller(api, opts.namespace, load_templates(opts.templates))
+    while True:
+        try:
+            controller.run_pass()
+        except (ApiError, OSError) as err:
+            controller.say(f"pass failed: {err} (next pass tries again)")
+            if opts.once:
+                return 1
+        else:
+            if opts.alive is not None:
+                opts.alive.touch()
+        if opts.once:
+            return 0
+        time.sleep(opts.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,167 @@
+"""The EKS verify gate as rendered (health.verify.kubernetesGate): the startup taint on the
+GPU node groups, the tolerations of what must run before the gate passes, the controller's
+objects and each pool's Job, all through the official schemas; off unless asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from provisioner.drivers import yamlio
+from tests.conftest import shared_file
+from tests.render.helpers import documents, fill_all, rendered
+
+ROOT = Path(__file__).resolve().parents[2]
+TAINT = "fmctl.dev/unverified"
+
+
+def _spec(tmp_path: Path, example: str, gate: bool | None) -> Path:
+    data = yaml.safe_load((ROOT / "examples" / example).read_text())
+    if gate is not None:
+        data.setdefault("health", {}).setdefault("verify", {})["kubernetesGate"] = gate
+    path = tmp_path / example
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _gated(tmp_path: Path, example: str = "p5en-eks-fsx-s3.yaml") -> dict[str, str]:
+    return rendered(_spec(tmp_path, example, True), "kubernetes").files
+
+
+def _tolerates(pod: dict[str, Any], key: str) -> bool:
+    return any(t.get("key") == key for t in pod.get("tolerations") or [])
+
+
+def test_off_unless_asked(tmp_path: Path) -> None:
+    files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", None), "kubernetes").files
+    assert not any(p.startswith("kubernetes/health-verify/") for p in files)
+    assert TAINT not in files["aws/nodegroups/gpu.yaml"]
+    assert "--startup-taint" not in "".join(files.values())
+
+
+def test_gpu_node_groups_join_tainted(tmp_path: Path) -> None:
+    files = _gated(tmp_path)
+    group = yaml.safe_load(files["aws/nodegroups/gpu.yaml"])
+    assert {"key": TAINT, "value": "true", "effect": "NO_SCHEDULE"} in group["taints"]
+    system = yaml.safe_load(files["aws/nodegroups/system.yaml"])
+    assert TAINT not in json.dumps(system)  # the controller runs there
+    eksctl = yamlio.load(fill_all(files["aws/eksctl-cluster.yaml"], ["gpu"]))
+    jsonschema.validate(
+        eksctl, json.loads(shared_file("schemas/eksctl-v1alpha5.schema.json").read_text())
+    )
+    (gpu,) = [g for g in eksctl["managedNodeGroups"] if g["name"] == "gpu"]
+    assert {"key": TAINT, "value": "true", "effect": "NoSchedule"} in gpu["taints"]
+
+
+def test_everything_the_gate_needs_tolerates_the_taint(tmp_path: Path) -> None:
+    """The device plugins (the gate's Job asks for the devices they advertise) and the node
+    agents run on an unverified node; the training work does not."""
+    files = _gated(tmp_path)
+    templates = {
+        doc["metadata"]["name"]: doc["spec"]["template"]["spec"]
+        for _, doc in documents(files, "kubernetes/")
+        if doc["kind"] in ("DaemonSet", "Job")
+    }
+    for agent in ("nvidia-device-plugin", "efa-device-plugin", "dcgm-exporter"):
+        assert _tolerates(templates[agent], TAINT), agent
+    assert not _tolerates(templates["nccl-allreduce"], TAINT)
+
+
+def test_the_controller_and_its_jobs_pass_the_official_schemas(tmp_path: Path) -> None:
+    files = _gated(tmp_path)
+    docs = [doc for _, doc in documents(files, "kubernetes/health-verify/")]
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "ConfigMap",
+        "Deployment",
+        "Kustomization",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+    ]
+    for doc in docs:
+        if doc["kind"] != "Kustomization":
+            kubernetes_validate.validate(doc, "1.33.0", strict=True)
+    docs = [d for d in docs if d["kind"] != "Kustomization"]
+    (code,) = [d for d in docs if d["metadata"]["name"] == "fmctl-verify-controller"]
+    job = json.loads(code["data"]["gpu.json"])
+    kubernetes_validate.validate(job, "1.33.0", strict=True)
+    # The shipped controller, byte for byte, and the stand-ins it replaces.
+    source = ROOT / "templates/kubernetes/health-verify/verify_controller.py"
+    assert code["data"]["verify_controller.py"] == source.read_text()
+    assert job["metadata"]["name"] == "fmctl-job-name-standin"
+    pod = job["spec"]["template"]["spec"]
+    affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "fmctl-node-name-standin"
+    ]
+    assert _tolerates(pod, TAINT)
+    # Every GPU and EFA device of a p5en node: the Job runs where nothing else holds them.
+    gpu, efa = pod["containers"]
+    assert gpu["resources"]["requests"]["nvidia.com/gpu"] == 8
+    assert efa["resources"]["requests"]["vpc.amazonaws.com/efa"] == 16
+    env = {e["name"]: e.get("value") for e in gpu["env"]}
+    assert env["FMCTL_VERIFY_SCHEDULER"] == "kubernetes"
+    assert env["FMCTL_HEALTH_VERIFY_DCGM_LEVEL"] == "2"
+    (scripts,) = [d for d in docs if d["metadata"]["name"] == "fmctl-verify-scripts"]
+    assert set(scripts["data"]) == {
+        "verify-node.sh",
+        "nvlinks.sh",
+        "row-remap.sh",
+        "efa-devices.sh",
+    }
+
+
+def test_the_controller_may_touch_nodes_and_its_own_jobs_only(tmp_path: Path) -> None:
+    docs = {
+        (d["kind"], d["metadata"]["name"]): d
+        for _, d in documents(_gated(tmp_path), "kubernetes/health-verify/")
+        if d["kind"] != "Kustomization"
+    }
+    cluster = docs[("ClusterRole", "fmctl-verify")]["rules"]
+    assert cluster == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}
+    ]
+    role = docs[("Role", "fmctl-verify")]
+    assert role["metadata"]["namespace"] == "fmctl-system"
+    verbs = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
+    assert verbs == {
+        "jobs": {"get", "list", "create", "delete"},
+        "pods": {"list"},
+        "pods/log": {"get"},
+    }
+    deployment = docs[("Deployment", "fmctl-verify")]["spec"]["template"]["spec"]
+    assert deployment["nodeSelector"] == {"fmctl.dev/role": "system"}
+    assert deployment["securityContext"]["runAsNonRoot"] is True
+    (container,) = deployment["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["image"].startswith("public.ecr.aws/docker/library/python:")
+
+
+def test_the_autoscaler_waits_for_a_node_being_verified(tmp_path: Path) -> None:
+    """An autoscaled pool: the Cluster Autoscaler counts a tainted new node as one about to
+    be ready (its --startup-taint), not as a node that cannot take the pods."""
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data.setdefault("health", {}).setdefault("verify", {})["kubernetesGate"] = True
+    data["cost"] = {"idle": {"after": "1h", "action": "scale-down"}}
+    data["compute"]["gpuPools"][0]["capacity"] = {"type": "on-demand"}
+    path = tmp_path / "autoscaled.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    files = rendered(path, "kubernetes").files
+    (deployment,) = [
+        d
+        for _, d in documents(files, "kubernetes/cluster-autoscaler/")
+        if d["kind"] == "Deployment"
+    ]
+    command = deployment["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert f"--startup-taint={TAINT}" in command
+    # An empty group's node template is what a verified node offers: no startup taint.
+    assert TAINT not in files["aws/autoscaling/gpu.yaml"]
