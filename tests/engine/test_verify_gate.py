@@ -20,6 +20,7 @@ import base64
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,9 @@ def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
     sandbox.node_tools(None)
 
 
-def _controller(sandbox: Sandbox, name: str, region: str, where: Path) -> str:
-    """One pass of the shipped controller, as its pod would run it: the cluster's API, a
-    bearer token and the cluster's CA, and the Job templates `up` applied."""
+def _command(sandbox: Sandbox, name: str, region: str, where: Path) -> list[str]:
+    """The shipped controller, as its pod would run it: the cluster's API, a bearer token
+    and the cluster's CA, and the Job templates `up` applied."""
     from provisioner.drivers.eks_auth import token
 
     aws = sandbox.aws(region)
@@ -106,15 +107,19 @@ def _controller(sandbox: Sandbox, name: str, region: str, where: Path) -> str:
     script = where / "verify_controller.py"
     script.write_text(config["data"]["verify_controller.py"])
     assert script.read_text() == CONTROLLER.read_text()
+    return [
+        sys.executable,
+        str(script),
+        f"--server={cluster['endpoint']}",
+        f"--account={account}",
+        f"--templates={jobs}",
+    ]
+
+
+def _controller(sandbox: Sandbox, name: str, region: str, where: Path) -> str:
+    """One pass of the controller; what it said."""
     run = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            "--once",
-            f"--server={cluster['endpoint']}",
-            f"--account={account}",
-            f"--templates={jobs}",
-        ],
+        [*_command(sandbox, name, region, where), "--once"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -200,6 +205,43 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         assert states[good]["state"] == states[also_good]["state"] == "healthy"
         assert states[broken]["state"] == "failed"
         assert states[broken]["fault"]["class"] == "VERIFY_FAILED"
+
+        # The loop closed: a GPU falls off the bus on a verified node; the node monitoring
+        # agent reports it, node auto repair replaces the node, and the replacement joins
+        # tainted and takes work only once the controller (running now) has verified it.
+        running = subprocess.Popen(
+            [*_command(sandbox, name, region, tmp_path), "--interval=0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            said = sandbox.fmctl("sandbox", "fault", name, good, "--xid", "79", "--region", region)
+            assert said.returncode == 0, said.stdout + said.stderr
+            deadline, new = time.monotonic() + 120, ""
+            while time.monotonic() < deadline:
+                nodes = _nodes(sandbox, name, region)
+                fresh = set(nodes) - {good, also_good, broken}
+                if good not in nodes and fresh:
+                    (new,) = fresh
+                    if not _tainted(nodes[new]):
+                        break
+                time.sleep(0.1)
+            assert new, "node auto repair replaced the node"
+            verdict = nodes[new]["metadata"].get("annotations", {}).get("fmctl.dev/verify", "")
+            assert verdict.startswith("passed "), nodes[new]
+            # `up --wait-healthy`: every node but the one that failed its gate is in service;
+            # it names that one.
+            waited = sandbox.fmctl(
+                "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy",
+                "--healthy-timeout", "3", timeout=300,
+            )  # fmt: skip
+            assert waited.returncode == 1, waited.stdout + waited.stderr
+            assert f"{broken} failed" in waited.stderr, waited.stderr
+        finally:
+            running.terminate()
+            log, _ = running.communicate(timeout=30)
+        assert f"{new}: passed, {TAINT} lifted" in log, log
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
