@@ -34,6 +34,11 @@ What it does, after kubernetes/autoscaler at cluster-autoscaler-1.34.5
 - Without provisioning requests: pods the scheduler placed nowhere (Pending, no node, no
   scheduling gate) get nodes in the first group that fits them, as many as they need
   beyond those still booting, within its maximum.
+- Startup taints (``--startup-taint`` keys, and keys prefixed
+  ``startup-taint.cluster-autoscaler.kubernetes.io/``; FAQ.md, "startup taints"): a node
+  carrying one is unready to it but counted as capacity about to come (booting), and as a
+  group's template it offers what it will once they are lifted; it is not scaled down
+  (the real one would after ``--scale-down-unready-time``, 20 minutes).
 
 Left out: expanders (the first group that fits), balancing, pods that block removal other
 than workloads', node info from ``eks:DescribeNodegroup``. Times are in the sandbox's
@@ -354,7 +359,10 @@ def _scale_up(scan: _Scan, view: View, groups: list[Group]) -> bool:
         if not fitting:
             continue
         per = min(_per_node(pod, node, offers) for pod in fitting)
-        booting = group.desired - sum(1 for n in view.nodes if n.group == group.nodegroup)
+        # A node with a startup taint is one still to come, as one booting is.
+        booting = group.desired - sum(
+            1 for n in view.nodes if n.group == group.nodegroup and not n.starting
+        )
         needed = math.ceil(len(fitting) / per) - max(booting, 0)
         wanted = min(group.desired + needed, group.maximum)
         if needed <= 0 or wanted <= group.desired:

@@ -31,6 +31,14 @@ class Flags:
     unneeded_seconds: float
     gpu_threshold: float
     provisioning: bool
+    #: ``--startup-taint`` keys (repeatable).
+    startup_taints: tuple[str, ...] = ()
+
+    def startup(self, key: str) -> bool:
+        """Is ``key`` a startup taint? Those of ``--startup-taint``, and every key with the
+        startup-taint (or the deprecated ignore-taint) prefix (cluster-autoscaler/FAQ.md,
+        "How does Cluster Autoscaler treat nodes with status/startup/ignore taints?")."""
+        return key in self.startup_taints or key.startswith(STARTUP_PREFIXES)
 
 
 def _duration(text: str) -> float:
@@ -63,8 +71,16 @@ def flags(deployment: dict[str, Any]) -> Flags | None:
             _duration(given.get("scale-down-unneeded-time", "10m")),
             float(given.get("scale-down-gpu-utilization-threshold", "0.5")),
             given.get("enable-provisioning-requests", "false") == "true",
+            tuple(a.split("=", 1)[1] for a in args if a.startswith("--startup-taint=")),
         )
     return None
+
+
+#: Taint key prefixes the autoscaler takes as startup taints.
+STARTUP_PREFIXES = (
+    "startup-taint.cluster-autoscaler.kubernetes.io/",
+    "ignore-taint.cluster-autoscaler.kubernetes.io/",
+)
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,8 @@ class Node:
     gpus_requested: Fraction
     only_daemons: bool
     ready: bool
+    #: It carries a startup taint: Ready to Kubernetes, about to be to the autoscaler.
+    starting: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,11 +162,18 @@ def read(c: Cluster) -> View | None:
             r: quantity(v) for r, v in ((obj.get("status") or {}).get("allocatable") or {}).items()
         }
         mine = used.get(name, {})
+        # As a template for the group, a node without its startup taints: what it offers
+        # once they are lifted.
+        sanitized = copy.deepcopy(obj)
+        taints = (sanitized.get("spec") or {}).get("taints") or []
+        kept = [t for t in taints if not found.startup(str(t.get("key", "")))]
+        if len(kept) != len(taints):
+            sanitized["spec"]["taints"] = kept
         nodes.append(
             Node(
                 name,
                 obj["metadata"].get("labels", {}).get("eks.amazonaws.com/nodegroup", ""),
-                copy.deepcopy(obj),
+                sanitized,
                 {r: alloc.get(r, Fraction(0)) - mine.get(r, Fraction(0)) for r in FITTED},
                 alloc.get(GPU, Fraction(0)),
                 mine.get(GPU, Fraction(0)),
@@ -156,7 +181,9 @@ def read(c: Cluster) -> View | None:
                 any(
                     x.get("type") == "Ready" and x.get("status") == "True"
                     for x in (obj.get("status") or {}).get("conditions") or []
-                ),
+                )
+                and len(kept) == len(taints),
+                len(kept) != len(taints),
             )
         )
     requests = []

@@ -59,10 +59,11 @@ from fmctl_sandbox.kube_model import (
     Hardware,
 )
 from fmctl_sandbox.kube_patch import merge_patch, strategic_patch, update_owners
+from fmctl_sandbox.kube_programs import Programs
 from fmctl_sandbox.kube_protocol import discovery, json_answer, load, target
 from fmctl_sandbox.kube_resources import JOBS, QUEUED, Served, served
 from fmctl_sandbox.kube_webhooks import refuse_by_webhook
-from fmctl_sandbox.kube_workloads import OWNER_KIND, reconcile_pods
+from fmctl_sandbox.kube_workloads import OWNER_KIND, OWNER_LABEL, reconcile_pods
 
 T = TypeVar("T")
 #: How a controller puts an object: (plural, namespace, object).
@@ -91,6 +92,8 @@ class KubeServer:
     versions: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     #: A folder of the tools the nodes' pods run (see ``kube_jobs``); None: pods fail.
     node_tools: str | None = None
+    #: The in-cluster programs the sandbox runs for Deployments (``kube_programs``).
+    programs: Programs = field(default_factory=Programs)
 
     # -- what the EKS shim calls -------------------------------------------------------
     def ensure(self, cluster: str, name: str, version: str = "1.33") -> None:
@@ -119,6 +122,7 @@ class KubeServer:
         """The cluster was deleted."""
         with self.lock:
             self.clusters.pop(cluster, None)
+            self.programs.stop_cluster(cluster)
 
     def sync(self, cluster: str, nodegroup: str, nodes: list[dict[str, Any]]) -> None:
         """A node group's nodes are these (each {name, labels, taints, gpus, efa,
@@ -166,10 +170,14 @@ class KubeServer:
                 spec = {"taints": taints, "providerID": n.get("provider_id", "")}
                 if ((existing or {}).get("spec") or {}).get("unschedulable"):
                     spec["unschedulable"] = True  # a cordon outlives the group's changes
+                meta: dict[str, Any] = {"name": n["name"], "labels": labels}
+                notes = (existing or {}).get("metadata", {}).get("annotations")
+                if notes:
+                    meta["annotations"] = notes  # others' annotations stay, as labels do
                 node = {
                     "apiVersion": "v1",
                     "kind": "Node",
-                    "metadata": {"name": n["name"], "labels": labels},
+                    "metadata": meta,
                     "spec": spec,
                     "status": status,
                 }
@@ -283,12 +291,17 @@ class KubeServer:
         try:
             with self.lock:
                 c = self.clusters.get(cluster)
-                refused = authenticate(c.name if c is not None else "")
-                if refused is not None:
-                    raise ApiError(401, "Unauthorized", refused)
+                # A program the sandbox runs in the cluster (kube_programs) comes with its
+                # service account's token; anyone else with an EKS token.
+                if not self.programs.accepts(cluster, headers.get("authorization", "")):
+                    refused = authenticate(c.name if c is not None else "")
+                    if refused is not None:
+                        raise ApiError(401, "Unauthorized", refused)
                 if c is None:
                     raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
+                if method != "GET":
+                    self.programs.sync(cluster, c)
                 if isinstance(answer, str):  # a pod's log
                     return 200, {"Content-Type": "text/plain"}, answer.encode()
                 return json_answer(201 if method == "POST" else 200, answer)
@@ -392,6 +405,11 @@ class KubeServer:
         container = container or names[0]
         if container not in names:
             raise ApiError(400, "BadRequest", f"container {container} is not valid for pod {name}")
+        owner = (pod["metadata"].get("labels") or {}).get(OWNER_LABEL, "")
+        if owner.startswith("deployments."):
+            # A Deployment's pod the sandbox runs as a program: what the program printed.
+            endpoint = next((k for k, v in self.clusters.items() if v is c), "")
+            return self.programs.log(endpoint, namespace, owner.removeprefix("deployments."))
         return c.logs.get((namespace, name), {}).get(container, "")
 
     def _get(self, c: Cluster, plural: str, namespace: str, name: str) -> dict[str, Any]:

@@ -197,9 +197,9 @@ def _run_container(
         field_path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         env[item["name"]] = node if field_path == "spec.nodeName" else str(item.get("value", ""))
     with tempfile.TemporaryDirectory(prefix="fmctl-kubelet-") as scratch:
-        mounts = _mount(c, pod, container, Path(scratch))
+        mounts = mount_config_maps(c, pod, container, Path(scratch))
         command = [
-            _remap(_expand(arg, env), mounts)
+            remap(_expand(arg, env), mounts)
             for arg in [*(container.get("command") or []), *(container.get("args") or [])]
         ]
         try:
@@ -217,23 +217,31 @@ def _run_container(
     return done.stdout + done.stderr, done.returncode == 0
 
 
-def _mount(
+def mount_config_maps(
     c: Cluster, pod: dict[str, Any], container: dict[str, Any], scratch: Path
 ) -> dict[str, Path]:
-    """ConfigMap volumes as folders in ``scratch``: mount path -> folder."""
+    """The container's ConfigMap volumes as folders in ``scratch``: mount path -> folder
+    (or, for a ``subPath`` mount, the file). A volume's ``items`` choose its keys and the
+    paths they take, as the kubelet lays them out; without them every key is a file."""
     volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
     mounts: dict[str, Path] = {}
-    for mount in container.get("volumeMounts") or []:
+    for index, mount in enumerate(container.get("volumeMounts") or []):
         volume = volumes.get(mount["name"], {})
         source = volume.get("configMap")
         if source is None:
             continue
-        folder = scratch / mount["name"]
+        folder = scratch / f"{mount['name']}-{index}"
         folder.mkdir()
         config = c.objects.get(("configmaps", pod["metadata"]["namespace"], source["name"]))
-        for name, text in ((config or {}).get("data") or {}).items():
-            (folder / name).write_text(text)
-        mounts[mount["mountPath"].rstrip("/")] = folder
+        data = (config or {}).get("data") or {}
+        items = source.get("items")
+        paths = {i["key"]: i["path"] for i in items} if items else {k: k for k in data}
+        for key, path in paths.items():
+            if key in data:
+                (folder / path).parent.mkdir(parents=True, exist_ok=True)
+                (folder / path).write_text(data[key])
+        sub = mount.get("subPath")
+        mounts[mount["mountPath"].rstrip("/")] = folder / sub if sub else folder
     return mounts
 
 
@@ -242,7 +250,12 @@ def _expand(arg: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
 
 
-def _remap(arg: str, mounts: dict[str, Path]) -> str:
+def remap(arg: str, mounts: dict[str, Path]) -> str:
+    """``arg`` with a path under a mount point pointed at the mount's folder (the value of
+    a ``--flag=PATH`` argument too)."""
+    flag, equals, value = arg.partition("=")
+    if equals and flag.startswith("-"):
+        return f"{flag}={remap(value, mounts)}"
     for mount_path, folder in mounts.items():
         if arg == mount_path or arg.startswith(mount_path + "/"):
             return str(folder) + arg[len(mount_path) :]

@@ -10,7 +10,8 @@ it is Pending and Unschedulable.
 A pod whose node is gone (drained: a node group scaled in, replaced by a version update or
 deleted) or that no longer matches its template is deleted, and its controller makes it
 again where it fits: what `kubectl drain` and a rolling update do. The pods do not run
-anything (the kubelet runs Job pods only: ``kube_jobs``).
+anything (the kubelet runs Job pods, ``kube_jobs``, and the sandbox runs a Deployment of a
+Python program as a process of its own, ``kube_programs``: its pod's log is the program's).
 """
 
 from __future__ import annotations

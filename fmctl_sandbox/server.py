@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -230,6 +231,10 @@ class Emulator:
             if k.startswith("HTTP_")
         }
         headers["content-type"] = environ.get("CONTENT_TYPE", "")
+        programs = self.shims.kube.programs
+        if not programs.base_url:
+            # The address and certificate the in-cluster programs reach the API by.
+            programs.base_url, programs.ca_path = _base_url(environ), self.ca_path
         self.shims.tick()
         status, out_headers, payload = self.shims.kube.handle(
             endpoint,
@@ -444,7 +449,12 @@ def serve(
             {"port": server.server_port, "pid": os.getpid(), "scale": scale, "ca": str(cert)}, fh
         )
     os.replace(tmp, ready_file)
-    server.serve_forever()
+    # Stopped by SIGTERM (daemon.stop): the in-cluster programs stop with the sandbox.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        server.serve_forever()
+    finally:
+        app.shims.kube.programs.stop_all()
 
 
 def arguments() -> argparse.Namespace:

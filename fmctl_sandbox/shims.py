@@ -139,6 +139,10 @@ class Shims:
     #: AWS Budgets, with a spend the sandbox sets (``budgets``).
     budgets: Budgets = field(default_factory=Budgets)
 
+    def __post_init__(self) -> None:
+        # The in-cluster programs' intervals run on the sandbox's clock too.
+        self.kube.programs.scale = self.scale
+
     def world(self, account: str) -> World:
         """The state of ``account``, made on first use (call under the lock)."""
         found = self.worlds.get(account)

@@ -40,6 +40,7 @@ SANDBOX_FILES = {
     "kube_kueue_model.py",
     "kube_model.py",
     "kube_patch.py",
+    "kube_programs.py",
     "kube_protocol.py",
     "kube_resources.py",
     "kube_webhooks.py",

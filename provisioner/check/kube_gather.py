@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from provisioner.check.health_gather import UNVERIFIED_TAINT, VERDICT_ANNOTATION
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers import yamlio
 from provisioner.drivers.kube import KubeApi
@@ -60,6 +61,9 @@ class NodeState:
     efa: int
     #: Pods (namespace/name), not a DaemonSet's, that hold its GPUs or EFA devices.
     busy_with: tuple[str, ...] = ()
+    #: Why the verify gate holds it out of service ("" when it does not): it carries the
+    #: gate's startup taint, with the verify controller's verdict if there is one.
+    unverified: str = ""
 
 
 @dataclass
@@ -110,9 +114,22 @@ def node_states(nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]])
                 gpus=int(allocatable.get(GPU, 0)),
                 efa=int(allocatable.get(EFA, 0)),
                 busy_with=tuple(sorted(holders.get(meta["name"], []))),
+                unverified=_unverified(node),
             )
         )
     return states
+
+
+def _unverified(node: dict[str, Any]) -> str:
+    """Why the verify gate keeps the node out of service, or "" (health.verify.kubernetesGate:
+    the check's pods do not tolerate the gate's taint, so they would never land there)."""
+    taints = {t.get("key") for t in node.get("spec", {}).get("taints") or []}
+    if UNVERIFIED_TAINT not in taints:
+        return ""
+    verdict = str((node["metadata"].get("annotations") or {}).get(VERDICT_ANNOTATION, ""))
+    if verdict.startswith("failed"):
+        return f"failed its verify gate ({verdict.split(': ', 1)[-1]})"
+    return "not verified yet (the verify gate runs on it)"
 
 
 def select(states: Iterable[NodeState], pools: Iterable[str], include_busy: bool) -> Selection:
@@ -127,6 +144,8 @@ def select(states: Iterable[NodeState], pools: Iterable[str], include_busy: bool
             why = "not Ready"
         elif node.cordoned:
             why = "cordoned"
+        elif node.unverified:
+            why = node.unverified
         elif node.gpus == 0:
             why = "advertises no GPUs (is the NVIDIA device plugin running there?)"
         elif node.busy_with and not include_busy:

@@ -445,3 +445,55 @@ def test_without_kueue_pending_pods_bring_nodes(sandbox: Sandbox, tmp_path: Path
         down = sandbox.fmctl("down", NAME, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
     assert raw_leftovers(sandbox, NAME, region) == []
+
+
+def test_a_node_with_a_startup_taint_is_capacity_about_to_come() -> None:
+    """The sandbox's autoscaler reads a startup taint as the real one (its FAQ, "startup
+    taints"): the node is unready to it and counted as coming, and as its group's template
+    it offers what it will once the taint is lifted. Other taints stay; without the flag,
+    fmctl's taint is an ordinary one."""
+    from fmctl_sandbox.eks_autoscaler_view import read
+    from fmctl_sandbox.kube_model import Cluster
+
+    def deployment(*extra: str) -> dict[str, Any]:
+        container = {
+            "name": "cluster-autoscaler",
+            "image": "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5",
+            "command": ["./cluster-autoscaler", "--cloud-provider=aws", *extra],
+        }
+        return {
+            "metadata": {"name": "cluster-autoscaler", "namespace": "kube-system"},
+            "spec": {"template": {"spec": {"containers": [container]}}},
+            "status": {"availableReplicas": 1},
+        }
+
+    def node(name: str, *keys: str) -> dict[str, Any]:
+        return {
+            "metadata": {"name": name, "labels": {"eks.amazonaws.com/nodegroup": "gpu"}},
+            "spec": {"taints": [{"key": k, "value": "true", "effect": "NoSchedule"} for k in keys]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    c = Cluster("demo")
+    c.objects[("nodes", "", "a")] = node("a", "nvidia.com/gpu", "fmctl.dev/unverified")
+    c.objects[("nodes", "", "b")] = node("b", "nvidia.com/gpu")
+    c.objects[("nodes", "", "c")] = node(
+        "c", "startup-taint.cluster-autoscaler.kubernetes.io/disk", "nvidia.com/gpu"
+    )
+    for flags, starting in (
+        (("--startup-taint=fmctl.dev/unverified",), {"a", "c"}),
+        ((), {"c"}),
+    ):
+        c.objects[("deployments", "kube-system", "cluster-autoscaler")] = deployment(*flags)
+        view = read(c)
+        assert view is not None
+        nodes = {n.name: n for n in view.nodes}
+        assert {n for n, x in nodes.items() if x.starting} == starting
+        assert {n for n, x in nodes.items() if x.ready} == {"a", "b", "c"} - starting
+        for name in starting:
+            keys = [t["key"] for t in nodes[name].obj["spec"]["taints"]]
+            assert keys == ["nvidia.com/gpu"]
+    assert [t["key"] for t in nodes["a"].obj["spec"]["taints"]] == [
+        "nvidia.com/gpu",
+        "fmctl.dev/unverified",
+    ]

@@ -16,11 +16,10 @@ tests/render/test_verify_gate.py checks what the role allows.
 
 from __future__ import annotations
 
-import base64
 import json
-import subprocess
-import sys
+import ssl
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import yaml
 
 from tests.check import fakes
 from tests.conftest import ROOT
-from tests.engine.harness import Sandbox, kube_client, owned, region_of
+from tests.engine.harness import Sandbox, kube_client, owned, region_of, until
 
 DATA, REAL = ROOT / "tests/data/check", ROOT / "tests/data/real"
 TAINT = "fmctl.dev/unverified"
@@ -81,54 +80,6 @@ def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
     sandbox.node_tools(None)
 
 
-def _command(sandbox: Sandbox, name: str, region: str, where: Path) -> list[str]:
-    """The shipped controller, as its pod would run it: the cluster's API, a bearer token
-    and the cluster's CA, and the Job templates `up` applied."""
-    from provisioner.drivers.eks_auth import token
-
-    aws = sandbox.aws(region)
-    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
-    account = where / "account"
-    account.mkdir(exist_ok=True)
-    (account / "token").write_text(token(aws, name))
-    (account / "ca.crt").write_bytes(base64.b64decode(cluster["certificateAuthority"]["data"]))
-    api = kube_client(sandbox, name, region)
-    try:
-        config = api.get("v1", "ConfigMap", "fmctl-verify-controller", "fmctl-system")
-    finally:
-        api.close()
-    assert config is not None
-    jobs = where / "jobs"
-    jobs.mkdir(exist_ok=True)
-    for key, text in config["data"].items():
-        if key.endswith(".json"):
-            (jobs / key).write_text(text)
-    # The controller `up` shipped is the one in the repository, byte for byte.
-    script = where / "verify_controller.py"
-    script.write_text(config["data"]["verify_controller.py"])
-    assert script.read_text() == CONTROLLER.read_text()
-    return [
-        sys.executable,
-        str(script),
-        f"--server={cluster['endpoint']}",
-        f"--account={account}",
-        f"--templates={jobs}",
-    ]
-
-
-def _controller(sandbox: Sandbox, name: str, region: str, where: Path) -> str:
-    """One pass of the controller; what it said."""
-    run = subprocess.run(
-        [*_command(sandbox, name, region, where), "--once"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    return run.stdout
-
-
 def _nodes(sandbox: Sandbox, name: str, region: str) -> dict[str, dict[str, Any]]:
     api = kube_client(sandbox, name, region)
     try:
@@ -143,6 +94,46 @@ def _tainted(node: dict[str, Any]) -> bool:
     return any(t["key"] == TAINT for t in node["spec"].get("taints") or [])
 
 
+def _verdicts(sandbox: Sandbox, name: str, region: str) -> dict[str, str]:
+    """Each GPU node's verdict ("" while it has none)."""
+    return {
+        node: (n["metadata"].get("annotations") or {}).get("fmctl.dev/verify", "")
+        for node, n in _nodes(sandbox, name, region).items()
+    }
+
+
+def _clear(sandbox: Sandbox, name: str, region: str, node: str) -> None:
+    """What a person does to have a failed node tried again (`kubectl annotate node NODE
+    fmctl.dev/verify-`): a merge patch that removes the verdict."""
+    from provisioner.drivers.eks_auth import token
+
+    aws = sandbox.aws(region)
+    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
+    request = urllib.request.Request(
+        f"{cluster['endpoint']}/api/v1/nodes/{node}?fieldManager=kubectl-annotate",
+        data=json.dumps({"metadata": {"annotations": {"fmctl.dev/verify": None}}}).encode(),
+        method="PATCH",
+        headers={
+            "Authorization": f"Bearer {token(aws, name)}",
+            "Content-Type": "application/merge-patch+json",
+        },
+    )
+    context = ssl.create_default_context(cafile=sandbox.info["ca"])
+    with urllib.request.urlopen(request, context=context, timeout=30) as reply:
+        assert reply.status == 200
+
+
+def _settle(sandbox: Sandbox, name: str, region: str, done: Any, seconds: float = 120) -> Any:
+    """Wait for the controller (the sandbox runs it) to reach ``done(verdicts)``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        verdicts = _verdicts(sandbox, name, region)
+        if done(verdicts):
+            return verdicts
+        assert time.monotonic() < deadline, verdicts
+        time.sleep(0.2)
+
+
 def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_path: Path) -> None:
     name = "e2e-verify-eks"
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
@@ -152,52 +143,78 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     region = region_of(spec)
+    # First without tools on the nodes: nothing can pass the gate.
+    sandbox.node_tools(None)
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert up.returncode == 0, up.stdout + up.stderr
     try:
+        # The controller `up` deployed runs (the sandbox runs its Deployment's program,
+        # the very script in its ConfigMap), starts a Job per node, and records each failure.
+        api = kube_client(sandbox, name, region)
+        try:
+            config = api.get("v1", "ConfigMap", "fmctl-verify-controller", "fmctl-system")
+        finally:
+            api.close()
+        assert config is not None
+        assert config["data"]["verify_controller.py"] == CONTROLLER.read_text()
+        verdicts = _settle(
+            sandbox,
+            name,
+            region,
+            lambda v: len(v) == 3 and all(x.startswith("failed") for x in v.values()),
+        )
         nodes = _nodes(sandbox, name, region)
-        assert len(nodes) == 3 and all(_tainted(n) for n in nodes.values())
-        good, also_good, broken = sorted(nodes)
-        (tools / "broken").write_text(broken + "\n")
+        assert all(_tainted(n) for n in nodes.values())
+        assert all(v.endswith(": its Job failed") for v in verdicts.values()), verdicts
         health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
         assert health.stdout, health.stderr
         states = {n["name"]: n["state"] for n in json.loads(health.stdout)["nodes"]}
-        assert states == dict.fromkeys(nodes, "verifying"), health.stdout + health.stderr
+        assert states == dict.fromkeys(nodes, "failed"), health.stdout
 
-        # First pass: a Job per node, pinned to it, holding all its GPUs and EFA devices.
-        said = _controller(sandbox, name, region, tmp_path)
-        assert said.count(": verifying (Job fmctl-verify-") == 3, said
-        # Second pass: the Jobs have run; their verdicts are acted on.
-        said = _controller(sandbox, name, region, tmp_path)
-        assert f"{good}: passed, {TAINT} lifted" in said, said
-        assert f"{broken}: failed, kept out of service: FAIL gpus: 7 of 8" in said, said
-
+        # The nodes' tools now answer (one node with a GPU fallen off the bus); a person
+        # clears the verdicts, and the controller tries each node again.
+        good, also_good, broken = sorted(nodes)
+        (tools / "broken").write_text(broken + "\n")
+        sandbox.node_tools(tools / "tools")
+        for node in nodes:
+            _clear(sandbox, name, region, node)
+        verdicts = _settle(
+            sandbox,
+            name,
+            region,
+            lambda v: (
+                all(x.startswith(("passed", "failed")) for x in v.values())
+                and sum(x.startswith("passed") for x in v.values()) == 2
+            ),
+        )
         nodes = _nodes(sandbox, name, region)
         for ok in (good, also_good):
             assert not _tainted(nodes[ok])
-            assert nodes[ok]["metadata"]["annotations"]["fmctl.dev/verify"].startswith("passed ")
+            assert verdicts[ok].startswith("passed ")
             # The node's other taint (GPU work only) is untouched.
             assert [t["key"] for t in nodes[ok]["spec"]["taints"]] == ["nvidia.com/gpu"]
         assert _tainted(nodes[broken])
-        verdict = nodes[broken]["metadata"]["annotations"]["fmctl.dev/verify"]
-        assert verdict.startswith("failed ") and "FAIL gpus: 7 of 8" in verdict
+        assert verdicts[broken].startswith("failed ") and "FAIL gpus: 7 of 8" in verdicts[broken]
         # The EFA loopback ran on every device of the nodes (16 on p5en), one at a time.
         loops = (tools / "pingpong").read_text().splitlines()
         assert sum(1 for line in loops if line.startswith(good + " ")) == 16
-
-        # A third pass changes nothing: the failed node is not tried again.
-        said = _controller(sandbox, name, region, tmp_path)
-        assert "verifying" not in said and "passed" not in said, said
+        # No Job is left: a pass's is deleted at once, a failure's once it is on the node.
         api = kube_client(sandbox, name, region)
         try:
-            left = [
-                j["metadata"]["annotations"]["fmctl.dev/node"]
-                for j in api.list("batch/v1", "Job", "fmctl-system")
-                if j["metadata"]["name"].startswith("fmctl-verify-")
+            left = [j["metadata"]["name"] for j in api.list("batch/v1", "Job", "fmctl-system")]
+            (pod,) = [
+                p["metadata"]["name"]
+                for p in api.list("v1", "Pod", "fmctl-system")
+                if p["metadata"]["name"].startswith("fmctl-verify-")
+                and "batch.kubernetes.io/job-name" not in p["metadata"].get("labels", {})
             ]
+            said = api.logs("fmctl-system", pod)
         finally:
             api.close()
-        assert left == [broken]  # kept for its logs; the passed ones' are deleted
+        assert left == []
+        # The controller's log, as `kubectl logs deploy/fmctl-verify` shows it.
+        assert f"{good}: passed, {TAINT} lifted" in said, said
+        assert f"{broken}: failed, kept out of service: FAIL gpus: 7 of 8" in said, said
 
         health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
         report = json.loads(health.stdout)
@@ -208,40 +225,114 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
 
         # The loop closed: a GPU falls off the bus on a verified node; the node monitoring
         # agent reports it, node auto repair replaces the node, and the replacement joins
-        # tainted and takes work only once the controller (running now) has verified it.
-        running = subprocess.Popen(
-            [*_command(sandbox, name, region, tmp_path), "--interval=0.2"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        # tainted and takes work only once the controller has verified it.
+        said = sandbox.fmctl("sandbox", "fault", name, good, "--xid", "79", "--region", region)
+        assert said.returncode == 0, said.stdout + said.stderr
+        verdicts = _settle(
+            sandbox,
+            name,
+            region,
+            lambda v: (
+                good not in v
+                and len(v) == 3
+                and all(x.startswith(("passed", "failed")) for x in v.values())
+            ),
         )
+        (new,) = set(verdicts) - {also_good, broken}
+        assert verdicts[new].startswith("passed "), verdicts
+        assert not _tainted(_nodes(sandbox, name, region)[new])
+        # `up --wait-healthy`: every node but the one that failed its gate is in service;
+        # it names that one.
+        waited = sandbox.fmctl(
+            "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy",
+            "--healthy-timeout", "3", timeout=300,
+        )  # fmt: skip
+        assert waited.returncode == 1, waited.stdout + waited.stderr
+        assert f"{broken} failed" in waited.stderr, waited.stderr
+        endpoint = (
+            sandbox.aws(region).client("eks").describe_cluster(name=name)["cluster"]["endpoint"]
+        )
+        assert [p for p in _programs() if f"--server={endpoint} " in p], _programs()
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert owned(sandbox, name, region) == []
+    # The controller stopped with its cluster: no process of it is left on the machine.
+    assert not [p for p in _programs() if f"--server={endpoint} " in p], _programs()
+
+
+def _programs() -> list[str]:
+    """The command lines of the programs the sandbox runs for clusters."""
+    out = []
+    for proc in Path("/proc").iterdir():
         try:
-            said = sandbox.fmctl("sandbox", "fault", name, good, "--xid", "79", "--region", region)
-            assert said.returncode == 0, said.stdout + said.stderr
-            deadline, new = time.monotonic() + 120, ""
-            while time.monotonic() < deadline:
-                nodes = _nodes(sandbox, name, region)
-                fresh = set(nodes) - {good, also_good, broken}
-                if good not in nodes and fresh:
-                    (new,) = fresh
-                    if not _tainted(nodes[new]):
-                        break
-                time.sleep(0.1)
-            assert new, "node auto repair replaced the node"
-            verdict = nodes[new]["metadata"].get("annotations", {}).get("fmctl.dev/verify", "")
-            assert verdict.startswith("passed "), nodes[new]
-            # `up --wait-healthy`: every node but the one that failed its gate is in service;
-            # it names that one.
-            waited = sandbox.fmctl(
-                "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy",
-                "--healthy-timeout", "3", timeout=300,
+            line = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "fmctl-program-" in line:
+            out.append(line)
+    return out
+
+
+def test_the_autoscaler_counts_nodes_being_verified_as_coming(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    """An autoscaled pool with the gate: a job that fits no node (the pool idled to zero)
+    brings as many nodes as it needs and no more, though they join tainted and its pods stay
+    pending while they are verified; it runs once they have passed. (How the autoscaler
+    reads the taint, --startup-taint, is test_autoscaler's
+    test_a_node_with_a_startup_taint_is_capacity_about_to_come.)"""
+    from tests.engine.test_kueue import _docs, _rendered
+
+    name = "e2e-verify-scale"
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["compute"]["gpuPools"][0]["count"] = 2
+    data["storage"] = {}  # no FSx: not what this test is about
+    data["cost"] = {"idle": {"after": "10m", "action": "scale-down"}}
+    data["kubernetes"]["queueing"] = "none"
+    data["health"] = {"verify": {"kubernetesGate": True, "efaLoopback": False}}
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    torchrun = tools / "tools" / "torchrun"
+    torchrun.write_text("#!/bin/sh\nexit 0\n")
+    torchrun.chmod(0o755)
+    eks = sandbox.aws(region).client("eks")
+
+    def desired() -> int:
+        group = eks.describe_nodegroup(clusterName=name, nodegroupName="gpu")["nodegroup"]
+        return int(group["scalingConfig"]["desiredSize"])
+
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        # up's NCCL test runs once the nodes pass; then they idle and go.
+        until("the nodes to go", lambda: desired() == 0, 180)
+        api = kube_client(sandbox, name, region)
+        try:
+            job = next(
+                d for d in _docs(_rendered(spec)["kubernetes/nccl-test/job.yaml"])
+                if d["kind"] == "Job"
             )  # fmt: skip
-            assert waited.returncode == 1, waited.stdout + waited.stderr
-            assert f"{broken} failed" in waited.stderr, waited.stderr
+            job["metadata"]["name"] = "nccl-again"
+            job["spec"]["suspend"] = False
+            api.apply(job)
+            most = 0
+
+            def ran() -> bool:
+                nonlocal most
+                most = max(most, desired())
+                found = api.get("batch/v1", "Job", "nccl-again", "training") or {}
+                states = (found.get("status") or {}).get("conditions") or []
+                return any(c["type"] == "Complete" and c["status"] == "True" for c in states)
+
+            until("the job to run on nodes brought and verified for it", ran, 180)
         finally:
-            running.terminate()
-            log, _ = running.communicate(timeout=30)
-        assert f"{new}: passed, {TAINT} lifted" in log, log
+            api.close()
+        assert most == 2, f"the autoscaler asked for {most} nodes for a 2-node job"
+        verdicts = _verdicts(sandbox, name, region)
+        assert len(verdicts) == 2 and all(v.startswith("passed ") for v in verdicts.values())
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr

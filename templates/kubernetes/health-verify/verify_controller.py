@@ -13,8 +13,8 @@ The GPU node groups register their nodes with the taint ``fmctl.dev/unverified:N
   node, in one merge patch conditioned on the node's resourceVersion (a node changed since it
   was read is looked at again next pass, not overwritten), then deletes the Job;
 - on its failure, records ``fmctl.dev/verify: failed TIME: WHAT`` (the FAIL lines of the
-  Job's logs) and leaves the taint: the node takes no work, and is not tried again until a
-  person removes the annotation (or the node is replaced: a new node has none);
+  Job's logs), deletes the Job and leaves the taint: the node takes no work, and is not tried
+  again until a person removes the annotation (or the node is replaced: a new node has none);
 - deletes its Jobs whose node is gone or no longer tainted.
 
 A Job is named after the node's uid, not its name: EC2 reuses private IP addresses, so a
@@ -48,6 +48,8 @@ APP = "fmctl-verify"
 #: What fmctl's rendered Job template says where the Job's name and node go.
 NAME_STANDIN, NODE_STANDIN = "fmctl-job-name-standin", "fmctl-node-name-standin"
 ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: Passes that may fail in a row before the controller exits.
+GIVE_UP = 20
 
 
 class ApiError(Exception):
@@ -197,6 +199,8 @@ class Controller:
         elif outcome == "Failed":
             what = self.failures(name) or "its Job failed"
             self.verdict(node, f"failed {now()}: {what}", lift=False)
+            # What failed is on the node now; a person who clears the verdict gets a new run.
+            self.delete(jobs_path, name)
             self.say(f"{meta['name']}: failed, kept out of service: {what}")
 
     def verdict(self, node: dict[str, Any], text: str, lift: bool) -> None:
@@ -268,14 +272,22 @@ def main(argv: list[str] | None = None) -> int:
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     api = Api(server, opts.account)
     controller = Controller(api, opts.namespace, load_templates(opts.templates))
+    failed = 0
     while True:
         try:
             controller.run_pass()
         except (ApiError, OSError) as err:
+            failed += 1
             controller.say(f"pass failed: {err} (next pass tries again)")
             if opts.once:
                 return 1
+            if failed >= GIVE_UP:
+                # Its kubelet starts it again (with back-off); a process whose API has
+                # gone for good (a sandbox stopped under it) ends.
+                controller.say(f"{failed} passes failed in a row: exiting")
+                return 1
         else:
+            failed = 0
             if opts.alive is not None:
                 opts.alive.touch()
         if opts.once:

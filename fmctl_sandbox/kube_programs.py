@@ -1,0 +1,204 @@
+"""Programs the sandbox runs for its clusters' Deployments, as a kubelet runs their pods.
+
+A Deployment whose pod has one container, of a Python image (``.../python:TAG``), whose
+command starts with ``python3`` runs as a process of the sandbox's own Python for as long as
+the Deployment is there: so an in-cluster controller (fmctl's verify controller) acts on
+the sandbox's API as it would from its pod. Other Deployments' pods are only reported ready
+(``kube_controllers``).
+
+What the process gets, as the kubelet gives a pod: the container's env and its ConfigMap
+volumes (``items`` and ``subPath`` honoured) in a folder of its own, paths under their
+mount points pointed there, and a service account token the sandbox's API takes for that
+cluster (``KubeServer.handle``). What a pod would not be told, the sandbox adds at the end
+of its command: ``--server`` and ``--account`` (its API lives under a path, which
+KUBERNETES_SERVICE_HOST cannot say; the token and ``ca.crt`` are in a folder of the
+process's own), and, to a program that takes ``--interval=SECONDS``, that interval on the
+sandbox's clock (scaled as AWS's waits are, at least half a second).
+
+A process is started again when it has exited or its Deployment or ConfigMaps changed (at
+the next write to the cluster's API), and stopped when its Deployment or cluster goes or the
+sandbox stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fmctl_sandbox.kube_jobs import mount_config_maps, remap
+from fmctl_sandbox.kube_model import Cluster
+
+#: The shortest interval a program is given (each pass holds the sandbox's API a moment).
+MIN_INTERVAL = 0.5
+#: A process that exited is started again no sooner than this.
+RESTART_AFTER = 1.0
+
+Key = tuple[str, str, str]
+
+
+@dataclass
+class Program:
+    """One running program: its process, its folder, what it was started from."""
+
+    process: subprocess.Popen[bytes]
+    folder: Path
+    fingerprint: str
+    token: str
+    started: float
+
+
+@dataclass
+class Programs:
+    """The programs of every cluster, by (endpoint, namespace, Deployment)."""
+
+    #: The sandbox's own address and certificate, and its clock (``Shims.scale``).
+    base_url: str = ""
+    ca_path: str = ""
+    scale: float = 0.0
+    running: dict[Key, Program] = field(default_factory=dict)
+
+    def accepts(self, endpoint: str, authorization: str) -> bool:
+        """Is this the token of a program of the cluster at ``endpoint``?"""
+        token = authorization.removeprefix("Bearer ").strip()
+        return bool(token) and any(
+            key[0] == endpoint and secrets.compare_digest(p.token, token)
+            for key, p in self.running.items()
+        )
+
+    def sync(self, endpoint: str, c: Cluster) -> None:
+        """Run what the cluster's Deployments say, and nothing else."""
+        if not self.base_url:
+            return
+        wanted = {
+            (endpoint, ns, name): obj
+            for (plural, ns, name), obj in c.objects.items()
+            if plural == "deployments" and _runnable(obj) is not None
+        }
+        for key in [k for k in self.running if k[0] == endpoint]:
+            program = self.running[key]
+            obj = wanted.get(key)
+            exited = program.process.poll() is not None
+            if (
+                obj is None
+                or program.fingerprint != _fingerprint(c, obj)
+                or (exited and time.monotonic() - program.started > RESTART_AFTER)
+            ):
+                self.stop(key)
+        for key, obj in wanted.items():
+            if key not in self.running:
+                self.running[key] = self._start(key, c, obj)
+
+    def log(self, endpoint: str, namespace: str, deployment: str) -> str:
+        """What the Deployment's program has printed so far ("" if it runs none)."""
+        program = self.running.get((endpoint, namespace, deployment))
+        if program is None:
+            return ""
+        try:
+            return (program.folder / "log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop_cluster(self, endpoint: str) -> None:
+        """Stop the programs of a cluster that is gone."""
+        for key in [k for k in self.running if k[0] == endpoint]:
+            self.stop(key)
+
+    def stop_all(self) -> None:
+        """Stop every program (the sandbox is stopping)."""
+        for key in list(self.running):
+            self.stop(key)
+
+    def stop(self, key: Key) -> None:
+        """Stop one program and remove its folder (its token with it)."""
+        program = self.running.pop(key)
+        if program.process.poll() is None:
+            program.process.terminate()
+            try:
+                program.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                program.process.kill()
+                program.process.wait()
+        shutil.rmtree(program.folder, ignore_errors=True)
+
+    def _start(self, key: Key, c: Cluster, obj: dict[str, Any]) -> Program:
+        endpoint, namespace, _ = key
+        pod = obj["spec"]["template"]
+        container = _runnable(obj)
+        assert container is not None
+        # A folder only this user reads (mkdtemp: 0700): the token is in it.
+        folder = Path(tempfile.mkdtemp(prefix="fmctl-program-"))
+        pod_in_ns = {"metadata": {"namespace": namespace}, "spec": pod.get("spec") or {}}
+        mounts = mount_config_maps(c, pod_in_ns, container, folder)
+        account = folder / "serviceaccount"
+        account.mkdir(mode=0o700)
+        token = secrets.token_urlsafe(32)
+        (account / "token").write_text(token)
+        (account / "token").chmod(0o600)
+        shutil.copyfile(self.ca_path, account / "ca.crt")
+        env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+        for item in container.get("env") or []:
+            if "value" in item:
+                env[item["name"]] = str(item["value"])
+        command = [
+            remap(arg, mounts)
+            for arg in [*(container.get("command") or []), *(container.get("args") or [])]
+        ]
+        command[0] = sys.executable
+        command += [f"--server={self.base_url}/k8s/{endpoint}", f"--account={account}"]
+        interval = next(
+            (float(a.split("=", 1)[1]) for a in reversed(command) if a.startswith("--interval=")),
+            None,
+        )
+        if interval is not None:
+            command.append(f"--interval={max(MIN_INTERVAL, interval * self.scale)}")
+        log = (folder / "log").open("wb")
+        process = subprocess.Popen(
+            command,
+            env=env,
+            cwd=folder,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return Program(process, folder, _fingerprint(c, obj), token, time.monotonic())
+
+
+def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The Deployment's one container, if the sandbox runs it (a Python image's python3)."""
+    spec = obj.get("spec") or {}
+    if int(spec.get("replicas", 1) or 0) < 1:
+        return None
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    if len(containers) != 1:
+        return None
+    (container,) = containers
+    command = container.get("command") or []
+    image = str(container.get("image", ""))
+    if "/python:" not in image or not command or command[0] not in ("python3", "python"):
+        return None
+    return dict(container)
+
+
+def _fingerprint(c: Cluster, obj: dict[str, Any]) -> str:
+    """What the process was started from: the pod template and its ConfigMaps' data."""
+    namespace = obj["metadata"].get("namespace", "")
+    pod = (obj.get("spec") or {}).get("template") or {}
+    maps = sorted(
+        (v.get("configMap") or {}).get("name", "")
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if v.get("configMap")
+    )
+    data = [(c.objects.get(("configmaps", namespace, m)) or {}).get("data") for m in maps]
+    text = json.dumps([pod, data], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
