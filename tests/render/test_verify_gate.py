@@ -98,6 +98,10 @@ def test_the_controller_and_its_jobs_pass_the_official_schemas(tmp_path: Path) -
     source = ROOT / "templates/kubernetes/health-verify/verify_controller.py"
     assert code["data"]["verify_controller.py"] == source.read_text()
     assert job["metadata"]["name"] == "fmctl-job-name-standin"
+    # The controller's Jobs are not `up`'s to list or prune (kube_stack reads the objects
+    # labelled as the cluster's as what it applied): they carry no cluster label.
+    assert "fmctl.dev/cluster" not in job["metadata"]["labels"]
+    assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "fmctl-verify"
     pod = job["spec"]["template"]["spec"]
     affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
