@@ -154,16 +154,24 @@ if [ "$want_gpus" -gt 0 ] && [ "$level" -gt 0 ]; then
   if ! command -v dcgmi >/dev/null 2>&1; then
     say skip "dcgm: dcgmi is not installed on this image"
   else
-    # The level-2 diagnostic loads every GPU for a few minutes.
-    diag_deadline="${FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT:-1800}"
+    # How long each level normally lasts (dcgmi-diag(1): 1 seconds, 2 about two minutes,
+    # 3 about 15; 4 "extended", no figure given): twice that, and 4 hours for level 4.
+    default_deadline=1800
+    [ "$level" -lt 4 ] || default_deadline=14400
+    diag_deadline="${FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT:-$default_deadline}"
     diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
+    diag_status=$?
     if [[ "$diag" == *"Unable to connect to host engine"* ]] &&
       command -v nv-hostengine >/dev/null 2>&1; then
       # No nvidia-dcgm service yet this early in the boot: a host engine of its own.
       nv-hostengine >/dev/null 2>&1 || true
       diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
+      diag_status=$?
     fi
-    if [[ "$diag" != *"{"* ]]; then
+    if [ "$diag_status" -eq 124 ]; then
+      # A diagnostic that does not end is a GPU that does not answer, not a pass.
+      say FAIL "dcgm: level $level diagnostic did not finish in ${diag_deadline} s"
+    elif [[ "$diag" != *"{"* ]]; then
       say skip "dcgm: no diagnostic ($(printf '%s\n' "$diag" | tail -n 1))"
     else
       # DCGM 3 and 4 both give every test's results a "status" (Pass, Skip, Warn, Fail).
