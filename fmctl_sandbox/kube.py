@@ -505,6 +505,16 @@ class KubeServer:
         live = c.objects.get((plural, namespace, name))
         if live is None:
             raise ApiError(404, "NotFound", f'{plural} "{name}" not found')
+        wanted = (patch.get("metadata") or {}).get("resourceVersion")
+        if wanted is not None and str(wanted) != live["metadata"].get("resourceVersion"):
+            # A resourceVersion in a patch is a precondition: the server stores the patched
+            # object only at that version (kubernetes/kubernetes#63104), else Conflict.
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {plural} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+            )
         if "strategic-merge-patch" in ctype:
             obj = strategic_patch(live, patch)
         elif "merge-patch" in ctype:

@@ -313,6 +313,30 @@ def test_create_merge_patch_and_strategic_merge_patch(
         merge,
     )
     assert [c["name"] for c in replaced["spec"]["template"]["spec"]["containers"]] == ["app"]
+    # A resourceVersion in a patch is a precondition: a patch made from an object read
+    # before the last change is refused (Conflict), one made from the current one is not.
+    stale = patched["metadata"]["resourceVersion"]
+    status, refused = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"{base}/web",
+        {"metadata": {"resourceVersion": stale}, "spec": {"replicas": 5}},
+        merge,
+    )
+    assert (status, refused["reason"]) == (409, "Conflict")
+    assert "the object has been modified" in refused["message"]
+    current = replaced["metadata"]["resourceVersion"]
+    status, taken = _raw(
+        sandbox,
+        cluster,
+        "PATCH",
+        f"{base}/web",
+        {"metadata": {"resourceVersion": current}, "spec": {"replicas": 5}},
+        merge,
+    )
+    assert status == 200 and taken["spec"]["replicas"] == 5
+    assert taken["metadata"]["resourceVersion"] != current
 
     _raw(sandbox, cluster, "DELETE", f"{base}/web")
     _raw(sandbox, cluster, "POST", base, _deployment(ns))
