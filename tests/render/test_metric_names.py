@@ -254,6 +254,70 @@ def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> No
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_a_node_the_verify_gate_holds_for_an_hour_raises_node_not_verified(
+    tmp_path: Path,
+) -> None:
+    """promtool's rule unit test: kube-state-metrics' node taint series (node, key, value,
+    effect: docs/metrics/cluster/node-metrics.md). A node tainted fmctl.dev/unverified for
+    70 minutes raises NodeNotVerified; one whose taint was lifted after 20 (its series gone,
+    as kube-state-metrics drops a taint no longer there), and the GPU taint every GPU node
+    carries, do not."""
+    tool = shutil.which("promtool")
+    if tool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
+        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+
+    def taint(node: str, key: str, values: str) -> dict[str, str]:
+        return {
+            "series": f'kube_node_spec_taint{{node="{node}",key="{key}",value="true",'
+            'effect="NoSchedule"}',
+            "values": values,
+        }
+
+    rule = next(
+        r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r["alert"] == "NodeNotVerified"
+    )
+    labels = {"node": "ip-1", "key": "fmctl.dev/unverified", "value": "true"}
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    taint("ip-1", "fmctl.dev/unverified", "1x70"),
+                    taint("ip-2", "fmctl.dev/unverified", "1x20 _x50"),
+                    taint("ip-2", "nvidia.com/gpu", "1x70"),
+                ],
+                "alert_rule_test": [
+                    {"eval_time": "50m", "alertname": "NodeNotVerified", "exp_alerts": []},
+                    {
+                        "eval_time": "65m",
+                        "alertname": "NodeNotVerified",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": rule["labels"] | labels | {"effect": "NoSchedule"},
+                                "exp_annotations": {
+                                    key: text.replace("{{ $labels.node }}", "ip-1")
+                                    for key, text in rule["annotations"].items()
+                                },
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "verify-test.yml"
+    path.write_text(yaml.safe_dump(tests))
+    done = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_an_idle_gpu_node_raises_gpu_node_idle_on_each_scheduler(tmp_path: Path) -> None:
     """promtool's rule unit test of GpuNodeIdle, with series as the exporters write them
     (DCGM's GR_ENGINE_ACTIVE per GPU, a ratio; the health agent's fmctl_node_alloc_cpus;
