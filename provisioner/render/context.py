@@ -31,6 +31,10 @@ from provisioner.spec.model import ClusterSpec, FsxDeploymentType, GpuPool, Netw
 from provisioner.spec.resolve import shrinks
 from provisioner.spec.tags import OWNER_TAG
 
+#: ParallelCluster's ComputeNodeBootstrapTimeout unless told (aws-parallelcluster-cookbook
+#: at f75d84c, aws-parallelcluster-computefleet/attributes/computefleet.rb).
+DEFAULT_BOOTSTRAP_TIMEOUT = 1800
+
 POOL_LABEL = "fmctl.dev/pool"
 EFA_LABEL = "fmctl.dev/efa"
 #: 2 MiB hugepages per GPU on a node (the AWS EFA samples give each pod about 5 GiB).
@@ -346,6 +350,20 @@ class ClusterContext:
             f"https://aps-workspaces.{self.amp_region}.amazonaws{suffix}/workspaces/"
             f"{workspace}/api/v1/remote_write"
         )
+
+    def compute_bootstrap_timeout(self) -> int | None:
+        """ParallelCluster's ComputeNodeBootstrapTimeout the verify gate needs, or None when
+        its default does. The gate runs in OnNodeConfigured, inside the node's bootstrap,
+        and ParallelCluster gives that 1800 s, its Slurm ResumeTimeout and clustermgtd's
+        node_replacement_timeout too (aws-parallelcluster-cookbook at f75d84c:
+        computefleet.rb, slurm_parallelcluster.conf, parallelcluster_clustermgtd.conf.erb):
+        a DCGM diagnostic of level 3 (about 15 minutes, dcgmi-diag(1)) or 4 cannot fit. The
+        bootstrap gets the diagnostic's deadline on top (verify-node.sh's: 1800 s, 14400 at
+        level 4)."""
+        level = self.health_verify_dcgm_level
+        if not self.health_enabled or level < 3:
+            return None
+        return DEFAULT_BOOTSTRAP_TIMEOUT + (14400 if level >= 4 else 1800)
 
     def repair_budget(self, pool: PoolContext) -> int:
         """Nodes of ``pool`` that may be in repair at once (health.maxInRepair)."""

@@ -232,3 +232,37 @@ def test_the_task_prolog_is_where_every_node_sees_it() -> None:
     assert settings["TaskProlog"] == "/opt/slurm/etc/scripts/fmctl-task-prolog.sh"
     (updated,) = config["HeadNode"]["CustomActions"]["OnNodeUpdated"]["Sequence"]
     assert updated["Script"].endswith("/slurm/actions/on-head-node-updated.sh")
+
+
+def test_a_long_dcgm_diagnostic_gets_the_bootstrap_time_it_needs(tmp_path: Path) -> None:
+    """The verify gate runs in OnNodeConfigured, inside a compute node's bootstrap, which
+    ParallelCluster bounds by ComputeNodeBootstrapTimeout (1800 s unless told; its Slurm
+    ResumeTimeout and clustermgtd's replacement timeout are the same number). Level 2
+    (about two minutes) fits; levels 3 and 4 get their diagnostic's deadline on top, in a
+    setting ParallelCluster's own schema takes."""
+    timeouts: dict[int, Any] = {}
+    paths = []
+    for level in (2, 3, 4):
+        spec = yaml.safe_load(SLURM_CASES[0][0].read_text())
+        spec["health"] = {"verify": {"dcgmLevel": level}}
+        path = tmp_path / f"level-{level}-spec.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        text = rendered(path, "slurm").files["parallelcluster/cluster-config.yaml"]
+        config = yaml.safe_load(text)
+        timeouts[level] = (config.get("DevSettings") or {}).get("Timeouts")
+        out = tmp_path / f"level-{level}.yaml"
+        out.write_text(fill_all(text))
+        paths.append(out)
+    assert timeouts == {
+        2: None,
+        3: {"ComputeNodeBootstrapTimeout": 3600},
+        4: {"ComputeNodeBootstrapTimeout": 16200},
+    }
+    assert _schema_check(paths) == {str(p): None for p in paths}
+    # With the agent off there is no gate to wait for.
+    spec = yaml.safe_load(SLURM_CASES[0][0].read_text())
+    spec["health"] = {"enabled": False, "verify": {"dcgmLevel": 4}}
+    path = tmp_path / "off-spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    config = yaml.safe_load(rendered(path, "slurm").files["parallelcluster/cluster-config.yaml"])
+    assert "DevSettings" not in config
