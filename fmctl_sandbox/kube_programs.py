@@ -1,10 +1,11 @@
 """Programs the sandbox runs for its clusters' Deployments, as a kubelet runs their pods.
 
-A Deployment whose pod has one container, of a Python image (``.../python:TAG``), whose
-command starts with ``python3`` runs as a process of the sandbox's own Python for as long as
-the Deployment is there: so an in-cluster controller (fmctl's verify controller) acts on
-the sandbox's API as it would from its pod. Other Deployments' pods are only reported ready
-(``kube_controllers``).
+A Deployment of fmctl's (``app.kubernetes.io/part-of: fmctl`` on it and its pods) whose pod
+has one container, of a Python image (``.../python:TAG``), whose command starts with
+``python3`` runs as a process of the sandbox's own Python for as long as the Deployment is
+there: so an in-cluster controller (fmctl's verify controller) acts on the sandbox's API as
+it would from its pod. Other Deployments' pods, a user's Python server among them, are only
+reported ready (``kube_controllers``): the sandbox runs no one else's code.
 
 What the process gets, as the kubelet gives a pod: the container's env and its ConfigMap
 volumes (``items`` and ``subPath`` honoured) in a folder of its own, paths under their
@@ -179,6 +180,10 @@ def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:
     spec = obj.get("spec") or {}
     if int(spec.get("replicas", 1) or 0) < 1:
         return None
+    template = spec.get("template") or {}
+    for meta in (obj.get("metadata") or {}, template.get("metadata") or {}):
+        if (meta.get("labels") or {}).get("app.kubernetes.io/part-of") != "fmctl":
+            return None
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
     if len(containers) != 1:
         return None

@@ -575,3 +575,76 @@ def test_a_lifted_startup_taint_stays_lifted_until_the_group_changes_it(
     assert keys(nodes[first]) == ["maintenance"]
     assert keys(nodes[second]) == ["fmctl.dev/unverified", "maintenance"]
     eks.delete_nodegroup(clusterName=cluster["name"], nodegroupName=name)
+
+
+def test_the_sandbox_runs_fmctls_python_programs_only(
+    sandbox: Sandbox, cluster: dict[str, Any], api: KubeClient, tmp_path: Path
+) -> None:
+    """A Deployment of fmctl's that runs python3 in a Python image runs as a process
+    (kube_programs), given its API and a token; a user's Python Deployment only reports
+    ready. Deleting the Deployment stops its program."""
+    ns = _ns(api)
+    code = (
+        "import sys, pathlib, urllib.request, ssl; "
+        "args = dict(a[2:].split('=', 1) for a in sys.argv[1:] if a.startswith('--')); "
+        "token = pathlib.Path(args['account'], 'token').read_text(); "
+        "ctx = ssl.create_default_context(cafile=str(pathlib.Path(args['account'], 'ca.crt'))); "
+        "req = urllib.request.Request(args['server'] + '/api/v1/namespaces', "
+        "headers={'Authorization': 'Bearer ' + token}); "
+        "answer = urllib.request.urlopen(req, context=ctx).status; "
+        f"pathlib.Path({str(tmp_path)!r}, 'ran-' + pathlib.Path.cwd().name)"
+        ".write_text(str(answer)); "
+        "import time; time.sleep(600)"
+    )
+
+    def deployment(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        meta = {"name": name, "namespace": ns, "labels": {"app": name, **labels}}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name, **labels}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "public.ecr.aws/docker/library/python:3.12-slim",
+                                "command": ["python3", "-c", code],
+                            }
+                        ]
+                    },
+                },
+            },
+        }
+
+    api.apply(deployment("users", {}))
+    api.apply(deployment("ours", {"app.kubernetes.io/part-of": "fmctl"}))
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("ran-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)
+    ran = list(tmp_path.glob("ran-*"))
+    # One program ran, fmctl's, and its token and the CA let it read the API (200).
+    assert len(ran) == 1 and ran[0].read_text() == "200", ran
+    assert api.delete("apps/v1", "Deployment", "ours", ns)
+    api.apply(deployment("users", {"touched": "yes"}))  # a write: the sandbox looks again
+
+    def running() -> list[str]:
+        out = []
+        for proc in Path("/proc").iterdir():
+            try:
+                line = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if ran[0].name.removeprefix("ran-") in line:
+                out.append(line)
+        return out
+
+    deadline = time.monotonic() + 15
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running() == []
