@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -113,12 +114,29 @@ def test_dashboards_are_well_formed() -> None:
                 assert METRIC.findall(target["expr"]) or "up" in target["expr"], target
 
 
-def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+def _promtool() -> str:
+    """Debian's promtool; in CI its absence fails, elsewhere it skips."""
     tool = shutil.which("promtool")
     if tool is None:
         if os.environ.get("CI"):
             pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
         pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    return tool
+
+
+def _rule(alert: str) -> dict[str, Any]:
+    """The alert rule named ``alert``."""
+    rule: dict[str, Any] = next(
+        r
+        for g in yaml.safe_load(RULES.read_text())["groups"]
+        for r in g["rules"]
+        if r["alert"] == alert
+    )
+    return rule
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    tool = _promtool()
     done = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     broken = tmp_path / "broken.yml"
@@ -133,11 +151,7 @@ def test_health_alerts_fire_on_the_agents_states(tmp_path: Path) -> None:
     """promtool's rule unit test: a node the health agent drained raises NodeInRepair, one
     whose fault it held raises NodeRepairHeld, a healthy one neither (series as the agent
     writes them, slurm/lib/health-agent.sh)."""
-    tool = shutil.which("promtool")
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
-        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    tool = _promtool()
 
     def series(instance: str, current: str) -> list[dict[str, str]]:
         return [
@@ -196,11 +210,7 @@ def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> No
     status true/false/unknown, as it exports them): AcceleratedHardwareReady false on one
     node raises NodeHardwareUnhealthy for it; Ready false (the kubelet's, not the agent's)
     and a healthy node do not."""
-    tool = shutil.which("promtool")
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
-        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    tool = _promtool()
 
     def series(node: str, condition: str, healthy: bool) -> list[dict[str, str]]:
         return [
@@ -212,12 +222,7 @@ def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> No
             for status in ("true", "false")
         ]
 
-    rule = next(
-        r
-        for g in yaml.safe_load(RULES.read_text())["groups"]
-        for r in g["rules"]
-        if r["alert"] == "NodeHardwareUnhealthy"
-    )
+    rule = _rule("NodeHardwareUnhealthy")
     labels = {"node": "ip-1", "condition": "AcceleratedHardwareReady", "status": "false"}
     tests = {
         "rule_files": [str(RULES)],
@@ -262,11 +267,7 @@ def test_a_node_the_verify_gate_holds_for_an_hour_raises_node_not_verified(
     70 minutes raises NodeNotVerified; one whose taint was lifted after 20 (its series gone,
     as kube-state-metrics drops a taint no longer there), and the GPU taint every GPU node
     carries, do not."""
-    tool = shutil.which("promtool")
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
-        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    tool = _promtool()
 
     def taint(node: str, key: str, values: str) -> dict[str, str]:
         return {
@@ -275,12 +276,7 @@ def test_a_node_the_verify_gate_holds_for_an_hour_raises_node_not_verified(
             "values": values,
         }
 
-    rule = next(
-        r
-        for g in yaml.safe_load(RULES.read_text())["groups"]
-        for r in g["rules"]
-        if r["alert"] == "NodeNotVerified"
-    )
+    rule = _rule("NodeNotVerified")
     labels = {"node": "ip-1", "key": "fmctl.dev/unverified", "value": "true"}
     tests = {
         "rule_files": [str(RULES)],
@@ -324,11 +320,7 @@ def test_an_idle_gpu_node_raises_gpu_node_idle_on_each_scheduler(tmp_path: Path)
     kube-state-metrics' node info, GPU requests and pod phases), each node labelled `node`
     as fmctl's Prometheus configs label it. Idle for 30 minutes with nothing placed: fires;
     a job or a running GPU pod, one busy GPU, or idle for less: does not."""
-    tool = shutil.which("promtool")
-    if tool is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool missing: `make tools` installs Debian's prometheus")
-        pytest.skip("promtool not installed (`make tools` installs Debian's prometheus)")
+    tool = _promtool()
 
     def gpus(node: str, *values: str) -> list[dict[str, str]]:
         return [
