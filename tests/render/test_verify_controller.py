@@ -137,6 +137,30 @@ def test_each_state_of_a_node() -> None:
     )
 
 
+def test_a_job_that_never_ran_says_why() -> None:
+    """No FAIL line to quote (the pod never ran: its deadline passed while it waited for the
+    node's devices): the verdict gives the Job controller's reason."""
+    node = _node("stuck", "u1")
+    job = _job(node, "Failed")
+    job["status"]["conditions"][0]["reason"] = "DeadlineExceeded"
+    api = Recorded([node], [job])
+    api.call = _quiet_logs(api.call)  # type: ignore[method-assign]
+    _controller(api).run_pass()
+    (patch,) = [body for method, _, body in api.calls if method == "PATCH"]
+    assert patch["metadata"]["annotations"]["fmctl.dev/verify"].endswith(
+        ": its Job failed (DeadlineExceeded)"
+    )
+
+
+def _quiet_logs(call: Any) -> Any:
+    """The recorded API, with logs that have no FAIL line (a pod that never ran)."""
+
+    def quiet(method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        return "" if "/log" in path else call(method, path, body, ctype)
+
+    return quiet
+
+
 def test_a_node_changed_since_it_was_read_is_left_to_the_next_pass() -> None:
     """The API refuses the patch (Conflict: the node changed); the controller says so, goes
     on with the other nodes, and the pass itself does not fail."""

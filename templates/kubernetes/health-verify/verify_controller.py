@@ -197,7 +197,17 @@ class Controller:
             self.delete(jobs_path, name)
             self.say(f"{meta['name']}: passed, {TAINT} lifted")
         elif outcome == "Failed":
-            what = self.failures(name) or "its Job failed"
+            # The FAIL lines, else why the Job controller gave up (its condition's reason:
+            # DeadlineExceeded when the pod never ran, BackoffLimitExceeded when it failed).
+            why = next(
+                (
+                    c.get("reason") or c.get("message")
+                    for c in (job.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Failed" and c.get("status") == "True"
+                ),
+                None,
+            )
+            what = self.failures(name) or "its Job failed" + (f" ({why})" if why else "")
             self.verdict(node, f"failed {now()}: {what}", lift=False)
             # What failed is on the node now; a person who clears the verdict gets a new run.
             self.delete(jobs_path, name)
