@@ -25,6 +25,7 @@ from provisioner.catalog.eks_repair import fmctl_action
 from provisioner.catalog.faults import repair_budget, rule
 from provisioner.check.health import (
     Fault,
+    HealthEvent,
     HealthReport,
     NodeHealth,
     PoolHealth,
@@ -74,6 +75,29 @@ def _condition_fault(condition: dict[str, Any], repair: str) -> Fault:
     return Fault(reason, str(condition.get("type")), action, detail)
 
 
+def _events(node: str, pool: str, failing: list[dict[str, Any]], verdict: str) -> list[HealthEvent]:
+    """What the node's conditions and the verify gate's verdict say happened, and when: a
+    failing condition since it changed, the gate's verdict ("passed TIME" or "failed TIME:
+    WHAT", verify_controller.py) at its time."""
+    out = [
+        HealthEvent(
+            str(c.get("lastTransitionTime") or ""),
+            node,
+            pool,
+            f"{c.get('type')} False: {c.get('reason') or ''}".rstrip(": "),
+        )
+        for c in failing
+    ]
+    outcome, _, rest = verdict.partition(" ")
+    if outcome in ("passed", "failed") and rest:
+        when, _, what = rest.partition(": ")
+        said = (
+            "passed the verify gate" if outcome == "passed" else f"failed the verify gate: {what}"
+        )
+        out.append(HealthEvent(when, node, pool, said))
+    return out
+
+
 def health_script() -> str:
     """What Run Command runs on the controller host: this fmctl's cluster-health.sh."""
     lib = shipped_dir("slurm") / "lib"
@@ -118,6 +142,7 @@ def kube_report(
         )
     }
     out: list[NodeHealth] = []
+    events: list[HealthEvent] = []
     for node in nodes:
         meta, spec, status = node["metadata"], node.get("spec", {}), node.get("status", {})
         pool = (meta.get("labels") or {}).get(POOL_LABEL, "")
@@ -136,6 +161,7 @@ def kube_report(
         fault = _condition_fault(failing[0], context.health_repair) if failing else None
         if failing:
             since = failing[0].get("lastTransitionTime")
+        events += _events(meta["name"], pool, failing, verdict)
         if ready.get("status") != "True":
             state, detail = "failed", f"not Ready: {ready.get('reason') or 'no Ready condition'}"
         elif failing:
@@ -165,5 +191,6 @@ def kube_report(
             for p, n in counts.items()
         ),
         nodes=tuple(sorted(out, key=lambda n: (n.pool, natural(n.name)))),
+        events=tuple(sorted(events, key=lambda e: e.time, reverse=True)),
         notes=(KUBE_NOTE,) if context.health_verify_kubernetes_gate else (KUBE_NOTE, KUBE_NO_GATE),
     )

@@ -167,6 +167,13 @@ def test_kubernetes_nodes() -> None:
     assert faults["ip-7"].action == "replace"
     rebooting = kube_report(dataclasses.replace(_context(), health_repair="reboot"), nodes, pods)
     assert {n.name: n.fault.action for n in rebooting.nodes if n.fault}["ip-7"] == "reboot"
+    # Recent events, newest first: the gate's verdict and the failing conditions, each at
+    # its own time.
+    assert [(e.time, e.node, e.what) for e in report.events] == [
+        ("2026-12-04T03:40:00Z", "ip-9", "failed the verify gate: FAIL gpus: 7 of 8"),
+        ("2026-12-04T03:30:00Z", "ip-7", "AcceleratedHardwareReady False: NvidiaXID79Error"),
+        ("2026-12-04T03:30:00Z", "ip-8", "AcceleratedHardwareReady False: NvidiaXID48Error"),
+    ]
     assert report.notes == (KUBE_NOTE, KUBE_NO_GATE)
     gated = dataclasses.replace(_context(), health_verify_kubernetes_gate=True)
     assert kube_report(gated, nodes, pods).notes == (KUBE_NOTE,)

@@ -225,6 +225,8 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         assert states[good]["state"] == states[also_good]["state"] == "healthy"
         assert states[broken]["state"] == "failed"
         assert states[broken]["fault"]["class"] == "VERIFY_FAILED"
+        said = {(e["node"], e["what"].split(":")[0]) for e in report["events"]}
+        assert {(good, "passed the verify gate"), (broken, "failed the verify gate")} <= said
 
         # The loop closed: a GPU falls off the bus on a verified node; the node monitoring
         # agent reports it, node auto repair replaces the node, and the replacement joins
