@@ -112,7 +112,8 @@ def collect() -> tuple[list[Row], str]:
     sys.path.insert(0, str(ROOT))
     from provisioner.catalog import load_catalog
     from provisioner.check.kube_gather import gather
-    from provisioner.render.context import POOL_LABEL, build_context
+    from provisioner.render.context import build_context
+    from provisioner.render.pools import POOL_LABEL
     from provisioner.spec.source import load_source
     from provisioner.validate import validate_document
     from tests.tools.efa_rule import efa_devices

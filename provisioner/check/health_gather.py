@@ -33,7 +33,8 @@ from provisioner.check.health import (
     parse_slurm,
 )
 from provisioner.drivers.aws import AwsError
-from provisioner.render.context import POOL_LABEL, ClusterContext
+from provisioner.render.context import ClusterContext
+from provisioner.render.pools import POOL_LABEL
 from provisioner.resources.context import Context
 from provisioner.resources.ssm_run import bundle, head_node, run_script
 from provisioner.shipped import shipped_dir

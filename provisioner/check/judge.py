@@ -23,7 +23,7 @@ from provisioner.check.outputs import (
     ImexState,
     NcclReport,
 )
-from provisioner.render.context import PoolContext as Pool
+from provisioner.render.pools import PoolContext as Pool
 
 #: The largest message must be at least this big for the figure to mean something (small
 #: messages measure latency, not bandwidth).

@@ -32,9 +32,10 @@ from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers import yamlio
 from provisioner.drivers.kube import KubeApi
 from provisioner.graph.pacing import poll_schedule
-from provisioner.render.context import POOL_LABEL, ClusterContext
+from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.kubernetes import NcclRun, nccl_job, queued
+from provisioner.render.pools import POOL_LABEL
 from provisioner.render.queueing import Placement, tightest_level
 from provisioner.resources.kube_health import EFA, GPU
 from provisioner.shipped import shipped_dir

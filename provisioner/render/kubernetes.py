@@ -7,9 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from provisioner.catalog.charts import DRA_DRIVER, KUEUE, Chart
-from provisioner.render.context import ClusterContext, PoolContext
+from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
+from provisioner.render.pools import PoolContext
 from provisioner.render.queueing import Placement, dra_values, dump_values, kueue_values
 from provisioner.shipped import shipped_dir
 

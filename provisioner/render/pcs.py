@@ -17,8 +17,9 @@ import json
 from typing import Any
 
 from provisioner.catalog.pcs import ROOT_DEVICE, slurm_prefix
-from provisioner.render.context import ClusterContext, PcsContext, PoolContext
+from provisioner.render.context import ClusterContext, PcsContext
 from provisioner.render.placeholders import placeholder
+from provisioner.render.pools import PoolContext
 from provisioner.render.slurm import health_env, monitoring_files
 
 LOGIN = "login"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from provisioner.catalog.nccl_baselines import pair_floor
-from provisioner.render.context import ClusterContext, PoolContext
+from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
 from provisioner.render.placeholders import placeholder
+from provisioner.render.pools import PoolContext
 
 #: slurm.conf parameters ParallelCluster 3.16 refuses in cluster-level CustomSlurmSettings
 #: (it manages them: its validators/slurm_settings_validator.py), compared lower-cased. fmctl

@@ -25,7 +25,8 @@ from provisioner.check.judge import (
     judge_node,
 )
 from provisioner.check.results import check_folder
-from provisioner.render.context import ClusterContext, PoolContext, build_context
+from provisioner.render.context import ClusterContext, build_context
+from provisioner.render.pools import PoolContext
 from tests.conftest import ROOT, validate_text
 from tests.tools.efa_rule import efa_devices
 from tests.tools.standin import recorded

@@ -18,7 +18,8 @@ from provisioner.check.health_gather import (
     VERDICT_ANNOTATION,
     kube_report,
 )
-from provisioner.render.context import POOL_LABEL, ClusterContext, build_context
+from provisioner.render.context import ClusterContext, build_context
+from provisioner.render.pools import POOL_LABEL
 from tests.conftest import ROOT, validate_text
 
 #: cluster-health.sh on a ParallelCluster head node: sinfo's groups (partition, state, time
