@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import json
 import re
 import shutil
 import tarfile
@@ -32,6 +33,7 @@ from provisioner.render.placeholders import fill
 from provisioner.render.slurm import cluster_slurm_settings, health_env
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
+from tests.conftest import validate_text
 from tests.tools.standin import nvidia_repo, recorded, rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
@@ -381,6 +383,109 @@ def test_an_efa_device_that_passes_no_traffic_fails_the_gate(cluster: Cluster) -
     finally:
         compute.path("/etc/standin/efa-loopback-fail").unlink()
         compute.path("/etc/standin/efa-loopback-fail.fast").unlink()
+
+
+def test_a_diagnostic_that_never_ends_fails_the_gate(cluster: Cluster) -> None:
+    """DCGM's diagnostic hangs (a GPU that stopped answering): killed at its deadline, it
+    fails the gate, where it used to print nothing and be said as skipped, so the node
+    passed. The deadline is a test's 2 s, set as health.env sets the node's settings."""
+    compute = cluster.compute
+    compute.write("/etc/standin/dcgmi.hang", "")
+    settings = f"{_bucket_prefix(cluster)}/health.env"
+    quick = dataclasses.replace(
+        _context_of(cluster), health_verify_efa_loopback=False, health_verify_nccl_pair=False
+    )
+    compute.write(settings, health_env(quick) + "FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT=2\n")
+    try:
+        actions = cluster.config["Scheduling"]["SlurmQueues"][0]["CustomActions"]
+        done = _run_action(compute, _action(actions, "OnNodeConfigured"))
+        assert done.returncode == 1, done.stdout + done.stderr
+        report = compute.path("/var/lib/fmctl/health/verify.txt").read_text()
+        assert "FAIL dcgm: level 2 diagnostic did not finish in 2 s" in report, report
+        assert report.count("FAIL") == 1, report
+    finally:
+        compute.path("/etc/standin/dcgmi.hang").unlink()
+        compute.path(settings).unlink()
+        compute.path("/opt/fmctl/slurm/health.env").unlink()
+
+
+def _eks_gate_containers() -> dict[str, dict[str, Any]]:
+    """The EKS verify gate's Job for a p5 pool as fmctl renders it (the Job template in the
+    controller's ConfigMap): its containers by name."""
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["compute"]["gpuPools"][0]["instanceType"] = "p5.48xlarge"
+    data.setdefault("health", {}).setdefault("verify", {})["kubernetesGate"] = True
+    validation = validate_text(yaml.safe_dump(data, sort_keys=False))
+    assert validation.ok and validation.resolved is not None, validation.problems
+    files = render(validation.resolved, load_catalog()).files
+    config = next(
+        d
+        for d in yaml.safe_load_all(files["kubernetes/health-verify/controller.yaml"])
+        if d and d["metadata"]["name"] == "fmctl-verify-controller"
+    )
+    job = json.loads(config["data"][f"{data['compute']['gpuPools'][0]['name']}.json"])
+    return {c["name"]: c for c in job["spec"]["template"]["spec"]["containers"]}
+
+
+def _as_the_job_runs(node: StandinNode, container: dict[str, Any], **extra: str) -> Any:
+    """One of the Job's containers on this node: its command and its environment (the
+    node's name for spec.nodeName), the ConfigMap it mounts at /opt/fmctl being the same
+    scripts the node has under /opt/fmctl/slurm/lib. The stand-in's tools answer with the
+    recorded outputs a p5 gave, standing for what the container sees: the host's driver
+    tools (nvidia-smi, dcgmi) and the Deep Learning Container's libfabric (fi_info,
+    fi_pingpong)."""
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    for item in container["env"]:
+        env[item["name"]] = item.get("value", node.hostname)
+    env.update(extra)
+    argv = [a.replace("/opt/fmctl/", "/opt/fmctl/slurm/lib/") for a in container["command"]]
+    return node.run(argv, env=env, timeout=180)
+
+
+def test_the_eks_gate_runs_the_same_checks_as_its_job_does(cluster: Cluster) -> None:
+    """verify-node.sh as the EKS gate's Job runs it (FMCTL_VERIFY_SCHEDULER=kubernetes, its
+    settings in the containers' environment): the GPU container checks the GPUs and runs
+    DCGM's diagnostic, the EFA container the devices and their loopback; the verdict is the
+    exit status; nothing of Slurm's (no boot record, no reservation hold), and the node's
+    own report is not touched. A GPU off the bus, and a diagnostic that never
+    ends, fail it."""
+    compute = cluster.compute
+    containers = _eks_gate_containers()
+    assert set(containers) == {"gpu", "efa"}
+    record = compute.path("/run/fmctl/verified")
+    report = compute.path("/var/lib/fmctl/health/verify.txt")
+    before = (record.stat().st_mtime if record.exists() else None, report.read_text())
+
+    gpu = _as_the_job_runs(compute, containers["gpu"])
+    assert gpu.returncode == 0, gpu.stdout + gpu.stderr
+    assert "ok gpus: 8 of 8" in gpu.stdout and "ok ecc: no uncorrectable errors" in gpu.stdout
+    assert "ok dcgm: level 2 diagnostic passed" in gpu.stdout
+    assert "efa" not in gpu.stdout  # the other container's part
+    efa = _as_the_job_runs(compute, containers["efa"])
+    assert efa.returncode == 0, efa.stdout + efa.stderr
+    assert "ok efa: 32 of 32 devices" in efa.stdout
+    assert "ok efa-loopback: 32 of 32 devices passed traffic" in efa.stdout
+    assert "gpus" not in efa.stdout
+    assert (record.stat().st_mtime if record.exists() else None, report.read_text()) == before
+
+    compute.write(
+        "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-lost-gpu.csv").read_text()
+    )
+    try:
+        lost = _as_the_job_runs(compute, containers["gpu"])
+        assert lost.returncode == 1
+        assert "FAIL gpus: 7 of 8 (Unable to determine the device handle" in lost.stdout
+    finally:
+        compute.write(
+            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        )
+    compute.write("/etc/standin/dcgmi.hang", "")
+    try:
+        hung = _as_the_job_runs(compute, containers["gpu"], FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT="2")
+        assert hung.returncode == 1
+        assert "FAIL dcgm: level 2 diagnostic did not finish in 2 s" in hung.stdout
+    finally:
+        compute.path("/etc/standin/dcgmi.hang").unlink()
 
 
 def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> None:
