@@ -231,6 +231,7 @@ class Eks:
         if fresh:
             ng["_generation"] = ng.get("_generation", 0) + 1
             ng["_slots"] = []
+            ng["_next"] = 0  # a generation numbers its nodes afresh
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
         zone = f"{region}a"
         slots = node_slots(region, ng)

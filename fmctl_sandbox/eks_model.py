@@ -317,10 +317,17 @@ def node_slots(region: str, ng: dict[str, Any]) -> list[tuple[int, str]]:
     slots: list[int] = ng.setdefault("_slots", [])
     desired = int(ng["scalingConfig"]["desiredSize"])
     del slots[desired:]
-    following = max(slots, default=-1) + 1
+    # A new instance never takes the id of one that was terminated (EC2 does not reuse
+    # instance ids): numbering goes on from the last number given, within the generation's
+    # 64, the oldest free number once those are used up.
+    following = max(max(slots, default=-1) + 1, int(ng.get("_next", 0)))
     while len(slots) < desired:
+        following = next(
+            (i % 64 for i in range(following, following + 64) if i % 64 not in slots), following
+        )
         slots.append(following)
         following += 1
+    ng["_next"] = following
     group = f"{ng.get('clusterName', '')}/{ng['nodegroupName']}"
     return [(base + i, _instance_id(region, group, base + i)) for i in slots]
 
