@@ -217,6 +217,14 @@ def _group(region: str, name: str, item: Item) -> str:
     )
 
 
+def group_of(eks: Eks, region: str, instance: str) -> tuple[str, dict[str, str]] | None:
+    """The Auto Scaling group of a node group's instance and its tags, or None."""
+    for name, item in _groups(eks, region).items():
+        if instance in _instances(region, item):
+            return name, tags_of(item)
+    return None
+
+
 def terminate(eks: Eks, region: str, instance: str, decrement: bool) -> tuple[str, str]:
     """TerminateInstanceInAutoScalingGroup of a node group's instance: ("", its group), or
     ("ValidationError", why)."""

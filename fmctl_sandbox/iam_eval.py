@@ -1,5 +1,7 @@
 """A role's policies judged as the sandbox can judge them, for what runs in it as a role:
-EventBridge Scheduler's targets (``scheduler_run``) and Lambda functions (``lambda_run``).
+EventBridge Scheduler's targets (``scheduler_run``), Lambda functions (``lambda_run``), the
+Cluster Autoscaler's stand-in (``eks_autoscaler``) and the programs it runs in its clusters
+with EKS Pod Identity credentials (``pod_identity``: fmctl's verify controller).
 
 The role must exist and trust the service that assumes it: a trust statement's conditions
 are judged on the context keys the service passes, ``aws:SourceAccount`` (the account) and
@@ -11,10 +13,11 @@ are evaluated (an explicit Deny and permission boundaries are not), against ever
 ARN AWS's Service Authorization Reference gives for the call: each must be allowed. Of a
 policy's conditions, only ``StringEquals`` on ``ssm:resourceTag/KEY`` (SendCommand's,
 against the instance's tags) and ``autoscaling:ResourceTag/KEY`` (the Cluster Autoscaler's
-writes, against the Auto Scaling group's tags) is judged; a statement with any other
-condition allows nothing here. The principals are those services' and EKS Pod Identity's
-(``pods.eks.amazonaws.com``, for the autoscaler's pods). A call the sandbox has no ARN for
-is refused, so what it cannot judge fails rather than passing unchecked.
+writes and the verify controller's, against the Auto Scaling group's tags) is judged; a
+statement with any other condition allows nothing here. The principals are those services'
+and EKS Pod Identity's (``pods.eks.amazonaws.com``, for the autoscaler's and the verify
+controller's pods). A call the sandbox has no ARN for is refused, so what it cannot judge
+fails rather than passing unchecked.
 """
 
 from __future__ import annotations

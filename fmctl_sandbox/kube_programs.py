@@ -16,6 +16,18 @@ KUBERNETES_SERVICE_HOST cannot say; the token and ``ca.crt`` are in a folder of 
 process's own), and, to a program that takes ``--interval=SECONDS``, that interval on the
 sandbox's clock (scaled as AWS's waits are, at least half a second).
 
+AWS credentials, as EKS Pod Identity gives them: when the pod's service account has a pod
+identity association, the process gets ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` and
+``AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`` (what EKS's webhook injects:
+aws/amazon-eks-pod-identity-webhook,
+pkg/handler/testdata/containercredentials/rawPodWithoutVolumes.pod.yaml at 0d3fed4); the URI
+is the sandbox's own (``/eks-pod-identity/ENDPOINT/v1/credentials``), where a GET carrying
+the token file's contents as ``Authorization`` gets session credentials of the association's
+role (``issue``), if the role trusts EKS Pod Identity with the session tags it adds. Calls
+signed with them are judged as that role (``server.Emulator``, ``iam_eval``). The SDK
+settings a pod would not need, ``AWS_ENDPOINT_URL`` (the sandbox) and ``AWS_CA_BUNDLE`` (its
+certificate), are added too.
+
 A process is started again when it has exited or its Deployment or ConfigMaps changed (at
 the next write to the cluster's API), and stopped when its Deployment or cluster goes or the
 sandbox stops.
@@ -27,10 +39,12 @@ import hashlib
 import json
 import secrets
 import shutil
+import string
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +57,49 @@ MIN_INTERVAL = 0.5
 #: A process that exited is started again no sooner than this.
 RESTART_AFTER = 1.0
 
+#: How long the credentials the sandbox hands a program last (it asks again before).
+SESSION_S = 3600.0
+#: Where the token file goes under a program's folder (the webhook's mount path's tail).
+IDENTITY_TOKEN = "pods.eks.amazonaws.com/serviceaccount/eks-pod-identity-token"
+
 Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class Association:
+    """A pod identity association a program's service account has."""
+
+    account: str
+    region: str
+    cluster: str
+    namespace: str
+    service_account: str
+    role_arn: str
+
+    def session_tags(self) -> dict[str, str]:
+        """The session tags EKS Pod Identity adds when it assumes the role (the EKS User
+        Guide's list), which a trust policy may require."""
+        return {
+            "eks-cluster-arn": f"arn:aws:eks:{self.region}:{self.account}:cluster/{self.cluster}",
+            "eks-cluster-name": self.cluster,
+            "kubernetes-namespace": self.namespace,
+            "kubernetes-service-account": self.service_account,
+        }
+
+
+@dataclass(frozen=True)
+class Session:
+    """Credentials the sandbox handed a program, of its association's role."""
+
+    access_key: str
+    secret_key: str
+    token: str
+    expires: float
+    association: Association
+
+
+#: (endpoint, namespace, service account) -> its association, if it has one.
+Resolver = Callable[[str, str, str], Association | None]
 
 
 @dataclass
@@ -55,6 +111,9 @@ class Program:
     fingerprint: str
     token: str
     started: float
+    #: Its pod identity association and the token its credentials are fetched with.
+    association: Association | None = None
+    identity_token: str = ""
 
 
 @dataclass
@@ -66,6 +125,39 @@ class Programs:
     ca_path: str = ""
     scale: float = 0.0
     running: dict[Key, Program] = field(default_factory=dict)
+    #: Finds a service account's pod identity association (``Shims.pod_identity``).
+    identity: Resolver | None = None
+    #: The credentials handed out, by access key.
+    sessions: dict[str, Session] = field(default_factory=dict)
+
+    def issue(self, endpoint: str, authorization: str, now: float) -> Session | None:
+        """New credentials for the program of the cluster at ``endpoint`` whose pod
+        identity token is ``authorization`` (None: no such program, or it has no
+        association). The caller checks that the role may be assumed."""
+        token = authorization.strip()
+        program = next(
+            (
+                p
+                for key, p in self.running.items()
+                if key[0] == endpoint
+                and p.identity_token
+                and secrets.compare_digest(p.identity_token, token)
+            ),
+            None,
+        )
+        if program is None or program.association is None:
+            return None
+        upper = string.ascii_uppercase + "234567"
+        access = "ASIA" + "".join(secrets.choice(upper) for _ in range(16))
+        alphabet = string.ascii_letters + string.digits + "+/"
+        secret = "".join(secrets.choice(alphabet) for _ in range(40))
+        session = Session(
+            access, secret, secrets.token_urlsafe(96), now + SESSION_S, program.association
+        )
+        for key in [k for k, v in self.sessions.items() if v.expires < now]:
+            del self.sessions[key]
+        self.sessions[access] = session
+        return session
 
     def accepts(self, endpoint: str, authorization: str) -> bool:
         """Is this the token of a program of the cluster at ``endpoint``?"""
@@ -119,8 +211,13 @@ class Programs:
             self.stop(key)
 
     def stop(self, key: Key) -> None:
-        """Stop one program and remove its folder (its token with it)."""
+        """Stop one program and remove its folder (its token with it); its credentials end."""
         program = self.running.pop(key)
+        if program.association is not None:
+            for access in [
+                k for k, v in self.sessions.items() if v.association == program.association
+            ]:
+                del self.sessions[access]
         if program.process.poll() is None:
             program.process.terminate()
             try:
@@ -149,6 +246,23 @@ class Programs:
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = str(item["value"])
+        account_name = (pod.get("spec") or {}).get("serviceAccountName") or "default"
+        association = self.identity(endpoint, namespace, account_name) if self.identity else None
+        identity_token = ""
+        if association is not None:
+            identity_token = secrets.token_urlsafe(32)
+            where = folder / IDENTITY_TOKEN
+            where.parent.mkdir(parents=True, mode=0o700)
+            where.write_text(identity_token)
+            where.chmod(0o600)
+            env |= {
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI": (
+                    f"{self.base_url}/eks-pod-identity/{endpoint}/v1/credentials"
+                ),
+                "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": str(where),
+                "AWS_ENDPOINT_URL": self.base_url,
+                "AWS_CA_BUNDLE": str(account / "ca.crt"),
+            }
         command = [
             remap(arg, mounts)
             for arg in [*(container.get("command") or []), *(container.get("args") or [])]
@@ -172,7 +286,15 @@ class Programs:
             start_new_session=True,
         )
         log.close()
-        return Program(process, folder, _fingerprint(c, obj), token, time.monotonic())
+        return Program(
+            process,
+            folder,
+            _fingerprint(c, obj),
+            token,
+            time.monotonic(),
+            association,
+            identity_token,
+        )
 
 
 def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:

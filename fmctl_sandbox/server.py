@@ -34,7 +34,15 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-from fmctl_sandbox import block_events, budgets, lambda_run, protocol, scheduler_run, sigv4
+from fmctl_sandbox import (
+    block_events,
+    budgets,
+    lambda_run,
+    pod_identity,
+    protocol,
+    scheduler_run,
+    sigv4,
+)
 from fmctl_sandbox.eks_model import EksError
 from fmctl_sandbox.pcs_model import PcsError
 from fmctl_sandbox.shims import Shims
@@ -111,8 +119,16 @@ class Emulator:
         path = environ.get("PATH_INFO", "")
         if path.startswith(KUBE_PREFIX):
             return self._kube(environ, body, start)
+        if path.startswith(pod_identity.PREFIX):
+            return answer(start, *pod_identity.credentials(self.shims, environ))
         call = protocol.parse(environ, body)
-        refused = sigv4.check_request(environ, body, self.credentials, time.time())
+        # A program the sandbox runs in a cluster signs with its pod's session (EKS Pod
+        # Identity): checked with that pair, then judged as the session's role.
+        session = pod_identity.session_of(self.shims, environ)
+        signer = pod_identity.keys(session) if session is not None else self.credentials
+        refused = sigv4.check_request(environ, body, signer, time.time())
+        if refused is None and session is not None:
+            call, refused = pod_identity.judge(self.shims, session, call, environ)
         if refused is not None:
             return answer(
                 start, *protocol.error_for(call, refused.status, refused.code, refused.message)

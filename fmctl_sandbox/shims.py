@@ -31,6 +31,7 @@ from fmctl_sandbox.ec2_capacity import (
 )
 from fmctl_sandbox.eks import Eks
 from fmctl_sandbox.kube import KubeServer
+from fmctl_sandbox.kube_programs import Association
 from fmctl_sandbox.pcs import Pcs
 from fmctl_sandbox.protocol import Call
 from fmctl_sandbox.scheduler_run import Runner
@@ -142,6 +143,26 @@ class Shims:
     def __post_init__(self) -> None:
         # The in-cluster programs' intervals run on the sandbox's clock too.
         self.kube.programs.scale = self.scale
+        self.kube.programs.identity = self.pod_identity
+
+    def pod_identity(self, endpoint: str, namespace: str, account: str) -> Association | None:
+        """The pod identity association of a service account of the cluster at
+        ``endpoint``. Called from the cluster's API (under its own lock, not this one: the
+        tables are copied whole, each copy one step)."""
+        for world in list(self.worlds.values()):
+            eks = world.eks
+            where = next((k for k, v in list(eks.endpoints.items()) if v == endpoint), None)
+            if where is None:
+                continue
+            for (region, cluster, _), item in list(eks.identities.items()):
+                if (region, cluster) == where and (
+                    item["namespace"],
+                    item["serviceAccount"],
+                ) == (namespace, account):
+                    return Association(
+                        world.account, region, cluster, namespace, account, str(item["roleArn"])
+                    )
+        return None
 
     def world(self, account: str) -> World:
         """The state of ``account``, made on first use (call under the lock)."""

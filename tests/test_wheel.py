@@ -46,6 +46,7 @@ SANDBOX_FILES = {
     "kube_webhooks.py",
     "kube_workloads.py",
     "pcs.py",
+    "pod_identity.py",
     "pcs_health.py",
     "pcs_repair.py",
     "pricing.py",

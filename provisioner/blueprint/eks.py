@@ -134,6 +134,8 @@ def cluster(p: Parts, where: Where) -> None:
     _addons(p)
     if p.c.autoscaled_pools:
         _autoscaler(p)
+    if p.c.verify_replaces:
+        _verify_repair(p)
     if p.spec.kubernetes.in_cluster_stack == "fmctl":  # else Argo CD or Flux installs them
         _charts(p, files)
     _stack(p, files, where)
@@ -144,21 +146,41 @@ def _autoscaler(p: Parts) -> None:
     the stack runs it."""
     from provisioner.catalog import autoscaler
 
-    p.role(
-        "iam/cluster-autoscaler",
+    _pod_role(
+        p,
         "cluster-autoscaler",
         autoscaler.policy(p.c.name),
-        pods=(autoscaler.NAMESPACE, autoscaler.SERVICE_ACCOUNT),
+        (autoscaler.NAMESPACE, autoscaler.SERVICE_ACCOUNT),
     )
+
+
+def _verify_repair(p: Parts) -> None:
+    """The verify controller's role, which its pod assumes (EKS Pod Identity) to replace a
+    node that failed the gate: made before the stack runs the controller (the webhook gives
+    a pod its credentials when the pod is created)."""
+    from provisioner.catalog import eks_repair
+
+    _pod_role(
+        p,
+        "verify-repair",
+        eks_repair.verify_repair_policy(p.c.name),
+        (eks_repair.VERIFY_NAMESPACE, eks_repair.VERIFY_SERVICE_ACCOUNT),
+    )
+
+
+def _pod_role(p: Parts, role: str, policy: dict[str, object], pods: tuple[str, str]) -> None:
+    """One of fmctl's roles (``iam/ROLE``) for the pods of one service account, and its
+    pod identity association (``pod-identity/ROLE``)."""
+    p.role(f"iam/{role}", role, policy, pods=pods)
     identity = IdentityParams(
         p.ref("eks", EksOut),
-        autoscaler.NAMESPACE,
-        autoscaler.SERVICE_ACCOUNT,
-        p.ref("iam/cluster-autoscaler", RoleOut),
+        pods[0],
+        pods[1],
+        p.ref(f"iam/{role}", RoleOut),
         p.ref("addon/eks-pod-identity-agent", AddonOut),
-        p.tags("pod-identity/cluster-autoscaler"),
+        p.tags(f"pod-identity/{role}"),
     )
-    p.add("pod-identity/cluster-autoscaler", PodIdentity, identity)
+    p.add(f"pod-identity/{role}", PodIdentity, identity)
 
 
 def _charts(p: Parts, files: dict[str, str]) -> None:

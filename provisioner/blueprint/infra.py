@@ -113,6 +113,10 @@ ROLES: dict[str, tuple[str | tuple[str, ...], tuple[str, ...]]] = {
     # The Cluster Autoscaler on EKS (cost.idle scale-down); its inline policy may change only
     # the Auto Scaling groups tagged for the cluster (``catalog.autoscaler.policy``).
     "cluster-autoscaler": ("pods.eks.amazonaws.com", ()),
+    # fmctl's verify controller on EKS (health.verify.kubernetesGate with health.repair:
+    # replace); its inline policy may terminate instances only in the Auto Scaling groups
+    # tagged for the cluster's gate (``catalog.eks_repair.verify_repair_policy``).
+    "verify-repair": ("pods.eks.amazonaws.com", ()),
     # AWS PCS nodes (login and compute): SSM for `fmctl check`; the rest is inline.
     "pcs-node": ("ec2.amazonaws.com", ("AmazonSSMManagedInstanceCore",)),
     # EventBridge Scheduler running the ttl's schedules (``blueprint.expiry``): inline only,

@@ -113,3 +113,35 @@ def overrides(repair: str) -> tuple[RepairOverride, ...]:
             continue
         out.append(RepairOverride(CONDITION, reason, wait, want))
     return tuple(out)
+
+
+#: The verify gate's startup taint (health.verify.kubernetesGate): a GPU node joins with it
+#: and takes work once the verify controller has lifted it.
+UNVERIFIED_TAINT: Final = "fmctl.dev/unverified"
+#: The tag fmctl puts on each GPU pool's Auto Scaling group when its verify gate replaces
+#: the nodes that fail it (value: the cluster's name): the verify controller's role may
+#: terminate instances only in groups that carry it (the Auto Scaling User Guide, "Tags for
+#: security": ``autoscaling:ResourceTag/KEY``).
+VERIFY_REPAIR_TAG: Final = "fmctl.dev/verify-repair"
+#: The verify controller's service account, the one its pod identity association names.
+VERIFY_NAMESPACE: Final = "fmctl-system"
+VERIFY_SERVICE_ACCOUNT: Final = "fmctl-verify"
+
+
+def verify_repair_policy(cluster: str) -> dict[str, object]:
+    """The verify controller's role policy: TerminateInstanceInAutoScalingGroup, the one
+    call it makes, in the Auto Scaling groups tagged for this cluster's gate only."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ReplaceNodesThatFailTheGate",
+                "Effect": "Allow",
+                "Action": ["autoscaling:TerminateInstanceInAutoScalingGroup"],
+                "Resource": "*",
+                "Condition": {
+                    "StringEquals": {f"autoscaling:ResourceTag/{VERIFY_REPAIR_TAG}": cluster}
+                },
+            }
+        ],
+    }

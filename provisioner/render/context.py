@@ -259,6 +259,15 @@ class ClusterContext:
             return None
         return DEFAULT_BOOTSTRAP_TIMEOUT + (14400 if level >= 4 else 1800)
 
+    @property
+    def verify_replaces(self) -> bool:
+        """The EKS verify gate replaces the nodes that fail it (health.repair: replace)."""
+        return (
+            self.health_verify_kubernetes_gate
+            and self.health_enabled
+            and self.health_repair == "replace"
+        )
+
     def repair_budget(self, pool: PoolContext) -> int:
         """Nodes of ``pool`` that may be in repair at once (health.maxInRepair)."""
         return repair_budget(self.health_max_in_repair, pool.count)

@@ -206,16 +206,23 @@ VERIFY_SCRIPTS = ("verify-node.sh", "nvlinks.sh", "row-remap.sh", "efa-devices.s
 #: Where a pool's Job template says the Job's name and its node go: the controller's
 #: stand-ins (templates/kubernetes/health-verify/verify_controller.py).
 VERIFY_NAME, VERIFY_NODE = "fmctl-job-name-standin", "fmctl-node-name-standin"
+#: The controller's program and the module it calls AWS with.
+VERIFY_CONTROLLER = ("verify_controller.py", "aws_call.py")
+#: Its repair settings' key in its ConfigMap (no pool's name: those are DNS labels).
+REPAIR_FILE = "_repair.json"
 
 
 @dataclass(frozen=True)
 class VerifyGate:
     """The EKS verify gate's parts (health.verify.kubernetesGate): the scripts its Jobs
-    run, the controller's source, and each pool's Job as JSON with stand-in names."""
+    run, the controller's sources (file name -> text), each pool's Job as JSON with
+    stand-in names, and how the controller repairs (``REPAIR_FILE``: the region, whether it
+    replaces a node that failed, each pool's repair budget)."""
 
     scripts: dict[str, str]
-    controller: str
+    controller: dict[str, str]
     jobs: dict[str, str]
+    repair: str = ""
 
 
 def verify_gate(c: ClusterContext) -> VerifyGate:
@@ -240,12 +247,17 @@ def verify_gate(c: ClusterContext) -> VerifyGate:
         )
         for pool in c.pools
     }
+    source = shipped_dir("templates") / "kubernetes/health-verify"
+    repair = {
+        "region": c.region,
+        "replace": c.verify_replaces,
+        "budgets": {pool.name: c.repair_budget(pool) for pool in c.pools},
+    }
     return VerifyGate(
         scripts={name: (lib / name).read_text() for name in VERIFY_SCRIPTS},
-        controller=(
-            shipped_dir("templates") / "kubernetes/health-verify/verify_controller.py"
-        ).read_text(),
+        controller={name: (source / name).read_text() for name in VERIFY_CONTROLLER},
         jobs=jobs,
+        repair=json.dumps(repair, sort_keys=True),
     )
 
 
@@ -259,7 +271,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
     rules = alert_rules(c.idle_after)
     charts = chart_installs(c)
-    gate = verify_gate(c) if c.health_verify_kubernetes_gate else VerifyGate({}, "", {})
+    gate = verify_gate(c) if c.health_verify_kubernetes_gate else VerifyGate({}, {}, {})
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -276,6 +288,8 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 verify_scripts=gate.scripts,
                 verify_controller=gate.controller,
                 verify_jobs=gate.jobs,
+                verify_repair=gate.repair,
+                repair_file=REPAIR_FILE,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(
@@ -306,7 +320,7 @@ def _aws(c: ClusterContext) -> dict[str, str]:
         files[f"aws/launch-templates/{pool.name}.yaml"] = render_template(
             "aws/launch-template.yaml.j2", c=c, p=pool
         )
-        if pool.autoscaled:
+        if pool.autoscaled or c.verify_replaces:
             files[f"aws/autoscaling/{pool.name}.yaml"] = render_template(
                 "aws/autoscaling.yaml.j2", c=c, p=pool
             )

@@ -1,9 +1,10 @@
 """The tags fmctl keeps on the Auto Scaling group EKS runs a managed node group as: those
 the Kubernetes Cluster Autoscaler reads (``catalog.autoscaler``: the discovery tag and the
-node-template tags), on the groups of pools it sizes. EKS does not pass a node group's own
-tags on to its Auto Scaling group (aws/containers-roadmap#608), so fmctl puts them there
-(CreateOrUpdateTags, not propagated to instances) and takes off those it no longer wants
-(DeleteTags); the group goes with its node group.
+node-template tags), on the groups of pools it sizes, and the one that lets the verify
+controller replace a node that failed the verify gate (``catalog.eks_repair``). EKS does
+not pass a node group's own tags on to its Auto Scaling group (aws/containers-roadmap#608),
+so fmctl puts them there (CreateOrUpdateTags, not propagated to instances) and takes off
+those it no longer wants (DeleteTags); the group goes with its node group.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from provisioner.catalog import autoscaler
+from provisioner.catalog.eks_repair import VERIFY_REPAIR_TAG
 from provisioner.resources.context import Context
 from provisioner.resources.errors import ResourceError
 
@@ -26,8 +28,11 @@ def asg_of(ng: Mapping[str, Any]) -> str | None:
 
 
 def managed(key: str) -> bool:
-    """A tag fmctl keeps on a node group's Auto Scaling group (the Cluster Autoscaler's)."""
-    return key == autoscaler.DISCOVERY_TAG or key.startswith(autoscaler.TEMPLATE_PREFIX)
+    """A tag fmctl keeps on a node group's Auto Scaling group (the Cluster Autoscaler's, the
+    verify controller's)."""
+    return key in (autoscaler.DISCOVERY_TAG, VERIFY_REPAIR_TAG) or key.startswith(
+        autoscaler.TEMPLATE_PREFIX
+    )
 
 
 def of_groups(ctx: Context, nodegroups: Sequence[Mapping[str, Any]]) -> dict[str, Held]:

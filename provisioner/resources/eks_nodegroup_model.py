@@ -121,13 +121,15 @@ class NodegroupParams:
     #: EKS node auto repair (spec health:; off for the system group).
     repair: NodeRepair = NodeRepair()
     #: Tags fmctl keeps on the group's Auto Scaling group (aws/autoscaling/): the Cluster
-    #: Autoscaler's discovery tag and node template. Empty: a pool of fixed size.
+    #: Autoscaler's discovery tag and node template; the verify controller's repair tag.
     asg_tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def autoscaled(self) -> bool:
         """The Cluster Autoscaler sets the desired size, between min and max."""
-        return bool(self.asg_tags)
+        from provisioner.catalog.autoscaler import DISCOVERY_TAG
+
+        return any(key == DISCOVERY_TAG for key, _ in self.asg_tags)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from provisioner.catalog import autoscaler
+from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
 from provisioner.graph.ref import UNKNOWN
 from provisioner.resources import eks_asg_tags as asg_tags
 from provisioner.resources import eks_drain
@@ -147,14 +148,17 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         return self._groups(ctx)
 
     def _observed(
-        self, ctx: Context, ng: Mapping[str, Any], autoscaled: bool = False
+        self, ctx: Context, ng: Mapping[str, Any], tagged: bool = False
     ) -> Observed[NodegroupOut, NodegroupLive]:
-        """``autoscaled``: the spec wants the group autoscaled; its Auto Scaling group's
-        tags are read then, or when the group still carries the autoscaler's GPU label (it
-        was autoscaled: its tags may have to go). Other clusters make no Auto Scaling call."""
+        """``tagged``: the spec wants tags on the group's Auto Scaling group (autoscaled, or
+        the verify gate replacing); they are read then, or when the group still carries the
+        autoscaler's GPU label or the gate's taint (its tags may have to go). Other clusters
+        make no Auto Scaling call."""
         scaling = ng.get("scalingConfig") or {}
-        labelled = autoscaler.GPU_LABEL in (ng.get("labels") or {})
-        asg = asg_tags.asg_of(ng) if autoscaled or labelled else None
+        labelled = autoscaler.GPU_LABEL in (ng.get("labels") or {}) or any(
+            t.get("key") == UNVERIFIED_TAINT for t in ng.get("taints") or []
+        )
+        asg = asg_tags.asg_of(ng) if tagged or labelled else None
         template = ng.get("launchTemplate") or {}
         live = NodegroupLive(
             str(ng.get("amiType", "")),
@@ -197,7 +201,7 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         mine = [ng for ng in mine if ng["status"] != "DELETING"]
         if not mine:
             return None
-        observed = [self._observed(req.ctx, ng, req.params.autoscaled) for ng in mine]
+        observed = [self._observed(req.ctx, ng, bool(req.params.asg_tags)) for ng in mine]
         # During a blue/green replacement two groups carry the pool's tag: the one that
         # already has what the spec asks for is the pool; the other is on its way out.
         for candidate in observed:

@@ -1,12 +1,15 @@
 """fmctl's verify controller, pass by pass, against a recorded API: the requests it makes
-for each state of a node and its Job (tests/engine/test_verify_gate.py runs it against the
-sandbox's API, as its Deployment does)."""
+for each state of a node and its Job, and when it replaces a node that failed
+(tests/engine/test_verify_gate.py runs it against the sandbox's API and AWS, as its
+Deployment does). Its Signature Version 4 against botocore's signer."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import socket
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -22,6 +25,9 @@ TAINTS = [
 
 
 def _module() -> ModuleType:
+    # The controller imports aws_call from beside it, as its pod's python3 does.
+    if str(SOURCE.parent) not in sys.path:
+        sys.path.insert(0, str(SOURCE.parent))
     spec = importlib.util.spec_from_file_location("verify_controller", SOURCE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -47,6 +53,13 @@ class Recorded:
             raise refused
         if method == "GET" and path == "/api/v1/nodes":
             return {"items": self.nodes}
+        if method == "PATCH" and "annotations" in body.get("metadata", {}):
+            # The API keeps what was patched: the next pass reads it back.
+            for node in self.nodes:
+                if path == f"/api/v1/nodes/{node['metadata']['name']}":
+                    node["metadata"].setdefault("annotations", {}).update(
+                        body["metadata"]["annotations"]
+                    )
         if method == "GET" and "/jobs" in path:
             return {"items": self.jobs}
         if method == "GET" and "/pods?" in path:
@@ -61,6 +74,10 @@ class Recorded:
 def _node(name: str, uid: str, verdict: str = "", taints: Any = None) -> dict[str, Any]:
     notes = {"fmctl.dev/verify": verdict} if verdict else {}
     return {
+        "spec": {
+            "taints": TAINTS if taints is None else taints,
+            "providerID": f"aws:///us-east-1a/i-{uid}",
+        },
         "metadata": {
             "name": name,
             "uid": uid,
@@ -68,7 +85,6 @@ def _node(name: str, uid: str, verdict: str = "", taints: Any = None) -> dict[st
             "labels": {"fmctl.dev/pool": "gpu"},
             "annotations": notes,
         },
-        "spec": {"taints": TAINTS if taints is None else taints},
     }
 
 
@@ -198,3 +214,151 @@ def test_the_templates_are_the_pools_files(tmp_path: Path) -> None:
     (tmp_path / "gpu.json").write_text(json.dumps(TEMPLATE))
     (tmp_path / "notes.txt").write_text("not a template")
     assert vc.load_templates(tmp_path) == {"gpu": TEMPLATE}
+
+
+FAILED = "failed 2026-12-06T06:00:00Z: FAIL gpus: 7 of 8"
+
+
+class Fleet:
+    """Auto Scaling as the controller's role reaches it: records each termination, or
+    refuses them all with ``refusal``."""
+
+    def __init__(self, refusal: Exception | None = None) -> None:
+        self.terminated: list[str] = []
+        self.refusal = refusal
+
+    def replace(self, instance: str) -> None:
+        if self.refusal is not None:
+            raise self.refusal
+        self.terminated.append(instance)
+
+
+def _repairing(api: Recorded, fleet: Fleet, budget: int = 1) -> Any:
+    controller = _controller(api)
+    controller.repairs = vc.Repairs(fleet, True, {"gpu": budget})
+    return controller
+
+
+def _notes(api: Recorded) -> dict[str, str]:
+    """The repair annotation each node was given, by node."""
+    return {
+        path.rsplit("/", 1)[-1]: body["metadata"]["annotations"]["fmctl.dev/verify-repair"]
+        for method, path, body in api.calls
+        if method == "PATCH" and "fmctl.dev/verify-repair" in body["metadata"]["annotations"]
+    }
+
+
+def test_a_node_that_failed_is_replaced_within_the_budget() -> None:
+    """Two nodes failed, a healthy peer passed, the budget is one: one is replaced (its
+    instance terminated in its group, which launches another), the other held until the
+    replacement has its verdict."""
+    ok = _node("ok", "ok", taints=TAINTS[:1])
+    bad, worse = _node("bad", "a1", FAILED), _node("worse", "a2", FAILED)
+    api, fleet = Recorded([ok, bad, worse], []), Fleet()
+    controller = _repairing(api, fleet)
+    controller.run_pass()
+    assert fleet.terminated == ["i-a1"]
+    notes = _notes(api)
+    assert notes["bad"].startswith("replacing ") and "i-a1 terminated" in notes["bad"]
+    assert notes["worse"].startswith("held ") and "repair budget of pool gpu" in notes["worse"]
+    # Its node gone and a new one joined: still in the budget until the new one's verdict.
+    new = _node("new", "n1")
+    api.nodes, api.calls = [ok, worse, new], []
+    controller.run_pass()
+    assert fleet.terminated == ["i-a1"] and "worse" not in _notes(api)  # said once
+    api.jobs = [_job(new, "Complete")]
+    controller.run_pass()  # the replacement passes: its place in the budget is free
+    api.nodes = [ok, worse, dict(new, spec={"taints": TAINTS[:1]})]
+    api.jobs = []
+    controller.run_pass()
+    assert fleet.terminated == ["i-a1", "i-a2"]
+
+
+def test_nothing_is_replaced_while_no_node_of_the_pool_has_passed() -> None:
+    """Every node failed: the image, the gate or the pool is at fault, not the nodes; new
+    nodes would fail the same way, so all are held, saying so."""
+    nodes = [_node(f"n{i}", f"u{i}", FAILED) for i in range(3)]
+    api, fleet = Recorded(nodes, []), Fleet()
+    _repairing(api, fleet, budget=3).run_pass()
+    assert fleet.terminated == []
+    notes = _notes(api)
+    assert len(notes) == 3 and all("no node of pool gpu has passed" in n for n in notes.values())
+
+
+def test_held_when_the_block_ends_or_the_replacements_keep_failing() -> None:
+    ok = _node("ok", "ok", taints=TAINTS[:1])
+    ending = _node(
+        "ending",
+        "e1",
+        FAILED,
+        taints=[*TAINTS, {"key": "fmctl.dev/capacity-block-ending", "effect": "NoSchedule"}],
+    )
+    api, fleet = Recorded([ok, ending], []), Fleet()
+    controller = _repairing(api, fleet)
+    controller.run_pass()
+    assert fleet.terminated == []
+    assert "Capacity Block is ending" in _notes(api)["ending"]
+    # Replacements that fail the gate in a row: the rest are held.
+    controller.repairs.failed_in_a_row["gpu"] = vc.REPLACEMENTS_IN_A_ROW
+    api.nodes, api.calls = [ok, _node("bad", "b1", FAILED)], []
+    controller.run_pass()
+    assert fleet.terminated == []
+    assert "the last 3 replacements in pool gpu failed the gate too" in _notes(api)["bad"]
+
+
+def test_a_refused_replacement_is_said_and_tried_again() -> None:
+    """AWS refuses (the role lacks the permission): the node stays held with AWS's words,
+    and the next pass tries again."""
+    ok, bad = _node("ok", "ok", taints=TAINTS[:1]), _node("bad", "b1", FAILED)
+    refusal = vc.AwsError("AccessDenied", "not authorized to perform TerminateInstance...")
+    api, fleet = Recorded([ok, bad], []), Fleet(refusal)
+    controller = _repairing(api, fleet)
+    controller.run_pass()
+    assert "replacing it failed: AccessDenied: not authorized" in _notes(api)["bad"]
+    fleet.refusal = None
+    controller.run_pass()
+    assert fleet.terminated == ["i-b1"]
+
+
+def test_with_repair_reboot_a_failed_node_is_only_held() -> None:
+    ok, bad = _node("ok", "ok", taints=TAINTS[:1]), _node("bad", "b1", FAILED)
+    api, fleet = Recorded([ok, bad], []), Fleet()
+    controller = _controller(api)
+    controller.repairs = vc.Repairs(fleet, False, {"gpu": 1})
+    controller.run_pass()
+    assert fleet.terminated == []
+    assert "health.repair is not replace" in _notes(api)["bad"]
+
+
+def test_its_signature_is_botocores() -> None:
+    """The controller signs its Auto Scaling call with the standard library; AWS checks it
+    as botocore computes it (the sandbox checks every request with botocore's signer)."""
+    import aws_call
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    keys = aws_call.Keys("ASIAEXAMPLEKEY000000", "secret/key+1", "session-token", 0.0)
+    url = "https://autoscaling.us-east-1.amazonaws.com/"
+    body = b"Action=TerminateInstanceInAutoScalingGroup&InstanceId=i-1&Version=2011-01-01"
+    at = datetime(2026, 12, 6, 9, 30, 0, tzinfo=UTC)
+    headers = aws_call.signed_headers(keys, url, "us-east-1", "autoscaling", body, at)
+    given = headers.pop("authorization")
+    request = AWSRequest(method="POST", url=url, headers=headers, data=body)
+    request.context["timestamp"] = at.strftime("%Y%m%dT%H%M%SZ")
+    signer = SigV4Auth(
+        Credentials(keys.access_key, keys.secret_key, keys.token), "autoscaling", "us-east-1"
+    )
+    canonical = signer.canonical_request(request)
+    expected = signer.signature(signer.string_to_sign(request, canonical), request)
+    assert given.endswith(f"Signature={expected}"), (given, canonical)
+    assert "x-amz-security-token" in given
+
+
+def test_the_repair_settings_are_what_fmctl_rendered(tmp_path: Path) -> None:
+    settings = tmp_path / "_repair.json"
+    settings.write_text(json.dumps({"region": "us-west-2", "replace": True, "budgets": {"a": 2}}))
+    repairs = vc.load_repairs(settings)
+    assert repairs.replace and repairs.budgets == {"a": 2}
+    assert repairs.aws.url == "https://autoscaling.us-west-2.amazonaws.com/"
+    assert not vc.load_repairs(None).configured

@@ -169,3 +169,89 @@ def test_the_autoscaler_waits_for_a_node_being_verified(tmp_path: Path) -> None:
     assert f"--startup-taint={TAINT}" in command
     # An empty group's node template is what a verified node offers: no startup taint.
     assert TAINT not in files["aws/autoscaling/gpu.yaml"]
+
+
+def _plan(spec: Path) -> dict[str, Any]:
+    from provisioner.blueprint import build
+    from provisioner.catalog import load_catalog
+    from tests.conftest import validate_text
+    from tests.render.test_autoscaler import WHERE
+
+    validation = validate_text(spec.read_text())
+    assert validation.ok and validation.resolved is not None, validation.problems
+    return {i.id: i for i in build(validation.resolved, load_catalog(), WHERE)}
+
+
+def test_a_node_that_fails_is_replaced_by_a_role_for_the_gates_groups_only(
+    tmp_path: Path,
+) -> None:
+    """health.repair: replace (the default): the controller gets the pool's repair budget,
+    a role its pod assumes (EKS Pod Identity, its own service account in this cluster
+    only) that may terminate instances only in the Auto Scaling groups fmctl tagged for the
+    gate, and the GPU pools' groups carry that tag."""
+    spec = _spec(tmp_path, "p5en-eks-fsx-s3.yaml", True)
+    files = rendered(spec, "kubernetes").files
+    name = yaml.safe_load(spec.read_text())["metadata"]["name"]
+    (config,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
+    ]
+    settings = json.loads(config["data"]["_repair.json"])
+    pools = yaml.safe_load(spec.read_text())["compute"]["gpuPools"]
+    assert settings["replace"] is True
+    # health.maxInRepair: 10% of the pool, at least one node.
+    assert settings["budgets"] == {p["name"]: max(1, p["count"] // 10) for p in pools}
+    aws_call = ROOT / "templates/kubernetes/health-verify/aws_call.py"
+    assert config["data"]["aws_call.py"] == aws_call.read_text()
+    (deployment,) = [
+        d for _, d in documents(files, "kubernetes/health-verify/") if d["kind"] == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    mounts = {m["mountPath"]: m.get("subPath") for m in container["volumeMounts"]}
+    assert mounts["/opt/fmctl/aws_call.py"] == "aws_call.py"
+    assert "--repair=/opt/fmctl/_repair.json" in container["command"]
+    assert {
+        "name": "AWS_REGION",
+        "value": yaml.safe_load(spec.read_text())["metadata"]["region"],
+    } in container["env"]
+    for pool in pools:
+        tags = yaml.safe_load(files[f"aws/autoscaling/{pool['name']}.yaml"])["tags"]
+        assert tags == {"fmctl.dev/verify-repair": name}  # the autoscaler's only when it sizes
+
+    items = _plan(spec)
+    role = items["iam/verify-repair"].params
+    trust = json.loads(role.trust)["Statement"][0]
+    assert trust["Principal"]["Service"] == "pods.eks.amazonaws.com"
+    assert trust["Condition"]["StringEquals"] == {
+        "aws:RequestTag/eks-cluster-name": name,
+        "aws:RequestTag/kubernetes-namespace": "fmctl-system",
+        "aws:RequestTag/kubernetes-service-account": "fmctl-verify",
+    }
+    (statement,) = json.loads(role.inline)["Statement"]
+    assert statement["Action"] == ["autoscaling:TerminateInstanceInAutoScalingGroup"]
+    assert statement["Condition"] == {
+        "StringEquals": {"autoscaling:ResourceTag/fmctl.dev/verify-repair": name}
+    }
+    identity = items["pod-identity/verify-repair"].params
+    assert (identity.namespace, identity.service_account) == ("fmctl-system", "fmctl-verify")
+    group = items["nodegroup/gpu"].params
+    assert dict(group.asg_tags) == {"fmctl.dev/verify-repair": name}
+    assert not group.autoscaled  # a tag of the gate's does not hand the size to an autoscaler
+
+
+def test_with_repair_reboot_the_gate_only_holds(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["health"] = {"repair": "reboot", "verify": {"kubernetesGate": True}}
+    spec = tmp_path / "reboot.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    files = rendered(spec, "kubernetes").files
+    (config,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
+    ]
+    assert json.loads(config["data"]["_repair.json"])["replace"] is False
+    assert not any(p.startswith("aws/autoscaling/") for p in files)
+    items = _plan(spec)
+    assert "iam/verify-repair" not in items and "pod-identity/verify-repair" not in items
