@@ -12,7 +12,8 @@ double-bit error, EKS's own 10 minutes for other GPU states, 30 for the rest). A
 here: a failing condition not yet acted on is ``suspect``, cordoned with one ``repairing``;
 not Ready ``failed``; cordoned otherwise ``drained`` (or ``draining`` while pods remain);
 the verify gate's startup taint ``fmctl.dev/unverified`` ``verifying``, or ``failed`` once
-fmctl's verify controller has recorded that the node failed the gate.
+fmctl's verify controller has recorded that the node failed the gate (``repairing`` once it
+has had the node's instance terminated for a replacement, ``fmctl.dev/verify-repair``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from provisioner.shipped import shipped_dir
 #: (templates/kubernetes/health-verify/verify_controller.py).
 UNVERIFIED_TAINT = "fmctl.dev/unverified"
 VERDICT_ANNOTATION = "fmctl.dev/verify"
+#: What the controller did about a node that failed: "replacing TIME: ..." or "held TIME: WHY".
+REPAIR_ANNOTATION = "fmctl.dev/verify-repair"
 #: The node monitoring agent's conditions (EKS User Guide, "Node health"; its repository's
 #: docs/node-health-issues.adoc at 51af549).
 MONITOR_CONDITIONS = (
@@ -76,10 +79,13 @@ def _condition_fault(condition: dict[str, Any], repair: str) -> Fault:
     return Fault(reason, str(condition.get("type")), action, detail)
 
 
-def _events(node: str, pool: str, failing: list[dict[str, Any]], verdict: str) -> list[HealthEvent]:
+def _events(
+    node: str, pool: str, failing: list[dict[str, Any]], verdict: str, repair: str = ""
+) -> list[HealthEvent]:
     """What the node's conditions and the verify gate's verdict say happened, and when: a
     failing condition since it changed, the gate's verdict ("passed TIME" or "failed TIME:
-    WHAT", verify_controller.py) at its time."""
+    WHAT", verify_controller.py) and what the controller did about a failure ("replacing
+    TIME: ..." or "held TIME: WHY") at their times."""
     out = [
         HealthEvent(
             str(c.get("lastTransitionTime") or ""),
@@ -96,6 +102,10 @@ def _events(node: str, pool: str, failing: list[dict[str, Any]], verdict: str) -
             "passed the verify gate" if outcome == "passed" else f"failed the verify gate: {what}"
         )
         out.append(HealthEvent(when, node, pool, said))
+    outcome, _, rest = repair.partition(" ")
+    if outcome in ("replacing", "held") and rest:
+        when, _, what = rest.partition(": ")
+        out.append(HealthEvent(when, node, pool, f"{outcome}: {what}"))
     return out
 
 
@@ -153,6 +163,7 @@ def kube_report(
         ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
         taints = {t.get("key", "") for t in spec.get("taints") or []}
         verdict = str((meta.get("annotations") or {}).get(VERDICT_ANNOTATION, ""))
+        repair = str((meta.get("annotations") or {}).get(REPAIR_ANNOTATION, ""))
         since = ready.get("lastTransitionTime")
         failing = [
             c
@@ -162,7 +173,7 @@ def kube_report(
         fault = _condition_fault(failing[0], context.health_repair) if failing else None
         if failing:
             since = failing[0].get("lastTransitionTime")
-        events += _events(meta["name"], pool, failing, verdict)
+        events += _events(meta["name"], pool, failing, verdict, repair)
         if ready.get("status") != "True":
             state, detail = "failed", f"not Ready: {ready.get('reason') or 'no Ready condition'}"
         elif failing:
@@ -170,9 +181,12 @@ def kube_report(
             state = "repairing" if cordoned else "suspect"
             detail = f"{failing[0].get('type')} False: {failing[0].get('reason')}"
         elif UNVERIFIED_TAINT in taints and verdict.startswith("failed"):
-            # fmctl's verify controller keeps such a node out of service for a person.
-            state, detail = "failed", f"verify gate: {verdict}"
-            fault = Fault("verify", "VERIFY_FAILED", "drain", verdict)
+            # fmctl's verify controller has its instance replaced, or keeps it out of
+            # service (for a person, or until the pool's repair budget has room).
+            replacing = repair.startswith("replacing")
+            state = "repairing" if replacing else "failed"
+            detail = f"verify gate: {verdict}" + (f"; {repair}" if repair else "")
+            fault = Fault("verify", "VERIFY_FAILED", "replace" if replacing else "drain", verdict)
         elif UNVERIFIED_TAINT in taints:
             state, detail = "verifying", f"tainted {UNVERIFIED_TAINT}"
         elif spec.get("unschedulable"):

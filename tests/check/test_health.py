@@ -14,6 +14,7 @@ from provisioner.check.health import expand_hostlist, parse_fault, parse_slurm
 from provisioner.check.health_gather import (
     KUBE_NO_GATE,
     KUBE_NOTE,
+    REPAIR_ANNOTATION,
     UNVERIFIED_TAINT,
     VERDICT_ANNOTATION,
     kube_report,
@@ -179,6 +180,36 @@ def test_kubernetes_nodes() -> None:
     gated = dataclasses.replace(_context(), health_verify_kubernetes_gate=True)
     assert kube_report(gated, nodes, pods).notes == (KUBE_NOTE,)
     assert report.pools[0].as_data() == {"name": "train", "nodes": 8, "inRepair": 1, "budget": 1}
+
+
+def test_a_node_that_failed_the_gate_is_repairing_once_its_replacement_is_asked() -> None:
+    """The verify controller's note on a node that failed (verify_controller.py): replacing
+    (its instance terminated: ``repairing``, counted in the pool's repairs) or held (still
+    ``failed``, with why); each an event at its time."""
+    tainted = [{"key": UNVERIFIED_TAINT, "effect": "NoSchedule"}]
+    verdict = "failed 2026-12-04T03:40:00Z: FAIL gpus: 7 of 8"
+    going, held = _node("ip-1", "train", taints=tainted), _node("ip-2", "train", taints=tainted)
+    going["metadata"]["annotations"] = {
+        VERDICT_ANNOTATION: verdict,
+        REPAIR_ANNOTATION: "replacing 2026-12-04T03:41:00Z: instance i-1 terminated; its node "
+        "group launches a replacement",
+    }
+    held["metadata"]["annotations"] = {
+        VERDICT_ANNOTATION: verdict,
+        REPAIR_ANNOTATION: "held 2026-12-04T03:41:00Z: the repair budget of pool train is in "
+        "use (1: health.maxInRepair)",
+    }
+    report = kube_report(_context(), [going, held], [])
+    nodes = {n.name: n for n in report.nodes}
+    assert (nodes["ip-1"].state, nodes["ip-2"].state) == ("repairing", "failed")
+    assert nodes["ip-1"].fault is not None and nodes["ip-1"].fault.action == "replace"
+    assert "held 2026-12-04T03:41:00Z: the repair budget" in nodes["ip-2"].detail
+    assert report.pools[0].as_data()["inRepair"] == 1
+    assert (
+        "2026-12-04T03:41:00Z",
+        "ip-1",
+        "replacing: instance i-1 terminated; its node group launches a replacement",
+    ) in [(e.time, e.node, e.what) for e in report.events]
 
 
 def test_the_text_shows_counts_and_only_the_nodes_to_look_at(
