@@ -230,6 +230,23 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "health-dcgm-extended",
+        "level-4-parallelcluster",
+        [(("health",), {"verify": {"dcgmLevel": 4}})],
+        "health.verify.dcgmLevel",
+        "warning",
+    ),
+    (
+        "health-dcgm-extended",
+        "level-4-eks-gate",
+        [
+            (("scheduler",), "kubernetes"),
+            (("health",), {"verify": {"dcgmLevel": 4, "kubernetesGate": True}}),
+        ],
+        "health.verify.dcgmLevel",
+        "warning",
+    ),
+    (
         "health-settings",
         "no-budget",
         [(("health",), {"maxInRepair": 0})],
@@ -1052,6 +1069,12 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         [(("scheduler",), "kubernetes"), (("health",), {"verify": {"kubernetesGate": True}})],
     ),
     ("health-settings", "share", [(("health",), {"enabled": False, "maxInRepair": "25%"})]),
+    ("health-dcgm-extended", "level-3", [(("health",), {"verify": {"dcgmLevel": 3}})]),
+    (
+        "health-dcgm-extended",
+        "eks-no-gate",
+        [(("scheduler",), "kubernetes"), (("health",), {"verify": {"dcgmLevel": 4}})],
+    ),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     (
         "state-location",

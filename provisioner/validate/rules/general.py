@@ -158,6 +158,24 @@ def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
         )
 
 
+@rule("health-dcgm-extended")
+def health_dcgm_extended(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """DCGM's level-4 diagnostic is allowed up to four hours (verify-node.sh's deadline) on
+    every new, replaced or rebooted GPU node before it takes work: allowed, but said."""
+    gated = ctx.scheduler != "kubernetes" or spec.health.verify.kubernetes_gate
+    if spec.health.enabled and gated and spec.health.verify.dcgm_level >= 4:
+        yield Problem(
+            "health-dcgm-extended",
+            "health verify dcgmLevel 4 gives DCGM's extended diagnostic up to 4 hours on every "
+            "new, replaced or rebooted GPU node before it takes work (ParallelCluster's "
+            "bootstrap is allowed 4.5 hours for it)",
+            ("health", "verify", "dcgmLevel"),
+            hint="level 2 (a few minutes) or 3 (about 30 minutes) find most faults; keep 4 "
+            "for burn-in",
+            level="warning",
+        )
+
+
 @rule("ttl-format")
 def ttl(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """The ttl must be a positive duration in days, hours and minutes."""
