@@ -188,7 +188,12 @@ def kube_report(
             detail = f"verify gate: {verdict}" + (f"; {repair}" if repair else "")
             fault = Fault("verify", "VERIFY_FAILED", "replace" if replacing else "drain", verdict)
         elif UNVERIFIED_TAINT in taints:
-            state, detail = "verifying", f"tainted {UNVERIFIED_TAINT}"
+            # "pairing TIME: ...": its own checks passed, its 2-node NCCL pair is next.
+            state, detail = (
+                "verifying",
+                f"tainted {UNVERIFIED_TAINT}"
+                + (f"; {verdict}" if verdict.startswith("pairing") else ""),
+            )
         elif spec.get("unschedulable"):
             running = meta["name"] in busy
             state = "draining" if running else "drained"

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from provisioner.catalog.charts import DRA_DRIVER, KUEUE, Chart
 from provisioner.render.context import ClusterContext
@@ -87,6 +87,8 @@ class NcclRun:
     placement: Placement | None = None
     #: The job's ComputeDomain (NVLink across the UltraServer's nodes), on DRA pools.
     compute_domain: bool = False
+    #: The verify gate's pair: it tolerates the startup taint of the node it verifies.
+    verify: bool = False
 
 
 def queued(c: ClusterContext, pool: PoolContext, run: NcclRun) -> NcclRun:
@@ -206,23 +208,28 @@ VERIFY_SCRIPTS = ("verify-node.sh", "nvlinks.sh", "row-remap.sh", "efa-devices.s
 #: Where a pool's Job template says the Job's name and its node go: the controller's
 #: stand-ins (templates/kubernetes/health-verify/verify_controller.py).
 VERIFY_NAME, VERIFY_NODE = "fmctl-job-name-standin", "fmctl-node-name-standin"
+#: The peer's stand-in in a pool's pair template.
+VERIFY_PEER = "fmctl-peer-name-standin"
 #: The controller's program and the module it calls AWS with.
 VERIFY_CONTROLLER = ("verify_controller.py", "aws_call.py")
-#: Its repair settings' key in its ConfigMap (no pool's name: those are DNS labels).
-REPAIR_FILE = "_repair.json"
+#: Its settings' key in its ConfigMap (no pool's name: those are DNS labels).
+SETTINGS_FILE = "_settings.json"
 
 
 @dataclass(frozen=True)
 class VerifyGate:
     """The EKS verify gate's parts (health.verify.kubernetesGate): the scripts its Jobs
     run, the controller's sources (file name -> text), each pool's Job as JSON with
-    stand-in names, and how the controller repairs (``REPAIR_FILE``: the region, whether it
-    replaces a node that failed, each pool's repair budget)."""
+    stand-in names, and the controller's settings (``SETTINGS_FILE``: the region, whether it
+    replaces a node that failed, each pool's repair budget and pair floor)."""
 
     scripts: dict[str, str]
     controller: dict[str, str]
     jobs: dict[str, str]
-    repair: str = ""
+    settings: str = ""
+    #: Each pool's 2-node NCCL pair (ConfigMap, Service, Job) as JSON, with stand-ins for
+    #: its name, the node and the peer (pools a pair runs on only).
+    pairs: dict[str, str] = field(default_factory=dict)
 
 
 def verify_gate(c: ClusterContext) -> VerifyGate:
@@ -248,17 +255,65 @@ def verify_gate(c: ClusterContext) -> VerifyGate:
         for pool in c.pools
     }
     source = shipped_dir("templates") / "kubernetes/health-verify"
-    repair = {
+    paired = [p for p in c.pools if pair_runs(c, p)]
+    settings = {
         "region": c.region,
         "replace": c.verify_replaces,
         "budgets": {pool.name: c.repair_budget(pool) for pool in c.pools},
+        "pairs": {pool.name: _floor(pool) for pool in paired},
     }
     return VerifyGate(
         scripts={name: (lib / name).read_text() for name in VERIFY_SCRIPTS},
         controller={name: (source / name).read_text() for name in VERIFY_CONTROLLER},
         jobs=jobs,
-        repair=json.dumps(repair, sort_keys=True),
+        settings=json.dumps(settings, sort_keys=True),
+        pairs={pool.name: _pair_template(c, pool) for pool in paired},
     )
+
+
+def pair_runs(c: ClusterContext, pool: PoolContext) -> bool:
+    """Does a new node of ``pool`` pass a 2-node NCCL pair too (health.verify.ncclPair), as
+    on Slurm: two nodes or more, on EFA; not on a DRA pool, whose pair would need a
+    ComputeDomain of its own (not yet)."""
+    return (
+        c.health_verify_nccl_pair and pool.efa and pool.count >= 2 and pool.name not in c.dra_pools
+    )
+
+
+def _floor(pool: PoolContext) -> dict[str, object]:
+    """The pair's floor (catalog.nccl_baselines.pair_floor, as verify-pair.sh's)."""
+    from provisioner.catalog.nccl_baselines import pair_floor
+
+    floor = pair_floor(pool.instance_type, pool.itype.network.bandwidth_gbps)
+    return {"gbps": floor.floor_gbs, "bytes": floor.size_bytes, "why": floor.source}
+
+
+def _pair_template(c: ClusterContext, pool: PoolContext) -> str:
+    """`fmctl check`'s NCCL all-reduce on two named nodes, as the verify controller makes
+    it: in fmctl-system, tolerating the startup taint, labelled as the controller's (no
+    fmctl.dev/cluster label: `up` would take it for its own and prune it)."""
+    import json
+
+    import yaml
+
+    run = NcclRun(
+        name=VERIFY_NAME,
+        namespace="fmctl-system",
+        nodes=(VERIFY_NODE, VERIFY_PEER),
+        suspend=False,
+        service_account="default",
+        verify=True,
+    )
+    docs = [d for d in yaml.safe_load_all(nccl_job(c, pool, run)) if d]
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        labels.pop("fmctl.dev/cluster", None)
+        labels |= {
+            "app.kubernetes.io/name": "fmctl-verify-pair",
+            "app.kubernetes.io/managed-by": "fmctl-verify",
+        }
+        doc["metadata"]["annotations"] = {"fmctl.dev/node": VERIFY_NODE}
+    return json.dumps(docs, sort_keys=True)
 
 
 def _manifests(c: ClusterContext) -> dict[str, str]:
@@ -288,8 +343,9 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 verify_scripts=gate.scripts,
                 verify_controller=gate.controller,
                 verify_jobs=gate.jobs,
-                verify_repair=gate.repair,
-                repair_file=REPAIR_FILE,
+                verify_settings=gate.settings,
+                verify_pairs=gate.pairs,
+                settings_file=SETTINGS_FILE,
             )
             names.append(output)
         files[f"kubernetes/{comp.name}/kustomization.yaml"] = render_template(

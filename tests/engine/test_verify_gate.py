@@ -35,9 +35,10 @@ DATA, REAL = ROOT / "tests/data/check", ROOT / "tests/data/real"
 TAINT = "fmctl.dev/unverified"
 CONTROLLER = ROOT / "templates/kubernetes/health-verify/verify_controller.py"
 
-#: The node's tools, each answering the question verify-node.sh asks with what a p5en node
-#: printed (tests/data/check/README.md, tests/data/real/README.md); the node named in
-#: $FAKE/broken has a GPU fallen off the bus. fi_pingpong passes and says it ran.
+#: The node's tools, each answering the question verify-node.sh (and the pair's all-reduce)
+#: asks with what a p5en node printed (tests/data/check/README.md, tests/data/real/README.md);
+#: the node named in $FAKE/broken (every node, when it says "every") has a GPU fallen off the
+#: bus. fi_pingpong passes and says it ran.
 TOOLS = {
     "nvidia-smi": """#!/bin/bash
 csv="$DATA/nvidia-smi-p5en.csv"
@@ -53,6 +54,9 @@ esac
     "dcgmi": '#!/bin/sh\ncat "$DATA/dcgmi-diag-healthy.json"\n',
     "nv-hostengine": "#!/bin/sh\nexit 0\n",
     "fi_info": '#!/bin/sh\ncat "$DATA/fi_info-p5en-healthy.txt"\n',
+    # The 2-node pair's all-reduce (fmctl's allreduce.py under torchrun): rank 0's log of a
+    # healthy pair of p5en (tests/data/check/README.md).
+    "torchrun": '#!/bin/sh\ncat "$DATA/nccl-k8s-p5en-2nodes-healthy.txt"\n',
     "fi_pingpong": """#!/bin/bash
 case " $* " in
   *" localhost "*) echo "$NODE_NAME $*" >> "$FAKE/pingpong" ;;
@@ -261,6 +265,12 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         assert f"{broken}: failed, kept out of service: FAIL gpus: 7 of 8" in said, said
         assert f"{broken}: replacing: instance i-" in said, said
         assert f"{replacement}: passed, {TAINT} lifted" in said, said
+        # The replacement's last check was a 2-node NCCL all-reduce with an idle verified
+        # peer, at or above the pool's floor (280 GB/s on p5en: 70% of EFA's line rate).
+        assert f"{replacement}: pairing with " in said, said
+        assert "nccl-pair 352.27 GB/s with " in verdicts[replacement], verdicts[replacement]
+        peer = verdicts[replacement].split(" with ", 1)[1].split(" ", 1)[0]
+        assert peer in (good, also_good), verdicts[replacement]
         assert "AccessDenied" not in said, said
 
         health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")

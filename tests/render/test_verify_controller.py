@@ -356,9 +356,204 @@ def test_its_signature_is_botocores() -> None:
 
 
 def test_the_repair_settings_are_what_fmctl_rendered(tmp_path: Path) -> None:
-    settings = tmp_path / "_repair.json"
+    settings = tmp_path / "_settings.json"
     settings.write_text(json.dumps({"region": "us-west-2", "replace": True, "budgets": {"a": 2}}))
-    repairs = vc.load_repairs(settings)
-    assert repairs.replace and repairs.budgets == {"a": 2}
+    pairs = {"a": {"gbps": 280.0, "bytes": 1 << 32, "why": "line rate"}}
+    settings.write_text(
+        json.dumps({"region": "us-west-2", "replace": True, "budgets": {"a": 2}, "pairs": pairs})
+    )
+    repairs, floors = vc.load_settings(settings)
+    assert repairs.replace and repairs.budgets == {"a": 2} and floors == pairs
     assert repairs.aws.url == "https://autoscaling.us-west-2.amazonaws.com/"
-    assert not vc.load_repairs(None).configured
+    assert not vc.load_settings(None)[0].configured
+
+
+PAIR_TEMPLATE = [
+    {"kind": "ConfigMap", "metadata": {"name": vc.NAME_STANDIN}},
+    {"kind": "Service", "metadata": {"name": vc.NAME_STANDIN}},
+    {
+        "kind": "Job",
+        "metadata": {"name": vc.NAME_STANDIN, "annotations": {"fmctl.dev/node": vc.NODE_STANDIN}},
+        "spec": {"values": [vc.NODE_STANDIN, vc.PEER_STANDIN]},
+    },
+]
+FLOOR = {"gpu": {"gbps": 280.0, "bytes": 4294967296, "why": "70% of EFA's 400 GB/s"}}
+HEALTHY = (ROOT / "tests/data/check/nccl-k8s-p5en-2nodes-healthy.txt").read_text()
+
+
+class Pairs(Recorded):
+    """The recorded API with pairs: the Jobs made by name (their outcome set by the test),
+    the cluster's pods, and what the pairs' pods printed."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__(nodes, [])
+        self.made: dict[str, dict[str, Any]] = {}
+        self.pods: list[dict[str, Any]] = []
+        self.printed = HEALTHY
+
+    def call(self, method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        bare = path.split("?")[0]
+        if method == "POST" and bare.endswith("/jobs") and "-pair" in body["metadata"]["name"]:
+            self.calls.append((method, bare, body))
+            self.made[body["metadata"]["name"]] = body
+            return body
+        if method == "GET" and "/jobs/" in bare:
+            self.calls.append((method, bare, body))
+            name = bare.rsplit("/", 1)[-1]
+            if name not in self.made:
+                raise vc.ApiError(404, "not found")
+            return self.made[name]
+        if method == "GET" and bare == "/api/v1/pods":
+            return {"items": self.pods}
+        if method == "GET" and "-pair" in path and "/pods?" in path:
+            return {"items": [{"metadata": {"name": "rank0"}}]}
+        if method == "GET" and bare.endswith("/rank0/log"):
+            return self.printed
+        if method == "GET" and "/jobs" in bare and "fmctl-verify-pair" in path:
+            return {"items": list(self.made.values())}
+        if method == "DELETE" and "-pair" in bare:
+            self.calls.append((method, bare, body))
+            self.made.pop(bare.rsplit("/", 1)[-1], None)
+            return {}
+        return super().call(method, path, body, ctype)
+
+    def finish(self, outcome: str = "Complete") -> None:
+        for job in self.made.values():
+            job["status"] = {"conditions": [{"type": outcome, "status": "True"}]}
+
+
+def _pairing(api: Pairs) -> Any:
+    controller = _controller(api)
+    controller.floors, controller.pairs = FLOOR, {"gpu": PAIR_TEMPLATE}
+    return controller
+
+
+PAIRING = "pairing 2026-12-06T06:00:00Z: its own checks passed"
+
+
+def _note(api: Recorded, node: str, key: str) -> str:
+    """The last value given to the node's annotation ``key``."""
+    found = [
+        body["metadata"]["annotations"][key]
+        for method, path, body in api.calls
+        if method == "PATCH"
+        and path.endswith(f"/{node}")
+        and key in body["metadata"]["annotations"]
+    ]
+    return str(found[-1]) if found else ""
+
+
+def test_a_node_that_passed_its_own_checks_pairs_with_an_idle_verified_peer() -> None:
+    """The node Job passed: the node is pairing (still tainted); the pair runs with an idle
+    verified peer (not a busy one, not one still tainted) and, at or above the floor, the
+    node passes with the figure said."""
+    new = _node("new", "n1")
+    busy = _node("busy", "b1", taints=TAINTS[:1])
+    idle = _node("idle", "i1", taints=TAINTS[:1])
+    other = _node("other", "o1")  # being verified itself: no peer
+    api = Pairs([new, busy, idle, other])
+    api.jobs = [_job(new, "Complete")]
+    gpus = {"resources": {"requests": {"nvidia.com/gpu": "8"}}}
+    api.pods = [
+        {"spec": {"nodeName": "busy", "containers": [gpus]}, "status": {"phase": "Running"}}
+    ]
+    controller = _pairing(api)
+    controller.run_pass()
+    assert _note(api, "new", "fmctl.dev/verify").startswith("pairing ")
+    api.jobs = []
+    controller.run_pass()
+    (made,) = api.made.values()
+    assert made["spec"]["values"] == ["new", "idle"]
+    assert made["metadata"]["annotations"]["fmctl.dev/peer"] == "idle"
+    posted = [p for m, p, b in api.calls if m == "POST" and "-pair" in b["metadata"]["name"]]
+    assert [p.rsplit("/", 1)[-1] for p in posted] == ["configmaps", "services", "jobs"]
+    api.finish()
+    controller.run_pass()
+    verdict = _note(api, "new", "fmctl.dev/verify")
+    assert (
+        verdict.startswith("passed ") and "nccl-pair 352.27 GB/s with idle (floor 280)" in verdict
+    )
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "idle=352.27"
+    lift = [b for m, p, b in api.calls if m == "PATCH" and p.endswith("/new") and "spec" in b]
+    assert lift and lift[-1]["spec"] == {"taints": TAINTS[:1]}
+    assert api.made == {}  # its objects deleted
+
+
+def test_slow_with_two_peers_fails_slow_with_one_waits_none_skips() -> None:
+    slow = HEALTHY.replace("busbw_GBps=352.27", "busbw_GBps=120.50")
+    peers = [_node("p1", "p1", taints=TAINTS[:1]), _node("p2", "p2", taints=TAINTS[:1])]
+    node = _node("new", "n1", PAIRING)
+    api = Pairs([node, *peers])
+    api.printed = slow
+    controller = _pairing(api)
+    controller.run_pass()
+    api.finish()
+    controller.run_pass()  # slow with p1: a second peer next
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=120.5"
+    assert _note(api, "new", "fmctl.dev/verify") == ""
+    controller.run_pass()
+    (made,) = api.made.values()
+    assert made["spec"]["values"] == ["new", "p2"]
+    api.finish()
+    controller.run_pass()  # slow with p2 too: the node, not the peers
+    verdict = _note(api, "new", "fmctl.dev/verify")
+    assert verdict.startswith("failed ") and (
+        "FAIL nccl-pair 120.5 GB/s with p1, 120.5 GB/s with p2 < 280 GB/s" in verdict
+    ), verdict
+
+    # One slow pair and no other idle peer: it waits (tainted, no verdict).
+    alone = _node("alone", "a1", PAIRING)
+    api = Pairs([alone, _node("p1", "p1", taints=TAINTS[:1])])
+    api.printed = slow
+    controller = _pairing(api)
+    for _ in range(3):
+        controller.run_pass()
+        api.finish()
+    assert _note(api, "alone", "fmctl.dev/verify") == "" and api.made == {}
+
+    # No idle verified peer at all (the first nodes of a pool): skipped, and said.
+    first = _node("first", "f1", PAIRING)
+    api = Pairs([first, _node("second", "s1", PAIRING)])
+    _pairing(api).run_pass()
+    assert "no idle verified peer, nccl-pair skipped" in _note(api, "first", "fmctl.dev/verify")
+
+
+def test_a_pair_that_printed_nothing_counts_as_slow() -> None:
+    """A pair whose pods failed (no figure): said as such, and a second peer decides."""
+    api = Pairs([_node("new", "n1", PAIRING), _node("p1", "p1", taints=TAINTS[:1])])
+    api.printed = "NCCL WARN NET/OFI Unable to register memory\n"
+    controller = _pairing(api)
+    controller.run_pass()
+    api.finish("Failed")
+    controller.run_pass()
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=-"
+
+
+def test_the_pair_templates_are_the_pools_pair_files(tmp_path: Path) -> None:
+    (tmp_path / "gpu.json").write_text(json.dumps(TEMPLATE))
+    (tmp_path / "gpu.pair.json").write_text(json.dumps(PAIR_TEMPLATE))
+    assert vc.load_templates(tmp_path) == {"gpu": TEMPLATE}
+    assert vc.load_templates(tmp_path, "pair") == {"gpu": PAIR_TEMPLATE}
+
+
+def test_a_pair_that_never_ran_is_not_held_against_the_node() -> None:
+    """Its pods never started (a peer kept busy) for PAIR_TIMEOUT_S: the pair is given up,
+    marked as not run, and another peer is tried; one slow pair after it does not fail the
+    node (a second figure decides)."""
+    peers = [_node("p1", "p1", taints=TAINTS[:1]), _node("p2", "p2", taints=TAINTS[:1])]
+    api = Pairs([_node("new", "n1", PAIRING), *peers])
+    controller = _pairing(api)
+    controller.run_pass()
+    (job,) = api.made.values()
+    job["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    controller.run_pass()
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=x" and api.made == {}
+    api.nodes[0]["metadata"]["annotations"]["fmctl.dev/verify-pair"] = "p1=x"
+    api.printed = HEALTHY.replace("busbw_GBps=352.27", "busbw_GBps=100")
+    controller.run_pass()
+    (job,) = api.made.values()
+    assert job["spec"]["values"] == ["new", "p2"]
+    api.finish()
+    controller.run_pass()
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=x p2=100"
+    assert _note(api, "new", "fmctl.dev/verify") == ""  # one slow figure: not yet failed

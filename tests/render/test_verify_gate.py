@@ -131,14 +131,18 @@ def test_the_controller_may_touch_nodes_and_its_own_jobs_only(tmp_path: Path) ->
         if d["kind"] != "Kustomization"
     }
     cluster = docs[("ClusterRole", "fmctl-verify")]["rules"]
+    # Pods cluster-wide, read only: which nodes' GPUs are in use (a pair's peer is idle).
     assert cluster == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]}
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
     role = docs[("Role", "fmctl-verify")]
     assert role["metadata"]["namespace"] == "fmctl-system"
     verbs = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
     assert verbs == {
         "jobs": {"get", "list", "create", "delete"},
+        "configmaps": {"create", "delete"},  # a pair's script and
+        "services": {"create", "delete"},  # the headless Service its ranks meet through
         "pods": {"list"},
         "pods/log": {"get"},
     }
@@ -197,7 +201,7 @@ def test_a_node_that_fails_is_replaced_by_a_role_for_the_gates_groups_only(
         for _, d in documents(files, "kubernetes/health-verify/")
         if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
     ]
-    settings = json.loads(config["data"]["_repair.json"])
+    settings = json.loads(config["data"]["_settings.json"])
     pools = yaml.safe_load(spec.read_text())["compute"]["gpuPools"]
     assert settings["replace"] is True
     # health.maxInRepair: 10% of the pool, at least one node.
@@ -210,7 +214,7 @@ def test_a_node_that_fails_is_replaced_by_a_role_for_the_gates_groups_only(
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     mounts = {m["mountPath"]: m.get("subPath") for m in container["volumeMounts"]}
     assert mounts["/opt/fmctl/aws_call.py"] == "aws_call.py"
-    assert "--repair=/opt/fmctl/_repair.json" in container["command"]
+    assert "--settings=/opt/fmctl/_settings.json" in container["command"]
     assert {
         "name": "AWS_REGION",
         "value": yaml.safe_load(spec.read_text())["metadata"]["region"],
@@ -251,7 +255,68 @@ def test_with_repair_reboot_the_gate_only_holds(tmp_path: Path) -> None:
         for _, d in documents(files, "kubernetes/health-verify/")
         if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
     ]
-    assert json.loads(config["data"]["_repair.json"])["replace"] is False
+    assert json.loads(config["data"]["_settings.json"])["replace"] is False
     assert not any(p.startswith("aws/autoscaling/") for p in files)
     items = _plan(spec)
     assert "iam/verify-repair" not in items and "pod-identity/verify-repair" not in items
+
+
+def test_a_pools_pair_is_fmctl_checks_all_reduce_on_the_node_and_its_peer(
+    tmp_path: Path,
+) -> None:
+    """health.verify.ncclPair (on by default) on a pool of two nodes or more on EFA: the
+    controller gets the pool's floor and `fmctl check`'s all-reduce on two named nodes, in
+    fmctl-system, tolerating the startup taint, not labelled as the cluster's."""
+    files = _gated(tmp_path)
+    (config,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
+    ]
+    floors = json.loads(config["data"]["_settings.json"])["pairs"]
+    # p5en: no published 2-node figure; 70% of EFA's 400 GB/s at 4 GiB (verify-pair.sh's).
+    assert floors == {
+        "gpu": {
+            "gbps": 280.0,
+            "bytes": 4294967296,
+            "why": "70% of EFA's 400 GB/s (a line-rate estimate)",
+        }
+    }
+    docs = json.loads(config["data"]["gpu.pair.json"])
+    assert [d["kind"] for d in docs] == ["ConfigMap", "Service", "Job"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+        labels = doc["metadata"]["labels"]
+        assert "fmctl.dev/cluster" not in labels
+        assert labels["app.kubernetes.io/name"] == "fmctl-verify-pair"
+        assert doc["metadata"]["namespace"] == "fmctl-system"
+    job = docs[-1]
+    pod = job["spec"]["template"]["spec"]
+    affinity = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert affinity["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "fmctl-node-name-standin",
+        "fmctl-peer-name-standin",
+    ]
+    assert _tolerates(pod, TAINT) and job["spec"]["completions"] == 2
+    assert job["spec"]["suspend"] is False
+    assert job["metadata"]["annotations"] == {"fmctl.dev/node": "fmctl-node-name-standin"}
+    # Mounted where the controller reads its templates.
+    (deployment,) = [
+        d for _, d in documents(files, "kubernetes/health-verify/") if d["kind"] == "Deployment"
+    ]
+    (jobs,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "jobs"]
+    assert {"key": "gpu.pair.json", "path": "gpu.pair.json"} in jobs["configMap"]["items"]
+
+    # Off (ncclPair: false), or a pool of one node: no pair, no floor, no pods rule.
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["health"] = {"verify": {"kubernetesGate": True, "ncclPair": False}}
+    spec = tmp_path / "nopair.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    files = rendered(spec, "kubernetes").files
+    (config,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
+    ]
+    assert json.loads(config["data"]["_settings.json"])["pairs"] == {}
+    assert "gpu.pair.json" not in config["data"]

@@ -12,6 +12,14 @@ The GPU node groups register their nodes with the taint ``fmctl.dev/unverified:N
 - on the Job's success, lifts the taint and records ``fmctl.dev/verify: passed TIME`` on the
   node, in one merge patch conditioned on the node's resourceVersion (a node changed since it
   was read is looked at again next pass, not overwritten), then deletes the Job;
+- where its pool has a pair floor (health.verify.ncclPair: two nodes or more, on EFA), first
+  runs a 2-node NCCL all-reduce of the node with an idle verified peer of its pool
+  (``jobs/POOL.pair.json``, `fmctl check`'s all-reduce), as a Slurm node's verify-pair.sh
+  does: the node is ``pairing`` meanwhile; at or above the floor it passes; below it, it
+  pairs once more with a second peer (to tell a bad node from a bad peer) and fails when
+  that is below too; with no idle verified peer (the first nodes of a new pool) the pair is
+  skipped and said so; after one slow pair, it waits for a second idle peer. Each pair's
+  figure is kept in ``fmctl.dev/verify-pair`` (``PEER=GBPS ...``);
 - on its failure, records ``fmctl.dev/verify: failed TIME: WHAT`` (the FAIL lines of the
   Job's logs), deletes the Job and leaves the taint: the node takes no work, and is not tried
   again until a person removes the annotation (or the node is replaced: a new node has none);
@@ -40,6 +48,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import ssl
 import sys
 import time
@@ -56,6 +65,16 @@ TAINT = "fmctl.dev/unverified"
 POOL_LABEL = "fmctl.dev/pool"
 VERDICT = "fmctl.dev/verify"
 REPAIR = "fmctl.dev/verify-repair"
+PAIR = "fmctl.dev/verify-pair"
+PEER_STANDIN = "fmctl-peer-name-standin"
+#: A pair whose pods have not finished in this long is given up (a peer kept busy), and
+#: another peer is tried.
+PAIR_TIMEOUT_S = 1800.0
+#: A pair's figure when it did not run at all (its pods never started): not held against
+#: the node (``x`` in the annotation).
+NOT_RUN = -1.0
+#: What fmctl's all-reduce prints per message size (templates/kubernetes/nccl-test).
+BUSBW = re.compile(r"size=(\d+) time_us=[0-9.]+ busbw_GBps=([0-9.]+)")
 #: The taint fmctl puts on a Capacity Block's nodes in its last hour (block_ends).
 BLOCK_ENDING = "fmctl.dev/capacity-block-ending"
 #: Replacements of a pool that may fail the gate in a row before the rest are held.
@@ -263,14 +282,53 @@ class Repairs:
         self.pending.setdefault(pool, []).append(self.passes)
 
 
-def load_repairs(path: Path | None) -> Repairs:
-    """The repair settings fmctl rendered (``repair.json``: region, replace, budgets)."""
+def load_settings(path: Path | None) -> tuple[Repairs, dict[str, dict[str, Any]]]:
+    """The settings fmctl rendered (``_settings.json``): how it repairs (region, replace,
+    budgets) and each pool's pair floor (``{"gbps", "bytes", "why"}``)."""
     if path is None or not path.exists():
-        return Repairs(None, False, {}, configured=False)
+        return Repairs(None, False, {}, configured=False), {}
     data = json.loads(path.read_text())
     replace = bool(data.get("replace"))
     aws = AutoScaling(str(data["region"])) if replace else None
-    return Repairs(aws, replace, {k: int(v) for k, v in (data.get("budgets") or {}).items()})
+    budgets = {k: int(v) for k, v in (data.get("budgets") or {}).items()}
+    return Repairs(aws, replace, budgets), dict(data.get("pairs") or {})
+
+
+def parse_pairs(text: str) -> list[tuple[str, float | None]]:
+    """``PEER=GBPS PEER=- PEER=x ...`` (``-``: the pair gave no figure; ``x``: it did not
+    run)."""
+    out: list[tuple[str, float | None]] = []
+    for item in text.split():
+        peer, _, figure = item.partition("=")
+        try:
+            out.append((peer, NOT_RUN if figure == "x" else float(figure)))
+        except ValueError:
+            out.append((peer, None))
+    return out
+
+
+def busbw_at(log: str, size: int) -> float | None:
+    """The bus bandwidth the all-reduce printed at ``size`` bytes (the nearest size it ran,
+    if not that one), GB/s; None when it printed none."""
+    found = [(int(m.group(1)), float(m.group(2))) for m in BUSBW.finditer(log)]
+    if not found:
+        return None
+    nearest = min(found, key=lambda f: abs(f[0] - size))[0]
+    return min(b for s, b in found if s == nearest)
+
+
+def gpu_busy(pods: list[dict[str, Any]]) -> set[str]:
+    """The nodes on which a pod that has not ended asks for GPUs."""
+    busy = set()
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            asked = (container.get("resources") or {}).get("requests") or {}
+            limits = (container.get("resources") or {}).get("limits") or {}
+            if str(asked.get("nvidia.com/gpu") or limits.get("nvidia.com/gpu") or "0") != "0":
+                busy.add(str(pod["spec"].get("nodeName") or ""))
+    return busy
 
 
 class Controller:
@@ -283,11 +341,18 @@ class Controller:
         namespace: str,
         templates: dict[str, Any],
         repairs: Repairs | None = None,
+        floors: dict[str, dict[str, Any]] | None = None,
+        pairs: dict[str, Any] | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.templates = templates
         self.repairs = repairs or Repairs(None, False, {}, configured=False)
+        #: Pool -> its pair floor, and its pair template (ConfigMap, Service, Job).
+        self.floors = floors or {}
+        self.pairs = pairs or {}
+        #: The nodes whose GPUs are in use, read once per pass when a pair needs a peer.
+        self.busy: set[str] | None = None
 
     def say(self, line: str) -> None:
         """A line of the controller's log."""
@@ -307,6 +372,7 @@ class Controller:
             if POOL_LABEL in (n["metadata"].get("labels") or {})
         ]
         self.repairs.look(gpu_nodes)
+        self.busy = None
         pools: dict[str, list[dict[str, Any]]] = {}
         for node in gpu_nodes:
             pools.setdefault(node["metadata"]["labels"][POOL_LABEL], []).append(node)
@@ -319,6 +385,10 @@ class Controller:
                 self.step(node, name, jobs.get(name), jobs_path, pool)
             except ApiError as err:
                 self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
+        if self.pairs:
+            self.tidy_pairs(
+                {n["metadata"]["name"] for n in gpu_nodes if _verdict(n).startswith("pairing")}
+            )
         for name, job in jobs.items():
             if name not in wanted:
                 node = (job["metadata"].get("annotations") or {}).get("fmctl.dev/node", "?")
@@ -340,6 +410,9 @@ class Controller:
         if verdict.startswith("failed"):
             self.repair(node, pool_nodes or [node])
             return
+        if verdict.startswith("pairing"):
+            self.pair(node, pool_nodes or [node])
+            return
         if job is None:
             pool = meta["labels"][POOL_LABEL]
             template = self.templates.get(pool)
@@ -351,11 +424,14 @@ class Controller:
             self.say(f"{meta['name']}: verifying (Job {name})")
             return
         outcome = finished(job)
-        if outcome == "Complete":
-            self.verdict(node, f"passed {now()}", lift=True)
-            self.repairs.verdict(node, ok=True)
+        if outcome == "Complete" and meta["labels"][POOL_LABEL] in self.pairs:
+            # Its own checks passed; a pair with a peer is the last.
+            self.verdict(node, f"pairing {now()}: its own checks passed", lift=False)
             self.delete(jobs_path, name)
-            self.say(f"{meta['name']}: passed, {TAINT} lifted")
+            self.say(f"{meta['name']}: its own checks passed; a 2-node NCCL pair next")
+        elif outcome == "Complete":
+            self.passed(node, f"passed {now()}")
+            self.delete(jobs_path, name)
         elif outcome == "Failed":
             # The FAIL lines, else why the Job controller gave up (its condition's reason:
             # DeadlineExceeded when the pod never ran, BackoffLimitExceeded when it failed).
@@ -368,11 +444,149 @@ class Controller:
                 None,
             )
             what = self.failures(name) or "its Job failed" + (f" ({why})" if why else "")
-            self.verdict(node, f"failed {now()}: {what}", lift=False)
-            self.repairs.verdict(node, ok=False)
+            self.failed(node, what)
             # What failed is on the node now; a person who clears the verdict gets a new run.
             self.delete(jobs_path, name)
-            self.say(f"{meta['name']}: failed, kept out of service: {what}")
+
+    def passed(
+        self, node: dict[str, Any], verdict: str, record: dict[str, Any] | None = None
+    ) -> None:
+        """The node passed the gate: lift the taint."""
+        self.verdict(node, verdict, lift=True, record=record)
+        self.repairs.verdict(node, ok=True)
+        self.say(f"{node['metadata']['name']}: passed, {TAINT} lifted")
+
+    def failed(self, node: dict[str, Any], what: str, record: dict[str, Any] | None = None) -> None:
+        """The node failed the gate: keep it out of service (``repair`` acts next pass)."""
+        self.verdict(node, f"failed {now()}: {what}", lift=False, record=record)
+        self.repairs.verdict(node, ok=False)
+        self.say(f"{node['metadata']['name']}: failed, kept out of service: {what}")
+
+    def pair(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> None:
+        """Run the node's 2-node pair, or act on its outcome (see the module's docstring)."""
+        meta = node["metadata"]
+        pool = meta["labels"][POOL_LABEL]
+        floor = self.floors.get(pool) or {"gbps": 0.0, "bytes": 1 << 30, "why": "no floor"}
+        tried = parse_pairs((meta.get("annotations") or {}).get(PAIR, ""))
+        name = f"{job_name(node)}-pair{len(tried)}"
+        jobs_path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
+        try:
+            job: dict[str, Any] | None = self.api.call("GET", f"{jobs_path}/{name}")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            job = None
+        if job is None:
+            self.start_pair(node, pool_nodes, name, tried)
+            return
+        peer = (job["metadata"].get("annotations") or {}).get("fmctl.dev/peer", "?")
+        outcome = finished(job)
+        if outcome is None:
+            started = str(job["metadata"].get("creationTimestamp") or "")
+            if started and _age(started) > PAIR_TIMEOUT_S:
+                self.note(node, PAIR, " ".join(_said([*tried, (peer, NOT_RUN)])))
+                self.delete_pair(name)
+                self.say(f"{meta['name']}: the pair with {peer} did not run; another peer next")
+            return
+        figure = busbw_at(self.pair_logs(name), int(floor["bytes"]))
+        tried.append((peer, figure))
+        # The figures go in the verdict's own patch (conditioned on the node as read): a
+        # verdict refused leaves the pair's Job for the next pass to read again.
+        record = {PAIR: " ".join(_said(tried))}
+        limit = float(floor["gbps"])
+        shown = "no figure" if figure is None else f"{figure:g} GB/s"
+        slow = [(p, f) for p, f in tried if f != NOT_RUN and (f is None or f < limit)]
+        if figure is not None and figure >= limit:
+            verdict = f"passed {now()}: nccl-pair {shown} with {peer} (floor {limit:g})"
+            self.passed(node, verdict, record)
+        elif len(slow) >= 2:
+            said = ", ".join(
+                f"{'no figure' if f is None else f'{f:g} GB/s'} with {p}" for p, f in slow
+            )
+            self.failed(node, f"FAIL nccl-pair {said} < {limit:g} GB/s ({floor['why']})", record)
+        else:
+            self.note(node, PAIR, record[PAIR])
+            self.say(
+                f"{meta['name']}: nccl-pair {shown} with {peer} < {limit:g} GB/s; "
+                "a second peer next"
+            )
+        self.delete_pair(name)
+
+    def start_pair(
+        self,
+        node: dict[str, Any],
+        pool_nodes: list[dict[str, Any]],
+        name: str,
+        tried: list[tuple[str, float | None]],
+    ) -> None:
+        """Start the node's pair with an idle verified peer it has not tried; none: skip."""
+        meta = node["metadata"]
+        pool = meta["labels"][POOL_LABEL]
+        if self.busy is None:
+            self.busy = gpu_busy(self.api.call("GET", "/api/v1/pods")["items"])
+        been = {p for p, _ in tried}
+        peers = sorted(
+            n["metadata"]["name"]
+            for n in pool_nodes
+            if n is not node
+            and not tainted(n)
+            and not n.get("spec", {}).get("unschedulable")
+            and n["metadata"]["name"] not in self.busy
+            and n["metadata"]["name"] not in been
+        )
+        if not peers and not tried:
+            # As verify-pair.sh: a gate on the node, not on the pool's size or its load.
+            self.passed(node, f"passed {now()}: no idle verified peer, nccl-pair skipped")
+            return
+        if not peers:
+            return  # one slow pair: wait for a second idle peer to tell node from peer
+        peer = peers[0]
+        names = {NAME_STANDIN: name, NODE_STANDIN: meta["name"], PEER_STANDIN: peer}
+        for doc in fill(self.pairs[pool], names):
+            doc["metadata"].setdefault("annotations", {})["fmctl.dev/peer"] = peer
+            plural = {"ConfigMap": "configmaps", "Service": "services", "Job": "jobs"}
+            kind = str(doc["kind"])
+            base = "/apis/batch/v1" if kind == "Job" else "/api/v1"
+            path = f"{base}/namespaces/{self.namespace}/{plural[kind]}"
+            try:
+                self.api.call("POST", path, doc)
+            except ApiError as err:
+                if err.status != 409:  # made by a pass that stopped half-way
+                    raise
+        self.busy.add(peer)
+        self.say(f"{meta['name']}: pairing with {peer} (Job {name})")
+
+    def tidy_pairs(self, pairing: set[str]) -> None:
+        """Delete the pairs of nodes no longer pairing (gone, or told apart by a person)."""
+        path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
+        selector = urllib.parse.quote("app.kubernetes.io/name=fmctl-verify-pair")
+        for job in self.api.call("GET", f"{path}?labelSelector={selector}")["items"]:
+            node = (job["metadata"].get("annotations") or {}).get("fmctl.dev/node", "")
+            if node not in pairing:
+                self.delete_pair(job["metadata"]["name"])
+                self.say(f"{node}: no longer pairing, its pair {job['metadata']['name']} deleted")
+
+    def pair_logs(self, name: str) -> str:
+        """What the pair's pods printed (rank 0 prints the figures)."""
+        pods_path = f"/api/v1/namespaces/{self.namespace}/pods"
+        selector = urllib.parse.quote(f"batch.kubernetes.io/job-name={name}")
+        out = []
+        for pod in self.api.call("GET", f"{pods_path}?labelSelector={selector}")["items"]:
+            try:
+                out.append(str(self.api.call("GET", f"{pods_path}/{pod['metadata']['name']}/log")))
+            except ApiError:
+                continue
+        return "\n".join(out)
+
+    def delete_pair(self, name: str) -> None:
+        """Delete a pair's Job (and pods), Service and ConfigMap."""
+        self.delete(f"/apis/batch/v1/namespaces/{self.namespace}/jobs", name)
+        for plural in ("services", "configmaps"):
+            try:
+                self.api.call("DELETE", f"/api/v1/namespaces/{self.namespace}/{plural}/{name}")
+            except ApiError as err:
+                if err.status != 404:
+                    raise
 
     def repair(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> None:
         """Replace a node that failed the gate, or say why it is held (once per reason)."""
@@ -409,14 +623,17 @@ class Controller:
             "application/merge-patch+json",
         )
 
-    def verdict(self, node: dict[str, Any], text: str, lift: bool) -> None:
-        """Record the verdict on the node (and lift the taint), only if the node is as read."""
+    def verdict(
+        self, node: dict[str, Any], text: str, lift: bool, record: dict[str, Any] | None = None
+    ) -> None:
+        """Record the verdict on the node (and lift the taint), only if the node is as read,
+        with ``record``'s annotations. A node starting its pair starts with no pair tried."""
         meta = node["metadata"]
+        notes: dict[str, Any] = {VERDICT: text, **(record or {})}
+        if text.startswith("pairing") and PAIR in (meta.get("annotations") or {}):
+            notes[PAIR] = None
         patch: dict[str, Any] = {
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {VERDICT: text},
-            }
+            "metadata": {"resourceVersion": meta.get("resourceVersion"), "annotations": notes}
         }
         if lift:
             keep = [t for t in node["spec"].get("taints") or [] if t.get("key") != TAINT]
@@ -452,9 +669,32 @@ class Controller:
                 raise
 
 
-def load_templates(folder: Path) -> dict[str, Any]:
-    """The pools' Job templates (``POOL.json``)."""
-    return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+def load_templates(folder: Path, kind: str = "") -> dict[str, Any]:
+    """The pools' Job templates (``POOL.json``), or their pair templates (``kind`` "pair":
+    ``POOL.pair.json``)."""
+    suffix = f".{kind}.json" if kind else ".json"
+    return {
+        p.name.removesuffix(suffix): json.loads(p.read_text())
+        for p in sorted(folder.glob(f"*{suffix}"))
+        if kind or p.name.count(".") == 1
+    }
+
+
+def _verdict(node: dict[str, Any]) -> str:
+    return str((node["metadata"].get("annotations") or {}).get(VERDICT, ""))
+
+
+def _said(tried: list[tuple[str, float | None]]) -> list[str]:
+    return [f"{p}={'-' if f is None else 'x' if f == NOT_RUN else f'{f:g}'}" for p, f in tried]
+
+
+def _age(stamp: str) -> float:
+    """Seconds since an API time (``2026-12-06T09:00:00Z``)."""
+    try:
+        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return 0.0
+    return (datetime.now(UTC) - then).total_seconds()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -465,7 +705,9 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--interval", type=float, default=30.0)
     args.add_argument("--once", action="store_true")
     args.add_argument("--alive", type=Path, help="touched after every pass (liveness)")
-    args.add_argument("--repair", type=Path, help="repair.json: region, replace, budgets")
+    args.add_argument(
+        "--settings", type=Path, help="_settings.json: region, replace, budgets, pair floors"
+    )
     args.add_argument("--server", help="the API's URL (in a pod: the kubernetes Service's)")
     args.add_argument(
         "--account", type=Path, default=Path(ACCOUNT), help="token and ca.crt (in a pod: its own)"
@@ -481,7 +723,11 @@ def main(argv: list[str] | None = None) -> int:
         server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
     api = Api(server, opts.account)
     controller = Controller(
-        api, opts.namespace, load_templates(opts.templates), load_repairs(opts.repair)
+        api,
+        opts.namespace,
+        load_templates(opts.templates),
+        *load_settings(opts.settings),
+        load_templates(opts.templates, "pair"),
     )
     failed = 0
     while True:
