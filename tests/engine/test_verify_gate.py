@@ -271,6 +271,19 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         assert "nccl-pair 352.27 GB/s with " in verdicts[replacement], verdicts[replacement]
         peer = verdicts[replacement].split(" with ", 1)[1].split(" ", 1)[0]
         assert peer in (good, also_good), verdicts[replacement]
+        # The replacement, verified, no longer counts in the pool's repair budget, as the
+        # controller's ConfigMap of counts (kept across its restarts) says.
+
+        def counts() -> dict[str, Any]:
+            api = kube_client(sandbox, name, region)
+            try:
+                kept = api.get("v1", "ConfigMap", "fmctl-verify-repairs", "fmctl-system")
+            finally:
+                api.close()
+            state = json.loads(kept["data"]["state"]) if kept else {}
+            return state if state.get("pending") == {"gpu": []} else {}
+
+        assert until("the replacement freed the budget", counts)["failedInARow"] == {"gpu": 0}
         assert "AccessDenied" not in said, said
 
         health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")

@@ -71,7 +71,9 @@ class Recorded:
         return {}
 
 
-def _node(name: str, uid: str, verdict: str = "", taints: Any = None) -> dict[str, Any]:
+def _node(
+    name: str, uid: str, verdict: str = "", taints: Any = None, created: str = ""
+) -> dict[str, Any]:
     notes = {"fmctl.dev/verify": verdict} if verdict else {}
     return {
         "spec": {
@@ -84,6 +86,7 @@ def _node(name: str, uid: str, verdict: str = "", taints: Any = None) -> dict[st
             "resourceVersion": "41",
             "labels": {"fmctl.dev/pool": "gpu"},
             "annotations": notes,
+            "creationTimestamp": created or "2026-12-01T00:00:00Z",
         },
     }
 
@@ -244,7 +247,9 @@ def _notes(api: Recorded) -> dict[str, str]:
     return {
         path.rsplit("/", 1)[-1]: body["metadata"]["annotations"]["fmctl.dev/verify-repair"]
         for method, path, body in api.calls
-        if method == "PATCH" and "fmctl.dev/verify-repair" in body["metadata"]["annotations"]
+        if method == "PATCH"
+        and path.startswith("/api/v1/nodes/")
+        and "fmctl.dev/verify-repair" in body["metadata"]["annotations"]
     }
 
 
@@ -262,7 +267,7 @@ def test_a_node_that_failed_is_replaced_within_the_budget() -> None:
     assert notes["bad"].startswith("replacing ") and "i-a1 terminated" in notes["bad"]
     assert notes["worse"].startswith("held ") and "repair budget of pool gpu" in notes["worse"]
     # Its node gone and a new one joined: still in the budget until the new one's verdict.
-    new = _node("new", "n1")
+    new = _node("new", "n1", created=vc.now())
     api.nodes, api.calls = [ok, worse, new], []
     controller.run_pass()
     assert fleet.terminated == ["i-a1"] and "worse" not in _notes(api)  # said once
@@ -557,3 +562,49 @@ def test_a_pair_that_never_ran_is_not_held_against_the_node() -> None:
     controller.run_pass()
     assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=x p2=100"
     assert _note(api, "new", "fmctl.dev/verify") == ""  # one slow figure: not yet failed
+
+
+class Kept(Recorded):
+    """The recorded API with the controller's ConfigMap of repair counts."""
+
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__(nodes, [])
+        self.map: dict[str, Any] | None = None
+
+    def call(self, method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        if f"configmaps/{vc.REPAIRS_MAP}" in path:
+            self.calls.append((method, path, body))
+            if self.map is None:
+                raise vc.ApiError(404, "not found")
+            if method == "PATCH":
+                self.map["data"].update(body["data"])
+            return self.map
+        if method == "POST" and path.endswith("/configmaps"):
+            self.calls.append((method, path, body))
+            self.map = body
+            return body
+        return super().call(method, path, body, ctype)
+
+
+def test_the_budget_outlives_the_controller() -> None:
+    """A controller started again (a new pod) takes up the replacements under way from its
+    ConfigMap: the budget stays in use, and the second failed node stays held."""
+    ok = _node("ok", "ok", taints=TAINTS[:1])
+    bad, worse = _node("bad", "a1", FAILED), _node("worse", "a2", FAILED)
+    api, fleet = Kept([ok, bad, worse]), Fleet()
+    _repairing(api, fleet).run_pass()
+    assert fleet.terminated == ["i-a1"]
+    assert api.map is not None and api.map["metadata"]["name"] == "fmctl-verify-repairs"
+    kept = json.loads(api.map["data"]["state"])
+    assert list(kept["pending"]) == ["gpu"] and len(kept["pending"]["gpu"]) == 1
+    # The controller restarts; the failed node's note is cleared so that it would be said
+    # again: the new controller holds it for the budget, from what was kept.
+    api.nodes = [ok, worse]
+    worse["metadata"]["annotations"].pop("fmctl.dev/verify-repair")
+    again = _repairing(api, fleet)
+    again.run_pass()
+    assert fleet.terminated == ["i-a1"]
+    assert (
+        "repair budget of pool gpu is in use"
+        in worse["metadata"]["annotations"]["fmctl.dev/verify-repair"]
+    )

@@ -138,13 +138,19 @@ def test_the_controller_may_touch_nodes_and_its_own_jobs_only(tmp_path: Path) ->
     ]
     role = docs[("Role", "fmctl-verify")]
     assert role["metadata"]["namespace"] == "fmctl-system"
-    verbs = {r: set(rule["verbs"]) for rule in role["rules"] for r in rule["resources"]}
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for r in rule["resources"]:
+            for name in rule.get("resourceNames") or ["*"]:
+                verbs.setdefault((r, name), set()).update(rule["verbs"])
     assert verbs == {
-        "jobs": {"get", "list", "create", "delete"},
-        "configmaps": {"create", "delete"},  # a pair's script and
-        "services": {"create", "delete"},  # the headless Service its ranks meet through
-        "pods": {"list"},
-        "pods/log": {"get"},
+        ("jobs", "*"): {"get", "list", "create", "delete"},
+        ("configmaps", "*"): {"create", "delete"},  # a pair's script and
+        ("services", "*"): {"create", "delete"},  # the headless Service its ranks meet through
+        # its repair counts, kept across its restarts: that one ConfigMap only
+        ("configmaps", "fmctl-verify-repairs"): {"get", "patch"},
+        ("pods", "*"): {"list"},
+        ("pods/log", "*"): {"get"},
     }
     deployment = docs[("Deployment", "fmctl-verify")]["spec"]["template"]["spec"]
     assert deployment["nodeSelector"] == {"fmctl.dev/role": "system"}

@@ -79,9 +79,11 @@ BUSBW = re.compile(r"size=(\d+) time_us=[0-9.]+ busbw_GBps=([0-9.]+)")
 BLOCK_ENDING = "fmctl.dev/capacity-block-ending"
 #: Replacements of a pool that may fail the gate in a row before the rest are held.
 REPLACEMENTS_IN_A_ROW = 3
-#: A replacement not seen verified after this many passes no longer counts in the budget
-#: (an hour at the default 30 s: a node joins in minutes).
-REPLACEMENT_PASSES = 120
+#: A replacement not seen verified in this long no longer counts in the budget (a node
+#: joins in minutes).
+REPLACEMENT_S = 3600.0
+#: The ConfigMap (in its namespace) the controller keeps its repair counts in.
+REPAIRS_MAP = "fmctl-verify-repairs"
 APP = "fmctl-verify"
 #: What fmctl's rendered Job template says where the Job's name and node go.
 NAME_STANDIN, NODE_STANDIN = "fmctl-job-name-standin", "fmctl-node-name-standin"
@@ -190,8 +192,10 @@ class Repairs:
     ``replace``: health.repair is replace (else a failed node is only held); ``budgets``:
     nodes of each pool that may be in repair at once (health.maxInRepair, as fmctl computed
     it for the pool's size). A replacement counts in its pool's budget from the termination
-    until a node that joined after it gets its verdict. What it remembers is in memory; a
-    controller started again counts the failed nodes still marked ``replacing``.
+    until a node of the pool created after it gets its verdict (or for an hour at most: a
+    node joins in minutes). What it counts is kept in the ConfigMap ``REPAIRS_MAP``
+    (``state``, ``load``), so a controller started again (a new pod, a system node drained)
+    does not forget replacements under way and exceed the budget.
     """
 
     def __init__(
@@ -206,46 +210,42 @@ class Repairs:
         self.aws = aws
         self.replace = replace
         self.budgets = budgets
-        #: Pool -> the passes at which its replacements were asked for, oldest first.
-        self.pending: dict[str, list[int]] = {}
+        #: Pool -> when its replacements were asked for (epoch seconds), oldest first.
+        self.pending: dict[str, list[float]] = {}
         #: Pool -> its replacements that failed the gate in a row.
         self.failed_in_a_row: dict[str, int] = {}
-        #: Nodes (uid) that joined while a replacement of their pool was pending.
-        self.replacements: set[str] = set()
-        self.seen: set[str] | None = None
-        self.passes = 0
 
-    def look(self, nodes: list[dict[str, Any]]) -> None:
-        """Start a pass: note the nodes that joined since the last."""
-        self.passes += 1
+    @property
+    def replaces(self) -> bool:
+        """Does it replace nodes (and so keep counts)?"""
+        return self.configured and self.replace and self.aws is not None
+
+    def state(self) -> str:
+        """What must outlive the controller, as the ConfigMap's ``state`` holds it."""
+        return json.dumps(
+            {"pending": self.pending, "failedInARow": self.failed_in_a_row}, sort_keys=True
+        )
+
+    def load(self, text: str) -> None:
+        """Take up what an earlier controller kept."""
+        data = json.loads(text or "{}")
+        self.pending = {k: [float(a) for a in v] for k, v in (data.get("pending") or {}).items()}
+        self.failed_in_a_row = {k: int(v) for k, v in (data.get("failedInARow") or {}).items()}
+
+    def look(self, at: float) -> None:
+        """Start a pass: replacements older than REPLACEMENT_S count no more."""
         for pool, asked in self.pending.items():
-            self.pending[pool] = [a for a in asked if self.passes - a < REPLACEMENT_PASSES]
-        uids = {str(n["metadata"].get("uid")) for n in nodes}
-        if self.seen is None:
-            # Started (again): what is being replaced is what is marked so.
-            for node in nodes:
-                status = (node["metadata"].get("annotations") or {}).get(REPAIR, "")
-                if status.startswith("replacing"):
-                    pool = node["metadata"]["labels"][POOL_LABEL]
-                    self.pending.setdefault(pool, []).append(self.passes)
-        else:
-            for node in nodes:
-                uid = str(node["metadata"].get("uid"))
-                if uid not in self.seen and self.pending.get(
-                    node["metadata"]["labels"][POOL_LABEL]
-                ):
-                    self.replacements.add(uid)
-        self.seen = uids
+            self.pending[pool] = [a for a in asked if at - a < REPLACEMENT_S]
 
     def verdict(self, node: dict[str, Any], ok: bool) -> None:
-        """A node got its verdict: a replacement's frees its place in the budget."""
-        uid = str(node["metadata"].get("uid"))
-        if uid not in self.replacements:
-            return
-        self.replacements.discard(uid)
+        """A node got its verdict: one created after a replacement was asked for (that
+        replacement, or one like it) frees its place in the budget."""
         pool = node["metadata"]["labels"][POOL_LABEL]
-        if self.pending.get(pool):
-            self.pending[pool].pop(0)
+        asked = self.pending.get(pool)
+        created = _epoch(str(node["metadata"].get("creationTimestamp") or ""))
+        if not asked or created is None or created < int(asked[0]):
+            return
+        asked.pop(0)
         self.failed_in_a_row[pool] = 0 if ok else self.failed_in_a_row.get(pool, 0) + 1
 
     def hold(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> str:
@@ -279,7 +279,7 @@ class Repairs:
         assert self.aws is not None
         self.aws.replace(instance_of(node))
         pool = node["metadata"]["labels"][POOL_LABEL]
-        self.pending.setdefault(pool, []).append(self.passes)
+        self.pending.setdefault(pool, []).append(time.time())
 
 
 def load_settings(path: Path | None) -> tuple[Repairs, dict[str, dict[str, Any]]]:
@@ -353,6 +353,8 @@ class Controller:
         self.pairs = pairs or {}
         #: The nodes whose GPUs are in use, read once per pass when a pair needs a peer.
         self.busy: set[str] | None = None
+        #: The repair counts as last kept in REPAIRS_MAP (None: not read yet).
+        self.kept: str | None = None
 
     def say(self, line: str) -> None:
         """A line of the controller's log."""
@@ -371,7 +373,10 @@ class Controller:
             for n in self.api.call("GET", "/api/v1/nodes")["items"]
             if POOL_LABEL in (n["metadata"].get("labels") or {})
         ]
-        self.repairs.look(gpu_nodes)
+        if self.repairs.replaces and self.kept is None:
+            self.repairs.load(self.read_repairs())
+            self.kept = self.repairs.state()
+        self.repairs.look(time.time())
         self.busy = None
         pools: dict[str, list[dict[str, Any]]] = {}
         for node in gpu_nodes:
@@ -385,6 +390,8 @@ class Controller:
                 self.step(node, name, jobs.get(name), jobs_path, pool)
             except ApiError as err:
                 self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
+        if self.repairs.replaces and self.repairs.state() != self.kept:
+            self.keep_repairs()
         if self.pairs:
             self.tidy_pairs(
                 {n["metadata"]["name"] for n in gpu_nodes if _verdict(n).startswith("pairing")}
@@ -556,6 +563,40 @@ class Controller:
         self.busy.add(peer)
         self.say(f"{meta['name']}: pairing with {peer} (Job {name})")
 
+    def read_repairs(self) -> str:
+        """The repair counts an earlier controller kept ("" when none)."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps/{REPAIRS_MAP}"
+        try:
+            found = self.api.call("GET", path)
+        except ApiError as err:
+            if err.status == 404:
+                return ""
+            raise
+        return str((found.get("data") or {}).get("state", ""))
+
+    def keep_repairs(self) -> None:
+        """Keep the repair counts in REPAIRS_MAP (made on first use: the controller's own,
+        not `up`'s, which would put back what it applied)."""
+        state = self.repairs.state()
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps"
+        body = {"data": {"state": state}}
+        try:
+            self.api.call("PATCH", f"{path}/{REPAIRS_MAP}", body, "application/merge-patch+json")
+        except ApiError as err:
+            if err.status != 404:
+                raise
+            made = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": REPAIRS_MAP,
+                    "labels": {"app.kubernetes.io/managed-by": "fmctl-verify"},
+                },
+                **body,
+            }
+            self.api.call("POST", path, made)
+        self.kept = state
+
     def tidy_pairs(self, pairing: set[str]) -> None:
         """Delete the pairs of nodes no longer pairing (gone, or told apart by a person)."""
         path = f"/apis/batch/v1/namespaces/{self.namespace}/jobs"
@@ -688,13 +729,18 @@ def _said(tried: list[tuple[str, float | None]]) -> list[str]:
     return [f"{p}={'-' if f is None else 'x' if f == NOT_RUN else f'{f:g}'}" for p, f in tried]
 
 
-def _age(stamp: str) -> float:
-    """Seconds since an API time (``2026-12-06T09:00:00Z``)."""
+def _epoch(stamp: str) -> float | None:
+    """An API time (``2026-12-06T09:00:00Z``) in epoch seconds; None if it is not one."""
     try:
-        then = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
-        return 0.0
-    return (datetime.now(UTC) - then).total_seconds()
+        return None
+
+
+def _age(stamp: str) -> float:
+    """Seconds since an API time."""
+    then = _epoch(stamp)
+    return 0.0 if then is None else time.time() - then
 
 
 def main(argv: list[str] | None = None) -> int:
