@@ -20,6 +20,7 @@ import polling
 import scale
 import startup
 import up_sandbox
+import verify_gate
 from table import Row, machine, render
 
 
@@ -27,7 +28,18 @@ def main(argv: list[str]) -> int:
     detail = "--detail" in argv
     rows: list[Row] = []
     start = time.perf_counter()
-    for module in (startup, up_sandbox, day2, budget, polling, scale, check_scale, node, health):
+    for module in (
+        startup,
+        up_sandbox,
+        day2,
+        budget,
+        polling,
+        scale,
+        check_scale,
+        node,
+        health,
+        verify_gate,
+    ):
         found, text = module.collect()
         rows += found
         if detail:

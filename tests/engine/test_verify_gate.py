@@ -17,9 +17,7 @@ tests/render/test_verify_gate.py checks what the role allows.
 from __future__ import annotations
 
 import json
-import ssl
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,134 +25,30 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.check import fakes
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, owned, region_of, until
+from tests.tools import verify_gate as gate
+from tests.tools.verify_gate import TAINT
 
-DATA, REAL = ROOT / "tests/data/check", ROOT / "tests/data/real"
-TAINT = "fmctl.dev/unverified"
 CONTROLLER = ROOT / "templates/kubernetes/health-verify/verify_controller.py"
-
-#: The node's tools, each answering the question verify-node.sh (and the pair's all-reduce)
-#: asks with what a p5en node printed (tests/data/check/README.md, tests/data/real/README.md);
-#: the node named in $FAKE/broken (every node, when it says "every") has a GPU fallen off the
-#: bus. fi_pingpong passes and says it ran.
-TOOLS = {
-    "nvidia-smi": """#!/bin/bash
-csv="$DATA/nvidia-smi-p5en.csv"
-if grep -qx -e "$NODE_NAME" -e every "$FAKE/broken"; then csv="$DATA/nvidia-smi-lost-gpu.csv"; fi
-case "$*" in
-  *--query-gpu=index,ecc.errors.uncorrected.volatile.total*)
-    awk -F', ' '/^[0-9]/ { print $1 ", " $6; next } { print }' "$csv" ;;
-  "nvlink -s") cat "$DATA/nvidia-smi-nvlink-p5-healthy.txt" ;;
-  "-q -d ROW_REMAPPER") cat "$REAL/nvidia-smi-q-remapped-rows-h100x8.txt" ;;
-  *) cat "$csv" ;;
-esac
-""",
-    "dcgmi": '#!/bin/sh\ncat "$DATA/dcgmi-diag-healthy.json"\n',
-    "nv-hostengine": "#!/bin/sh\nexit 0\n",
-    "fi_info": '#!/bin/sh\ncat "$DATA/fi_info-p5en-healthy.txt"\n',
-    # The 2-node pair's all-reduce (fmctl's allreduce.py under torchrun): rank 0's log of a
-    # healthy pair of p5en (tests/data/check/README.md).
-    "torchrun": '#!/bin/sh\ncat "$DATA/nccl-k8s-p5en-2nodes-healthy.txt"\n',
-    "fi_pingpong": """#!/bin/bash
-case " $* " in
-  *" localhost "*) echo "$NODE_NAME $*" >> "$FAKE/pingpong" ;;
-  *) sleep 2 ;;
-esac
-""",
-}
 
 
 @pytest.fixture
 def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
-    """The sandbox's nodes run with TOOLS (wrappers carry the fakes' settings)."""
-    real, folder = fakes.install(tmp_path / "fakes", TOOLS), tmp_path / "tools"
-    folder.mkdir()
-    (tmp_path / "broken").write_text("\n")
-    for name in TOOLS:
-        wrapper = folder / name
-        wrapper.write_text(
-            f'#!/bin/bash\nexport FAKE="{tmp_path}" DATA="{DATA}" REAL="{REAL}"\n'
-            f'exec "{real / name}" "$@"\n'
-        )
-        wrapper.chmod(0o755)
-    sandbox.node_tools(folder)
+    """The sandbox's nodes run with the gate's tools (tests/tools/verify_gate.py)."""
+    sandbox.node_tools(gate.install(tmp_path))
     yield tmp_path
     sandbox.node_tools(None)
-
-
-def _nodes(sandbox: Sandbox, name: str, region: str) -> dict[str, dict[str, Any]]:
-    api = kube_client(sandbox, name, region)
-    try:
-        return {
-            n["metadata"]["name"]: n for n in api.list("v1", "Node", selector="fmctl.dev/pool=gpu")
-        }
-    finally:
-        api.close()
-
-
-def _tainted(node: dict[str, Any]) -> bool:
-    return any(t["key"] == TAINT for t in node["spec"].get("taints") or [])
-
-
-def _verdicts(sandbox: Sandbox, name: str, region: str) -> dict[str, str]:
-    """Each GPU node's verdict ("" while it has none)."""
-    return {
-        node: (n["metadata"].get("annotations") or {}).get("fmctl.dev/verify", "")
-        for node, n in _nodes(sandbox, name, region).items()
-    }
-
-
-def _clear(sandbox: Sandbox, name: str, region: str, node: str) -> None:
-    """What a person does to have a failed node tried again (`kubectl annotate node NODE
-    fmctl.dev/verify-`): a merge patch that removes the verdict."""
-    from provisioner.drivers.eks_auth import token
-
-    aws = sandbox.aws(region)
-    cluster = aws.client("eks").describe_cluster(name=name)["cluster"]
-    request = urllib.request.Request(
-        f"{cluster['endpoint']}/api/v1/nodes/{node}?fieldManager=kubectl-annotate",
-        data=json.dumps({"metadata": {"annotations": {"fmctl.dev/verify": None}}}).encode(),
-        method="PATCH",
-        headers={
-            "Authorization": f"Bearer {token(aws, name)}",
-            "Content-Type": "application/merge-patch+json",
-        },
-    )
-    context = ssl.create_default_context(cafile=sandbox.info["ca"])
-    with urllib.request.urlopen(request, context=context, timeout=30) as reply:
-        assert reply.status == 200
-
-
-def _repair_note(node: dict[str, Any]) -> str:
-    """What the controller says of a failed node's repair ("" when nothing)."""
-    return str((node["metadata"].get("annotations") or {}).get("fmctl.dev/verify-repair", ""))
-
-
-def _controller_log(sandbox: Sandbox, name: str, region: str) -> str:
-    """The verify controller's log, as `kubectl logs deploy/fmctl-verify` shows it."""
-    api = kube_client(sandbox, name, region)
-    try:
-        (pod,) = [
-            p["metadata"]["name"]
-            for p in api.list("v1", "Pod", "fmctl-system")
-            if p["metadata"]["name"].startswith("fmctl-verify-")
-            and "batch.kubernetes.io/job-name" not in p["metadata"].get("labels", {})
-        ]
-        return str(api.logs("fmctl-system", pod))
-    finally:
-        api.close()
 
 
 def _settle(sandbox: Sandbox, name: str, region: str, done: Any, seconds: float = 120) -> Any:
     """Wait for the controller (the sandbox runs it) to reach ``done(verdicts)``."""
     deadline = time.monotonic() + seconds
     while True:
-        verdicts = _verdicts(sandbox, name, region)
+        verdicts = gate.verdicts(sandbox, name, region)
         if done(verdicts):
             return verdicts
-        assert time.monotonic() < deadline, (verdicts, _controller_log(sandbox, name, region))
+        assert time.monotonic() < deadline, (verdicts, gate.controller_log(sandbox, name, region))
         time.sleep(0.2)
 
 
@@ -187,8 +81,8 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
             region,
             lambda v: len(v) == 3 and all(x.startswith("failed") for x in v.values()),
         )
-        nodes = _nodes(sandbox, name, region)
-        assert all(_tainted(n) for n in nodes.values())
+        nodes = gate.nodes(sandbox, name, region)
+        assert all(gate.tainted(n) for n in nodes.values())
         # No tools: its pods failed with nothing to say; the Job controller's reason is kept.
         assert all(
             v.endswith(": its Job failed (BackoffLimitExceeded)") for v in verdicts.values()
@@ -197,7 +91,7 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         # None is replaced: no node of the pool has passed, so the fault is likelier the
         # image's or the gate's than the nodes'; each says why it is held.
         def notes() -> dict[str, str]:
-            found = {n: _repair_note(x) for n, x in _nodes(sandbox, name, region).items()}
+            found = {n: gate.repair_note(x) for n, x in gate.nodes(sandbox, name, region).items()}
             return found if all(found.values()) else {}
 
         held = until("every failed node's repair note", notes, seconds=60)
@@ -227,7 +121,7 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         (tools / "broken").write_text(broken + "\n")
         sandbox.node_tools(tools / "tools")
         for node in nodes:
-            _clear(sandbox, name, region, node)
+            gate.clear(sandbox, name, region, node)
         # Two pass; the broken node fails and, its peers having passed, is replaced: the
         # controller terminates its instance in its node group's Auto Scaling group (as its
         # role, through EKS Pod Identity; the sandbox judges the call against the role's
@@ -242,13 +136,13 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
             ),
         )
         (replacement,) = set(verdicts) - {good, also_good}
-        nodes = _nodes(sandbox, name, region)
+        nodes = gate.nodes(sandbox, name, region)
         for ok in (good, also_good, replacement):
-            assert not _tainted(nodes[ok])
+            assert not gate.tainted(nodes[ok])
             assert verdicts[ok].startswith("passed ")
             # The node's other taint (GPU work only) is untouched.
             assert [t["key"] for t in nodes[ok]["spec"]["taints"]] == ["nvidia.com/gpu"]
-            assert _repair_note(nodes[ok]) == ""  # held no more
+            assert gate.repair_note(nodes[ok]) == ""  # held no more
         # The EFA loopback ran on every device of the nodes (16 on p5en), one at a time.
         loops = (tools / "pingpong").read_text().splitlines()
         assert sum(1 for line in loops if line.startswith(good + " ")) == 16
@@ -258,7 +152,7 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
             left = [j["metadata"]["name"] for j in api.list("batch/v1", "Job", "fmctl-system")]
         finally:
             api.close()
-        said = _controller_log(sandbox, name, region)
+        said = gate.controller_log(sandbox, name, region)
         assert left == []
         # The controller's log, as `kubectl logs deploy/fmctl-verify` shows it.
         assert f"{good}: passed, {TAINT} lifted" in said, said
@@ -310,7 +204,7 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         )
         (new,) = set(verdicts) - {also_good, replacement}
         assert verdicts[new].startswith("passed "), verdicts
-        assert not _tainted(_nodes(sandbox, name, region)[new])
+        assert not gate.tainted(gate.nodes(sandbox, name, region)[new])
         # `up --wait-healthy`: every node is in service and healthy.
         waited = sandbox.fmctl(
             "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy",
@@ -340,11 +234,8 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         assert said.returncode == 0, said.stdout + said.stderr
 
         def refused() -> list[str]:
-            return [
-                x
-                for n, x in ((n, _repair_note(x)) for n, x in _nodes(sandbox, name, region).items())
-                if "AccessDenied" in x
-            ]
+            notes = [gate.repair_note(x) for x in gate.nodes(sandbox, name, region).values()]
+            return [x for x in notes if "AccessDenied" in x]
 
         (note,) = until("a refused replacement", refused, seconds=120)
         assert note.startswith("held ") and (
@@ -430,7 +321,7 @@ def test_the_autoscaler_counts_nodes_being_verified_as_coming(
         finally:
             api.close()
         assert most == 2, f"the autoscaler asked for {most} nodes for a 2-node job"
-        verdicts = _verdicts(sandbox, name, region)
+        verdicts = gate.verdicts(sandbox, name, region)
         assert len(verdicts) == 2 and all(v.startswith("passed ") for v in verdicts.values())
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")

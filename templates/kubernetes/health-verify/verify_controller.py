@@ -358,7 +358,9 @@ class Controller:
 
     def say(self, line: str) -> None:
         """A line of the controller's log."""
-        print(f"{now()} {line}", flush=True)
+        # To the millisecond: what happened when, within a pass, is in the log only.
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        print(f"{stamp} {line}", flush=True)
 
     def run_pass(self) -> None:
         """Look at every GPU node once (see the module's docstring)."""
