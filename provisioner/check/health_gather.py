@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from provisioner.catalog.eks_repair import fmctl_action
+from provisioner.catalog.eks_repair import UNVERIFIED_TAINT, fmctl_action
 from provisioner.catalog.faults import repair_budget, rule
 from provisioner.check.health import (
     Fault,
@@ -40,10 +40,9 @@ from provisioner.resources.context import Context
 from provisioner.resources.ssm_run import bundle, head_node, run_script
 from provisioner.shipped import shipped_dir
 
-#: The verify gate's startup taint on a Kubernetes node (health.verify.kubernetesGate), and
-#: the verdict fmctl's verify controller records on the node
-#: (templates/kubernetes/health-verify/verify_controller.py).
-UNVERIFIED_TAINT = "fmctl.dev/unverified"
+#: The verdict fmctl's verify controller records on the node
+#: (templates/kubernetes/health-verify/verify_controller.py); the startup taint it lifts is
+#: catalog.eks_repair's UNVERIFIED_TAINT.
 VERDICT_ANNOTATION = "fmctl.dev/verify"
 #: What the controller did about a node that failed: "replacing TIME: ..." or "held TIME: WHY".
 REPAIR_ANNOTATION = "fmctl.dev/verify-repair"
@@ -139,10 +138,36 @@ def gather_slurm(ctx: Context, context: ClusterContext) -> HealthReport:
     )
 
 
+#: The verify controller's ConfigMap of replacements under way (verify_controller.py,
+#: REPAIRS_MAP, in fmctl-system), which count in their pool's repairs.
+REPAIRS_MAP = "fmctl-verify-repairs"
+
+
+def replacements(repairs: dict[str, Any] | None) -> dict[str, int]:
+    """Pool -> replacements the verify controller has under way (its ConfigMap's ``state``:
+    ``{"pending": {POOL: [TIME, ...]}}``); a node being replaced is gone from the API, its
+    replacement not verified yet."""
+    import json
+
+    try:
+        state = json.loads(((repairs or {}).get("data") or {}).get("state") or "{}")
+    except ValueError:
+        return {}
+    pending = state.get("pending") if isinstance(state, dict) else None
+    if not isinstance(pending, dict):
+        return {}
+    return {str(k): len(v) for k, v in pending.items() if isinstance(v, list)}
+
+
 def kube_report(
-    context: ClusterContext, nodes: Iterable[dict[str, Any]], pods: Iterable[dict[str, Any]]
+    context: ClusterContext,
+    nodes: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+    repairs: dict[str, Any] | None = None,
 ) -> HealthReport:
-    """The GPU pools' nodes as Kubernetes shows them (see the module's docstring)."""
+    """The GPU pools' nodes as Kubernetes shows them (see the module's docstring); with the
+    verify controller's ConfigMap ``repairs``, its replacements under way count in their
+    pools' repairs."""
     pools = {p.name for p in context.pools}
     busy = {
         str(pod.get("spec", {}).get("nodeName"))
@@ -202,7 +227,16 @@ def kube_report(
             state, detail, since = "healthy", "Ready", None
         out.append(NodeHealth(meta["name"], pool, state, fault, since, detail))
     counts = {p: sum(1 for n in out if n.pool == p) for p in sorted(pools)}
-    repairing = {p: sum(1 for n in out if n.pool == p and n.state == "repairing") for p in pools}
+    under_way = replacements(repairs)
+    repairing = {
+        p: max(
+            sum(1 for n in out if n.pool == p and n.state == "repairing"),
+            # A node the controller is replacing is "repairing" while it is there, and
+            # counted by the controller until its replacement is verified.
+            under_way.get(p, 0),
+        )
+        for p in pools
+    }
     return HealthReport(
         context.name,
         "kubernetes",

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from provisioner.check.health_gather import UNVERIFIED_TAINT, VERDICT_ANNOTATION
+from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
+from provisioner.check.health_gather import VERDICT_ANNOTATION
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers import yamlio
 from provisioner.drivers.kube import KubeApi

@@ -176,7 +176,14 @@ def health(spec: ClusterSpec, target: Target) -> Any:
         return health_gather.gather_slurm(ctx, context)
     api = _kube_api(ctx, name, target.region)
     try:
-        return health_gather.kube_report(context, api.list("v1", "Node"), api.list("v1", "Pod"))
+        repairs = (
+            api.get("v1", "ConfigMap", health_gather.REPAIRS_MAP, "fmctl-system")
+            if context.health_verify_kubernetes_gate
+            else None
+        )
+        return health_gather.kube_report(
+            context, api.list("v1", "Node"), api.list("v1", "Pod"), repairs
+        )
     finally:
         close = getattr(api, "close", None)
         if close:

@@ -9,15 +9,16 @@ import dataclasses
 import pytest
 
 from provisioner.catalog import load_catalog
+from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
 from provisioner.catalog.faults import repair_budget
 from provisioner.check.health import expand_hostlist, parse_fault, parse_slurm
 from provisioner.check.health_gather import (
     KUBE_NO_GATE,
     KUBE_NOTE,
     REPAIR_ANNOTATION,
-    UNVERIFIED_TAINT,
     VERDICT_ANNOTATION,
     kube_report,
+    replacements,
 )
 from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.pools import POOL_LABEL
@@ -210,6 +211,19 @@ def test_a_node_that_failed_the_gate_is_repairing_once_its_replacement_is_asked(
         "ip-1",
         "replacing: instance i-1 terminated; its node group launches a replacement",
     ) in [(e.time, e.node, e.what) for e in report.events]
+
+
+def test_replacements_under_way_count_in_the_pools_repairs() -> None:
+    """The node being replaced is gone from the API; the verify controller counts it until
+    its replacement is verified (its ConfigMap, fmctl-verify-repairs): `fmctl health`
+    shows the pool's budget in use from that count."""
+    kept = {"data": {"state": '{"failedInARow": {"train": 0}, "pending": {"train": [1.0]}}'}}
+    report = kube_report(_context(), [_node("ip-1", "train")], [], kept)
+    assert report.pools[0].as_data() == {"name": "train", "nodes": 1, "inRepair": 1, "budget": 1}
+    assert kube_report(_context(), [_node("ip-1", "train")], [], None).pools[0].in_repair == 0
+    # What the controller wrote and fmctl cannot read is no count, not an error.
+    assert replacements({"data": {"state": "not json"}}) == {}
+    assert replacements({"data": {"state": '{"pending": []}'}}) == {}
 
 
 def test_the_text_shows_counts_and_only_the_nodes_to_look_at(

@@ -184,6 +184,8 @@ def test_new_nodes_take_work_once_they_pass(sandbox: Sandbox, tools: Path, tmp_p
         report = json.loads(health.stdout)
         states = {n["name"]: n["state"] for n in report["nodes"]}
         assert states == dict.fromkeys((good, also_good, replacement), "healthy"), states
+        # Its replacement verified, the pool's repair budget is free again.
+        assert report["pools"] == [{"name": "gpu", "nodes": 3, "inRepair": 0, "budget": 1}]
         said = {(e["node"], e["what"].split(":")[0]) for e in report["events"]}
         assert (good, "passed the verify gate") in said
 

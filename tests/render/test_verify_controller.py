@@ -608,3 +608,18 @@ def test_the_budget_outlives_the_controller() -> None:
         "repair budget of pool gpu is in use"
         in worse["metadata"]["annotations"]["fmctl.dev/verify-repair"]
     )
+
+
+def test_fmctl_reads_what_the_controller_writes() -> None:
+    """The names and shapes the controller and `fmctl health` share (the controller stands
+    alone in its image, so it cannot import them)."""
+    from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
+    from provisioner.check import health_gather
+
+    assert vc.REPAIRS_MAP == health_gather.REPAIRS_MAP
+    assert vc.REPAIR == health_gather.REPAIR_ANNOTATION
+    assert vc.VERDICT == health_gather.VERDICT_ANNOTATION
+    assert vc.TAINT == UNVERIFIED_TAINT
+    repairs = vc.Repairs(None, True, {"gpu": 1})
+    repairs.pending = {"gpu": [1.0, 2.0]}
+    assert health_gather.replacements({"data": {"state": repairs.state()}}) == {"gpu": 2}
