@@ -39,7 +39,6 @@ import hashlib
 import json
 import secrets
 import shutil
-import string
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from typing import Any
 
 from fmctl_sandbox.kube_jobs import mount_config_maps, remap
 from fmctl_sandbox.kube_model import Cluster
+from fmctl_sandbox.sigv4 import Credentials
 
 #: The shortest interval a program is given (each pass holds the sandbox's API a moment).
 MIN_INTERVAL = 0.5
@@ -135,10 +135,12 @@ class Programs:
         identity token is ``authorization`` (None: no such program, or it has no
         association). The caller checks that the role may be assumed."""
         token = authorization.strip()
+        # Called from the server's threads while the cluster's API may start or stop
+        # programs: each table is copied whole (one step) before it is read.
         program = next(
             (
                 p
-                for key, p in self.running.items()
+                for key, p in list(self.running.items())
                 if key[0] == endpoint
                 and p.identity_token
                 and secrets.compare_digest(p.identity_token, token)
@@ -147,15 +149,17 @@ class Programs:
         )
         if program is None or program.association is None:
             return None
-        upper = string.ascii_uppercase + "234567"
-        access = "ASIA" + "".join(secrets.choice(upper) for _ in range(16))
-        alphabet = string.ascii_letters + string.digits + "+/"
-        secret = "".join(secrets.choice(alphabet) for _ in range(40))
+        pair = Credentials.generate("ASIA")
+        access = pair.access_key
         session = Session(
-            access, secret, secrets.token_urlsafe(96), now + SESSION_S, program.association
+            access,
+            pair.secret_key,
+            secrets.token_urlsafe(96),
+            now + SESSION_S,
+            program.association,
         )
-        for key in [k for k, v in self.sessions.items() if v.expires < now]:
-            del self.sessions[key]
+        for key in [k for k, v in list(self.sessions.items()) if v.expires < now]:
+            self.sessions.pop(key, None)
         self.sessions[access] = session
         return session
 
@@ -215,9 +219,9 @@ class Programs:
         program = self.running.pop(key)
         if program.association is not None:
             for access in [
-                k for k, v in self.sessions.items() if v.association == program.association
+                k for k, v in list(self.sessions.items()) if v.association == program.association
             ]:
-                del self.sessions[access]
+                self.sessions.pop(access, None)
         if program.process.poll() is None:
             program.process.terminate()
             try:

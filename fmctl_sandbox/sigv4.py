@@ -43,10 +43,11 @@ class Credentials:
     secret_key: str
 
     @staticmethod
-    def generate() -> Credentials:
-        """A fresh pair in the shape of an IAM user's (AKIA + 16, a 40-character secret)."""
+    def generate(prefix: str = "AKIA") -> Credentials:
+        """A fresh pair in the shape of an IAM user's (AKIA + 16, a 40-character secret), or
+        of a session's (``prefix`` ASIA: what STS hands out)."""
         upper = string.ascii_uppercase + "234567"
-        key = "AKIA" + "".join(secrets.choice(upper) for _ in range(16))
+        key = prefix + "".join(secrets.choice(upper) for _ in range(16))
         alphabet = string.ascii_letters + string.digits + "+/"
         return Credentials(key, "".join(secrets.choice(alphabet) for _ in range(40)))
 
