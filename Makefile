@@ -192,6 +192,13 @@ campaign: tools
 	FMCTL_CAMPAIGN=all FMCTL_RELIABILITY_REPORT=$(CURDIR)/.reliability.json $(BIN)/pytest -q $(PYTEST_PARALLEL) tests/reliability
 	$(BIN)/python -m tests.reliability.report $(CURDIR)/.reliability.json
 
+# Benchmarks: ratios against the critical path, targets and the tools users would pick
+# instead (benchmarks/RESULTS.md); not tests, never timed assertions. The sandbox's clusters
+# take Kueue's chart from the shared copies, as the tests and the demo do.
+bench: export FMCTL_CHART_MIRROR ?= $(abspath $(CHART_MIRROR))
+bench: tools
+	$(BIN)/python benchmarks/run.py $(BENCH_FLAGS)
+
 # Re-write the golden files of tests/golden from the examples (review the diff!).
 golden: install
 	FMCTL_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/render/test_golden.py
