@@ -166,6 +166,7 @@ def health(spec: ClusterSpec, target: Target) -> Any:
     """`fmctl health`: every GPU node's place in the health loop (read-only), as the
     scheduler records it (provisioner/check/health_gather.py)."""
     from provisioner.catalog import load_catalog
+    from provisioner.catalog.eks_repair import VERIFY_NAMESPACE
     from provisioner.check import health_gather
     from provisioner.render.context import build_context
 
@@ -177,7 +178,7 @@ def health(spec: ClusterSpec, target: Target) -> Any:
     api = _kube_api(ctx, name, target.region)
     try:
         repairs = (
-            api.get("v1", "ConfigMap", health_gather.REPAIRS_MAP, "fmctl-system")
+            api.get("v1", "ConfigMap", health_gather.REPAIRS_MAP, VERIFY_NAMESPACE)
             if context.health_verify_kubernetes_gate
             else None
         )

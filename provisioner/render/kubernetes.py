@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from provisioner.catalog.charts import DRA_DRIVER, KUEUE, Chart
+from provisioner.catalog.eks_repair import VERIFY_NAMESPACE
 from provisioner.render.context import ClusterContext
 from provisioner.render.engine import render_template
 from provisioner.render.monitoring import alert_rules, dashboards
@@ -298,7 +299,7 @@ def _pair_template(c: ClusterContext, pool: PoolContext) -> str:
 
     run = NcclRun(
         name=VERIFY_NAME,
-        namespace="fmctl-system",
+        namespace=VERIFY_NAMESPACE,
         nodes=(VERIFY_NODE, VERIFY_PEER),
         suspend=False,
         service_account="default",

@@ -33,6 +33,16 @@ def _gated(tmp_path: Path, example: str = "p5en-eks-fsx-s3.yaml") -> dict[str, s
     return rendered(_spec(tmp_path, example, True), "kubernetes").files
 
 
+def _controller_config(files: dict[str, str]) -> dict[str, Any]:
+    """The controller's ConfigMap (its sources, the pools' templates, its settings)."""
+    (config,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
+    ]
+    return config
+
+
 def _tolerates(pod: dict[str, Any], key: str) -> bool:
     return any(t.get("key") == key for t in pod.get("tolerations") or [])
 
@@ -202,11 +212,7 @@ def test_a_node_that_fails_is_replaced_by_a_role_for_the_gates_groups_only(
     spec = _spec(tmp_path, "p5en-eks-fsx-s3.yaml", True)
     files = rendered(spec, "kubernetes").files
     name = yaml.safe_load(spec.read_text())["metadata"]["name"]
-    (config,) = [
-        d
-        for _, d in documents(files, "kubernetes/health-verify/")
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
-    ]
+    config = _controller_config(files)
     settings = json.loads(config["data"]["_settings.json"])
     pools = yaml.safe_load(spec.read_text())["compute"]["gpuPools"]
     assert settings["replace"] is True
@@ -256,11 +262,7 @@ def test_with_repair_reboot_the_gate_only_holds(tmp_path: Path) -> None:
     spec = tmp_path / "reboot.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     files = rendered(spec, "kubernetes").files
-    (config,) = [
-        d
-        for _, d in documents(files, "kubernetes/health-verify/")
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
-    ]
+    config = _controller_config(files)
     assert json.loads(config["data"]["_settings.json"])["replace"] is False
     assert not any(p.startswith("aws/autoscaling/") for p in files)
     items = _plan(spec)
@@ -274,11 +276,7 @@ def test_a_pools_pair_is_fmctl_checks_all_reduce_on_the_node_and_its_peer(
     controller gets the pool's floor and `fmctl check`'s all-reduce on two named nodes, in
     fmctl-system, tolerating the startup taint, not labelled as the cluster's."""
     files = _gated(tmp_path)
-    (config,) = [
-        d
-        for _, d in documents(files, "kubernetes/health-verify/")
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
-    ]
+    config = _controller_config(files)
     floors = json.loads(config["data"]["_settings.json"])["pairs"]
     # p5en: no published 2-node figure; 70% of EFA's 400 GB/s at 4 GiB (verify-pair.sh's).
     assert floors == {
@@ -319,10 +317,6 @@ def test_a_pools_pair_is_fmctl_checks_all_reduce_on_the_node_and_its_peer(
     spec = tmp_path / "nopair.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     files = rendered(spec, "kubernetes").files
-    (config,) = [
-        d
-        for _, d in documents(files, "kubernetes/health-verify/")
-        if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-verify-controller"
-    ]
+    config = _controller_config(files)
     assert json.loads(config["data"]["_settings.json"])["pairs"] == {}
     assert "gpu.pair.json" not in config["data"]

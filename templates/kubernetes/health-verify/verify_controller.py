@@ -353,6 +353,8 @@ class Controller:
         self.pairs = pairs or {}
         #: The nodes whose GPUs are in use, read once per pass when a pair needs a peer.
         self.busy: set[str] | None = None
+        #: The nodes that were pairing at the last pass (None: no pass yet).
+        self.pairing: set[str] | None = None
         #: The repair counts as last kept in REPAIRS_MAP (None: not read yet).
         self.kept: str | None = None
 
@@ -394,10 +396,11 @@ class Controller:
                 self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
         if self.repairs.replaces and self.repairs.state() != self.kept:
             self.keep_repairs()
-        if self.pairs:
-            self.tidy_pairs(
-                {n["metadata"]["name"] for n in gpu_nodes if _verdict(n).startswith("pairing")}
-            )
+        pairing = {n["metadata"]["name"] for n in gpu_nodes if _verdict(n).startswith("pairing")}
+        if pairing or self.pairing:
+            # Pairs are left only by nodes that were pairing: none then, none to look for.
+            self.tidy_pairs(pairing)
+        self.pairing = pairing
         for name, job in jobs.items():
             if name not in wanted:
                 node = (job["metadata"].get("annotations") or {}).get("fmctl.dev/node", "?")
