@@ -144,7 +144,7 @@ lint: install
 	$(BIN)/ruff check provisioner fmctl_sandbox tests benchmarks slurm templates/kubernetes
 	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy
 	# The verify controller runs in its own image, beside no package: checked on its own.
-	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy --strict templates/kubernetes/health-verify/verify_controller.py templates/kubernetes/health-verify/aws_call.py
+	MYPY_CACHE_DIR=$(MYPY_CACHE_DIR) $(BIN)/mypy --strict templates/kubernetes/health-verify/*.py
 
 # Test workers: most of the end-to-end tests' time is waiting on the emulator's clock, so
 # more workers than cores pay. Tests go to whichever worker is free, except the files whose

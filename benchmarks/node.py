@@ -58,7 +58,13 @@ def collect() -> tuple[list[Row], str]:
             "/opt/fmctl/slurm/lib/efa-devices.sh",
             (ROOT / "slurm/lib/efa-devices.sh").read_text(),
         )
-        for lib in ("health-agent.sh", "prolog-common.sh", "faults.tsv", "slurm-prefix.sh"):
+        for lib in (
+            "health-agent.sh",
+            "health-detect.sh",
+            "prolog-common.sh",
+            "faults.tsv",
+            "slurm-prefix.sh",
+        ):
             node.write(f"/opt/fmctl/slurm/lib/{lib}", (ROOT / "slurm/lib" / lib).read_text(), 0o755)
         prolog = "/opt/slurm/etc/scripts/prolog.d/90-fmctl-node-check.sh"
         node.write(prolog, (ROOT / "slurm/prolog.d/90-fmctl-node-check.sh").read_text(), 0o755)

@@ -178,6 +178,8 @@ class ClusterContext:
     health_verify_nccl_pair: bool = True
     #: EKS: the startup taint and fmctl's verify controller (health.verify.kubernetesGate).
     health_verify_kubernetes_gate: bool = False
+    #: EKS: fmctl's node health agent DaemonSet (health.kubernetesAgent).
+    health_kubernetes_agent: bool = False
 
     @property
     def dra(self) -> bool:
@@ -261,12 +263,24 @@ class ClusterContext:
 
     @property
     def verify_replaces(self) -> bool:
+        """fmctl's controller on EKS replaces nodes: those that fail the verify gate
+        (health.repair: replace), or those fmctl's node agent finds faulty
+        (health.kubernetesAgent)."""
+        return self.gate_replaces or self.health_kubernetes_agent
+
+    @property
+    def gate_replaces(self) -> bool:
         """The EKS verify gate replaces the nodes that fail it (health.repair: replace)."""
         return (
             self.health_verify_kubernetes_gate
             and self.health_enabled
             and self.health_repair == "replace"
         )
+
+    @property
+    def health_controller(self) -> bool:
+        """Does fmctl's controller run on EKS (the verify gate, or the node agent)?"""
+        return self.health_verify_kubernetes_gate or self.health_kubernetes_agent
 
     def repair_budget(self, pool: PoolContext) -> int:
         """Nodes of ``pool`` that may be in repair at once (health.maxInRepair)."""
@@ -480,6 +494,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_verify_kubernetes_gate=kube
         and spec.health.enabled
         and spec.health.verify.kubernetes_gate,
+        health_kubernetes_agent=kube and spec.health.enabled and spec.health.kubernetes_agent,
     )
 
 

@@ -188,8 +188,11 @@ def components(c: ClusterContext) -> list[Component]:
                 (("rbac.yaml.j2", "rbac.yaml"), ("deployment.yaml.j2", "deployment.yaml")),
             )
         )
-    if c.health_verify_kubernetes_gate:
-        out.append(Component("health-verify", (("controller.yaml.j2", "controller.yaml"),)))
+    if c.health_controller:
+        files = [("controller.yaml.j2", "controller.yaml")]
+        if c.health_kubernetes_agent:
+            files.append(("agent.yaml.j2", "agent.yaml"))
+        out.append(Component("health-verify", tuple(files)))
     if c.queueing is not None:
         out.append(Component("kueue", (("queues.yaml.j2", "queues.yaml"),)))
     if c.efa_pools or c.pools:
@@ -212,7 +215,11 @@ VERIFY_NAME, VERIFY_NODE = "fmctl-job-name-standin", "fmctl-node-name-standin"
 #: The peer's stand-in in a pool's pair template.
 VERIFY_PEER = "fmctl-peer-name-standin"
 #: The controller's program and the module it calls AWS with.
-VERIFY_CONTROLLER = ("verify_controller.py", "aws_call.py")
+VERIFY_CONTROLLER = ("verify_controller.py", "aws_call.py", "kube_call.py")
+#: fmctl's node health agent on EKS (health.kubernetesAgent): its program, and the Slurm
+#: agent's looks and fault table it runs (slurm/lib).
+AGENT_PROGRAM = ("node_agent.py", "kube_call.py")
+AGENT_SCRIPTS = ("health-detect.sh", "nvlinks.sh", "row-remap.sh", "faults.tsv")
 #: Its settings' key in its ConfigMap (no pool's name: those are DNS labels).
 SETTINGS_FILE = "_settings.json"
 
@@ -231,6 +238,8 @@ class VerifyGate:
     #: Each pool's 2-node NCCL pair (ConfigMap, Service, Job) as JSON, with stand-ins for
     #: its name, the node and the peer (pools a pair runs on only).
     pairs: dict[str, str] = field(default_factory=dict)
+    #: The node agent's files (health.kubernetesAgent): its program and scripts.
+    agent: dict[str, str] = field(default_factory=dict)
 
 
 def verify_gate(c: ClusterContext) -> VerifyGate:
@@ -254,21 +263,29 @@ def verify_gate(c: ClusterContext) -> VerifyGate:
             sort_keys=True,
         )
         for pool in c.pools
+        if c.health_verify_kubernetes_gate
     }
     source = shipped_dir("templates") / "kubernetes/health-verify"
-    paired = [p for p in c.pools if pair_runs(c, p)]
+    paired = [p for p in c.pools if c.health_verify_kubernetes_gate and pair_runs(c, p)]
     settings = {
         "region": c.region,
-        "replace": c.verify_replaces,
+        "replace": c.gate_replaces,
+        "agent": c.health_kubernetes_agent,
         "budgets": {pool.name: c.repair_budget(pool) for pool in c.pools},
         "pairs": {pool.name: _floor(pool) for pool in paired},
     }
+    agent = {}
+    if c.health_kubernetes_agent:
+        agent = {name: (source / name).read_text() for name in AGENT_PROGRAM}
+        agent |= {name: (lib / name).read_text() for name in AGENT_SCRIPTS}
+    gated = c.health_verify_kubernetes_gate
     return VerifyGate(
-        scripts={name: (lib / name).read_text() for name in VERIFY_SCRIPTS},
+        scripts={name: (lib / name).read_text() for name in VERIFY_SCRIPTS} if gated else {},
         controller={name: (source / name).read_text() for name in VERIFY_CONTROLLER},
         jobs=jobs,
         settings=json.dumps(settings, sort_keys=True),
         pairs={pool.name: _pair_template(c, pool) for pool in paired},
+        agent=agent,
     )
 
 
@@ -327,7 +344,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
     dcgm_counters = (shipped_dir("slurm") / "lib" / "dcgm-counters.csv").read_text()
     rules = alert_rules(c.idle_after)
     charts = chart_installs(c)
-    gate = verify_gate(c) if c.health_verify_kubernetes_gate else VerifyGate({}, {}, {})
+    gate = verify_gate(c) if c.health_controller else VerifyGate({}, {}, {})
     for comp in comps:
         names = []
         for template, output in comp.files:
@@ -346,6 +363,7 @@ def _manifests(c: ClusterContext) -> dict[str, str]:
                 verify_jobs=gate.jobs,
                 verify_settings=gate.settings,
                 verify_pairs=gate.pairs,
+                agent_files=gate.agent,
                 settings_file=SETTINGS_FILE,
             )
             names.append(output)

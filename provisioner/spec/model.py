@@ -425,6 +425,14 @@ class Health(SpecModel):
         "rest) | drain-only (drained and left for a person: PCS only).",
     )
     verify: HealthVerify = Field(default_factory=HealthVerify)
+    kubernetes_agent: bool = Field(
+        False,
+        description="EKS: fmctl's node health agent on every GPU node too (a DaemonSet: the "
+        "Slurm agent's looks, reported as the node condition FmctlHealthy), and fmctl's "
+        "controller taking a node it finds faulty out of service and replacing it, within "
+        "maxInRepair. Off unless asked: AWS's node monitoring agent and node auto repair "
+        "are the loop without it.",
+    )
 
     def interval_seconds(self) -> int | None:
         """The interval in seconds (``30s``, ``2m``); None when malformed."""

@@ -623,3 +623,99 @@ def test_fmctl_reads_what_the_controller_writes() -> None:
     repairs = vc.Repairs(None, True, {"gpu": 1})
     repairs.pending = {"gpu": [1.0, 2.0]}
     assert health_gather.replacements({"data": {"state": repairs.state()}}) == {"gpu": 2}
+
+
+class Faulty(Recorded):
+    """An API whose nodes keep the taints patched onto them, and whose pods are ``pods``
+    (the eviction of one removes it)."""
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> None:
+        super().__init__(nodes, [])
+        self.pods = pods
+
+    def call(self, method: str, path: str, body: Any = None, ctype: str = "") -> Any:
+        if method == "GET" and path == "/api/v1/pods":
+            self.calls.append((method, path, body))
+            return {"items": self.pods}
+        if method == "POST" and path.endswith("/eviction"):
+            self.calls.append((method, path, body))
+            self.pods = [p for p in self.pods if p["metadata"]["name"] != body["metadata"]["name"]]
+            return {}
+        answer = super().call(method, path, body, ctype)
+        if method == "PATCH" and "spec" in (body or {}):
+            for node in self.nodes:
+                if path == f"/api/v1/nodes/{node['metadata']['name']}":
+                    node["spec"]["taints"] = body["spec"]["taints"]
+        return answer
+
+
+def _faulty(name: str, uid: str, message: str = "") -> dict[str, Any]:
+    """A node in service (no startup taint) whose agent reports ``message`` as its fault
+    ("" : healthy)."""
+    node = _node(name, uid, taints=TAINTS[:1])
+    condition = {"type": "FmctlHealthy", "status": "False" if message else "True"}
+    condition |= {"message": message} if message else {}
+    node["status"] = {"conditions": [{"type": "Ready", "status": "True"}, condition]}
+    return node
+
+
+def _gpu_pod(name: str, node: str) -> dict[str, Any]:
+    gpu = {"name": "train", "resources": {"requests": {"nvidia.com/gpu": "8"}}}
+    return {
+        "metadata": {"name": name, "namespace": "training"},
+        "spec": {"nodeName": node, "containers": [gpu]},
+        "status": {"phase": "Running"},
+    }
+
+
+XID79 = "fmctl-health: XID 79 RESTART_BM -> reboot; jobs: requeue"
+ECC = "fmctl-health: XID 48 WORKFLOW_XID_48 -> replace; jobs: finish"
+
+
+def test_an_agents_fault_takes_the_node_out_and_replaces_it_within_the_budget() -> None:
+    """Two nodes faulty at once, a budget of one: the first is tainted out of service, its
+    GPU pods evicted (Xid 79 has lost their work) and, idle, replaced; the second is held
+    until the replacement has joined, then goes the same way (its jobs finish first: an
+    Xid 48 leaves them be)."""
+    ok = _faulty("ok", "ok")
+    bad, worse = _faulty("bad", "b1", XID79), _faulty("worse", "w1", ECC)
+    pods = [_gpu_pod("train-0", "bad"), _gpu_pod("train-1", "worse")]
+    api, fleet = Faulty([ok, bad, worse], pods), Fleet()
+    controller = _controller(api)
+    controller.templates = {}  # no verify gate
+    controller.repairs = vc.Repairs(fleet, False, {"gpu": 1})
+    controller.run_pass()
+    assert [t["key"] for t in bad["spec"]["taints"]][-1] == "fmctl.dev/unhealthy"
+    assert ("POST", "/api/v1/namespaces/training/pods/train-0/eviction") in [
+        c[:2] for c in api.calls
+    ]
+    notes = _notes(api)
+    assert notes["bad"].startswith("draining ") and XID79 in notes["bad"]
+    assert notes["worse"].startswith("held ") and "repair budget of pool gpu" in notes["worse"]
+    assert fleet.terminated == []
+    controller.run_pass()  # its pods gone: replaced
+    assert fleet.terminated == ["i-b1"]
+    assert _notes(api)["bad"].startswith("replacing ")
+    controller.run_pass()  # still in the budget: the other waits
+    assert fleet.terminated == ["i-b1"] and "unhealthy" not in str(worse["spec"]["taints"])
+    new = _faulty("new", "n1")
+    new["metadata"]["creationTimestamp"] = vc.now()
+    api.nodes = [ok, worse, new]
+    controller.run_pass()  # the replacement joined: the other is taken out, not evicted
+    assert "fmctl.dev/unhealthy" in str(worse["spec"]["taints"])
+    assert not any(c[1].endswith("train-1/eviction") for c in api.calls)
+    assert fleet.terminated == ["i-b1"]
+    api.pods = []  # its job ended
+    controller.run_pass()
+    assert fleet.terminated == ["i-b1", "i-w1"]
+
+
+def test_an_agents_fault_without_aws_access_is_only_held() -> None:
+    bad = _faulty("bad", "b1", XID79)
+    api = Faulty([_faulty("ok", "ok"), bad], [])
+    controller = _controller(api)
+    controller.templates = {}
+    controller.repairs = vc.Repairs(None, False, {"gpu": 1})
+    controller.run_pass()
+    assert "no AWS access configured" in _notes(api)["bad"]
+    assert "unhealthy" not in str(bad["spec"]["taints"])

@@ -230,6 +230,23 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "error",
     ),
     (
+        "health-kubernetes-agent",
+        "on-slurm",
+        [(("health",), {"kubernetesAgent": True})],
+        "health.kubernetesAgent",
+        "error",
+    ),
+    (
+        "health-kubernetes-agent",
+        "health-off",
+        [
+            (("scheduler",), "kubernetes"),
+            (("health",), {"enabled": False, "kubernetesAgent": True}),
+        ],
+        "health.kubernetesAgent",
+        "error",
+    ),
+    (
         "health-dcgm-extended",
         "level-4-parallelcluster",
         [(("health",), {"verify": {"dcgmLevel": 4}})],
@@ -1067,6 +1084,11 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
         "health-kubernetes-gate",
         "eks",
         [(("scheduler",), "kubernetes"), (("health",), {"verify": {"kubernetesGate": True}})],
+    ),
+    (
+        "health-kubernetes-agent",
+        "eks",
+        [(("scheduler",), "kubernetes"), (("health",), {"kubernetesAgent": True})],
     ),
     ("health-settings", "share", [(("health",), {"enabled": False, "maxInRepair": "25%"})]),
     ("health-dcgm-extended", "level-3", [(("health",), {"verify": {"dcgmLevel": 3}})]),

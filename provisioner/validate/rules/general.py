@@ -158,6 +158,29 @@ def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
         )
 
 
+@rule("health-kubernetes-agent")
+def health_kubernetes_agent(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
+    """health.kubernetesAgent is EKS's: every Slurm GPU node runs the agent already (a
+    systemd timer), and the agent is health's."""
+    if not spec.health.kubernetes_agent:
+        return
+    if ctx.scheduler != "kubernetes":
+        yield Problem(
+            "health-kubernetes-agent",
+            "health kubernetesAgent is for EKS: Slurm GPU nodes run the agent always",
+            ("health", "kubernetesAgent"),
+            hint="remove it; on Slurm the agent is slurm/lib/health-agent.sh, on by default",
+        )
+    elif not spec.health.enabled:
+        yield Problem(
+            "health-kubernetes-agent",
+            "health kubernetesAgent needs health enabled: health.enabled: false turns the "
+            "agent off",
+            ("health", "kubernetesAgent"),
+            hint="set health.enabled: true, or drop kubernetesAgent",
+        )
+
+
 @rule("health-dcgm-extended")
 def health_dcgm_extended(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """DCGM's level-4 diagnostic is allowed up to four hours (verify-node.sh's deadline) on

@@ -32,7 +32,18 @@ The GPU node groups register their nodes with the taint ``fmctl.dev/unverified:N
   replacing would only pay for new nodes that fail the same way); after
   ``REPLACEMENTS_IN_A_ROW`` replacements of the pool failed in a row; and while its Capacity
   Block is ending (``fmctl.dev/capacity-block-ending``: a replacement could not launch);
-- deletes its Jobs whose node is gone or no longer tainted.
+- deletes its Jobs whose node is gone or no longer tainted;
+- acts on a node-level fault fmctl's node agent reports (health.kubernetesAgent: the node
+  condition ``FmctlHealthy`` False, node_agent.py): within the pool's budget (replacements
+  under way and its nodes taken out and not yet replaced), taints the node
+  ``fmctl.dev/unhealthy:NoSchedule`` and says ``draining TIME: FAULT`` in
+  ``fmctl.dev/verify-repair``; evicts its GPU pods at once where the fault table says the
+  fault has lost their work (``jobs: requeue``), else lets them finish; then, with no GPU
+  pod left on it, replaces it as above. Every such fault is a replacement (EKS gives the
+  controller no reboot a verification follows). Beyond the budget, in a Capacity Block's
+  last hour or without AWS access, the node is held (``held TIME: FAULT (held: WHY)``) and
+  keeps working. Without the gate, a replacement frees its place in the budget once a node
+  of the pool created after it is Ready.
 
 A Job is named after the node's uid, not its name: EC2 reuses private IP addresses, so a
 replacement can carry a gone node's name and must be verified anew.
@@ -47,9 +58,7 @@ import argparse
 import contextlib
 import hashlib
 import json
-import os
 import re
-import ssl
 import sys
 import time
 import urllib.error
@@ -60,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_call import AutoScaling, AwsError
+from kube_call import ACCOUNT, Api, ApiError, server_url
 
 TAINT = "fmctl.dev/unverified"
 POOL_LABEL = "fmctl.dev/pool"
@@ -87,54 +97,12 @@ REPAIRS_MAP = "fmctl-verify-repairs"
 APP = "fmctl-verify"
 #: What fmctl's rendered Job template says where the Job's name and node go.
 NAME_STANDIN, NODE_STANDIN = "fmctl-job-name-standin", "fmctl-node-name-standin"
-ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: Passes that may fail in a row before the controller exits.
 GIVE_UP = 20
-
-
-class ApiError(Exception):
-    """The API server refused a request."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-
-
-class Api:
-    """The cluster's API as the pod's service account sees it."""
-
-    def __init__(self, server: str, account: Path) -> None:
-        self.server = server.rstrip("/")
-        self.account = account
-        ca = account / "ca.crt"
-        self.tls = ssl.create_default_context(cafile=str(ca)) if ca.exists() else None
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        ctype: str = "application/json",
-    ) -> Any:
-        """One request; the decoded JSON answer (text for a log)."""
-        token = (self.account / "token").read_text().strip()
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.server + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {token}")
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", ctype)
-        try:
-            with urllib.request.urlopen(request, timeout=30, context=self.tls) as answer:
-                text = answer.read().decode()
-        except urllib.error.HTTPError as err:
-            detail = err.read().decode(errors="replace")
-            with contextlib.suppress(ValueError):
-                detail = json.loads(detail).get("message", detail)
-            raise ApiError(err.code, detail) from None
-        if "/log" in path.split("?")[0]:
-            return text
-        return json.loads(text) if text else {}
+#: The node condition fmctl's node health agent keeps (node_agent.py), and the taint the
+#: controller takes a node out of service with when it says False.
+AGENT_CONDITION = "FmctlHealthy"
+UNHEALTHY = "fmctl.dev/unhealthy"
 
 
 def now() -> str:
@@ -180,6 +148,19 @@ def instance_of(node: dict[str, Any]) -> str:
     return found if found.startswith("i-") else ""
 
 
+def unhealthy(node: dict[str, Any]) -> bool:
+    """Has the controller taken the node out of service for an agent's fault?"""
+    return any(t.get("key") == UNHEALTHY for t in node.get("spec", {}).get("taints") or [])
+
+
+def agent_fault(node: dict[str, Any]) -> str:
+    """The node-level fault fmctl's agent reports on the node ("" when none)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == AGENT_CONDITION and condition.get("status") == "False":
+            return str(condition.get("message") or condition.get("reason") or "a fault")
+    return ""
+
+
 def passed(node: dict[str, Any]) -> bool:
     """Has the node passed the gate (taint lifted, or a passed verdict)?"""
     verdict = (node["metadata"].get("annotations") or {}).get(VERDICT, "")
@@ -219,6 +200,11 @@ class Repairs:
     def replaces(self) -> bool:
         """Does it replace nodes (and so keep counts)?"""
         return self.configured and self.replace and self.aws is not None
+
+    @property
+    def keeps(self) -> bool:
+        """Does it keep counts (it replaces nodes, for the gate or the agent)?"""
+        return self.configured and self.aws is not None
 
     def state(self) -> str:
         """What must outlive the controller, as the ConfigMap's ``state`` holds it."""
@@ -274,6 +260,31 @@ class Repairs:
             return "its node names no EC2 instance (spec.providerID)"
         return ""
 
+    def hold_fault(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> str:
+        """Why a node the agent found faulty is not taken out of service now ("" when it
+        may be): what is in repair in its pool (replacements under way, and its nodes
+        taken out and not yet replaced) against the budget."""
+        pool = node["metadata"]["labels"][POOL_LABEL]
+        if self.aws is None:
+            return "no AWS access configured: held for a person"
+        if any(t.get("key") == BLOCK_ENDING for t in node["spec"].get("taints") or []):
+            return "its Capacity Block is ending: a replacement could not launch in it"
+        if not instance_of(node):
+            return "its node names no EC2 instance (spec.providerID)"
+        out = [
+            n
+            for n in pool_nodes
+            if n is not node and unhealthy(n) and not _annotation(n, REPAIR).startswith("replacing")
+        ]
+        budget = self.budgets.get(pool, 1)
+        in_repair = len(self.pending.get(pool, [])) + len(out)
+        if in_repair >= budget:
+            return (
+                f"the repair budget of pool {pool} is in use ({in_repair} of {budget}: "
+                "health.maxInRepair)"
+            )
+        return ""
+
     def replace_node(self, node: dict[str, Any]) -> None:
         """Terminate the node's instance in its Auto Scaling group (``hold`` said it may)."""
         assert self.aws is not None
@@ -289,7 +300,9 @@ def load_settings(path: Path | None) -> tuple[Repairs, dict[str, dict[str, Any]]
         return Repairs(None, False, {}, configured=False), {}
     data = json.loads(path.read_text())
     replace = bool(data.get("replace"))
-    aws = AutoScaling(str(data["region"])) if replace else None
+    # The agent's faults are always repaired by replacement (EKS has no reboot the gate
+    # would follow: a rebooted node would return unverified), so it needs AWS too.
+    aws = AutoScaling(str(data["region"])) if replace or data.get("agent") else None
     budgets = {k: int(v) for k, v in (data.get("budgets") or {}).items()}
     return Repairs(aws, replace, budgets), dict(data.get("pairs") or {})
 
@@ -357,6 +370,8 @@ class Controller:
         self.pairing: set[str] | None = None
         #: The repair counts as last kept in REPAIRS_MAP (None: not read yet).
         self.kept: str | None = None
+        #: The nodes (uids) seen Ready in pools without the gate.
+        self.joined_nodes: set[str] = set()
 
     def say(self, line: str) -> None:
         """A line of the controller's log."""
@@ -377,7 +392,7 @@ class Controller:
             for n in self.api.call("GET", "/api/v1/nodes")["items"]
             if POOL_LABEL in (n["metadata"].get("labels") or {})
         ]
-        if self.repairs.replaces and self.kept is None:
+        if self.repairs.keeps and self.kept is None:
             self.repairs.load(self.read_repairs())
             self.kept = self.repairs.state()
         self.repairs.look(time.time())
@@ -394,7 +409,22 @@ class Controller:
                 self.step(node, name, jobs.get(name), jobs_path, pool)
             except ApiError as err:
                 self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
-        if self.repairs.replaces and self.repairs.state() != self.kept:
+        if self.repairs.aws is not None:
+            # Replacements that joined free their places first, then the agent's faults.
+            for node in gpu_nodes:
+                if node["metadata"]["labels"][POOL_LABEL] not in self.templates:
+                    self.joined(node)
+        for node in gpu_nodes:
+            fault = agent_fault(node)
+            if not fault or tainted(node):
+                # (A node in the gate has the gate's verdict to come: its checks see the
+                # same fault.)
+                continue
+            try:
+                self.take_out(node, fault, pools[node["metadata"]["labels"][POOL_LABEL]])
+            except ApiError as err:
+                self.say(f"{node['metadata']['name']}: {err} (next pass tries again)")
+        if self.repairs.keeps and self.repairs.state() != self.kept:
             self.keep_repairs()
         pairing = {n["metadata"]["name"] for n in gpu_nodes if _verdict(n).startswith("pairing")}
         if pairing or self.pairing:
@@ -634,6 +664,97 @@ class Controller:
                 if err.status != 404:
                     raise
 
+    def take_out(self, node: dict[str, Any], fault: str, pool_nodes: list[dict[str, Any]]) -> None:
+        """Act on a node-level fault fmctl's agent reports: within the pool's budget, taint
+        the node out of service (``fmctl.dev/unhealthy:NoSchedule``), evict its GPU pods at
+        once where the fault has lost their work already (the table's ``jobs: requeue``:
+        their Jobs or Deployments start them elsewhere), and, once no pod holds its GPUs,
+        replace it; beyond the budget, only say so (``held``)."""
+        meta = node["metadata"]
+        name = meta["name"]
+        status = _annotation(node, REPAIR)
+        if status.startswith("replacing"):
+            return  # its instance is going; its node leaves with it
+        if not unhealthy(node):
+            why = self.repairs.hold_fault(node, pool_nodes)
+            if why:
+                if status.split(": ", 1)[-1] != why:
+                    self.note(node, REPAIR, f"held {now()}: {fault} (held: {why})")
+                    self.say(f"{name}: {fault}: held: {why}")
+                return
+            taints = [*(node["spec"].get("taints") or [])]
+            taints.append({"key": UNHEALTHY, "value": "agent", "effect": "NoSchedule"})
+            patch = {
+                "metadata": {
+                    "resourceVersion": meta.get("resourceVersion"),
+                    "annotations": {REPAIR: f"draining {now()}: {fault}"},
+                },
+                "spec": {"taints": taints},
+            }
+            self.api.call("PATCH", f"/api/v1/nodes/{name}", patch, "application/merge-patch+json")
+            self.say(f"{name}: {fault}: out of service ({UNHEALTHY})")
+        pods = [p for p in self.gpu_pods() if p["spec"].get("nodeName") == name]
+        if pods and fault.endswith("jobs: requeue"):
+            for pod in pods:
+                self.evict(pod)
+            return  # replaced once they are gone
+        if pods:
+            return  # its jobs finish first
+        why = self.repairs.hold_fault(node, [n for n in pool_nodes if n is not node])
+        if why.startswith("the repair budget"):
+            why = ""  # this node is the one the budget let out
+        instance = instance_of(node)
+        if not why:
+            try:
+                self.repairs.replace_node(node)
+            except AwsError as err:
+                why = f"replacing it failed: {err}"
+            else:
+                said = f"instance {instance} terminated; its node group launches a replacement"
+                self.say(f"{name}: replacing: {said}")
+                with contextlib.suppress(ApiError):  # gone already: its instance went first
+                    self.note(node, REPAIR, f"replacing {now()}: {fault}; {said}")
+                return
+        self.note(node, REPAIR, f"held {now()}: {fault} (held: {why})")
+        self.say(f"{name}: {fault}: held: {why}")
+
+    def gpu_pods(self) -> list[dict[str, Any]]:
+        """The pods that have not ended and ask for GPUs."""
+        pods = self.api.call("GET", "/api/v1/pods")["items"]
+        return [p for p in pods if p["spec"].get("nodeName") and gpu_busy([p])]
+
+    def evict(self, pod: dict[str, Any]) -> None:
+        """Evict a pod (the Eviction API: its PodDisruptionBudget is respected)."""
+        meta = pod["metadata"]
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        }
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/eviction"
+        try:
+            self.api.call("POST", path, body)
+        except ApiError as err:
+            # 429: its disruption budget says not now (next pass asks again); 404: gone.
+            if err.status not in (404, 429):
+                raise
+        else:
+            self.say(f"{pod['spec'].get('nodeName')}: evicted {meta['namespace']}/{meta['name']}")
+
+    def joined(self, node: dict[str, Any]) -> None:
+        """Without the gate, a node of the pool that is Ready counts as verified: the
+        replacement it may be frees its place in the budget (once per node)."""
+        uid = str(node["metadata"].get("uid") or node["metadata"]["name"])
+        if uid in self.joined_nodes or unhealthy(node) or agent_fault(node):
+            return
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (node.get("status") or {}).get("conditions") or []
+        )
+        if ready:
+            self.joined_nodes.add(uid)
+            self.repairs.verdict(node, ok=True)
+
     def repair(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> None:
         """Replace a node that failed the gate, or say why it is held (once per reason)."""
         meta = node["metadata"]
@@ -726,6 +847,10 @@ def load_templates(folder: Path, kind: str = "") -> dict[str, Any]:
     }
 
 
+def _annotation(node: dict[str, Any], key: str) -> str:
+    return str((node["metadata"].get("annotations") or {}).get(key, ""))
+
+
 def _verdict(node: dict[str, Any]) -> str:
     return str((node["metadata"].get("annotations") or {}).get(VERDICT, ""))
 
@@ -764,14 +889,10 @@ def main(argv: list[str] | None = None) -> int:
         "--account", type=Path, default=Path(ACCOUNT), help="token and ca.crt (in a pod: its own)"
     )
     opts = args.parse_args(argv)
-    server = opts.server
+    server = server_url(opts.server)
     if not server:
-        host = os.environ.get("KUBERNETES_SERVICE_HOST", "")
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        if not host:
-            print("error: not in a cluster and no --server", file=sys.stderr)
-            return 1
-        server = f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+        print("error: not in a cluster and no --server", file=sys.stderr)
+        return 1
     api = Api(server, opts.account)
     controller = Controller(
         api,

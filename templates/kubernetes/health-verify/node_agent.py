@@ -1,0 +1,318 @@
+"""fmctl's node health agent on an EKS GPU node (issue 33): the Slurm agent's eyes, reporting
+to Kubernetes.
+
+A DaemonSet (``health.kubernetesAgent``) runs it on every GPU node. Every ``--interval``
+seconds it:
+
+- reads the kernel's new records from ``/dev/kmsg`` (the kernel's dev-kmsg ABI,
+  Documentation/ABI/testing/dev-kmsg: one record a read, ``PRIO,SEQ,USEC,FLAGS;TEXT``,
+  continuation lines starting with a space, EAGAIN at the end when opened non-blocking,
+  EPIPE when records were overwritten), keeping the last sequence number seen per boot in
+  its state folder (a host path), so a line counts once across the agent's restarts;
+- runs ``health-detect.sh``, the Slurm agent's own looks (GPUs, NVLinks, row remapping,
+  EFA devices and error counters, DCGM's health watches where ``dcgmi`` is present), with
+  those lines as the kernel's log;
+- decides by fmctl's fault table (``faults.tsv``, provisioner/catalog/faults.py) and says
+  so in the node condition ``FmctlHealthy``: ``False`` for a node-level fault (reason its
+  class, message ``fmctl-health: XID 79 RESTART_BM -> replace; jobs: requeue``), ``True``
+  otherwise (application-class faults are only counted, in the message), ``Unknown`` when
+  it cannot look (nvidia-smi missing in its container).
+
+A node-level fault stays reported until the node goes (as a Slurm node the agent drained
+stays drained): its state file keeps it for the boot. Taking the node out of service and
+replacing it is the verify controller's (verify_controller.py), within the pool's repair
+budget, as a detector's report goes to node auto repair.
+
+Standard library only; the API through the pod's service account (``kube_call``).
+``--once`` makes one pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from kube_call import ACCOUNT, Api, ApiError, server_url
+
+#: The node condition the agent keeps.
+CONDITION = "FmctlHealthy"
+#: A condition that did not change is written again this often, so its heartbeat says the
+#: agent is alive.
+HEARTBEAT_S = 300.0
+#: How long one run of health-detect.sh may take (each of its looks has its own timeout).
+DETECT_TIMEOUT_S = 120.0
+#: Passes that may fail in a row before the agent exits (its kubelet starts it again).
+GIVE_UP = 20
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the fault table: what a fault is and what is done about it."""
+
+    fault_class: str
+    action: str
+    jobs: str
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault health-detect.sh found, with its row."""
+
+    code: str
+    detail: str
+    row: Row
+
+    @property
+    def node_level(self) -> bool:
+        """Does it take the node out of service (the table's action is not ``none``)?"""
+        return self.row.action != "none" and self.code != "unchecked"
+
+    def reason(self) -> str:
+        """As the Slurm agent writes a drain's reason (users grep for it)."""
+        if self.code.startswith("xid:"):
+            said = f"XID {self.code[4:]} {self.row.fault_class}"
+        else:
+            said = f"{self.row.fault_class} ({self.detail})"
+        return f"fmctl-health: {said} -> {self.row.action}; jobs: {self.row.jobs}"
+
+
+def load_table(path: Path) -> dict[str, Row]:
+    """faults.tsv: ``code<TAB>class<TAB>action<TAB>jobs`` (``#`` lines are comments)."""
+    table: dict[str, Row] = {}
+    for line in path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        code, fault_class, action, *rest = line.split("\t")
+        table[code] = Row(fault_class, action, rest[0] if rest and rest[0] else "finish")
+    return table
+
+
+def row_of(table: dict[str, Row], code: str) -> Row:
+    """The row for ``code``; an Xid the table does not know is replaced, its jobs left to
+    finish (NVIDIA's catalog on an unexpected one), as the Slurm agent does."""
+    if code == "unchecked":
+        return Row("UNCHECKED", "none", "finish")
+    return table.get(code, Row("UNKNOWN", "replace", "finish"))
+
+
+def read_kmsg(path: Path, after: int) -> tuple[list[str], int]:
+    """The text of the records after sequence number ``after``, and the last number read.
+
+    The device gives one record a read; a plain file (a test's, the sandbox's) gives many:
+    both are split into lines here."""
+    texts: list[str] = []
+    last = after
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                break  # EAGAIN: no more records
+            except OSError as err:
+                if err.errno == errno.EPIPE:
+                    continue  # records overwritten before they were read: go on
+                raise
+            if not chunk:
+                break
+            for line in chunk.decode(errors="replace").splitlines():
+                head, sep, text = line.partition(";")
+                if not sep or line.startswith(" "):
+                    continue  # a continuation line (KEY=value) or not a record
+                fields = head.split(",")
+                try:
+                    seq = int(fields[1])
+                except (IndexError, ValueError):
+                    continue
+                if seq > after:
+                    texts.append(text)
+                    last = max(last, seq)
+    finally:
+        os.close(fd)
+    return texts, last
+
+
+class Agent:
+    """One node's agent: where it reads and keeps things, and the API it reports to."""
+
+    def __init__(
+        self,
+        api: Api,
+        node: str,
+        scripts: Path,
+        state: Path,
+        kmsg: Path,
+        boot_id: Path,
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.scripts = scripts
+        self.state = state
+        self.kmsg = kmsg
+        self.boot_id = boot_id
+        self.table = load_table(scripts / "faults.tsv")
+        #: The condition as last written, and when.
+        self.written: dict[str, str] | None = None
+        self.written_at = 0.0
+
+    def say(self, line: str) -> None:
+        """A line of the agent's log."""
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        print(f"{stamp} {self.node}: {line}", flush=True)
+
+    def boot(self) -> str:
+        """This boot's id (a new boot starts the kernel's sequence numbers again)."""
+        try:
+            return self.boot_id.read_text().strip()
+        except OSError:
+            return ""
+
+    def kernel_lines(self) -> list[str]:
+        """The kernel's lines since the last pass (this boot's)."""
+        cursor = self.state / "kmsg.cursor"
+        boot = self.boot()
+        after = -1
+        try:
+            was_boot, was_seq = cursor.read_text().split()
+            if was_boot == boot:
+                after = int(was_seq)
+        except (OSError, ValueError):
+            pass
+        lines, last = read_kmsg(self.kmsg, after)
+        cursor.write_text(f"{boot} {last}\n")
+        return lines
+
+    def detect(self) -> list[Fault]:
+        """health-detect.sh's faults, with their rows."""
+        new = self.state / "kernel.new"
+        new.write_text("".join(f"{line}\n" for line in self.kernel_lines()))
+        env = {
+            **os.environ,
+            "FMCTL_KERNEL_LOG": str(new),
+            "FMCTL_HEALTH_DIR": str(self.state),
+            "FMCTL_IN_CONTAINER": "true",
+            "FMCTL_EFA_FROM_SYSFS": "true",
+        }
+        done = subprocess.run(
+            ["bash", str(self.scripts / "health-detect.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DETECT_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise OSError(f"health-detect.sh exited {done.returncode}: {done.stderr.strip()}")
+        faults = []
+        for line in done.stdout.splitlines():
+            code, _, detail = line.partition("\t")
+            if code:
+                faults.append(Fault(code, detail, row_of(self.table, code)))
+        return faults
+
+    def held(self) -> tuple[str, str]:
+        """The node-level fault found earlier this boot: its class and reason ("" when
+        none)."""
+        try:
+            boot, fault_class, reason = (self.state / "fault").read_text().split("\n")[:3]
+        except (OSError, ValueError):
+            return "", ""
+        return (fault_class, reason) if boot == self.boot() and reason else ("", "")
+
+    def condition(self, faults: list[Fault]) -> dict[str, str]:
+        """The node's ``FmctlHealthy`` condition after this pass's faults."""
+        fault = next((f for f in faults if f.node_level), None)
+        fault_class, held = self.held()
+        if fault is not None and not held:
+            fault_class, held = fault.row.fault_class, fault.reason()
+            (self.state / "fault").write_text(f"{self.boot()}\n{fault_class}\n{held}\n")
+            self.say(held)
+        counted = [f for f in faults if not f.node_level and f.code != "unchecked"]
+        for f in counted:
+            self.say(f"counted: {f.code} {f.row.fault_class} ({f.detail})")
+        if held:
+            return {"status": "False", "reason": fault_class, "message": held}
+        unchecked = next((f for f in faults if f.code == "unchecked"), None)
+        if unchecked is not None:
+            return {"status": "Unknown", "reason": "Unchecked", "message": unchecked.detail}
+        message = "no node-level fault"
+        if counted:
+            message += "; counted: " + ", ".join(f"{f.code} {f.row.fault_class}" for f in counted)
+        return {"status": "True", "reason": "NoFault", "message": message}
+
+    def report(self, condition: dict[str, str]) -> None:
+        """Write the condition when it changed, or for its heartbeat."""
+        at = time.time()
+        if condition == self.written and at - self.written_at < HEARTBEAT_S:
+            return
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"type": CONDITION, **condition, "lastHeartbeatTime": stamp}
+        if self.written is None or condition["status"] != self.written["status"]:
+            body["lastTransitionTime"] = stamp
+        # The status subresource, a strategic merge by the condition's type: the kubelet's
+        # and other agents' conditions stay as they are.
+        self.api.call(
+            "PATCH",
+            f"/api/v1/nodes/{self.node}/status",
+            {"status": {"conditions": [body]}},
+            "application/strategic-merge-patch+json",
+        )
+        self.written, self.written_at = condition, at
+
+    def run_pass(self) -> None:
+        """Look once and report."""
+        self.report(self.condition(self.detect()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run passes every ``--interval`` seconds (one with ``--once``)."""
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("--node", default=os.environ.get("NODE_NAME", ""))
+    args.add_argument("--scripts", type=Path, default=Path("/opt/fmctl/lib"))
+    args.add_argument("--state", type=Path, default=Path("/var/lib/fmctl/health"))
+    args.add_argument("--kmsg", type=Path, default=Path("/dev/kmsg"))
+    args.add_argument("--boot-id", type=Path, default=Path("/proc/sys/kernel/random/boot_id"))
+    args.add_argument("--interval", type=float, default=30.0)
+    args.add_argument("--once", action="store_true")
+    args.add_argument("--alive", type=Path, help="touched after every pass (liveness)")
+    args.add_argument("--server", help="the API's URL (in a pod: the kubernetes Service's)")
+    args.add_argument(
+        "--account", type=Path, default=Path(ACCOUNT), help="token and ca.crt (in a pod: its own)"
+    )
+    opts = args.parse_args(argv)
+    server = server_url(opts.server)
+    if not server or not opts.node:
+        print("error: no API server or no node name (--server, --node)", file=sys.stderr)
+        return 1
+    opts.state.mkdir(parents=True, exist_ok=True)
+    agent = Agent(
+        Api(server, opts.account), opts.node, opts.scripts, opts.state, opts.kmsg, opts.boot_id
+    )
+    failed = 0
+    while True:
+        try:
+            agent.run_pass()
+        except (ApiError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
+            failed += 1
+            agent.say(f"pass failed: {err} (next pass tries again)")
+            if opts.once or failed >= GIVE_UP:
+                return 1
+        else:
+            failed = 0
+            if opts.alive is not None:
+                opts.alive.touch()
+        if opts.once:
+            return 0
+        time.sleep(opts.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
