@@ -43,6 +43,10 @@ class Kube(Protocol):
 
     def change_node(self, cluster: str, node: str, change: Any) -> bool: ...
 
+    def kernel_line(self, cluster: str, node: str, text: str) -> None: ...
+
+    def efa_down(self, cluster: str, node: str, count: int) -> int: ...
+
 
 class Eks(Protocol):
     """What this module asks of the sandbox's EKS (``sandbox.eks.Eks``, which calls it)."""
@@ -86,6 +90,19 @@ REPLACE_SECONDS = 300.0
 REBOOT_SECONDS = 120.0
 
 
+def kernel_line(fault: dict[str, Any]) -> str:
+    """The kernel's line for an Xid fault (an uncorrectable ECC error is Xid 48, "DBE",
+    NVIDIA's Xid catalog), in the driver's words (tests/data/real's recorded lines:
+    ``NVRM: Xid (PCI:BUS): CODE, ...``); "" for the others (no kernel line: the GPU count
+    and EFA are read with tools)."""
+    if "xid" in fault:
+        code = int(fault["xid"])
+        return f"NVRM: Xid (PCI:0000:53:00): {code}, pid='<unknown>', name=<unknown>, injected"
+    if fault.get("eccDbe"):
+        return "NVRM: Xid (PCI:0000:53:00): 48, pid='<unknown>', name=<unknown>, DBE (injected)"
+    return ""
+
+
 def agent_installed(eks: Eks, region: str, cluster: str) -> bool:
     """Whether the node monitoring agent add-on is ACTIVE in the cluster."""
     item = eks.addons.get((region, cluster, "eks-node-monitoring-agent"))
@@ -101,6 +118,13 @@ def inject(eks: Eks, region: str, cluster: str, node: str, fault: dict[str, Any]
     endpoint = eks.endpoints.get((region, cluster), "")
     if not any(n["metadata"]["name"] == node for n in _all_nodes(eks, region, cluster)):
         raise EksError(404, "ResourceNotFoundException", f"no node {node} in {cluster}")
+    line = kernel_line(fault)
+    if line:
+        # The kernel logs it whoever watches: fmctl's own agent reads the node's /dev/kmsg.
+        eks.kube.kernel_line(endpoint, node, line)
+    if "efaDown" in fault:
+        # The devices leave the node's /sys, where fmctl's own agent counts them.
+        eks.kube.efa_down(endpoint, node, int(fault["efaDown"]))
     if not agent_installed(eks, region, cluster):
         return (
             f"no node monitoring agent in {cluster} (the eks-node-monitoring-agent add-on, "

@@ -185,6 +185,9 @@ class KubeServer:
                 c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"], n.get("clique", ""))
             if nodes:
                 c.group_taints[nodegroup] = list(nodes[0]["taints"])
+            # A DaemonSet's programs follow the nodes (one a node: kube_programs).
+            self.programs.node_tools = self.node_tools
+            self.programs.sync(cluster, c)
 
     def cordon(self, cluster: str, nodegroup: str) -> None:
         """A node group's nodes take no new pods (EKS cordons them as it deletes the group,
@@ -208,6 +211,19 @@ class KubeServer:
                 labels = obj["metadata"].get("labels", {})
                 if key[0] == "nodes" and labels.get("eks.amazonaws.com/nodegroup") == nodegroup:
                     drain_node(c, key[2])
+            self.programs.sync(cluster, c)
+
+    def kernel_line(self, cluster: str, node: str, text: str) -> None:
+        """A line in the node's kernel log (its /dev/kmsg, which fmctl's node agent reads:
+        ``kube_programs``)."""
+        with self.lock:
+            self.programs.kernel_line(cluster, node, text)
+
+    def efa_down(self, cluster: str, node: str, count: int) -> int:
+        """EFA devices gone from the node's /sys, where fmctl's node agent counts them
+        (``kube_programs``); how many went."""
+        with self.lock:
+            return self.programs.efa_down(cluster, node, count)
 
     def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
         """Copies of a node group's Node objects in the API at endpoint ``cluster``."""
@@ -301,6 +317,7 @@ class KubeServer:
                     raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
                 if method != "GET":
+                    self.programs.node_tools = self.node_tools
                     self.programs.sync(cluster, c)
                 if isinstance(answer, str):  # a pod's log
                     return 200, {"Content-Type": "text/plain"}, answer.encode()
@@ -335,6 +352,14 @@ class KubeServer:
             evict(c, parts[3], parts[5])
             self._settle(c, "pods")  # a workload's pod is made again where it fits
             return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+        if method == "PATCH" and parts[:3] == ["api", "v1", "nodes"] and parts[4:] == ["status"]:
+            # The status subresource (how a node agent reports a condition): the patch's
+            # status only; the rest of it is not applied (as the API server does).
+            res, version, _, name = target(parts[:4], served(c.version, c.crds))
+            only = {"status": (load(body) or {}).get("status") or {}}
+            manager = query.get("fieldManager", ["kubectl-patch"])[0]
+            ctype = headers.get("content-type", "")
+            return self._patch(c, res, version, "", name, ctype, only, manager)
         res, version, namespace, name = target(parts, served(c.version, c.crds))
         plural = res.plural
         if method == "GET" and name:

@@ -28,9 +28,17 @@ signed with them are judged as that role (``server.Emulator``, ``iam_eval``). Th
 settings a pod would not need, ``AWS_ENDPOINT_URL`` (the sandbox) and ``AWS_CA_BUNDLE`` (its
 certificate), are added too.
 
+A DaemonSet of fmctl's of the same shape (fmctl's node health agent) runs as one process
+for each node its pod would be placed on (``kube_controllers.admits``), keyed
+``NAME@NODE``, with what a pod on that node gets besides: ``fieldRef: spec.nodeName`` in its
+env, the nodes' tools on its PATH (``KubeServer.node_tools``, as a Job's containers get
+them), and its ``hostPath`` volumes as a folder of that node's own (``host``), which outlives
+the process as a node's disk outlives a pod: the sandbox writes a node's kernel lines to its
+``/dev/kmsg`` there (``kernel_line``, for ``fmctl sandbox fault``).
+
 A process is started again when it has exited or its Deployment or ConfigMaps changed (at
-the next write to the cluster's API), and stopped when its Deployment or cluster goes or the
-sandbox stops.
+the next write to the cluster's API), and stopped when its Deployment (DaemonSet, or node)
+or cluster goes or the sandbox stops.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fmctl_sandbox.kube_controllers import admits
 from fmctl_sandbox.kube_jobs import mount_config_maps, remap
 from fmctl_sandbox.kube_model import Cluster
 from fmctl_sandbox.sigv4 import Credentials
@@ -129,6 +138,55 @@ class Programs:
     identity: Resolver | None = None
     #: The credentials handed out, by access key.
     sessions: dict[str, Session] = field(default_factory=dict)
+    #: The nodes' tools (``KubeServer.node_tools``), on a DaemonSet program's PATH.
+    node_tools: str | None = None
+    #: Each node's host paths: (endpoint, node) -> its folder.
+    hosts: dict[tuple[str, str], Path] = field(default_factory=dict)
+
+    def host(self, endpoint: str, node: str) -> Path:
+        """The folder standing for ``node``'s file system (made on first use)."""
+        key = (endpoint, node)
+        if key not in self.hosts:
+            self.hosts[key] = Path(tempfile.mkdtemp(prefix="fmctl-node-"))
+        return self.hosts[key]
+
+    def sysfs(self, endpoint: str, node: str, efa: int) -> None:
+        """The node's /sys as the EFA driver lays it out (made once, the first time a
+        program of the node starts): ``efa`` devices under class/infiniband, each with its
+        PCI ids (vendor 0x1d0f, Amazon; device 0xefa1, one of the efa driver's,
+        drivers/infiniband/hw/efa/efa_main.c) and port 1's error counters at 0 (the
+        kernel's sysfs-class-infiniband ABI)."""
+        root = self.host(endpoint, node) / "sys/class/infiniband"
+        if root.exists():
+            return
+        root.mkdir(parents=True)
+        for index in range(efa):
+            device = root / f"rdmap{index}s0"
+            (device / "device").mkdir(parents=True)
+            (device / "device/vendor").write_text("0x1d0f\n")
+            (device / "device/device").write_text("0xefa1\n")
+            counters = device / "ports/1/hw_counters"
+            counters.mkdir(parents=True)
+            for name in ("rx_drops", "rdma_read_wr_err", "rdma_write_wr_err"):
+                (counters / name).write_text("0\n")
+
+    def efa_down(self, endpoint: str, node: str, count: int) -> int:
+        """Take ``count`` EFA devices away from the node's /sys (as a device the driver lost
+        disappears from it); how many went."""
+        root = self.host(endpoint, node) / "sys/class/infiniband"
+        gone = sorted(root.glob("rdmap*"))[-count:] if root.exists() and count > 0 else []
+        for device in gone:
+            shutil.rmtree(device)
+        return len(gone)
+
+    def kernel_line(self, endpoint: str, node: str, text: str) -> None:
+        """Add a record to the node's kernel log, as /dev/kmsg gives it (the kernel's
+        dev-kmsg ABI: ``PRIO,SEQ,USEC,FLAGS;TEXT``, sequence numbers counting up)."""
+        kmsg = self.host(endpoint, node) / "dev/kmsg"
+        kmsg.parent.mkdir(parents=True, exist_ok=True)
+        seq = len(kmsg.read_text().splitlines()) if kmsg.exists() else 0
+        with kmsg.open("a") as out:
+            out.write(f"3,{seq + 1},{int(time.monotonic() * 1e6)},-;{text}\n")
 
     def issue(self, endpoint: str, authorization: str, now: float) -> Session | None:
         """New credentials for the program of the cluster at ``endpoint`` whose pod
@@ -180,6 +238,14 @@ class Programs:
             for (plural, ns, name), obj in c.objects.items()
             if plural == "deployments" and _runnable(obj) is not None
         }
+        nodes = [(k[2], n) for k, n in sorted(c.objects.items()) if k[0] == "nodes"]
+        for (plural, ns, name), ds in sorted(c.objects.items()):
+            if plural != "daemonsets" or _runnable(ds) is None:
+                continue
+            pod = (ds["spec"].get("template") or {}).get("spec") or {}
+            for node_name, node_obj in nodes:
+                if admits(pod, node_obj):
+                    wanted[(endpoint, ns, f"{name}@{node_name}")] = ds
         for key in [k for k in self.running if k[0] == endpoint]:
             program = self.running[key]
             obj = wanted.get(key)
@@ -205,14 +271,18 @@ class Programs:
             return ""
 
     def stop_cluster(self, endpoint: str) -> None:
-        """Stop the programs of a cluster that is gone."""
+        """Stop the programs of a cluster that is gone (its nodes' folders go too)."""
         for key in [k for k in self.running if k[0] == endpoint]:
             self.stop(key)
+        for host in [h for h in self.hosts if h[0] == endpoint]:
+            shutil.rmtree(self.hosts.pop(host), ignore_errors=True)
 
     def stop_all(self) -> None:
         """Stop every program (the sandbox is stopping)."""
         for key in list(self.running):
             self.stop(key)
+        for host in list(self.hosts):
+            shutil.rmtree(self.hosts.pop(host), ignore_errors=True)
 
     def stop(self, key: Key) -> None:
         """Stop one program and remove its folder (its token with it); its credentials end."""
@@ -232,7 +302,8 @@ class Programs:
         shutil.rmtree(program.folder, ignore_errors=True)
 
     def _start(self, key: Key, c: Cluster, obj: dict[str, Any]) -> Program:
-        endpoint, namespace, _ = key
+        endpoint, namespace, name = key
+        node = name.partition("@")[2]  # a DaemonSet's program: the node it runs on
         pod = obj["spec"]["template"]
         container = _runnable(obj)
         assert container is not None
@@ -240,6 +311,10 @@ class Programs:
         folder = Path(tempfile.mkdtemp(prefix="fmctl-program-"))
         pod_in_ns = {"metadata": {"namespace": namespace}, "spec": pod.get("spec") or {}}
         mounts = mount_config_maps(c, pod_in_ns, container, folder)
+        if node:
+            hardware = c.hardware.get(node)
+            self.sysfs(endpoint, node, hardware.efa if hardware else 0)
+            mounts |= self._host_paths(endpoint, node, pod.get("spec") or {}, container)
         account = folder / "serviceaccount"
         account.mkdir(mode=0o700)
         token = secrets.token_urlsafe(32)
@@ -247,9 +322,15 @@ class Programs:
         (account / "token").chmod(0o600)
         shutil.copyfile(self.ca_path, account / "ca.crt")
         env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+        if node and self.node_tools:
+            env["PATH"] = f"{self.node_tools}:{env['PATH']}"
         for item in container.get("env") or []:
             if "value" in item:
-                env[item["name"]] = str(item["value"])
+                # A path under a mount point points at its folder, as arguments do.
+                env[item["name"]] = remap(str(item["value"]), mounts)
+            field_path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+            if node and field_path == "spec.nodeName":
+                env[item["name"]] = node
         account_name = (pod.get("spec") or {}).get("serviceAccountName") or "default"
         association = self.identity(endpoint, namespace, account_name) if self.identity else None
         identity_token = ""
@@ -300,9 +381,30 @@ class Programs:
             identity_token,
         )
 
+    def _host_paths(
+        self, endpoint: str, node: str, pod: dict[str, Any], container: dict[str, Any]
+    ) -> dict[str, Path]:
+        """The container's hostPath volumes, in the node's folder: mount path -> path (a
+        file for a device or file, made empty if missing; else a folder)."""
+        volumes = {v["name"]: v for v in pod.get("volumes") or []}
+        mounts: dict[str, Path] = {}
+        for mount in container.get("volumeMounts") or []:
+            source = (volumes.get(mount["name"]) or {}).get("hostPath")
+            if source is None:
+                continue
+            where = self.host(endpoint, node) / str(source["path"]).lstrip("/")
+            if source.get("type") in ("CharDevice", "File", "FileOrCreate"):
+                where.parent.mkdir(parents=True, exist_ok=True)
+                where.touch()
+            else:
+                where.mkdir(parents=True, exist_ok=True)
+            mounts[mount["mountPath"].rstrip("/")] = where
+        return mounts
+
 
 def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The Deployment's one container, if the sandbox runs it (a Python image's python3)."""
+    """The Deployment's (or DaemonSet's) one container, if the sandbox runs it (a Python
+    image's python3)."""
     spec = obj.get("spec") or {}
     if int(spec.get("replicas", 1) or 0) < 1:
         return None

@@ -123,6 +123,11 @@ UNVERIFIED_TAINT: Final = "fmctl.dev/unverified"
 #: terminate instances only in groups that carry it (the Auto Scaling User Guide, "Tags for
 #: security": ``autoscaling:ResourceTag/KEY``).
 VERIFY_REPAIR_TAG: Final = "fmctl.dev/verify-repair"
+#: fmctl's node agent on EKS (health.kubernetesAgent): the node condition it keeps, False
+#: for a node-level fault (templates/kubernetes/health-verify/node_agent.py), and the taint
+#: the verify controller takes such a node out of service with.
+AGENT_CONDITION: Final = "FmctlHealthy"
+UNHEALTHY_TAINT: Final = "fmctl.dev/unhealthy"
 #: The verify controller's service account, the one its pod identity association names.
 VERIFY_NAMESPACE: Final = "fmctl-system"
 VERIFY_SERVICE_ACCOUNT: Final = "fmctl-verify"

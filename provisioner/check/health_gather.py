@@ -22,8 +22,13 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from provisioner.catalog.eks_repair import UNVERIFIED_TAINT, fmctl_action
-from provisioner.catalog.faults import repair_budget, rule
+from provisioner.catalog.eks_repair import (
+    AGENT_CONDITION,
+    UNHEALTHY_TAINT,
+    UNVERIFIED_TAINT,
+    fmctl_action,
+)
+from provisioner.catalog.faults import fault_table, repair_budget, rule
 from provisioner.check.health import (
     Fault,
     HealthEvent,
@@ -57,11 +62,32 @@ MONITOR_CONDITIONS = (
 )
 KUBE_NOTE = (
     "EKS: faults from the node monitoring agent's conditions, repairs by EKS node auto "
-    "repair (fmctl's own node agent is not on EKS yet)"
+    "repair (fmctl's own node agent too with health.kubernetesAgent)"
+)
+#: With fmctl's node agent on EKS (health.kubernetesAgent).
+KUBE_AGENT_NOTE = (
+    "EKS: faults from fmctl's node agent (FmctlHealthy) and the node monitoring agent's "
+    "conditions; repairs by fmctl's verify controller and EKS node auto repair"
 )
 #: Said too when the cluster has no verify gate.
 KUBE_NO_GATE = "new nodes take work unverified (health.verify.kubernetesGate is off)"
 _XID_REASON = re.compile(r"NvidiaXID(\d+)(Error|Warning)")
+#: The agent's condition message: ``fmctl-health: XID 79 RESTART_BM -> reboot; jobs: ...`` or
+#: ``fmctl-health: GPU_MISSING (7 of 8 GPUs) -> replace; jobs: ...`` (node_agent.py).
+_AGENT_MESSAGE = re.compile(r"fmctl-health: (?:XID (\d+) )?(\S+).* -> (\S+);")
+
+
+def _agent_fault(condition: dict[str, Any]) -> Fault:
+    """The fault fmctl's node agent reports, with its code from the fault table; the action
+    is the controller's, a replacement (EKS gives it no reboot a verification follows)."""
+    message = str(condition.get("message") or "")
+    found = _AGENT_MESSAGE.match(message)
+    fault_class = str(condition.get("reason") or "")
+    if found and found.group(1):
+        code = f"xid:{found.group(1)}"
+    else:
+        code = next((r.code for r in fault_table() if r.fault_class == fault_class), fault_class)
+    return Fault(code, fault_class, "replace", message)
 
 
 def _condition_fault(condition: dict[str, Any], repair: str) -> Fault:
@@ -102,7 +128,7 @@ def _events(
         )
         out.append(HealthEvent(when, node, pool, said))
     outcome, _, rest = repair.partition(" ")
-    if outcome in ("replacing", "held") and rest:
+    if outcome in ("draining", "replacing", "held") and rest:
         when, _, what = rest.partition(": ")
         out.append(HealthEvent(when, node, pool, f"{outcome}: {what}"))
     return out
@@ -195,12 +221,34 @@ def kube_report(
             for c in conditions
             if c.get("type") in MONITOR_CONDITIONS and c.get("status") == "False"
         ]
+        agent = next(
+            (
+                c
+                for c in conditions
+                if c.get("type") == AGENT_CONDITION and c.get("status") == "False"
+            ),
+            None,
+        )
         fault = _condition_fault(failing[0], context.health_repair) if failing else None
         if failing:
             since = failing[0].get("lastTransitionTime")
-        events += _events(meta["name"], pool, failing, verdict, repair)
+        events += _events(
+            meta["name"], pool, [*failing, *([agent] if agent else [])], verdict, repair
+        )
         if ready.get("status") != "True":
             state, detail = "failed", f"not Ready: {ready.get('reason') or 'no Ready condition'}"
+        elif agent is not None and UNVERIFIED_TAINT not in taints:
+            # fmctl's agent found a node-level fault: the controller takes the node out of
+            # service (its taint) and has it replaced once its GPU pods are gone, or holds
+            # it (the budget), saying so in the repair annotation.
+            fault, since = _agent_fault(agent), agent.get("lastTransitionTime")
+            if repair.startswith("replacing"):
+                state = "repairing"
+            elif UNHEALTHY_TAINT in taints:
+                state = "draining" if meta["name"] in busy else "repairing"
+            else:
+                state = "suspect"
+            detail = str(agent.get("message") or "") + (f"; {repair}" if repair else "")
         elif failing:
             cordoned = bool(spec.get("unschedulable"))
             state = "repairing" if cordoned else "suspect"
@@ -246,5 +294,8 @@ def kube_report(
         ),
         nodes=tuple(sorted(out, key=lambda n: (n.pool, natural(n.name)))),
         events=tuple(sorted(events, key=lambda e: e.time, reverse=True)),
-        notes=(KUBE_NOTE,) if context.health_verify_kubernetes_gate else (KUBE_NOTE, KUBE_NO_GATE),
+        notes=(
+            KUBE_AGENT_NOTE if context.health_kubernetes_agent else KUBE_NOTE,
+            *(() if context.health_verify_kubernetes_gate else (KUBE_NO_GATE,)),
+        ),
     )

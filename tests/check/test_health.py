@@ -263,3 +263,55 @@ def test_a_node_held_for_its_nccl_pair_is_verifying() -> None:
     assert {n.name: n.state for n in parse_slurm("llm", old, "10%", ("train",)).nodes}[
         "train-st-p5-3"
     ] == "healthy"
+
+
+def test_what_fmctls_agent_found_on_eks() -> None:
+    """fmctl's node agent (health.kubernetesAgent) reports a fault in FmctlHealthy; the
+    verify controller holds the node (the budget: ``suspect``), takes it out of service
+    (its taint: ``draining`` while a GPU pod runs, else ``repairing``) or has it replaced
+    (``repairing``). The fault's code and class are the table's; its action a replacement."""
+    message = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace; jobs: finish"
+    gone = "fmctl-health: GPU_MISSING (7 of 8 GPUs) -> replace; jobs: requeue"
+    out = [{"key": "fmctl.dev/unhealthy", "effect": "NoSchedule"}]
+    nodes = [
+        _node("ip-1", "train"),
+        _node("ip-2", "train"),
+        _node("ip-3", "train", taints=out),
+        _node("ip-4", "train", taints=out),
+        _node("ip-5", "train", taints=out),
+    ]
+    notes = {
+        "ip-2": "held 2026-12-04T03:41:00Z: " + message + " (held: the repair budget ...)",
+        "ip-3": "draining 2026-12-04T03:40:00Z: " + message,
+        "ip-4": "draining 2026-12-04T03:40:00Z: " + gone,
+        "ip-5": "replacing 2026-12-04T03:42:00Z: " + message + "; instance i-5 terminated",
+    }
+    for node in nodes[1:]:
+        name = str(node["metadata"]["name"])  # type: ignore[index]
+        node["metadata"]["annotations"] = {REPAIR_ANNOTATION: notes[name]}  # type: ignore[index]
+        node["status"]["conditions"].append(  # type: ignore[index]
+            {"type": "FmctlHealthy", "status": "False", "reason": "WORKFLOW_NVLINK5_ERR",
+             "message": gone if name == "ip-4" else message,
+             "lastTransitionTime": "2026-12-04T03:39:00Z"}
+        )  # fmt: skip
+    nodes[3]["status"]["conditions"][-1]["reason"] = "GPU_MISSING"  # type: ignore[index]
+    pods = [{"metadata": {"name": "job-0"}, "spec": {"nodeName": "ip-3"},
+             "status": {"phase": "Running"}}]  # fmt: skip
+    agent = dataclasses.replace(_context(), health_kubernetes_agent=True)
+    report = kube_report(agent, nodes, pods)
+    states = {n.name: n.state for n in report.nodes}
+    assert states == {
+        "ip-1": "healthy",
+        "ip-2": "suspect",
+        "ip-3": "draining",
+        "ip-4": "repairing",
+        "ip-5": "repairing",
+    }
+    faults = {n.name: n.fault for n in report.nodes if n.fault}
+    assert (faults["ip-3"].code, faults["ip-3"].fault_class) == ("xid:145", "WORKFLOW_NVLINK5_ERR")
+    assert (faults["ip-4"].code, faults["ip-4"].fault_class) == ("gpu-count", "GPU_MISSING")
+    assert {f.action for f in faults.values()} == {"replace"}
+    said = [(e.node, e.what.split(":")[0]) for e in report.events]
+    assert ("ip-3", "FmctlHealthy False") in said and ("ip-3", "draining") in said
+    assert ("ip-2", "held") in said and ("ip-5", "replacing") in said
+    assert "fmctl's node agent" in report.notes[0]

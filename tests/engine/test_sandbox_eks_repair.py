@@ -25,6 +25,15 @@ MINUTE = 60 * SCALE
 @dataclass
 class FakeKube:
     nodes_of: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (node, line) the kernel logged.
+    kernel: list[tuple[str, str]] = field(default_factory=list)
+
+    def kernel_line(self, cluster: str, node: str, text: str) -> None:
+        self.kernel.append((node, text))
+
+    def efa_down(self, cluster: str, node: str, count: int) -> int:
+        self.kernel.append((node, f"efa-down {count}"))
+        return count
 
     def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(n) for n in self.nodes_of.values()]
@@ -116,6 +125,13 @@ def test_the_agent_sets_conditions_only_for_fatal_faults() -> None:
     # Without the add-on nothing reports a fault.
     del eks.addons[("r", "c", "eks-node-monitoring-agent")]
     assert "no node monitoring agent" in _fault(eks, "n0", xid=79)
+    # The kernel logged every Xid (a double-bit error is Xid 48) whoever watches, in the
+    # driver's words, for fmctl's own agent; EFA errors and clears are no kernel line.
+    xids = [(n, line) for n, line in eks.kube.kernel if line.startswith("NVRM: Xid (PCI:")]
+    codes = [(node, line.split("): ")[1].split(",")[0]) for node, line in xids]
+    assert codes == [("n0", "13"), ("n0", "48"), ("n1", "48"), ("n0", "79")]
+    # EFA devices down leave the node's /sys.
+    assert ("n0", "efa-down 1") in eks.kube.kernel
 
 
 def test_waits_then_cordons_then_replaces_one_at_a_time() -> None:

@@ -31,6 +31,8 @@ if grep -qx -e "$NODE_NAME" -e every "$FAKE/broken" || [ -e "$FAKE/failing-$NODE
   csv="$DATA/nvidia-smi-lost-gpu.csv"
 fi
 case "$*" in
+  # The health agent's count (health-detect.sh): the indexes only.
+  "--query-gpu=index --format=csv,noheader") awk -F', ' '/^[0-9]/ { print $1 }' "$csv" ;;
   *--query-gpu=index,ecc.errors.uncorrected.volatile.total*)
     awk -F', ' '/^[0-9]/ { print $1 ", " $6; next } { print }' "$csv" ;;
   "nvlink -s") cat "$DATA/nvidia-smi-nvlink-p5-healthy.txt" ;;

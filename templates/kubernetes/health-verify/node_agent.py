@@ -44,9 +44,10 @@ from kube_call import ACCOUNT, Api, ApiError, server_url
 
 #: The node condition the agent keeps.
 CONDITION = "FmctlHealthy"
-#: A condition that did not change is written again this often, so its heartbeat says the
-#: agent is alive.
-HEARTBEAT_S = 300.0
+#: A condition that did not change is written again every this many passes (5 minutes at
+#: the default 30 s), so its heartbeat says the agent is alive, and an agent whose API has
+#: gone for good finds out (GIVE_UP).
+HEARTBEAT_PASSES = 10
 #: How long one run of health-detect.sh may take (each of its looks has its own timeout).
 DETECT_TIMEOUT_S = 120.0
 #: Passes that may fail in a row before the agent exits (its kubelet starts it again).
@@ -159,9 +160,9 @@ class Agent:
         self.kmsg = kmsg
         self.boot_id = boot_id
         self.table = load_table(scripts / "faults.tsv")
-        #: The condition as last written, and when.
+        #: The condition as last written, and passes since.
         self.written: dict[str, str] | None = None
-        self.written_at = 0.0
+        self.passes = 0
 
     def say(self, line: str) -> None:
         """A line of the agent's log."""
@@ -250,8 +251,8 @@ class Agent:
 
     def report(self, condition: dict[str, str]) -> None:
         """Write the condition when it changed, or for its heartbeat."""
-        at = time.time()
-        if condition == self.written and at - self.written_at < HEARTBEAT_S:
+        self.passes += 1
+        if condition == self.written and self.passes < HEARTBEAT_PASSES:
             return
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {"type": CONDITION, **condition, "lastHeartbeatTime": stamp}
@@ -265,7 +266,7 @@ class Agent:
             {"status": {"conditions": [body]}},
             "application/strategic-merge-patch+json",
         )
-        self.written, self.written_at = condition, at
+        self.written, self.passes = condition, 0
 
     def run_pass(self) -> None:
         """Look once and report."""

@@ -1,0 +1,139 @@
+"""fmctl's node health agent on EKS end to end in the sandbox (health.kubernetesAgent): `up`
+deploys the agent's DaemonSet and the controller; the sandbox runs the agent on each GPU
+node (the very node_agent.py and health-detect.sh of its ConfigMap, one process a node, as
+the DaemonSet's pods) and the controller; `fmctl sandbox fault` writes the Xid's kernel line
+to the node's /dev/kmsg; the agent reports it in the node condition FmctlHealthy, and the
+controller takes the node out of service and replaces it, one at a time within the budget.
+
+The fault is Xid 145 (an NVLink5 error, NVIDIA's catalog: replace), which AWS's node
+monitoring agent does not treat as fatal (no condition: node auto repair leaves the node),
+so what acts here is fmctl's loop alone. What is fake: the nodes' tools (nvidia-smi prints
+the recorded outputs of a p5en, tests/tools/verify_gate.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tests.engine.harness import Sandbox, kube_client, region_of, until
+from tests.tools import verify_gate as gate
+
+AGENT = ROOT / "templates/kubernetes/health-verify/node_agent.py"
+
+
+@pytest.fixture
+def tools(sandbox: Sandbox, tmp_path: Path) -> Iterator[Path]:
+    """The sandbox's nodes answer nvidia-smi as a healthy p5en (tests/tools/verify_gate.py)."""
+    sandbox.node_tools(gate.install(tmp_path))
+    yield tmp_path
+    sandbox.node_tools(None)
+
+
+def _condition(node: dict[str, Any]) -> dict[str, Any]:
+    found = [c for c in node["status"].get("conditions") or [] if c["type"] == "FmctlHealthy"]
+    return found[0] if found else {}
+
+
+def _unhealthy(node: dict[str, Any]) -> bool:
+    return any(t["key"] == "fmctl.dev/unhealthy" for t in node["spec"].get("taints") or [])
+
+
+def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    name = "e2e-health-agent"
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["compute"]["gpuPools"][0]["count"] = 3
+    data.setdefault("health", {})["kubernetesAgent"] = True
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    assert up.returncode == 0, up.stdout + up.stderr
+
+    def nodes() -> dict[str, dict[str, Any]]:
+        return gate.nodes(sandbox, name, region)
+
+    try:
+        api = kube_client(sandbox, name, region)
+        try:
+            config = api.get("v1", "ConfigMap", "fmctl-health-agent", "fmctl-system")
+        finally:
+            api.close()
+        assert config is not None and config["data"]["node_agent.py"] == AGENT.read_text()
+        # Every GPU node's agent reports it healthy (8 GPUs, from the recorded nvidia-smi).
+        first = until(
+            "every node's FmctlHealthy condition",
+            lambda: (
+                (found := nodes())
+                if len(found := nodes()) == 3
+                and all(_condition(n).get("status") == "True" for n in found.values())
+                else None
+            ),
+            seconds=60,
+        )
+        one, two, three = sorted(first)
+        # An application's Xid: counted, the node stays in service.
+        said = sandbox.fmctl("sandbox", "fault", name, one, "--xid", "13", "--region", region)
+        assert said.returncode == 0, said.stdout + said.stderr
+        until(
+            "Xid 13 counted",
+            lambda: "counted: xid:13 RESTART_APP" in _condition(nodes()[one]).get("message", ""),
+        )
+        assert _condition(nodes()[one])["status"] == "True" and not _unhealthy(nodes()[one])
+
+        # Xid 145 on two nodes at once, a budget of one (max(1, 10% of 3)).
+        for node in (one, two):
+            said = sandbox.fmctl("sandbox", "fault", name, node, "--xid", "145", "--region", region)
+            assert said.returncode == 0, said.stdout + said.stderr
+            assert "not one the agent treats as fatal" in said.stdout  # AWS's agent
+        reason = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace; jobs: finish"
+        seen: dict[str, set[str]] = {one: set(), two: set()}
+
+        def replaced() -> dict[str, dict[str, Any]] | None:
+            now = nodes()
+            for node in (one, two):
+                if node in now:
+                    note = gate.repair_note(now[node])
+                    seen[node].add(note.split(" ", 1)[0])
+                    if _condition(now[node]).get("status") == "False":
+                        assert _condition(now[node])["message"] == reason
+                        assert _condition(now[node])["reason"] == "WORKFLOW_NVLINK5_ERR"
+            # Never both out of service at once: the budget is one (a node whose instance is
+            # terminated may linger a moment after its replacement is Ready: done, not in
+            # repair).
+            out = [n for n in now.values() if _unhealthy(n)]
+            assert sum(not gate.repair_note(n).startswith("replacing") for n in out) <= 1, now
+            done = one not in now and two not in now and len(now) == 3
+            return now if done else None
+
+        after = until("both faulty nodes replaced", replaced, seconds=180, every=0.1)
+        assert three in after and not _unhealthy(after[three])
+        # One was held for the budget while the other was replaced; each went out of
+        # service first, then its instance was terminated (the controller's log).
+        assert "held" in seen[one] | seen[two], seen
+        log = gate.controller_log(sandbox, name, region)
+        for node in (one, two):
+            out = log.index(f"{node}: {reason}: out of service (fmctl.dev/unhealthy)")
+            assert log.index(f"{node}: replacing: instance i-", out) > out, log
+        assert "held: the repair budget of pool gpu is in use (1 of 1" in log, log
+        # The replacements' agents report them healthy.
+        until(
+            "the replacements healthy",
+            lambda: all(_condition(n).get("status") == "True" for n in nodes().values()),
+            seconds=60,
+        )
+        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
+        report = json.loads(health.stdout)
+        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
