@@ -271,6 +271,11 @@ def kube_report(
             running = meta["name"] in busy
             state = "draining" if running else "drained"
             detail = "cordoned" + (", pods still running" if running else "")
+        elif context.health_kubernetes_agent and not any(
+            c.get("type") == AGENT_CONDITION for c in conditions
+        ):
+            # In service, but not yet looked at by fmctl's node agent (its first pass).
+            state, detail = "verifying", f"fmctl's node agent has not reported ({AGENT_CONDITION})"
         else:
             state, detail, since = "healthy", "Ready", None
         out.append(NodeHealth(meta["name"], pool, state, fault, since, detail))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
+from provisioner.catalog.eks_repair import UNHEALTHY_TAINT, UNVERIFIED_TAINT
 from provisioner.check.health_gather import VERDICT_ANNOTATION
 from provisioner.check.results import passed_nodes, split_stream
 from provisioner.drivers import yamlio
@@ -126,6 +126,9 @@ def _unverified(node: dict[str, Any]) -> str:
     """Why the verify gate keeps the node out of service, or "" (health.verify.kubernetesGate:
     the check's pods do not tolerate the gate's taint, so they would never land there)."""
     taints = {t.get("key") for t in node.get("spec", {}).get("taints") or []}
+    if UNHEALTHY_TAINT in taints:
+        # fmctl's node agent found a fault (health.kubernetesAgent): out for its repair.
+        return "taken out of service for a fault fmctl's node agent found (being repaired)"
     if UNVERIFIED_TAINT not in taints:
         return ""
     verdict = str((node["metadata"].get("annotations") or {}).get(VERDICT_ANNOTATION, ""))

@@ -99,18 +99,22 @@ def test_a_node_the_verify_gate_holds_is_said_not_checked() -> None:
     """The check's pods do not tolerate the verify gate's startup taint: a node being
     verified, or one that failed its gate, is skipped with why, not waited for."""
     gate = [{"key": "fmctl.dev/unverified", "value": "true", "effect": "NoSchedule"}]
-    verifying, failed, fine = _node("n1"), _node("n2"), _node("n3")
+    verifying, failed, fine, faulty = _node("n1"), _node("n2"), _node("n3"), _node("n4")
     verifying["spec"]["taints"] = failed["spec"]["taints"] = gate
+    # Taken out by the verify controller for a fault fmctl's node agent found.
+    faulty["spec"]["taints"] = [{"key": "fmctl.dev/unhealthy", "effect": "NoSchedule"}]
     failed["metadata"]["annotations"] = {
         "fmctl.dev/verify": "failed 2026-12-06T06:32:25Z: FAIL gpus: 7 of 8"
     }
     fine["metadata"]["annotations"] = {"fmctl.dev/verify": "passed 2026-12-06T06:32:25Z"}
-    chosen = select(node_states([verifying, failed, fine], []), ["gpu"], include_busy=True)
+    nodes = node_states([verifying, failed, fine, faulty], [])
+    chosen = select(nodes, ["gpu"], include_busy=True)
     assert [n.name for n in chosen.chosen["gpu"]] == ["n3"]
     why = {node: reason for node, _, reason in chosen.skipped}
     assert why == {
         "n1": "not verified yet (the verify gate runs on it)",
         "n2": "failed its verify gate (FAIL gpus: 7 of 8)",
+        "n4": "taken out of service for a fault fmctl's node agent found (being repaired)",
     }
 
 

@@ -279,6 +279,7 @@ def test_what_fmctls_agent_found_on_eks() -> None:
         _node("ip-3", "train", taints=out),
         _node("ip-4", "train", taints=out),
         _node("ip-5", "train", taints=out),
+        _node("ip-6", "train"),
     ]
     notes = {
         "ip-2": "held 2026-12-04T03:41:00Z: " + message + " (held: the repair budget ...)",
@@ -286,7 +287,10 @@ def test_what_fmctls_agent_found_on_eks() -> None:
         "ip-4": "draining 2026-12-04T03:40:00Z: " + gone,
         "ip-5": "replacing 2026-12-04T03:42:00Z: " + message + "; instance i-5 terminated",
     }
-    for node in nodes[1:]:
+    nodes[0]["status"]["conditions"].append(  # type: ignore[index]
+        {"type": "FmctlHealthy", "status": "True", "reason": "NoFault"}
+    )
+    for node in nodes[1:5]:
         name = str(node["metadata"]["name"])  # type: ignore[index]
         node["metadata"]["annotations"] = {REPAIR_ANNOTATION: notes[name]}  # type: ignore[index]
         node["status"]["conditions"].append(  # type: ignore[index]
@@ -306,6 +310,7 @@ def test_what_fmctls_agent_found_on_eks() -> None:
         "ip-3": "draining",
         "ip-4": "repairing",
         "ip-5": "repairing",
+        "ip-6": "verifying",  # the agent has not reported on it yet
     }
     faults = {n.name: n.fault for n in report.nodes if n.fault}
     assert (faults["ip-3"].code, faults["ip-3"].fault_class) == ("xid:145", "WORKFLOW_NVLINK5_ERR")

@@ -56,8 +56,10 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     region = region_of(spec)
-    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
+    # `--wait-healthy` waits for each node's agent to have reported it healthy.
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
+    assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
 
     def nodes() -> dict[str, dict[str, Any]]:
         return gate.nodes(sandbox, name, region)
@@ -69,17 +71,10 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         finally:
             api.close()
         assert config is not None and config["data"]["node_agent.py"] == AGENT.read_text()
-        # Every GPU node's agent reports it healthy (8 GPUs, from the recorded nvidia-smi).
-        first = until(
-            "every node's FmctlHealthy condition",
-            lambda: (
-                (found := nodes())
-                if len(found := nodes()) == 3
-                and all(_condition(n).get("status") == "True" for n in found.values())
-                else None
-            ),
-            seconds=60,
-        )
+        # Every GPU node's agent reported it healthy (8 GPUs, from the recorded nvidia-smi).
+        first = nodes()
+        assert len(first) == 3
+        assert all(_condition(n)["status"] == "True" for n in first.values()), first
         one, two, three = sorted(first)
         # An application's Xid: counted, the node stays in service.
         said = sandbox.fmctl("sandbox", "fault", name, one, "--xid", "13", "--region", region)

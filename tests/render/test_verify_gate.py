@@ -320,3 +320,61 @@ def test_a_pools_pair_is_fmctl_checks_all_reduce_on_the_node_and_its_peer(
     config = _controller_config(files)
     assert json.loads(config["data"]["_settings.json"])["pairs"] == {}
     assert "gpu.pair.json" not in config["data"]
+
+
+def _with_agent(tmp_path: Path, example: str = "p5en-eks-fsx-s3.yaml") -> Path:
+    data = yaml.safe_load((ROOT / "examples" / example).read_text())
+    data.setdefault("health", {})["kubernetesAgent"] = True
+    path = tmp_path / f"agent-{example}"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: Path) -> None:
+    """health.kubernetesAgent: a DaemonSet per GPU pool (its GPU and EFA counts), the
+    shipped agent and the Slurm agent's looks in its ConfigMap, RBAC to patch nodes' status
+    and nothing else; the controller without the gate's Jobs, replacing through its role;
+    every object passes the official schemas."""
+    spec = _with_agent(tmp_path)
+    files = rendered(spec, "kubernetes").files
+    docs = [
+        d for _, d in documents(files, "kubernetes/health-verify/") if d["kind"] != "Kustomization"
+    ]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.33.0", strict=True)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    pools = yaml.safe_load(spec.read_text())["compute"]["gpuPools"]
+    code = by[("ConfigMap", "fmctl-health-agent")]["data"]
+    for name, where in (
+        ("node_agent.py", "templates/kubernetes/health-verify"),
+        ("kube_call.py", "templates/kubernetes/health-verify"),
+        ("health-detect.sh", "slurm/lib"),
+        ("faults.tsv", "slurm/lib"),
+    ):
+        assert code[name] == (ROOT / where / name).read_text()
+    for pool in pools:
+        ds = by[("DaemonSet", f"fmctl-health-agent-{pool['name']}")]
+        pod = ds["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"fmctl.dev/pool": pool["name"]}
+        assert _tolerates(pod, "fmctl.dev/unhealthy") and _tolerates(pod, TAINT)
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["FMCTL_EXPECTED_GPUS"] == "8" and env["FMCTL_EFA_ENABLED"] == "true"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+        assert "resources" not in container or "nvidia.com/gpu" not in str(container["resources"])
+        hosts = {v["name"]: v.get("hostPath") for v in pod["volumes"]}
+        assert hosts["kmsg"] == {"path": "/dev/kmsg", "type": "CharDevice"}
+    role = by[("ClusterRole", "fmctl-health-agent")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+    # The controller: no gate's Jobs, its evictions, and the role that replaces.
+    rules = by[("ClusterRole", "fmctl-verify")]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rules
+    assert not any("jobs" in r["resources"] for r in by[("Role", "fmctl-verify")]["rules"])
+    settings = json.loads(_controller_config(files)["data"]["_settings.json"])
+    assert settings["agent"] is True and settings["replace"] is False
+    assert not any(
+        k.endswith(".json") and k != "_settings.json" for k in _controller_config(files)["data"]
+    )
+    assert "iam/verify-repair" in _plan(spec)
+    # The node groups do not join tainted (no gate).
+    assert TAINT not in files["aws/nodegroups/gpu.yaml"]
