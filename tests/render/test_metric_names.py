@@ -208,8 +208,8 @@ def test_health_alerts_fire_on_the_agents_states(tmp_path: Path) -> None:
 def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> None:
     """promtool's rule unit test: kube-state-metrics' node condition series (condition,
     status true/false/unknown, as it exports them): AcceleratedHardwareReady false on one
-    node raises NodeHardwareUnhealthy for it; Ready false (the kubelet's, not the agent's)
-    and a healthy node do not."""
+    node raises NodeHardwareUnhealthy for it, as FmctlHealthy false (fmctl's agent) does;
+    Ready false (the kubelet's, not the agent's) and a healthy node do not."""
     tool = _promtool()
 
     def series(node: str, condition: str, healthy: bool) -> list[dict[str, str]]:
@@ -232,21 +232,29 @@ def test_the_eks_health_alert_fires_on_a_failing_condition(tmp_path: Path) -> No
                 "interval": "30s",
                 "input_series": series("ip-1", "AcceleratedHardwareReady", False)
                 + series("ip-2", "AcceleratedHardwareReady", True)
-                + series("ip-3", "Ready", False),
+                + series("ip-3", "Ready", False)
+                + series("ip-4", "FmctlHealthy", False),
                 "alert_rule_test": [
                     {
                         "eval_time": "2m",
                         "alertname": "NodeHardwareUnhealthy",
                         "exp_alerts": [
                             {
-                                "exp_labels": rule["labels"] | labels,
+                                "exp_labels": rule["labels"]
+                                | labels
+                                | {"node": node, "condition": condition},
                                 "exp_annotations": {
-                                    key: text.replace("{{ $labels.node }}", "ip-1").replace(
-                                        "{{ $labels.condition }}", "AcceleratedHardwareReady"
+                                    key: text.replace("{{ $labels.node }}", node).replace(
+                                        "{{ $labels.condition }}", condition
                                     )
                                     for key, text in rule["annotations"].items()
                                 },
                             }
+                            # fmctl's agent's condition too (health.kubernetesAgent).
+                            for node, condition in (
+                                ("ip-1", "AcceleratedHardwareReady"),
+                                ("ip-4", "FmctlHealthy"),
+                            )
                         ],
                     }
                 ],
