@@ -15,6 +15,7 @@ import budget
 import check_scale
 import day2
 import health
+import health_agent
 import node
 import polling
 import scale
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
         node,
         health,
         verify_gate,
+        health_agent,
     ):
         found, text = module.collect()
         rows += found

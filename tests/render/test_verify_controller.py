@@ -719,3 +719,19 @@ def test_an_agents_fault_without_aws_access_is_only_held() -> None:
     controller.run_pass()
     assert "no AWS access configured" in _notes(api)["bad"]
     assert "unhealthy" not in str(bad["spec"]["taints"])
+
+
+def test_a_node_still_listed_after_its_termination_is_not_replaced_twice() -> None:
+    """The node whose instance was terminated is read again before its note (the API slow
+    to drop it): no second termination, and one place in the budget, not two."""
+    bad = _faulty("bad", "b1", ECC)
+    api, fleet = Faulty([_faulty("ok", "ok"), bad], []), Fleet()
+    controller = _controller(api)
+    controller.templates = {}
+    controller.repairs = vc.Repairs(fleet, False, {"gpu": 2})
+    controller.run_pass()
+    assert fleet.terminated == ["i-b1"]
+    bad["metadata"]["annotations"].pop("fmctl.dev/verify-repair")  # as if not yet written
+    controller.run_pass()
+    assert fleet.terminated == ["i-b1"]
+    assert controller.repairs.pending == {"gpu": [controller.repairs.pending["gpu"][0]]}

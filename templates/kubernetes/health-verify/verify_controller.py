@@ -195,6 +195,8 @@ class Repairs:
         self.pending: dict[str, list[float]] = {}
         #: Pool -> its replacements that failed the gate in a row.
         self.failed_in_a_row: dict[str, int] = {}
+        #: The instances this controller has had terminated.
+        self.terminated: set[str] = set()
 
     @property
     def replaces(self) -> bool:
@@ -286,11 +288,20 @@ class Repairs:
         return ""
 
     def replace_node(self, node: dict[str, Any]) -> None:
-        """Terminate the node's instance in its Auto Scaling group (``hold`` said it may)."""
+        """Terminate the node's instance in its Auto Scaling group (``hold`` said it may),
+        once: a node still listed after its termination (its note not yet read back, or
+        the API slow to drop it) is not counted in the budget twice."""
         assert self.aws is not None
-        self.aws.replace(instance_of(node))
+        instance = instance_of(node)
+        if instance in self.terminated:
+            return
+        # Asked as of before the call: the group may launch the replacement (and its node
+        # register) before the call returns, and a node created after the ask frees it.
+        asked = time.time()
+        self.aws.replace(instance)
+        self.terminated.add(instance)
         pool = node["metadata"]["labels"][POOL_LABEL]
-        self.pending.setdefault(pool, []).append(time.time())
+        self.pending.setdefault(pool, []).append(asked)
 
 
 def load_settings(path: Path | None) -> tuple[Repairs, dict[str, dict[str, Any]]]:
@@ -678,7 +689,7 @@ class Controller:
         if not unhealthy(node):
             why = self.repairs.hold_fault(node, pool_nodes)
             if why:
-                if status.split(": ", 1)[-1] != why:
+                if status.split(": ", 1)[-1] != f"{fault} (held: {why})":  # said once
                     self.note(node, REPAIR, f"held {now()}: {fault} (held: {why})")
                     self.say(f"{name}: {fault}: held: {why}")
                 return
