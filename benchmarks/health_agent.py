@@ -1,21 +1,24 @@
-"""fmctl's node health agent on EKS in the sandbox (issue 33, health.kubernetesAgent): from
-an Xid in a node's kernel log to the agent's report (FmctlHealthy False) and to the node
-taken out of service by the verify controller, against the agent's interval. Prints
-ratios; not a test.
+"""fmctl's node health agent on EKS in the sandbox (issue 33, health.kubernetesAgent): from an
+Xid in a node's kernel log to the agent's report (FmctlHealthy False) and to the node taken
+out of service by the verify controller, against the agent's interval. Prints ratios; not a
+test.
 
 The run: the EKS example with the agent, three nodes (the nodes' tools,
 tests/tools/verify_gate.py, answer with recorded p5en outputs). Each trial writes an Xid 145
 (an NVLink5 error; AWS's node monitoring agent does not act on it, so only fmctl's loop
 does) to one node's /dev/kmsg at a random moment of the agent's period (`fmctl sandbox
 fault`), and polls the node every 20 ms until its condition is False and until it carries
-the controller's taint (or is gone: out of service and terminated in one pass); then waits for its replacement to be reported healthy before the
-next trial. The sandbox runs the agent and the controller on its scaled clock (their
-interval times FMCTL_BENCH_SCALE, at least half a second): the figures are in that interval's
-units, the issue's targets 60 s and 90 s at the default 30 s being 2 and 3 of them. The spec
-says `health.interval: 60s`: the sandbox scales the interval but not a pass's own run
-(health-detect.sh and the recorded tools, a few tenths of a second here), which at 30 s times
-0.03 would be a third of the interval where on a node it is a hundredth; at 60 s it is a
-sixth, so the ratios still bound the real ones from above.
+the controller's taint (or is gone: out of service and terminated in one pass); then waits
+for its replacement to be reported healthy before the next trial. The sandbox runs the agent
+and the controller on its scaled clock (their interval times FMCTL_BENCH_SCALE, at least
+half a second): the figures are in that interval's units, the issue's targets 60 s and 90 s
+at the default 30 s being 2 and 3 of them. The spec says `health.interval: 60s`: the sandbox
+scales the interval but not a pass's own run (health-detect.sh and the recorded tools, a few
+tenths of a second here), which at 30 s times 0.03 would be a third of the interval where on
+a node it is a hundredth; at 60 s it is a sixth, so the ratios still bound the real ones
+from above.
+
+
 
     python benchmarks/health_agent.py     # make bench
 """
