@@ -18,8 +18,6 @@ tenths of a second here), which at 30 s times 0.03 would be a third of the inter
 a node it is a hundredth; at 60 s it is a sixth, so the ratios still bound the real ones
 from above.
 
-
-
     python benchmarks/health_agent.py     # make bench
 """
 
