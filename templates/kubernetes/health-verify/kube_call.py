@@ -8,11 +8,16 @@ import contextlib
 import json
 import os
 import ssl
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: Passes that may fail in a row before a program exits: its kubelet starts it again (with
+#: back-off); a program whose API has gone for good (a sandbox stopped under it) ends.
+GIVE_UP = 20
 #: Where the kubelet puts a pod's service account token and the cluster's CA.
 ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -72,3 +77,37 @@ def server_url(given: str | None) -> str | None:
     if not host:
         return None
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
+def run_passes(
+    one_pass: Callable[[], None],
+    say: Callable[[str], None],
+    interval: float,
+    once: bool = False,
+    alive: Path | None = None,
+    errors: tuple[type[Exception], ...] = (),
+) -> int:
+    """Run ``one_pass`` every ``interval`` seconds (one with ``once``), touching ``alive``
+    after each that went through; a failed pass (the API's refusal, an OS error, or one of
+    ``errors``) is said and tried again next time, up to GIVE_UP in a row. The exit
+    status."""
+    failed = 0
+    caught: tuple[type[Exception], ...] = (ApiError, OSError, *errors)
+    while True:
+        try:
+            one_pass()
+        except caught as err:
+            failed += 1
+            say(f"pass failed: {err} (next pass tries again)")
+            if once:
+                return 1
+            if failed >= GIVE_UP:
+                say(f"{failed} passes failed in a row: exiting")
+                return 1
+        else:
+            failed = 0
+            if alive is not None:
+                alive.touch()
+        if once:
+            return 0
+        time.sleep(interval)

@@ -35,12 +35,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kube_call import ACCOUNT, Api, ApiError, server_url
+from kube_call import ACCOUNT, Api, run_passes, server_url
 
 #: The node condition the agent keeps.
 CONDITION = "FmctlHealthy"
@@ -50,8 +49,6 @@ CONDITION = "FmctlHealthy"
 HEARTBEAT_PASSES = 10
 #: How long one run of health-detect.sh may take (each of its looks has its own timeout).
 DETECT_TIMEOUT_S = 120.0
-#: Passes that may fail in a row before the agent exits (its kubelet starts it again).
-GIVE_UP = 20
 
 
 @dataclass(frozen=True)
@@ -297,22 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(
         Api(server, opts.account), opts.node, opts.scripts, opts.state, opts.kmsg, opts.boot_id
     )
-    failed = 0
-    while True:
-        try:
-            agent.run_pass()
-        except (ApiError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
-            failed += 1
-            agent.say(f"pass failed: {err} (next pass tries again)")
-            if opts.once or failed >= GIVE_UP:
-                return 1
-        else:
-            failed = 0
-            if opts.alive is not None:
-                opts.alive.touch()
-        if opts.once:
-            return 0
-        time.sleep(opts.interval)
+    return run_passes(
+        agent.run_pass,
+        agent.say,
+        opts.interval,
+        opts.once,
+        opts.alive,
+        (subprocess.TimeoutExpired, json.JSONDecodeError),
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ re-read for every request: the kubelet rotates it). ``--once`` makes one pass.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import re
@@ -69,7 +68,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_call import AutoScaling, AwsError
-from kube_call import ACCOUNT, Api, ApiError, server_url
+from kube_call import ACCOUNT, Api, ApiError, run_passes, server_url
 
 TAINT = "fmctl.dev/unverified"
 POOL_LABEL = "fmctl.dev/pool"
@@ -97,8 +96,6 @@ REPAIRS_MAP = "fmctl-verify-repairs"
 APP = "fmctl-verify"
 #: What fmctl's rendered Job template says where the Job's name and node go.
 NAME_STANDIN, NODE_STANDIN = "fmctl-job-name-standin", "fmctl-node-name-standin"
-#: Passes that may fail in a row before the controller exits.
-GIVE_UP = 20
 #: The node condition fmctl's node health agent keeps (node_agent.py), and the taint the
 #: controller takes a node out of service with when it says False.
 AGENT_CONDITION = "FmctlHealthy"
@@ -714,18 +711,9 @@ class Controller:
         why = self.repairs.hold_fault(node, [n for n in pool_nodes if n is not node])
         if why.startswith("the repair budget"):
             why = ""  # this node is the one the budget let out
-        instance = instance_of(node)
+        why = why or self.replace(node, f"{fault}; ")
         if not why:
-            try:
-                self.repairs.replace_node(node)
-            except AwsError as err:
-                why = f"replacing it failed: {err}"
-            else:
-                said = f"instance {instance} terminated; its node group launches a replacement"
-                self.say(f"{name}: replacing: {said}")
-                with contextlib.suppress(ApiError):  # gone already: its instance went first
-                    self.note(node, REPAIR, f"replacing {now()}: {fault}; {said}")
-                return
+            return
         self.note(node, REPAIR, f"held {now()}: {fault} (held: {why})")
         self.say(f"{name}: {fault}: held: {why}")
 
@@ -752,6 +740,23 @@ class Controller:
         else:
             self.say(f"{pod['spec'].get('nodeName')}: evicted {meta['namespace']}/{meta['name']}")
 
+    def replace(self, node: dict[str, Any], what: str = "") -> str:
+        """Have the node's instance replaced and say so on it (``replacing TIME: WHAT...``);
+        "" when asked, else why it could not be (AWS's refusal)."""
+        instance = instance_of(node)
+        try:
+            self.repairs.replace_node(node)
+        except AwsError as err:
+            return f"replacing it failed: {err}"
+        said = f"instance {instance} terminated; its node group launches a replacement"
+        self.say(f"{node['metadata']['name']}: replacing: {said}")
+        try:
+            self.note(node, REPAIR, f"replacing {now()}: {what}{said}")
+        except ApiError as err:
+            if err.status != 404:  # gone already: its instance went first
+                raise
+        return ""
+
     def joined(self, node: dict[str, Any]) -> None:
         """Without the gate, a node of the pool that is Ready counts as verified: the
         replacement it may be frees its place in the budget (once per node)."""
@@ -772,22 +777,9 @@ class Controller:
         status = (meta.get("annotations") or {}).get(REPAIR, "")
         if not self.repairs.configured or status.startswith("replacing"):
             return  # its instance is going; its node leaves with it
-        why = self.repairs.hold(node, pool_nodes)
+        why = self.repairs.hold(node, pool_nodes) or self.replace(node)
         if not why:
-            instance = instance_of(node)
-            try:
-                self.repairs.replace_node(node)
-            except AwsError as err:
-                why = f"replacing it failed: {err}"
-            else:
-                said = f"instance {instance} terminated; its node group launches a replacement"
-                self.say(f"{meta['name']}: replacing: {said}")
-                try:
-                    self.note(node, REPAIR, f"replacing {now()}: {said}")
-                except ApiError as err:
-                    if err.status != 404:  # gone already: its instance went first
-                        raise
-                return
+            return
         if status.split(": ", 1)[-1] != why:
             self.note(node, REPAIR, f"held {now()}: {why}")
             self.say(f"{meta['name']}: held: {why}")
@@ -912,27 +904,7 @@ def main(argv: list[str] | None = None) -> int:
         *load_settings(opts.settings),
         load_templates(opts.templates, "pair"),
     )
-    failed = 0
-    while True:
-        try:
-            controller.run_pass()
-        except (ApiError, OSError) as err:
-            failed += 1
-            controller.say(f"pass failed: {err} (next pass tries again)")
-            if opts.once:
-                return 1
-            if failed >= GIVE_UP:
-                # Its kubelet starts it again (with back-off); a process whose API has
-                # gone for good (a sandbox stopped under it) ends.
-                controller.say(f"{failed} passes failed in a row: exiting")
-                return 1
-        else:
-            failed = 0
-            if opts.alive is not None:
-                opts.alive.touch()
-        if opts.once:
-            return 0
-        time.sleep(opts.interval)
+    return run_passes(controller.run_pass, controller.say, opts.interval, opts.once, opts.alive)
 
 
 if __name__ == "__main__":
