@@ -205,6 +205,9 @@ def kube_report(
     }
     out: list[NodeHealth] = []
     events: list[HealthEvent] = []
+    #: Nodes fmctl's controller took out of service for its agent's fault: in repair
+    #: (its budget counts them) even while their pods finish.
+    taken_out: set[str] = set()
     for node in nodes:
         meta, spec, status = node["metadata"], node.get("spec", {}), node.get("status", {})
         pool = (meta.get("labels") or {}).get(POOL_LABEL, "")
@@ -246,6 +249,7 @@ def kube_report(
                 state = "repairing"
             elif UNHEALTHY_TAINT in taints:
                 state = "draining" if meta["name"] in busy else "repairing"
+                taken_out.add(meta["name"])
             else:
                 state = "suspect"
             detail = str(agent.get("message") or "") + (f"; {repair}" if repair else "")
@@ -283,7 +287,7 @@ def kube_report(
     under_way = replacements(repairs)
     repairing = {
         p: max(
-            sum(1 for n in out if n.pool == p and n.state == "repairing"),
+            sum(1 for n in out if n.pool == p and (n.state == "repairing" or n.name in taken_out)),
             # A node the controller is replacing is "repairing" while it is there, and
             # counted by the controller until its replacement is verified.
             under_way.get(p, 0),

@@ -320,3 +320,5 @@ def test_what_fmctls_agent_found_on_eks() -> None:
     assert ("ip-3", "FmctlHealthy False") in said and ("ip-3", "draining") in said
     assert ("ip-2", "held") in said and ("ip-5", "replacing") in said
     assert "fmctl's node agent" in report.notes[0]
+    # In repair: the two taken out (one still draining) and the one being replaced.
+    assert report.pools[0].in_repair == 3
