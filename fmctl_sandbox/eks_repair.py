@@ -119,12 +119,22 @@ def inject(eks: Eks, region: str, cluster: str, node: str, fault: dict[str, Any]
     if not any(n["metadata"]["name"] == node for n in _all_nodes(eks, region, cluster)):
         raise EksError(404, "ResourceNotFoundException", f"no node {node} in {cluster}")
     line = kernel_line(fault)
+    host = ""
     if line:
         # The kernel logs it whoever watches: fmctl's own agent reads the node's /dev/kmsg.
         eks.kube.kernel_line(endpoint, node, line)
+        host = "; the driver's line is in its /dev/kmsg (fmctl's node agent reads it)"
     if "efaDown" in fault:
         # The devices leave the node's /sys, where fmctl's own agent counts them.
-        eks.kube.efa_down(endpoint, node, int(fault["efaDown"]))
+        gone = eks.kube.efa_down(endpoint, node, int(fault["efaDown"]))
+        host = f"; {gone} EFA device(s) gone from its /sys (fmctl's node agent counts them)"
+    return _monitor(eks, region, cluster, endpoint, node, fault) + host
+
+
+def _monitor(
+    eks: Eks, region: str, cluster: str, endpoint: str, node: str, fault: dict[str, Any]
+) -> str:
+    """What AWS's node monitoring agent (the stand-in) makes of the fault; said."""
     if not agent_installed(eks, region, cluster):
         return (
             f"no node monitoring agent in {cluster} (the eks-node-monitoring-agent add-on, "

@@ -90,6 +90,7 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
             said = sandbox.fmctl("sandbox", "fault", name, node, "--xid", "145", "--region", region)
             assert said.returncode == 0, said.stdout + said.stderr
             assert "not one the agent treats as fatal" in said.stdout  # AWS's agent
+            assert "the driver's line is in its /dev/kmsg" in said.stdout  # fmctl's reads it
         reason = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace; jobs: finish"
         seen: dict[str, set[str]] = {one: set(), two: set()}
 
