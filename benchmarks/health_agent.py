@@ -37,16 +37,6 @@ from up_sandbox import ROOT, SCALE, run
 TRIALS = 3
 
 
-def _wait(what: str, probe: Any, seconds: float = 300.0, every: float = 0.2) -> Any:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        found = probe()
-        if found:
-            return found
-        time.sleep(every)
-    raise SystemExit(f"timed out waiting for {what}")
-
-
 def _status(node: dict[str, Any]) -> str:
     found = [c for c in node["status"].get("conditions") or [] if c["type"] == "FmctlHealthy"]
     return str(found[0]["status"]) if found else ""
@@ -61,7 +51,7 @@ def collect() -> tuple[list[Row], str]:
     sys.path.insert(0, str(ROOT))
     from fmctl_sandbox import daemon
     from fmctl_sandbox.kube_programs import MIN_INTERVAL
-    from tests.engine.harness import Sandbox
+    from tests.engine.harness import Sandbox, until
     from tests.tools import sandbox_doubles as doubles
     from tests.tools import verify_gate as gate
 
@@ -87,7 +77,7 @@ def collect() -> tuple[list[Row], str]:
         sandbox.node_tools(gate.install(home / "gate"))
         run(home, "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy")
         for trial in range(TRIALS):
-            nodes = _wait("every node reported healthy", healthy)
+            nodes = until("every node reported healthy", healthy, seconds=300)
             node = sorted(nodes)[0]
             time.sleep(random.uniform(0, interval))  # a random moment of the agent's period
             run(home, "sandbox", "fault", name, node, "--xid", "145", "--region", region)
@@ -114,7 +104,11 @@ def collect() -> tuple[list[Row], str]:
                 f"  trial {trial + 1}: {node} reported {reported:6.2f} s, "
                 f"out of service {taken:6.2f} s"
             )
-            _wait(f"{node} replaced", lambda n=node: n not in gate.nodes(sandbox, name, region))
+            until(
+                f"{node} replaced",
+                lambda n=node: n not in gate.nodes(sandbox, name, region),
+                seconds=300,
+            )
         run(home, "down", name, "--region", region, "--sandbox", "--yes")
     finally:
         daemon.stop(home)

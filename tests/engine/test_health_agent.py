@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from provisioner.ops.target import sandbox_fault
 from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, kube_client, region_of, until
 from tests.tools import verify_gate as gate
@@ -79,30 +80,27 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         # An application's Xid: counted, the node stays in service.
         said = sandbox.fmctl("sandbox", "fault", name, one, "--xid", "13", "--region", region)
         assert said.returncode == 0, said.stdout + said.stderr
+        assert "the driver's line is in its /dev/kmsg" in said.stdout
         until(
             "Xid 13 counted",
             lambda: "counted: xid:13 RESTART_APP" in _condition(nodes()[one]).get("message", ""),
         )
         assert _condition(nodes()[one])["status"] == "True" and not _unhealthy(nodes()[one])
 
-        # Xid 145 on two nodes at once, a budget of one (max(1, 10% of 3)).
+        # Xid 145 on two nodes at once (the sandbox's operation `fmctl sandbox fault`
+        # calls, asked twice within milliseconds), a budget of one (max(1, 10% of 3)).
         for node in (one, two):
-            said = sandbox.fmctl("sandbox", "fault", name, node, "--xid", "145", "--region", region)
-            assert said.returncode == 0, said.stdout + said.stderr
-            assert "not one the agent treats as fatal" in said.stdout  # AWS's agent
-            assert "the driver's line is in its /dev/kmsg" in said.stdout  # fmctl's reads it
+            said = sandbox_fault(sandbox.home, region, name, node, {"xid": 145})
+            assert "not one the agent treats as fatal" in said  # AWS's agent
+            assert "the driver's line is in its /dev/kmsg" in said  # fmctl's reads it
         reason = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace; jobs: finish"
-        seen: dict[str, set[str]] = {one: set(), two: set()}
 
         def replaced() -> dict[str, dict[str, Any]] | None:
             now = nodes()
             for node in (one, two):
-                if node in now:
-                    note = gate.repair_note(now[node])
-                    seen[node].add(note.split(" ", 1)[0])
-                    if _condition(now[node]).get("status") == "False":
-                        assert _condition(now[node])["message"] == reason
-                        assert _condition(now[node])["reason"] == "WORKFLOW_NVLINK5_ERR"
+                if node in now and _condition(now[node]).get("status") == "False":
+                    assert _condition(now[node])["message"] == reason
+                    assert _condition(now[node])["reason"] == "WORKFLOW_NVLINK5_ERR"
             # Never both out of service at once: the budget is one (a node whose instance is
             # terminated may linger a moment after its replacement is Ready: done, not in
             # repair).
@@ -114,8 +112,8 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         after = until("both faulty nodes replaced", replaced, seconds=180, every=0.1)
         assert three in after and not _unhealthy(after[three])
         # One was held for the budget while the other was replaced; each went out of
-        # service first, then its instance was terminated (the controller's log).
-        assert "held" in seen[one] | seen[two], seen
+        # service first, then its instance was terminated (the controller's log: polls of
+        # the nodes may miss a note that lasts less than one).
         log = gate.controller_log(sandbox, name, region)
         for node in (one, two):
             out = log.index(f"{node}: {reason}: out of service (fmctl.dev/unhealthy)")
