@@ -3,7 +3,7 @@ deploys the agent's DaemonSet and the controller; the sandbox runs the agent on 
 node (the very node_agent.py and health-detect.sh of its ConfigMap, one process a node, as
 the DaemonSet's pods) and the controller; `fmctl sandbox fault` writes the Xid's kernel line
 to the node's /dev/kmsg; the agent reports it in the node condition FmctlHealthy, and the
-controller takes the node out of service and replaces it, one at a time within the budget.
+controller takes the node out of service and replaces it, never two at once (the budget).
 
 The fault is Xid 145 (an NVLink5 error, NVIDIA's catalog: replace), which AWS's node
 monitoring agent does not treat as fatal (no condition: node auto repair leaves the node),
@@ -111,14 +111,15 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
 
         after = until("both faulty nodes replaced", replaced, seconds=180, every=0.1)
         assert three in after and not _unhealthy(after[three])
-        # One was held for the budget while the other was replaced; each went out of
-        # service first, then its instance was terminated (the controller's log: polls of
-        # the nodes may miss a note that lasts less than one).
+        # Each went out of service first, then its instance was terminated (the
+        # controller's log). Whether the second was held meanwhile depends on whether its
+        # agent reported before the first's replacement joined (the sandbox's group
+        # launches one at once): the budget's hold is the unit tests'
+        # (tests/render/test_verify_controller.py); here, never both out at once (above).
         log = gate.controller_log(sandbox, name, region)
         for node in (one, two):
             out = log.index(f"{node}: {reason}: out of service (fmctl.dev/unhealthy)")
             assert log.index(f"{node}: replacing: instance i-", out) > out, log
-        assert "held: the repair budget of pool gpu is in use (1 of 1" in log, log
         # The replacements' agents report them healthy.
         until(
             "the replacements healthy",

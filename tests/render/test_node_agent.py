@@ -208,3 +208,23 @@ def test_efa_devices_are_counted_in_sysfs_without_libfabric(tmp_path: Path) -> N
         run, env={**env, "FMCTL_EXPECTED_EFA": "1"}, capture_output=True, text=True
     )
     assert (done.returncode, done.stdout) == (0, "")
+
+
+def test_its_series_for_the_node_exporter(tmp_path: Path, monkeypatch: Any) -> None:
+    """With --metrics, the Slurm agent's series in node_exporter's textfile format: the
+    state, and every fault counted by code and class."""
+    agent, _, kmsg = _agent(tmp_path, monkeypatch)
+    agent.metrics = tmp_path / "metrics"
+    agent.run_pass()
+    text = (agent.metrics / "fmctl-health.prom").read_text()
+    assert 'fmctl_node_health_state{state="healthy"} 1' in text
+    assert "fmctl_node_faults_total{" not in text
+    lines = _kernel("kernel-xid13-109-gpud.txt")
+    kmsg.write_text(_records(lines))
+    agent.run_pass()
+    text = (agent.metrics / "fmctl-health.prom").read_text()
+    assert 'fmctl_node_faults_total{code="xid:13",class="RESTART_APP"} 3' in text
+    # Xid 109 (CTX SWITCH TIMEOUT) is node-level in NVIDIA's catalog: faulty now.
+    assert 'fmctl_node_health_state{state="faulty"} 1' in text
+    assert "# TYPE fmctl_node_faults_total counter" in text
+    assert not list(agent.metrics.glob("*.tmp"))

@@ -378,3 +378,17 @@ def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: P
     assert "iam/verify-repair" in _plan(spec)
     # The node groups do not join tainted (no gate).
     assert TAINT not in files["aws/nodegroups/gpu.yaml"]
+    # Its series reach Prometheus through the node exporter's textfile collector, which
+    # reads the folder the agent writes on the node.
+    (exporter,) = [
+        d for _, d in documents(files, "kubernetes/node-exporter/") if d["kind"] == "DaemonSet"
+    ]
+    pod = exporter["spec"]["template"]["spec"]
+    assert "--collector.textfile.directory=/fmctl-metrics" in pod["containers"][0]["args"]
+    hosts = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    assert hosts["fmctl-metrics"] == "/var/lib/fmctl/metrics"
+    agent_pod = by[("DaemonSet", f"fmctl-health-agent-{pools[0]['name']}")]["spec"]["template"]
+    assert "--metrics=/var/lib/fmctl/metrics" in agent_pod["spec"]["containers"][0]["command"]
+    assert {v["name"]: v.get("hostPath", {}).get("path") for v in agent_pod["spec"]["volumes"]}[
+        "metrics"
+    ] == "/var/lib/fmctl/metrics"

@@ -16,7 +16,10 @@ seconds it:
   so in the node condition ``FmctlHealthy``: ``False`` for a node-level fault (reason its
   class, message ``fmctl-health: XID 79 RESTART_BM -> replace; jobs: requeue``), ``True``
   otherwise (application-class faults are only counted, in the message), ``Unknown`` when
-  it cannot look (nvidia-smi missing in its container).
+  it cannot look (nvidia-smi missing in its container);
+- with ``--metrics DIR``, writes the Slurm agent's series there for node_exporter's textfile
+  collector: ``fmctl_node_health_state`` (healthy, faulty, unchecked) and
+  ``fmctl_node_faults_total{code,class}``.
 
 A node-level fault stays reported until the node goes (as a Slurm node the agent drained
 stays drained): its state file keeps it for the boot. Taking the node out of service and
@@ -149,6 +152,7 @@ class Agent:
         state: Path,
         kmsg: Path,
         boot_id: Path,
+        metrics: Path | None = None,
     ) -> None:
         self.api = api
         self.node = node
@@ -156,6 +160,8 @@ class Agent:
         self.state = state
         self.kmsg = kmsg
         self.boot_id = boot_id
+        #: Where node_exporter's textfile collector reads (None: no metrics).
+        self.metrics = metrics
         self.table = load_table(scripts / "faults.tsv")
         #: The condition as last written, and passes since.
         self.written: dict[str, str] | None = None
@@ -266,8 +272,49 @@ class Agent:
         self.written, self.passes = condition, 0
 
     def run_pass(self) -> None:
-        """Look once and report."""
-        self.report(self.condition(self.detect()))
+        """Look once and report (the condition, and the metrics where asked)."""
+        faults = self.detect()
+        condition = self.condition(faults)
+        if self.metrics is not None:
+            self.write_metrics(faults, condition)
+        self.report(condition)
+
+    def write_metrics(self, faults: list[Fault], condition: dict[str, str]) -> None:
+        """The Slurm agent's series, for node_exporter's textfile collector (the file
+        replaced whole, as the collector wants): ``fmctl_node_health_state`` (healthy,
+        faulty, unchecked: 1 for the current) and ``fmctl_node_faults_total{code,class}``
+        (every fault seen, kept in the state folder across restarts)."""
+        assert self.metrics is not None
+        counts = self.state / "counts"
+        with counts.open("a") as out:
+            for f in faults:
+                if f.code != "unchecked":
+                    out.write(f"{f.code} {f.row.fault_class}\n")
+        seen: dict[tuple[str, str], int] = {}
+        for line in counts.read_text().splitlines():
+            code, _, fault_class = line.partition(" ")
+            seen[(code, fault_class)] = seen.get((code, fault_class), 0) + 1
+        current = {"True": "healthy", "False": "faulty"}.get(condition["status"], "unchecked")
+        lines = [
+            "# HELP fmctl_node_health_state fmctl's health agent: the node's state (1 for the "
+            "current).",
+            "# TYPE fmctl_node_health_state gauge",
+            *(
+                f'fmctl_node_health_state{{state="{s}"}} {int(s == current)}'
+                for s in ("healthy", "faulty", "unchecked")
+            ),
+            "# HELP fmctl_node_faults_total Faults the health agent saw on the node, by code "
+            "and class.",
+            "# TYPE fmctl_node_faults_total counter",
+            *(
+                f'fmctl_node_faults_total{{code="{c}",class="{k}"}} {n}'
+                for (c, k), n in sorted(seen.items())
+            ),
+        ]
+        self.metrics.mkdir(parents=True, exist_ok=True)
+        part = self.metrics / "fmctl-health.prom.tmp"
+        part.write_text("\n".join(lines) + "\n")
+        part.replace(self.metrics / "fmctl-health.prom")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--state", type=Path, default=Path("/var/lib/fmctl/health"))
     args.add_argument("--kmsg", type=Path, default=Path("/dev/kmsg"))
     args.add_argument("--boot-id", type=Path, default=Path("/proc/sys/kernel/random/boot_id"))
+    args.add_argument(
+        "--metrics", type=Path, help="node_exporter's textfile folder for its series (none: off)"
+    )
     args.add_argument("--interval", type=float, default=30.0)
     args.add_argument("--once", action="store_true")
     args.add_argument("--alive", type=Path, help="touched after every pass (liveness)")
@@ -292,7 +342,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     opts.state.mkdir(parents=True, exist_ok=True)
     agent = Agent(
-        Api(server, opts.account), opts.node, opts.scripts, opts.state, opts.kmsg, opts.boot_id
+        Api(server, opts.account),
+        opts.node,
+        opts.scripts,
+        opts.state,
+        opts.kmsg,
+        opts.boot_id,
+        opts.metrics,
     )
     return run_passes(
         agent.run_pass,
