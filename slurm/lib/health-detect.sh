@@ -125,8 +125,8 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && command -v dcgmi >/dev/null 2>&1; th
   fi
 fi
 # EFA devices: the RDM domains libfabric lists (efa-devices.sh), as the prolog counts them;
-# without libfabric (a container), the EFA devices in sysfs (vendor 0x1d0f, device 0xefa*,
-# the same test as the counters' below).
+# without libfabric (a container), the EFA devices in sysfs (vendor 0x1d0f, device 0xefa*:
+# the test the counters below use too).
 sysfs="${FMCTL_SYSFS:-/sys}"
 efa_in_sysfs() {
   local device
@@ -159,21 +159,21 @@ fi
 counters="$dir/efa-counters"
 touch "$counters"
 : >"$counters.new"
-for port in "$sysfs"/class/infiniband/*/ports/*; do
-  [ -d "$port/hw_counters" ] || continue
-  device="${port%/ports/*}"
-  [ "$(cat "$device/device/vendor" 2>/dev/null)" = 0x1d0f ] || continue
-  [[ "$(cat "$device/device/device" 2>/dev/null)" == 0xefa* ]] || continue
-  for name in rx_drops rdma_read_wr_err rdma_write_wr_err retrans_timeout_events \
-    unresponsive_remote_events impaired_remote_conn_events; do
-    [ -r "$port/hw_counters/$name" ] || continue
-    key="${device##*/}/${port##*/}/$name"
-    now_value="$(cat "$port/hw_counters/$name")"
-    printf '%s %s\n' "$key" "$now_value" >>"$counters.new"
-    before="$(awk -v k="$key" '$1 == k {print $2}' "$counters")"
-    if [ -n "$before" ] && [ "$now_value" -gt "$before" ]; then
-      faults+=("efa-errors	$key +$((now_value - before))")
-    fi
+for efa_device in $(efa_in_sysfs); do
+  device="$sysfs/class/infiniband/$efa_device"
+  for port in "$device"/ports/*; do
+    [ -d "$port/hw_counters" ] || continue
+    for name in rx_drops rdma_read_wr_err rdma_write_wr_err retrans_timeout_events \
+      unresponsive_remote_events impaired_remote_conn_events; do
+      [ -r "$port/hw_counters/$name" ] || continue
+      key="${device##*/}/${port##*/}/$name"
+      now_value="$(cat "$port/hw_counters/$name")"
+      printf '%s %s\n' "$key" "$now_value" >>"$counters.new"
+      before="$(awk -v k="$key" '$1 == k {print $2}' "$counters")"
+      if [ -n "$before" ] && [ "$now_value" -gt "$before" ]; then
+        faults+=("efa-errors	$key +$((now_value - before))")
+      fi
+    done
   done
 done
 mv "$counters.new" "$counters"

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from provisioner.catalog import load_catalog
@@ -11,7 +14,11 @@ from provisioner.drivers import yamlio
 from provisioner.render import Rendered, render
 from provisioner.spec.source import load_source
 from provisioner.validate import validate_document
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
+
+#: fmctl's in-cluster programs (the verify controller, the node agent), each run by its pod's
+#: python3 from a ConfigMap beside the modules it imports.
+PROGRAMS = ROOT / "templates/kubernetes/health-verify"
 
 SCHEDULERS = ("slurm", "kubernetes")
 CASES = [(example, scheduler) for example in EXAMPLES for scheduler in SCHEDULERS]
@@ -67,3 +74,17 @@ def fill_all(text: str, pools: list[str] = ()) -> str:  # type: ignore[assignmen
         values[f"launchTemplate.{pool}"] = "lt-0123456789abcdef0"
         values[f"placementGroup.{pool}"] = f"pg-{pool}"
     return fill(text, values)
+
+
+def program(name: str) -> ModuleType:
+    """The in-cluster program ``name`` (``PROGRAMS/name.py``) as a module, imported as its
+    pod's python3 runs it: the modules beside it importable, itself registered (its
+    dataclasses look their module up)."""
+    if str(PROGRAMS) not in sys.path:
+        sys.path.insert(0, str(PROGRAMS))
+    spec = importlib.util.spec_from_file_location(name, PROGRAMS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

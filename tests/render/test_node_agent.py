@@ -5,32 +5,18 @@ looks) run on the recorded outputs of a p5en, and the node condition it writes
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from tests.check import fakes
+from tests.render.helpers import program
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "templates/kubernetes/health-verify/node_agent.py"
 REAL, DATA = ROOT / "tests/data/real", ROOT / "tests/data/check"
 LIB = ROOT / "slurm/lib"
 
 
-def _module() -> ModuleType:
-    if str(SOURCE.parent) not in sys.path:
-        sys.path.insert(0, str(SOURCE.parent))
-    spec = importlib.util.spec_from_file_location("node_agent", SOURCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["node_agent"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-na = _module()
+na = program("node_agent")
 
 #: nvidia-smi as a healthy p5en answers the agent's looks (recorded outputs), or, with
 #: $FAKE/lost, one GPU gone.

@@ -5,37 +5,24 @@ Deployment does). Its Signature Version 4 against botocore's signer."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.render.helpers import program
+
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "templates/kubernetes/health-verify/verify_controller.py"
 TAINTS = [
     {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
     {"key": "fmctl.dev/unverified", "value": "true", "effect": "NoSchedule"},
 ]
 
 
-def _module() -> ModuleType:
-    # The controller imports aws_call from beside it, as its pod's python3 does.
-    if str(SOURCE.parent) not in sys.path:
-        sys.path.insert(0, str(SOURCE.parent))
-    spec = importlib.util.spec_from_file_location("verify_controller", SOURCE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vc = _module()
+vc = program("verify_controller")
 
 
 class Recorded:

@@ -378,6 +378,8 @@ class Controller:
         self.pairing: set[str] | None = None
         #: The repair counts as last kept in REPAIRS_MAP (None: not read yet).
         self.kept: str | None = None
+        #: The GPU pods, read once per pass when a faulty node needs them.
+        self.pods: list[dict[str, Any]] | None = None
         #: The nodes (uids) seen Ready in pools without the gate.
         self.joined_nodes: set[str] = set()
 
@@ -405,6 +407,7 @@ class Controller:
             self.kept = self.repairs.state()
         self.repairs.look(time.time())
         self.busy = None
+        self.pods = None
         pools: dict[str, list[dict[str, Any]]] = {}
         for node in gpu_nodes:
             pools.setdefault(node["metadata"]["labels"][POOL_LABEL], []).append(node)
@@ -718,9 +721,12 @@ class Controller:
         self.say(f"{name}: {fault}: held: {why}")
 
     def gpu_pods(self) -> list[dict[str, Any]]:
-        """The pods that have not ended and ask for GPUs."""
-        pods = self.api.call("GET", "/api/v1/pods")["items"]
-        return [p for p in pods if p["spec"].get("nodeName") and gpu_busy([p])]
+        """The pods that have not ended and ask for GPUs (listed once a pass: each faulty
+        node of the pass looks at its own)."""
+        if self.pods is None:
+            pods = self.api.call("GET", "/api/v1/pods")["items"]
+            self.pods = [p for p in pods if p["spec"].get("nodeName") and gpu_busy([p])]
+        return self.pods
 
     def evict(self, pod: dict[str, Any]) -> None:
         """Evict a pod (the Eviction API: its PodDisruptionBudget is respected)."""
