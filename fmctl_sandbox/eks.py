@@ -232,6 +232,7 @@ class Eks:
             ng["_generation"] = ng.get("_generation", 0) + 1
             ng["_slots"] = []
             ng["_next"] = 0  # a generation numbers its nodes afresh
+            ng.pop("_booting", None)
         subnet = zlib.crc32(ng["nodegroupName"].encode()) % 250
         zone = f"{region}a"
         slots = node_slots(region, ng)
@@ -256,6 +257,8 @@ class Eks:
                 "clique": places[instance].clique,
             }
             for index, instance in slots
+            # A replacement the Auto Scaling group launched joins once booted (eks_asg).
+            if instance not in (ng.get("_booting") or {})
         ]
         endpoint = self.endpoints.get((region, ng["clusterName"]), "")
         self.kube.sync(endpoint, ng["nodegroupName"], nodes)

@@ -24,6 +24,12 @@ Scaling group, Auto Scaling automatically tags each one with the group name": th
 Scaling Developer Guide, "Tagging Auto Scaling Groups and Amazon EC2 Instances"), so that
 SSM Run Command (``ssm_agent``) can name them by tag and IAM judge the tags.
 
+A replacement is not there at once either: ``TerminateInstanceInAutoScalingGroup`` without
+the decrement ends the instance (its node leaves) and the group launches another, which is
+``Pending`` in the group and joins its cluster after it boots, as SetDesiredCapacity's do
+(the reference: "Auto Scaling launches a new instance to replace it"; a launch is not a
+join).
+
 Served here for those groups only (``DescribeAutoScalingGroups`` by name, the tags, the
 desired capacity and the termination); every other Auto Scaling call is moto's. Answers are
 the query protocol's XML in the 2011-01-01 namespace, as botocore parses them.
@@ -120,12 +126,26 @@ def set_desired(eks: Eks, region: str, name: str, desired: int) -> str | None:
 
 
 def join_booted(eks: Eks, now: float) -> None:
-    """Instances added by SetDesiredCapacity that have booted join their clusters."""
+    """Instances added by SetDesiredCapacity, and replacements launched for terminated
+    ones, that have booted join their clusters."""
     for (region, _, _), item in eks.nodegroups.items():
+        if item.gone_at is not None:
+            continue
         at = item.data.get("_joining_at")
-        if at is not None and now >= at and item.gone_at is None:
+        booting: dict[str, float] = item.data.get("_booting") or {}
+        booted = [instance for instance, ready in booting.items() if now >= ready]
+        for instance in booted:
+            del booting[instance]
+        if at is not None and now >= at:
             item.data.pop("_joining_at")
-            eks.sync_nodes(region, item.data)
+        elif not booted:
+            continue
+        eks.sync_nodes(region, item.data)
+
+
+def booting(item: Item) -> dict[str, float]:
+    """A group's replacement instances still booting: instance id -> when it joins."""
+    return dict(item.data.get("_booting") or {})
 
 
 #: The tag EC2 Auto Scaling puts on each instance it launches.
@@ -188,6 +208,7 @@ def handle(eks: Eks, call: p.Call) -> Answer:
 
 def _group(region: str, name: str, item: Item) -> str:
     scaling = item.data["scalingConfig"]
+    launching = booting(item)
     tags = "".join(
         "<member>"
         f"<ResourceId>{escape(name)}</ResourceId><ResourceType>auto-scaling-group</ResourceType>"
@@ -199,7 +220,8 @@ def _group(region: str, name: str, item: Item) -> str:
     instances = "".join(
         "<member>"
         f"<InstanceId>{i}</InstanceId><AvailabilityZone>{region}a</AvailabilityZone>"
-        "<LifecycleState>InService</LifecycleState><HealthStatus>Healthy</HealthStatus>"
+        f"<LifecycleState>{'Pending' if i in launching else 'InService'}</LifecycleState>"
+        "<HealthStatus>Healthy</HealthStatus>"
         "<ProtectedFromScaleIn>false</ProtectedFromScaleIn>"
         "</member>"
         for i in _instances(region, item)
@@ -246,12 +268,18 @@ def terminate(eks: Eks, region: str, instance: str, decrement: bool) -> tuple[st
             "set shouldDecrementDesiredCapacity flag to false or lower group's min size.",
         )
     base = 10 + 64 * (ng.get("_generation", 0) % 3)
-    index = dict((i, n) for n, i in node_slots(region, ng))[instance] - base
-    ng["_slots"].remove(index)
+    before = dict((i, n) for n, i in node_slots(region, ng))
+    ng["_slots"].remove(before[instance] - base)
+    ng.get("_booting", {}).pop(instance, None)
     if decrement:
         scaling["desiredSize"] -= 1
-    # The node drains and leaves (EKS's lifecycle hook drains it as the group terminates
-    # it); without the decrement a new instance takes the next place.
+    else:
+        # A new instance takes the next place, and joins once it has booted.
+        joins = time.monotonic() + BOOT_SECONDS * eks.scale
+        for _, launched in node_slots(region, ng):
+            if launched not in before:
+                ng.setdefault("_booting", {})[launched] = joins
+    # The node drains and leaves (EKS's lifecycle hook drains it as the group terminates it).
     eks.sync_nodes(region, ng)
     return "", name
 
