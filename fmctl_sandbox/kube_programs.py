@@ -14,7 +14,8 @@ cluster (``KubeServer.handle``). What a pod would not be told, the sandbox adds 
 of its command: ``--server`` and ``--account`` (its API lives under a path, which
 KUBERNETES_SERVICE_HOST cannot say; the token and ``ca.crt`` are in a folder of the
 process's own), and, to a program that takes ``--interval=SECONDS``, that interval on the
-sandbox's clock (scaled as AWS's waits are, at least half a second).
+sandbox's clock (scaled as AWS's waits are, at least half a second; a DaemonSet's, one
+process a node, at least ``NODE_MIN_INTERVAL``).
 
 AWS credentials, as EKS Pod Identity gives them: when the pod's service account has a pod
 identity association, the process gets ``AWS_CONTAINER_CREDENTIALS_FULL_URI`` and
@@ -63,6 +64,10 @@ from fmctl_sandbox.sigv4 import Credentials
 
 #: The shortest interval a program is given (each pass holds the sandbox's API a moment).
 MIN_INTERVAL = 0.5
+#: A DaemonSet's program, one process a node, is given at least this: the sandbox scales the
+#: interval but not a pass's own run (fmctl's agent: health-detect.sh, some 30 ms), so that a
+#: few clusters of eight nodes at 0.5 s would take a core of the machine.
+NODE_MIN_INTERVAL = 2.0
 #: A process that exited is started again no sooner than this.
 RESTART_AFTER = 1.0
 
@@ -359,7 +364,8 @@ class Programs:
             None,
         )
         if interval is not None:
-            command.append(f"--interval={max(MIN_INTERVAL, interval * self.scale)}")
+            least = NODE_MIN_INTERVAL if node else MIN_INTERVAL
+            command.append(f"--interval={max(least, interval * self.scale)}")
         log = (folder / "log").open("wb")
         process = subprocess.Popen(
             command,
