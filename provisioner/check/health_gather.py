@@ -282,6 +282,18 @@ def kube_report(
             state, detail = "verifying", f"fmctl's node agent has not reported ({AGENT_CONDITION})"
         else:
             state, detail, since = "healthy", "Ready", None
+            unchecked = next(
+                (
+                    c
+                    for c in conditions
+                    if c.get("type") == AGENT_CONDITION and c.get("status") == "Unknown"
+                ),
+                None,
+            )
+            if unchecked is not None:
+                # Healthy as far as anyone can tell, but say that fmctl's agent cannot look
+                # (no nvidia-smi in its container): a node nobody watches is not "fine".
+                detail = f"Ready; fmctl's node agent cannot look: {unchecked.get('message')}"
         out.append(NodeHealth(meta["name"], pool, state, fault, since, detail))
     counts = {p: sum(1 for n in out if n.pool == p) for p in sorted(pools)}
     under_way = replacements(repairs)

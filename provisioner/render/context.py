@@ -28,6 +28,7 @@ from provisioner.render.queueing import (
 from provisioner.spec.defaults import IDLE_ALERT_AFTER
 from provisioner.spec.durations import seconds
 from provisioner.spec.model import ClusterSpec, FsxDeploymentType, Network
+from provisioner.spec.resolve import kubernetes_agent
 from provisioner.spec.tags import OWNER_TAG
 
 #: ParallelCluster's ComputeNodeBootstrapTimeout unless told (aws-parallelcluster-cookbook
@@ -494,7 +495,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_verify_kubernetes_gate=kube
         and spec.health.enabled
         and spec.health.verify.kubernetes_gate,
-        health_kubernetes_agent=kube and spec.health.enabled and spec.health.kubernetes_agent,
+        health_kubernetes_agent=kubernetes_agent(spec, spec.scheduler),
     )
 
 

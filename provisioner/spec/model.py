@@ -425,13 +425,13 @@ class Health(SpecModel):
         "rest) | drain-only (drained and left for a person: PCS only).",
     )
     verify: HealthVerify = Field(default_factory=HealthVerify)
-    kubernetes_agent: bool = Field(
-        False,
-        description="EKS: fmctl's node health agent on every GPU node too (a DaemonSet: the "
+    kubernetes_agent: bool | None = Field(
+        None,
+        description="EKS: fmctl's node health agent on every GPU node (a DaemonSet: the "
         "Slurm agent's looks, reported as the node condition FmctlHealthy), and fmctl's "
         "controller taking a node it finds faulty out of service and replacing it, within "
-        "maxInRepair. Off unless asked: AWS's node monitoring agent and node auto repair "
-        "are the loop without it.",
+        "maxInRepair; default: on wherever health is enabled. false leaves the loop to AWS's "
+        "node monitoring agent and node auto repair.",
     )
 
     def interval_seconds(self) -> int | None:

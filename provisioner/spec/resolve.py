@@ -44,6 +44,15 @@ def pool_placement_group(pool: GpuPool, catalog: Catalog) -> bool:
     return pool.capacity.type not in ("reservation", "capacity-block")
 
 
+def kubernetes_agent(spec: ClusterSpec, scheduler: str) -> bool:
+    """fmctl's node agent on EKS: on wherever health is (the issue's loop is on by default
+    for GPU pools), unless the spec says false; never on Slurm, whose GPU nodes run the
+    agent as a systemd timer."""
+    if scheduler != "kubernetes" or not spec.health.enabled:
+        return False
+    return spec.health.kubernetes_agent is not False
+
+
 def default_queueing(spec: ClusterSpec) -> str:
     """Kueue where a job can span nodes (a GPU pool of more than one): gang admission and
     topology placement are what it is for; a cluster of single nodes gains nothing."""
@@ -136,8 +145,12 @@ def resolve(spec: ClusterSpec, catalog: Catalog, scheduler: str | None = None) -
     kubernetes = spec.kubernetes
     if kubernetes.queueing is None:
         kubernetes = kubernetes.model_copy(update={"queueing": default_queueing(spec)})
+    health = spec.health
+    if where == "kubernetes" and health.kubernetes_agent is None:
+        health = health.model_copy(update={"kubernetes_agent": kubernetes_agent(spec, where)})
     return spec.model_copy(
         update={
+            "health": health,
             "kubernetes": kubernetes,
             "slurm": slurm,
             "scheduler": scheduler or spec.scheduler,

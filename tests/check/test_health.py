@@ -280,7 +280,12 @@ def test_what_fmctls_agent_found_on_eks() -> None:
         _node("ip-4", "train", taints=out),
         _node("ip-5", "train", taints=out),
         _node("ip-6", "train"),
+        _node("ip-7", "train"),
     ]
+    nodes[6]["status"]["conditions"].append(  # type: ignore[index]
+        {"type": "FmctlHealthy", "status": "Unknown", "reason": "Unchecked",
+         "message": "nvidia-smi is not in the container"}
+    )  # fmt: skip
     notes = {
         "ip-2": "held 2026-12-04T03:41:00Z: " + message + " (held: the repair budget ...)",
         "ip-3": "draining 2026-12-04T03:40:00Z: " + message,
@@ -311,7 +316,12 @@ def test_what_fmctls_agent_found_on_eks() -> None:
         "ip-4": "repairing",
         "ip-5": "repairing",
         "ip-6": "verifying",  # the agent has not reported on it yet
+        "ip-7": "healthy",  # nothing found, but it says it could not look
     }
+    (unchecked,) = [n for n in report.nodes if n.name == "ip-7"]
+    assert unchecked.detail == (
+        "Ready; fmctl's node agent cannot look: nvidia-smi is not in the container"
+    )
     faults = {n.name: n.fault for n in report.nodes if n.fault}
     assert (faults["ip-3"].code, faults["ip-3"].fault_class) == ("xid:145", "WORKFLOW_NVLINK5_ERR")
     assert (faults["ip-4"].code, faults["ip-4"].fault_class) == ("gpu-count", "GPU_MISSING")

@@ -228,6 +228,14 @@ def spec_file(tmp: Path, name: str, example: str = "p5en-eks-fsx-s3.yaml", **cha
     return path
 
 
+def fmctl_calls(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls among the request log's ``entries`` that fmctl made, not the programs that
+    run in a sandbox cluster as its pods would (fmctl's node agents, which report on their
+    nodes whenever they look, and its verify controller): their Kubernetes calls carry no
+    fmctl User-Agent, which fmctl's own client always sends (provisioner/drivers/kube.py)."""
+    return [e for e in entries if not (e["service"] == "kubernetes" and e.get("agent") is None)]
+
+
 def region_of(path: Path) -> str:
     return str(yaml.safe_load(path.read_text())["metadata"]["region"])
 

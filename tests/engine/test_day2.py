@@ -16,7 +16,14 @@ import yaml
 
 from provisioner.catalog.eks_repair import overrides
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, stamp
-from tests.engine.harness import ROOT, Sandbox, kube_client, owned, raw_leftovers
+from tests.engine.harness import (
+    ROOT,
+    Sandbox,
+    fmctl_calls,
+    kube_client,
+    owned,
+    raw_leftovers,
+)
 
 NAME = "e2e-day2"
 REGION = "us-west-2"
@@ -89,8 +96,9 @@ class Cluster:
 
 
 def writes(calls: list[dict[str, Any]], said: str = "") -> list[str]:
-    """The calls among ``calls`` that are not reads, but for the one `--sandbox` makes before
-    planning and says so (in ``said``): the stand-in for the user's data bucket."""
+    """fmctl's calls (``fmctl_calls``: not the cluster's programs') among ``calls`` that are
+    not reads, but for the one `--sandbox` makes before planning and says so (in ``said``):
+    the stand-in for the user's data bucket."""
     seeded = {
         f"PUT /{line.split('created data bucket ', 1)[1].split()[0]}"
         for line in said.splitlines()
@@ -98,7 +106,7 @@ def writes(calls: list[dict[str, Any]], said: str = "") -> list[str]:
     }
     return [
         f"{c['service']}:{c['action']}"
-        for c in calls
+        for c in fmctl_calls(calls)
         if not c["action"].startswith(READS) and c["action"] not in seeded
     ]
 
@@ -132,7 +140,7 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     cluster = Cluster(sandbox, tmp_path)
     assert acting(cluster.plan()) == {k: "create" for k in acting(cluster.plan())}
     out, _ = cluster.up()
-    assert "38 created" in out  # with the ttl's expiry schedules and the role they run as
+    assert "40 created" in out  # with the ttl's expiry schedules and the role they run as
     assert acting(cluster.plan()) == {}, "nothing to do once up"
 
     # A hand edit that takes a field over (kubectl apply --server-side --force-conflicts on
@@ -208,9 +216,13 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     # the GPU node group, in place; the system group has no auto repair to change.
     cluster.spec["health"] = {"maxInRepair": 2}
     plan = cluster.plan()
-    # (The stack waits on the node group's nodes, as after any node group update.)
+    # (The stack waits on the node group's nodes, as after any node group update; fmctl's
+    # node agent's controller, on by default, has the budget in its ConfigMap.)
     assert acting(plan) == {"nodegroup/gpu": "update", "kube-stack": "update"}
-    assert paths(plan["kube-stack"]) == {"nodes"}
+    assert paths(plan["kube-stack"]) == {
+        "nodes",
+        "objects.ConfigMap/fmctl-system/fmctl-verify-controller",
+    }
     assert paths(plan["nodegroup/gpu"]) == {"repair.max_parallel"}
     assert {f["spec"] for f in plan["nodegroup/gpu"]["fields"]} == {"health.maxInRepair"}
     out, calls = cluster.up()

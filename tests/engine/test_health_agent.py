@@ -113,8 +113,8 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         assert three in after and not _unhealthy(after[three])
         # Each went out of service first, then its instance was terminated (the
         # controller's log). Whether the second was held meanwhile depends on whether its
-        # agent reported before the first's replacement joined (the sandbox's group
-        # launches one at once): the budget's hold is the unit tests'
+        # agent reported before the first's replacement had booted and joined (300 s on the
+        # sandbox's clock, 0.6 s here): the budget's hold is the unit tests'
         # (tests/render/test_verify_controller.py); here, never both out at once (above).
         log = gate.controller_log(sandbox, name, region)
         for node in (one, two):

@@ -17,6 +17,7 @@ from tests.engine.harness import (
     Sandbox,
     created_calls,
     duplicates,
+    fmctl_calls,
     owned,
     raw_leftovers,
     region_of,
@@ -26,7 +27,8 @@ from tests.engine.harness import (
 #: What the p5en Kubernetes example owns: network, groups, placement group, bucket, FSx,
 #: the roles, the secrets key, the control-plane log group, the EKS cluster, its access
 #: entries, launch template, node groups and add-ons, Kueue's chart (two GPU nodes: queued
-#: by default) and the in-cluster stack.
+#: by default), the in-cluster stack and the role fmctl's node agent's controller replaces a
+#: faulty node as (health.kubernetesAgent, on by default).
 P5EN_EKS = {
     "kms/secrets",
     "log-group/control-plane",
@@ -43,6 +45,8 @@ P5EN_EKS = {
     "addon/aws-fsx-csi-driver",
     "addon/eks-node-monitoring-agent",
     "iam/fsx-csi",
+    "iam/verify-repair",
+    "pod-identity/verify-repair",
     "chart/kueue",
     "kube-stack",
 }
@@ -74,7 +78,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     region = region_of(spec)
     first = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "36 created, 0 existed" in first.stdout
+    assert "38 created, 0 existed" in first.stdout
     items = owned(sandbox, "e2e-lifecycle", region)
     assert {logical for _, logical, _ in items} == P5EN_RESOURCES
     assert duplicates(items) == {}
@@ -82,7 +86,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert again.returncode == 0, again.stderr
-    assert "0 created, 36 existed" in again.stdout
+    assert "0 created, 38 existed" in again.stdout
     assert created_calls(sandbox.requests()[before:]) == []
     assert owned(sandbox, "e2e-lifecycle", region) == items
 
@@ -152,7 +156,7 @@ def test_up_again_status_down(sandbox: Sandbox, tmp_path: Path) -> None:
 
     down = sandbox.fmctl("down", "e2e-lifecycle", "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "36 resources deleted" in down.stdout
+    assert "38 resources deleted" in down.stdout
     # What it left on this machine goes too: the kubeconfig entry and the local state.
     assert f"removed e2e-lifecycle's entry from {kubeconfig}" in down.stdout
     assert not folder.exists()
@@ -424,7 +428,8 @@ def test_sandbox_ignores_real_credentials(sandbox: Sandbox, tmp_path: Path) -> N
         AWS_EC2_METADATA_DISABLED="false",
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    seen = sandbox.requests()[before:]
-    # Every call (the Kubernetes API's tokens included) signed with the sandbox's own key.
+    seen = fmctl_calls(sandbox.requests()[before:])
+    # Every call of fmctl's (the Kubernetes API's tokens included) signed with the sandbox's
+    # own key (the cluster's programs use their service accounts' tokens).
     assert seen and {r.get("access_key") for r in seen} == {sandbox.credentials[0]}
     sandbox.fmctl("down", "e2e-creds", "--region", region, "--sandbox", "--yes")

@@ -229,9 +229,10 @@ def test_the_plan_gives_the_autoscaler_a_role_for_the_clusters_groups_only() -> 
 
 def test_reserved_capacity_is_not_autoscaled() -> None:
     files = _files(_text(capacity="reservation"))
-    assert not any(
-        p.startswith(("aws/autoscaling/", "kubernetes/cluster-autoscaler/")) for p in files
-    )
+    assert not any(p.startswith("kubernetes/cluster-autoscaler/") for p in files)
+    # The group's tags are the node agent's controller's only (it may replace a faulty node).
+    tags = yaml.safe_load(files["aws/autoscaling/gpu.yaml"])["tags"]
+    assert list(tags) == ["fmctl.dev/verify-repair"]
     group = yaml.safe_load(files["aws/nodegroups/gpu.yaml"])
     assert group["scalingConfig"]["minSize"] == group["scalingConfig"]["maxSize"] == 8
     assert "iam/cluster-autoscaler" not in _items(_text(capacity="reservation"))

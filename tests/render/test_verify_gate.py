@@ -1,6 +1,8 @@
 """The EKS verify gate as rendered (health.verify.kubernetesGate): the startup taint on the
 GPU node groups, the tolerations of what must run before the gate passes, the controller's
-objects and each pool's Job, all through the official schemas; off unless asked."""
+objects and each pool's Job, all through the official schemas; off unless asked. The gate's
+own cases turn fmctl's node agent off (health.kubernetesAgent, on by default), whose objects
+share the controller: its cases are at the end."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+import pytest
 import yaml
 
 from provisioner.drivers import yamlio
@@ -20,16 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 TAINT = "fmctl.dev/unverified"
 
 
-def _spec(tmp_path: Path, example: str, gate: bool | None) -> Path:
+def _spec(tmp_path: Path, example: str, gate: bool | None, agent: bool | None = False) -> Path:
     data = yaml.safe_load((ROOT / "examples" / example).read_text())
     if gate is not None:
         data.setdefault("health", {}).setdefault("verify", {})["kubernetesGate"] = gate
+    if agent is not None:
+        data.setdefault("health", {})["kubernetesAgent"] = agent
     path = tmp_path / example
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
 
 def _gated(tmp_path: Path, example: str = "p5en-eks-fsx-s3.yaml") -> dict[str, str]:
+    """The gate alone (the agent off)."""
     return rendered(_spec(tmp_path, example, True), "kubernetes").files
 
 
@@ -52,6 +58,42 @@ def test_off_unless_asked(tmp_path: Path) -> None:
     assert not any(p.startswith("kubernetes/health-verify/") for p in files)
     assert TAINT not in files["aws/nodegroups/gpu.yaml"]
     assert "--startup-taint" not in "".join(files.values())
+
+
+def test_by_default_the_agent_runs_and_the_gate_does_not(tmp_path: Path) -> None:
+    """The example as written: fmctl's node agent and its controller (no Jobs, no startup
+    taint: new nodes take work unverified unless the gate is asked for)."""
+    files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", None, None), "kubernetes").files
+    kinds = {
+        (d["kind"], d["metadata"]["name"])
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d["kind"] != "Kustomization"
+    }
+    assert ("DaemonSet", "fmctl-health-agent-gpu") in kinds
+    assert ("Deployment", "fmctl-verify") in kinds
+    assert ("ConfigMap", "fmctl-verify-scripts") not in kinds
+    assert TAINT not in files["aws/nodegroups/gpu.yaml"]
+    assert "--startup-taint" not in "".join(files.values())
+    assert "fmctl.dev/verify-repair" in files["aws/autoscaling/gpu.yaml"]
+
+
+@pytest.mark.parametrize(
+    "health",
+    [{"kubernetesAgent": False}, {"enabled": False}],
+    ids=["agent-false", "health-off"],
+)
+def test_the_agent_is_off_when_said_or_with_health(tmp_path: Path, health: dict[str, Any]) -> None:
+    """`kubernetesAgent: false` leaves the loop to AWS's agent and node auto repair;
+    `health.enabled: false` turns the agent off with the rest of health."""
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["health"] = health
+    spec = tmp_path / "off.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    files = rendered(spec, "kubernetes").files
+    assert not any(p.startswith("kubernetes/health-verify/") for p in files)
+    assert not any(p.startswith("aws/autoscaling/") for p in files)
+    items = _plan(spec)
+    assert "iam/verify-repair" not in items and "pod-identity/verify-repair" not in items
 
 
 def test_gpu_node_groups_join_tainted(tmp_path: Path) -> None:
@@ -258,7 +300,11 @@ def test_a_node_that_fails_is_replaced_by_a_role_for_the_gates_groups_only(
 
 def test_with_repair_reboot_the_gate_only_holds(tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
-    data["health"] = {"repair": "reboot", "verify": {"kubernetesGate": True}}
+    data["health"] = {
+        "repair": "reboot",
+        "verify": {"kubernetesGate": True},
+        "kubernetesAgent": False,
+    }
     spec = tmp_path / "reboot.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     files = rendered(spec, "kubernetes").files

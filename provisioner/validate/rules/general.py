@@ -162,8 +162,8 @@ def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
 def health_kubernetes_agent(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """health.kubernetesAgent is EKS's: every Slurm GPU node runs the agent already (a
     systemd timer), and the agent is health's."""
-    if not spec.health.kubernetes_agent:
-        return
+    if spec.health.kubernetes_agent is None:
+        return  # the default: on for EKS where health is, nothing on Slurm
     if ctx.scheduler != "kubernetes":
         yield Problem(
             "health-kubernetes-agent",
@@ -171,7 +171,7 @@ def health_kubernetes_agent(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Pro
             ("health", "kubernetesAgent"),
             hint="remove it; on Slurm the agent is slurm/lib/health-agent.sh, on by default",
         )
-    elif not spec.health.enabled:
+    elif spec.health.kubernetes_agent and not spec.health.enabled:
         yield Problem(
             "health-kubernetes-agent",
             "health kubernetesAgent needs health enabled: health.enabled: false turns the "
