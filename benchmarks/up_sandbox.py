@@ -103,7 +103,8 @@ class Run:
         if self.healthy is not None:
             # Issue 33's time to healthy: the cluster's engine plus the wait for every GPU
             # node in service and healthy, against the critical path (the node groups' nodes
-            # join inside it; EKS has no verify gate of fmctl's yet).
+            # join inside it; the wait includes every node's first report from fmctl's node
+            # agent, on by default; the example asks for no verify gate).
             found.append(
                 Row(
                     "time to cluster",
