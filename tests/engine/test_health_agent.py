@@ -7,8 +7,9 @@ controller takes the node out of service and replaces it, never two at once (the
 
 The fault is Xid 145 (an NVLink5 error, NVIDIA's catalog: replace), which AWS's node
 monitoring agent does not treat as fatal (no condition: node auto repair leaves the node),
-so what acts here is fmctl's loop alone. What is fake: the nodes' tools (nvidia-smi prints
-the recorded outputs of a p5en, tests/tools/verify_gate.py).
+so what acts here is fmctl's loop alone. With the verify gate on too, the replacement joins
+tainted and takes work only once it has passed. What is fake: the nodes' tools (nvidia-smi
+prints the recorded outputs of a p5en, tests/tools/verify_gate.py).
 """
 
 from __future__ import annotations
@@ -129,6 +130,63 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
         report = json.loads(health.stdout)
         assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    """The loop with both of fmctl's halves on (the agent by default, the gate asked for):
+    `up --wait-healthy` returns once every node has passed the gate and its agent has
+    reported; a fault only fmctl's agent sees takes the node out and has it replaced; the
+    replacement joins tainted fmctl.dev/unverified and is in service only once it passed."""
+    name = "e2e-health-agent-gate"
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["compute"]["gpuPools"][0]["count"] = 3
+    data["health"] = {"verify": {"kubernetesGate": True}}
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    region = region_of(spec)
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
+    try:
+        first = gate.nodes(sandbox, name, region)
+        assert all(_condition(n)["status"] == "True" for n in first.values()), first
+        assert not any(gate.tainted(n) for n in first.values())
+        faulty = sorted(first)[0]
+        said = sandbox_fault(sandbox.home, region, name, faulty, {"xid": 145})
+        assert "the driver's line is in its /dev/kmsg" in said
+
+        def verified() -> dict[str, str] | None:
+            now = gate.verdicts(sandbox, name, region)
+            new = set(now) - set(first)
+            done = faulty not in now and len(now) == 3 and len(new) == 1
+            return now if done and now[new.pop()].startswith("passed") else None
+
+        after = until("the replacement verified", verified, seconds=240, every=0.2)
+        (replacement,) = set(after) - set(first)
+        log = gate.controller_log(sandbox, name, region)
+        out = log.index(f"{faulty}: fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR")
+        asked = log.index(f"{faulty}: replacing: instance i-", out)
+        lifted = log.index(f"{replacement}: passed, {gate.TAINT} lifted", asked)
+        assert out < asked < lifted, log
+        now = gate.nodes(sandbox, name, region)[replacement]
+        assert not gate.tainted(now)
+        until(
+            "the replacement's agent reported",
+            lambda: (
+                _condition(gate.nodes(sandbox, name, region)[replacement]).get("status") == "True"
+            ),
+            seconds=60,
+        )
+        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
+        report = json.loads(health.stdout)
+        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+        assert report["pools"][0]["inRepair"] == 0, health.stdout
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
