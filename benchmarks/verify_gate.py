@@ -68,7 +68,10 @@ def collect() -> tuple[list[Row], str]:
     data = yaml.safe_load((ROOT / "examples" / "p5en-eks-fsx-s3.yaml").read_text())
     data["metadata"]["name"] = name = "bench-verify-gate"
     data["compute"]["gpuPools"][0]["count"] = 3
-    data["health"] = {"verify": {"kubernetesGate": True}}
+    # The gate alone: fmctl's node agent (on by default; its own bench is health_agent.py)
+    # would read the fakes' fail-once GPU count on whichever node looked first, and take
+    # that node out instead of the replacement failing its gate.
+    data["health"] = {"verify": {"kubernetesGate": True}, "kubernetesAgent": False}
     region = data["metadata"]["region"]
     spec = home / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
