@@ -47,21 +47,29 @@ def _unhealthy(node: dict[str, Any]) -> bool:
     return any(t["key"] == "fmctl.dev/unhealthy" for t in node["spec"].get("taints") or [])
 
 
+def _up_healthy(
+    sandbox: Sandbox, tmp_path: Path, name: str, health: dict[str, Any]
+) -> tuple[Path, str]:
+    """The EKS example as ``name`` with three GPU nodes and ``health``, up with
+    `--wait-healthy` (which waits for each node's agent to have reported it healthy, and
+    with the gate for each to have passed): its spec and region."""
+    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
+    data["metadata"]["name"] = name
+    data["compute"]["gpuPools"][0]["count"] = 3
+    data["health"] = health
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(data, sort_keys=False))
+    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
+    return spec, region_of(spec)
+
+
 def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
     sandbox: Sandbox, tools: Path, tmp_path: Path
 ) -> None:
     name = "e2e-health-agent"
-    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
-    data["metadata"]["name"] = name
-    data["compute"]["gpuPools"][0]["count"] = 3
-    data.setdefault("health", {})["kubernetesAgent"] = True
-    spec = tmp_path / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    region = region_of(spec)
-    # `--wait-healthy` waits for each node's agent to have reported it healthy.
-    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
+    spec, region = _up_healthy(sandbox, tmp_path, name, {"kubernetesAgent": True})
 
     def nodes() -> dict[str, dict[str, Any]]:
         return gate.nodes(sandbox, name, region)
@@ -143,16 +151,7 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
     reported; a fault only fmctl's agent sees takes the node out and has it replaced; the
     replacement joins tainted fmctl.dev/unverified and is in service only once it passed."""
     name = "e2e-health-agent-gate"
-    data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
-    data["metadata"]["name"] = name
-    data["compute"]["gpuPools"][0]["count"] = 3
-    data["health"] = {"verify": {"kubernetesGate": True}}
-    spec = tmp_path / f"{name}.yaml"
-    spec.write_text(yaml.safe_dump(data, sort_keys=False))
-    region = region_of(spec)
-    up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
+    spec, region = _up_healthy(sandbox, tmp_path, name, {"verify": {"kubernetesGate": True}})
     try:
         first = gate.nodes(sandbox, name, region)
         assert all(_condition(n)["status"] == "True" for n in first.values()), first
