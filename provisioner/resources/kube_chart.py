@@ -54,6 +54,8 @@ CHART_LABEL = "fmctl.dev/chart"
 #: "continues to function during the update": UpdateClusterVersion, the EKS API reference).
 SERVING = ("ACTIVE", "UPDATING")
 VERSION_ANNOTATION = "fmctl.dev/chart-version"
+#: What ``find_owned`` says when the cluster's API does not answer (its charts go with it).
+UNSEEN = "the cluster's Kubernetes API did not answer, its charts are not listed"
 #: On the chart's namespace: the cluster-wide kinds it made (apiVersion kind, comma-separated).
 KINDS_ANNOTATION = "fmctl.dev/chart-cluster-kinds"
 #: Deleted first when a chart goes: webhooks whose service is about to go would refuse
@@ -307,7 +309,10 @@ class KubeChart(Kind[ChartParams, ChartOut, ChartLive]):
                 found = api.list("v1", "Namespace", selector=selector)
             finally:
                 close(api)
-        except (OSError, HTTPError, KubeError):
+        except (OSError, HTTPError, KubeError) as exc:
+            # Said, not hidden: a caller comparing what it found with what it expects (the
+            # crash campaign) must tell "not there" from "not seen".
+            ctx.emit("charts", "note", f"{UNSEEN}: {exc}")
             return []
         return [
             self.owned_item(f"chart/{n['metadata']['labels'][CHART_LABEL]}", n["metadata"]["name"])

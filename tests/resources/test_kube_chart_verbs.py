@@ -183,3 +183,32 @@ def test_charts_are_found_while_the_cluster_serves_its_api(
     assert [(o.resource, o.id) for o in found] == (
         [("chart/kueue", KUEUE.namespace)] if listed else []
     )
+
+
+def test_an_api_that_does_not_answer_hides_the_charts_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`down` goes on without the charts (they go with the cluster), but the listing says it
+    could not look: a caller comparing what it found with what it expects must not take "not
+    seen" for "not there"."""
+    from urllib3.exceptions import ReadTimeoutError
+
+    class Silent(RecordedKube):
+        def list(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+            raise ReadTimeoutError(None, "/api/v1/namespaces", "Read timed out. (read timeout=60)")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kube_chart, "connect", lambda ctx, endpoint, ca: Silent())
+    described = example("eks", "DescribeCluster")
+    described["cluster"]["tags"] = {"fmctl.dev/cluster": CLUSTER, "fmctl.dev/resource": "eks"}
+    aws = RecordedAws("us-west-2")
+    for _ in range(2):
+        aws.answer("eks", "DescribeCluster", described, {"name": CLUSTER})
+    notes: list[tuple[str, str]] = []
+    ctx = Context(
+        aws=aws,  # type: ignore[arg-type]
+        cluster=CLUSTER,
+        region="us-west-2",
+        on_event=lambda e: notes.append((e.state, e.detail)),
+    )
+    assert KubeChart().find_owned(ctx) == []
+    assert notes == [("note", f"{kube_chart.UNSEEN}: None: Read timed out. (read timeout=60)")]
