@@ -9,7 +9,10 @@ accounting and a kubelet, enough for `fmctl check` to be run end to end.
   ``activeDeadlineSeconds`` fails with ``DeadlineExceeded``.
 - Once all of a Job's pods are bound, the kubelet runs each: every container's command, with
   its env (``fieldRef: spec.nodeName`` included, ``$(VAR)`` expanded), its ConfigMap volumes
-  written to a scratch folder and paths under their mount points pointed there. The sandbox's
+  written to a scratch folder and paths under their mount points pointed there. Pods run
+  side by side, as on nodes of their own, outside the API's lock (KUBELETS at once on this
+  machine): a pod is Running until its commands end, and the next look at Jobs or pods
+  (``step``) takes its outcome; the Job finishes when the last of its pods has. The sandbox's
   nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are what
   the folder given to the sandbox as the nodes' tools holds (``KubeServer.node_tools``; a
   test's double of the emulator sets it to fakes that print recorded outputs). Without one,
@@ -22,11 +25,14 @@ from __future__ import annotations
 
 import calendar
 import re
+import shutil
 import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +43,29 @@ from fmctl_sandbox.kube_model import EFA, GPU, Cluster
 Put = Callable[[str, str, dict[str, Any]], None]
 #: How long a pod's command may run in the sandbox.
 RUN_TIMEOUT = 60.0
+#: Pods whose commands run at once (each its own node's kubelet on a real cluster; this
+#: machine has two cores, and a 1,024-node check would otherwise fork as many at once).
+KUBELETS = 16
+_KUBELET = ThreadPoolExecutor(KUBELETS, thread_name_prefix="sandbox-kubelet")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One container's command as its kubelet starts it: args, env, and its scratch folder
+    (its ConfigMap mounts, written while the API's lock was held)."""
+
+    container: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    scratch: str
+
+
+@dataclass(frozen=True)
+class PodRun:
+    """A pod's commands under way in the kubelet's pool: (container -> log, all exited 0)."""
+
+    pod_uid: str
+    future: Future[tuple[dict[str, str], bool]]
 
 
 def _asks(pod: dict[str, Any]) -> dict[str, int]:
@@ -96,6 +125,9 @@ def step(c: Cluster, put: Put, tools: str | None) -> None:
         for pod in pods:
             if _live(pod):
                 _run(c, pod, tools)
+        if any(_live(pod) for pod in pods):
+            status["active"] = sum(_live(pod) for pod in pods)
+            continue
         succeeded = sum(p["status"]["phase"] == "Succeeded" for p in pods)
         status.update(active=0, succeeded=succeeded, failed=len(pods) - succeeded)
         done = succeeded == len(pods)
@@ -166,11 +198,21 @@ def _condition(kind: str, reason: str) -> dict[str, str]:
 
 
 def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
-    """The kubelet: run each of the pod's containers (one after another: the sandbox's
-    commands are short), keep each one's output as its log; the pod succeeds when all do."""
+    """The kubelet: start the pod's containers in its pool, or take the outcome of a run
+    that ended (each container's output its log; the pod succeeds when all exited 0). Called
+    with the API's lock held; the commands run without it."""
     key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
     node = pod["spec"]["nodeName"]
     containers = pod["spec"]["containers"]
+    run: PodRun | None = c.runs.get(key)
+    uid = str(pod["metadata"].get("uid", ""))
+    if run is not None and run.pod_uid == uid:
+        if not run.future.done():
+            return
+        del c.runs[key]
+        c.logs[key], ok = run.future.result()
+        pod["status"] = {"phase": "Succeeded" if ok else "Failed"}
+        return
     if tools is None:
         why = (
             f"sandbox: node {node} has no GPUs and no node tools installed (nvidia-smi, "
@@ -179,15 +221,16 @@ def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
         c.logs[key] = {k["name"]: why for k in containers}
         pod["status"] = {"phase": "Failed"}
         return
-    results = [_run_container(c, pod, container, tools) for container in containers]
-    c.logs[key] = {k["name"]: log for k, (log, _) in zip(containers, results, strict=True)}
-    pod["status"] = {"phase": "Succeeded" if all(ok for _, ok in results) else "Failed"}
+    # A run of a pod since deleted (its Job went) and not collected: its outcome is nobody's.
+    for gone in [k for k in c.runs if ("pods", *k) not in c.objects]:
+        del c.runs[gone]
+    commands = [_command(c, pod, container, tools) for container in containers]
+    c.runs[key] = PodRun(uid, _KUBELET.submit(_run_commands, commands))
 
 
-def _run_container(
-    c: Cluster, pod: dict[str, Any], container: dict[str, Any], tools: str
-) -> tuple[str, bool]:
-    """One container's command with its env and ConfigMap mounts: (its output, succeeded)."""
+def _command(c: Cluster, pod: dict[str, Any], container: dict[str, Any], tools: str) -> Command:
+    """One container's command with its env, its ConfigMap mounts written to a scratch
+    folder of its own (removed when it has run)."""
     node = pod["spec"]["nodeName"]
     env = {"PATH": f"{tools}:/usr/bin:/bin"}
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
@@ -196,25 +239,38 @@ def _run_container(
     for item in container.get("env") or []:
         field_path = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
         env[item["name"]] = node if field_path == "spec.nodeName" else str(item.get("value", ""))
-    with tempfile.TemporaryDirectory(prefix="fmctl-kubelet-") as scratch:
-        mounts = mount_config_maps(c, pod, container, Path(scratch))
-        command = [
-            remap(_expand(arg, env), mounts)
-            for arg in [*(container.get("command") or []), *(container.get("args") or [])]
-        ]
+    scratch = tempfile.mkdtemp(prefix="fmctl-kubelet-")
+    mounts = mount_config_maps(c, pod, container, Path(scratch))
+    args = tuple(
+        remap(_expand(arg, env), mounts)
+        for arg in [*(container.get("command") or []), *(container.get("args") or [])]
+    )
+    return Command(container["name"], args, tuple(env.items()), scratch)
+
+
+def _run_commands(commands: list[Command]) -> tuple[dict[str, str], bool]:
+    """A pod's containers one after another (in the kubelet's pool): their logs, and
+    whether every one exited 0."""
+    logs: dict[str, str] = {}
+    ok = True
+    for command in commands:
         try:
             done = subprocess.run(
-                command,
-                env=env,
-                cwd=scratch,
+                list(command.args),
+                env=dict(command.env),
+                cwd=command.scratch,
                 capture_output=True,
                 text=True,
                 timeout=RUN_TIMEOUT,
                 check=False,
             )
+            logs[command.container] = done.stdout + done.stderr
+            ok = ok and done.returncode == 0
         except (OSError, subprocess.TimeoutExpired) as err:
-            return f"sandbox kubelet: {err}\n", False
-    return done.stdout + done.stderr, done.returncode == 0
+            logs[command.container], ok = f"sandbox kubelet: {err}\n", False
+        finally:
+            shutil.rmtree(command.scratch, ignore_errors=True)
+    return logs, ok
 
 
 def mount_config_maps(

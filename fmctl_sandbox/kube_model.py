@@ -54,5 +54,8 @@ class Cluster:
     #: Kueue's pod templates as they started -> whether the ProvisioningRequest API was
     #: served then (``kube_kueue_checks.controller_runs``).
     kueue_starts: dict[str, bool] = field(default_factory=dict)
+    #: The kubelet's pod runs under way or not yet collected: (namespace, pod) -> its run
+    #: (``kube_jobs.PodRun``; a pod's commands run outside the API's lock).
+    runs: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: Each node group's taints as its nodes last took them (``KubeServer.sync``).
     group_taints: dict[str, list[dict[str, str]]] = field(default_factory=dict)
