@@ -181,13 +181,13 @@ def collect() -> tuple[list[Row], str]:
             wait = ("--wait-healthy",) if eks else ()
             wall, done = run(home, "up", "-f", str(spec), "--sandbox", "--yes", *wait)
             calls = len(doubles.control(home, "/_fmctl/requests")) - calls_before
-            healthy = _healthy(done) if eks else None
-            runs.append(Run(example, "up", wall, _engine(done), critical, serial, calls, healthy))
+            healthy = healthy_after(done) if eks else None
+            runs.append(Run(example, "up", wall, took(done), critical, serial, calls, healthy))
             calls_before += calls
             d_critical, d_serial = _down_floor(home, info, name, region)
             wall, done = run(home, "down", name, "--region", region, "--sandbox", "--yes")
             calls = len(doubles.control(home, "/_fmctl/requests")) - calls_before
-            runs.append(Run(example, "down", wall, _engine(done), d_critical, d_serial, calls))
+            runs.append(Run(example, "down", wall, took(done), d_critical, d_serial, calls))
     finally:
         daemon.stop(home)
     detail = [
@@ -200,7 +200,7 @@ def collect() -> tuple[list[Row], str]:
     return [row for r in runs for row in r.rows()], "\n".join(detail)
 
 
-def _engine(done: subprocess.CompletedProcess[str]) -> float:
+def took(done: subprocess.CompletedProcess[str]) -> float:
     """The engine's own time, from the summary line `up`/`down` print (`... in 12.3s`)."""
     found = re.search(r" in ([0-9.]+)s", done.stdout)
     if found is None:
@@ -208,7 +208,7 @@ def _engine(done: subprocess.CompletedProcess[str]) -> float:
     return float(found.group(1))
 
 
-def _healthy(done: subprocess.CompletedProcess[str]) -> float:
+def healthy_after(done: subprocess.CompletedProcess[str]) -> float:
     """Seconds after the engine until every GPU node was healthy (`up --wait-healthy`)."""
     found = re.search(r"^healthy: .* ([0-9.]+) s after up", done.stdout, re.MULTILINE)
     if found is None:

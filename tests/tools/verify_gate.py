@@ -40,7 +40,11 @@ case "$*" in
   *) cat "$csv" ;;
 esac
 """,
-    "dcgmi": '#!/bin/sh\ncat "$DATA/dcgmi-diag-healthy.json"\n',
+    # A diagnostic lasts what install() was told (none: at once).
+    "dcgmi": """#!/bin/sh
+[ "$1" = diag ] && sleep "$DIAG_SECONDS"
+cat "$DATA/dcgmi-diag-healthy.json"
+""",
     "nv-hostengine": "#!/bin/sh\nexit 0\n",
     "fi_info": '#!/bin/sh\ncat "$DATA/fi_info-p5en-healthy.txt"\n',
     # The 2-node pair's all-reduce (fmctl's allreduce.py under torchrun): rank 0's log of a
@@ -55,17 +59,18 @@ esac
 }
 
 
-def install(folder: Path) -> Path:
+def install(folder: Path, diag_seconds: float = 0.0) -> Path:
     """TOOLS in ``folder``/tools, wrapped with the fakes' settings (``folder``/broken names
-    the broken node, none at first; ``folder``/pingpong records the loopbacks); the folder
-    of tools, for ``Sandbox.node_tools``."""
+    the broken node, none at first; ``folder``/pingpong records the loopbacks; a DCGM
+    diagnostic takes ``diag_seconds``); the folder of tools, for ``Sandbox.node_tools``."""
     real, tools = fakes.install(folder / "fakes", TOOLS), folder / "tools"
     tools.mkdir(parents=True)
     (folder / "broken").write_text("\n")
     for name in TOOLS:
         wrapper = tools / name
         wrapper.write_text(
-            f'#!/bin/bash\nexport FAKE="{folder}" DATA="{DATA}" REAL="{REAL}"\n'
+            f'#!/bin/bash\nexport FAKE="{folder}" DATA="{DATA}" REAL="{REAL}" '
+            f"DIAG_SECONDS={diag_seconds:g}\n"
             f'exec "{real / name}" "$@"\n'
         )
         wrapper.chmod(0o755)
