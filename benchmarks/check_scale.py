@@ -2,8 +2,8 @@
 (provisioner.check.kube_gather.gather, the code `fmctl check NAME` runs) against a stand-in
 Kubernetes API that answers each call after a round trip's latency and finishes each node's
 Job a fixed time after it was created, as a cluster whose nodes work side by side does. The
-sandbox is not used: its kubelet runs pods one after another on this 2-core machine, which
-would measure the emulator, not fmctl.
+sandbox is not used: its kubelet runs at most 16 pods at once on this 2-core machine, and
+1,024 nodes' pods through it would measure the emulator, not fmctl.
 
 The node work is set to 1/20 of the real one (12 s instead of DCGM's ~240 s level-2
 diagnostic) to keep the benchmark short; that makes fmctl's own per-node cost weigh 20
