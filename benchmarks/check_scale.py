@@ -5,8 +5,9 @@ Job a fixed time after it was created, as a cluster whose nodes work side by sid
 sandbox is not used: its kubelet runs at most 16 pods at once on this 2-core machine, and
 1,024 nodes' pods through it would measure the emulator, not fmctl.
 
-The node work is set to 1/20 of the real one (12 s instead of DCGM's ~240 s level-2
-diagnostic) to keep the benchmark short; that makes fmctl's own per-node cost weigh 20
+The node work is set to 1/20 of what the check expects of a node (12 s instead of
+kube_gather's EXPECTED_SECONDS, 240 s; DCGM's level-2 diagnostic is "approximately two
+minutes" of it, dcgmi-diag(1)) to keep the benchmark short; that makes fmctl's own per-node cost weigh 20
 times more in the ratio than on a cluster. Not a test.
 
     python benchmarks/check_scale.py     # part of make bench
