@@ -253,9 +253,10 @@ def terminate(eks: Eks, region: str, instance: str, decrement: bool) -> tuple[st
     groups = _groups(eks, region)
     found = next(((n, i) for n, i in groups.items() if instance in _instances(region, i)), None)
     if found is None:
+        # AWS's words, as recorded in yaybu/touchdown#51 and keikoproj/upgrade-manager#25.
         return (
             "ValidationError",
-            f"Instance Id not found - No managed instance found for {instance}",
+            f"Instance Id not found - No managed instance found for instance ID {instance}",
         )
     name, item = found
     ng = item.data

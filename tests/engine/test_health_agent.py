@@ -15,6 +15,7 @@ prints the recorded outputs of a p5en, tests/tools/verify_gate.py).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,52 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
             "the replacement's agent reported",
             lambda: (
                 _condition(gate.nodes(sandbox, name, region)[replacement]).get("status") == "True"
+            ),
+            seconds=60,
+        )
+        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
+        report = json.loads(health.stdout)
+        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+        assert report["pools"][0]["inRepair"] == 0, health.stdout
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_both_loops_on_one_fault_replace_the_node_once(
+    sandbox: Sandbox, tools: Path, tmp_path: Path
+) -> None:
+    """The default on EKS: fmctl's agent and AWS's node monitoring agent with node auto
+    repair both see an Xid 79 (fatal to both). Whichever acts first replaces the node; the
+    other finds its instance gone and does nothing more: one new node, none failing to be
+    replaced, nothing left in repair."""
+    name = "e2e-health-both"
+    spec, region = _up_healthy(sandbox, tmp_path, name, {})
+    try:
+        first = gate.nodes(sandbox, name, region)
+        faulty = sorted(first)[0]
+        said = sandbox_fault(sandbox.home, region, name, faulty, {"xid": 79})
+        assert "AcceleratedHardwareReady False" in said  # AWS's agent
+        assert "the driver's line is in its /dev/kmsg" in said  # fmctl's reads it
+
+        def replaced() -> dict[str, dict[str, Any]] | None:
+            now = gate.nodes(sandbox, name, region)
+            return now if faulty not in now and len(now) == 3 else None
+
+        until("the faulty node replaced", replaced, seconds=120, every=0.1)
+        # Longer than both loops' next looks (the agent's 2 s floor in the sandbox, the
+        # controller's pass, node auto repair's wait and its replacement): nothing more.
+        time.sleep(4)
+        after = gate.nodes(sandbox, name, region)
+        assert len(after) == 3 and len(set(after) - set(first)) == 1, sorted(after)
+        assert set(first) - {faulty} <= set(after)
+        log = gate.controller_log(sandbox, name, region)
+        assert "replacing it failed" not in log and "held" not in log, log
+        until(
+            "every node reported healthy",
+            lambda: all(
+                _condition(n).get("status") == "True"
+                for n in gate.nodes(sandbox, name, region).values()
             ),
             seconds=60,
         )

@@ -312,6 +312,30 @@ def test_a_refused_replacement_is_said_and_tried_again() -> None:
     assert fleet.terminated == ["i-b1"]
 
 
+def test_an_instance_another_repair_ended_first_is_not_replaced_again() -> None:
+    """EKS node auto repair (or a person) ended the instance before the controller's
+    termination: Auto Scaling no longer has it (its ValidationError, as recorded in
+    yaybu/touchdown#51). The node is noted as going, not held with an error; nothing is
+    counted in the budget and nothing asked again."""
+    bad = _faulty("bad", "b1", XID79)
+    gone = vc.AwsError(
+        "ValidationError",
+        "Instance Id not found - No managed instance found for instance ID i-b1",
+    )
+    api, fleet = Faulty([_faulty("ok", "ok"), bad], []), Fleet(gone)
+    controller = _controller(api)
+    controller.templates = {}
+    controller.repairs = vc.Repairs(fleet, False, {"gpu": 1})
+    controller.run_pass()
+    note = _notes(api)["bad"]
+    assert note.startswith("replacing ") and "i-b1 had ended already" in note
+    assert fleet.terminated == [] and controller.repairs.pending == {}
+    api.calls = []
+    fleet.refusal = AssertionError("asked again")
+    controller.run_pass()
+    assert "bad" not in _notes(api)
+
+
 def test_with_repair_reboot_a_failed_node_is_only_held() -> None:
     ok, bad = _node("ok", "ok", taints=TAINTS[:1]), _node("bad", "b1", FAILED)
     api, fleet = Recorded([ok, bad], []), Fleet()

@@ -91,6 +91,11 @@ REPLACEMENTS_IN_A_ROW = 3
 #: A replacement not seen verified in this long no longer counts in the budget (a node
 #: joins in minutes).
 REPLACEMENT_S = 3600.0
+#: What TerminateInstanceInAutoScalingGroup says of an instance no longer in a group (ended
+#: already: EKS node auto repair, the group's own health check or a person got there
+#: first), as recorded in yaybu/touchdown#51 and keikoproj/upgrade-manager#25:
+#: "ValidationError: Instance Id not found - No managed instance found for instance ID i-…".
+INSTANCE_GONE = "No managed instance found"
 #: The ConfigMap (in its namespace) the controller keeps its repair counts in.
 REPAIRS_MAP = "fmctl-verify-repairs"
 APP = "fmctl-verify"
@@ -284,21 +289,30 @@ class Repairs:
             )
         return ""
 
-    def replace_node(self, node: dict[str, Any]) -> None:
+    def replace_node(self, node: dict[str, Any]) -> bool:
         """Terminate the node's instance in its Auto Scaling group (``hold`` said it may),
         once: a node still listed after its termination (its note not yet read back, or
-        the API slow to drop it) is not counted in the budget twice."""
+        the API slow to drop it) is not counted in the budget twice. False when the group
+        no longer has the instance (another repair ended it first): nothing asked, nothing
+        counted, and its node leaves with it."""
         assert self.aws is not None
         instance = instance_of(node)
         if instance in self.terminated:
-            return
+            return True
         # Asked as of before the call: the group may launch the replacement (and its node
         # register) before the call returns, and a node created after the ask frees it.
         asked = time.time()
-        self.aws.replace(instance)
+        try:
+            self.aws.replace(instance)
+        except AwsError as err:
+            if err.code == "ValidationError" and INSTANCE_GONE in str(err):
+                self.terminated.add(instance)
+                return False
+            raise
         self.terminated.add(instance)
         pool = node["metadata"]["labels"][POOL_LABEL]
         self.pending.setdefault(pool, []).append(asked)
+        return True
 
 
 def load_settings(path: Path | None) -> tuple[Repairs, dict[str, dict[str, Any]]]:
@@ -751,10 +765,15 @@ class Controller:
         "" when asked, else why it could not be (AWS's refusal)."""
         instance = instance_of(node)
         try:
-            self.repairs.replace_node(node)
+            asked = self.repairs.replace_node(node)
         except AwsError as err:
             return f"replacing it failed: {err}"
-        said = f"instance {instance} terminated; its node group launches a replacement"
+        said = (
+            f"instance {instance} terminated; its node group launches a replacement"
+            if asked
+            else f"instance {instance} had ended already (not in its group: another repair "
+            "got there first); its node leaves with it"
+        )
         self.say(f"{node['metadata']['name']}: replacing: {said}")
         try:
             self.note(node, REPAIR, f"replacing {now()}: {what}{said}")
