@@ -224,14 +224,12 @@ def kube_report(
             for c in conditions
             if c.get("type") in MONITOR_CONDITIONS and c.get("status") == "False"
         ]
-        agent = next(
-            (
-                c
-                for c in conditions
-                if c.get("type") == AGENT_CONDITION and c.get("status") == "False"
-            ),
-            None,
+        # fmctl's agent's condition, looked up once: False a fault, Unknown it cannot look,
+        # absent it has not reported yet.
+        reported: dict[str, Any] | None = next(
+            (c for c in conditions if c.get("type") == AGENT_CONDITION), None
         )
+        agent = reported if reported is not None and reported.get("status") == "False" else None
         fault = _condition_fault(failing[0], context.health_repair) if failing else None
         if failing:
             since = failing[0].get("lastTransitionTime")
@@ -275,25 +273,15 @@ def kube_report(
             running = meta["name"] in busy
             state = "draining" if running else "drained"
             detail = "cordoned" + (", pods still running" if running else "")
-        elif context.health_kubernetes_agent and not any(
-            c.get("type") == AGENT_CONDITION for c in conditions
-        ):
+        elif context.health_kubernetes_agent and reported is None:
             # In service, but not yet looked at by fmctl's node agent (its first pass).
             state, detail = "verifying", f"fmctl's node agent has not reported ({AGENT_CONDITION})"
         else:
             state, detail, since = "healthy", "Ready", None
-            unchecked = next(
-                (
-                    c
-                    for c in conditions
-                    if c.get("type") == AGENT_CONDITION and c.get("status") == "Unknown"
-                ),
-                None,
-            )
-            if unchecked is not None:
+            if reported is not None and reported.get("status") == "Unknown":
                 # Healthy as far as anyone can tell, but say that fmctl's agent cannot look
                 # (no nvidia-smi in its container): a node nobody watches is not "fine".
-                detail = f"Ready; fmctl's node agent cannot look: {unchecked.get('message')}"
+                detail = f"Ready; fmctl's node agent cannot look: {reported.get('message')}"
         out.append(NodeHealth(meta["name"], pool, state, fault, since, detail))
     counts = {p: sum(1 for n in out if n.pool == p) for p in sorted(pools)}
     under_way = replacements(repairs)
