@@ -47,6 +47,8 @@ class Kube(Protocol):
 
     def efa_down(self, cluster: str, node: str, count: int) -> int: ...
 
+    def gpus_off(self, cluster: str, node: str, count: int) -> int: ...
+
 
 class Eks(Protocol):
     """What this module asks of the sandbox's EKS (``sandbox.eks.Eks``, which calls it)."""
@@ -128,6 +130,10 @@ def inject(eks: Eks, region: str, cluster: str, node: str, fault: dict[str, Any]
         # The devices leave the node's /sys, where fmctl's own agent counts them.
         gone = eks.kube.efa_down(endpoint, node, int(fault["efaDown"]))
         host = f"; {gone} EFA device(s) gone from its /sys (fmctl's node agent counts them)"
+    if "gpuMissing" in fault:
+        # The GPUs leave the driver's list, where fmctl's own agent counts them (nvidia-smi).
+        gone = eks.kube.gpus_off(endpoint, node, int(fault["gpuMissing"]))
+        host = f"; {gone} GPU(s) gone from its driver (fmctl's node agent counts them)"
     return _monitor(eks, region, cluster, endpoint, node, fault) + host
 
 

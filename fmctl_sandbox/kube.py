@@ -225,6 +225,12 @@ class KubeServer:
         with self.lock:
             return self.programs.efa_down(cluster, node, count)
 
+    def gpus_off(self, cluster: str, node: str, count: int) -> int:
+        """GPUs gone from the node's driver, where fmctl's node agent counts them with
+        nvidia-smi (``node_gpus``); how many went."""
+        with self.lock:
+            return self.programs.gpus_off(cluster, node, count)
+
     def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
         """Copies of a node group's Node objects in the API at endpoint ``cluster``."""
         with self.lock:

@@ -33,9 +33,11 @@ A DaemonSet of fmctl's of the same shape (fmctl's node health agent) runs as one
 for each node its pod would be placed on (``kube_controllers.admits``), keyed
 ``NAME@NODE``, with what a pod on that node gets besides: ``fieldRef: spec.nodeName`` in its
 env, the nodes' tools on its PATH (``KubeServer.node_tools``, as a Job's containers get
-them), and its ``hostPath`` volumes as a folder of that node's own (``host``), which outlives
-the process as a node's disk outlives a pod: the sandbox writes a node's kernel lines to its
-``/dev/kmsg`` there (``kernel_line``, for ``fmctl sandbox fault``).
+them; without them, the sandbox's stand-in nvidia-smi, ``node_gpus``), and its ``hostPath``
+volumes as a folder of that node's own (``host``), which outlives the process as a node's
+disk outlives a pod: the sandbox writes a node's kernel lines to its ``/dev/kmsg`` there
+(``kernel_line``, for ``fmctl sandbox fault``), and lays out its EFA devices' /sys and its
+GPUs' procfs, which the fault takes devices away from.
 
 A process is started again when it has exited or its Deployment or ConfigMaps changed (at
 the next write to the cluster's API), and stopped when its Deployment (DaemonSet, or node)
@@ -57,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fmctl_sandbox import node_gpus
 from fmctl_sandbox.kube_controllers import admits
 from fmctl_sandbox.kube_jobs import mount_config_maps, remap
 from fmctl_sandbox.kube_model import Cluster
@@ -184,6 +187,10 @@ class Programs:
             shutil.rmtree(device)
         return len(gone)
 
+    def gpus_off(self, endpoint: str, node: str, count: int) -> int:
+        """Take ``count`` GPUs away from the node (``node_gpus.fall_off``); how many went."""
+        return node_gpus.fall_off(self.host(endpoint, node), count)
+
     def kernel_line(self, endpoint: str, node: str, text: str) -> None:
         """Add a record to the node's kernel log, as /dev/kmsg gives it (the kernel's
         dev-kmsg ABI: ``PRIO,SEQ,USEC,FLAGS;TEXT``, sequence numbers counting up)."""
@@ -264,6 +271,11 @@ class Programs:
         for key, obj in wanted.items():
             if key not in self.running:
                 self.running[key] = self._start(key, c, obj)
+        # A node that left takes its disk with it: a later node given its name (a new
+        # generation's numbering) starts with a /sys, GPUs and kernel log of its own.
+        present = {name for name, _ in nodes}
+        for host in [h for h in self.hosts if h[0] == endpoint and h[1] not in present]:
+            shutil.rmtree(self.hosts.pop(host), ignore_errors=True)
 
     def log(self, endpoint: str, namespace: str, deployment: str) -> str:
         """What the Deployment's program has printed so far ("" if it runs none)."""
@@ -319,6 +331,7 @@ class Programs:
         if node:
             hardware = c.hardware.get(node)
             self.sysfs(endpoint, node, hardware.efa if hardware else 0)
+            node_gpus.lay_out(self.host(endpoint, node), hardware.gpus if hardware else 0)
             mounts |= self._host_paths(endpoint, node, pod.get("spec") or {}, container)
         account = folder / "serviceaccount"
         account.mkdir(mode=0o700)
@@ -327,8 +340,11 @@ class Programs:
         (account / "token").chmod(0o600)
         shutil.copyfile(self.ca_path, account / "ca.crt")
         env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-        if node and self.node_tools:
-            env["PATH"] = f"{self.node_tools}:{env['PATH']}"
+        if node:
+            # The nodes' tools a test gave, else the sandbox's stand-in nvidia-smi, which
+            # counts the node's GPUs in its folder (told where: a pod would not need it).
+            env["PATH"] = f"{self.node_tools or node_gpus.tools()}:{env['PATH']}"
+            env[node_gpus.HOST_ENV] = str(self.host(endpoint, node))
         for item in container.get("env") or []:
             if "value" in item:
                 # A path under a mount point points at its folder, as arguments do.

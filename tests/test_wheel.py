@@ -41,6 +41,7 @@ SANDBOX_FILES = {
     "kube_model.py",
     "kube_patch.py",
     "kube_programs.py",
+    "node_gpus.py",
     "kube_protocol.py",
     "kube_resources.py",
     "kube_webhooks.py",

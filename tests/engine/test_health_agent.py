@@ -66,6 +66,27 @@ def _up_healthy(
     return spec, region_of(spec)
 
 
+def _all_healthy(sandbox: Sandbox, name: str, spec: Path) -> dict[str, Any]:
+    """`fmctl health -o json` of the cluster: every node healthy, nothing in repair."""
+    health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
+    report: dict[str, Any] = json.loads(health.stdout)
+    assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+    assert report["pools"][0]["inRepair"] == 0, health.stdout
+    return report
+
+
+def _agents_reported(sandbox: Sandbox, name: str, region: str) -> None:
+    """Until every GPU node's agent has reported it healthy."""
+    until(
+        "every node reported healthy",
+        lambda: all(
+            _condition(n).get("status") == "True"
+            for n in gate.nodes(sandbox, name, region).values()
+        ),
+        seconds=60,
+    )
+
+
 def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
     sandbox: Sandbox, tools: Path, tmp_path: Path
 ) -> None:
@@ -131,14 +152,8 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
             out = log.index(f"{node}: {reason}: out of service (fmctl.dev/unhealthy)")
             assert log.index(f"{node}: replacing: instance i-", out) > out, log
         # The replacements' agents report them healthy.
-        until(
-            "the replacements healthy",
-            lambda: all(_condition(n).get("status") == "True" for n in nodes().values()),
-            seconds=60,
-        )
-        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
-        report = json.loads(health.stdout)
-        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
+        _agents_reported(sandbox, name, region)
+        _all_healthy(sandbox, name, spec)
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -183,10 +198,7 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
             ),
             seconds=60,
         )
-        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
-        report = json.loads(health.stdout)
-        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
-        assert report["pools"][0]["inRepair"] == 0, health.stdout
+        _all_healthy(sandbox, name, spec)
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr
@@ -221,18 +233,41 @@ def test_both_loops_on_one_fault_replace_the_node_once(
         assert set(first) - {faulty} <= set(after)
         log = gate.controller_log(sandbox, name, region)
         assert "replacing it failed" not in log and "held" not in log, log
-        until(
-            "every node reported healthy",
-            lambda: all(
-                _condition(n).get("status") == "True"
-                for n in gate.nodes(sandbox, name, region).values()
-            ),
-            seconds=60,
-        )
-        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
-        report = json.loads(health.stdout)
-        assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
-        assert report["pools"][0]["inRepair"] == 0, health.stdout
+        _agents_reported(sandbox, name, region)
+        _all_healthy(sandbox, name, spec)
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """A user's sandbox has no recorded tools: each node's agent counts the GPUs with the
+    sandbox's stand-in nvidia-smi (fmctl_sandbox/node_gpus.py) and reports the node healthy,
+    not "cannot look"; `--gpu-missing 1` takes one away from a node's driver as well as
+    raising AWS's agent's condition, and the node is replaced (by whichever loop acts
+    first) with one that has all its GPUs."""
+    name = "e2e-health-gpus"
+    spec, region = _up_healthy(sandbox, tmp_path, name, {})
+    try:
+        first = gate.nodes(sandbox, name, region)
+        assert {_condition(n).get("message") for n in first.values()} == {"no node-level fault"}
+        faulty = sorted(first)[0]
+        said = sandbox_fault(sandbox.home, region, name, faulty, {"gpuMissing": 1})
+        assert "AcceleratedHardwareReady False (NvidiaDeviceCountMismatch)" in said
+        assert "1 GPU(s) gone from its driver" in said
+
+        def replaced() -> dict[str, dict[str, Any]] | None:
+            now = gate.nodes(sandbox, name, region)
+            done = faulty not in now and len(now) == 3
+            healthy = all(_condition(n).get("status") == "True" for n in now.values())
+            return now if done and healthy else None
+
+        after = until("the node replaced, every node healthy", replaced, seconds=120)
+        assert len(set(after) - set(first)) == 1
+        report = _all_healthy(sandbox, name, spec)
+        assert {n["detail"] for n in report["nodes"]} == {"Ready"}, report
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
     assert down.returncode == 0, down.stdout + down.stderr

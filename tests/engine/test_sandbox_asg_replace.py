@@ -18,7 +18,8 @@ SCALE = 0.001
 ENDPOINT = "E1"
 
 
-def _world() -> tuple[Eks, dict[str, object]]:
+def eks_world() -> tuple[Eks, dict[str, object]]:
+    """The sandbox's EKS state with an ACTIVE two-node p5en group whose nodes have joined."""
     kube = KubeServer()
     kube.ensure(ENDPOINT, "c")
     eks = Eks(SCALE, kube)
@@ -45,7 +46,7 @@ def _node_instances(eks: Eks) -> set[str]:
 
 
 def test_a_replacement_joins_after_it_boots() -> None:
-    eks, ng = _world()
+    eks, ng = eks_world()
     first, second = (i for _, i in node_slots("r", ng))
     assert _node_instances(eks) == {first, second}
     code, group = eks_asg.terminate(eks, "r", first, decrement=False)
@@ -68,7 +69,7 @@ def test_a_replacement_joins_after_it_boots() -> None:
 
 
 def test_a_decremented_termination_launches_nothing() -> None:
-    eks, ng = _world()
+    eks, ng = eks_world()
     ng["scalingConfig"] = {"minSize": 1, "maxSize": 2, "desiredSize": 2}
     first, second = (i for _, i in node_slots("r", ng))
     assert eks_asg.terminate(eks, "r", first, decrement=True)[0] == ""

@@ -1,7 +1,8 @@
 """The sandbox's kubelet runs Job pods side by side, outside the API's lock, as a cluster's
 nodes do (``fmctl_sandbox.kube_jobs``): a Job is active while its pod's command runs, the API
 answers meanwhile, and the Job finishes at a later look. Run on the sandbox's own
-Kubernetes state (``KubeServer``), with nodes from its EKS node group (``Eks.sync_nodes``)."""
+Kubernetes state (``KubeServer``), with nodes from its EKS node group (``Eks.sync_nodes``,
+as test_sandbox_asg_replace.py makes them)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fmctl_sandbox.eks import Eks
-from fmctl_sandbox.eks_model import Item
 from fmctl_sandbox.kube import KubeServer
+from tests.engine.test_sandbox_asg_replace import ENDPOINT, eks_world
 
-ENDPOINT = "E1"
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 #: Each pod marks that it started and waits (up to 10 s) until the other has too: run one
 #: after another, the first would give up and fail.
@@ -75,21 +74,8 @@ def _finished(kube: KubeServer) -> dict[str, str]:
 
 
 def test_job_pods_run_side_by_side_and_finish_at_a_later_look(tmp_path: Path) -> None:
-    kube = KubeServer()
-    kube.ensure(ENDPOINT, "c")
-    eks = Eks(0.001, kube)
-    eks.endpoints[("r", "c")] = ENDPOINT
-    ng: dict[str, object] = {
-        "clusterName": "c",
-        "nodegroupName": "gpu",
-        "status": "ACTIVE",
-        "instanceTypes": ["p5en.48xlarge"],
-        "scalingConfig": {"minSize": 2, "maxSize": 2, "desiredSize": 2},
-        "labels": {},
-        "taints": [],
-    }
-    eks.nodegroups[("r", "c", "gpu")] = Item(ng, 0.0)
-    eks.sync_nodes("r", ng)
+    eks, _ = eks_world()
+    kube = eks.kube
     tools, shared = tmp_path / "tools", tmp_path / "shared"
     tools.mkdir()
     shared.mkdir()
