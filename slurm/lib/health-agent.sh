@@ -65,17 +65,33 @@ lookup() {
     END {if (!found) print "UNKNOWN replace finish"}' "$table"
 }
 
+# A kernel line or an EFA counter's rise is new each run that finds it: logged and counted
+# each time. A state (GPUs missing, a link down) is logged and counted when it appears, not
+# every run while it lasts (the last run's states: $dir/present).
+before=$(cat "$dir/present" 2>/dev/null || true)
+present=""
 act=""  # the first node-level fault: "code class action jobs detail"
 for fault in "${faults[@]}"; do
   code="${fault%%	*}"
   detail="${fault#*	}"
   read -r class action jobs < <(lookup "$code")
-  echo "$now $code $class $action $detail" >>"$dir/faults.log"
-  printf '%s %s\n' "$code" "$class" >>"$dir/counts"
+  new=true
+  case "$code" in
+    xid:* | efa-errors) ;;
+    *)
+      present+="$code"$'\n'
+      ! grep -qxF "$code" <<<"$before" || new=false
+      ;;
+  esac
+  if [ "$new" = true ]; then
+    echo "$now $code $class $action $detail" >>"$dir/faults.log"
+    printf '%s %s\n' "$code" "$class" >>"$dir/counts"
+  fi
   if [ "$action" != none ] && [ -z "$act" ]; then
     act="$code $class $action $jobs $detail"
   fi
 done
+printf '%s' "$present" >"$dir/present"
 
 # metrics STATE: the node's state and its fault counts, for the EFA exporter's textfile
 # collector (its folder, where it runs).

@@ -214,3 +214,38 @@ def test_its_series_for_the_node_exporter(tmp_path: Path, monkeypatch: Any) -> N
     assert 'fmctl_node_health_state{state="faulty"} 1' in text
     assert "# TYPE fmctl_node_faults_total counter" in text
     assert not list(agent.metrics.glob("*.tmp"))
+
+
+def test_a_lasting_fault_counts_once_and_a_kernel_line_each_time(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """fmctl_node_faults_total counts faults, not looks: a GPU off the bus (the recorded
+    nvidia-smi that lists 7) seen pass after pass counts once, again only when it comes
+    back after it was gone; each kernel line counts once, whenever it is read."""
+    agent, _, kmsg = _agent(tmp_path, monkeypatch)
+    agent.metrics = tmp_path / "metrics"
+
+    def counted(code: str, fault_class: str) -> int:
+        text = (agent.metrics / "fmctl-health.prom").read_text()
+        mark = f'fmctl_node_faults_total{{code="{code}",class="{fault_class}"}} '
+        line = next((x for x in text.splitlines() if x.startswith(mark)), mark + "0")
+        return int(line.removeprefix(mark))
+
+    (tmp_path / "lost").write_text("")
+    for _ in range(3):
+        agent.run_pass()
+    assert counted("gpu-count", "GPU_MISSING") == 1
+    (tmp_path / "lost").unlink()
+    agent.run_pass()
+    (tmp_path / "lost").write_text("")
+    agent.run_pass()
+    assert counted("gpu-count", "GPU_MISSING") == 2
+    kmsg.write_text(_records(_kernel("kernel-xid13-109-gpud.txt")))
+    agent.run_pass()
+    agent.run_pass()
+    assert counted("xid:13", "RESTART_APP") == 3
+    # Kept across the agent's restarts: a new agent on the same state folder goes on.
+    again, _, _ = _agent(tmp_path / "again", monkeypatch)
+    again.state, again.metrics = agent.state, agent.metrics
+    again.run_pass()
+    assert counted("gpu-count", "GPU_MISSING") == 2

@@ -96,6 +96,12 @@ def load_table(path: Path) -> dict[str, Row]:
     return table
 
 
+def event(code: str) -> bool:
+    """Whether a fault is found anew each time (a kernel line, read once; an EFA error
+    counter's rise since the last pass) rather than a state that lasts."""
+    return code.startswith("xid:") or code == "efa-errors"
+
+
 def row_of(table: dict[str, Row], code: str) -> Row:
     """The row for ``code``; an Xid the table does not know is replaced, its jobs left to
     finish (NVIDIA's catalog on an unexpected one), as the Slurm agent does."""
@@ -279,21 +285,35 @@ class Agent:
             self.write_metrics(faults, condition)
         self.report(condition)
 
+    def count(self, faults: list[Fault]) -> dict[tuple[str, str], int]:
+        """Every fault seen on the node so far, by code and class, kept in the state folder
+        (``counts``: a line per code and class with its number). A kernel line or an EFA
+        counter's rise is new each pass it is found, and counts each time; a state (GPUs
+        missing, a link down) counts once when it appears, not once a pass while it lasts
+        (the last pass's states: ``present``)."""
+        counts, present = self.state / "counts", self.state / "present"
+        seen: dict[tuple[str, str], int] = {}
+        if counts.exists():
+            for line in counts.read_text().splitlines():
+                code, fault_class, number = [*line.split(" "), "1"][:3]
+                seen[(code, fault_class)] = seen.get((code, fault_class), 0) + int(number)
+        before = set(present.read_text().split()) if present.exists() else set()
+        states = {f.code for f in faults if f.code != "unchecked" and not event(f.code)}
+        for f in faults:
+            if f.code != "unchecked" and (event(f.code) or f.code not in before):
+                key = (f.code, f.row.fault_class)
+                seen[key] = seen.get(key, 0) + 1
+        counts.write_text("".join(f"{c} {k} {n}\n" for (c, k), n in sorted(seen.items())))
+        present.write_text("".join(f"{code}\n" for code in sorted(states)))
+        return seen
+
     def write_metrics(self, faults: list[Fault], condition: dict[str, str]) -> None:
         """The Slurm agent's series, for node_exporter's textfile collector (the file
         replaced whole, as the collector wants): ``fmctl_node_health_state`` (healthy,
         faulty, unchecked: 1 for the current) and ``fmctl_node_faults_total{code,class}``
         (every fault seen, kept in the state folder across restarts)."""
         assert self.metrics is not None
-        counts = self.state / "counts"
-        with counts.open("a") as out:
-            for f in faults:
-                if f.code != "unchecked":
-                    out.write(f"{f.code} {f.row.fault_class}\n")
-        seen: dict[tuple[str, str], int] = {}
-        for line in counts.read_text().splitlines():
-            code, _, fault_class = line.partition(" ")
-            seen[(code, fault_class)] = seen.get((code, fault_class), 0) + 1
+        seen = self.count(faults)
         current = {"True": "healthy", "False": "faulty"}.get(condition["status"], "unchecked")
         lines = [
             "# HELP fmctl_node_health_state fmctl's health agent: the node's state (1 for the "
