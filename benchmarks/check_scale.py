@@ -7,8 +7,8 @@ sandbox is not used: its kubelet runs at most 16 pods at once on this 2-core mac
 
 The node work is set to 1/20 of what the check expects of a node (12 s instead of
 kube_gather's EXPECTED_SECONDS, 240 s; DCGM's level-2 diagnostic is "approximately two
-minutes" of it, dcgmi-diag(1)) to keep the benchmark short; that makes fmctl's own per-node cost weigh 20
-times more in the ratio than on a cluster. Not a test.
+minutes" of it, dcgmi-diag(1)) to keep the benchmark short; that makes fmctl's own
+per-node cost weigh 20 times more in the ratio than on a cluster. Not a test.
 
     python benchmarks/check_scale.py     # part of make bench
 """
