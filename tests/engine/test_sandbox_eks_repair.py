@@ -35,6 +35,10 @@ class FakeKube:
         self.kernel.append((node, f"efa-down {count}"))
         return count
 
+    def gpus_off(self, cluster: str, node: str, count: int) -> int:
+        self.kernel.append((node, f"gpus-off {count}"))
+        return count
+
     def nodes(self, cluster: str, nodegroup: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(n) for n in self.nodes_of.values()]
 
@@ -138,6 +142,7 @@ def test_waits_then_cordons_then_replaces_one_at_a_time() -> None:
     eks = _world(4, {"enabled": True, "maxParallelNodesRepairedCount": 1})
     _fault(eks, "n0", xid=79)
     _fault(eks, "n1", gpuMissing=1)
+    assert ("n1", "gpus-off 1") in eks.kube.kernel  # for fmctl's agent's nvidia-smi
     _tick(eks, 0.0)
     _tick(eks, 9.9 * MINUTE)
     assert _cordoned(eks) == set()  # EKS waits 10 minutes on AcceleratedHardwareReady
