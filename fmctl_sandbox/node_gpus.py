@@ -32,7 +32,7 @@ HOST_ENV = "FMCTL_SANDBOX_HOST"
 #: (tests/data/check/nvidia-smi-p5en.csv); further GPUs count on from the last.
 BUSES = (0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA)
 
-NVIDIA_SMI = f"""#!/bin/bash
+NVIDIA_SMI = f"""#!/bin/sh
 # The sandbox's stand-in for nvidia-smi (fmctl_sandbox/node_gpus.py): this node's GPUs are
 # the folders the driver's procfs lists in its folder.
 gpus="${{{HOST_ENV}:?}}/{GPUS}"

@@ -82,10 +82,12 @@ if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -r "$lib/row-remap.sh" ]; then
   # shellcheck source=row-remap.sh
   . "$lib/row-remap.sh"
   remaps=$(timeout "$deadline" nvidia-smi -q -d ROW_REMAPPER 2>/dev/null | fmctl_row_remaps)
-  failed=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of failure)
-  pending=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of pending)
-  [ -z "$failed" ] || faults+=("row-remap-failure	GPU $failed: row remapping failed")
-  [ -z "$pending" ] || faults+=("row-remap-pending	GPU $pending: row remapping pending")
+  if [ -n "$remaps" ]; then  # (none to sort: no two more processes a pass)
+    failed=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of failure)
+    pending=$(printf '%s\n' "$remaps" | fmctl_row_remaps_of pending)
+    [ -z "$failed" ] || faults+=("row-remap-failure	GPU $failed: row remapping failed")
+    [ -z "$pending" ] || faults+=("row-remap-pending	GPU $pending: row remapping pending")
+  fi
 fi
 
 # The storage the spec mounts on every node (health.env): FSx for Lustre and the

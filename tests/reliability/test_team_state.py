@@ -29,7 +29,14 @@ import pytest
 from provisioner.drivers.aws import READ_PREFIXES
 from provisioner.graph.runner import DEFAULT_PARALLELISM
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG, STATE_TAG
-from tests.engine.harness import Sandbox, kill_after, owned, region_of, spec_file
+from tests.engine.harness import (
+    Sandbox,
+    fmctl_calls,
+    kill_after,
+    owned,
+    region_of,
+    spec_file,
+)
 from tests.engine.test_lifecycle import P5EN_RESOURCES
 from tests.reliability.campaign import duplicates, raw_leftovers
 
@@ -99,9 +106,11 @@ def _versions(sandbox: Sandbox, name: str) -> list[tuple[str, str]]:
 
 
 def _writes_since(sandbox: Sandbox, since: float) -> list[str]:
-    """Calls that changed something (answered 2xx) since ``since``, by the request log."""
+    """fmctl's calls that changed something (answered 2xx) since ``since``, by the request
+    log: not the cluster's own programs' (its node agents report on their nodes whenever
+    they look; B's cluster has them running by then)."""
     out = []
-    for r in sandbox.requests():
+    for r in fmctl_calls(sandbox.requests()):
         if r["time"] < since or not 200 <= int(r.get("status") or 0) < 300:
             continue
         action = str(r["action"])
@@ -201,8 +210,9 @@ def test_killed_holder_is_waited_out_and_taken_over(
     name = "e2e-team-killed"
     spec = spec_file(tmp_path, name)
     region = region_of(spec)
-    # A's lease outlasts B's start, however loaded the machine: B first finds it live.
-    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="20")
+    # A's lease outlasts B's start, however loaded the machine: B first finds it live. At
+    # 20 s, `make campaign` once started B 27 s after A's last renewal (load 46 on 2 cores).
+    a = _spawn(sandbox, team["a"], "up", "-f", str(spec), "--yes", lease="40")
     kill_after(a, " creating", 3)
     assert a.returncode == -9
     refused = _run(sandbox, team["b"], "up", "-f", str(spec), "--yes")
