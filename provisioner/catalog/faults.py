@@ -27,7 +27,10 @@ warns of them). DCGM's health watches: a Failure is ``replace``, a Warning count
 
 Each row also says what becomes of the jobs running on the node: they finish, except where
 the work is lost already (RESET_GPU, RESTART_BM, RESTART_VM, a GPU gone), where they are
-requeued at once.
+requeued at once; and how the agents count it: an XID (a kernel line, read once) and an EFA
+counter's rise (since the last look) are *events*, new each time they are found and counted
+each time; every other row is a *state* that lasts (GPUs missing, a link down), counted once
+when it appears, not at every look while it lasts.
 
 ``python -m provisioner.catalog.faults`` prints the table as the node agent reads it
 (slurm/lib/faults.tsv, kept equal to this module by a test).
@@ -78,6 +81,13 @@ class Action(Enum):
     REPLACE = "replace"
 
 
+class Seen(Enum):
+    """How the agents count a fault they find: anew each time, or once while it lasts."""
+
+    EVENT = "event"  # a kernel line or a counter's rise: each find is a new fault
+    STATE = "state"  # a condition of the node: counted when it appears
+
+
 class Jobs(Enum):
     """What becomes of the jobs running on a node the agent takes out of service."""
 
@@ -88,14 +98,15 @@ class Jobs(Enum):
 @dataclass(frozen=True)
 class FaultRow:
     """One row: a fault code (``xid:79``, ``gpu-count``), its class (NVIDIA's resolution
-    bucket, or fmctl's), what the agent does, what becomes of the node's running jobs and
-    where the row comes from."""
+    bucket, or fmctl's), what the agent does, what becomes of the node's running jobs, how
+    the agents count it and where the row comes from."""
 
     code: str
     fault_class: str
     action: Action
     source: str
     jobs: Jobs = Jobs.FINISH
+    seen: Seen = Seen.STATE
 
 
 def _spans(text: str) -> tuple[int, ...]:
@@ -165,7 +176,7 @@ OWN_RULES: tuple[FaultRow, ...] = (
     FaultRow("row-remap-pending", "ROW_REMAP_PENDING", Action.REBOOT, ROW_REMAP_SOURCE),
     FaultRow("dcgm-health", "DCGM_HEALTH_FAILURE", Action.REPLACE, DCGM_HEALTH_SOURCE),
     FaultRow("dcgm-health-warn", "DCGM_HEALTH_WARNING", Action.NONE, DCGM_HEALTH_SOURCE),
-    FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE),
+    FaultRow("efa-errors", "EFA_ERRORS", Action.NONE, EFA_COUNTER_SOURCE, seen=Seen.EVENT),
 )
 
 
@@ -190,6 +201,7 @@ def fault_table() -> tuple[FaultRow, ...]:
             BUCKET_ACTION[bucket],
             XID_SOURCE,
             Jobs.REQUEUE if bucket in REQUEUE_BUCKETS else Jobs.FINISH,
+            Seen.EVENT,
         )
         for bucket, codes in XID_BUCKETS.items()
         for code in codes
@@ -204,10 +216,14 @@ def rule(code: str) -> FaultRow | None:
 
 
 def as_tsv() -> str:
-    """The table as the node agent reads it: code, class, action, jobs, tab-separated."""
-    header = "# fmctl's fault table (provisioner/catalog/faults.py): code\tclass\taction\tjobs\n"
+    """The table as the node agents read it: code, class, action, jobs, seen,
+    tab-separated."""
+    header = (
+        "# fmctl's fault table (provisioner/catalog/faults.py): code\tclass\taction\tjobs\tseen\n"
+    )
     return header + "".join(
-        f"{r.code}\t{r.fault_class}\t{r.action.value}\t{r.jobs.value}\n" for r in fault_table()
+        f"{r.code}\t{r.fault_class}\t{r.action.value}\t{r.jobs.value}\t{r.seen.value}\n"
+        for r in fault_table()
     )
 
 

@@ -58,31 +58,31 @@ now="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 # shellcheck source=health-detect.sh
 . "$lib/health-detect.sh"
 
-# lookup CODE: "class action jobs" from the table (an XID it does not know: replace, its jobs
-# left to finish, as NVIDIA's catalog says of an unexpected one).
+# lookup CODE: "class action jobs seen" from the table (an XID it does not know: replace, its
+# jobs left to finish, as NVIDIA's catalog says of an unexpected one; a kernel line, so an
+# event).
 lookup() {
-  awk -F '\t' -v c="$1" '$1 == c {print $2, $3, ($4 == "" ? "finish" : $4); found = 1; exit}
-    END {if (!found) print "UNKNOWN replace finish"}' "$table"
+  awk -F '\t' -v c="$1" '$1 == c {
+      print $2, $3, ($4 == "" ? "finish" : $4), ($5 == "" ? "state" : $5); found = 1; exit}
+    END {if (!found) print "UNKNOWN replace finish event"}' "$table"
 }
 
-# A kernel line or an EFA counter's rise is new each run that finds it: logged and counted
-# each time. A state (GPUs missing, a link down) is logged and counted when it appears, not
-# every run while it lasts (the last run's states: $dir/present).
+# The table's "seen" column: an event (a kernel line, an EFA counter's rise) is new each run
+# that finds it, logged and counted each time; a state (GPUs missing, a link down) is logged
+# and counted when it appears, not every run while it lasts (the last run's states:
+# $dir/present).
 before=$(cat "$dir/present" 2>/dev/null || true)
 present=""
 act=""  # the first node-level fault: "code class action jobs detail"
 for fault in "${faults[@]}"; do
   code="${fault%%	*}"
   detail="${fault#*	}"
-  read -r class action jobs < <(lookup "$code")
+  read -r class action jobs seen < <(lookup "$code")
   new=true
-  case "$code" in
-    xid:* | efa-errors) ;;
-    *)
-      present+="$code"$'\n'
-      ! grep -qxF "$code" <<<"$before" || new=false
-      ;;
-  esac
+  if [ "$seen" = state ]; then
+    present+="$code"$'\n'
+    ! grep -qxF "$code" <<<"$before" || new=false
+  fi
   if [ "$new" = true ]; then
     echo "$now $code $class $action $detail" >>"$dir/faults.log"
     printf '%s %s\n' "$code" "$class" >>"$dir/counts"

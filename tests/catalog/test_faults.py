@@ -52,3 +52,15 @@ def test_only_lost_work_is_requeued() -> None:
         assert (row.jobs is Jobs.REQUEUE) == lost, row
         if row.action is Action.NONE:
             assert row.jobs is Jobs.FINISH
+
+
+def test_events_are_what_is_read_once() -> None:
+    """The seen column: an XID (a kernel line, read once) and an EFA counter's rise are new
+    each time they are found; every other row is a state the agents count when it appears."""
+    from provisioner.catalog.faults import Seen
+
+    for row in fault_table():
+        read_once = row.code.startswith("xid:") or row.code == "efa-errors"
+        assert (row.seen is Seen.EVENT) == read_once, row
+    assert as_tsv().splitlines()[0].endswith("\tseen")
+    assert "\ngpu-count\tGPU_MISSING\treplace\trequeue\tstate\n" in as_tsv()

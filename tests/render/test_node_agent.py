@@ -249,3 +249,39 @@ def test_a_lasting_fault_counts_once_and_a_kernel_line_each_time(
     again.state, again.metrics = agent.state, agent.metrics
     again.run_pass()
     assert counted("gpu-count", "GPU_MISSING") == 2
+
+
+def test_the_table_says_what_is_counted_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """Whether a fault counts at each pass that finds it or once while it lasts is the fault
+    table's ``seen`` column, not the agent's: the same lost GPU in a table that calls it an
+    event counts at every pass; an Xid the table does not know is a kernel line, counted
+    each time it is read."""
+    import shutil
+
+    lib = tmp_path / "lib"
+    shutil.copytree(LIB, lib)
+    table = lib / "faults.tsv"
+    table.write_text(
+        table.read_text().replace(
+            "gpu-count\tGPU_MISSING\treplace\trequeue\tstate",
+            "gpu-count\tGPU_MISSING\treplace\trequeue\tevent",
+        )
+    )
+    agent, _, kmsg = _agent(tmp_path, monkeypatch)
+    agent.table = na.load_table(table)
+    agent.metrics = tmp_path / "metrics"  # the agent counts for its series
+    assert agent.table["gpu-count"].seen == "event"
+    (tmp_path / "lost").write_text("")
+    for _ in range(3):
+        agent.run_pass()
+    counts = (agent.state / "counts").read_text()
+    assert "gpu-count GPU_MISSING 3\n" in counts, counts
+    (tmp_path / "lost").unlink()
+    # In the recorded lines' form (kernel-xid13-109-gpud.txt), with a code past the catalog.
+    unknown = "NVRM: Xid (PCI:0000:53:00): 999, pid=1, name=python3, a code not in the catalog"
+    kmsg.write_text(_records([unknown]))
+    agent.run_pass()
+    kmsg.write_text(_records([unknown, unknown], first=2))
+    agent.run_pass()
+    counts = (agent.state / "counts").read_text()
+    assert "xid:999 UNKNOWN 3\n" in counts, counts

@@ -299,9 +299,12 @@ def test_efa_error_counters_are_counted_never_acted_on(cluster: Cluster) -> None
     log = c.node.path("/var/lib/fmctl/health/faults.log").read_text()
     assert "efa-errors EFA_ERRORS none rdmap16s27/1/rx_drops +5" in log
     assert "mlx5_0" not in log and "retrans_bytes" not in log
-    # No rise, nothing new.
+    # No rise, nothing new; another rise is another fault (the table's "seen": an event).
     run()
     assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 1' in _metrics(c)
+    c.node.write(f"{efa}/ports/1/hw_counters/rx_drops", "16\n")
+    run()
+    assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 2' in _metrics(c)
 
 
 def _reset(cluster: Cluster) -> None:

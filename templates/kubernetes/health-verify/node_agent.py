@@ -56,11 +56,14 @@ DETECT_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the fault table: what a fault is and what is done about it."""
+    """One row of the fault table: what a fault is, what is done about it and how it is
+    counted (``seen``: ``event``, new each time it is found, or ``state``, once while it
+    lasts)."""
 
     fault_class: str
     action: str
     jobs: str
+    seen: str = "state"
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,12 @@ class Fault:
         """Does it take the node out of service (the table's action is not ``none``)?"""
         return self.row.action != "none" and self.code != "unchecked"
 
+    @property
+    def event(self) -> bool:
+        """Is it found anew each time (a kernel line, read once; an EFA error counter's rise
+        since the last pass) rather than a state that lasts? The table's ``seen``."""
+        return self.row.seen == "event"
+
     def reason(self) -> str:
         """As the Slurm agent writes a drain's reason (users grep for it)."""
         if self.code.startswith("xid:"):
@@ -86,28 +95,25 @@ class Fault:
 
 
 def load_table(path: Path) -> dict[str, Row]:
-    """faults.tsv: ``code<TAB>class<TAB>action<TAB>jobs`` (``#`` lines are comments)."""
+    """faults.tsv: ``code<TAB>class<TAB>action<TAB>jobs<TAB>seen`` (``#`` lines are
+    comments)."""
     table: dict[str, Row] = {}
     for line in path.read_text().splitlines():
         if not line or line.startswith("#"):
             continue
-        code, fault_class, action, *rest = line.split("\t")
-        table[code] = Row(fault_class, action, rest[0] if rest and rest[0] else "finish")
+        code, fault_class, action, *rest = [*line.split("\t"), "", ""][:5]
+        jobs, seen = rest
+        table[code] = Row(fault_class, action, jobs or "finish", seen or "state")
     return table
-
-
-def event(code: str) -> bool:
-    """Whether a fault is found anew each time (a kernel line, read once; an EFA error
-    counter's rise since the last pass) rather than a state that lasts."""
-    return code.startswith("xid:") or code == "efa-errors"
 
 
 def row_of(table: dict[str, Row], code: str) -> Row:
     """The row for ``code``; an Xid the table does not know is replaced, its jobs left to
-    finish (NVIDIA's catalog on an unexpected one), as the Slurm agent does."""
+    finish (NVIDIA's catalog on an unexpected one), and counted as the kernel line it is, as
+    the Slurm agent does."""
     if code == "unchecked":
         return Row("UNCHECKED", "none", "finish")
-    return table.get(code, Row("UNKNOWN", "replace", "finish"))
+    return table.get(code, Row("UNKNOWN", "replace", "finish", "event"))
 
 
 def read_kmsg(path: Path, after: int) -> tuple[list[str], int]:
@@ -298,9 +304,9 @@ class Agent:
                 code, fault_class, number = [*line.split(" "), "1"][:3]
                 seen[(code, fault_class)] = seen.get((code, fault_class), 0) + int(number)
         before = set(present.read_text().split()) if present.exists() else set()
-        states = {f.code for f in faults if f.code != "unchecked" and not event(f.code)}
+        states = {f.code for f in faults if f.code != "unchecked" and not f.event}
         for f in faults:
-            if f.code != "unchecked" and (event(f.code) or f.code not in before):
+            if f.code != "unchecked" and (f.event or f.code not in before):
                 key = (f.code, f.row.fault_class)
                 seen[key] = seen.get(key, 0) + 1
         counts.write_text("".join(f"{c} {k} {n}\n" for (c, k), n in sorted(seen.items())))
