@@ -20,6 +20,8 @@ pods do not get it (``fmctl check`` in the sandbox still needs a test's recorded
 
 from __future__ import annotations
 
+import atexit
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -78,14 +80,12 @@ def fall_off(host: Path, count: int) -> int:
     return len(gone)
 
 
-_TOOLS: list[str] = []
-
-
+@functools.cache
 def tools() -> str:
-    """The folder with the stand-in nvidia-smi (written once per sandbox process)."""
-    if not _TOOLS:
-        folder = Path(tempfile.mkdtemp(prefix="fmctl-sandbox-nvidia-"))
-        (folder / "nvidia-smi").write_text(NVIDIA_SMI)
-        (folder / "nvidia-smi").chmod(0o755)
-        _TOOLS.append(str(folder))
-    return _TOOLS[0]
+    """The folder with the stand-in nvidia-smi: written once per sandbox process (mkdtemp's
+    0700, so no other user can change what the agents run) and removed when it exits."""
+    folder = Path(tempfile.mkdtemp(prefix="fmctl-sandbox-nvidia-"))
+    (folder / "nvidia-smi").write_text(NVIDIA_SMI)
+    (folder / "nvidia-smi").chmod(0o755)
+    atexit.register(shutil.rmtree, folder, True)
+    return str(folder)
