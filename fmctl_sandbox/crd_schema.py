@@ -367,7 +367,7 @@ def evaluate(rule: str, value: Any, old: Any = None) -> bool:
     from celpy.adapter import json_to_cel
     from celpy.evaluation import CELEvalError
 
-    program = _program(rule)
+    program = compiled(rule)
     activation: dict[str, Any] = {"self": json_to_cel(value)}
     if old is not None:
         activation["oldSelf"] = json_to_cel(old)
@@ -381,7 +381,9 @@ def evaluate(rule: str, value: Any, old: Any = None) -> bool:
 
 
 @lru_cache(maxsize=512)
-def _program(rule: str) -> Any:
+def compiled(rule: str) -> Any:
+    """A CEL expression compiled once (celpy: the sandbox's CEL, for CRDs' rules and
+    admission policies)."""
     import celpy
 
     env = celpy.Environment()

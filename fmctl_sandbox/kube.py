@@ -59,6 +59,7 @@ from fmctl_sandbox.kube_model import (
     Hardware,
 )
 from fmctl_sandbox.kube_patch import merge_patch, strategic_patch, update_owners
+from fmctl_sandbox.kube_policies import Caller, Request, admit
 from fmctl_sandbox.kube_programs import Programs
 from fmctl_sandbox.kube_protocol import discovery, json_answer, load, target
 from fmctl_sandbox.kube_resources import JOBS, QUEUED, Served, served
@@ -94,6 +95,8 @@ class KubeServer:
     node_tools: str | None = None
     #: The in-cluster programs the sandbox runs for Deployments (``kube_programs``).
     programs: Programs = field(default_factory=Programs)
+    #: Who makes the request being answered (set under ``lock``, for admission policies).
+    caller: Caller = field(default_factory=Caller)
 
     # -- what the EKS shim calls -------------------------------------------------------
     def ensure(self, cluster: str, name: str, version: str = "1.33") -> None:
@@ -315,10 +318,14 @@ class KubeServer:
                 c = self.clusters.get(cluster)
                 # A program the sandbox runs in the cluster (kube_programs) comes with its
                 # service account's token; anyone else with an EKS token.
-                if not self.programs.accepts(cluster, headers.get("authorization", "")):
+                caller = self.programs.caller(cluster, headers.get("authorization", ""))
+                if caller is None:
                     refused = authenticate(c.name if c is not None else "")
                     if refused is not None:
                         raise ApiError(401, "Unauthorized", refused)
+                # Admission policies see who asks: a program's service account, else a
+                # user the sandbox cannot name (an EKS token's IAM mapping).
+                self.caller = caller or Caller()
                 if c is None:
                     raise ApiError(503, "ServiceUnavailable", f"cluster {cluster} has no API")
                 answer = self._route(c, method, path.rstrip("/"), parse_qs(query), headers, body)
@@ -365,7 +372,7 @@ class KubeServer:
             only = {"status": (load(body) or {}).get("status") or {}}
             manager = query.get("fieldManager", ["kubectl-patch"])[0]
             ctype = headers.get("content-type", "")
-            return self._patch(c, res, version, "", name, ctype, only, manager)
+            return self._patch(c, res, version, "", name, ctype, only, manager, "status")
         res, version, namespace, name = target(parts, served(c.version, c.crds))
         plural = res.plural
         if method == "GET" and name:
@@ -395,7 +402,9 @@ class KubeServer:
             return self._patch(c, res, version, namespace, name, ctype, load(body), manager)
         if method == "POST" and not name:
             manager = query.get("fieldManager", ["kubectl-create"])[0]
-            return self._create(c, res, version, namespace, load(body), manager, strict)
+            created = load(body)
+            self._admit(c, res, version, namespace, "CREATE", created, None)
+            return self._create(c, res, version, namespace, created, manager, strict)
         if method == "DELETE" and name:
             return self._delete(c, plural, namespace, name)
         raise ApiError(405, "MethodNotAllowed", f"{method} {path} is not served by the sandbox")
@@ -530,8 +539,10 @@ class KubeServer:
         ctype: str,
         patch: dict[str, Any],
         manager: str,
+        subresource: str = "",
     ) -> dict[str, Any]:
-        """A JSON merge or strategic merge patch of an existing object (``kube_patch``)."""
+        """A JSON merge or strategic merge patch of an existing object (``kube_patch``), or of
+        its ``subresource``."""
         plural = res.plural
         live = c.objects.get((plural, namespace, name))
         if live is None:
@@ -564,6 +575,9 @@ class KubeServer:
             live["metadata"].get("namespace", ""),
         ):
             raise ApiError(400, "BadRequest", "a patch may not change the name or namespace")
+        # Admission comes before the store finds nothing changed: a patch that changes
+        # nothing is still one its caller may not have been allowed to make.
+        self._admit(c, res, version, namespace, "UPDATE", obj, live, subresource)
         if obj == live:
             return copy.deepcopy(live)
         obj = checked(res, version, obj, live, strict=False)
@@ -571,6 +585,24 @@ class KubeServer:
         record(obj, live, owners, {manager: "Update"}, res.api_version(version))
         self._put(c, plural, namespace, obj, live)
         return copy.deepcopy(c.objects[(plural, namespace, name)])
+
+    def _admit(
+        self,
+        c: Cluster,
+        res: Served,
+        version: str,
+        namespace: str,
+        operation: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        subresource: str = "",
+    ) -> None:
+        """The cluster's admission policies on this request's write (``kube_policies``)."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        request = Request(
+            res.group, version, res.plural, subresource, operation, namespace, name, self.caller
+        )
+        admit(c, request, obj, old)
 
     def _create(
         self,

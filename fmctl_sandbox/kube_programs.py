@@ -63,6 +63,7 @@ from fmctl_sandbox import node_gpus
 from fmctl_sandbox.kube_controllers import admits
 from fmctl_sandbox.kube_jobs import mount_config_maps, remap
 from fmctl_sandbox.kube_model import Cluster
+from fmctl_sandbox.kube_policies import Caller
 from fmctl_sandbox.sigv4 import Credentials
 
 #: The shortest interval a program is given (each pass holds the sandbox's API a moment).
@@ -131,6 +132,8 @@ class Program:
     #: Its pod identity association and the token its credentials are fetched with.
     association: Association | None = None
     identity_token: str = ""
+    #: Who its token says it is: its pod's service account, on its node.
+    caller: Caller = field(default_factory=Caller)
 
 
 @dataclass
@@ -233,12 +236,19 @@ class Programs:
         self.sessions[access] = session
         return session
 
-    def accepts(self, endpoint: str, authorization: str) -> bool:
-        """Is this the token of a program of the cluster at ``endpoint``?"""
+    def caller(self, endpoint: str, authorization: str) -> Caller | None:
+        """Who a program of the cluster at ``endpoint`` with this token is (None: not a
+        program's token)."""
         token = authorization.removeprefix("Bearer ").strip()
-        return bool(token) and any(
-            key[0] == endpoint and secrets.compare_digest(p.token, token)
-            for key, p in self.running.items()
+        if not token:
+            return None
+        return next(
+            (
+                p.caller
+                for key, p in list(self.running.items())
+                if key[0] == endpoint and secrets.compare_digest(p.token, token)
+            ),
+            None,
         )
 
     def sync(self, endpoint: str, c: Cluster) -> None:
@@ -401,6 +411,7 @@ class Programs:
             time.monotonic(),
             association,
             identity_token,
+            Caller.service_account(namespace, account_name, node),
         )
 
     def _host_paths(

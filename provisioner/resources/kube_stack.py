@@ -80,6 +80,8 @@ STACK_KINDS = frozenset(
         ("rbac.authorization.k8s.io/v1", "Role"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
         ("storage.k8s.io/v1", "StorageClass"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
         ("kueue.x-k8s.io/v1beta2", "AdmissionCheck"),
         ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
         ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
