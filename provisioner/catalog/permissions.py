@@ -199,6 +199,8 @@ ALSO: tuple[Also, ...] = (
     Also("pcs:UpdateComputeNodeGroup", _PCS_NODES, _PCS),
     Also("eks:CreateCluster", ("iam:PassRole", "iam:CreateServiceLinkedRole"), _EKSCTL),
     Also("eks:CreateNodegroup", ("iam:PassRole", "iam:CreateServiceLinkedRole"), _EKSCTL),
+    Also("eks:CreateAddon", ("iam:PassRole",), _SAR + "list_amazonelastickubernetesservice.html"),
+    Also("eks:UpdateAddon", ("iam:PassRole",), _SAR + "list_amazonelastickubernetesservice.html"),
     Also(
         "eks:CreatePodIdentityAssociation",
         ("iam:PassRole", "iam:GetRole"),
@@ -247,6 +249,55 @@ SERVICE_LINKED = (
     "s3.data-source.lustre.fsx.amazonaws.com",
     "pcs.amazonaws.com",
 )
+
+#: The service each role fmctl hands over is passed to (``iam:PassedToService``), by call,
+#: and where AWS says so: iam:PassRole on fmctl's roles holds only for these, so the caller
+#: cannot hand an fmctl role to another service (a build or notebook service running code
+#: as it). PCS's node roles (path /aws-pcs/) are passed with their instance profile, and
+#: PCS's minimum permissions name iam:PassRole without the service: not conditioned.
+PASSED_TO: dict[str, tuple[str, str]] = {
+    "eks:CreateCluster": (
+        "eks.amazonaws.com",
+        "Step Functions developer guide, IAM policies for Amazon EKS (CreateCluster)",
+    ),
+    "eks:CreateNodegroup": (
+        "eks.amazonaws.com",
+        "Step Functions developer guide, IAM policies for Amazon EKS (CreateNodeGroup)",
+    ),
+    "eks:CreatePodIdentityAssociation": (
+        "pods.eks.amazonaws.com",
+        "EMR on EKS development guide, Enable EKS Pod Identity on the EKS cluster (the "
+        "association's creator's iam:PassRole)",
+    ),
+    "eks:UpdatePodIdentityAssociation": (
+        "pods.eks.amazonaws.com",
+        "as CreatePodIdentityAssociation: the same role parameter",
+    ),
+    # An add-on's podIdentityAssociations are EKS Pod Identity associations the add-on makes
+    # "in a single API call" (EKS user guide, IAM roles for Amazon EKS add-ons): their roles
+    # go where CreatePodIdentityAssociation's do (inferred; no page names the key here).
+    "eks:CreateAddon": (
+        "pods.eks.amazonaws.com",
+        "EKS user guide, IAM roles for Amazon EKS add-ons (as CreatePodIdentityAssociation)",
+    ),
+    "eks:UpdateAddon": (
+        "pods.eks.amazonaws.com",
+        "EKS user guide, IAM roles for Amazon EKS add-ons (as CreatePodIdentityAssociation)",
+    ),
+    "lambda:CreateFunction": ("lambda.amazonaws.com", "AWS managed policy AWSLambda_FullAccess v2"),
+    "scheduler:CreateSchedule": (
+        "scheduler.amazonaws.com",
+        "AWS managed policy AmazonEventBridgeSchedulerFullAccess v4",
+    ),
+    "scheduler:UpdateSchedule": (
+        "scheduler.amazonaws.com",
+        "AWS managed policy AmazonEventBridgeSchedulerFullAccess v4",
+    ),
+    "events:PutTargets": (
+        "events.amazonaws.com",
+        "AWS managed policy AmazonEventBridgeFullAccess v7",
+    ),
+}
 
 #: What fmctl names its IAM resources (``resources.iam``: roles and instance profiles
 #: ``fmctl-CLUSTER-REGION-ROLE``, at path / or PCS's /aws-pcs/; customer-managed policies
@@ -362,7 +413,19 @@ def statements() -> list[Statement]:
             OWN_IAM[:2],
             condition=(("ArnLike", "iam:PolicyARN", known),),
         ),
-        Statement("FmctlPassOwnRoles", ("iam:PassRole",), OWN_IAM[:2]),
+        Statement(
+            "FmctlPassOwnRoles",
+            ("iam:PassRole",),
+            OWN_IAM[:1],
+            condition=(
+                (
+                    "StringEquals",
+                    "iam:PassedToService",
+                    tuple(sorted({service for service, _ in PASSED_TO.values()})),
+                ),
+            ),
+        ),
+        Statement("FmctlPassPcsNodeRoles", ("iam:PassRole",), OWN_IAM[1:2]),
         Statement(
             "ServiceLinkedRoles",
             ("iam:CreateServiceLinkedRole",),

@@ -101,7 +101,9 @@ def test_policies_fit_iams_limit_and_grant_every_action() -> None:
         sids = [s["Sid"] for s in doc["Statement"]]
         assert len(sids) == len(set(sids))
         granted += [a for s in doc["Statement"] for a in s["Action"]]
-    assert sorted(granted) == p.required_actions()  # every action, each once
+    # Every action, each once but iam:PassRole (fmctl's roles and PCS's node roles apart).
+    assert sorted(set(granted)) == p.required_actions()
+    assert [a for a in granted if granted.count(a) > 1] == ["iam:PassRole"] * 2
     assert "sts:GetCallerIdentity" not in granted  # needs no permission
     assert {"s3:ListBucket", "budgets:ModifyBudget", "iam:PassRole"} <= set(granted)
     assert "s3:HeadBucket" not in granted  # not an IAM action
@@ -117,8 +119,32 @@ def test_iam_writes_reach_fmctls_own_names_only() -> None:
             if "iam:CreateServiceLinkedRole" in iam:
                 names = statement["Condition"]["StringEquals"]["iam:AWSServiceName"]
                 assert set(names) == set(p.SERVICE_LINKED)
-    passing = next(s for s in statements if s["Action"] == ["iam:PassRole"])
-    assert all("fmctl-" in r for r in passing["Resource"])
+    passing = [s for s in statements if s["Action"] == ["iam:PassRole"]]
+    for statement in passing:
+        resources = statement["Resource"]
+        assert all(
+            "fmctl-" in r for r in ([resources] if isinstance(resources, str) else resources)
+        )
+    # fmctl's roles go only to the services fmctl hands them to; PCS's node roles (their
+    # path) with their instance profile, which PCS documents without the service.
+    own = next(s for s in passing if s["Resource"] == "arn:*:iam::*:role/fmctl-*")
+    services = own["Condition"]["StringEquals"]["iam:PassedToService"]
+    assert sorted(services) == sorted({to for to, _ in p.PASSED_TO.values()})
+    pcs = next(s for s in passing if s is not own)
+    assert pcs["Resource"] == f"arn:*:iam::*:role{pcs_catalog.ROLE_PATH}fmctl-*"
+
+
+def test_every_call_that_passes_a_role_says_to_which_service() -> None:
+    """Each call that needs iam:PassRole (but PCS's, see PASSED_TO) has its service, the
+    one the sandbox's check judges it by (written there from AWS's documents)."""
+    from tests.tools.permissions import PASSED_TO_SERVICE
+
+    passing = {a.call for a in p.ALSO if "iam:PassRole" in a.actions}
+    assert passing - {"pcs:CreateComputeNodeGroup", "pcs:UpdateComputeNodeGroup"} == set(
+        p.PASSED_TO
+    )
+    for call, (service, source) in p.PASSED_TO.items():
+        assert PASSED_TO_SERVICE[call] == service and source, call
 
 
 def test_fmctls_iam_names_fall_under_the_granted_patterns() -> None:
@@ -186,6 +212,13 @@ def test_the_sandbox_check_judges_the_roles_fmctl_passes() -> None:
     assert check([create("fmctl-c-us-west-2-eks-cluster")], "t") == []
     (said,) = check([create("platform-admin")], "t")
     assert said.startswith("not granted by its policies: iam:PassRole of ") and "admin" in said
+    # fmctl's own role, handed to a service fmctl never hands it to, is not granted either.
+    from tests.tools.permissions import _granted
+
+    role = "arn:aws:iam::123456789012:role/fmctl-c-us-west-2-eks-cluster"
+    assert _granted("iam:PassRole", role, None, "eks.amazonaws.com")
+    assert not _granted("iam:PassRole", role, None, "codebuild.amazonaws.com")
+    assert not _granted("iam:PassRole", role, None, None)
 
 
 def test_the_sandbox_check_judges_the_printed_documents(monkeypatch: pytest.MonkeyPatch) -> None:

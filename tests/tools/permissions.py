@@ -123,8 +123,9 @@ def not_granted(calls: Iterable[Call]) -> list[str]:
         names = e.get("names") or {}
         groups = _arns(names) or [[f"arn:aws:{service}:us-east-1:1:unnamed"]]
         for role in e.get("passes") or []:  # a role handed to the service
-            if not _granted("iam:PassRole", str(role), None):
-                out.append(f"iam:PassRole of {role} ({service}:{op})")
+            to = PASSED_TO_SERVICE.get(f"{service}:{op}")
+            if not _granted("iam:PassRole", str(role), None, to):
+                out.append(f"iam:PassRole of {role} to {to} ({service}:{op})")
         for action in permissions.own_actions(service, op):
             attached = names.get("PolicyArn") if action in ATTACH else None
             if not all(any(_granted(action, arn, attached) for arn in g) for g in groups):
@@ -149,8 +150,9 @@ def _arns(names: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def _granted(action: str, arn: str, attached: Any) -> bool:
-    """Whether a statement of the printed policies allows ``action`` on ``arn``."""
+def _granted(action: str, arn: str, attached: Any, passed_to: str | None = None) -> bool:
+    """Whether a statement of the printed policies allows ``action`` on ``arn`` (a role
+    passed to the service ``passed_to``)."""
     for statement in _statements():
         if not any(fnmatch.fnmatchcase(action, a) for a in statement["Action"]):
             continue
@@ -161,8 +163,11 @@ def _granted(action: str, arn: str, attached: Any) -> bool:
         held = True
         for keys in statement.get("Condition", {}).values():
             for key, values in keys.items():
-                # iam:PolicyARN is the only key on a call's own action; any other is not
-                # judged here, so the statement allows nothing.
+                # iam:PolicyARN (on attaching a policy) and iam:PassedToService (on passing
+                # a role) are judged; any other key is not, so the statement allows nothing.
+                if key == "iam:PassedToService":
+                    held &= passed_to is not None and passed_to in values
+                    continue
                 held &= key == "iam:PolicyARN" and any(
                     fnmatch.fnmatchcase(str(attached), v) for v in values
                 )
@@ -176,6 +181,26 @@ def _statements() -> tuple[dict[str, Any], ...]:
     return tuple(s for _, doc in permissions.policies() for s in doc["Statement"])
 
 
+#: The service a call hands its role to (``iam:PassedToService``), as AWS documents it,
+#: written here from those documents rather than read from fmctl's catalog: Step Functions'
+#: IAM policies for Amazon EKS (CreateCluster, CreateNodeGroup: eks.amazonaws.com); the EMR
+#: on EKS guide's pod identity setup (pods.eks.amazonaws.com); the AWS managed policies
+#: AWSLambda_FullAccess, AmazonEventBridgeSchedulerFullAccess and AmazonEventBridgeFullAccess.
+PASSED_TO_SERVICE = {
+    "eks:CreateCluster": "eks.amazonaws.com",
+    "eks:CreateNodegroup": "eks.amazonaws.com",
+    "eks:CreatePodIdentityAssociation": "pods.eks.amazonaws.com",
+    "eks:UpdatePodIdentityAssociation": "pods.eks.amazonaws.com",
+    # An add-on's podIdentityAssociations (EKS user guide, IAM roles for Amazon EKS add-ons:
+    # the add-on makes the Pod Identity association itself).
+    "eks:CreateAddon": "pods.eks.amazonaws.com",
+    "eks:UpdateAddon": "pods.eks.amazonaws.com",
+    "lambda:CreateFunction": "lambda.amazonaws.com",
+    "lambda:UpdateFunctionConfiguration": "lambda.amazonaws.com",
+    "scheduler:CreateSchedule": "scheduler.amazonaws.com",
+    "scheduler:UpdateSchedule": "scheduler.amazonaws.com",
+    "events:PutTargets": "events.amazonaws.com",
+}
 #: The paths of fmctl's roles and instance profiles (``resources.iam``).
 ROLE_PATHS = ("/", "/aws-pcs/")
 ATTACH = frozenset({"iam:AttachRolePolicy", "iam:DetachRolePolicy"})
