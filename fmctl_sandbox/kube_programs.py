@@ -338,6 +338,7 @@ class Programs:
         folder = Path(tempfile.mkdtemp(prefix="fmctl-program-"))
         pod_in_ns = {"metadata": {"namespace": namespace}, "spec": pod.get("spec") or {}}
         mounts = mount_config_maps(c, pod_in_ns, container, folder)
+        mounts |= _empty_dirs(pod.get("spec") or {}, container, folder)
         if node:
             hardware = c.hardware.get(node)
             self.sysfs(endpoint, node, hardware.efa if hardware else 0)
@@ -435,9 +436,24 @@ class Programs:
         return mounts
 
 
+def _empty_dirs(pod: dict[str, Any], container: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """The container's emptyDir volumes: mount path -> a folder of the program's own (the
+    pod's scratch space, gone with it), so that two programs never share one."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    mounts: dict[str, Path] = {}
+    for mount in container.get("volumeMounts") or []:
+        if "emptyDir" not in (volumes.get(mount["name"]) or {}):
+            continue
+        where = folder / "volumes" / str(mount["name"])
+        where.mkdir(parents=True, exist_ok=True)
+        mounts[str(mount["mountPath"]).rstrip("/")] = where
+    return mounts
+
+
 def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:
-    """The Deployment's (or DaemonSet's) one container, if the sandbox runs it (a Python
-    image's python3)."""
+    """The Deployment's (or DaemonSet's) container the sandbox runs: its one container of a
+    Python image started with python3 (another beside it, such as the health agent's DCGM
+    container, has nothing to run on here: the sandbox's nodes have no GPUs)."""
     spec = obj.get("spec") or {}
     if int(spec.get("replicas", 1) or 0) < 1:
         return None
@@ -446,14 +462,13 @@ def _runnable(obj: dict[str, Any]) -> dict[str, Any] | None:
         if (meta.get("labels") or {}).get("app.kubernetes.io/part-of") != "fmctl":
             return None
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    if len(containers) != 1:
-        return None
-    (container,) = containers
-    command = container.get("command") or []
-    image = str(container.get("image", ""))
-    if "/python:" not in image or not command or command[0] not in ("python3", "python"):
-        return None
-    return dict(container)
+    python = [
+        c
+        for c in containers
+        if "/python:" in str(c.get("image", ""))
+        and (c.get("command") or [""])[0] in ("python3", "python")
+    ]
+    return dict(python[0]) if len(python) == 1 else None
 
 
 def _fingerprint(c: Cluster, obj: dict[str, Any]) -> str:

@@ -219,7 +219,13 @@ VERIFY_CONTROLLER = ("verify_controller.py", "aws_call.py", "kube_call.py")
 #: fmctl's node health agent on EKS (health.kubernetesAgent): its program, and the Slurm
 #: agent's looks and fault table it runs (slurm/lib).
 AGENT_PROGRAM = ("node_agent.py", "kube_call.py")
-AGENT_SCRIPTS = ("health-detect.sh", "nvlinks.sh", "row-remap.sh", "faults.tsv")
+AGENT_SCRIPTS = (
+    "health-detect.sh",
+    "nvlinks.sh",
+    "row-remap.sh",
+    "faults.tsv",
+    "dcgm-watch.sh",
+)
 #: Its settings' key in its ConfigMap (no pool's name: those are DNS labels).
 SETTINGS_FILE = "_settings.json"
 

@@ -108,23 +108,33 @@ done
 # value says so. A Failure is node-level, a Warning only counted. Watches are off until set:
 # a run that finds them off sets them all (`dcgmi health -s a`; memory, NVLink, PCIe and
 # thermal need 60 s before they answer) and checks on the next run. No host engine: no check.
-if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && command -v dcgmi >/dev/null 2>&1; then
+# On EKS the agent's image has no dcgmi: DCGM's own container beside it keeps the watches and
+# writes their answer each interval (dcgm-watch.sh) to $FMCTL_DCGM_REPORT, read here while it
+# is fresh (no older than $FMCTL_DCGM_REPORT_MAX_AGE seconds; older: no check).
+report=""
+if [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && [ -n "${FMCTL_DCGM_REPORT:-}" ]; then
+  written=$(stat -c %Y "$FMCTL_DCGM_REPORT" 2>/dev/null || echo 0)
+  if [ $(($(date +%s) - written)) -le "${FMCTL_DCGM_REPORT_MAX_AGE:-120}" ]; then
+    report=$(cat "$FMCTL_DCGM_REPORT" 2>/dev/null || true)
+  fi
+elif [ "${FMCTL_EXPECTED_GPUS:-0}" -gt 0 ] && command -v dcgmi >/dev/null 2>&1; then
   report=$(timeout "$deadline" dcgmi health -c -j 2>&1)
   if [[ "$report" == *"Health watches not enabled"* ]]; then
     timeout "$deadline" dcgmi health -s a >/dev/null 2>&1 || true
-  elif [[ "$report" == *'"Overall Health"'* ]]; then
-    overall=$(printf '%s\n' "$report" | awk '/"Overall Health"/ {f = 1}
-      f && /"value"/ {sub(/.*"value" *: *"/, ""); sub(/".*/, ""); print; exit}')
-    # The systems whose own value is the overall one (e.g. "Memory system").
-    systems=$(printf '%s\n' "$report" | awk -v want="$overall" '
-      /" *: *\{/ {key = $0; sub(/^ *"/, "", key); sub(/" *: *\{.*/, "", key)}
-      /"value"/ && index($0, "\"" want "\"") && (key ~ / system$/ || key == "Driver") {print key}' |
-      sort -u | paste -sd, -)
-    case "$overall" in
-      Failure) faults+=("dcgm-health	${systems:-DCGM health check}: Failure") ;;
-      Warning) faults+=("dcgm-health-warn	${systems:-DCGM health check}: Warning") ;;
-    esac
   fi
+fi
+if [[ "$report" == *'"Overall Health"'* ]]; then
+  overall=$(printf '%s\n' "$report" | awk '/"Overall Health"/ {f = 1}
+    f && /"value"/ {sub(/.*"value" *: *"/, ""); sub(/".*/, ""); print; exit}')
+  # The systems whose own value is the overall one (e.g. "Memory system").
+  systems=$(printf '%s\n' "$report" | awk -v want="$overall" '
+    /" *: *\{/ {key = $0; sub(/^ *"/, "", key); sub(/" *: *\{.*/, "", key)}
+    /"value"/ && index($0, "\"" want "\"") && (key ~ / system$/ || key == "Driver") {print key}' |
+    sort -u | paste -sd, -)
+  case "$overall" in
+    Failure) faults+=("dcgm-health	${systems:-DCGM health check}: Failure") ;;
+    Warning) faults+=("dcgm-health-warn	${systems:-DCGM health check}: Warning") ;;
+  esac
 fi
 # EFA devices: the RDM domains libfabric lists (efa-devices.sh), as the prolog counts them;
 # without libfabric (a container), the EFA devices in sysfs (vendor 0x1d0f, device 0xefa*:

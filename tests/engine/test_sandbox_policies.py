@@ -138,8 +138,16 @@ def test_a_daemonset_programs_token_names_its_node(
                             "name": "agent",
                             "image": "public.ecr.aws/docker/library/python:3.12-slim",
                             "command": ["python3", "-c", "pass"],
-                        }
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/run/x"}],
+                        },
+                        # Not run (no GPUs here), as the agent's DCGM container.
+                        {
+                            "name": "dcgm",
+                            "image": "nvcr.io/nvidia/cloud-native/dcgm:4.5.3-1-ubuntu22.04",
+                            "command": ["bash", "-c", "exit 1"],
+                        },
                     ],
+                    "volumes": [{"name": "scratch", "emptyDir": {}}],
                 },
             },
         },
@@ -156,6 +164,9 @@ def test_a_daemonset_programs_token_names_its_node(
             for key, p in kube.programs.running.items()
         }
         assert sorted(tokens) == world.nodes
+        # Each program's emptyDir is a folder of its own.
+        scratch = {str(p.folder / "volumes/scratch") for p in kube.programs.running.values()}
+        assert len(scratch) == 2 and all(Path(f).is_dir() for f in scratch)
         own, other = world.nodes
         assert world.report(f"Bearer {tokens[own]}", own)[0] == 200
         code, body = world.report(f"Bearer {tokens[own]}", other)

@@ -396,6 +396,7 @@ def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: P
         ("kube_call.py", "templates/kubernetes/health-verify"),
         ("health-detect.sh", "slurm/lib"),
         ("faults.tsv", "slurm/lib"),
+        ("dcgm-watch.sh", "slurm/lib"),
     ):
         assert code[name] == (ROOT / where / name).read_text()
     for pool in pools:
@@ -403,11 +404,19 @@ def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: P
         pod = ds["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"fmctl.dev/pool": pool["name"]}
         assert _tolerates(pod, "fmctl.dev/unhealthy") and _tolerates(pod, TAINT)
-        (container,) = pod["containers"]
+        container, dcgm = pod["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["FMCTL_EXPECTED_GPUS"] == "8" and env["FMCTL_EFA_ENABLED"] == "true"
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
-        assert "resources" not in container or "nvidia.com/gpu" not in str(container["resources"])
+        for one in (container, dcgm):  # every GPU seen, none held
+            assert "nvidia.com/gpu" not in str(one.get("resources"))
+        # DCGM's watches from DCGM's own image, written where the agent reads them, in the
+        # pod's own scratch space.
+        assert dcgm["image"].startswith("nvcr.io/nvidia/cloud-native/dcgm:")
+        assert dcgm["command"][:2] == ["bash", "/opt/fmctl/lib/dcgm-watch.sh"]
+        assert dcgm["command"][2] == env["FMCTL_DCGM_REPORT"]
+        assert dcgm["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert {v["name"]: v for v in pod["volumes"]}["dcgm"]["emptyDir"]
         hosts = {v["name"]: v.get("hostPath") for v in pod["volumes"]}
         assert hosts["kmsg"] == {"path": "/dev/kmsg", "type": "CharDevice"}
     role = by[("ClusterRole", "fmctl-health-agent")]

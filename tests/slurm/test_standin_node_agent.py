@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -75,7 +76,13 @@ def api() -> Iterator[str]:
 
 def _shipped(tmp_path: Path) -> tuple[dict[str, str], dict[str, Any]]:
     """What `up` ships for the p5en EKS example with the agent: its ConfigMap's files and
-    the gpu pool's DaemonSet container."""
+    the gpu pool's DaemonSet's agent container."""
+    files, containers = _shipped_pod(tmp_path)
+    return files, containers["agent"]
+
+
+def _shipped_pod(tmp_path: Path) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """The agent's ConfigMap's files and its DaemonSet's containers by name."""
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
     data.setdefault("health", {})["kubernetesAgent"] = True
     spec = tmp_path / "spec.yaml"
@@ -88,8 +95,8 @@ def _shipped(tmp_path: Path) -> tuple[dict[str, str], dict[str, Any]]:
         if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "fmctl-health-agent"
     ]
     (daemonset,) = [d for d in docs if d["metadata"]["name"] == "fmctl-health-agent-gpu"]
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    return shipped, container
+    containers = daemonset["spec"]["template"]["spec"]["containers"]
+    return shipped, {c["name"]: c for c in containers}
 
 
 def _records(lines: list[str]) -> str:
@@ -175,5 +182,86 @@ def test_the_shipped_agent_reports_a_recorded_xid_from_the_node(tmp_path: Path, 
         unknown = report()
         assert unknown["status"] == "Unknown", unknown
         assert "nvidia-smi is not in the container" in unknown["message"]
+    finally:
+        node.stop()
+
+
+#: A PATH with /usr/bin, where DCGM's packages put dcgmi and nv-hostengine (the DCGM image's
+#: own PATH holds it: the verify gate's Job finds dcgmi there by name).
+DCGM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_the_shipped_dcgm_container_gives_the_agent_dcgms_watches(tmp_path: Path, api: str) -> None:
+    """The agent's image has no dcgmi: the DaemonSet's dcgm container, as shipped (its
+    command and env), starts its host engine, turns the watches on and writes their answer
+    (here a recorded Failure of the memory system) where the agent reads it; the agent
+    reports the node faulty. An answer that stopped coming is not read."""
+    files, containers = _shipped_pod(tmp_path)
+    agent, dcgm = containers["agent"], containers["dcgm"]
+    env = {e["name"]: e["value"] for e in agent["env"] if "value" in e}
+    env |= {"NODE_NAME": NODE, "PATH": IMAGE_PATH}
+    report_path = env["FMCTL_DCGM_REPORT"]
+    (mount,) = [m for m in dcgm["volumeMounts"] if m["name"] == "dcgm"]
+    assert report_path.startswith(mount["mountPath"] + "/")
+    node = StandinNode(rootfs.ensure(), "ip-10-0-18-61")
+    try:
+        for name, text in files.items():
+            node.write(f"/opt/fmctl/lib/{name}", text)
+        made = node.run(
+            [
+                "/bin/sh",
+                "-c",
+                f"mkdir -p {ACCOUNT} {mount['mountPath']} && printf t > {ACCOUNT}/token",
+            ],
+            env={"PATH": IMAGE_PATH},
+        )
+        assert made.returncode == 0, made.stderr
+        node.write("/etc/standin/nvidia-smi.csv", HEALTHY_GPUS)
+        node.write(
+            "/etc/standin/dcgmi-health.json",
+            (ROOT / "tests/data/check/dcgmi-health-fail.json").read_text(),
+        )
+        for index in range(int(env["FMCTL_EXPECTED_EFA"])):  # the node's EFA devices
+            device = f"{env['FMCTL_SYSFS']}/class/infiniband/rdmap{index}s0"
+            node.write(f"{device}/device/vendor", "0x1d0f\n")
+            node.write(f"{device}/device/device", "0xefa1\n")
+        node.write("/var/lib/standin/kmsg", "")
+        dcgm_env = {e["name"]: e["value"] for e in dcgm["env"]} | {"PATH": DCGM_PATH}
+        watch = node.daemon(dcgm["command"], env=dcgm_env)
+
+        def written() -> bool:
+            # /run is the node's own tmpfs, seen from inside it only.
+            return node.run(["test", "-s", report_path], env={"PATH": DCGM_PATH}).returncode == 0
+
+        deadline = time.monotonic() + 30
+        while not written() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert written(), "the dcgm container wrote no answer"
+        assert node.path("/etc/standin/dcgmi-health-watches").exists()  # it turned them on
+        run = [*agent["command"], "--once", "--kmsg=/var/lib/standin/kmsg", f"--server={api}"]
+
+        def report() -> dict[str, Any]:
+            Recorder.seen.clear()
+            done = node.run(run, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            ((_, _, _, body),) = Recorder.seen
+            (condition,) = body["status"]["conditions"]
+            return dict(condition)
+
+        faulty = report()
+        assert (faulty["status"], faulty["reason"]) == ("False", "DCGM_HEALTH_FAILURE"), faulty
+        assert faulty["message"] == (
+            "fmctl-health: DCGM_HEALTH_FAILURE (Memory system: Failure) -> replace; jobs: finish"
+        )
+        # The container ended: its last answer grows old and is not read any more.
+        watch.terminate()
+        watch.wait(timeout=30)
+        assert watch.poll() is not None
+        old = int(time.time()) - int(env["FMCTL_DCGM_REPORT_MAX_AGE"]) - 5
+        aged = node.run(["touch", "-d", f"@{old}", report_path], env={"PATH": DCGM_PATH})
+        assert aged.returncode == 0, aged.stderr
+        node.path("/var/lib/fmctl/health/fault").unlink()
+        healthy = report()
+        assert (healthy["status"], healthy["message"]) == ("True", "no node-level fault"), healthy
     finally:
         node.stop()

@@ -46,6 +46,8 @@ echo 'required /usr/local/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis' \
 # systemd. Each says what it follows.
 install -m 0755 "$tools/nvidia-smi" /usr/bin/nvidia-smi
 install -m 0755 "$tools/dcgmi" /usr/bin/dcgmi
+# DCGM's host engine, as the datacenter-gpu-manager packages put it beside dcgmi.
+install -m 0755 "$tools/nv-hostengine" /usr/bin/nv-hostengine
 install -d /opt/amazon/efa/bin
 install -m 0755 "$tools/fi_info" /opt/amazon/efa/bin/fi_info
 install -m 0755 "$tools/fi_pingpong" /opt/amazon/efa/bin/fi_pingpong
