@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +107,9 @@ class Endpoint:
     host: str
     #: The CA certificate file to verify the server with; None: the system's.
     ca_file: str | None = None
+    #: Or the CA certificate itself (PEM: EKS's certificateAuthority.data, decoded), kept in
+    #: memory: no file to leave behind when a run is killed.
+    ca_data: str | None = None
     verify: bool = True
     #: A client certificate and its key (kind's kubeconfig), if it authenticates so.
     cert_file: str | None = None
@@ -130,7 +131,6 @@ class KubeClient:
         self,
         endpoint: Endpoint,
         manager: str = MANAGER,
-        owned_ca_file: bool = False,
         read_only: bool = False,
         fence: Callable[[], None] | None = None,
     ) -> None:
@@ -140,6 +140,7 @@ class KubeClient:
         tls: dict[str, Any] = {
             "cert_reqs": "CERT_REQUIRED" if endpoint.verify else "CERT_NONE",
             "ca_certs": endpoint.ca_file,
+            "ca_cert_data": endpoint.ca_data,
             "cert_file": endpoint.cert_file,
             "key_file": endpoint.key_file,
             "server_hostname": endpoint.tls_server_name,
@@ -153,8 +154,6 @@ class KubeClient:
             else urllib3.PoolManager(**tls)
         )
         self._manager = manager
-        #: The CA file this client wrote, removed on close().
-        self._ca_file = endpoint.ca_file if owned_ca_file else None
         #: Refuse anything but GET, before it is sent (what `plan` reads with).
         self._read_only = read_only
         #: Called before anything but a GET is sent; raises to stop it (a lost lease).
@@ -173,11 +172,9 @@ class KubeClient:
     ) -> KubeClient:
         """A client for an EKS endpoint, authenticated by ``token()`` (called again before
         the token expires)."""
-        fd, ca_file = tempfile.mkstemp(prefix="fmctl-ca-", suffix=".crt")
-        with os.fdopen(fd, "wb") as fh:  # a CA certificate: public, removed on close()
-            fh.write(base64.b64decode(ca_data))
-        where = Endpoint(endpoint, ca_file, authorization=_Bearer(token))
-        return cls(where, manager, True, read_only, fence)
+        pem = base64.b64decode(ca_data).decode("ascii")
+        where = Endpoint(endpoint, ca_data=pem, authorization=_Bearer(token))
+        return cls(where, manager, read_only, fence)
 
     @classmethod
     def from_kubeconfig(cls, path: str, context: str | None = None) -> KubeClient:
@@ -200,21 +197,19 @@ class KubeClient:
 
         where = Endpoint(
             conf.host,
-            conf.ssl_ca_cert,
-            bool(conf.verify_ssl),
-            conf.cert_file,
-            conf.key_file,
-            authorization,
-            getattr(conf, "tls_server_name", None),
-            getattr(conf, "proxy", None),
+            ca_file=conf.ssl_ca_cert,
+            verify=bool(conf.verify_ssl),
+            cert_file=conf.cert_file,
+            key_file=conf.key_file,
+            authorization=authorization,
+            tls_server_name=getattr(conf, "tls_server_name", None),
+            proxy=getattr(conf, "proxy", None),
         )
         return cls(where)
 
     def close(self) -> None:
-        """Release connections and the CA file."""
+        """Release connections."""
         self._pool.clear()
-        if self._ca_file and os.path.exists(self._ca_file):
-            os.unlink(self._ca_file)
 
     def _call(
         self,

@@ -489,6 +489,7 @@ def test_a_server_the_ca_does_not_vouch_for_is_refused(
     from fmctl_sandbox.tls import make_certificate
 
     other, _ = make_certificate(Path(tempfile.mkdtemp()))
+    before = set(Path(tempfile.gettempdir()).glob("fmctl-ca-*"))
     client = KubeClient.for_eks(
         cluster["endpoint"],
         base64.b64encode(other.read_bytes()).decode(),
@@ -497,6 +498,8 @@ def test_a_server_the_ca_does_not_vouch_for_is_refused(
     try:
         with pytest.raises(HTTPError):
             client.list("v1", "Namespace")
+        # The CA is held in memory: nothing on disk for a killed run to leave behind.
+        assert set(Path(tempfile.gettempdir()).glob("fmctl-ca-*")) <= before
     finally:
         client.close()
 
