@@ -201,11 +201,13 @@ def _evaluate(
         },
     }
     variables: dict[str, Any] = {}
+    # Converted once (a node is some hundred values): only the variables change between
+    # expressions.
+    activation = {k: json_to_cel(v) for k, v in facts.items()}
 
     def run(text: str) -> Any:
         from celpy.evaluation import CELEvalError
 
-        activation = {k: json_to_cel(v) for k, v in facts.items()}
         activation["variables"] = json_to_cel(variables)
         try:
             result = compiled(text).evaluate(activation)
