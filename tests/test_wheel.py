@@ -40,6 +40,7 @@ SANDBOX_FILES = {
     "kube_kueue_model.py",
     "kube_model.py",
     "kube_patch.py",
+    "kube_policies.py",
     "kube_programs.py",
     "node_gpus.py",
     "kube_protocol.py",

@@ -23,6 +23,7 @@ OUTSIDE = {
     "fmctl_sandbox.crd_schema.RuleError": "an emulated API's error response",
     "fmctl_sandbox.eks_model.EksError": "an emulated API's error response",
     "fmctl_sandbox.kube_model.ApiError": "an emulated API's error response",
+    "fmctl_sandbox.kube_policies._Erred": "an emulated API's error response",
     "fmctl_sandbox.pcs_model.PcsError": "an emulated API's error response",
     # The emulator's client hung up mid-request: the server drops the connection.
     "fmctl_sandbox.server.ClientGone": "the emulator's own connection handling",
