@@ -6,7 +6,8 @@
 # INTERVAL writes their answer (`dcgmi health -c -j`, NVIDIA/DCGM dcgmi/Health.cpp) to REPORT,
 # whole (a new file moved into place), where health-detect.sh reads it. An answer dcgmi could
 # not give is not written: the report grows old and the agent stops reading it. When the host
-# engine ends, so does this (the kubelet restarts the container).
+# engine ends, so does this (the kubelet restarts the container). Each pass touches ./alive,
+# which the container's liveness probe reads.
 #
 # Usage: dcgm-watch.sh REPORT INTERVAL
 set -u
@@ -27,6 +28,7 @@ done
 timeout 30 dcgmi health -s a >/dev/null 2>&1 || true
 
 while kill -0 "$engine" 2>/dev/null; do
+  : >alive # each pass, in its working folder: the container's liveness probe reads it
   if answer=$(timeout 30 dcgmi health -c -j 2>&1); then
     printf '%s\n' "$answer" >"$report.new" && mv -f "$report.new" "$report"
   elif [[ "$answer" == *"Health watches not enabled"* ]]; then

@@ -137,7 +137,9 @@ def test_a_daemonset_programs_token_names_its_node(
                         {
                             "name": "agent",
                             "image": "public.ecr.aws/docker/library/python:3.12-slim",
-                            "command": ["python3", "-c", "pass"],
+                            # Alive while the test asks (an exited program is restarted
+                            # with a new token after a while).
+                            "command": ["python3", "-c", "import time; time.sleep(120)"],
                             "volumeMounts": [{"name": "scratch", "mountPath": "/run/x"}],
                         },
                         # Not run (no GPUs here), as the agent's DCGM container.

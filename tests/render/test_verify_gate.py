@@ -416,6 +416,7 @@ def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: P
         assert dcgm["command"][:2] == ["bash", "/opt/fmctl/lib/dcgm-watch.sh"]
         assert dcgm["command"][2] == env["FMCTL_DCGM_REPORT"]
         assert dcgm["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert dcgm["securityContext"]["readOnlyRootFilesystem"] is True
         assert {v["name"]: v for v in pod["volumes"]}["dcgm"]["emptyDir"]
         hosts = {v["name"]: v.get("hostPath") for v in pod["volumes"]}
         assert hosts["kmsg"] == {"path": "/dev/kmsg", "type": "CharDevice"}
