@@ -182,6 +182,7 @@ def _evaluate(
 ) -> tuple[str, str] | None:
     """(message, reason) of the first failed validation, or None when the policy allows."""
     from celpy.adapter import json_to_cel
+    from celpy.celtypes import MapType, StringType
 
     fail = spec.get("failurePolicy", "Fail") != "Ignore"
     facts: dict[str, Any] = {
@@ -200,15 +201,14 @@ def _evaluate(
             "userInfo": request.caller.user_info(),
         },
     }
-    variables: dict[str, Any] = {}
-    # Converted once (a node is some hundred values): only the variables change between
-    # expressions.
-    activation = {k: json_to_cel(v) for k, v in facts.items()}
+    # Converted once (a node is some hundred values); each variable, a CEL value already, is
+    # added to ``variables`` as it is bound, for the expressions after it.
+    variables = MapType()
+    activation = {k: json_to_cel(v) for k, v in facts.items()} | {"variables": variables}
 
     def run(text: str) -> Any:
         from celpy.evaluation import CELEvalError
 
-        activation["variables"] = json_to_cel(variables)
         try:
             result = compiled(text).evaluate(activation)
         except CELEvalError as exc:
@@ -222,7 +222,7 @@ def _evaluate(
             if not bool(run(str(condition["expression"]))):
                 return None
         for variable in spec.get("variables") or []:
-            variables[str(variable["name"])] = _plain(run(str(variable["expression"])))
+            variables[StringType(variable["name"])] = run(str(variable["expression"]))
         for check in spec.get("validations") or []:
             if bool(run(str(check["expression"]))):
                 continue
@@ -237,20 +237,3 @@ def _evaluate(
 
 class _Erred(Exception):
     """An expression that could not be evaluated (CEL's error)."""
-
-
-def _plain(value: Any) -> Any:
-    """A CEL value as JSON's (a variable is handed to later expressions again)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    return value
