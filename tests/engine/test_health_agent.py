@@ -191,13 +191,7 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
         assert out < asked < lifted, log
         now = gate.nodes(sandbox, name, region)[replacement]
         assert not gate.tainted(now)
-        until(
-            "the replacement's agent reported",
-            lambda: (
-                _condition(gate.nodes(sandbox, name, region)[replacement]).get("status") == "True"
-            ),
-            seconds=60,
-        )
+        _agents_reported(sandbox, name, region)  # the replacement's among them
         _all_healthy(sandbox, name, spec)
     finally:
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
