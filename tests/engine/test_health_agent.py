@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,13 @@ def _unhealthy(node: dict[str, Any]) -> bool:
     return any(t["key"] == "fmctl.dev/unhealthy" for t in node["spec"].get("taints") or [])
 
 
-def _up_healthy(
+@contextmanager
+def _healthy_cluster(
     sandbox: Sandbox, tmp_path: Path, name: str, health: dict[str, Any]
-) -> tuple[Path, str]:
+) -> Iterator[tuple[Path, str]]:
     """The EKS example as ``name`` with three GPU nodes and ``health``, up with
     `--wait-healthy` (which waits for each node's agent to have reported it healthy, and
-    with the gate for each to have passed): its spec and region."""
+    with the gate for each to have passed): its spec and region; down when done."""
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
     data["metadata"]["name"] = name
     data["compute"]["gpuPools"][0]["count"] = 3
@@ -63,7 +65,12 @@ def _up_healthy(
     up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "healthy: 3 GPU nodes in service" in up.stdout, up.stdout
-    return spec, region_of(spec)
+    region = region_of(spec)
+    try:
+        yield spec, region
+    finally:
+        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def _all_healthy(sandbox: Sandbox, name: str, spec: Path) -> dict[str, Any]:
@@ -91,12 +98,11 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
     sandbox: Sandbox, tools: Path, tmp_path: Path
 ) -> None:
     name = "e2e-health-agent"
-    spec, region = _up_healthy(sandbox, tmp_path, name, {"kubernetesAgent": True})
+    with _healthy_cluster(sandbox, tmp_path, name, {"kubernetesAgent": True}) as (spec, region):
 
-    def nodes() -> dict[str, dict[str, Any]]:
-        return gate.nodes(sandbox, name, region)
+        def nodes() -> dict[str, dict[str, Any]]:
+            return gate.nodes(sandbox, name, region)
 
-    try:
         api = kube_client(sandbox, name, region)
         try:
             config = api.get("v1", "ConfigMap", "fmctl-health-agent", "fmctl-system")
@@ -154,9 +160,6 @@ def test_a_fault_only_fmctls_agent_sees_is_taken_out_and_replaced(
         # The replacements' agents report them healthy.
         _agents_reported(sandbox, name, region)
         _all_healthy(sandbox, name, spec)
-    finally:
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
@@ -167,8 +170,10 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
     reported; a fault only fmctl's agent sees takes the node out and has it replaced; the
     replacement joins tainted fmctl.dev/unverified and is in service only once it passed."""
     name = "e2e-health-agent-gate"
-    spec, region = _up_healthy(sandbox, tmp_path, name, {"verify": {"kubernetesGate": True}})
-    try:
+    with _healthy_cluster(sandbox, tmp_path, name, {"verify": {"kubernetesGate": True}}) as (
+        spec,
+        region,
+    ):
         first = gate.nodes(sandbox, name, region)
         assert all(_condition(n)["status"] == "True" for n in first.values()), first
         assert not any(gate.tainted(n) for n in first.values())
@@ -193,9 +198,6 @@ def test_with_the_gate_the_agents_replacement_is_verified_before_it_takes_work(
         assert not gate.tainted(now)
         _agents_reported(sandbox, name, region)  # the replacement's among them
         _all_healthy(sandbox, name, spec)
-    finally:
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_both_loops_on_one_fault_replace_the_node_once(
@@ -206,8 +208,7 @@ def test_both_loops_on_one_fault_replace_the_node_once(
     other finds its instance gone and does nothing more: one new node, none failing to be
     replaced, nothing left in repair."""
     name = "e2e-health-both"
-    spec, region = _up_healthy(sandbox, tmp_path, name, {})
-    try:
+    with _healthy_cluster(sandbox, tmp_path, name, {}) as (spec, region):
         first = gate.nodes(sandbox, name, region)
         faulty = sorted(first)[0]
         said = sandbox_fault(sandbox.home, region, name, faulty, {"xid": 79})
@@ -229,9 +230,6 @@ def test_both_loops_on_one_fault_replace_the_node_once(
         assert "replacing it failed" not in log and "held" not in log, log
         _agents_reported(sandbox, name, region)
         _all_healthy(sandbox, name, spec)
-    finally:
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
@@ -243,8 +241,7 @@ def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
     raising AWS's agent's condition, and the node is replaced (by whichever loop acts
     first) with one that has all its GPUs."""
     name = "e2e-health-gpus"
-    spec, region = _up_healthy(sandbox, tmp_path, name, {})
-    try:
+    with _healthy_cluster(sandbox, tmp_path, name, {}) as (spec, region):
         first = gate.nodes(sandbox, name, region)
         assert {_condition(n).get("message") for n in first.values()} == {"no node-level fault"}
         faulty = sorted(first)[0]
@@ -262,6 +259,3 @@ def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
         assert len(set(after) - set(first)) == 1
         report = _all_healthy(sandbox, name, spec)
         assert {n["detail"] for n in report["nodes"]} == {"Ready"}, report
-    finally:
-        down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
-    assert down.returncode == 0, down.stdout + down.stderr
