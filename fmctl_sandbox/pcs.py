@@ -17,7 +17,8 @@ are ACTIVE (the User Guide's "Updating a cluster" and "Slurm versions" pages).
 A node group, once ACTIVE, keeps ``minInstanceCount`` instances running in the emulator's
 EC2, launched from its launch template (its instance tags, as EC2 applies them) with PCS's
 own tags ``aws:pcs:cluster-id`` and ``aws:pcs:compute-node-group-id``, so status, SSM (the
-login node) and teardown see real instances; deleting the group terminates them.
+login node) and teardown see real instances; deleting the group terminates them, and an
+update that changes its node lifecycle actions replaces them (``pcs_lifecycle``).
 
 Durations (before the sandbox's scale): PCS documents no figures ("several minutes");
 these are the orders the PCS getting-started tutorial gives for a cluster and a node group.
@@ -34,6 +35,7 @@ from typing import Any
 
 from fmctl_sandbox import pcs_repair
 from fmctl_sandbox.pcs_health import health_checks
+from fmctl_sandbox.pcs_lifecycle import lifecycle_actions
 from fmctl_sandbox.pcs_model import (
     CLUSTER_TAG,
     DURATIONS,
@@ -125,11 +127,19 @@ class Pcs:
                 continue
             status = thing.data["status"]
             if status in ("CREATING", "UPDATING") and now >= thing.ready_at:
+                renew = False
                 if thing.landing:
+                    key_ = "nodeLifecycleActions"
+                    renew = key_ in thing.landing and thing.landing[key_] != thing.data.get(key_)
                     thing.data.update(thing.landing)
                     thing.landing = None
                 thing.data["status"] = "ACTIVE"
                 thing.data["modifiedAt"] = stamp()
+                if thing.kind == "group" and renew:
+                    # New lifecycle actions: "Configuration changes drain and replace existing
+                    # nodes" (the PCS User Guide's node lifecycle actions page). The sandbox
+                    # runs no Slurm to drain: the nodes are replaced at once.
+                    self._scale(region, thing, 0)
                 if thing.kind == "group":
                     count = thing.data["scalingConfiguration"]["minInstanceCount"]
                     self._scale(region, thing, int(count))
@@ -393,6 +403,7 @@ def _create_group(s: Pcs, call: Call) -> dict[str, Any]:
     ):
         raise PcsError("ValidationException", "minInstanceCount exceeds maxInstanceCount")
     health_checks(q.get("instanceHealthChecks"), q["instanceConfigs"][0]["instanceType"])
+    lifecycle_actions(q.get("nodeLifecycleActions"))
     ident = new_id()
     arn = s._arn(call.region, "group", cluster.data["id"], ident)
     data = {
@@ -445,6 +456,8 @@ _GROUP_UPDATABLE = (
     "slurmConfiguration",
     # "These settings replace all of the current instance health check settings" (its model).
     "instanceHealthChecks",
+    # Replaced whole (pcs_lifecycle: the model does not say).
+    "nodeLifecycleActions",
 )
 
 
@@ -456,6 +469,7 @@ def _update_group(s: Pcs, call: Call) -> dict[str, Any]:
     busy(group)
     types = [c.get("instanceType", "") for c in group.data.get("instanceConfigs") or []]
     health_checks(q.get("instanceHealthChecks"), types[0] if types else "")
+    lifecycle_actions(q.get("nodeLifecycleActions"))
     group.data["status"] = "UPDATING"
     group.landing = {k: q[k] for k in _GROUP_UPDATABLE if k in q}
     group.ready_at = s._after("group-update")

@@ -133,8 +133,9 @@ def validate(call: Call) -> None:
 
 
 def pattern_errors(shape: Any, value: Any, where: str) -> list[str]:
-    """String values that break their shape's ``pattern`` (botocore checks types and lengths
-    before sending, not patterns; PCS does, with a ValidationException)."""
+    """Values that break their shape's ``pattern``, ``enum`` or ``max`` (botocore checks
+    types and minimum lengths before sending, not these; PCS does, with a
+    ValidationException)."""
     import re
 
     if shape.type_name == "structure" and isinstance(value, dict):
@@ -144,15 +145,28 @@ def pattern_errors(shape: Any, value: Any, where: str) -> list[str]:
             if key in shape.members
             for bad in pattern_errors(shape.members[key], item, f"{where}.{key}")
         ]
+    longest = shape.metadata.get("max")
     if shape.type_name == "list" and isinstance(value, list):
-        return [
+        too_many = (
+            [f"{where}: {len(value)} members, at most {longest}"]
+            if longest is not None and len(value) > longest
+            else []
+        )
+        return too_many + [
             bad
             for i, v in enumerate(value)
             for bad in pattern_errors(shape.member, v, f"{where}[{i}]")
         ]
+    if shape.type_name != "string":
+        return []
+    text = str(value)
     pattern = shape.metadata.get("pattern")
-    if shape.type_name == "string" and pattern and not re.search(pattern, str(value)):
+    if pattern and not re.search(pattern, text):
         return [f"{where}: {value!r} does not match {pattern}"]
+    if shape.enum and text not in shape.enum:
+        return [f"{where}: {value!r} is not one of {', '.join(shape.enum)}"]
+    if longest is not None and len(text) > longest:
+        return [f"{where}: {len(text)} characters, at most {longest}"]
     return []
 
 

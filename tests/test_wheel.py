@@ -50,6 +50,7 @@ SANDBOX_FILES = {
     "pcs.py",
     "pod_identity.py",
     "pcs_health.py",
+    "pcs_lifecycle.py",
     "pcs_repair.py",
     "pricing.py",
     "scheduler_run.py",

@@ -36,7 +36,7 @@ from provisioner.resources.pcs import (
 )
 from provisioner.resources.pcs_nodes import NodeGroupParams, PcsNodeGroup
 from provisioner.resources.pcs_queues import PcsQueue, QueueParams
-from provisioner.resources.storage import BucketOut
+from provisioner.resources.storage import ArtifactsOut, BucketOut
 
 SG = "sg/pcs-cluster"
 SSH_SG = "sg/pcs-ssh"
@@ -219,6 +219,8 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
         raise BlueprintError(f"{path}: one instance type per node group, found {configs}")
     ami = str(doc.take("amiId"))
     health = doc.take("instanceHealthChecks", None)
+    actions = doc.take("nodeLifecycleActions", None)
+    lifecycle = json.dumps(actions, sort_keys=True) if actions else ""
     tags_match(p, doc, path)
     routes, endpoint = way_out(p)
     rid = f"pcs/node-group/{name}"
@@ -238,6 +240,9 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
         routes=routes,
         endpoint=endpoint,
         health_checks=json.dumps(health, sort_keys=True) if health else "",
+        lifecycle=lifecycle,
+        lifecycle_fills=refs.fills(lifecycle, f"{path}.nodeLifecycleActions"),
+        artifacts=p.ref("artifacts", ArtifactsOut) if p.has("artifacts") else None,
     )
     for part in (template, scaling, doc):
         part.done()
@@ -246,6 +251,7 @@ def _node_group(p: Parts, files: dict[str, str], refs: Refs, name: str, index: i
         "instance_type": f"{at}.instanceType",
         "ami": "slurm.amiId",
         "health_checks": "health.enabled",
+        "lifecycle": "health",
     }
     if index is not None:
         origins |= {

@@ -109,7 +109,72 @@ def node_group_request(
         body["sshKeyName"] = c.head_node_key
     if name != LOGIN:
         body["instanceHealthChecks"] = instance_health_checks(c)
+        pool = next(p for p in c.pools if p.name == name)
+        actions = lifecycle_actions(c, pool)
+        if actions:
+            body["nodeLifecycleActions"] = actions
     return body
+
+
+#: fmctl's scripts for PCS's node lifecycle stages (under slurm/actions/ in the artifacts).
+BOOTSTRAPPED_SCRIPT = "pcs-node-bootstrapped.sh"
+READY_SCRIPT = "pcs-node-ready.sh"
+
+
+def _script(c: ClusterContext, name: str) -> dict[str, str]:
+    """A ScriptSource: the shipped script in the artifact bucket, pinned by its SHA-256 (PCS
+    checks the download against it)."""
+    import hashlib
+
+    from provisioner.shipped import shipped_dir
+
+    text = (shipped_dir("slurm") / "actions" / name).read_bytes()
+    return {
+        "scriptLocation": f"{_prefix(c)}/actions/{name}",
+        "checksum": hashlib.sha256(text).hexdigest(),
+    }
+
+
+def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
+    """A GPU node group's nodeLifecycleActions (botocore's PCS model, NodeLifecycleStages):
+    fmctl's verify gate, as on ParallelCluster, before the node takes work ({} with health
+    off).
+
+    - nodeBootstrapped, "after PCS finishes setting up the compute node and before slurmd
+      starts", at every boot (EVERY_BOOT): the node's bootstrap if cloud-init has not run
+      it yet (the two take turns), then lib/verify-node.sh; a node that fails is terminated
+      (onError TERMINATE), and PCS's deep health check, which "runs after those scripts",
+      never starts on it;
+    - nodeReady, "after slurmd starts and the compute node registers": the 2-node NCCL pair
+      (lib/verify-pair.sh, as fmctl-verify-pair.service), with health.verify.ncclPair. It
+      drains a node that fails with two peers itself; its exit status fails nothing more
+      (CONTINUE): with one idle peer it keeps the node held, not terminated.
+
+    Scripts are fetched again at every boot (REFRESH_ON_REBOOT): an update's new scripts,
+    and their new checksums, reach a rebooted node together."""
+    if not c.health_enabled:
+        return {}
+    stages: dict[str, Any] = {
+        "nodeBootstrapped": [
+            {
+                "name": "fmctl-verify",
+                "scriptSource": _script(c, BOOTSTRAPPED_SCRIPT),
+                "arguments": bootstrap_args(c, "compute", pool),
+                "onError": "TERMINATE",
+                "executionPolicy": "EVERY_BOOT",
+            }
+        ]
+    }
+    if c.health_verify_nccl_pair:
+        stages["nodeReady"] = [
+            {
+                "name": "fmctl-verify-pair",
+                "scriptSource": _script(c, READY_SCRIPT),
+                "onError": "CONTINUE",
+                "executionPolicy": "EVERY_BOOT",
+            }
+        ]
+    return {"stages": stages, "scriptCachingPolicy": "REFRESH_ON_REBOOT"}
 
 
 def instance_health_checks(c: ClusterContext) -> dict[str, Any]:
@@ -155,24 +220,27 @@ def queue_request(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
     }
 
 
-def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
-    """The launch template's user data: cloud-init runs it as root on first boot (a MIME
-    multi-part document, the form PCS merges its own part into)."""
+def _prefix(c: ClusterContext) -> str:
+    """Where the artifacts put slurm/ (the nodes sync it from there)."""
+    return f"s3://{placeholder('artifactBucket')}/{c.name}/slurm"
+
+
+def bootstrap_args(c: ClusterContext, role: str, pool: PoolContext | None) -> list[str]:
+    """pcs-node-bootstrap.sh's arguments for a node of ``pool`` (None: the login nodes)."""
     pcs = _pcs(c)
-    prefix = f"s3://{placeholder('artifactBucket')}/{c.name}/slurm"
     fsx = "-"
     if c.fsx is not None:
         fsx = f"{placeholder('fsxDnsName')}@tcp:/{placeholder('fsxMountName')}:{c.fsx.mount_path}"
     if pool is None:
-        node = "false 0 0 false"
+        node = ["false", "0", "0", "false"]
         flags = ["--node-exporter"]
         if c.prometheus:
             flags.append("--prometheus")
             if c.grafana:
                 flags.append("--grafana")
     else:
-        node = f"{str(pool.efa).lower()} {pool.gpus} {pool.efa_devices} "
-        node += str(pool.efa_rdma_read).lower()
+        node = [str(pool.efa).lower(), str(pool.gpus), str(pool.efa_devices)]
+        node.append(str(pool.efa_rdma_read).lower())
         # --imex first (the bootstrap's own flag): on UltraServers the prolog forms each
         # job's NVLink domain (prolog.d/80-fmctl-imex.sh).
         flags = ["--imex"] if pool.itype.ultra_server else []
@@ -181,6 +249,14 @@ def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
             flags.append("--dcgm-exporter")
         if c.efa_metrics and pool.efa:
             flags.append(f"--efa-exporter={pool.efa_devices}")
+    return [role, _prefix(c), pcs.slurm_version, *node, fsx, *flags]
+
+
+def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
+    """The launch template's user data: cloud-init runs it as root on first boot (a MIME
+    multi-part document, the form PCS merges its own part into)."""
+    pcs = _pcs(c)
+    args = bootstrap_args(c, role, pool)
     lines = [
         "MIME-Version: 1.0",
         'Content-Type: multipart/mixed; boundary="FMCTL"',
@@ -192,12 +268,11 @@ def _bootstrap(c: ClusterContext, role: str, pool: PoolContext | None) -> str:
         f"# fmctl: bootstrap of a PCS {role} node of {c.name} (Slurm {pcs.slurm_version} in "
         f"{slurm_prefix(pcs.slurm_version)}).",
         "set -euo pipefail",
-        f'prefix="{prefix}"',
+        f'prefix="{args[1]}"',
         f"install -d -m 0755 {HOME}/actions",
         f'aws s3 cp --only-show-errors "$prefix/actions/pcs-node-bootstrap.sh" '
         f"{HOME}/actions/pcs-node-bootstrap.sh",
-        f'exec bash {HOME}/actions/pcs-node-bootstrap.sh {role} "$prefix" '
-        f"{pcs.slurm_version} {node} {fsx} {' '.join(flags)}",
+        f'exec bash {HOME}/actions/pcs-node-bootstrap.sh {role} "$prefix" ' + " ".join(args[2:]),
         "",
         "--FMCTL--",
         "",

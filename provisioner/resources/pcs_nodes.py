@@ -13,6 +13,7 @@ from typing import Any
 
 from provisioner.catalog.pcs import NODE_GROUP_TAG
 from provisioner.graph.ref import UNKNOWN, Ref
+from provisioner.render.placeholders import fill
 from provisioner.resources import pcs_drain
 from provisioner.resources.base import (
     FieldChange,
@@ -49,6 +50,7 @@ from provisioner.resources.pcs_api import (
 )
 from provisioner.resources.pcs_queues import PcsQueue
 from provisioner.resources.routes import EndpointOut, RouteTableOut
+from provisioner.resources.storage import ArtifactsOut
 from provisioner.resources.tags import (
     CREATED_TAG,
     RESOURCE_TAG,
@@ -79,6 +81,36 @@ class NodeGroupParams:
     endpoint: Ref[EndpointOut] | None = None
     #: instanceHealthChecks as canonical JSON ("": none asked, the login nodes').
     health_checks: str = ""
+    #: nodeLifecycleActions as canonical JSON with its placeholders ("": none), and what
+    #: fills them (the artifact bucket its scripts are in).
+    lifecycle: str = ""
+    lifecycle_fills: tuple[tuple[str, Ref[Any], str], ...] = ()
+    #: The uploaded scripts the lifecycle actions and the user data fetch: uploaded first.
+    artifacts: Ref[ArtifactsOut] | None = None
+
+
+#: What PCS takes when a NodeLifecycleActions member is left out (botocore's PCS model:
+#: NodeLifecycleScript's onError and executionPolicy, NodeLifecycleActions'
+#: scriptCachingPolicy).
+_SCRIPT_DEFAULTS = {"onError": "TERMINATE", "executionPolicy": "FIRST_BOOT_ONLY"}
+_ACTIONS_DEFAULTS = {"scriptCachingPolicy": "CACHE_ONCE"}
+
+
+def canonical_actions(actions: dict[str, Any] | None) -> str:
+    """nodeLifecycleActions as one text to compare, asked or read: defaults spelled out, empty
+    members dropped ("": no script at any stage)."""
+    stages = {
+        stage: [
+            {**_SCRIPT_DEFAULTS, **{k: v for k, v in script.items() if v not in (None, [], "")}}
+            for script in scripts
+        ]
+        for stage, scripts in ((actions or {}).get("stages") or {}).items()
+        if scripts
+    }
+    if not stages:
+        return ""
+    policy = {k: (actions or {}).get(k) or v for k, v in _ACTIONS_DEFAULTS.items()}
+    return json.dumps({"stages": stages, **policy}, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -96,6 +128,7 @@ class NodeGroupLive:
     ssh_key: str | None
     tags: Tags
     health_checks: str = ""
+    lifecycle: str = ""
 
 
 def profile_arn(role_arn: str) -> str:
@@ -127,6 +160,11 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         health_checks=Policy(
             How.UPDATE, "UpdateComputeNodeGroup instanceHealthChecks (replaces all of them)"
         ),
+        lifecycle=Policy(
+            How.UPDATE,
+            "UpdateComputeNodeGroup nodeLifecycleActions: PCS drains and replaces the group's "
+            "running nodes",
+        ),
     )
 
     def groups(self, ctx: Context) -> list[dict[str, Any]]:
@@ -157,6 +195,7 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             json.dumps(ng["instanceHealthChecks"], sort_keys=True)
             if ng.get("instanceHealthChecks")
             else "",
+            canonical_actions(ng.get("nodeLifecycleActions")),
         )
         if ng["status"] in FAILED:
             raise ResourceError(
@@ -188,9 +227,20 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
     def diff(
         self, req: Request[NodeGroupParams], observed: Observed[NodeGroupOut, NodeGroupLive]
     ) -> list[FieldChange]:
-        """A group scaled in says which Slurm nodes `up` drains first."""
+        """A group scaled in says which Slurm nodes `up` drains first; new lifecycle actions,
+        that PCS replaces the group's nodes ("Configuration changes drain and replace
+        existing nodes": the PCS User Guide, node lifecycle actions)."""
         going = observed.live.max_count - req.params.max_count
-        out = super().diff(req, observed)
+        out = [
+            dataclasses.replace(
+                c,
+                note="PCS drains the group's running nodes (their jobs end first) and "
+                "replaces them",
+            )
+            if c.path == "lifecycle"
+            else c
+            for c in super().diff(req, observed)
+        ]
         if going <= 0:
             return out
         nodes = pcs_drain.nodelist(
@@ -223,7 +273,20 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             req.params.ssh_key,
             req.params.tags.resolve(observed.live.tags.get(CREATED_TAG)),
             req.params.health_checks,
+            self._actions(req.ctx, req.params),
         )
+
+    @staticmethod
+    def _actions(ctx: Context, params: NodeGroupParams) -> Any:
+        """The lifecycle actions with their placeholders filled, canonical (``UNKNOWN`` until
+        what fills them exists)."""
+        if not params.lifecycle:
+            return ""
+        values = {name: ctx.resolve(ref, attr) for name, ref, attr in params.lifecycle_fills}
+        if any(v is UNKNOWN for v in values.values()):
+            return UNKNOWN
+        filled = fill(params.lifecycle, {k: str(v) for k, v in values.items()})
+        return canonical_actions(json.loads(filled))
 
     def renamed(self, params: NodeGroupParams, observed: Observed[Any, Any]) -> NodeGroupParams:
         """A replacement's params: a name of its own (unique per cluster), stable for what
@@ -256,6 +319,9 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
             body["sshKeyName"] = params.ssh_key
         if params.health_checks:
             body["instanceHealthChecks"] = json.loads(params.health_checks)
+        actions = self._actions(ctx, params)
+        if actions:
+            body["nodeLifecycleActions"] = json.loads(actions)
         return body
 
     def create(self, req: Request[NodeGroupParams]) -> NodeGroupOut:
@@ -334,6 +400,9 @@ class PcsNodeGroup(Kind[NodeGroupParams, NodeGroupOut, NodeGroupLive]):
         if paths:
             req.ctx.emit(req.rid, "updating", ", ".join(sorted(paths)))
             body = self._body(req.ctx, req.params)
+            if "lifecycle" in paths and "nodeLifecycleActions" not in body:
+                # Left out, an update keeps the group's scripts: no stage says none.
+                body["nodeLifecycleActions"] = {"stages": {}}
             patiently(
                 req.ctx,
                 req.rid,

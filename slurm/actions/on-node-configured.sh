@@ -131,10 +131,29 @@ UNIT
   systemctl daemon-reload
   systemctl enable --now fmctl-health.timer ||
     echo "fmctl: warning: the health agent's timer did not start" >&2
+  # The gate's last check, the 2-node NCCL pair (lib/verify-pair.sh): once slurmd runs, for
+  # a node the gate held for it. On ParallelCluster slurmd pulls it in at every start
+  # (WantedBy); on PCS the node group's nodeReady stage starts it (pcs-node-ready.sh). On
+  # both the health agent starts it again when a held node's peer was slow (--retry).
+  pair_install=""
+  if [ "$slurm" = /opt/slurm ]; then
+    pair_install="[Install]
+WantedBy=slurmd.service"
+  fi
+  cat >/etc/systemd/system/fmctl-verify-pair.service <<UNIT
+[Unit]
+Description=fmctl: verify gate's 2-node NCCL all-reduce before the node takes work
+After=slurmd.service
+[Service]
+Type=oneshot
+ExecStart=/bin/bash $home/lib/verify-pair.sh
+$pair_install
+UNIT
+  systemctl daemon-reload
   # The verify gate (lib/verify-node.sh), on ParallelCluster: this runs before slurmd starts,
   # so a node that fails it never takes work, and its failed bootstrap makes clustermgtd
-  # launch another in its place. (On PCS, the node group's own start-up health check is the
-  # gate: pcs-node-bootstrap.sh runs this script beside PCS's agent, which starts slurmd.)
+  # launch another in its place. (On PCS the node group's nodeBootstrapped stage runs it,
+  # before slurmd, at every boot: pcs-node-bootstrapped.sh.)
   if [ "$slurm" = /opt/slurm ]; then
     # ... and at every later boot, before slurmd (the cookbook's slurmd.service, which this
     # unit's RequiredBy makes depend on it): a rebooted node takes work again only once it
@@ -151,18 +170,6 @@ RemainAfterExit=yes
 ExecStart=/bin/bash $home/lib/verify-node.sh --once-per-boot
 [Install]
 RequiredBy=slurmd.service
-UNIT
-    # The gate's last check, the 2-node NCCL pair (lib/verify-pair.sh): once slurmd runs,
-    # pulled in by it at every start (WantedBy), for a node the gate held for it.
-    cat >/etc/systemd/system/fmctl-verify-pair.service <<UNIT
-[Unit]
-Description=fmctl: verify gate's 2-node NCCL all-reduce before the node takes work
-After=slurmd.service
-[Service]
-Type=oneshot
-ExecStart=/bin/bash $home/lib/verify-pair.sh
-[Install]
-WantedBy=slurmd.service
 UNIT
     systemctl daemon-reload
     systemctl enable fmctl-verify.service ||

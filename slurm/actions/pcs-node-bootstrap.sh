@@ -2,6 +2,11 @@
 # AWS PCS node bootstrap: the launch template's user data runs it as root from cloud-init on
 # first boot (no login shell). What ParallelCluster's custom actions do, done here: records
 # where PCS's installer put Slurm, mounts FSx for Lustre, then runs the same node scripts.
+# Once per instance: a GPU node group's nodeBootstrapped stage (pcs-node-bootstrapped.sh)
+# runs it too, since nothing orders PCS's stage after cloud-init's user data. Whichever
+# comes first runs it, under a lock the other waits on, and marks it done
+# (/var/lib/fmctl/bootstrapped); the other then finds it done. A run that failed leaves no
+# mark: the next one tries again.
 # Usage: pcs-node-bootstrap.sh login|compute S3_PREFIX SLURM_VERSION EFA GPUS EFA_DEVICES
 #        RDMA_READ FSX|- [--imex] [on-node-configured.sh flags...]
 #   --imex: an UltraServer node (p6e-gb200): the prolog forms each job's NVLink domain.
@@ -21,6 +26,15 @@ fi
 case "$role" in login | compute) ;; *) echo "role must be login or compute" >&2; exit 2 ;; esac
 [[ "$prefix" == s3://* ]] || { echo "S3_PREFIX must be an s3:// URI" >&2; exit 2; }
 [[ "$version" =~ ^[0-9]+\.[0-9]+$ ]] || { echo "SLURM_VERSION must be MAJOR.MINOR (24.11)" >&2; exit 2; }
+
+state=/var/lib/fmctl
+install -d -m 0755 "$state"
+exec 9>"$state/bootstrap.lock"
+flock 9
+if [ -e "$state/bootstrapped" ]; then
+  echo "fmctl: this node's bootstrap ran already ($(cat "$state/bootstrapped"))"
+  exit 0
+fi
 
 # Where the AWS PCS Slurm installer puts this version (AWS PCS User Guide, "Install SPANK
 # plugins on AWS PCS"); every fmctl script reads it through lib/slurm-prefix.sh.
@@ -61,7 +75,9 @@ home=/opt/fmctl/slurm
 install -d -m 0755 "$home"
 aws s3 sync --only-show-errors "$prefix" "$home"
 find "$home" -name '*.sh' -exec chmod 0755 {} +
+# The lock is this script's alone: what the node scripts leave running must not hold it.
 if [ "$role" = compute ]; then
-  "$home/actions/on-node-start.sh" "$efa" "$gpus" "$efa_devices" "$rdma_read" "$imex"
+  "$home/actions/on-node-start.sh" "$efa" "$gpus" "$efa_devices" "$rdma_read" "$imex" 9>&-
 fi
-exec "$home/actions/on-node-configured.sh" "$role" "$prefix" "$@"
+"$home/actions/on-node-configured.sh" "$role" "$prefix" "$@" 9>&-
+date -u +%Y-%m-%dT%H:%M:%SZ >"$state/bootstrapped"

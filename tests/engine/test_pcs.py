@@ -4,6 +4,7 @@ changed, down; and the one-Creating-cluster-per-region quota waited out."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -100,14 +101,54 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     # PCS's own health checks on the GPU group (spec health:, on by default): monitoring and
     # DCGM level 1 at every start, an instance that fails replaced; none on the login nodes.
     # Turned off, PCS is told so explicitly (an update replaces all of them); then back on.
-    def checks() -> dict[str, Any]:
+    def groups_now(key: str) -> dict[str, Any]:
         groups = pcs.list_compute_node_groups(clusterIdentifier=cluster["id"])
         return {
             g["name"]: pcs.get_compute_node_group(
                 clusterIdentifier=cluster["id"], computeNodeGroupIdentifier=g["id"]
-            )["computeNodeGroup"].get("instanceHealthChecks")
+            )["computeNodeGroup"].get(key)
             for g in groups["computeNodeGroups"]
         }
+
+    def checks() -> dict[str, Any]:
+        return groups_now("instanceHealthChecks")
+
+    def train_instances() -> set[str]:
+        found = (
+            sandbox.aws(region)
+            .client("ec2")
+            .describe_instances(
+                Filters=[
+                    {"Name": f"tag:{OWNER_TAG}", "Values": [name]},
+                    {"Name": "tag:fmctl.dev/pool", "Values": ["train"]},
+                    {"Name": "instance-state-name", "Values": ["running"]},
+                ]
+            )
+        )
+        return {i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]}
+
+    # fmctl's verify gate on the GPU group's nodes (nodeLifecycleActions): before slurmd at
+    # every boot, the node terminated if it fails; the pair once it registers. Each script
+    # is in the artifact bucket as the request names it, with the SHA-256 it pins.
+    actions = groups_now("nodeLifecycleActions")
+    assert actions["login"] is None
+    stages = actions["train"]["stages"]
+    (gate,) = stages["nodeBootstrapped"]
+    (pair,) = stages["nodeReady"]
+    assert (gate["name"], gate["onError"], gate["executionPolicy"]) == (
+        "fmctl-verify",
+        "TERMINATE",
+        "EVERY_BOOT",
+    )
+    assert gate["arguments"][:2] == ["compute", gate["arguments"][1]]
+    assert (pair["name"], pair["onError"]) == ("fmctl-verify-pair", "CONTINUE")
+    s3 = sandbox.aws(region).client("s3")
+    for script in (gate, pair):
+        bucket, _, key = (
+            script["scriptSource"]["scriptLocation"].removeprefix("s3://").partition("/")
+        )
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        assert hashlib.sha256(body).hexdigest() == script["scriptSource"]["checksum"], key
 
     on = {
         "healthMonitoring": {"mode": "STANDARD", "repairAction": "REPLACE"},
@@ -122,34 +163,28 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     (change,) = [
         c for c in json.loads(planned.stdout)["changes"] if c["resource"] == "pcs/node-group/train"
     ]
-    assert [f["path"] for f in change["fields"]] == ["health_checks"], change
+    assert [f["path"] for f in change["fields"]] == ["health_checks", "lifecycle"], change
+    assert "replaces them" in change["fields"][1]["note"], change
+    before_off = train_instances()
     assert sandbox.fmctl("up", "-f", str(off), "--sandbox", "--yes").returncode == 0
+    # New lifecycle actions: PCS replaces the group's nodes (its User Guide).
+    assert train_instances().isdisjoint(before_off) and len(train_instances()) == len(before_off)
     none = {
         "healthMonitoring": {"mode": "NONE"},
         "deepHealthChecks": {"onStart": {"profile": "NONE"}},
     }
     assert checks() == {"login": None, "train": none}
+    # No stage has a script: health off, the gate is gone from the group's next boots.
+    assert not groups_now("nodeLifecycleActions")["train"]["stages"]
     back = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
     assert back.returncode == 0, back.stdout + back.stderr
     assert checks()["train"] == on
+    assert groups_now("nodeLifecycleActions")["train"]["stages"] == stages
 
     # A fault on a GPU instance (`fmctl sandbox fault`): PCS's health monitoring leaves an
     # application's Xid alone and replaces the instance for Xid 79 (REPLACE, health.repair's
     # default); the group keeps its count with a new instance.
-    def train() -> set[str]:
-        found = (
-            sandbox.aws(region)
-            .client("ec2")
-            .describe_instances(
-                Filters=[
-                    {"Name": f"tag:{OWNER_TAG}", "Values": [name]},
-                    {"Name": "tag:fmctl.dev/pool", "Values": ["train"]},
-                    {"Name": "instance-state-name", "Values": ["running"]},
-                ]
-            )
-        )
-        return {i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]}
-
+    train = train_instances
     running = train()
     sick = sorted(running)[0]
     fault = ("sandbox", "fault", name, sick, "--region", region)

@@ -84,3 +84,78 @@ def test_the_sandbox_refuses_what_pcs_documents_it_refuses(
     with pytest.raises(PcsError) as refused:
         _health_checks(checks, itype)
     assert why in str(refused.value)
+
+
+def test_gpu_groups_run_fmctls_verify_gate_through_lifecycle_actions() -> None:
+    """nodeBootstrapped: the gate, with the user data's own bootstrap arguments, terminating
+    a node that fails, at every boot; nodeReady: the NCCL pair, with health.verify.ncclPair;
+    each script pinned by the SHA-256 of what fmctl ships (and uploads); none with health off
+    and none on the login nodes."""
+    import hashlib
+
+    from provisioner.render.pcs import bootstrap_args, lifecycle_actions
+    from provisioner.render.placeholders import find
+
+    spec, c = _context()
+    files = render(spec, load_catalog()).files
+    login = json.loads(files["pcs/compute-node-groups/login.json"])
+    assert "nodeLifecycleActions" not in login
+    body = json.loads(files["pcs/compute-node-groups/train.json"])
+    actions = body["nodeLifecycleActions"]
+    assert actions["scriptCachingPolicy"] == "REFRESH_ON_REBOOT"
+    (gate,) = actions["stages"]["nodeBootstrapped"]
+    (pair,) = actions["stages"]["nodeReady"]
+    assert (gate["onError"], gate["executionPolicy"]) == ("TERMINATE", "EVERY_BOOT")
+    assert (pair["onError"], pair["executionPolicy"]) == ("CONTINUE", "EVERY_BOOT")
+    user_data = json.loads(files["pcs/launch-templates/train.json"])["LaunchTemplateData"][
+        "UserData"
+    ]
+    pool = c.pools[0]
+    assert gate["arguments"] == bootstrap_args(c, "compute", pool)
+    assert " ".join(gate["arguments"][2:]) in user_data
+    for script, name in ((gate, "pcs-node-bootstrapped.sh"), (pair, "pcs-node-ready.sh")):
+        source = script["scriptSource"]
+        assert source["scriptLocation"].endswith(f"/{spec.metadata.name}/slurm/actions/{name}")
+        assert find(source["scriptLocation"]) == {"artifactBucket"}
+        shipped = (ROOT / "slurm/actions" / name).read_bytes()
+        assert source["checksum"] == hashlib.sha256(shipped).hexdigest()
+    no_pair = lifecycle_actions(dataclasses.replace(c, health_verify_nccl_pair=False), pool)
+    assert set(no_pair["stages"]) == {"nodeBootstrapped"}
+    assert lifecycle_actions(dataclasses.replace(c, health_enabled=False), pool) == {}
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda s: s["nodeBootstrapped"].append(dict(s["nodeBootstrapped"][0])), "not unique"),
+        (
+            lambda s: s["nodeReady"][0]["scriptSource"].update(
+                scriptLocation="https://example.com/ready.sh", s3VersionId="v1"
+            ),
+            "only valid when scriptLocation is an Amazon S3 URI",
+        ),
+        (lambda s: s["nodeReady"][0].update(onError="REBOOT"), "is not one of TERMINATE"),
+        (lambda s: s["nodeReady"][0].update(arguments=["x" * 257]), "at most 256"),
+        (lambda s: s["nodeReady"][0].update(name="-fmctl"), "the first a letter"),
+    ],
+)
+def test_the_sandbox_refuses_lifecycle_actions_pcs_would(edit: object, why: str) -> None:
+    """Each rule from botocore's PCS model (NodeLifecycleScript and its members); the
+    rendered request itself passes."""
+    from fmctl_sandbox.pcs_lifecycle import lifecycle_actions as _lifecycle
+    from fmctl_sandbox.pcs_model import validate
+    from fmctl_sandbox.protocol import Call
+    from tests.render.test_pcs import _filled
+
+    spec, _ = _context()
+    body = _filled(render(spec, load_catalog()).files["pcs/compute-node-groups/train.json"])
+
+    def check(request: dict[str, object]) -> None:
+        validate(Call("pcs", "CreateComputeNodeGroup", request, "json"))
+        _lifecycle(request.get("nodeLifecycleActions"))  # type: ignore[arg-type]
+
+    check(body)
+    assert callable(edit)
+    edit(body["nodeLifecycleActions"]["stages"])
+    with pytest.raises(PcsError, match=why):
+        check(body)

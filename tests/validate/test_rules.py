@@ -255,6 +255,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
     ),
     (
         "health-dcgm-extended",
+        "level-3-pcs",
+        [(("slurm",), {"provider": "pcs"}), (("health",), {"verify": {"dcgmLevel": 3}})],
+        "health.verify.dcgmLevel",
+        "error",
+    ),
+    (
+        "health-dcgm-extended",
         "level-4-eks-gate",
         [
             (("scheduler",), "kubernetes"),

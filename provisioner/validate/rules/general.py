@@ -147,7 +147,7 @@ def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
             "health-kubernetes-gate",
             "health verify kubernetesGate is for EKS: Slurm nodes pass the verify gate always",
             ("health", "verify", "kubernetesGate"),
-            hint="remove it; the Slurm gate is verify-node.sh before slurmd (PCS: its own check)",
+            hint="remove it; the Slurm gate is verify-node.sh before slurmd (on PCS too)",
         )
     elif not spec.health.enabled:
         yield Problem(
@@ -186,7 +186,23 @@ def health_dcgm_extended(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Proble
     """DCGM's level-4 diagnostic is allowed up to four hours (verify-node.sh's deadline) on
     every new, replaced or rebooted GPU node before it takes work: allowed, but said."""
     gated = ctx.scheduler != "kubernetes" or spec.health.verify.kubernetes_gate
-    if spec.health.enabled and gated and spec.health.verify.dcgm_level >= 4:
+    level = spec.health.verify.dcgm_level
+    pcs = ctx.scheduler != "kubernetes" and spec.slurm.provider == "pcs"
+    if spec.health.enabled and pcs and level >= 3:
+        # On PCS the gate is a nodeBootstrapped lifecycle script, and PCS gives a node
+        # "approximately 30 minutes to join Slurm" (PCS User Guide, best practices for node
+        # lifecycle actions), with no setting to lengthen it as ParallelCluster has.
+        yield Problem(
+            "health-dcgm-extended",
+            f"health verify dcgmLevel {level} does not fit on PCS: its diagnostic takes up "
+            f"to {'30 minutes' if level == 3 else '4 hours'} before slurmd starts, and PCS "
+            "gives a node about 30 minutes to join Slurm",
+            ("health", "verify", "dcgmLevel"),
+            hint="use level 2 (a few minutes) on PCS; PCS's own deep health check (QUICK) "
+            "runs after it",
+        )
+        return
+    if spec.health.enabled and gated and level >= 4:
         yield Problem(
             "health-dcgm-extended",
             "health verify dcgmLevel 4 gives DCGM's extended diagnostic up to 4 hours on every "

@@ -1,0 +1,36 @@
+#!/bin/bash
+# AWS PCS: a GPU node group's nodeBootstrapped lifecycle script (render/pcs.py,
+# lifecycle_actions). PCS runs it after it has set up the node and before slurmd starts, at
+# every boot (executionPolicy EVERY_BOOT), and terminates the node when it fails (onError
+# TERMINATE); PCS's own deep health check runs after it (botocore's PCS model:
+# NodeLifecycleStages, NodeLifecycleScript, DeepHealthChecks).
+#   1. The node's bootstrap, pcs-node-bootstrap.sh with the user data's own arguments: it
+#      runs once per instance, whichever of cloud-init and PCS comes first, under its lock.
+#      A bootstrap that fails here fails the node: it is terminated instead of taking work
+#      half made.
+#   2. fmctl's verify gate, lib/verify-node.sh --once-per-boot, as ParallelCluster's nodes run
+#      it before slurmd: GPUs, ECC, NVLinks, row remaps, EFA devices and their loopback,
+#      DCGM's diagnostic at health.verify.dcgmLevel. A node that fails is terminated (the
+#      group launches another); one that passes is held for its 2-node NCCL pair, which the
+#      nodeReady stage runs (pcs-node-ready.sh).
+# Usage: pcs-node-bootstrapped.sh compute S3_PREFIX SLURM_VERSION ... (pcs-node-bootstrap.sh's)
+set -euo pipefail
+
+[ "$#" -ge 8 ] || { echo "usage: pcs-node-bootstrapped.sh compute S3_PREFIX SLURM_VERSION EFA GPUS EFA_DEVICES RDMA_READ FSX|- [flags]" >&2; exit 2; }
+prefix="$2"
+[[ "$prefix" == s3://* ]] || { echo "S3_PREFIX must be an s3:// URI" >&2; exit 2; }
+home=/opt/fmctl/slurm
+
+if [ ! -e /var/lib/fmctl/bootstrapped ]; then
+  # A copy of its own: cloud-init's user data may be writing the shared one right now.
+  install -d -m 0755 "$home/actions"
+  copy="$(mktemp "$home/actions/.pcs-node-bootstrap.XXXXXX")"
+  trap 'rm -f "$copy"' EXIT
+  aws s3 cp --only-show-errors "$prefix/actions/pcs-node-bootstrap.sh" "$copy"
+  bash "$copy" "$@"
+fi
+
+if ! "$home/lib/verify-node.sh" --once-per-boot; then
+  echo "fmctl: this node failed the verify gate (/var/lib/fmctl/health/verify.txt): PCS terminates it" >&2
+  exit 1
+fi
