@@ -146,9 +146,10 @@ def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
       (onError TERMINATE), and PCS's deep health check, which "runs after those scripts",
       never starts on it;
     - nodeReady, "after slurmd starts and the compute node registers": the 2-node NCCL pair
-      (lib/verify-pair.sh, as fmctl-verify-pair.service), with health.verify.ncclPair. It
-      drains a node that fails with two peers itself; its exit status fails nothing more
-      (CONTINUE): with one idle peer it keeps the node held, not terminated.
+      (lib/verify-pair.sh, as fmctl-verify-pair.service), with health.verify.ncclPair. A
+      node the pair drained (slow with two peers) fails the stage and is terminated
+      (TERMINATE), as clustermgtd replaces it on ParallelCluster; one held after a slow
+      pair with the one idle peer passes the stage, held.
 
     Scripts are fetched again at every boot (REFRESH_ON_REBOOT): an update's new scripts,
     and their new checksums, reach a rebooted node together."""
@@ -170,7 +171,7 @@ def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
             {
                 "name": "fmctl-verify-pair",
                 "scriptSource": _script(c, READY_SCRIPT),
-                "onError": "CONTINUE",
+                "onError": "TERMINATE",
                 "executionPolicy": "EVERY_BOOT",
             }
         ]

@@ -53,6 +53,9 @@ install -d -m 0755 "$dir"
 report="$dir/verify.txt"
 # The one peer a slow pair was run with while no other was idle: "PEER GBPS" (or "none").
 first_file="$dir/pair-first"
+# This boot's pair drained the node (below the floor with two peers): on PCS the nodeReady
+# stage then fails, and PCS terminates the node (pcs-node-ready.sh).
+drained_file="$dir/pair-drained"
 
 say() {  # ok|FAIL|skip TEXT
   printf '%s %s\n' "$1" "$2" | tee -a "$report"
@@ -86,7 +89,7 @@ release() {  # give the node to its partition's jobs
 }
 
 if [ "${1:-}" = --hold ]; then
-  rm -f "$first_file"  # a new boot: its pair starts afresh
+  rm -f "$first_file" "$drained_file"  # a new boot: its pair starts afresh
   if [ "${FMCTL_HEALTH_VERIFY_NCCL_PAIR:-true}" != true ]; then
     exit 0
   fi
@@ -208,6 +211,7 @@ for peer in $peers; do
   say FAIL "nccl-pair: ${bw:-no result} GB/s with $peer, ${first_bw:-no result} with $first (floor ${floor} GB/s at ${bytes} B)"
   scontrol update NodeName="$node" State=DRAIN Reason="$why" >/dev/null 2>&1 ||
     say FAIL "nccl-pair: could not drain $node"
+  printf '%s\n' "$why" >"$drained_file"
   rm -f "$first_file"
   release
   logger -t fmctl-verify -- "$node failed its nccl pair: $why" 2>/dev/null || true

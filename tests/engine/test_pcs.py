@@ -141,7 +141,7 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
         "EVERY_BOOT",
     )
     assert gate["arguments"][:2] == ["compute", gate["arguments"][1]]
-    assert (pair["name"], pair["onError"]) == ("fmctl-verify-pair", "CONTINUE")
+    assert (pair["name"], pair["onError"]) == ("fmctl-verify-pair", "TERMINATE")
     s3 = sandbox.aws(region).client("s3")
     for script in (gate, pair):
         bucket, _, key = (

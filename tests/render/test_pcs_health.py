@@ -106,7 +106,7 @@ def test_gpu_groups_run_fmctls_verify_gate_through_lifecycle_actions() -> None:
     (gate,) = actions["stages"]["nodeBootstrapped"]
     (pair,) = actions["stages"]["nodeReady"]
     assert (gate["onError"], gate["executionPolicy"]) == ("TERMINATE", "EVERY_BOOT")
-    assert (pair["onError"], pair["executionPolicy"]) == ("CONTINUE", "EVERY_BOOT")
+    assert (pair["onError"], pair["executionPolicy"]) == ("TERMINATE", "EVERY_BOOT")
     user_data = json.loads(files["pcs/launch-templates/train.json"])["LaunchTemplateData"][
         "UserData"
     ]

@@ -122,6 +122,16 @@ def test_the_stages_bootstrap_verify_pair_and_terminate_a_failing_node(
     ran = node.run([pair], env=CLOUD_INIT_ENV, timeout=60)
     assert ran.returncode == 0, f"{ran.stdout}\n{ran.stderr}"
     assert node.run(started).returncode == 0
+    # A pair that drained the node (slow with two peers) fails the stage: PCS terminates it.
+    node.write(
+        "/var/lib/fmctl/health/pair-drained",
+        "fmctl-health: nccl-pair 120.4 GB/s < 396 GB/s -> replace\n",
+    )
+    try:
+        slow = node.run([pair], env=CLOUD_INIT_ENV, timeout=60)
+    finally:
+        node.path("/var/lib/fmctl/health/pair-drained").unlink()
+    assert slow.returncode == 1 and "PCS terminates it" in slow.stderr, slow.stderr
     # Without the unit (health off, or not one of fmctl's GPU nodes) it says so and passes.
     saved = node.path("/etc/systemd/system/fmctl-verify-pair.service").read_text()
     node.path("/etc/systemd/system/fmctl-verify-pair.service").unlink()

@@ -189,6 +189,9 @@ def test_a_slow_node_is_drained_for_replacement_after_two_peers(cluster: Cluster
         assert reason == "fmctl-health: nccl-pair 120.4 GB/s < 396 GB/s -> replace"
         assert state.startswith(("drain", "drained")), state
         assert not _held(cluster, new)  # drained, not reserved: clustermgtd replaces it
+        # ... and said for PCS's nodeReady stage, which then has PCS terminate the node.
+        drained = new.node.path("/var/lib/fmctl/health/pair-drained").read_text()
+        assert drained.strip() == reason
         # The peers were given back.
         assert _settled(cluster, peer) == ("idle", "") and _settled(cluster, other) == ("idle", "")
     finally:
