@@ -546,3 +546,50 @@ def test_the_pcs_starters_are_made_by_the_sandbox(sandbox: Sandbox, tmp_path: Pa
         down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
         assert raw_leftovers(sandbox, name, region) == []
+
+
+def test_pcs_up_wait_healthy_waits_for_the_nodes_verify_gate(
+    sandbox: Sandbox, tmp_path: Path
+) -> None:
+    """`up --wait-healthy` on PCS asks the login node's Slurm (cluster-health.sh through Run
+    Command): a node still held for its NCCL pair (the verify gate's reservation, sinfo's
+    "reserved") is not in service, and the wait ends once it is idle. The login node's Slurm
+    is the test's fake (tests/tools/fake_slurm.py: the sandbox runs no Slurm), its answers in
+    cluster-health.sh's format as the real sinfo and scontrol print them."""
+    import threading
+
+    name, region = "e2e-pcs-healthy", "ap-south-1"
+    spec = pcs_spec(tmp_path, name, region)
+    with login_slurm(sandbox, tmp_path / "slurm") as slurm:
+        (slurm / "sinfo.txt").write_text(
+            "train|idle|Unknown|train-1|none\ntrain|reserved|Unknown|train-2|none\n"
+        )
+        (slurm / "reservations").write_text("fmctl-verify-train-2\n")
+        flipped = threading.Event()
+
+        def pair_passes() -> None:
+            # Once the wait has looked twice, the pair passes: the reservation goes.
+            deadline = time.monotonic() + 170
+            while time.monotonic() < deadline:
+                if sum(c.startswith("sinfo ") for c in calls(slurm)) >= 2:
+                    (slurm / "reservations").write_text("")
+                    (slurm / "sinfo.txt").write_text("train|idle|Unknown|train-[1-2]|none\n")
+                    flipped.set()
+                    return
+                time.sleep(0.05)
+
+        watcher = threading.Thread(target=pair_passes, daemon=True)
+        watcher.start()
+        try:
+            up = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy")
+        finally:
+            watcher.join(5)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert flipped.is_set()
+        assert "health: healthy nodes: train 1/2" in up.stderr, up.stderr
+        assert "healthy: 2 GPU nodes in service" in up.stdout, up.stdout
+        # Read-only: the wait asked, it changed nothing.
+        assert not [c for c in calls(slurm) if c.startswith(("scontrol update", "scancel"))]
+    down = sandbox.fmctl("down", name, "--region", region, "--sandbox", "--yes")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, name, region) == []
