@@ -24,6 +24,7 @@ SYNC_WAVES = {
     "training": -1,
     "nvidia-device-plugin": 0,
     "efa-device-plugin": 0,
+    "dcgm": 0,
     "fsx": 0,
     "node-exporter": 1,
     "dcgm-exporter": 1,
@@ -136,6 +137,9 @@ def components(c: ClusterContext) -> list[Component]:
                 "efa-device-plugin", (("daemonset.yaml.j2", "daemonset.yaml"),), "fmctl-system"
             )
         )
+    # The GPU nodes' one DCGM host engine, which the exporter, the health agent, the verify
+    # gate and `fmctl check` all connect to (templates/kubernetes/dcgm).
+    out.append(Component("dcgm", (("daemonset.yaml.j2", "daemonset.yaml"),), "fmctl-system"))
     if c.fsx:
         out.append(
             Component(

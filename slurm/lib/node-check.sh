@@ -48,12 +48,12 @@ if [[ "$parts" == *" gpu "* ]]; then
   nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total \
     --format=csv,noheader,nounits > "$out/nvidia-smi.csv" 2>&1
   if command -v dcgmi > /dev/null 2>&1; then
-    # In a DCGM container (Kubernetes) no host engine runs yet; on a Slurm node the
-    # nvidia-dcgm service is one. Start one only where asked.
-    if [ "${FMCTL_START_HOSTENGINE:-0}" = 1 ] && command -v nv-hostengine > /dev/null 2>&1; then
-      nv-hostengine > /dev/null 2>&1 || true
-    fi
-    dcgmi diag -r 2 -j > "$out/dcgmi-diag.json" 2>&1
+    # The node's one host engine: on a Slurm node the nvidia-dcgm service; on Kubernetes
+    # fmctl's DaemonSet's, named (FMCTL_DCGM_HOST), so that dcgmi never starts one of its own
+    # beside it (NVIDIA supports one engine a node: NVIDIA/DCGM#108).
+    engine=()
+    [ -z "${FMCTL_DCGM_HOST:-}" ] || engine=(--host "$FMCTL_DCGM_HOST")
+    dcgmi diag -r 2 -j "${engine[@]}" > "$out/dcgmi-diag.json" 2>&1
   else
     echo "dcgmi not installed on $node" > "$out/dcgmi-diag.json"
   fi

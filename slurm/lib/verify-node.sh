@@ -159,9 +159,23 @@ if [ "$want_gpus" -gt 0 ] && [ "$level" -gt 0 ]; then
     default_deadline=1800
     [ "$level" -lt 4 ] || default_deadline=14400
     diag_deadline="${FMCTL_HEALTH_VERIFY_DCGM_TIMEOUT:-$default_deadline}"
-    diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
+    engine=()
+    if [ -n "${FMCTL_DCGM_HOST:-}" ]; then
+      # The node's one host engine (Kubernetes: templates/kubernetes/dcgm), named: dcgmi then
+      # never starts an engine of its own beside it (NVIDIA/DCGM dcgmi/Diag.cpp starts an
+      # embedded one only when no host was given). Its pod may still be starting on a new
+      # node: waited for, up to FMCTL_DCGM_WAIT seconds.
+      engine=(--host "$FMCTL_DCGM_HOST")
+      waited=0
+      until timeout 5 dcgmi discovery -l "${engine[@]}" >/dev/null 2>&1 ||
+        [ "$waited" -ge "${FMCTL_DCGM_WAIT:-300}" ]; do
+        sleep 2
+        waited=$((waited + 2))
+      done
+    fi
+    diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j "${engine[@]}" 2>&1)
     diag_status=$?
-    if [[ "$diag" == *"Unable to connect to host engine"* ]] &&
+    if [ -z "${FMCTL_DCGM_HOST:-}" ] && [[ "$diag" == *"Unable to connect to host engine"* ]] &&
       command -v nv-hostengine >/dev/null 2>&1; then
       # No nvidia-dcgm service yet this early in the boot: a host engine of its own.
       nv-hostengine >/dev/null 2>&1 || true

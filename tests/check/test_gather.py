@@ -164,6 +164,11 @@ def test_check_objects_pass_official_schemas_and_hold_whole_nodes() -> None:
         assert (held[GPU], held[EFA]) == (8, 16)
         assert job["spec"]["activeDeadlineSeconds"] == 900 and job["spec"]["backoffLimit"] == 0
         assert pod["containers"][0]["command"] == ["bash", "/opt/fmctl/node-check.sh", "-", "gpu"]
+        # DCGM's diagnostic on the node's one host engine (templates/kubernetes/dcgm), named,
+        # on the node's network where it listens: never an engine of the check's own.
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["FMCTL_DCGM_HOST"] == "127.0.0.1" and pod["hostNetwork"] is True
+        assert "FMCTL_START_HOSTENGINE" not in env
     script = next(o for o in objects if o["kind"] == "ConfigMap")["data"]["node-check.sh"]
     assert script == (ROOT / "slurm/lib/node-check.sh").read_text()
     allreduce = next(

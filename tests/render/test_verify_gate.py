@@ -448,3 +448,53 @@ def test_the_node_agent_is_a_daemonset_per_pool_that_may_only_report(tmp_path: P
     assert {v["name"]: v.get("hostPath", {}).get("path") for v in agent_pod["spec"]["volumes"]}[
         "metrics"
     ] == "/var/lib/fmctl/metrics"
+
+
+def test_a_gpu_node_has_one_dcgm_host_engine_that_every_client_names(tmp_path: Path) -> None:
+    """NVIDIA supports one DCGM host engine a node (NVIDIA/DCGM#108; dcgm-exporter#61): the
+    dcgm DaemonSet's is the only process that starts one, on nv-hostengine's own address
+    (no option: 127.0.0.1:5555); the exporter, the agent's watches and the gate's diagnostic
+    name it (an exporter or dcgmi without a host starts an engine of its own) and share the
+    node's network, where it listens. Nothing gets SYS_ADMIN but the engine."""
+    files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", True, True), "kubernetes").files
+    (code,) = [
+        d
+        for _, d in documents(files, "kubernetes/health-verify/")
+        if d.get("metadata", {}).get("name") == "fmctl-verify-controller"
+    ]
+    pods = {
+        (doc["kind"], doc["metadata"]["name"]): doc["spec"]["template"]["spec"]
+        for _, doc in documents(files, "kubernetes/")
+        if doc["kind"] in ("DaemonSet", "Deployment", "Job")
+    }
+    pods[("Job", "gate")] = json.loads(code["data"]["gpu.json"])["spec"]["template"]["spec"]
+    engines = [
+        key
+        for key, pod in pods.items()
+        for c in pod["containers"]
+        if "nv-hostengine" in " ".join(c.get("command") or [])
+    ]
+    assert engines == [("DaemonSet", "dcgm-hostengine")]
+    engine = pods[("DaemonSet", "dcgm-hostengine")]
+    (container,) = engine["containers"]
+    assert container["command"] == ["nv-hostengine", "-n"] and engine["hostNetwork"] is True
+    assert _tolerates(engine, TAINT)
+    added = {
+        key
+        for key, pod in pods.items()
+        for c in pod["containers"]
+        if "SYS_ADMIN" in str((c.get("securityContext") or {}).get("capabilities"))
+    }
+    assert added == {("DaemonSet", "dcgm-hostengine")}
+
+    exporter = pods[("DaemonSet", "dcgm-exporter")]
+    env = {e["name"]: e.get("value") for e in exporter["containers"][0]["env"]}
+    assert env["DCGM_REMOTE_HOSTENGINE_INFO"] == "127.0.0.1:5555"
+    assert exporter["hostNetwork"] is True
+    agent = pods[("DaemonSet", "fmctl-health-agent-gpu")]
+    (watch,) = [c for c in agent["containers"] if c["name"] == "dcgm"]
+    assert agent["hostNetwork"] is True and watch["command"][-1] == "127.0.0.1"
+    gate = pods[("Job", "gate")]
+    (gpu,) = [c for c in gate["containers"] if c["name"] == "gpu"]
+    assert {e["name"]: e.get("value") for e in gpu["env"]}["FMCTL_DCGM_HOST"] == "127.0.0.1"
+    assert gate["hostNetwork"] is True

@@ -487,6 +487,23 @@ def test_the_eks_gate_runs_the_same_checks_as_its_job_does(cluster: Cluster) -> 
     finally:
         compute.path("/etc/standin/dcgmi.hang").unlink()
 
+    # The Job names the node's one host engine (FMCTL_DCGM_HOST, the dcgm DaemonSet's): with
+    # none answering, the gate waits for it, then skips the diagnostic, and starts no engine
+    # of its own beside the node's (NVIDIA supports one: NVIDIA/DCGM#108).
+    env = {e["name"]: e.get("value") for e in containers["gpu"]["env"]}
+    assert env["FMCTL_DCGM_HOST"] == "127.0.0.1"
+    engine = compute.path("/etc/standin/dcgmi-diag.json")
+    saved = engine.read_text()
+    engine.unlink()
+    try:
+        alone = _as_the_job_runs(compute, containers["gpu"], FMCTL_DCGM_WAIT="2")
+        started = compute.run(["test", "-e", "/run/standin/nv-hostengine"]).returncode == 0
+    finally:
+        compute.write("/etc/standin/dcgmi-diag.json", saved)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert "skip dcgm: no diagnostic (Error: Unable to connect to host engine." in alone.stdout
+    assert not started  # (the stand-in nv-hostengine daemonizes as the real one would)
+
 
 def test_exporters_installed_from_their_real_release_names(cluster: Cluster) -> None:
     """Every download hit a name the upstream release has (the mirror holds nothing else), and

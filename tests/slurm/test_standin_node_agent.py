@@ -96,6 +96,14 @@ def _shipped_pod(tmp_path: Path) -> tuple[dict[str, str], dict[str, dict[str, An
     ]
     (daemonset,) = [d for d in docs if d["metadata"]["name"] == "fmctl-health-agent-gpu"]
     containers = daemonset["spec"]["template"]["spec"]["containers"]
+    # The node's one DCGM host engine (templates/kubernetes/dcgm), which the dcgm container
+    # is a client of.
+    (engine,) = [
+        d
+        for _, d in documents(files, "kubernetes/dcgm/")
+        if d.get("kind") == "DaemonSet" and d["metadata"]["name"] == "dcgm-hostengine"
+    ]
+    containers += engine["spec"]["template"]["spec"]["containers"]
     return shipped, {c["name"]: c for c in containers}
 
 
@@ -193,11 +201,12 @@ DCGM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def test_the_shipped_dcgm_container_gives_the_agent_dcgms_watches(tmp_path: Path, api: str) -> None:
     """The agent's image has no dcgmi: the DaemonSet's dcgm container, as shipped (its
-    command and env), starts its host engine, turns the watches on and writes their answer
-    (here a recorded Failure of the memory system) where the agent reads it; the agent
-    reports the node faulty. An answer that stopped coming is not read."""
+    command and env), waits for the node's one host engine (the dcgm-hostengine DaemonSet's
+    container, as shipped) and starts none of its own, turns the watches on and writes their
+    answer (here a recorded Failure of the memory system) where the agent reads it; the
+    agent reports the node faulty. An answer that stopped coming is not read."""
     files, containers = _shipped_pod(tmp_path)
-    agent, dcgm = containers["agent"], containers["dcgm"]
+    agent, dcgm, engine = containers["agent"], containers["dcgm"], containers["nv-hostengine"]
     env = {e["name"]: e["value"] for e in agent["env"] if "value" in e}
     env |= {"NODE_NAME": NODE, "PATH": IMAGE_PATH}
     report_path = env["FMCTL_DCGM_REPORT"]
@@ -226,13 +235,21 @@ def test_the_shipped_dcgm_container_gives_the_agent_dcgms_watches(tmp_path: Path
             node.write(f"{device}/device/vendor", "0x1d0f\n")
             node.write(f"{device}/device/device", "0xefa1\n")
         node.write("/var/lib/standin/kmsg", "")
-        dcgm_env = {e["name"]: e["value"] for e in dcgm["env"]} | {"PATH": DCGM_PATH}
-        watch = node.daemon(dcgm["command"], env=dcgm_env)
+        dcgm_env = {e["name"]: e.get("value", "") for e in dcgm.get("env", [])}
+        watch = node.daemon(dcgm["command"], env=dcgm_env | {"PATH": DCGM_PATH})
 
         def written() -> bool:
             # /run is the node's own tmpfs, seen from inside it only.
             return node.run(["test", "-s", report_path], env={"PATH": DCGM_PATH}).returncode == 0
 
+        def engine_runs() -> bool:
+            return node.run(["test", "-e", "/run/standin/nv-hostengine"]).returncode == 0
+
+        # No engine on the node yet: the container waits, and starts none of its own.
+        time.sleep(3)
+        assert not written() and not engine_runs() and watch.poll() is None
+        engine_env = {e["name"]: e["value"] for e in engine["env"]} | {"PATH": DCGM_PATH}
+        node.daemon(engine["command"], env=engine_env)
         deadline = time.monotonic() + 30
         while not written() and time.monotonic() < deadline:
             time.sleep(0.2)
