@@ -177,8 +177,19 @@ if [ "$want_gpus" -gt 0 ] && [ "$level" -gt 0 ]; then
     diag_status=$?
     if [ -z "${FMCTL_DCGM_HOST:-}" ] && [[ "$diag" == *"Unable to connect to host engine"* ]] &&
       command -v nv-hostengine >/dev/null 2>&1; then
-      # No nvidia-dcgm service yet this early in the boot: a host engine of its own.
-      nv-hostengine >/dev/null 2>&1 || true
+      # No host engine yet this early in the boot. The node's own, where it has one
+      # (nvidia-dcgm.service, DCGM's package's unit): started now, it is the one engine the
+      # exporter and the agent use later; a bare nv-hostengine would hold its port and leave
+      # the service failing beside it. Else one of the gate's own (it daemonizes).
+      if systemctl cat nvidia-dcgm.service >/dev/null 2>&1; then
+        timeout 60 systemctl start nvidia-dcgm.service >/dev/null 2>&1 || true
+        for _ in $(seq 15); do
+          timeout 5 dcgmi discovery -l >/dev/null 2>&1 && break
+          sleep 1
+        done
+      else
+        nv-hostengine >/dev/null 2>&1 || true
+      fi
       diag=$(timeout "$diag_deadline" dcgmi diag -r "$level" -j 2>&1)
       diag_status=$?
     fi

@@ -773,3 +773,53 @@ def test_an_update_brings_the_task_prolog_to_running_nodes(cluster: Cluster) -> 
     out = cluster.compute.run([shared], user="ubuntu", env={"PATH": "/usr/bin:/bin"})
     _ok(out)
     assert "export FI_PROVIDER=efa" in out.stdout
+
+
+#: nvidia-dcgm.service as DCGM's packages ship it (NVIDIA/DCGM
+#: config-files/systemd/nvidia-dcgm.service.in at 72fa3fe, its binary folder filled in).
+NVIDIA_DCGM_UNIT = """[Unit]
+Description=NVIDIA DCGM service
+After=nvidia-gpu-reset.target
+Wants=nvidia-gpu-reset.target
+
+[Service]
+User=root
+PrivateTmp=false
+Environment="DCGM_HOME_DIR=/var/log/nvidia-dcgm"
+ExecStart=/usr/bin/nv-hostengine -n --service-account nvidia-dcgm
+Restart=on-abort
+
+[Install]
+Alias=dcgm.service
+WantedBy=multi-user.target
+"""
+
+
+def test_the_gate_with_no_engine_starts_the_nodes_own(cluster: Cluster) -> None:
+    """A Slurm node's gate that finds no DCGM host engine answering (early in the boot)
+    starts the node's own, nvidia-dcgm.service, where DCGM's package installed it: the one
+    engine the exporter and the agent use later (NVIDIA supports one a node). Only without
+    the unit does it start a bare nv-hostengine (which daemonizes)."""
+    compute = cluster.compute
+    diag = compute.path("/etc/standin/dcgmi-diag.json")
+    saved = diag.read_text()
+    unit = "/etc/systemd/system/nvidia-dcgm.service"
+    started = "/run/standin-systemd/nvidia-dcgm.service"
+    daemon = "/run/standin/nv-hostengine"
+
+    def exists(path: str) -> bool:
+        return compute.run(["test", "-e", path]).returncode == 0
+
+    diag.unlink()
+    try:
+        compute.write(unit, NVIDIA_DCGM_UNIT)
+        with_unit = compute.run(["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"], env=SSM_ENV)
+        assert exists(started) and not exists(daemon), with_unit.stdout + with_unit.stderr
+        compute.path(unit).unlink()
+        compute.run(["rm", "-f", started])
+        bare = compute.run(["/bin/bash", "/opt/fmctl/slurm/lib/verify-node.sh"], env=SSM_ENV)
+        assert exists(daemon) and not exists(started), bare.stdout + bare.stderr
+    finally:
+        compute.run(["/bin/sh", "-c", f"pkill -f nv-hostengine; rm -f {daemon} {started} {unit}"])
+        compute.write("/etc/standin/dcgmi-diag.json", saved)
+        compute.run(["rm", "-rf", "/run/fmctl"])
