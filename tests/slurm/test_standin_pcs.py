@@ -73,23 +73,32 @@ def _shell_part(user_data: str) -> str:
     return part.split("\n--FMCTL--", 1)[0]
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[tuple[StandinNode, dict[str, str], Any]]:
-    image = rootfs.ensure()
-    files = _files()
-    pcs = StandinNode(image, "ip-10-0-16-30")
+def pcs_node(name: str, files: dict[str, str]) -> StandinNode:
+    """A stand-in node laid out as PCS's AMI, a healthy p5 (its GPUs and EFA devices), with
+    the artifact bucket as `up` fills it: the shipped slurm/ and the rendered slurm/ files."""
+    pcs = StandinNode(rootfs.ensure(), name)
     try:
         laid = pcs.run(["/bin/bash", "-c", LAYOUT])
         assert laid.returncode == 0, laid.stderr
         s3 = f"/var/lib/standin-s3/{BUCKET}/llm-pretrain/slurm"
         shutil.copytree(ROOT / "slurm", pcs.path(s3), dirs_exist_ok=True)
         for path, text in files.items():
-            if path.startswith("slurm/monitoring/"):
+            if path.startswith("slurm/"):
                 pcs.write(f"{s3}/{path.removeprefix('slurm/')}", text)
         pcs.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
-        pcs.write(
-            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
-        )
+        healthy = (DATA / "check/nvidia-smi-healthy.csv").read_text()
+        pcs.write("/etc/standin/nvidia-smi.csv", healthy)
+    except BaseException:
+        pcs.stop()
+        raise
+    return pcs
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[tuple[StandinNode, dict[str, str], Any]]:
+    files = _files()
+    pcs = pcs_node("ip-10-0-16-30", files)
+    try:
         template = json.loads(files["pcs/launch-templates/train.json"])
         text = template["LaunchTemplateData"]["UserData"]
         script = fill(_shell_part(text), {n: BUCKET for n in find(_shell_part(text))})
@@ -166,6 +175,8 @@ def test_an_ultraserver_node_group_bootstraps_for_imex(
     # Only the bootstrap's own part: the exporters were installed and checked above.
     script = script.split(" --imex ", 1)[0] + " --imex\n"
     pcs.write("/var/lib/cloud/instance/scripts/part-002", script, 0o700)
+    # A GB200 instance is a new one: this node's first bootstrap is not its.
+    pcs.path("/var/lib/fmctl/bootstrapped").unlink()
     booted = pcs.run(["/var/lib/cloud/instance/scripts/part-002"], env=CLOUD_INIT_ENV, timeout=300)
     assert booted.returncode == 0, f"{booted.stdout}\n{booted.stderr}"
     env = pcs.path("/etc/fmctl/node.env").read_text()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,9 @@ from typing import Any
 import pytest
 
 from provisioner.render.placeholders import fill, find
-from tests.slurm.test_standin_pcs import BUCKET, LAYOUT, _files, _shell_part
-from tests.tools.standin import recorded, rootfs
+from tests.slurm.test_standin_pcs import BUCKET, _files, _shell_part
+from tests.slurm.test_standin_pcs import pcs_node as laid_out
+from tests.tools.standin import rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, StandinNode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,21 +52,9 @@ def _fetch(node: StandinNode, script: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def pcs_node() -> Iterator[tuple[StandinNode, dict[str, str]]]:
-    image = rootfs.ensure()
     files = _files()
-    node = StandinNode(image, "ip-10-0-16-31")
+    node = laid_out("ip-10-0-16-31", files)
     try:
-        laid = node.run(["/bin/bash", "-c", LAYOUT])
-        assert laid.returncode == 0, laid.stderr
-        prefix = f"{S3}/llm-pretrain/slurm"
-        shutil.copytree(ROOT / "slurm", node.path(prefix), dirs_exist_ok=True)
-        for path, text in files.items():
-            if path.startswith("slurm/"):
-                node.write(f"{prefix}/{path.removeprefix('slurm/')}", text)
-        node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
-        node.write(
-            "/etc/standin/nvidia-smi.csv", (DATA / "check/nvidia-smi-healthy.csv").read_text()
-        )
         yield node, files
     finally:
         node.stop()
