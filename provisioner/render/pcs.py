@@ -1,5 +1,6 @@
 """The pcs/ folder of a Slurm cluster on AWS PCS (slurm.provider: pcs): each PCS request as
-data, exactly as `up` sends it, and the launch templates with the nodes' bootstrap.
+data, exactly as `up` sends it, and the launch templates with the nodes' bootstrap (and the
+GPU node groups' lifecycle actions: fmctl's verify gate before slurmd).
 
 - ``pcs/cluster.json``: CreateCluster; ``pcs/compute-node-groups/NAME.json``:
   CreateComputeNodeGroup (``login`` and one per pool); ``pcs/queues/NAME.json``: CreateQueue
@@ -151,8 +152,11 @@ def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
       (TERMINATE), as clustermgtd replaces it on ParallelCluster; one held after a slow
       pair with the one idle peer passes the stage, held.
 
-    Scripts are fetched again at every boot (REFRESH_ON_REBOOT): an update's new scripts,
-    and their new checksums, reach a rebooted node together."""
+    Each node fetches the scripts once (scriptCachingPolicy CACHE_ONCE, PCS's default) and
+    runs its copy at every boot: `up` overwrites the objects before it updates the group,
+    and a node fetching the new script at a reboot would fail the old checksum; new actions
+    reach new nodes, since PCS replaces a group's nodes when they change (the PCS User
+    Guide: "Configuration changes drain and replace existing nodes")."""
     if not c.health_enabled:
         return {}
     stages: dict[str, Any] = {
@@ -175,7 +179,7 @@ def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
                 "executionPolicy": "EVERY_BOOT",
             }
         ]
-    return {"stages": stages, "scriptCachingPolicy": "REFRESH_ON_REBOOT"}
+    return {"stages": stages, "scriptCachingPolicy": "CACHE_ONCE"}
 
 
 def instance_health_checks(c: ClusterContext) -> dict[str, Any]:

@@ -96,14 +96,18 @@ _SCRIPT_DEFAULTS = {"onError": "TERMINATE", "executionPolicy": "FIRST_BOOT_ONLY"
 _ACTIONS_DEFAULTS = {"scriptCachingPolicy": "CACHE_ONCE"}
 
 
+def _present(value: Any) -> Any:
+    """A member with its empty members left out (nested: a scriptSource's too)."""
+    if isinstance(value, dict):
+        return {k: _present(v) for k, v in value.items() if v not in (None, [], "", {})}
+    return value
+
+
 def canonical_actions(actions: dict[str, Any] | None) -> str:
     """nodeLifecycleActions as one text to compare, asked or read: defaults spelled out, empty
     members dropped ("": no script at any stage)."""
     stages = {
-        stage: [
-            {**_SCRIPT_DEFAULTS, **{k: v for k, v in script.items() if v not in (None, [], "")}}
-            for script in scripts
-        ]
+        stage: [{**_SCRIPT_DEFAULTS, **_present(script)} for script in scripts]
         for stage, scripts in ((actions or {}).get("stages") or {}).items()
         if scripts
     }

@@ -102,7 +102,9 @@ def test_gpu_groups_run_fmctls_verify_gate_through_lifecycle_actions() -> None:
     assert "nodeLifecycleActions" not in login
     body = json.loads(files["pcs/compute-node-groups/train.json"])
     actions = body["nodeLifecycleActions"]
-    assert actions["scriptCachingPolicy"] == "REFRESH_ON_REBOOT"
+    # Fetched once a node (a reboot runs the node's copy: no new object against the group's
+    # old checksum); a change replaces the nodes.
+    assert actions["scriptCachingPolicy"] == "CACHE_ONCE"
     (gate,) = actions["stages"]["nodeBootstrapped"]
     (pair,) = actions["stages"]["nodeReady"]
     assert (gate["onError"], gate["executionPolicy"]) == ("TERMINATE", "EVERY_BOOT")

@@ -468,3 +468,39 @@ def test_a_node_group_delete_waits_until_pcs_no_longer_knows_it_then_sweeps_its_
     aws.answer("ec2", "DescribeInstances", {"Reservations": []}, {"Filters": filters})
     PcsNodeGroup().delete(ctx, owned)
     aws.done()
+
+
+def test_lifecycle_actions_compare_as_pcs_may_answer_them() -> None:
+    """What `up` asks and what PCS answers compare equal whether PCS spells its defaults
+    out (onError TERMINATE, executionPolicy FIRST_BOOT_ONLY, scriptCachingPolicy
+    CACHE_ONCE: botocore's PCS model) or leaves empty members in; no script is none."""
+    from provisioner.resources.pcs_nodes import canonical_actions
+
+    asked = {
+        "stages": {
+            "nodeBootstrapped": [
+                {"name": "fmctl-verify", "scriptSource": {"scriptLocation": "s3://b/k.sh"}}
+            ]
+        }
+    }
+    answered = {
+        "stages": {
+            "nodeBootstrapped": [
+                {
+                    "name": "fmctl-verify",
+                    "scriptSource": {"scriptLocation": "s3://b/k.sh", "s3VersionId": ""},
+                    "arguments": [],
+                    "onError": "TERMINATE",
+                    "executionPolicy": "FIRST_BOOT_ONLY",
+                }
+            ],
+            "nodeReady": [],
+        },
+        "scriptCachingPolicy": "CACHE_ONCE",
+    }
+    assert canonical_actions(asked) == canonical_actions(answered) != ""
+    every_boot = {**asked["stages"]["nodeBootstrapped"][0], "executionPolicy": "EVERY_BOOT"}
+    assert canonical_actions({"stages": {"nodeBootstrapped": [every_boot]}}) != canonical_actions(
+        asked
+    )
+    assert canonical_actions(None) == canonical_actions({"stages": {}}) == ""
