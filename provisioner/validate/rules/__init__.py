@@ -36,6 +36,7 @@ def _register() -> None:
     from provisioner.validate.rules import (  # noqa: F401
         compute,
         general,
+        health,
         network,
         pcs,
         queueing,
