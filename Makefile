@@ -10,10 +10,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 FMCTL  := $(BIN)/fmctl
 # ParallelCluster pins old dependencies (CDK v1, marshmallow): it gets a virtualenv of its own,
-# used by the tests to load rendered configs through its schema.
+# used by the tests to load rendered configs through its schema, and to run its head node's
+# clustermgtd (aws-parallelcluster-node, the same release) on a stand-in cluster. The stamp
+# names what is in it, so a virtualenv made before the node package gets it.
 PCLUSTER_VENV  := .venv-pcluster
-PCLUSTER_STAMP := $(PCLUSTER_VENV)/.installed-stamp
-PCLUSTER_PIN   := aws-parallelcluster==3.16.1
+PCLUSTER_STAMP := $(PCLUSTER_VENV)/.installed-stamp-3.16.1-node
+PCLUSTER_PIN   := aws-parallelcluster==3.16.1 aws-parallelcluster-node==3.16.1
 HELM := $(BIN)/helm
 KUBECTL := $(BIN)/kubectl
 # checkov (static security analysis of the rendered manifests) pins its own dependency tree.
@@ -73,7 +75,7 @@ install: $(STAMP)
 
 $(PCLUSTER_STAMP): | $(UV)
 	$(UV) $(UV_VENV_MAKE) $(PCLUSTER_VENV)
-	$(UV) pip install --quiet --python $(PCLUSTER_VENV)/bin/python '$(PCLUSTER_PIN)'
+	$(UV) pip install --quiet --python $(PCLUSTER_VENV)/bin/python $(PCLUSTER_PIN)
 	@touch $(PCLUSTER_STAMP)
 
 $(CHECKOV_STAMP): | $(UV)

@@ -19,7 +19,14 @@ said otherwise (the EC2 User Guide, "Network interface attributes": delete on te
 is the default for interfaces created with the instance; moto 5.2 keeps them). Terminating
 an instance again succeeds, as in AWS (TerminateInstances is idempotent: "terminated
 instances remain visible ... for approximately one hour"); its interfaces are not deleted
-twice.
+twice. An instance whose subnet is named only in its primary network interface (as a launch
+template names it) takes its private address from that subnet's range (the EC2 API
+reference, the network interface's PrivateIpAddress: unspecified, "Amazon EC2 selects one for
+you from the subnet's IPv4 CIDR range"; moto 5.2 draws a random 10.x address then). And
+RunInstances with a launch template and no network settings of its own launches into the
+template's primary network interface's subnet and security groups (the EC2 User Guide,
+launch templates: the request's parameters override the template's, the template's apply
+otherwise; moto 5.2 ignores the template's NetworkInterfaces and uses the default VPC).
 
 RegisterImage keeps the image's RootDeviceName and Architecture (the EC2 API reference's
 RegisterImage request; moto 5.2 drops both and answers /dev/sda1 and x86_64 for every
@@ -81,6 +88,31 @@ def _mend_register_image() -> None:
     AmisResponse.register_image = register_image  # type: ignore[method-assign]
 
 
+def _mend_template_network() -> None:
+    from moto.ec2.models import EC2Backend
+
+    run_instances = EC2Backend.run_instances
+
+    def run(self: Any, image_id: str, count: int, user_data: Any, groups: Any, **kwargs: Any) -> Any:
+        if kwargs.get("launch_template") and not kwargs.get("subnet_id") and not kwargs.get("nics"):
+            data = self._get_template_from_args(kwargs["launch_template"]).data
+            primary = next(
+                (
+                    n
+                    for n in data.get("NetworkInterfaces") or []
+                    if int(n.get("DeviceIndex") or 0) == 0
+                ),
+                {},
+            )
+            if primary.get("SubnetId"):
+                kwargs["subnet_id"] = primary["SubnetId"]
+            if primary.get("Groups") and not kwargs.get("security_group_ids"):
+                kwargs["security_group_ids"] = list(primary["Groups"])
+        return run_instances(self, image_id, count, user_data, groups, **kwargs)
+
+    EC2Backend.run_instances = run  # type: ignore[method-assign]
+
+
 def mend() -> None:
     """Apply the mends above to moto's EC2 (idempotent)."""
     from moto.ec2.models import EC2Backend
@@ -92,6 +124,7 @@ def mend() -> None:
         return
     EC2Backend._fmctl_mended = True  # type: ignore[attr-defined]
     _mend_register_image()
+    _mend_template_network()
 
     if not isinstance(getattr(LaunchTemplate, "tags", None), property):
         LaunchTemplate.tags = property(  # type: ignore[assignment]
@@ -140,6 +173,20 @@ def mend() -> None:
 
     def nics(self: Any, nic_spec: list[dict[str, Any]], *args: Any, **kwargs: Any) -> None:
         before = set(self.ec2_backend.enis)
+        primary = next((n for n in nic_spec if int(n.get("DeviceIndex") or 0) == 0), None)
+        if (
+            not self._subnet_id
+            and primary is not None
+            and primary.get("SubnetId")
+            and not primary.get("PrivateIpAddress")
+            and kwargs.get("private_ip") is None
+        ):
+            # The primary address comes from the interface's subnet (moto 5.2 draws a random
+            # 10.x address when the subnet is named only in the interface, as a launch
+            # template names it).
+            subnet = self.ec2_backend.get_subnet(primary["SubnetId"])
+            kwargs["private_ip"] = subnet.get_available_subnet_ip(instance=self)
+            self._private_ips.add(kwargs["private_ip"])
         prep_nics(self, nic_spec, *args, **kwargs)
         asked = {int(n.get("DeviceIndex") or 0): n.get("DeleteOnTermination") for n in nic_spec}
         for index, eni in self.nics.items():

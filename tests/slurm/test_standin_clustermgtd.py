@@ -1,0 +1,176 @@
+"""What replaces a node fmctl's health agent drains on ParallelCluster: ParallelCluster's own
+clustermgtd (tests/tools/standin/clustermgtd.py), run against the sandbox's EC2 and a
+stand-in cluster's real slurmctld, not fmctl's reading of it.
+
+The agent drains the node (`fmctl-health: XID 79 RESTART_BM -> replace`); clustermgtd finds
+a static node drained and idle, sets it down, terminates its instance and launches another
+from the queue's launch template; the new instance boots through fmctl's verify gate and
+only then starts slurmd; a new instance that fails the gate never registers, shuts down,
+and clustermgtd launches yet another.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from provisioner.catalog import load_catalog
+from provisioner.render.context import build_context
+from provisioner.render.slurm import health_env
+from tests.conftest import ROOT, validate_text
+from tests.tools.standin import recorded, rootfs
+from tests.tools.standin.clustermgtd import Emulator, Fleet, required
+from tests.tools.standin.node import StandinNode
+
+pytestmark = rootfs.required()
+SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+NODE_ENV = (
+    "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
+    "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
+)
+HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
+XID79 = ROOT / "tests/data/real/kernel-xid79-open-gpu-kernel-modules-1151.txt"
+#: Boots (counted from 0, the cluster's first three included) whose GPU is off the bus.
+FAULTY: set[int] = set()
+
+
+def _health_env() -> str:
+    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    assert validation.ok and validation.resolved is not None
+    return health_env(build_context(validation.resolved, load_catalog()))
+
+
+HEALTH_ENV = _health_env()
+
+
+def _prepare(node: StandinNode, nth: int) -> None:
+    """A new instance as `up` and the AMI leave it: fmctl's files, the spec's health
+    settings, the example's storage mounted, and the recorded p5 tools (one GPU short on
+    a faulty boot)."""
+    shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+    node.write("/opt/fmctl/slurm/health.env", HEALTH_ENV)
+    node.write("/etc/fmctl/node.env", NODE_ENV)
+    node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
+    for path in ("/fsx", "/scratch"):
+        node.run(["mkdir", "-p", path], env=SERVICE_ENV)
+        node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SERVICE_ENV)
+    gpus = HEALTHY_GPUS.splitlines()
+    node.write(
+        "/etc/standin/nvidia-smi.csv",
+        "\n".join(gpus[:-1] if nth in FAULTY else gpus) + "\n",
+    )
+    node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+
+
+@pytest.fixture(scope="module")
+def fleet(sandbox: Any) -> Iterator[Fleet]:
+    required()
+    emulator = Emulator(sandbox.endpoint, sandbox.info["ca"], sandbox.credentials)
+    built = Fleet(
+        emulator,
+        rootfs.ensure(),
+        cluster=f"cmgtd-{uuid.uuid4().hex[:6]}",
+        queue="gpu",
+        resource="p5",
+        count=3,
+        prepare=_prepare,
+    )
+    try:
+        built.start()
+        yield built
+    finally:
+        built.stop()
+
+
+def _agent(fleet: Fleet, name: str) -> str:
+    """The Xid 79 the recording shows, in the node's kernel log; one run of the agent."""
+    boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
+    assert boot.node is not None
+    boot.node.write("/etc/standin/kernel.log", XID79.read_text().splitlines()[1] + "\n")
+    done = boot.node.run(["/bin/bash", "/opt/fmctl/slurm/lib/health-agent.sh"], env=SERVICE_ENV)
+    assert done.returncode == 0, done.stderr
+    return boot.node.path("/var/lib/fmctl/health/state").read_text().strip()
+
+
+def _node(fleet: Fleet, name: str) -> dict[str, str]:
+    assert fleet.slurm is not None
+    out = fleet.slurm.scontrol("show", "node", name, "-o")
+    return dict(w.split("=", 1) for w in out.split() if "=" in w)
+
+
+def _replaced(fleet: Fleet, name: str, old: str, timeout: float = 90) -> str:
+    """Wait until another instance backs ``name`` and the node is idle again; that
+    instance."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = fleet.backing(name)
+        if now != old and _node(fleet, name).get("State") == "IDLE":
+            return now
+        time.sleep(0.3)
+    raise AssertionError(
+        f"{name} not replaced: {_node(fleet, name)}\n{fleet.log()[-6000:]}\n"
+        f"{fleet.slurm.log() if fleet.slurm else ''}"
+    )
+
+
+def test_clustermgtd_replaces_the_node_the_agent_drained(fleet: Fleet) -> None:
+    name = fleet.names[0]
+    others = {n: fleet.backing(n) for n in fleet.names[1:]}
+    old = fleet.backing(name)
+    assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
+    new = _replaced(fleet, name, old)
+
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for i in fleet.instances(("pending", "running", "shutting-down", "terminated"))
+    }
+    assert states[old] in ("shutting-down", "terminated")
+    assert states[new] == "running"
+    # The node's address is the new instance's, set by clustermgtd with its id.
+    instance = next(i for i in fleet.instances() if i["InstanceId"] == new)
+    shown = _node(fleet, name)
+    assert shown["NodeAddr"] == instance["PrivateIpAddress"]
+    assert shown.get("InstanceId") == new
+    # It came back through fmctl's gate, before slurmd.
+    boot = next(b for b in fleet.boots if b.instance == new)
+    assert boot.passed and boot.node is not None
+    verdict = boot.node.path("/var/lib/fmctl/health/verify.txt").read_text()
+    assert "pass" in verdict, verdict
+    # clustermgtd set it down (its jobs, if any, requeued) before it replaced it.
+    assert fleet.slurm is not None
+    assert (
+        f"node {name} reason set to: Static node maintenance: unhealthy node is being replaced"
+        in fleet.slurm.log()
+    )
+    assert "Terminating instances backing unhealthy static nodes" in fleet.log()
+    # Nothing else was touched.
+    assert {n: fleet.backing(n) for n in fleet.names[1:]} == others
+
+
+def test_a_replacement_that_fails_the_gate_never_registers_and_is_replaced(
+    fleet: Fleet,
+) -> None:
+    name = fleet.names[1]
+    old = fleet.backing(name)
+    # The next instance to boot has a GPU off the bus.
+    FAULTY.add(len(fleet.boots))
+    assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> replace"
+    new = _replaced(fleet, name, old, timeout=120)
+
+    boots = [b for b in fleet.boots if b.name == name]
+    failed = [b for b in boots if b.gated and not b.passed]
+    assert len(failed) == 1, boots
+    assert failed[0].instance not in (old, new)
+    # The failed one never registered: slurmd never started there (it was terminated).
+    assert failed[0].resumed == 0.0
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for i in fleet.instances(("pending", "running", "shutting-down", "terminated"))
+    }
+    assert states[failed[0].instance] in ("shutting-down", "terminated")
+    assert next(b for b in boots if b.instance == new).passed

@@ -1,0 +1,493 @@
+"""ParallelCluster's own compute-fleet daemon, clustermgtd, running a stand-in Slurm cluster's
+static nodes against the sandbox's EC2 and DynamoDB: what replaces a node fmctl's agent
+drains on ParallelCluster, tested as it is rather than as fmctl's README says it is.
+
+clustermgtd is aws-parallelcluster-node at the version of the pinned CLI (installed in
+.venv-pcluster beside it, `make tools`), run as the head node runs it (``python -m
+slurm_plugin.clustermgtd``, its config file named by CONFIG_FILE). What it is given follows
+ParallelCluster's own sources:
+
+- its config file: the cookbook's parallelcluster_clustermgtd.conf.erb, key for key;
+- the fleet config (fleet-config.json): pcluster_fleet_config_generator.py's shape for a
+  compute resource of one instance type (``"Api": "run-instances"``);
+- the partition-to-nodes map in ``etc/pcluster/parallelcluster_partition_nodelist_mapping.json``
+  beside Slurm's bin (common/schedulers/slurm_commands.py reads it there);
+- in the emulator: the launch template ``CLUSTER-QUEUE-COMPUTERESOURCE`` with the instance
+  tags the CLI's queues_stack.py gives it, and InstanceInitiatedShutdownBehavior terminate;
+  the ``parallelcluster-slurm-CLUSTER`` table (key Id, index InstanceId: slurm_builder.py),
+  where clustermgtd records which instance backs which node.
+
+What a new instance does is ParallelCluster's compute bootstrap, in order (the CLI's
+compute_node/user_data.sh and the cookbook's recipes): it finds its Slurm name in that table
+by its instance id (helpers.rb dynamodb_info), runs OnNodeConfigured (fmctl's verify gate:
+``verify-node.sh``, as on-node-configured.sh runs it), then starts slurmd and resumes the
+node (finalize_compute.rb: ``scontrol update nodename=NAME state=resume reason='Node start
+up'``). A bootstrap that fails runs ``shutdown -h now`` (user_data.sh's error_exit), which
+the launch template's shutdown behaviour turns into the instance's termination.
+
+Deviations, each because this machine is one machine: Slurm's commands reach the head
+node's slurmctld through small wrappers (``sudo`` runs its command: clustermgtd runs as root
+here); clustermgtd's loop is ``loop_time`` seconds instead of 60 (a config key it reads);
+the subnet is 127.0.0.0/16 so that each instance's private address is one of this machine's
+loopback addresses (slurmd listens on all of them); the cluster has no Route 53 zone
+(``hosted_zone`` empty: clustermgtd then updates no DNS records) and each node's hostname is
+its Slurm name, as ParallelCluster's managed DNS names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
+from tests.tools.standin.slurm import ComputeNode, StandinSlurm
+
+ROOT = Path(__file__).resolve().parents[3]
+PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
+REGION = "us-east-1"
+INSTANCE_TYPE = "p5.48xlarge"
+#: fmctl's OnNodeConfigured gate, as on-node-configured.sh runs it.
+GATE = "/opt/fmctl/slurm/lib/verify-node.sh"
+
+
+def required() -> None:
+    """Skip (fail in CI) without clustermgtd in .venv-pcluster."""
+    done = (
+        subprocess.run(
+            [str(PCLUSTER_PY), "-c", "import slurm_plugin.clustermgtd"],
+            capture_output=True,
+            check=False,
+        )
+        if PCLUSTER_PY.exists()
+        else None
+    )
+    if done is None or done.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail("clustermgtd is missing: `make tools` installs aws-parallelcluster-node")
+        pytest.skip("no clustermgtd here (`make tools` installs aws-parallelcluster-node)")
+
+
+@dataclass
+class Boot:
+    """One instance's bootstrap as the harness ran it."""
+
+    instance: str
+    name: str
+    seen: float
+    #: When the gate ended, whether it passed, and when the node was resumed.
+    gated: float = 0.0
+    passed: bool = False
+    resumed: float = 0.0
+    node: StandinNode | None = None
+
+
+@dataclass
+class Emulator:
+    """The sandbox's EC2 and DynamoDB, as the cluster's own clients see them."""
+
+    endpoint: str
+    ca: str
+    credentials: tuple[str, str]
+
+    def client(self, service: str) -> Any:
+        key, secret = self.credentials
+        return boto3.client(
+            service,
+            region_name=REGION,
+            endpoint_url=self.endpoint,
+            verify=self.ca,
+            aws_access_key_id=key,
+            aws_secret_access_key=secret,
+        )
+
+    def env(self) -> dict[str, str]:
+        """What clustermgtd's boto3 reads: the emulator and its credentials, nothing else."""
+        key, secret = self.credentials
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_CA_BUNDLE": self.ca,
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": "/dev/null",
+            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        }
+
+
+@dataclass
+class Fleet:
+    """A ParallelCluster cluster's static nodes of one queue and compute resource, on
+    stand-in nodes, with clustermgtd keeping them."""
+
+    emulator: Emulator
+    image: Path
+    cluster: str
+    queue: str
+    resource: str
+    count: int
+    #: Lays a new instance's node out before its bootstrap (fmctl's files, the tools'
+    #: answers): called with the node and how many instances have booted before it.
+    prepare: Callable[[StandinNode, int], None]
+    loop_time: int = 2
+    boots: list[Boot] = field(default_factory=list)
+    head: StandinNode | None = None
+    slurm: StandinSlurm | None = None
+    _scratch: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="fmctl-cmgtd-")))
+    _daemon: subprocess.Popen[bytes] | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _watcher: threading.Thread | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [f"{self.queue}-st-{self.resource}-{i}" for i in range(1, self.count + 1)]
+
+    @property
+    def table(self) -> str:
+        return f"parallelcluster-slurm-{self.cluster}"
+
+    # -- the cluster's AWS side, as the CLI's stacks make it ------------------------------
+
+    def _aws(self) -> None:
+        ec2 = self.emulator.client("ec2")
+        vpc = ec2.create_vpc(CidrBlock="127.0.0.0/16")["Vpc"]["VpcId"]
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="127.0.64.0/20")["Subnet"]["SubnetId"]
+        image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        tags = [
+            {"Key": "parallelcluster:cluster-name", "Value": self.cluster},
+            {"Key": "parallelcluster:node-type", "Value": "Compute"},
+            {"Key": "parallelcluster:queue-name", "Value": self.queue},
+            {"Key": "parallelcluster:compute-resource-name", "Value": self.resource},
+        ]
+        ec2.create_launch_template(
+            LaunchTemplateName=f"{self.cluster}-{self.queue}-{self.resource}",
+            LaunchTemplateData={
+                "ImageId": image,
+                "InstanceType": INSTANCE_TYPE,
+                "InstanceInitiatedShutdownBehavior": "terminate",
+                "MetadataOptions": {"HttpTokens": "required"},
+                "NetworkInterfaces": [{"DeviceIndex": 0, "SubnetId": subnet}],
+                "TagSpecifications": [{"ResourceType": "instance", "Tags": tags}],
+            },
+        )
+        self.emulator.client("dynamodb").create_table(
+            TableName=self.table,
+            AttributeDefinitions=[
+                {"AttributeName": "Id", "AttributeType": "S"},
+                {"AttributeName": "InstanceId", "AttributeType": "S"},
+            ],
+            KeySchema=[{"AttributeName": "Id", "KeyType": "HASH"}],
+            GlobalSecondaryIndexes=[
+                {
+                    "IndexName": "InstanceId",
+                    "KeySchema": [{"AttributeName": "InstanceId", "KeyType": "HASH"}],
+                    "Projection": {"ProjectionType": "ALL"},
+                }
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        # The fleet's status table, RUNNING once the head node is configured (the cookbook's
+        # fleet_status.rb puts this item).
+        db = self.emulator.client("dynamodb")
+        db.create_table(
+            TableName=f"parallelcluster-{self.cluster}",
+            AttributeDefinitions=[{"AttributeName": "Id", "AttributeType": "S"}],
+            KeySchema=[{"AttributeName": "Id", "KeyType": "HASH"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        db.put_item(
+            TableName=f"parallelcluster-{self.cluster}",
+            Item={
+                "Id": {"S": "COMPUTE_FLEET"},
+                "Data": {
+                    "M": {
+                        "status": {"S": "RUNNING"},
+                        "lastStatusUpdatedTime": {"S": time.strftime("%Y-%m-%d %H:%M:%S UTC")},
+                    }
+                },
+            },
+        )
+
+    def instances(self, states: tuple[str, ...] = ("pending", "running")) -> list[dict[str, Any]]:
+        """The cluster's compute instances in ``states``."""
+        pages = self.emulator.client("ec2").describe_instances(
+            Filters=[
+                {"Name": "tag:parallelcluster:cluster-name", "Values": [self.cluster]},
+                {"Name": "instance-state-name", "Values": list(states)},
+            ]
+        )
+        return [i for r in pages["Reservations"] for i in r["Instances"]]
+
+    def backing(self, name: str) -> str:
+        """The instance the cluster's table says backs node ``name``."""
+        item = self.emulator.client("dynamodb").get_item(
+            TableName=self.table, Key={"Id": {"S": name}}
+        )
+        return str(item["Item"]["InstanceId"]["S"])
+
+    def _name_of(self, instance: str) -> str | None:
+        """The node's own lookup at boot (helpers.rb dynamodb_info): the table's index."""
+        got = self.emulator.client("dynamodb").query(
+            TableName=self.table,
+            IndexName="InstanceId",
+            KeyConditionExpression="InstanceId = :i",
+            ExpressionAttributeValues={":i": {"S": instance}},
+        )
+        items = got.get("Items") or []
+        return str(items[0]["Id"]["S"]) if items else None
+
+    # -- the head node and its Slurm -----------------------------------------------------
+
+    def start(self) -> None:
+        """The cluster as clustermgtd finds it once created: each static node backed by an
+        instance and registered idle; then clustermgtd itself."""
+        self._aws()
+        ec2 = self.emulator.client("ec2")
+        # The static nodes' first instances, launched as clustermgtd launches them and
+        # recorded as it records them (instance_manager.py _store_assigned_hostnames).
+        launched = ec2.run_instances(
+            MinCount=self.count,
+            MaxCount=self.count,
+            LaunchTemplate={
+                "LaunchTemplateName": f"{self.cluster}-{self.queue}-{self.resource}",
+                "Version": "$Latest",
+            },
+        )["Instances"]
+        db = self.emulator.client("dynamodb")
+        for name, instance in zip(self.names, launched, strict=True):
+            db.put_item(
+                TableName=self.table,
+                Item={
+                    "Id": {"S": name},
+                    "InstanceId": {"S": instance["InstanceId"]},
+                    "HeadNodePrivateIp": {"S": "127.0.0.1"},
+                    "HeadNodeHostname": {"S": "head"},
+                },
+            )
+        self.head = StandinNode(self.image, "head")
+        computes = []
+        for nth, (name, instance) in enumerate(zip(self.names, launched, strict=True)):
+            node = StandinNode(self.image, name, shared_from=self.head, shares=("opt/slurm",))
+            self.prepare(node, nth)
+            computes.append(
+                ComputeNode(node, name, self.queue, 1, 2, 1, addr=instance["PrivateIpAddress"])
+            )
+            self.boots.append(
+                Boot(instance["InstanceId"], name, time.monotonic(), node=node, passed=True)
+            )
+        self.slurm = StandinSlurm(self.head, computes, [])
+        for c, instance in zip(computes, launched, strict=True):
+            self._slurmd(c.node, c.name, instance["InstanceId"])
+        for c in computes:
+            self.slurm.wait_state(c.name, ("IDLE",), timeout=30)
+        self._clustermgtd()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _wrappers(self) -> Path:
+        """Slurm's commands as clustermgtd calls them (``sudo BIN/scontrol``), each entering
+        the head node, and the partition map beside them."""
+        assert self.head is not None
+        home = self._scratch / "slurm"
+        (home / "bin").mkdir(parents=True)
+        for command in ("scontrol", "sinfo", "squeue"):
+            argv = self.head._argv([f"/opt/slurm/bin/{command}"], SSM_ENV, None)
+            line = " ".join(f"'{a}'" for a in argv)
+            wrapper = home / "bin" / command
+            wrapper.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
+            wrapper.chmod(0o755)
+        bin_dir = self._scratch / "path"
+        bin_dir.mkdir()
+        (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+        # The cookbook's get-compute-fleet-status.sh runs compute_fleet_status.py --action
+        # get: the COMPUTE_FLEET item of the cluster's parallelcluster-CLUSTER table, printed
+        # as JSON with these two keys.
+        (bin_dir / "get-compute-fleet-status.sh").write_text(
+            f"#!{PCLUSTER_PY}\n"
+            "import json, boto3\n"
+            f"table = boto3.resource('dynamodb').Table('parallelcluster-{self.cluster}')\n"
+            "data = table.get_item(ConsistentRead=True, Key={'Id': 'COMPUTE_FLEET'})['Item']['Data']\n"
+            "print(json.dumps({k: data[k] for k in ('lastStatusUpdatedTime', 'status')}))\n"
+        )
+        for tool in bin_dir.iterdir():
+            tool.chmod(0o755)
+        mapping = home / "etc/pcluster/parallelcluster_partition_nodelist_mapping.json"
+        mapping.parent.mkdir(parents=True)
+        mapping.write_text(
+            json.dumps({self.queue: f"{self.queue}-st-{self.resource}-[1-{self.count}]"})
+        )
+        return home
+
+    def _clustermgtd(self) -> None:
+        home = self._wrappers()
+        fleet = self._scratch / "fleet-config.json"
+        fleet.write_text(
+            json.dumps(
+                {
+                    self.queue: {
+                        self.resource: {
+                            "CapacityType": "on-demand",
+                            "Api": "run-instances",
+                            "Instances": [{"InstanceType": INSTANCE_TYPE}],
+                        }
+                    }
+                }
+            )
+        )
+        config = self._scratch / "parallelcluster_clustermgtd.conf"
+        config.write_text(
+            "[clustermgtd]\n"
+            f"cluster_name = {self.cluster}\n"
+            f"region = {REGION}\n"
+            "proxy = NONE\n"
+            f"heartbeat_file_path = {self._scratch}/clustermgtd_heartbeat\n"
+            f"dynamodb_table = {self.table}\n"
+            "hosted_zone = \n"
+            "dns_domain = \n"
+            "use_private_hostname = false\n"
+            "head_node_private_ip = 127.0.0.1\n"
+            "head_node_hostname = head\n"
+            "node_replacement_timeout = 1800\n"
+            "insufficient_capacity_timeout = 600\n"
+            "compute_console_logging_enabled = true\n"
+            "compute_console_logging_max_sample_size = 1\n"
+            "compute_console_wait_time = 300\n"
+            "instance_id = i-head\n"
+            f"fleet_config_file = {fleet}\n"
+            f"loop_time = {self.loop_time}\n"
+        )
+        env = {
+            "PATH": f"{self._scratch / 'path'}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "CONFIG_FILE": str(config),
+            "SLURM_BINARIES_DIR": str(home / "bin"),
+            "HOME": str(self._scratch),
+            **self.emulator.env(),
+        }
+        log = open(self._scratch / "clustermgtd.log", "wb")  # noqa: SIM115 - the daemon's
+        self._daemon = subprocess.Popen(
+            [str(PCLUSTER_PY), "-m", "slurm_plugin.clustermgtd"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self._scratch,
+        )
+
+    def log(self) -> str:
+        """clustermgtd's log so far."""
+        path = self._scratch / "clustermgtd.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # -- instances booting and going away -----------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._look()
+            except Exception as e:  # noqa: BLE001 - a look that failed is retried
+                (self._scratch / "watch-errors.log").open("a").write(f"{e!r}\n")
+            self._stop.wait(0.2)
+
+    def _look(self) -> None:
+        with self._lock:
+            known = {b.instance: b for b in self.boots}
+        alive = {i["InstanceId"]: i for i in self.instances()}
+        for instance, boot in known.items():
+            if instance not in alive and boot.node is not None:
+                # Terminated (by clustermgtd, or by its own shutdown): the node is gone.
+                boot.node.stop()
+                boot.node = None
+        for instance in alive:
+            if instance not in known:
+                with self._lock:
+                    self.boots.append(Boot(instance, "", time.monotonic()))
+                threading.Thread(target=self._boot, args=(alive[instance],), daemon=True).start()
+
+    def _boot(self, instance: dict[str, Any]) -> None:
+        assert self.head is not None and self.slurm is not None
+        with self._lock:
+            boot = next(b for b in self.boots if b.instance == instance["InstanceId"])
+            nth = len(self.boots) - 1
+        name = None
+        while name is None and not self._stop.is_set():
+            name = self._name_of(boot.instance)
+            if name is None:
+                time.sleep(0.2)
+        if name is None:
+            return
+        boot.name = name
+        node = StandinNode(self.image, name, shared_from=self.head, shares=("opt/slurm",))
+        boot.node = node
+        self.prepare(node, nth)
+        gate = node.run(["/bin/bash", GATE], env=CLOUD_INIT_ENV, timeout=600)
+        boot.gated, boot.passed = time.monotonic(), gate.returncode == 0
+        if not boot.passed:
+            # error_exit: shutdown -h now, and the launch template terminates on shutdown.
+            self.emulator.client("ec2").terminate_instances(InstanceIds=[boot.instance])
+            return
+        self.slurm.join(node)
+        self._slurmd(node, name, boot.instance)
+        for _ in range(50):
+            done = node.run(
+                [
+                    "/opt/slurm/bin/scontrol",
+                    "update",
+                    f"nodename={name}",
+                    "state=resume",
+                    "reason=Node start up",
+                ],
+                env=CLOUD_INIT_ENV,
+            )
+            if done.returncode == 0 or "Invalid node state" in done.stderr:
+                break
+            time.sleep(0.2)
+        boot.resumed = time.monotonic()
+
+    @staticmethod
+    def _slurmd(node: StandinNode, name: str, instance: str) -> None:
+        """slurmd as ParallelCluster's slurmd.service starts it: with the node's name and,
+        since the cookbook's PR 2876 (3.13.0: "Set instance ID and instance type in Slurm upon
+        compute nodes launch"), its instance's id and type, by which clustermgtd pairs the
+        node with its instance (clustermgtd.py _update_slurm_nodes_with_ec2_info)."""
+        node.daemon(
+            [
+                "/opt/slurm/sbin/slurmd",
+                "-D",
+                "-N",
+                name,
+                "--instance-id",
+                instance,
+                "--instance-type",
+                INSTANCE_TYPE,
+            ]
+        )
+
+    def stop(self) -> None:
+        """clustermgtd, the watcher and every node, stopped; the scratch folder removed."""
+        self._stop.set()
+        if self._daemon is not None:
+            self._daemon.terminate()
+            try:
+                self._daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._daemon.kill()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+        for boot in self.boots:
+            if boot.node is not None:
+                boot.node.stop()
+        if self.head is not None:
+            self.head.stop()
+        shutil.rmtree(self._scratch, ignore_errors=True)
