@@ -93,13 +93,14 @@ def _mend_template_network() -> None:
 
     run_instances = EC2Backend.run_instances
 
-    def run(self: Any, image_id: str, count: int, user_data: Any, groups: Any, **kwargs: Any) -> Any:
-        if kwargs.get("launch_template") and not kwargs.get("subnet_id") and not kwargs.get("nics"):
-            data = self._get_template_from_args(kwargs["launch_template"]).data
-            primary = next(
+    def run(self: Any, image_id: str, count: int, user: Any, groups: Any, **kwargs: Any) -> Any:
+        own_network = kwargs.get("subnet_id") or kwargs.get("nics")
+        if kwargs.get("launch_template") and not own_network:
+            template = self._get_template_from_args(kwargs["launch_template"]).data
+            primary: dict[str, Any] = next(
                 (
                     n
-                    for n in data.get("NetworkInterfaces") or []
+                    for n in template.get("NetworkInterfaces") or []
                     if int(n.get("DeviceIndex") or 0) == 0
                 ),
                 {},
@@ -108,9 +109,9 @@ def _mend_template_network() -> None:
                 kwargs["subnet_id"] = primary["SubnetId"]
             if primary.get("Groups") and not kwargs.get("security_group_ids"):
                 kwargs["security_group_ids"] = list(primary["Groups"])
-        return run_instances(self, image_id, count, user_data, groups, **kwargs)
+        return run_instances(self, image_id, count, user, groups, **kwargs)
 
-    EC2Backend.run_instances = run  # type: ignore[method-assign]
+    EC2Backend.run_instances = run  # type: ignore[method-assign,assignment]
 
 
 def mend() -> None:

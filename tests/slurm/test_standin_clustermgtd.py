@@ -11,6 +11,7 @@ and clustermgtd launches yet another.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 import uuid
@@ -65,6 +66,10 @@ def _prepare(node: StandinNode, nth: int) -> None:
         "\n".join(gpus[:-1] if nth in FAULTY else gpus) + "\n",
     )
     node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+    node.write(
+        "/etc/standin/dcgmi-diag.json",
+        (ROOT / "tests/data/check/dcgmi-diag-healthy.json").read_text(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -139,13 +144,19 @@ def test_clustermgtd_replaces_the_node_the_agent_drained(fleet: Fleet) -> None:
     # It came back through fmctl's gate, before slurmd.
     boot = next(b for b in fleet.boots if b.instance == new)
     assert boot.passed and boot.node is not None
-    verdict = boot.node.path("/var/lib/fmctl/health/verify.txt").read_text()
-    assert "pass" in verdict, verdict
+    verdict = boot.node.path("/var/lib/fmctl/health/verify.txt").read_text().splitlines()
+    assert {line.split()[1].rstrip(":") for line in verdict if line.startswith("ok ")} >= {
+        "gpus",
+        "efa",
+        "efa-loopback",
+        "dcgm",
+    }, verdict
+    assert not [line for line in verdict if line.startswith("fail")], verdict
     # clustermgtd set it down (its jobs, if any, requeued) before it replaced it.
-    assert fleet.slurm is not None
+    assert fleet.head is not None
     assert (
         f"node {name} reason set to: Static node maintenance: unhealthy node is being replaced"
-        in fleet.slurm.log()
+        in fleet.head.path("/var/log/slurmctld.log").read_text()
     )
     assert "Terminating instances backing unhealthy static nodes" in fleet.log()
     # Nothing else was touched.
@@ -174,3 +185,59 @@ def test_a_replacement_that_fails_the_gate_never_registers_and_is_replaced(
     }
     assert states[failed[0].instance] in ("shutting-down", "terminated")
     assert next(b for b in boots if b.instance == new).passed
+
+
+def test_a_rebooting_node_is_left_alone_and_replaced_if_it_does_not_come_back(
+    fleet: Fleet,
+) -> None:
+    """health.repair: reboot. The agent has Slurm reboot the node once idle (`scontrol
+    reboot ASAP nextstate=RESUME`); clustermgtd counts a rebooting node healthy
+    (slurm_resources.py is_state_healthy) and leaves its instance. Here the GPU is still off
+    the bus after the reboot: the gate fails at boot, slurmd never starts, Slurm marks the
+    node down at ResumeTimeout ("reboot timed out"), and clustermgtd replaces it."""
+    name = fleet.names[2]
+    old = fleet.backing(name)
+    boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
+    assert boot.node is not None
+    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    assert validation.resolved is not None
+    context = build_context(validation.resolved, load_catalog())
+    boot.node.write(
+        "/opt/fmctl/slurm/health.env",
+        health_env(dataclasses.replace(context, health_repair="reboot")),
+    )
+    # fmctl-verify.service as OnNodeConfigured writes it (the agent reboots only there).
+    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    boot.node.write(
+        "/etc/systemd/system/fmctl-verify.service",
+        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    )
+    gone = "\n".join(HEALTHY_GPUS.splitlines()[:-1]) + "\n"
+    fleet.on_reboot = lambda node: node.write("/etc/standin/nvidia-smi.csv", gone)
+    assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> reboot"
+
+    # Rebooting: slurmd ran RebootProgram, the gate failed at boot; clustermgtd looks, and
+    # leaves the instance while Slurm waits for the node.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not boot.reboots:
+        time.sleep(0.2)
+    assert boot.reboots and boot.reboots[0][1] is False, boot.reboots
+    loops = fleet.log().count("Managing cluster...")
+    while fleet.log().count("Managing cluster...") < loops + 2:
+        time.sleep(0.2)
+    assert fleet.backing(name) == old
+    assert "REBOOT_ISSUED" in _node(fleet, name)["State"], _node(fleet, name)
+
+    # Slurm gives up on it at ResumeTimeout ...
+    assert fleet.slurm is not None
+    deadline = time.monotonic() + 60
+    shown = ""
+    while time.monotonic() < deadline and "reboot timed out" not in shown:
+        shown = fleet.slurm.scontrol("show", "node", name)
+        time.sleep(0.2)
+    assert "reboot timed out" in shown and "State=DOWN" in shown, shown
+    # ... and clustermgtd replaces it then.
+    new = _replaced(fleet, name, old, timeout=120)
+    replacement = next(b for b in fleet.boots if b.instance == new)
+    assert replacement.passed

@@ -60,6 +60,10 @@ REGION = "us-east-1"
 INSTANCE_TYPE = "p5.48xlarge"
 #: fmctl's OnNodeConfigured gate, as on-node-configured.sh runs it.
 GATE = "/opt/fmctl/slurm/lib/verify-node.sh"
+#: ParallelCluster's slurm.conf sets RebootProgram=/sbin/reboot (the cookbook's
+#: slurm.conf.erb); the stand-in's asks the harness to reboot the node (below).
+REBOOT_PROGRAM = "/usr/local/sbin/standin-reboot"
+REBOOT_ASKED = "/var/lib/standin-reboot-asked"
 
 
 def required() -> None:
@@ -91,6 +95,9 @@ class Boot:
     passed: bool = False
     resumed: float = 0.0
     node: StandinNode | None = None
+    #: Each reboot: when slurmd ran RebootProgram, and whether the gate passed after it.
+    reboots: list[tuple[float, bool]] = field(default_factory=list)
+    rebooting: bool = False
 
 
 @dataclass
@@ -142,6 +149,11 @@ class Fleet:
     #: answers): called with the node and how many instances have booted before it.
     prepare: Callable[[StandinNode, int], None]
     loop_time: int = 2
+    #: How long an instance takes from launch to its bootstrap (EC2's pending state, the
+    #: OS boot, the cookbook's init and config recipes), and a reboot to its boot units.
+    boot_seconds: float = 0.0
+    #: Called with a rebooting node before its boot units run (a fault the reboot leaves).
+    on_reboot: Callable[[StandinNode], None] | None = None
     boots: list[Boot] = field(default_factory=list)
     head: StandinNode | None = None
     slurm: StandinSlurm | None = None
@@ -282,13 +294,21 @@ class Fleet:
         for nth, (name, instance) in enumerate(zip(self.names, launched, strict=True)):
             node = StandinNode(self.image, name, shared_from=self.head, shares=("opt/slurm",))
             self.prepare(node, nth)
+            node.write(REBOOT_PROGRAM, f"#!/bin/sh\ntouch {REBOOT_ASKED}\n", 0o755)
             computes.append(
                 ComputeNode(node, name, self.queue, 1, 2, 1, addr=instance["PrivateIpAddress"])
             )
             self.boots.append(
                 Boot(instance["InstanceId"], name, time.monotonic(), node=node, passed=True)
             )
-        self.slurm = StandinSlurm(self.head, computes, [])
+        # ResumeTimeout: how long Slurm waits for a rebooted node's slurmd before it marks
+        # it down ("reboot timed out"); ParallelCluster sets its compute bootstrap timeout
+        # (1800 s), the stand-in 20 s so that a test of it is short.
+        self.slurm = StandinSlurm(
+            self.head,
+            computes,
+            [("RebootProgram", REBOOT_PROGRAM), ("ResumeTimeout", "20")],
+        )
         for c, instance in zip(computes, launched, strict=True):
             self._slurmd(c.node, c.name, instance["InstanceId"])
         for c in computes:
@@ -319,7 +339,8 @@ class Fleet:
             f"#!{PCLUSTER_PY}\n"
             "import json, boto3\n"
             f"table = boto3.resource('dynamodb').Table('parallelcluster-{self.cluster}')\n"
-            "data = table.get_item(ConsistentRead=True, Key={'Id': 'COMPUTE_FLEET'})['Item']['Data']\n"
+            "item = table.get_item(ConsistentRead=True, Key={'Id': 'COMPUTE_FLEET'})\n"
+            "data = item['Item']['Data']\n"
             "print(json.dumps({k: data[k] for k in ('lastStatusUpdatedTime', 'status')}))\n"
         )
         for tool in bin_dir.iterdir():
@@ -396,7 +417,7 @@ class Fleet:
         while not self._stop.is_set():
             try:
                 self._look()
-            except Exception as e:  # noqa: BLE001 - a look that failed is retried
+            except Exception as e:  # a look that failed is retried
                 (self._scratch / "watch-errors.log").open("a").write(f"{e!r}\n")
             self._stop.wait(0.2)
 
@@ -409,6 +430,13 @@ class Fleet:
                 # Terminated (by clustermgtd, or by its own shutdown): the node is gone.
                 boot.node.stop()
                 boot.node = None
+            elif (
+                boot.node is not None
+                and not boot.rebooting
+                and boot.node.path(REBOOT_ASKED).exists()
+            ):
+                boot.rebooting = True
+                threading.Thread(target=self._reboot, args=(boot,), daemon=True).start()
         for instance in alive:
             if instance not in known:
                 with self._lock:
@@ -428,9 +456,11 @@ class Fleet:
         if name is None:
             return
         boot.name = name
+        time.sleep(self.boot_seconds)
         node = StandinNode(self.image, name, shared_from=self.head, shares=("opt/slurm",))
         boot.node = node
         self.prepare(node, nth)
+        node.write(REBOOT_PROGRAM, f"#!/bin/sh\ntouch {REBOOT_ASKED}\n", 0o755)
         gate = node.run(["/bin/bash", GATE], env=CLOUD_INIT_ENV, timeout=600)
         boot.gated, boot.passed = time.monotonic(), gate.returncode == 0
         if not boot.passed:
@@ -454,6 +484,24 @@ class Fleet:
                 break
             time.sleep(0.2)
         boot.resumed = time.monotonic()
+
+    def _reboot(self, boot: Boot) -> None:
+        """The instance reboots: its processes end (slurmd with them) and /run empties; at
+        boot, fmctl-verify.service (``verify-node.sh --once-per-boot``, which slurmd.service
+        requires) runs before slurmd, and slurmd starts only if it passed."""
+        node = boot.node
+        assert node is not None
+        asked = time.monotonic()
+        node.run(["pkill", "-KILL", "-f", "slurm"], env=SSM_ENV)
+        node.run(["rm", "-rf", "/run/fmctl", REBOOT_ASKED], env=SSM_ENV)
+        time.sleep(self.boot_seconds)
+        if self.on_reboot is not None:
+            self.on_reboot(node)
+        gate = node.run(["/bin/bash", GATE, "--once-per-boot"], env=SSM_ENV, timeout=600)
+        boot.reboots.append((asked, gate.returncode == 0))
+        if gate.returncode == 0:
+            self._slurmd(node, boot.name, boot.instance)
+        boot.rebooting = False
 
     @staticmethod
     def _slurmd(node: StandinNode, name: str, instance: str) -> None:
