@@ -14,8 +14,8 @@ slurmctld and slurmd (tests/tools/standin), faults injected as the node would sh
   each node; the time to the agent's record of it, and to Slurm showing the node drained
   (no new job lands on it), targets 60 s and 90 s.
 
-Not measured here: a verified replacement (clustermgtd and EC2 are not in the stand-in) and
-`up --wait-healthy` against the critical path. Needs root; says so otherwise (about 2
+Not measured here: a verified replacement (benchmarks/replace_slurm.py, with
+ParallelCluster's own clustermgtd) and `up --wait-healthy` against the critical path. Needs root; says so otherwise (about 2
 minutes).
 
     python benchmarks/health.py          # part of make bench

@@ -18,6 +18,7 @@ import health
 import health_agent
 import node
 import polling
+import replace_slurm
 import scale
 import startup
 import up_sandbox
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> int:
         check_scale,
         node,
         health,
+        replace_slurm,
         verify_gate,
         health_agent,
     ):

@@ -152,6 +152,10 @@ class Fleet:
     #: How long an instance takes from launch to its bootstrap (EC2's pending state, the
     #: OS boot, the cookbook's init and config recipes), and a reboot to its boot units.
     boot_seconds: float = 0.0
+    #: clustermgtd's own fixed waits (the 5 s it sleeps each loop before it lists EC2's
+    #: instances, clustermgtd.py _get_ec2_instances) times this, for a benchmark that scales
+    #: its loop: 1 runs it untouched.
+    wait_scale: float = 1.0
     #: Called with a rebooting node before its boot units run (a fault the reboot leaves).
     on_reboot: Callable[[StandinNode], None] | None = None
     boots: list[Boot] = field(default_factory=list)
@@ -368,6 +372,23 @@ class Fleet:
                 }
             )
         )
+        # Its packaged logging config, its two log files (console output, events) moved
+        # from /var/log/parallelcluster into the scratch folder.
+        logging = self._scratch / "logging.conf"
+        packaged = subprocess.run(
+            [
+                str(PCLUSTER_PY),
+                "-c",
+                "import slurm_plugin, pathlib; print(pathlib.Path(slurm_plugin.__file__).parent"
+                " / 'logging/parallelcluster_clustermgtd_logging.conf')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        logging.write_text(
+            Path(packaged).read_text().replace("/var/log/parallelcluster/", f"{self._scratch}/")
+        )
         config = self._scratch / "parallelcluster_clustermgtd.conf"
         config.write_text(
             "[clustermgtd]\n"
@@ -389,6 +410,7 @@ class Fleet:
             "instance_id = i-head\n"
             f"fleet_config_file = {fleet}\n"
             f"loop_time = {self.loop_time}\n"
+            f"logging_config = {logging}\n"
         )
         env = {
             "PATH": f"{self._scratch / 'path'}:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -398,8 +420,19 @@ class Fleet:
             **self.emulator.env(),
         }
         log = open(self._scratch / "clustermgtd.log", "wb")  # noqa: SIM115 - the daemon's
+        argv = [str(PCLUSTER_PY), "-m", "slurm_plugin.clustermgtd"]
+        if self.wait_scale != 1.0:
+            argv = [
+                str(PCLUSTER_PY),
+                "-c",
+                "import time, types, slurm_plugin.clustermgtd as m\n"
+                "clock = types.SimpleNamespace(**vars(time))\n"
+                f"clock.sleep = lambda s: time.sleep(s * {self.wait_scale!r})\n"
+                "m.time = clock\n"
+                "m.main()\n",
+            ]
         self._daemon = subprocess.Popen(
-            [str(PCLUSTER_PY), "-m", "slurm_plugin.clustermgtd"],
+            argv,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
