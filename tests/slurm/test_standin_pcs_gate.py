@@ -141,4 +141,8 @@ def test_the_stages_bootstrap_verify_pair_and_terminate_a_failing_node(
         )
     assert failed.returncode == 1, f"{failed.stdout}\n{failed.stderr}"
     assert "PCS terminates it" in failed.stderr
+    # What the gate found is in the script's own output, which PCS writes to the script's
+    # log file ("writes its output to a dedicated log file", the PCS User Guide's node
+    # lifecycle actions page): what a log forwarder keeps once the node is gone.
+    assert "FAIL gpus: 7 of 8" in failed.stdout, failed.stdout
     assert "FAIL gpus: 7 of 8" in node.path("/var/lib/fmctl/health/verify.txt").read_text()
