@@ -15,8 +15,8 @@ slurmctld and slurmd (tests/tools/standin), faults injected as the node would sh
   (no new job lands on it), targets 60 s and 90 s.
 
 Not measured here: a verified replacement (benchmarks/replace_slurm.py, with
-ParallelCluster's own clustermgtd) and `up --wait-healthy` against the critical path. Needs root; says so otherwise (about 2
-minutes).
+ParallelCluster's own clustermgtd) and `up --wait-healthy` against the critical path. Needs
+root; says so otherwise (about 2 minutes).
 
     python benchmarks/health.py          # part of make bench
 """

@@ -52,10 +52,6 @@ CLUSTERMGTD_LOOP_S = 60.0
 #: devices' clients (verify-node.sh, as the EFA installer's efa_test.sh pauses).
 LOOPBACKS_S = 32 * 0.5
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-NODE_ENV = (
-    "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
-    "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
-)
 
 
 def _loop_time() -> int:
@@ -66,22 +62,11 @@ def _loop_time() -> int:
 def _prepare(health_env: str) -> Any:
     """A new instance as `up` and the AMI leave it, with fmctl-health.timer running the
     agent at the scaled period (the timer OnNodeConfigured installs)."""
-    from tests.tools.standin import recorded
+    from tests.tools.standin.clustermgtd import p5_instance
     from tests.tools.standin.node import StandinNode
 
-    data = ROOT / "tests/data/check"
-
     def prepare(node: StandinNode, nth: int) -> None:
-        shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
-        node.write("/opt/fmctl/slurm/health.env", health_env)
-        node.write("/etc/fmctl/node.env", NODE_ENV)
-        node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
-        for path in ("/fsx", "/scratch"):
-            node.run(["mkdir", "-p", path], env=SERVICE_ENV)
-            node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SERVICE_ENV)
-        node.write("/etc/standin/nvidia-smi.csv", (data / "nvidia-smi-healthy.csv").read_text())
-        node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
-        node.write("/etc/standin/dcgmi-diag.json", (data / "dcgmi-diag-healthy.json").read_text())
+        p5_instance(node, health_env)
         node.write("/etc/standin/dcgmi-diag.seconds", f"{DCGM_LEVEL2_S * SCALE:.2f}\n")
         period = AGENT_INTERVAL_S * SCALE
         node.daemon(

@@ -12,7 +12,6 @@ and clustermgtd launches yet another.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,16 +23,12 @@ from provisioner.catalog import load_catalog
 from provisioner.render.context import build_context
 from provisioner.render.slurm import health_env
 from tests.conftest import ROOT, validate_text
-from tests.tools.standin import recorded, rootfs
-from tests.tools.standin.clustermgtd import Emulator, Fleet, required
+from tests.tools.standin import rootfs
+from tests.tools.standin.clustermgtd import Emulator, Fleet, p5_instance, required
 from tests.tools.standin.node import StandinNode
 
 pytestmark = rootfs.required()
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-NODE_ENV = (
-    "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
-    "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
-)
 HEALTHY_GPUS = (ROOT / "tests/data/check/nvidia-smi-healthy.csv").read_text()
 XID79 = ROOT / "tests/data/real/kernel-xid79-open-gpu-kernel-modules-1151.txt"
 #: Boots (counted from 0, the cluster's first three included) whose GPU is off the bus.
@@ -50,26 +45,8 @@ HEALTH_ENV = _health_env()
 
 
 def _prepare(node: StandinNode, nth: int) -> None:
-    """A new instance as `up` and the AMI leave it: fmctl's files, the spec's health
-    settings, the example's storage mounted, and the recorded p5 tools (one GPU short on
-    a faulty boot)."""
-    shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
-    node.write("/opt/fmctl/slurm/health.env", HEALTH_ENV)
-    node.write("/etc/fmctl/node.env", NODE_ENV)
-    node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
-    for path in ("/fsx", "/scratch"):
-        node.run(["mkdir", "-p", path], env=SERVICE_ENV)
-        node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SERVICE_ENV)
-    gpus = HEALTHY_GPUS.splitlines()
-    node.write(
-        "/etc/standin/nvidia-smi.csv",
-        "\n".join(gpus[:-1] if nth in FAULTY else gpus) + "\n",
-    )
-    node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
-    node.write(
-        "/etc/standin/dcgmi-diag.json",
-        (ROOT / "tests/data/check/dcgmi-diag-healthy.json").read_text(),
-    )
+    """A new instance as `up` and the AMI leave it (one GPU short on a faulty boot)."""
+    p5_instance(node, HEALTH_ENV, gpus_missing=1 if nth in FAULTY else 0)
 
 
 @pytest.fixture(scope="module")

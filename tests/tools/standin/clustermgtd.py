@@ -51,6 +51,7 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.tools.standin import recorded
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 
@@ -64,6 +65,30 @@ GATE = "/opt/fmctl/slurm/lib/verify-node.sh"
 #: slurm.conf.erb); the stand-in's asks the harness to reboot the node (below).
 REBOOT_PROGRAM = "/usr/local/sbin/standin-reboot"
 REBOOT_ASKED = "/var/lib/standin-reboot-asked"
+
+
+NODE_ENV = (
+    "FMCTL_EFA_ENABLED=true\nFMCTL_EXPECTED_GPUS=8\nFMCTL_EXPECTED_EFA=32\n"
+    "FMCTL_EFA_RDMA_READ=true\nFMCTL_IMEX=false\n"
+)
+
+
+def p5_instance(node: StandinNode, health_env: str, gpus_missing: int = 0) -> None:
+    """A new p5.48xlarge as `up` and the AMI leave it: fmctl's files and the spec's health
+    settings, the example's storage mounted (a tmpfs for each), and the recorded p5 tools'
+    answers (``gpus_missing`` GPUs off the bus)."""
+    data = ROOT / "tests/data/check"
+    shutil.copytree(ROOT / "slurm", node.path("/opt/fmctl/slurm"), dirs_exist_ok=True)
+    node.write("/opt/fmctl/slurm/health.env", health_env)
+    node.write("/etc/fmctl/node.env", NODE_ENV)
+    node.path("/var/lib/fmctl-efa").mkdir(parents=True, exist_ok=True)
+    for path in ("/fsx", "/scratch"):
+        node.run(["mkdir", "-p", path], env=SSM_ENV)
+        node.run(["mount", "-t", "tmpfs", "tmpfs", path], env=SSM_ENV)
+    gpus = (data / "nvidia-smi-healthy.csv").read_text().splitlines()
+    node.write("/etc/standin/nvidia-smi.csv", "\n".join(gpus[: len(gpus) - gpus_missing]) + "\n")
+    node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+    node.write("/etc/standin/dcgmi-diag.json", (data / "dcgmi-diag-healthy.json").read_text())
 
 
 def required() -> None:
