@@ -69,6 +69,7 @@ LONGEST_FIRST = (
     "tests/engine/test_eks_up.py",
     "tests/engine/test_pcluster_validators.py",
     "tests/slurm/test_standin_pcs.py",
+    "tests/slurm/test_standin_clustermgtd.py",
     "tests/engine/",
     "tests/reliability/",
     "tests/slurm/",
