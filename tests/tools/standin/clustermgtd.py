@@ -3,19 +3,13 @@ static nodes against the sandbox's EC2 and DynamoDB: what replaces a node fmctl'
 drains on ParallelCluster, tested as it is rather than as fmctl's README says it is.
 
 clustermgtd is aws-parallelcluster-node at the version of the pinned CLI (installed in
-.venv-pcluster beside it, `make tools`), run as the head node runs it (``python -m
-slurm_plugin.clustermgtd``, its config file named by CONFIG_FILE). What it is given follows
-ParallelCluster's own sources:
-
-- its config file: the cookbook's parallelcluster_clustermgtd.conf.erb, key for key;
-- the fleet config (fleet-config.json): pcluster_fleet_config_generator.py's shape for a
-  compute resource of one instance type (``"Api": "run-instances"``);
-- the partition-to-nodes map in ``etc/pcluster/parallelcluster_partition_nodelist_mapping.json``
-  beside Slurm's bin (common/schedulers/slurm_commands.py reads it there);
-- in the emulator: the launch template ``CLUSTER-QUEUE-COMPUTERESOURCE`` with the instance
-  tags the CLI's queues_stack.py gives it, and InstanceInitiatedShutdownBehavior terminate;
-  the ``parallelcluster-slurm-CLUSTER`` table (key Id, index InstanceId: slurm_builder.py),
-  where clustermgtd records which instance backs which node.
+.venv-pcluster beside it, `make tools`), run as the head node runs it, with the files
+ParallelCluster gives it (clustermgtd_daemon.py). In the emulator, as the CLI's stacks make
+them: the launch template ``CLUSTER-QUEUE-COMPUTERESOURCE`` with the instance tags
+queues_stack.py gives it and InstanceInitiatedShutdownBehavior terminate; the
+``parallelcluster-slurm-CLUSTER`` table (key Id, index InstanceId: slurm_builder.py), where
+clustermgtd records which instance backs which node; the fleet's status item
+(``parallelcluster-CLUSTER``, RUNNING).
 
 What a new instance does is ParallelCluster's compute bootstrap, in order (the CLI's
 compute_node/user_data.sh and the cookbook's recipes): it finds its Slurm name in that table
@@ -25,18 +19,16 @@ node (finalize_compute.rb: ``scontrol update nodename=NAME state=resume reason='
 up'``). A bootstrap that fails runs ``shutdown -h now`` (user_data.sh's error_exit), which
 the launch template's shutdown behaviour turns into the instance's termination.
 
-Deviations, each because this machine is one machine: Slurm's commands reach the head
-node's slurmctld through small wrappers (``sudo`` runs its command: clustermgtd runs as root
-here); clustermgtd's loop is ``loop_time`` seconds instead of 60 (a config key it reads);
-the subnet is 127.0.0.0/16 so that each instance's private address is one of this machine's
-loopback addresses (slurmd listens on all of them); the cluster has no Route 53 zone
-(``hosted_zone`` empty: clustermgtd then updates no DNS records) and each node's hostname is
-its Slurm name, as ParallelCluster's managed DNS names it.
+Deviations, each because this machine is one machine: clustermgtd's loop is ``loop_time``
+seconds instead of 60 (a config key it reads); the subnet is 127.0.0.0/16 so that each
+instance's private address is one of this machine's loopback addresses (slurmd listens on
+all of them); the cluster has no Route 53 zone (``hosted_zone`` empty: clustermgtd then
+updates no DNS records) and each node's hostname is its Slurm name, as ParallelCluster's
+managed DNS names it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -51,12 +43,12 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.tools.standin import recorded
+from tests.tools.standin import clustermgtd_daemon, recorded
+from tests.tools.standin.clustermgtd_daemon import PCLUSTER_PY
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import ComputeNode, StandinSlurm
 
 ROOT = Path(__file__).resolve().parents[3]
-PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
 REGION = "us-east-1"
 INSTANCE_TYPE = "p5.48xlarge"
 #: fmctl's OnNodeConfigured gate, as on-node-configured.sh runs it.
@@ -346,122 +338,23 @@ class Fleet:
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
 
-    def _wrappers(self) -> Path:
-        """Slurm's commands as clustermgtd calls them (``sudo BIN/scontrol``), each entering
-        the head node, and the partition map beside them."""
-        assert self.head is not None
-        home = self._scratch / "slurm"
-        (home / "bin").mkdir(parents=True)
-        for command in ("scontrol", "sinfo", "squeue"):
-            argv = self.head._argv([f"/opt/slurm/bin/{command}"], SSM_ENV, None)
-            line = " ".join(f"'{a}'" for a in argv)
-            wrapper = home / "bin" / command
-            wrapper.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
-            wrapper.chmod(0o755)
-        bin_dir = self._scratch / "path"
-        bin_dir.mkdir()
-        (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
-        # The cookbook's get-compute-fleet-status.sh runs compute_fleet_status.py --action
-        # get: the COMPUTE_FLEET item of the cluster's parallelcluster-CLUSTER table, printed
-        # as JSON with these two keys.
-        (bin_dir / "get-compute-fleet-status.sh").write_text(
-            f"#!{PCLUSTER_PY}\n"
-            "import json, boto3\n"
-            f"table = boto3.resource('dynamodb').Table('parallelcluster-{self.cluster}')\n"
-            "item = table.get_item(ConsistentRead=True, Key={'Id': 'COMPUTE_FLEET'})\n"
-            "data = item['Item']['Data']\n"
-            "print(json.dumps({k: data[k] for k in ('lastStatusUpdatedTime', 'status')}))\n"
-        )
-        for tool in bin_dir.iterdir():
-            tool.chmod(0o755)
-        mapping = home / "etc/pcluster/parallelcluster_partition_nodelist_mapping.json"
-        mapping.parent.mkdir(parents=True)
-        mapping.write_text(
-            json.dumps({self.queue: f"{self.queue}-st-{self.resource}-[1-{self.count}]"})
-        )
-        return home
-
     def _clustermgtd(self) -> None:
-        home = self._wrappers()
-        fleet = self._scratch / "fleet-config.json"
-        fleet.write_text(
-            json.dumps(
-                {
-                    self.queue: {
-                        self.resource: {
-                            "CapacityType": "on-demand",
-                            "Api": "run-instances",
-                            "Instances": [{"InstanceType": INSTANCE_TYPE}],
-                        }
-                    }
-                }
-            )
-        )
-        # Its packaged logging config, its two log files (console output, events) moved
-        # from /var/log/parallelcluster into the scratch folder.
-        logging = self._scratch / "logging.conf"
-        packaged = subprocess.run(
-            [
-                str(PCLUSTER_PY),
-                "-c",
-                "import slurm_plugin, pathlib; print(pathlib.Path(slurm_plugin.__file__).parent"
-                " / 'logging/parallelcluster_clustermgtd_logging.conf')",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        logging.write_text(
-            Path(packaged).read_text().replace("/var/log/parallelcluster/", f"{self._scratch}/")
-        )
-        config = self._scratch / "parallelcluster_clustermgtd.conf"
-        config.write_text(
-            "[clustermgtd]\n"
-            f"cluster_name = {self.cluster}\n"
-            f"region = {REGION}\n"
-            "proxy = NONE\n"
-            f"heartbeat_file_path = {self._scratch}/clustermgtd_heartbeat\n"
-            f"dynamodb_table = {self.table}\n"
-            "hosted_zone = \n"
-            "dns_domain = \n"
-            "use_private_hostname = false\n"
-            "head_node_private_ip = 127.0.0.1\n"
-            "head_node_hostname = head\n"
-            "node_replacement_timeout = 1800\n"
-            "insufficient_capacity_timeout = 600\n"
-            "compute_console_logging_enabled = true\n"
-            "compute_console_logging_max_sample_size = 1\n"
-            "compute_console_wait_time = 300\n"
-            "instance_id = i-head\n"
-            f"fleet_config_file = {fleet}\n"
-            f"loop_time = {self.loop_time}\n"
-            f"logging_config = {logging}\n"
-        )
-        env = {
-            "PATH": f"{self._scratch / 'path'}:/usr/sbin:/usr/bin:/sbin:/bin",
-            "CONFIG_FILE": str(config),
-            "SLURM_BINARIES_DIR": str(home / "bin"),
-            "HOME": str(self._scratch),
-            **self.emulator.env(),
-        }
-        log = open(self._scratch / "clustermgtd.log", "wb")  # noqa: SIM115 - the daemon's
-        argv = [str(PCLUSTER_PY), "-m", "slurm_plugin.clustermgtd"]
-        if self.wait_scale != 1.0:
-            argv = [
-                str(PCLUSTER_PY),
-                "-c",
-                "import time, types, slurm_plugin.clustermgtd as m\n"
-                "clock = types.SimpleNamespace(**vars(time))\n"
-                f"clock.sleep = lambda s: time.sleep(s * {self.wait_scale!r})\n"
-                "m.time = clock\n"
-                "m.main()\n",
-            ]
-        self._daemon = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=self._scratch,
+        assert self.head is not None
+        self._daemon = clustermgtd_daemon.start(
+            clustermgtd_daemon.Settings(
+                cluster=self.cluster,
+                queue=self.queue,
+                resource=self.resource,
+                count=self.count,
+                instance_type=INSTANCE_TYPE,
+                region=REGION,
+                table=self.table,
+                loop_time=self.loop_time,
+                wait_scale=self.wait_scale,
+            ),
+            self.head,
+            self._scratch,
+            self.emulator.env(),
         )
 
     def log(self) -> str:
