@@ -194,27 +194,27 @@ def test_a_rebooting_node_is_left_alone_and_replaced_if_it_does_not_come_back(
     fleet.on_reboot = lambda node: node.write("/etc/standin/nvidia-smi.csv", gone)
     assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> reboot"
 
-    # Rebooting: slurmd ran RebootProgram, the gate failed at boot; clustermgtd looks, and
-    # leaves the instance while Slurm waits for the node.
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not boot.reboots:
+    # While Slurm waits for the rebooted node (REBOOT_ISSUED, until ResumeTimeout),
+    # clustermgtd loops and leaves it; once Slurm gives up ("reboot timed out": down),
+    # clustermgtd replaces it. Watched as it happens, whatever the machine's pace.
+    assert fleet.slurm is not None
+    looked_while_rebooting: list[int] = []
+    timed_out = False
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and fleet.backing(name) == old:
+        shown = fleet.slurm.scontrol("show", "node", name)
+        if "REBOOT_ISSUED" in shown:
+            looked_while_rebooting.append(fleet.log().count("Managing cluster..."))
+        timed_out = timed_out or "reboot timed out" in shown
         time.sleep(0.2)
     assert boot.reboots and boot.reboots[0][1] is False, boot.reboots
-    loops = fleet.log().count("Managing cluster...")
-    while fleet.log().count("Managing cluster...") < loops + 2:
-        time.sleep(0.2)
-    assert fleet.backing(name) == old
-    assert "REBOOT_ISSUED" in _node(fleet, name)["State"], _node(fleet, name)
-
-    # Slurm gives up on it at ResumeTimeout ...
-    assert fleet.slurm is not None
-    deadline = time.monotonic() + 60
-    shown = ""
-    while time.monotonic() < deadline and "reboot timed out" not in shown:
-        shown = fleet.slurm.scontrol("show", "node", name)
-        time.sleep(0.2)
-    assert "reboot timed out" in shown and "State=DOWN" in shown, shown
-    # ... and clustermgtd replaces it then.
+    assert looked_while_rebooting, "never seen rebooting"
+    assert looked_while_rebooting[-1] - looked_while_rebooting[0] >= 2, looked_while_rebooting
+    assert timed_out, fleet.slurm.scontrol("show", "node", name)
+    # Every time clustermgtd found it unhealthy, it was down, never rebooting.
+    found = [line for line in fleet.log().splitlines() if "unhealthy static nodes:" in line]
+    mine = [line for line in found if f"'{name}(" in line]
+    assert mine and not [line for line in mine if "REBOOT" in line], mine
     new = _replaced(fleet, name, old, timeout=120)
     replacement = next(b for b in fleet.boots if b.instance == new)
     assert replacement.passed

@@ -324,11 +324,12 @@ class Fleet:
             )
         # ResumeTimeout: how long Slurm waits for a rebooted node's slurmd before it marks
         # it down ("reboot timed out"); ParallelCluster sets its compute bootstrap timeout
-        # (1800 s), the stand-in 20 s so that a test of it is short.
+        # (1800 s), the stand-in 40 s so that a test of it is short yet sees clustermgtd
+        # loop a few times meanwhile, even on a loaded machine.
         self.slurm = StandinSlurm(
             self.head,
             computes,
-            [("RebootProgram", REBOOT_PROGRAM), ("ResumeTimeout", "20")],
+            [("RebootProgram", REBOOT_PROGRAM), ("ResumeTimeout", "40")],
         )
         for c, instance in zip(computes, launched, strict=True):
             self._slurmd(c.node, c.name, instance["InstanceId"])
