@@ -269,6 +269,44 @@ def _programs() -> list[str]:
     return out
 
 
+def _until_quiet(probe: Any, seconds: float) -> bool:
+    """Whether ``probe`` turned true within ``seconds``."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if probe():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _autoscaling_story(sandbox: Sandbox, name: str, region: str) -> str:
+    """What the autoscaler weighs and said, for a failure's message: each node's taints and
+    Ready condition, each pod's node and phase, the autoscaler's status and events."""
+    api = kube_client(sandbox, name, region)
+    try:
+        lines = []
+        for node in api.list("v1", "Node"):
+            ready = [
+                c["status"] for c in node.get("status", {}).get("conditions", [])
+                if c["type"] == "Ready"
+            ]  # fmt: skip
+            taints = [t["key"] for t in node["spec"].get("taints") or []]
+            lines.append(f"node {node['metadata']['name']} ready={ready} taints={taints}")
+        for pod in api.list("v1", "Pod"):
+            meta, spec = pod["metadata"], pod["spec"]
+            owner = [o["kind"] for o in meta.get("ownerReferences") or []]
+            phase = (pod.get("status") or {}).get("phase")
+            lines.append(
+                f"pod {meta['namespace']}/{meta['name']} {owner} on {spec.get('nodeName')}: {phase}"
+            )
+        status = api.get("v1", "ConfigMap", "cluster-autoscaler-status", "kube-system") or {}
+        lines.append(json.dumps(status.get("data"), indent=1))
+        lines.append(gate.controller_log(sandbox, name, region))
+        return "\n".join(lines)
+    finally:
+        api.close()
+
+
 def test_the_autoscaler_counts_nodes_being_verified_as_coming(
     sandbox: Sandbox, tools: Path, tmp_path: Path
 ) -> None:
@@ -303,7 +341,8 @@ def test_the_autoscaler_counts_nodes_being_verified_as_coming(
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         # up's NCCL test runs once the nodes pass; then they idle and go.
-        until("the nodes to go", lambda: desired() == 0, 180)
+        if not _until_quiet(lambda: desired() == 0, 180):
+            pytest.fail("the nodes did not go: " + _autoscaling_story(sandbox, name, region))
         api = kube_client(sandbox, name, region)
         try:
             job = next(
