@@ -20,6 +20,10 @@ secret key in ``X-Fmctl-Secret``; anyone else gets 403):
                                     stays Creating until released (a real create takes
                                     minutes; at the sandbox's scale a test could not
                                     otherwise be sure to reach it while it is Creating)
+  POST /_fmctl/pcs/terminate     <- {"region": R, "instance": ID, "why": TEXT}: PCS ends an
+                                    instance of a node group (a lifecycle script of its
+                                    failed: onError TERMINATE) and the group launches
+                                    another (tests/tools/standin/pcs_fleet.py)
 
 Run by ``daemon.ensure(home, scale, server=MODULE, cwd=ROOT)`` (see ``harness.start``), with
 the product server's command line.
@@ -254,9 +258,23 @@ class Doubles:
             data = {"ok": True}
         elif path == "/_fmctl/pcs/hold" and method == "POST":
             data = self._hold(json.loads(body))
+        elif path == "/_fmctl/pcs/terminate" and method == "POST":
+            data = self._terminate(json.loads(body))
         else:
             return answer(start, 404, {"Content-Type": "application/json"}, b'{"error":"no"}')
         return answer(start, 200, {"Content-Type": "application/json"}, json.dumps(data).encode())
+
+    def _terminate(self, ask: dict[str, Any]) -> dict[str, Any]:
+        """End a PCS node group's instance as PCS does when its lifecycle script fails; the
+        group keeps its minimum (``sandbox.pcs.Pcs.terminate``)."""
+        region, instance = str(ask["region"]), str(ask["instance"])
+        with self.app.shims.lock:
+            for world in self.app.shims.worlds.values():
+                for (where, _), thing in list(world.pcs.things.items()):
+                    if where == region and thing.kind == "group" and instance in thing.instances:
+                        world.pcs.terminate(region, thing, instance)
+                        return {"terminated": instance}
+        return {"terminated": None}
 
     def _hold(self, ask: dict[str, Any]) -> dict[str, Any]:
         """Hold a PCS cluster in its create (ready at no time), or let it land now."""

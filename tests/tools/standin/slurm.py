@@ -18,7 +18,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +41,12 @@ class ComputeNode:
     addr: str = "127.0.0.1"
 
 
-def slurm_conf(head: StandinNode, ctld_port: int, settings: list[tuple[str, str]]) -> str:
-    """slurm.conf as the cookbook writes it (see the module's docstring for the deviations)."""
+def slurm_conf(
+    head: StandinNode, ctld_port: int, settings: list[tuple[str, str]], pcluster: bool = True
+) -> str:
+    """slurm.conf as the cookbook writes it (see the module's docstring for the deviations);
+    ``pcluster`` False leaves out ParallelCluster's Prolog and Epilog globs (a PCS cluster's
+    are only what its slurmCustomSettings say)."""
     lines = [
         "ClusterName=fmctl-standin",
         f"SlurmctldHost={head.hostname}(127.0.0.1)",
@@ -56,8 +60,11 @@ def slurm_conf(head: StandinNode, ctld_port: int, settings: list[tuple[str, str]
         "SlurmdPidFile=/var/run/slurmd.pid",
         "ReconfigFlags=KeepPartState",
         "PrivateData=cloud",
-        "Prolog=/opt/slurm/etc/scripts/prolog.d/*",
-        "Epilog=/opt/slurm/etc/scripts/epilog.d/*",
+        *(
+            ["Prolog=/opt/slurm/etc/scripts/prolog.d/*", "Epilog=/opt/slurm/etc/scripts/epilog.d/*"]
+            if pcluster
+            else []
+        ),
         "SchedulerParameters=nohold_on_prolog_fail",
         "BatchStartTimeout=180",
         "SlurmctldTimeout=300",
@@ -93,11 +100,13 @@ def nodes_conf(
 ) -> str:
     """slurm_parallelcluster.conf: the nodes and partitions (ParallelCluster writes these).
     ``declared``: (hostlist, partition) of nodes slurmctld knows but no slurmd serves, as a
-    queue's nodes are before their instances boot."""
+    queue's nodes are before their instances boot; one named in ``ports`` gets that port,
+    for the slurmd that will serve it later."""
     lines = []
     parts: dict[str, list[str]] = {}
     for hostlist, partition in declared:
-        lines.append(f"NodeName={hostlist} NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN")
+        port = f" Port={ports[hostlist]}" if hostlist in ports else ""
+        lines.append(f"NodeName={hostlist} NodeAddr=127.0.0.1{port} CPUs=1 State=UNKNOWN")
         parts.setdefault(partition, []).append(hostlist)
     for c in computes:
         lines.append(
@@ -120,12 +129,14 @@ class StandinSlurm:
         computes: list[ComputeNode],
         settings: list[tuple[str, str]],
         declared: Sequence[tuple[str, str]] = (),
+        declared_ports: Mapping[str, int] | None = None,
+        pcluster: bool = True,
     ) -> None:
         self.head, self.computes = head, computes
         ctld_port = free_port()
-        ports = {c.name: free_port() for c in computes}
+        ports = {c.name: free_port() for c in computes} | dict(declared_ports or {})
         key = os.urandom(1024)
-        conf = slurm_conf(head, ctld_port, settings)
+        conf = slurm_conf(head, ctld_port, settings, pcluster)
         # pcluster_custom_slurm_settings_include_file_generator.py starts the file with its
         # header, settings or none (an empty include makes every Slurm command say so on
         # stderr, which clustermgtd reads with the output).

@@ -1,0 +1,422 @@
+"""AWS PCS's own side of a sandbox PCS cluster, played on stand-in nodes (issue 33): the
+sandbox's PCS (fmctl_sandbox/pcs.py) launches each node group's instances in its EC2 and
+runs nothing on them; this harness boots them as PCS boots them and runs the Slurm
+controller PCS would run, so that `fmctl up --wait-healthy` and `fmctl health` meet a real
+slurmctld, real slurmd and fmctl's scripts as a PCS node runs them.
+
+What PCS does, and where that is said:
+- A compute node group's Slurm nodes are named after it, numbered up to its maximum
+  instance count (``NAME-[1-N]``: the PCS User Guide, "Explore the cluster environment in
+  AWS PCS"); a queue is a partition of its node groups' nodes (CreateQueue's
+  computeNodeGroupConfigurations). The cluster's slurmCustomSettings go into slurm.conf.
+- A node boots (botocore's PCS model: NodeLifecycleStages, NodeLifecycleScript): PCS sets
+  it up (here: Slurm's files and the cluster's munge key), runs each nodeBootstrapped
+  script before slurmd, fetched from its scriptLocation and checked against its SHA-256
+  checksum, with its arguments; starts slurmd; once the node has registered, runs each
+  nodeReady script. A script that fails has PCS terminate the node (onError TERMINATE),
+  and the group launches another to keep its minimum. cloud-init's user data runs after
+  the first stage (nothing orders the two; test_standin_pcs_gate.py runs them so too).
+
+Deviations, each because this machine is not AWS:
+- The controller is a stand-in node; it is the login node too: Run Command's scripts (the
+  sandbox's SSM runs them on this machine with the nodes' tools first on PATH) reach its
+  Slurm through wrappers that enter it. The login node group's instances boot nothing.
+- Slurm's files are the controller's, shared with the nodes (PCS runs configless: its
+  nodes fetch the configuration from the controller); on a node, PCS's installer prefix is
+  a link to them.
+- Every node's NodeAddr is 127.0.0.1 with a port of its own (the instances' addresses are
+  not this machine's). When the harness gives an instance a node name it sets the node's
+  NodeHostname to the instance's hostname, as a Slurm resume program does (Slurm's cloud
+  scheduling guide, "elastic computing"): how PCS pairs an instance with a node name is
+  not documented.
+- S3: each node gets the artifact bucket's objects where the stand-in `aws` reads them.
+- The nodes reach no internet: each names an empty release mirror (fmctl's
+  /etc/fmctl/release-mirror, lib/release.sh), so the exporters' downloads fail at once, with
+  the warnings a node without a way out prints, instead of after curl's five retries.
+- A stage's script runs once per boot here, and a node boots once (no reboot).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provisioner.catalog.pcs import slurm_prefix
+from tests.tools import sandbox_doubles
+from tests.tools.slurm_cluster import free_port
+from tests.tools.standin import recorded
+from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
+from tests.tools.standin.slurm import StandinSlurm, nodes_conf
+
+ROOT = Path(__file__).resolve().parents[3]
+CLUSTER_TAG = "aws:pcs:cluster-id"
+GROUP_TAG = "aws:pcs:compute-node-group-id"
+#: The login node's Slurm commands, as Run Command's scripts call them.
+COMMANDS = ("sinfo", "scontrol", "squeue", "sbatch", "srun", "scancel", "sacct")
+#: What a failing test is shown of a node: the gate's report, and the end of slurmd's log.
+REPORT = "/var/lib/fmctl/health/verify.txt"
+SLURMD_LOG = "tail -n 30 /var/log/slurmd.log"
+#: Where this stand-in of PCS's agent keeps a node's lifecycle scripts.
+SCRIPTS = "/var/lib/standin-pcs/scripts"
+
+
+def p5_ami(node: StandinNode, gpus_missing: int = 0) -> None:
+    """A p5.48xlarge as PCS's AMI gives it: the recorded tools' answers (``gpus_missing``
+    GPUs off the bus), nccl-tests built (the stand-in all_reduce_perf)."""
+    data = ROOT / "tests/data/check"
+    gpus = (data / "nvidia-smi-healthy.csv").read_text().splitlines()
+    node.write("/etc/standin/nvidia-smi.csv", "\n".join(gpus[: len(gpus) - gpus_missing]) + "\n")
+    node.write("/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32), 2))
+    node.write("/etc/standin/dcgmi-diag.json", (data / "dcgmi-diag-healthy.json").read_text())
+    stand_in = (ROOT / "tests/tools/standin/nccl/all_reduce_perf").read_text()
+    node.write("/opt/nccl-tests/build/all_reduce_perf", stand_in, 0o755)
+
+
+@dataclass
+class Boot:
+    """One compute instance as the harness booted it."""
+
+    instance: str
+    group: str
+    seen: float
+    name: str = ""
+    node: StandinNode | None = None
+    #: When its slurmd registered, and when its last stage ended (0: not yet).
+    registered: float = 0.0
+    ready: float = 0.0
+    #: Why PCS ended it, when a stage failed: "STAGE SCRIPT: exit N".
+    failed: str = ""
+    #: Each stage's output, for a failing test's message.
+    output: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A compute node group as the controller configures it."""
+
+    ident: str
+    name: str
+    maximum: int
+    template: dict[str, Any]
+    stages: dict[str, Any]
+
+
+@dataclass
+class PcsFleet:
+    """PCS's controller and node agent for sandbox PCS cluster ``cluster``."""
+
+    sandbox: Any  # tests.engine.harness.Sandbox
+    region: str
+    cluster: str
+    image: Path
+    #: Lays a new instance out before PCS sets it up (the tools' answers of its hardware):
+    #: called with the node and how many instances have booted before it.
+    prepare: Callable[[StandinNode, int], None]
+    #: The nodes' tools folder (``Sandbox.node_tools``): the login node's Slurm commands go
+    #: there.
+    tools: Path
+    #: From launch to PCS's first stage (EC2's pending, the OS boot, PCS's own setup).
+    boot_seconds: float = 0.0
+    boots: list[Boot] = field(default_factory=list)
+    controller: StandinNode | None = None
+    slurm: StandinSlurm | None = None
+    groups: dict[str, Group] = field(default_factory=dict)
+    _ports: dict[str, int] = field(default_factory=dict)
+    _partition: dict[str, str] = field(default_factory=dict)
+    _prefix: str = ""
+    _configured: bool = False
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _watcher: threading.Thread | None = None
+    _errors: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix="fmctl-pcs-")) / "watch-errors.log"
+    )
+
+    def start(self) -> None:
+        """The controller's node, the login node's commands in the tools folder, and the
+        watcher that boots the cluster's instances as they come."""
+        self.controller = StandinNode(self.image, "pcs-controller")
+        self.tools.mkdir(parents=True, exist_ok=True)
+        for command in COMMANDS:
+            argv = self.controller._argv([f"/opt/slurm/bin/{command}"], SSM_ENV, None)
+            # Run Command's PATH is the nodes' tools and little else: this machine's own
+            # programs by their full paths.
+            argv = [shutil.which(a) or a if a in ("nsenter", "chroot") else a for a in argv]
+            line = " ".join(f"'{a}'" for a in argv)
+            wrapper = self.tools / command
+            wrapper.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
+            wrapper.chmod(0o755)
+        aws = self.sandbox.aws(self.region)
+        self._pcs, self._ec2, self._s3 = aws.client("pcs"), aws.client("ec2"), aws.client("s3")
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def errors(self) -> str:
+        """What the watcher's looks raised (each is retried)."""
+        return self._errors.read_text() if self._errors.exists() else ""
+
+    # -- PCS's controller ----------------------------------------------------------------
+
+    def _cluster(self) -> dict[str, Any] | None:
+        for item in self._pcs.list_clusters()["clusters"]:
+            if item["name"] == self.cluster and item["status"] == "ACTIVE":
+                found: dict[str, Any] = self._pcs.get_cluster(clusterIdentifier=item["id"])
+                return found["cluster"]
+        return None
+
+    def _controller_up(self, cluster: dict[str, Any]) -> None:
+        """The cluster is ACTIVE: its controller answers (no nodes yet), with the cluster's
+        slurmCustomSettings."""
+        settings = [
+            (s["parameterName"], s["parameterValue"])
+            for s in (cluster.get("slurmConfiguration") or {}).get("slurmCustomSettings") or []
+        ]
+        assert self.controller is not None
+        self._prefix = slurm_prefix(cluster["scheduler"]["version"])
+        self.slurm = StandinSlurm(self.controller, [], settings, pcluster=False)
+
+    def _configure(self, cluster: dict[str, Any]) -> bool:
+        """Once the cluster's queues are ACTIVE: its nodes and partitions, as PCS generates
+        them from its node groups and queues, and the controller told. False while there is
+        nothing to configure yet."""
+        ident = cluster["id"]
+        queues = [
+            self._pcs.get_queue(clusterIdentifier=ident, queueIdentifier=q["id"])["queue"]
+            for q in self._pcs.list_queues(clusterIdentifier=ident)["queues"]
+        ]
+        if not queues or any(q["status"] != "ACTIVE" for q in queues):
+            return False
+        for item in self._pcs.list_compute_node_groups(clusterIdentifier=ident)[
+            "computeNodeGroups"
+        ]:
+            group = self._pcs.get_compute_node_group(
+                clusterIdentifier=ident, computeNodeGroupIdentifier=item["id"]
+            )["computeNodeGroup"]
+            self.groups[group["id"]] = Group(
+                group["id"],
+                group["name"],
+                int(group["scalingConfiguration"]["maxInstanceCount"]),
+                group["customLaunchTemplate"],
+                (group.get("nodeLifecycleActions") or {}).get("stages") or {},
+            )
+        declared = []
+        for queue in queues:
+            for config in queue["computeNodeGroupConfigurations"]:
+                group = self.groups[config["computeNodeGroupId"]]
+                self._partition[group.ident] = queue["name"]
+                for i in range(1, group.maximum + 1):
+                    name = f"{group.name}-{i}"
+                    self._ports[name] = free_port()
+                    declared.append((name, queue["name"]))
+        assert self.slurm is not None and self.controller is not None
+        self.controller.write(
+            "/opt/slurm/etc/slurm_parallelcluster.conf", nodes_conf([], self._ports, declared)
+        )
+        said = self.controller.run(["/opt/slurm/bin/scontrol", "reconfigure"], env=SSM_ENV)
+        assert said.returncode == 0, said.stderr
+        self._configured = True
+        return True
+
+    # -- the instances --------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._look()
+            except Exception as e:  # a look that failed is retried
+                with self._errors.open("a") as log:
+                    log.write(f"{e!r}\n")
+            self._stop.wait(0.3)
+
+    def _look(self) -> None:
+        cluster = self._cluster()
+        if cluster is None:
+            return
+        if self.slurm is None:
+            self._controller_up(cluster)
+        if not self._configured and not self._configure(cluster):
+            return
+        alive = {}
+        wanted = [
+            {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster["id"]]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+        for reservation in self._ec2.describe_instances(Filters=wanted)["Reservations"]:
+            for instance in reservation["Instances"]:
+                alive[instance["InstanceId"]] = instance
+        with self._lock:
+            known = {b.instance: b for b in self.boots}
+        for instance, boot in known.items():
+            if instance not in alive and boot.node is not None:
+                boot.node.stop()  # terminated: the node is gone, its name free again
+                boot.node = None
+                boot.name = ""
+        for instance, found in alive.items():
+            tags = {t["Key"]: t["Value"] for t in found.get("Tags", [])}
+            group = tags.get(GROUP_TAG, "")
+            if instance in known or group not in self._partition:
+                continue  # booted already, or a login node (the controller plays it)
+            boot = Boot(instance, group, time.monotonic())
+            with self._lock:
+                self.boots.append(boot)
+                nth = len(self.boots) - 1
+                boot.name = self._free_name(self.groups[group])
+            host = str(found.get("PrivateDnsName") or instance).split(".", 1)[0]
+            threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True).start()
+
+    def _free_name(self, group: Group) -> str:
+        taken = {b.name for b in self.boots if b.group == group.ident and b.name}
+        for i in range(1, group.maximum + 1):
+            if f"{group.name}-{i}" not in taken:
+                return f"{group.name}-{i}"
+        raise RuntimeError(f"node group {group.name}: more instances than its maximum")
+
+    def _boot(self, boot: Boot, host: str, nth: int) -> None:
+        assert self.slurm is not None and self.controller is not None
+        group = self.groups[boot.group]
+        time.sleep(self.boot_seconds)
+        node = StandinNode(self.image, host, shared_from=self.controller, shares=("opt/slurm",))
+        boot.node = node
+        self._lay_out(node, group)
+        self.prepare(node, nth)
+        # PCS's setup: the cluster's munge key, and the node named for the instance.
+        self.slurm.join(node)
+        self.slurm.scontrol("update", f"nodename={boot.name}", f"nodehostname={host}")
+        if not self._stage(boot, group, "nodeBootstrapped"):
+            return
+        self._user_data(node, group, boot)
+        node.daemon([f"{self._prefix}/sbin/slurmd", "-D", "-N", boot.name])
+        state = self.slurm.wait_state(boot.name, ("IDLE", "RESERVED", "DRAIN"), timeout=60)
+        boot.registered = time.monotonic()
+        boot.output.append(f"registered: {state}")
+        if self._stage(boot, group, "nodeReady"):
+            boot.ready = time.monotonic()
+
+    def _lay_out(self, node: StandinNode, group: Group) -> None:
+        """As PCS's AMI and its setup leave a node: Slurm in the installer's prefix; the
+        artifact bucket's objects where the stand-in `aws` reads them; systemd's oneshot
+        units run when started (the nodeReady stage starts one and reads what it left)."""
+        laid = node.run(
+            [
+                "/bin/sh",
+                "-c",
+                f"install -d {Path(self._prefix).parent} && ln -sfn /opt/slurm {self._prefix}",
+            ],
+            env=SSM_ENV,
+        )
+        assert laid.returncode == 0, laid.stderr
+        node.write("/etc/standin/systemd-runs-oneshot", "")
+        node.write("/etc/fmctl/release-mirror", "file:///var/lib/standin-no-mirror\n")
+        buckets = {
+            str(script["scriptSource"]["scriptLocation"]).removeprefix("s3://").split("/", 1)[0]
+            for scripts in group.stages.values()
+            for script in scripts
+        }
+        for bucket in buckets:
+            paginator = self._s3.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=bucket):
+                for obj in page.get("Contents", []):
+                    body = self._s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read()
+                    path = node.path(f"/var/lib/standin-s3/{bucket}/{obj['Key']}")
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(body)
+
+    def _stage(self, boot: Boot, group: Group, stage: str) -> bool:
+        """Run the stage's scripts in order; the first that fails has PCS end the node."""
+        node = boot.node
+        assert node is not None
+        for script in group.stages.get(stage) or []:
+            bucket, key = (
+                str(script["scriptSource"]["scriptLocation"]).removeprefix("s3://").split("/", 1)
+            )
+            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            if hashlib.sha256(body).hexdigest() != script["scriptSource"]["checksum"]:
+                return self._end(boot, f"{stage} {script['name']}: checksum mismatch")
+            inside = f"{SCRIPTS}/{script['name']}"
+            node.write(inside, body.decode(), 0o700)
+            ran = node.run([inside, *script.get("arguments", [])], env=CLOUD_INIT_ENV, timeout=900)
+            boot.output.append(f"{stage} {script['name']}:\n{ran.stdout}\n{ran.stderr}")
+            if ran.returncode != 0:
+                return self._end(boot, f"{stage} {script['name']}: exit {ran.returncode}")
+        return True
+
+    def _user_data(self, node: StandinNode, group: Group, boot: Boot) -> None:
+        """cloud-init's run of the launch template's shell part (its failure fails no node)."""
+        version = self._ec2.describe_launch_template_versions(
+            LaunchTemplateId=group.template["id"], Versions=[str(group.template["version"])]
+        )["LaunchTemplateVersions"][0]
+        encoded = version["LaunchTemplateData"].get("UserData") or ""
+        text = base64.b64decode(encoded).decode()
+        marker = 'Content-Type: text/x-shellscript; charset="us-ascii"\n\n'
+        if marker not in text:
+            return
+        part = text.split(marker, 1)[1].split("\n--", 1)[0]
+        node.write("/var/lib/cloud/instance/scripts/part-001", part, 0o700)
+        ran = node.run(["/var/lib/cloud/instance/scripts/part-001"], timeout=900)
+        boot.output.append(f"user data:\n{ran.stdout}\n{ran.stderr}")
+
+    def _end(self, boot: Boot, why: str) -> bool:
+        boot.failed = why
+        sandbox_doubles.control(
+            self.sandbox.home,
+            "/_fmctl/pcs/terminate",
+            {"region": self.region, "instance": boot.instance, "why": why},
+        )
+        return False
+
+    # -- what tests ask ---------------------------------------------------------------------
+
+    def wait_ready(self, count: int, timeout: float = 300) -> list[Boot]:
+        """The first ``count`` nodes that got through every stage."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                ready = [b for b in self.boots if b.ready and b.node is not None]
+            if len(ready) >= count:
+                return ready
+            time.sleep(0.3)
+        raise AssertionError(f"{count} PCS nodes not ready in {timeout} s: {self.story()}")
+
+    def story(self) -> str:
+        """Each boot's state and its stages' output, and the watcher's errors."""
+        lines = []
+        with self._lock:
+            boots = list(self.boots)
+        for b in boots:
+            lines.append(
+                f"{b.instance} {b.name or '-'} registered={bool(b.registered)} "
+                f"ready={bool(b.ready)} failed={b.failed or '-'} alive={b.node is not None}"
+            )
+            lines += [f"  {out[-3000:]}" for out in b.output]
+            if b.node is not None:
+                # The gate's report, and the oneshot units' output (the stand-in systemctl
+                # keeps it as the journal would).
+                shown = b.node.run(
+                    ["/bin/sh", "-c", f"cat {REPORT} /run/standin-systemd/*.journal; {SLURMD_LOG}"],
+                    env=SSM_ENV,
+                )
+                lines.append(f"  verify.txt and journals:\n{shown.stdout[-3000:]}")
+        if self.slurm is not None:
+            lines.append(self.slurm.head.run(["/opt/slurm/bin/sinfo", "-R"], env=SSM_ENV).stdout)
+            lines.append(self.slurm.log())
+        return "\n".join(lines) + "\n" + self.errors()
+
+    def stop(self) -> None:
+        """The watcher, every node and the controller, stopped."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=10)
+        for boot in self.boots:
+            if boot.node is not None:
+                boot.node.stop()
+        if self.controller is not None:
+            self.controller.stop()
+        shutil.rmtree(self._errors.parent, ignore_errors=True)
