@@ -16,6 +16,7 @@ import check_scale
 import day2
 import health
 import health_agent
+import healthy_pcs
 import node
 import polling
 import replace_slurm
@@ -43,6 +44,7 @@ def main(argv: list[str]) -> int:
         replace_slurm,
         verify_gate,
         health_agent,
+        healthy_pcs,
     ):
         found, text = module.collect()
         rows += found
