@@ -136,6 +136,7 @@ class PcsFleet:
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _watcher: threading.Thread | None = None
+    _booting: list[threading.Thread] = field(default_factory=list)
     _errors: Path = field(
         default_factory=lambda: Path(tempfile.mkdtemp(prefix="fmctl-pcs-")) / "watch-errors.log"
     )
@@ -270,7 +271,9 @@ class PcsFleet:
                 nth = len(self.boots) - 1
                 boot.name = self._free_name(self.groups[group])
             host = str(found.get("PrivateDnsName") or instance).split(".", 1)[0]
-            threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True).start()
+            thread = threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True)
+            self._booting.append(thread)
+            thread.start()
 
     def _free_name(self, group: Group) -> str:
         taken = {b.name for b in self.boots if b.group == group.ident and b.name}
@@ -282,9 +285,12 @@ class PcsFleet:
     def _boot(self, boot: Boot, host: str, nth: int) -> None:
         assert self.slurm is not None and self.controller is not None
         group = self.groups[boot.group]
-        time.sleep(self.boot_seconds)
+        if self._stop.wait(self.boot_seconds):
+            return
         node = StandinNode(self.image, host, shared_from=self.controller, shares=("opt/slurm",))
         boot.node = node
+        if self._stop.is_set():
+            return  # stop() stops it
         self._lay_out(node, group)
         self.prepare(node, nth)
         # PCS's setup: the cluster's munge key, and the node named for the instance.
@@ -414,9 +420,15 @@ class PcsFleet:
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=10)
-        for boot in self.boots:
-            if boot.node is not None:
-                boot.node.stop()
+        # A node's end ends what runs in it: a boot under way returns; then any node a boot
+        # made meanwhile goes too.
+        for _ in range(2):
+            for boot in self.boots:
+                if boot.node is not None:
+                    boot.node.stop()
+                    boot.node = None
+            for thread in self._booting:
+                thread.join(timeout=30)
         if self.controller is not None:
             self.controller.stop()
         shutil.rmtree(self._errors.parent, ignore_errors=True)
