@@ -32,28 +32,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
 from table import Row
 from up_sandbox import ROOT, SCALE, healthy_after, run, took
 from verify_gate import DCGM_LEVEL2_S
 
 NAME, REGION = "bench-pcs-healthy", "eu-north-1"
-
-
-def _spec(folder: Path) -> Path:
-    """The Slurm example on PCS, two nodes, no FSx (the stand-in nodes have no Lustre)."""
-    data = yaml.safe_load((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
-    data["metadata"] = {"name": NAME, "region": REGION}
-    data["network"] = {"availabilityZone": f"{REGION}a"}
-    pool = data["compute"]["gpuPools"][0]
-    pool.pop("capacityReservationId", None)
-    pool.pop("capacity", None)
-    pool["count"] = 2
-    data["storage"] = {}
-    data["slurm"] = {"provider": "pcs"}
-    path = folder / f"{NAME}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def _prepare(node: Any, nth: int) -> None:
@@ -72,10 +55,10 @@ def measure() -> tuple[float, float, float, float]:
     from tests.engine.harness import Sandbox
     from tests.tools import sandbox_doubles as doubles
     from tests.tools.standin import rootfs
-    from tests.tools.standin.pcs_fleet import PcsFleet
+    from tests.tools.standin.pcs_fleet import PcsFleet, example_spec
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-pcs-"))
-    spec = _spec(home)
+    spec = example_spec(home, NAME, REGION)
     _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")
     finish = _finish(json.loads(planned.stdout)["resources"])
     box = Sandbox(home, doubles.start(home, SCALE))

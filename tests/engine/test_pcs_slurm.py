@@ -21,36 +21,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import ROOT
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import StandinNode
-from tests.tools.standin.pcs_fleet import PcsFleet, p5_ami
+from tests.tools.standin.pcs_fleet import PcsFleet, example_spec, p5_ami
 
 pytestmark = rootfs.required()
 NAME, REGION = "e2e-pcs-slurm", "eu-north-1"
 #: The instance that boots with a GPU off the bus, counted from 0: the third, the first
 #: replacement (the test's second half).
 BROKEN = 2
-
-
-def _spec(tmp: Path) -> Path:
-    """The Slurm example on PCS: two p5.48xlarge nodes, no FSx (the stand-in has no Lustre),
-    the rest its defaults (health on: the gate with DCGM level 2, EFA loopbacks, the pair)."""
-    data = yaml.safe_load((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
-    data["metadata"] = {"name": NAME, "region": REGION}
-    data["network"] = {"availabilityZone": f"{REGION}a"}
-    pool = data["compute"]["gpuPools"][0]
-    pool.pop("capacityReservationId", None)
-    pool.pop("capacity", None)
-    pool["count"] = 2
-    data["storage"] = {}
-    data["slurm"] = {"provider": "pcs"}
-    path = tmp / f"{NAME}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def _p5(node: StandinNode, nth: int) -> None:
@@ -80,7 +61,7 @@ def _verify(fleet: PcsFleet, name: str) -> str:
 def test_pcs_up_wait_healthy_on_slurm_then_a_replacement_through_the_gate(
     sandbox: Sandbox, fleet: PcsFleet, tmp_path: Path
 ) -> None:
-    spec = _spec(tmp_path)
+    spec = example_spec(tmp_path, NAME, REGION)
     # The AWS samples' 2 x p5.48xlarge figure (catalog/nccl_baselines.py): the pair passes.
     assert fleet.controller is not None
     fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")

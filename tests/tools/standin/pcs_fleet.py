@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from provisioner.catalog.pcs import slurm_prefix
 from tests.tools import sandbox_doubles
 from tests.tools.slurm_cluster import free_port
@@ -66,6 +68,24 @@ REPORT = "/var/lib/fmctl/health/verify.txt"
 SLURMD_LOG = "tail -n 30 /var/log/slurmd.log"
 #: Where this stand-in of PCS's agent keeps a node's lifecycle scripts.
 SCRIPTS = "/var/lib/standin-pcs/scripts"
+
+
+def example_spec(folder: Path, name: str, region: str) -> Path:
+    """The Slurm example on PCS as this harness runs it: two p5.48xlarge nodes on demand, no
+    FSx (the stand-in nodes have no Lustre), the rest its defaults (health on: the gate with
+    DCGM level 2, EFA loopbacks, the pair)."""
+    data = yaml.safe_load((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
+    data["metadata"] = {"name": name, "region": region}
+    data["network"] = {"availabilityZone": f"{region}a"}
+    pool = data["compute"]["gpuPools"][0]
+    pool.pop("capacityReservationId", None)
+    pool.pop("capacity", None)
+    pool["count"] = 2
+    data["storage"] = {}
+    data["slurm"] = {"provider": "pcs"}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 def p5_ami(node: StandinNode, gpus_missing: int = 0) -> None:
