@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from provisioner.catalog import load_catalog
-from provisioner.render.context import build_context
+from provisioner.render.context import ClusterContext, build_context
 from provisioner.render.slurm import health_env
 from tests.conftest import ROOT, validate_text
 from tests.tools.standin import rootfs
@@ -35,13 +35,15 @@ XID79 = ROOT / "tests/data/real/kernel-xid79-open-gpu-kernel-modules-1151.txt"
 FAULTY: set[int] = set()
 
 
-def _health_env() -> str:
+def _context() -> ClusterContext:
+    """The Slurm example's render context (its health settings among it)."""
     validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
     assert validation.ok and validation.resolved is not None
-    return health_env(build_context(validation.resolved, load_catalog()))
+    return build_context(validation.resolved, load_catalog())
 
 
-HEALTH_ENV = _health_env()
+CONTEXT = _context()
+HEALTH_ENV = health_env(CONTEXT)
 
 
 def _prepare(node: StandinNode, nth: int) -> None:
@@ -176,12 +178,9 @@ def test_a_rebooting_node_is_left_alone_and_replaced_if_it_does_not_come_back(
     old = fleet.backing(name)
     boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
     assert boot.node is not None
-    validation = validate_text((ROOT / "examples/p5-slurm-capacity-block.yaml").read_text())
-    assert validation.resolved is not None
-    context = build_context(validation.resolved, load_catalog())
     boot.node.write(
         "/opt/fmctl/slurm/health.env",
-        health_env(dataclasses.replace(context, health_repair="reboot")),
+        health_env(dataclasses.replace(CONTEXT, health_repair="reboot")),
     )
     # fmctl-verify.service as OnNodeConfigured writes it (the agent reboots only there).
     script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
