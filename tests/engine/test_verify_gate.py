@@ -269,16 +269,6 @@ def _programs() -> list[str]:
     return out
 
 
-def _until_quiet(probe: Any, seconds: float) -> bool:
-    """Whether ``probe`` turned true within ``seconds``."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if probe():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def _autoscaling_story(sandbox: Sandbox, name: str, region: str) -> str:
     """What the autoscaler weighs and said, for a failure's message: each node's taints and
     Ready condition, each pod's node and phase, the autoscaler's status and events."""
@@ -341,7 +331,9 @@ def test_the_autoscaler_counts_nodes_being_verified_as_coming(
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         # up's NCCL test runs once the nodes pass; then they idle and go.
-        if not _until_quiet(lambda: desired() == 0, 180):
+        try:
+            until("the nodes to go", lambda: desired() == 0, 180)
+        except AssertionError:
             pytest.fail("the nodes did not go: " + _autoscaling_story(sandbox, name, region))
         api = kube_client(sandbox, name, region)
         try:

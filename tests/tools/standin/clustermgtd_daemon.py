@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.tools.standin.node import SSM_ENV, StandinNode
+from tests.tools.standin.node import StandinNode
 
 ROOT = Path(__file__).resolve().parents[3]
 PCLUSTER_PY = ROOT / ".venv-pcluster/bin/python"
@@ -51,11 +51,7 @@ def _wrappers(s: Settings, head: StandinNode, scratch: Path) -> Path:
     home = scratch / "slurm"
     (home / "bin").mkdir(parents=True)
     for command in ("scontrol", "sinfo", "squeue"):
-        argv = head._argv([f"/opt/slurm/bin/{command}"], SSM_ENV, None)
-        line = " ".join(f"'{a}'" for a in argv)
-        wrapper = home / "bin" / command
-        wrapper.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
-        wrapper.chmod(0o755)
+        head.entry(home / "bin" / command, f"/opt/slurm/bin/{command}")
     bin_dir = scratch / "path"
     bin_dir.mkdir()
     (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')

@@ -156,6 +156,16 @@ class StandinNode:
             self._argv(argv, env, None), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
+    def entry(self, script: Path, program: str, env: Mapping[str, str] = SSM_ENV) -> None:
+        """A script of this machine's at ``script`` that runs ``program`` on the node with its
+        own arguments (as a caller elsewhere reaches the node's commands); nsenter and chroot
+        by their full paths, for a caller whose PATH lacks them (Run Command's)."""
+        argv = self._argv([program], env, None)
+        argv = [shutil.which(a) or a if a in ("nsenter", "chroot") else a for a in argv]
+        line = " ".join(f"'{a}'" for a in argv)
+        script.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
+        script.chmod(0o755)
+
     def path(self, inside: str) -> Path:
         """The host's path of a file on the node (not for /run, /tmp, /dev/shm: the node's own)."""
         return self.root / inside.lstrip("/")

@@ -149,10 +149,9 @@ class PcsFleet:
     controller: StandinNode | None = None
     slurm: StandinSlurm | None = None
     groups: dict[str, Group] = field(default_factory=dict)
-    _ports: dict[str, int] = field(default_factory=dict)
+    #: Node group id -> its queue (partition): filled once the controller is configured.
     _partition: dict[str, str] = field(default_factory=dict)
     _prefix: str = ""
-    _configured: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _watcher: threading.Thread | None = None
@@ -167,14 +166,7 @@ class PcsFleet:
         self.controller = StandinNode(self.image, "pcs-controller")
         self.tools.mkdir(parents=True, exist_ok=True)
         for command in COMMANDS:
-            argv = self.controller._argv([f"/opt/slurm/bin/{command}"], SSM_ENV, None)
-            # Run Command's PATH is the nodes' tools and little else: this machine's own
-            # programs by their full paths.
-            argv = [shutil.which(a) or a if a in ("nsenter", "chroot") else a for a in argv]
-            line = " ".join(f"'{a}'" for a in argv)
-            wrapper = self.tools / command
-            wrapper.write_text(f'#!/bin/sh\nexec {line} "$@"\n')
-            wrapper.chmod(0o755)
+            self.controller.entry(self.tools / command, f"/opt/slurm/bin/{command}")
         aws = self.sandbox.aws(self.region)
         self._pcs, self._ec2, self._s3 = aws.client("pcs"), aws.client("ec2"), aws.client("s3")
         self._watcher = threading.Thread(target=self._watch, daemon=True)
@@ -204,17 +196,16 @@ class PcsFleet:
         self._prefix = slurm_prefix(cluster["scheduler"]["version"])
         self.slurm = StandinSlurm(self.controller, [], settings, pcluster=False)
 
-    def _configure(self, cluster: dict[str, Any]) -> bool:
+    def _configure(self, cluster: dict[str, Any]) -> None:
         """Once the cluster's queues are ACTIVE: its nodes and partitions, as PCS generates
-        them from its node groups and queues, and the controller told. False while there is
-        nothing to configure yet."""
+        them from its node groups and queues, and the controller told (nothing before)."""
         ident = cluster["id"]
         queues = [
             self._pcs.get_queue(clusterIdentifier=ident, queueIdentifier=q["id"])["queue"]
             for q in self._pcs.list_queues(clusterIdentifier=ident)["queues"]
         ]
         if not queues or any(q["status"] != "ACTIVE" for q in queues):
-            return False
+            return
         for item in self._pcs.list_compute_node_groups(clusterIdentifier=ident)[
             "computeNodeGroups"
         ]:
@@ -228,23 +219,21 @@ class PcsFleet:
                 group["customLaunchTemplate"],
                 (group.get("nodeLifecycleActions") or {}).get("stages") or {},
             )
-        declared = []
+        declared, ports = [], {}
         for queue in queues:
             for config in queue["computeNodeGroupConfigurations"]:
                 group = self.groups[config["computeNodeGroupId"]]
                 self._partition[group.ident] = queue["name"]
                 for i in range(1, group.maximum + 1):
                     name = f"{group.name}-{i}"
-                    self._ports[name] = free_port()
+                    ports[name] = free_port()
                     declared.append((name, queue["name"]))
         assert self.slurm is not None and self.controller is not None
         self.controller.write(
-            "/opt/slurm/etc/slurm_parallelcluster.conf", nodes_conf([], self._ports, declared)
+            "/opt/slurm/etc/slurm_parallelcluster.conf", nodes_conf([], ports, declared)
         )
         said = self.controller.run(["/opt/slurm/bin/scontrol", "reconfigure"], env=SSM_ENV)
         assert said.returncode == 0, said.stderr
-        self._configured = True
-        return True
 
     # -- the instances --------------------------------------------------------------------
 
@@ -263,8 +252,10 @@ class PcsFleet:
             return
         if self.slurm is None:
             self._controller_up(cluster)
-        if not self._configured and not self._configure(cluster):
-            return
+        if not self._partition:
+            self._configure(cluster)
+            if not self._partition:
+                return
         alive = {}
         wanted = [
             {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster["id"]]},
@@ -363,7 +354,8 @@ class PcsFleet:
             bucket, key = (
                 str(script["scriptSource"]["scriptLocation"]).removeprefix("s3://").split("/", 1)
             )
-            body = self._s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            # The object as the node got it from S3 (_lay_out's copy of the bucket).
+            body = node.path(f"/var/lib/standin-s3/{bucket}/{key}").read_bytes()
             if hashlib.sha256(body).hexdigest() != script["scriptSource"]["checksum"]:
                 return self._end(boot, f"{stage} {script['name']}: checksum mismatch")
             inside = f"{SCRIPTS}/{script['name']}"
