@@ -16,7 +16,11 @@ node's Comment. A node's state:
 - ``verifying``: out of service until the verify gate passes (reason ``fmctl-health:
   verifying``), or held for its 2-node NCCL pair (reservation ``fmctl-verify-NODE``,
   slurm/lib/verify-pair.sh);
-- ``drained``: taken out by someone else, with their reason (the agent leaves it alone);
+- ``drained``: out of service until a person acts: taken out by someone else, with their
+  reason (the agent leaves it alone), or drained by the agent and idle where nothing will
+  replace it (``health.repair: drain-only``; on PCS, where PCS's repair actions act on
+  what its own health monitoring finds and none is documented for a node drained in
+  Slurm);
 - ``failed``: down or not responding, not by the loop.
 """
 
@@ -185,14 +189,33 @@ def _out_of_service(state: str) -> bool:
     return base.startswith(("drain", "down", "fail", "reboot")) or state.endswith("@")
 
 
-def _slurm_state(state: str, reason: str, held: str | None) -> tuple[str, str]:
-    """(fmctl's state, a detail) of one node from sinfo's long state and its reason."""
+#: What a node the agent drained waits for where the scheduler replaces none (the state's
+#: detail), by the repair its reason names.
+FOR_A_PERSON = {
+    "drain": "health.repair drain-only: out of service until a person acts",
+    "replace": (
+        "PCS repairs the faults its own health monitoring finds; unless it finds this one, "
+        "the node stays out of service until a person acts"
+    ),
+}
+
+
+def _slurm_state(
+    state: str, reason: str, held: str | None, replaced: bool = True
+) -> tuple[str, str]:
+    """(fmctl's state, a detail) of one node from sinfo's long state and its reason.
+    ``replaced``: whether the scheduler replaces an idle node the agent drained."""
     base = state.rstrip(_SUFFIXES).lower()
     ours = reason.startswith(AGENT)
     if ours and "verifying" in reason:
         return "verifying", state
     if ours:
-        return ("draining" if base == "draining" else "repairing"), state
+        if base == "draining":
+            return "draining", state
+        action = reason.rsplit("-> ", 1)[-1].strip()
+        if action == "drain" or (action == "replace" and not replaced):
+            return "drained", f"{reason} ({FOR_A_PERSON[action]})"
+        return "repairing", state
     if reason.startswith(CLUSTERMGTD_REPLACING) or base.startswith("reboot") or "@" in state:
         return "repairing", state
     if base in ("drained", "draining"):
@@ -232,10 +255,17 @@ def _sections(
 
 
 def parse_slurm(
-    cluster: str, text: str, max_in_repair: str, pools: tuple[str, ...] = ()
+    cluster: str,
+    text: str,
+    max_in_repair: str,
+    pools: tuple[str, ...] = (),
+    replaced: bool = True,
 ) -> HealthReport:
     """cluster-health.sh's output -> the report. ``pools``: the spec's GPU pools (only their
-    nodes count; the head node's partitions, if any, are left out)."""
+    nodes count; the head node's partitions, if any, are left out). ``replaced``: whether
+    the scheduler replaces a node the agent drained once it is idle (ParallelCluster's
+    clustermgtd does, its ``terminate_drain_nodes``; on PCS no: its repair actions act on
+    its own health monitoring's findings, the botocore PCS model's HealthMonitoring)."""
     groups, held, verifying = _sections(text)
     nodes: list[NodeHealth] = []
     events: list[HealthEvent] = []
@@ -253,14 +283,14 @@ def parse_slurm(
                 continue
             seen.add((partition, name))
             comment = held.get(name)
-            status, detail = _slurm_state(state, reason, comment)
+            status, detail = _slurm_state(state, reason, comment, replaced)
             if name in verifying and not reason:
                 # Reserved to root until its 2-node NCCL pair passes (verify-pair.sh).
                 status = "verifying"
                 comment = f"{AGENT} held for its 2-node NCCL pair (fmctl-verify-{name})"
             fault = parse_fault(reason) or (parse_fault(comment) if comment else None)
             if reason:
-                detail = reason
+                detail = detail if status == "drained" and reason.startswith(AGENT) else reason
                 if since:
                     events.append(HealthEvent(since, name, partition, reason))
             elif comment:
@@ -284,7 +314,8 @@ def _pools(nodes: list[NodeHealth], max_in_repair: str) -> tuple[PoolHealth, ...
         repairing = sum(
             1
             for n in members
-            if n.state in ("draining", "repairing", "verifying") and n.detail.startswith(AGENT)
+            if n.state in ("draining", "repairing", "verifying", "drained")
+            and n.detail.startswith(AGENT)
         )
         out.append(
             PoolHealth(pool, len(members), repairing, repair_budget(max_in_repair, len(members)))
