@@ -24,6 +24,11 @@ secret key in ``X-Fmctl-Secret``; anyone else gets 403):
                                     instance of a node group (a lifecycle script of its
                                     failed: onError TERMINATE) and the group launches
                                     another (tests/tools/standin/pcs_fleet.py)
+  GET  /_fmctl/node-faults       -> every InjectNodeFault the sandbox was asked for
+                                    (`fmctl sandbox fault`), in order: {region,
+                                    cluster, node, fault}, so that a harness playing
+                                    an instance's hardware gives its node the fault
+                                    (tests/tools/standin/pcs_fleet.py)
 
 Run by ``daemon.ensure(home, scale, server=MODULE, cwd=ROOT)`` (see ``harness.start``), with
 the product server's command line.
@@ -154,6 +159,8 @@ class Doubles:
     app: Emulator
     rules: list[FaultRule] = field(default_factory=list)
     log: list[dict[str, Any]] = field(default_factory=list)
+    #: The faults asked for through InjectNodeFault, in order (GET /_fmctl/node-faults).
+    node_faults: list[dict[str, Any]] = field(default_factory=list)
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -173,6 +180,11 @@ class Doubles:
             call = protocol.parse(environ, body)
             service, action, key = call.service, call.action, protocol.access_key_of(environ)
         if service == protocol.SANDBOX_SERVICE:  # the sandbox's own, not an AWS call
+            if call is not None and call.action == "InjectNodeFault":
+                asked = {k: call.params.get(k) for k in ("cluster", "node", "fault")}
+                asked["region"] = call.region
+                with self.lock:
+                    self.node_faults.append(asked)
             return self.app(environ, start)
         entry: dict[str, Any] = {
             "service": service,
@@ -248,6 +260,9 @@ class Doubles:
                     data: Any = {"total": len(self.log), "entries": self.log[since:]}
                 else:
                     data = list(self.log)
+        elif path == "/_fmctl/node-faults":
+            with self.lock:
+                data = list(self.node_faults)
         elif path == "/_fmctl/faults" and method == "POST":
             rules = json.loads(body or b"{}").get("rules", [])
             with self.lock:

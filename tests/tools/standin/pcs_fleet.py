@@ -34,12 +34,24 @@ Deviations, each because this machine is not AWS:
   /etc/fmctl/release-mirror, lib/release.sh), so the exporters' downloads fail at once, with
   the warnings a node without a way out prints, instead of after curl's five retries.
 - A stage's script runs once per boot here, and a node boots once (no reboot).
+- No systemd runs on a stand-in node: each timer unit the boot started (the stand-in
+  systemctl's records) has its service started every OnUnitActiveSec, the first time
+  OnBootSec after the boot's last stage (systemd.timer(5)); so fmctl's health agent runs
+  on its timer, as on an instance.
+- The instance's hardware: a fault asked of the sandbox for an instance (`fmctl sandbox
+  fault`, which the tests' double records) reaches its node as the hardware would show it
+  to fmctl's agent: an Xid (an uncorrectable ECC error is Xid 48) is the driver's line in
+  the kernel log (the sandbox's own line, ``eks_repair.kernel_line``), `--gpu-missing N`
+  takes N GPUs from nvidia-smi's list, `--efa-down N` N EFA devices from fi_info's,
+  `--clear` lays the node's hardware out anew (the kernel's lines stay). The sandbox's PCS
+  acts on the same fault as its own monitoring would (``fmctl_sandbox/pcs_repair.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import shutil
 import tempfile
 import threading
@@ -51,6 +63,7 @@ from typing import Any
 
 import yaml
 
+from fmctl_sandbox.eks_repair import kernel_line
 from provisioner.catalog.pcs import slurm_prefix
 from tests.tools import sandbox_doubles
 from tests.tools.slurm_cluster import free_port
@@ -68,6 +81,18 @@ REPORT = "/var/lib/fmctl/health/verify.txt"
 SLURMD_LOG = "tail -n 30 /var/log/slurmd.log"
 #: Where this stand-in of PCS's agent keeps a node's lifecycle scripts.
 SCRIPTS = "/var/lib/standin-pcs/scripts"
+#: What systemd gives a service's processes: its default PATH (systemd.exec(5)).
+SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+#: systemd's time spans the timers here use (systemd.time(7)), in seconds.
+SPAN_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "ms": 0.001}
+
+
+def _span(text: str) -> float:
+    """A systemd time span of one number and unit ("30s", "2min"), in seconds."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", text)
+    if found is None or found.group(2) not in SPAN_UNITS:
+        raise ValueError(f"a time span this harness does not read: {text!r}")
+    return float(found.group(1)) * SPAN_UNITS[found.group(2)]
 
 
 def example_spec(folder: Path, name: str, region: str) -> Path:
@@ -107,6 +132,8 @@ class Boot:
     instance: str
     group: str
     seen: float
+    #: How many instances booted before it (what ``PcsFleet.prepare`` was told).
+    nth: int = 0
     name: str = ""
     node: StandinNode | None = None
     #: When its slurmd registered, and when its last stage ended (0: not yet).
@@ -116,6 +143,8 @@ class Boot:
     failed: str = ""
     #: Each stage's output, for a failing test's message.
     output: list[str] = field(default_factory=list)
+    #: The faults its hardware was given (``fmctl sandbox fault``), in order.
+    faults: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -152,6 +181,8 @@ class PcsFleet:
     #: Node group id -> its queue (partition): filled once the controller is configured.
     _partition: dict[str, str] = field(default_factory=dict)
     _prefix: str = ""
+    #: How many of the sandbox's recorded node faults were looked at.
+    _faults_seen: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _watcher: threading.Thread | None = None
@@ -279,12 +310,13 @@ class PcsFleet:
             boot = Boot(instance, group, time.monotonic())
             with self._lock:
                 self.boots.append(boot)
-                nth = len(self.boots) - 1
+                nth = boot.nth = len(self.boots) - 1
                 boot.name = self._free_name(self.groups[group])
             host = str(found.get("PrivateDnsName") or instance).split(".", 1)[0]
             thread = threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True)
             self._booting.append(thread)
             thread.start()
+        self._hardware(known)
 
     def _free_name(self, group: Group) -> str:
         taken = {b.name for b in self.boots if b.group == group.ident and b.name}
@@ -316,6 +348,64 @@ class PcsFleet:
         boot.output.append(f"registered: {state}")
         if self._stage(boot, group, "nodeReady"):
             boot.ready = time.monotonic()
+            self._timers(node)
+
+    def _timers(self, node: StandinNode) -> None:
+        """systemd's part: every timer unit started during the boot runs its service every
+        OnUnitActiveSec, the first time OnBootSec from now (systemd.timer(5); Unit=, or the
+        timer's own name, names the service)."""
+        started = node.run(["/bin/sh", "-c", "ls /run/standin-systemd"], env=SSM_ENV)
+        for timer in started.stdout.split():
+            if not timer.endswith(".timer"):
+                continue
+            unit = node.path(f"/etc/systemd/system/{timer}").read_text()
+            said = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line)
+            service = said.get("Unit", timer.removesuffix(".timer") + ".service")
+            first = _span(said.get("OnBootSec", "0"))
+            period = _span(said["OnUnitActiveSec"])
+            node.daemon(
+                [
+                    "/bin/bash",
+                    "-c",
+                    f"sleep {first:g}; while :; do sleep {period:g} & "
+                    f"systemctl start {service} >/dev/null 2>&1; wait; done",
+                ],
+                env=SERVICE_ENV,
+            )
+
+    # -- the instances' hardware ------------------------------------------------------------
+
+    def _hardware(self, known: dict[str, Boot]) -> None:
+        """Give each booted instance the faults asked for it since the last look."""
+        asked = sandbox_doubles.control(self.sandbox.home, "/_fmctl/node-faults")
+        for item in asked[self._faults_seen :]:
+            self._faults_seen += 1
+            boot = known.get(str(item["node"]))
+            if item["region"] != self.region or boot is None or boot.node is None:
+                continue  # another cluster's, or no node (yet, or any more) to show it
+            boot.faults.append(item["fault"])
+            self._show(boot, boot.node, item["fault"])
+
+    def _show(self, boot: Boot, node: StandinNode, fault: dict[str, Any]) -> None:
+        """What the node's kernel log and tools show of ``fault`` (see the module's
+        docstring)."""
+        if fault.get("clear"):
+            self.prepare(node, boot.nth)
+            return
+        line = kernel_line(fault)
+        if line:
+            stamp = time.strftime("%b %d %H:%M:%S")
+            with node.path("/etc/standin/kernel.log").open("a") as log:
+                log.write(f"{stamp} kernel: {line}\n")
+        if "gpuMissing" in fault:
+            listed = node.path("/etc/standin/nvidia-smi.csv").read_text().splitlines()
+            kept = listed[: max(0, len(listed) - int(fault["gpuMissing"]))]
+            node.write("/etc/standin/nvidia-smi.csv", "".join(f"{row}\n" for row in kept))
+        if "efaDown" in fault:
+            text = node.path("/etc/standin/fi_info.txt").read_text()
+            domains = list(dict.fromkeys(re.findall(r"\b(rdmap\d+s\d+)-", text)))
+            kept = domains[: max(0, len(domains) - int(fault["efaDown"]))]
+            node.write("/etc/standin/fi_info.txt", recorded.fi_info(kept, 2) if kept else "")
 
     def _lay_out(self, node: StandinNode, group: Group) -> None:
         """As PCS's AMI and its setup leave a node: Slurm in the installer's prefix; the

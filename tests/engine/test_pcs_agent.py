@@ -1,0 +1,157 @@
+"""fmctl's health agent on a PCS cluster's nodes, end to end in the sandbox with Slurm
+running (issue 33): `fmctl sandbox fault` on a PCS instance reaches the agent on its node
+(the harness gives the node the fault as its hardware would show it: a kernel line, a
+device gone, tests/tools/standin/pcs_fleet.py), and the agent acts through PCS's Slurm as
+on ParallelCluster:
+
+- an application Xid (13) is counted, never acted on: the node keeps its work;
+- an Xid PCS's own monitoring does not count (145, an NVLink error NVIDIA's catalog says
+  to replace the node for) drains the node with the reason users grep, which `fmctl health`
+  shows with the fault, as waiting for a person (PCS repairs what its own monitoring
+  finds);
+- a second node's fault (EFA devices gone), with one of the two nodes in repair already,
+  is held by the repair budget (10% of 2: one node): the node keeps working and `fmctl
+  health` shows it suspect.
+
+What is fmctl's: the agent, its fault table, the timer the user data installs, `fmctl
+health`'s cluster-health.sh; what is PCS's (its controller, the nodes' boot) and the
+hardware's is the harness's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.engine.harness import Sandbox, raw_leftovers
+from tests.tools.standin import rootfs
+from tests.tools.standin.node import SSM_ENV, StandinNode
+from tests.tools.standin.pcs_fleet import Boot, PcsFleet, example_spec, p5_ami
+
+pytestmark = rootfs.required()
+NAME, REGION = "e2e-pcs-agent", "us-east-2"
+#: The agent's period here (the spec's shortest, health.interval): each wait below allows
+#: a few.
+INTERVAL_S = 10
+FAULTS_LOG = "/var/lib/fmctl/health/faults.log"
+
+
+def _p5(node: StandinNode, nth: int) -> None:
+    p5_ami(node)
+
+
+@pytest.fixture
+def fleet(sandbox: Sandbox, tmp_path: Path) -> Iterator[PcsFleet]:
+    tools = tmp_path / "tools"
+    found = PcsFleet(sandbox, REGION, NAME, rootfs.ensure(), _p5, tools)
+    found.start()
+    sandbox.node_tools(tools)
+    try:
+        yield found
+    finally:
+        sandbox.node_tools(None)
+        found.stop()
+
+
+def _spec(folder: Path) -> Path:
+    path = example_spec(folder, NAME, REGION)
+    data = yaml.safe_load(path.read_text())
+    data["health"] = {"interval": f"{INTERVAL_S}s"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _node(fleet: PcsFleet, name: str) -> Boot:
+    return next(b for b in fleet.boots if b.name == name and b.node is not None)
+
+
+def _logged(boot: Boot, text: str, timeout: float = 6 * INTERVAL_S) -> str:
+    """The node's fault log once it has a line with ``text`` (the agent has looked)."""
+    assert boot.node is not None
+    log = boot.node.path(FAULTS_LOG)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen = log.read_text() if log.exists() else ""
+        if text in seen:
+            return seen
+        time.sleep(0.5)
+    raise AssertionError(f"{boot.name}: no {text!r} in {FAULTS_LOG} in {timeout} s")
+
+
+def _fault(sandbox: Sandbox, boot: Boot, *how: str) -> str:
+    said = sandbox.fmctl("sandbox", "fault", NAME, boot.instance, *how, "--region", REGION)
+    assert said.returncode == 0, said.stdout + said.stderr
+    return said.stdout
+
+
+@pytest.mark.timeout(900)
+def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
+    sandbox: Sandbox, fleet: PcsFleet, tmp_path: Path
+) -> None:
+    spec = _spec(tmp_path)
+    assert fleet.controller is not None
+    fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
+    up = sandbox.fmctl(
+        "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", "--healthy-timeout",
+        "240", timeout=400,
+    )  # fmt: skip
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr + fleet.story()
+        assert fleet.slurm is not None
+        first, second = _node(fleet, "train-1"), _node(fleet, "train-2")
+
+        # An application Xid: counted by the agent, the node keeps working; PCS's
+        # monitoring does not count it either.
+        said = _fault(sandbox, first, "--xid", "13")
+        assert "a warning" in said, said
+        _logged(first, "xid:13")
+        time.sleep(INTERVAL_S)  # another look: still nothing acted on
+        assert fleet.slurm.node_state("train-1") == "IDLE", fleet.story()
+
+        # An NVLink Xid PCS's monitoring does not act on here: fmctl's agent drains the
+        # node, the reason saying the Xid, NVIDIA's class and the repair.
+        said = _fault(sandbox, first, "--xid", "145")
+        assert "leaves the instance" in said, said
+        why = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace"
+        deadline = time.monotonic() + 6 * INTERVAL_S
+        while "DRAIN" not in fleet.slurm.node_state("train-1"):
+            assert time.monotonic() < deadline, fleet.story()
+            time.sleep(0.5)
+        reasons = fleet.slurm.head.run(
+            ["/opt/slurm/bin/sinfo", "-R", "-h", "-N", "-o", "%N|%E"], env=SSM_ENV
+        ).stdout
+        assert f"train-1|{why}" in reasons, reasons
+        assert first.instance in [b.instance for b in fleet.boots if b.node is not None], (
+            "PCS's monitoring replaced the node: the agent's drain is not what was tested"
+        )
+
+        # EFA devices gone on the other node, with train-1 in repair: the budget (one node
+        # of two) holds it; the node keeps working.
+        _fault(sandbox, second, "--efa-down", "4")
+        _logged(second, "efa-count")
+        time.sleep(INTERVAL_S)
+        assert fleet.slurm.node_state("train-2") == "IDLE", fleet.story()
+
+        health = sandbox.fmctl("health", NAME, "-f", str(spec), "--sandbox", "-o", "json")
+        assert health.returncode == 0, health.stdout + health.stderr
+        seen = json.loads(health.stdout)
+        nodes = {n["name"]: n for n in seen["nodes"]}
+        # Drained and idle: PCS's monitoring found nothing, so nothing replaces it (on
+        # ParallelCluster, clustermgtd would: "repairing").
+        assert nodes["train-1"]["state"] == "drained", nodes
+        assert nodes["train-1"]["detail"].startswith(why + " (PCS repairs the faults"), nodes
+        assert nodes["train-1"]["fault"]["code"] == "xid:145", nodes
+        assert nodes["train-1"]["fault"]["class"] == "WORKFLOW_NVLINK5_ERR", nodes
+        assert nodes["train-2"]["state"] == "suspect", nodes
+        assert nodes["train-2"]["fault"]["code"] == "efa-count", nodes
+        pool = next(p for p in seen["pools"] if p["name"] == "train")
+        assert (pool["inRepair"], pool["budget"]) == (1, 1), seen["pools"]
+    finally:
+        down = sandbox.fmctl("down", NAME, "--region", REGION, "--sandbox", "--yes")
+        assert down.returncode == 0, down.stdout + down.stderr
+    assert raw_leftovers(sandbox, NAME, REGION) == []
