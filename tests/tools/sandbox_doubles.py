@@ -180,12 +180,15 @@ class Doubles:
             call = protocol.parse(environ, body)
             service, action, key = call.service, call.action, protocol.access_key_of(environ)
         if service == protocol.SANDBOX_SERVICE:  # the sandbox's own, not an AWS call
+            answered = self.app(environ, start)
             if call is not None and call.action == "InjectNodeFault":
+                # Recorded once the sandbox has acted on it (its PCS may have replaced the
+                # instance already): a harness that reads it sees the instance as it is.
                 asked = {k: call.params.get(k) for k in ("cluster", "node", "fault")}
                 asked["region"] = call.region
                 with self.lock:
                     self.node_faults.append(asked)
-            return self.app(environ, start)
+            return answered
         entry: dict[str, Any] = {
             "service": service,
             "action": action,

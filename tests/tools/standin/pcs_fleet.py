@@ -287,6 +287,10 @@ class PcsFleet:
             self._configure(cluster)
             if not self._partition:
                 return
+        # The faults asked for before the instances are listed: an instance the sandbox's
+        # PCS replaced for its fault is gone from the list (the double records a fault
+        # once the sandbox has acted on it).
+        asked = sandbox_doubles.control(self.sandbox.home, "/_fmctl/node-faults")
         alive = {}
         wanted = [
             {"Name": f"tag:{CLUSTER_TAG}", "Values": [cluster["id"]]},
@@ -316,7 +320,7 @@ class PcsFleet:
             thread = threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True)
             self._booting.append(thread)
             thread.start()
-        self._hardware(known)
+        self._hardware(asked, known)
 
     def _free_name(self, group: Group) -> str:
         taken = {b.name for b in self.boots if b.group == group.ident and b.name}
@@ -375,9 +379,8 @@ class PcsFleet:
 
     # -- the instances' hardware ------------------------------------------------------------
 
-    def _hardware(self, known: dict[str, Boot]) -> None:
+    def _hardware(self, asked: list[dict[str, Any]], known: dict[str, Boot]) -> None:
         """Give each booted instance the faults asked for it since the last look."""
-        asked = sandbox_doubles.control(self.sandbox.home, "/_fmctl/node-faults")
         for item in asked[self._faults_seen :]:
             self._faults_seen += 1
             boot = known.get(str(item["node"]))
