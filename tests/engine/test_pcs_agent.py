@@ -11,7 +11,7 @@ on ParallelCluster:
   finds);
 - a second node's fault (EFA devices gone), with one of the two nodes in repair already,
   is held by the repair budget (10% of 2: one node): the node keeps working and `fmctl
-  health` shows it suspect.
+  health` shows it suspect, and healthy again once the devices are back.
 
 What is fmctl's: the agent, its fault table, the timer the user data installs, `fmctl
 health`'s cluster-health.sh; what is PCS's (its controller, the nodes' boot) and the
@@ -151,6 +151,18 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
         assert nodes["train-2"]["fault"]["code"] == "efa-count", nodes
         pool = next(p for p in seen["pools"] if p["name"] == "train")
         assert (pool["inRepair"], pool["budget"]) == (1, 1), seen["pools"]
+
+        # The devices come back (`--clear` lays the node's hardware out anew): the agent's
+        # next look finds nothing and clears the fault it held from the node's Comment.
+        _fault(sandbox, second, "--clear")
+        deadline = time.monotonic() + 6 * INTERVAL_S
+        while "Comment=fmctl-health:" in fleet.slurm.scontrol("show", "node", "train-2", "-o"):
+            assert time.monotonic() < deadline, fleet.story()
+            time.sleep(0.5)
+        health = sandbox.fmctl("health", NAME, "-f", str(spec), "--sandbox", "-o", "json")
+        nodes = {n["name"]: n for n in json.loads(health.stdout)["nodes"]}
+        assert (nodes["train-2"]["state"], nodes["train-2"]["fault"]) == ("healthy", None), nodes
+        assert nodes["train-1"]["state"] == "drained", nodes  # its fault was no device's
     finally:
         down = sandbox.fmctl("down", NAME, "--region", REGION, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr
