@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -619,6 +620,26 @@ def test_the_budget_outlives_the_controller() -> None:
         "repair budget of pool gpu is in use"
         in worse["metadata"]["annotations"]["fmctl.dev/verify-repair"]
     )
+
+
+def test_a_restarted_controller_frees_no_place_twice() -> None:
+    """Without the gate every Ready node counts as joining, and a new controller sees them
+    all anew: the replacement that freed its place before the restart must not free the
+    place of one asked for after it (which would let the pool exceed its budget)."""
+    fleet = Fleet()
+    first = vc.Repairs(fleet, False, {"gpu": 1})
+    first.pending = {"gpu": [time.time() - 60]}
+    joined = _faulty("new", "n1")
+    joined["metadata"]["creationTimestamp"] = vc.now()
+    first.verdict(joined, ok=True)
+    assert first.pending == {"gpu": []}
+    later = time.time() - 1  # another replacement asked for, its node not joined yet
+    first.pending["gpu"].append(later)
+    again = vc.Repairs(fleet, False, {"gpu": 1})
+    again.load(first.state())
+    again.verdict(joined, ok=True)  # the same node, seen joining by the new controller
+    assert again.pending == {"gpu": [later]}
+    assert json.loads(again.state())["counted"] == ["n1"]
 
 
 def test_fmctl_reads_what_the_controller_writes() -> None:

@@ -91,6 +91,10 @@ REPLACEMENTS_IN_A_ROW = 3
 #: A replacement not seen verified in this long no longer counts in the budget (a node
 #: joins in minutes).
 REPLACEMENT_S = 3600.0
+#: How many nodes that freed a place are remembered (``Repairs.counted``): more than a
+#: pool's replacements in REPLACEMENT_S at any budget fmctl renders, so none still pending
+#: can be freed twice.
+COUNTED_KEPT = 256
 #: What TerminateInstanceInAutoScalingGroup says of an instance no longer in a group (ended
 #: already: EKS node auto repair, the group's own health check or a person got there
 #: first), as recorded in yaybu/touchdown#51 and keikoproj/upgrade-manager#25:
@@ -199,6 +203,10 @@ class Repairs:
         self.failed_in_a_row: dict[str, int] = {}
         #: The instances this controller has had terminated.
         self.terminated: set[str] = set()
+        #: The nodes (uids) whose verdict freed a place, newest last: kept with the counts,
+        #: so that a controller started again does not free a place twice for one node (it
+        #: sees every Ready node of a pool without the gate as joining).
+        self.counted: list[str] = []
 
     @property
     def replaces(self) -> bool:
@@ -213,7 +221,12 @@ class Repairs:
     def state(self) -> str:
         """What must outlive the controller, as the ConfigMap's ``state`` holds it."""
         return json.dumps(
-            {"pending": self.pending, "failedInARow": self.failed_in_a_row}, sort_keys=True
+            {
+                "pending": self.pending,
+                "failedInARow": self.failed_in_a_row,
+                "counted": self.counted,
+            },
+            sort_keys=True,
         )
 
     def load(self, text: str) -> None:
@@ -221,6 +234,7 @@ class Repairs:
         data = json.loads(text or "{}")
         self.pending = {k: [float(a) for a in v] for k, v in (data.get("pending") or {}).items()}
         self.failed_in_a_row = {k: int(v) for k, v in (data.get("failedInARow") or {}).items()}
+        self.counted = [str(u) for u in data.get("counted") or []]
 
     def look(self, at: float) -> None:
         """Start a pass: replacements older than REPLACEMENT_S count no more."""
@@ -233,9 +247,11 @@ class Repairs:
         pool = node["metadata"]["labels"][POOL_LABEL]
         asked = self.pending.get(pool)
         created = _epoch(str(node["metadata"].get("creationTimestamp") or ""))
-        if not asked or created is None or created < int(asked[0]):
+        uid = str(node["metadata"].get("uid") or node["metadata"]["name"])
+        if not asked or created is None or created < int(asked[0]) or uid in self.counted:
             return
         asked.pop(0)
+        self.counted = [*self.counted, uid][-COUNTED_KEPT:]
         self.failed_in_a_row[pool] = 0 if ok else self.failed_in_a_row.get(pool, 0) + 1
 
     def hold(self, node: dict[str, Any], pool_nodes: list[dict[str, Any]]) -> str:
