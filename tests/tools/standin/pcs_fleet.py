@@ -314,10 +314,10 @@ class PcsFleet:
             boot = Boot(instance, group, time.monotonic())
             with self._lock:
                 self.boots.append(boot)
-                nth = boot.nth = len(self.boots) - 1
+                boot.nth = len(self.boots) - 1
                 boot.name = self._free_name(self.groups[group])
             host = str(found.get("PrivateDnsName") or instance).split(".", 1)[0]
-            thread = threading.Thread(target=self._boot, args=(boot, host, nth), daemon=True)
+            thread = threading.Thread(target=self._boot, args=(boot, host), daemon=True)
             self._booting.append(thread)
             thread.start()
         self._hardware(asked, known)
@@ -329,7 +329,7 @@ class PcsFleet:
                 return f"{group.name}-{i}"
         raise RuntimeError(f"node group {group.name}: more instances than its maximum")
 
-    def _boot(self, boot: Boot, host: str, nth: int) -> None:
+    def _boot(self, boot: Boot, host: str) -> None:
         assert self.slurm is not None and self.controller is not None
         group = self.groups[boot.group]
         if self._stop.wait(self.boot_seconds):
@@ -339,7 +339,7 @@ class PcsFleet:
         if self._stop.is_set():
             return  # stop() stops it
         self._lay_out(node, group)
-        self.prepare(node, nth)
+        self.prepare(node, boot.nth)
         # PCS's setup: the cluster's munge key, and the node named for the instance.
         self.slurm.join(node)
         self.slurm.scontrol("update", f"nodename={boot.name}", f"nodehostname={host}")
@@ -504,7 +504,8 @@ class PcsFleet:
         for b in boots:
             lines.append(
                 f"{b.instance} {b.name or '-'} registered={bool(b.registered)} "
-                f"ready={bool(b.ready)} failed={b.failed or '-'} alive={b.node is not None}"
+                f"ready={bool(b.ready)} failed={b.failed or '-'} alive={b.node is not None} "
+                f"faults={b.faults or '-'}"
             )
             lines += [f"  {out[-3000:]}" for out in b.output]
             if b.node is not None:
