@@ -190,8 +190,9 @@ class Agent:
         if tools is None:
             out, err, code, status = (
                 "",
-                "sandbox: this instance has no node tools installed (nvidia-smi, dcgmi, "
-                "...), so the command did not run\n",
+                "sandbox: the command did not run: the sandbox's instances run no programs "
+                "(no Slurm, nvidia-smi or dcgmi), so what asks a node (fmctl check, fmctl "
+                "health, up --wait-healthy on Slurm) needs a real cluster\n",
                 1,
                 "Failed",
             )

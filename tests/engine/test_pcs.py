@@ -90,6 +90,12 @@ def test_pcs_up_again_status_scale_replace_down(sandbox: Sandbox, tmp_path: Path
     assert {"Prolog", "Epilog"} <= settings
     role = sandbox.aws(region).client("iam").get_role(RoleName=f"fmctl-{name}-{region}-pcs-node")
     assert role["Role"]["Path"] == "/aws-pcs/"  # PCS accepts node roles by this path
+    # The sandbox runs no Slurm on a PCS cluster's login node: `fmctl health` says so,
+    # located, exit 1, no traceback.
+    health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox")
+    assert health.returncode == 1, health.stdout + health.stderr
+    assert "the sandbox's instances run no programs (no Slurm" in health.stderr, health.stderr
+    assert "Traceback" not in health.stderr, health.stderr
 
     before = len(sandbox.requests())
     again = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes")
