@@ -1535,3 +1535,18 @@ def test_the_same_import_and_export_prefix_warns_that_deletes_flow_both_ways() -
         "exportPath: s3://acme-ml-data/corpora/", "exportPath: s3://acme-ml-data/out"
     )
     assert not [p for p in validate_text(apart).problems if p.code == "fsx-two-way"]
+
+
+def test_pcs_lacks_says_what_the_health_loop_cannot_do_there(base: dict[str, Any]) -> None:
+    """With the health loop on, a PCS spec is told that a node the agent drains for a fault
+    PCS's monitoring does not find is not replaced; with it off, not."""
+
+    def said(edits: list[Edit]) -> str:
+        result = validate_data(_apply(base, [*PCS, *edits]))
+        (found,) = [p for p in result.problems if p.code == "pcs-lacks"]
+        return found.message
+
+    on, off = said([]), said([(("health", "enabled"), False)])
+    assert "no automatic replacement of a node fmctl's health agent drains" in on
+    assert "stays drained for a person" in on
+    assert "health agent" not in off and "no Slurm exporter" in off
