@@ -34,10 +34,10 @@ def health(
     state_dir: str | None,
 ) -> None:
     """Each node: healthy, suspect (a fault held by the repair budget), draining, repairing,
-    verifying, drained (by someone else) or failed; its last fault (code, class, action),
-    since when; each pool's nodes in repair against health.maxInRepair; recent events. On
-    Slurm from the controller (sinfo, through SSM Run Command), on EKS from the Kubernetes
-    API."""
+    verifying, drained (out of service until a person acts) or failed; its last fault
+    (code, class, action), since when; each pool's nodes in repair against
+    health.maxInRepair; recent events. On Slurm from the controller (sinfo, through SSM Run
+    Command), on EKS from the Kubernetes API."""
     from provisioner.ops.check import CheckUnavailable, saved_spec
     from provisioner.ops.check import health as gather
     from provisioner.ops.target import home_of
