@@ -54,28 +54,22 @@ def measure() -> tuple[float, float, float, float]:
     from fmctl_sandbox.eks_asg import BOOT_SECONDS
     from tests.engine.harness import Sandbox
     from tests.tools import sandbox_doubles as doubles
-    from tests.tools.standin import rootfs
-    from tests.tools.standin.pcs_fleet import PcsFleet, example_spec
+    from tests.tools.standin.pcs_fleet import example_spec, running
 
     home = Path(tempfile.mkdtemp(prefix="fmctl-bench-pcs-"))
     spec = example_spec(home, NAME, REGION)
     _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")
     finish = _finish(json.loads(planned.stdout)["resources"])
     box = Sandbox(home, doubles.start(home, SCALE))
-    fleet = PcsFleet(
-        box, REGION, NAME, rootfs.ensure(), _prepare, home / "tools", BOOT_SECONDS * SCALE
-    )
     try:
-        fleet.start()
-        assert fleet.controller is not None
-        fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
-        box.node_tools(home / "tools")
-        _, up = run(home, "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy")
-        ready = fleet.wait_ready(2, timeout=30)
-        own = max(b.ready - b.seen for b in ready)
-        run(home, "down", NAME, "--region", REGION, "--sandbox", "--yes")
+        with running(box, REGION, NAME, _prepare, home, BOOT_SECONDS * SCALE) as fleet:
+            assert fleet.controller is not None
+            fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
+            _, up = run(home, "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy")
+            ready = fleet.wait_ready(2, timeout=30)
+            own = max(b.ready - b.seen for b in ready)
+            run(home, "down", NAME, "--region", REGION, "--sandbox", "--yes")
     finally:
-        fleet.stop()
         daemon.stop(home)
         shutil.rmtree(home, ignore_errors=True)
     group = finish["pcs/node-group/train"]

@@ -31,7 +31,7 @@ import yaml
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import SSM_ENV, StandinNode
-from tests.tools.standin.pcs_fleet import Boot, PcsFleet, example_spec, p5_ami
+from tests.tools.standin.pcs_fleet import Boot, PcsFleet, example_spec, p5_ami, running
 
 pytestmark = rootfs.required()
 NAME, REGION = "e2e-pcs-agent", "us-east-2"
@@ -47,15 +47,8 @@ def _p5(node: StandinNode, nth: int) -> None:
 
 @pytest.fixture
 def fleet(sandbox: Sandbox, tmp_path: Path) -> Iterator[PcsFleet]:
-    tools = tmp_path / "tools"
-    found = PcsFleet(sandbox, REGION, NAME, rootfs.ensure(), _p5, tools)
-    found.start()
-    sandbox.node_tools(tools)
-    try:
+    with running(sandbox, REGION, NAME, _p5, tmp_path) as found:
         yield found
-    finally:
-        sandbox.node_tools(None)
-        found.stop()
 
 
 def _spec(folder: Path) -> Path:

@@ -25,7 +25,7 @@ import pytest
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import StandinNode
-from tests.tools.standin.pcs_fleet import PcsFleet, example_spec, p5_ami
+from tests.tools.standin.pcs_fleet import PcsFleet, example_spec, p5_ami, running
 
 pytestmark = rootfs.required()
 NAME, REGION = "e2e-pcs-slurm", "eu-north-1"
@@ -40,15 +40,8 @@ def _p5(node: StandinNode, nth: int) -> None:
 
 @pytest.fixture
 def fleet(sandbox: Sandbox, tmp_path: Path) -> Iterator[PcsFleet]:
-    tools = tmp_path / "tools"
-    found = PcsFleet(sandbox, REGION, NAME, rootfs.ensure(), _p5, tools)
-    found.start()
-    sandbox.node_tools(tools)
-    try:
+    with running(sandbox, REGION, NAME, _p5, tmp_path) as found:
         yield found
-    finally:
-        sandbox.node_tools(None)
-        found.stop()
 
 
 def _verify(fleet: PcsFleet, name: str) -> str:

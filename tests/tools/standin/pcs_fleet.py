@@ -50,13 +50,14 @@ Deviations, each because this machine is not AWS:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ from fmctl_sandbox.eks_repair import kernel_line
 from provisioner.catalog.pcs import slurm_prefix
 from tests.tools import sandbox_doubles
 from tests.tools.slurm_cluster import free_port
-from tests.tools.standin import recorded
+from tests.tools.standin import recorded, rootfs
 from tests.tools.standin.node import CLOUD_INIT_ENV, SSM_ENV, StandinNode
 from tests.tools.standin.slurm import StandinSlurm, nodes_conf
 
@@ -538,3 +539,27 @@ class PcsFleet:
         if self.controller is not None:
             self.controller.stop()
         shutil.rmtree(self._errors.parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(
+    sandbox: Any,
+    region: str,
+    cluster: str,
+    prepare: Callable[[StandinNode, int], None],
+    folder: Path,
+    boot_seconds: float = 0.0,
+) -> Iterator[PcsFleet]:
+    """A started harness for sandbox PCS cluster ``cluster`` (``sandbox``: a
+    ``tests.engine.harness.Sandbox``), whose login node's commands the sandbox's Run
+    Command finds (the nodes' tools, in ``folder``/tools); stopped, and the tools taken
+    back, on leaving."""
+    tools = folder / "tools"
+    fleet = PcsFleet(sandbox, region, cluster, rootfs.ensure(), prepare, tools, boot_seconds)
+    try:
+        fleet.start()
+        sandbox.node_tools(tools)
+        yield fleet
+    finally:
+        sandbox.node_tools(None)
+        fleet.stop()
