@@ -31,7 +31,7 @@ import yaml
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import SSM_ENV, StandinNode
-from tests.tools.standin.pcs_fleet import Boot, PcsFleet, example_spec, p5_ami, running
+from tests.tools.standin.pcs_fleet import Boot, PcsFleet, example_spec, p5_ami, running, up_healthy
 
 pytestmark = rootfs.required()
 NAME, REGION = "e2e-pcs-agent", "us-east-2"
@@ -87,14 +87,8 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
     sandbox: Sandbox, fleet: PcsFleet, tmp_path: Path
 ) -> None:
     spec = _spec(tmp_path)
-    assert fleet.controller is not None
-    fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
-    up = sandbox.fmctl(
-        "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", "--healthy-timeout",
-        "240", timeout=400,
-    )  # fmt: skip
     try:
-        assert up.returncode == 0, up.stdout + up.stderr + fleet.story()
+        up_healthy(sandbox, fleet, spec)
         assert fleet.slurm is not None
         first, second = _node(fleet, "train-1"), _node(fleet, "train-2")
 

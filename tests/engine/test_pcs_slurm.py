@@ -25,7 +25,7 @@ import pytest
 from tests.engine.harness import Sandbox, raw_leftovers
 from tests.tools.standin import rootfs
 from tests.tools.standin.node import StandinNode
-from tests.tools.standin.pcs_fleet import PcsFleet, example_spec, p5_ami, running
+from tests.tools.standin.pcs_fleet import PcsFleet, example_spec, p5_ami, running, up_healthy
 
 pytestmark = rootfs.required()
 NAME, REGION = "e2e-pcs-slurm", "eu-north-1"
@@ -55,16 +55,9 @@ def test_pcs_up_wait_healthy_on_slurm_then_a_replacement_through_the_gate(
     sandbox: Sandbox, fleet: PcsFleet, tmp_path: Path
 ) -> None:
     spec = example_spec(tmp_path, NAME, REGION)
-    # The AWS samples' 2 x p5.48xlarge figure (catalog/nccl_baselines.py): the pair passes.
-    assert fleet.controller is not None
-    fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
-    up = sandbox.fmctl(
-        "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", "--healthy-timeout",
-        "240", timeout=400,
-    )  # fmt: skip
     try:
-        assert up.returncode == 0, up.stdout + up.stderr + fleet.story()
-        assert "healthy: 2 GPU nodes in service" in up.stdout, up.stdout + fleet.story()
+        said = up_healthy(sandbox, fleet, spec)
+        assert "healthy: 2 GPU nodes in service" in said, said + fleet.story()
         assert fleet.slurm is not None
         # What the wait saw is Slurm's: both nodes idle, neither held any more.
         for name in ("train-1", "train-2"):

@@ -563,3 +563,17 @@ def running(
     finally:
         sandbox.node_tools(None)
         fleet.stop()
+
+
+def up_healthy(sandbox: Any, fleet: PcsFleet, spec: Path) -> str:
+    """`fmctl up --wait-healthy` of ``spec`` on the harness, with the NCCL pair at the AWS
+    samples' 2 x p5.48xlarge figure (catalog/nccl_baselines.py: the pair passes); what it
+    printed, once it succeeded."""
+    assert fleet.controller is not None
+    fleet.controller.write("/opt/slurm/etc/standin-nccl/healthy", "465.9")
+    up = sandbox.fmctl(
+        "up", "-f", str(spec), "--sandbox", "--yes", "--wait-healthy", "--healthy-timeout",
+        "240", timeout=400,
+    )  # fmt: skip
+    assert up.returncode == 0, up.stdout + up.stderr + fleet.story()
+    return str(up.stdout)
