@@ -217,3 +217,55 @@ def test_a_rebooting_node_is_left_alone_and_replaced_if_it_does_not_come_back(
     new = _replaced(fleet, name, old, timeout=120)
     replacement = next(b for b in fleet.boots if b.instance == new)
     assert replacement.passed
+
+
+def test_a_node_rebooted_for_its_fault_comes_back_to_work_through_the_gate(
+    fleet: Fleet,
+) -> None:
+    """health.repair: reboot, and the reboot cures the fault: Slurm reboots the idle node
+    (RebootProgram), fmctl-verify.service passes the gate at boot, slurmd registers with its
+    new boot time and Slurm resumes the node (nextstate=RESUME). The same instance, never
+    replaced; the agent, on its next look at this boot's kernel log, finds it healthy."""
+    name = fleet.names[0]
+    old = fleet.backing(name)
+    boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
+    assert boot.node is not None
+    fleet.on_reboot = None  # the GPU that fell off the bus is back after the reboot
+    replace_env = boot.node.path("/opt/fmctl/slurm/health.env").read_text()
+    boot.node.write(
+        "/opt/fmctl/slurm/health.env",
+        health_env(dataclasses.replace(CONTEXT, health_repair="reboot")),
+    )
+    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    boot.node.write(
+        "/etc/systemd/system/fmctl-verify.service",
+        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    )
+    try:
+        assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> reboot"
+        assert fleet.slurm is not None
+        deadline = time.monotonic() + 180
+        while not (boot.reboots and _node(fleet, name).get("State") == "IDLE"):
+            assert time.monotonic() < deadline, (
+                boot.reboots,
+                _node(fleet, name),
+                fleet.slurm.log()[-4000:],
+            )
+            time.sleep(0.3)
+        assert boot.reboots[0][1] is True, boot.reboots  # the gate passed at boot
+        shown = _node(fleet, name)
+        assert fleet.backing(name) == old, "replaced, not rebooted"
+        assert "REBOOT" not in shown["State"] and "DRAIN" not in shown["State"], shown
+        assert fleet.head is not None
+        # slurmctld's own word that the reboot it issued is done.
+        log = fleet.head.path("/var/log/slurmctld.log").read_text()
+        asked = log.rindex(f"reboot request queued for nodes {name}")
+        assert f"node {name} returned to service" in log[asked:], log[asked:]
+        # This boot's kernel log has no Xid: the agent finds the node healthy.
+        done = boot.node.run(["/bin/bash", "/opt/fmctl/slurm/lib/health-agent.sh"], env=SERVICE_ENV)
+        assert done.returncode == 0, done.stderr
+        state = boot.node.path("/var/lib/fmctl/health/state").read_text()
+        assert state.startswith("healthy"), state
+    finally:
+        boot.node.write("/opt/fmctl/slurm/health.env", replace_env)

@@ -57,6 +57,8 @@ GATE = "/opt/fmctl/slurm/lib/verify-node.sh"
 #: slurm.conf.erb); the stand-in's asks the harness to reboot the node (below).
 REBOOT_PROGRAM = "/usr/local/sbin/standin-reboot"
 REBOOT_ASKED = "/var/lib/standin-reboot-asked"
+#: The stand-in's kernel log (tests/tools/standin/bin/journalctl).
+KERNEL_LOG = "/etc/standin/kernel.log"
 
 
 NODE_ENV = (
@@ -438,31 +440,46 @@ class Fleet:
         boot.resumed = time.monotonic()
 
     def _reboot(self, boot: Boot) -> None:
-        """The instance reboots: its processes end (slurmd with them) and /run empties; at
-        boot, fmctl-verify.service (``verify-node.sh --once-per-boot``, which slurmd.service
-        requires) runs before slurmd, and slurmd starts only if it passed."""
+        """The instance reboots: its processes end (slurmd with them), /run empties and the
+        kernel's log starts anew (`journalctl -k` shows the current boot's: journalctl(1),
+        -k implies -b); at boot, fmctl-verify.service (``verify-node.sh --once-per-boot``,
+        which slurmd.service requires) runs before slurmd, and slurmd starts only if it
+        passed, with the machine's uptime counted from this boot (``_slurmd``)."""
         node = boot.node
         assert node is not None
-        asked = time.monotonic()
+        asked, booted = time.monotonic(), time.time()
         node.run(["pkill", "-KILL", "-f", "slurm"], env=SSM_ENV)
-        node.run(["rm", "-rf", "/run/fmctl", REBOOT_ASKED], env=SSM_ENV)
+        node.run(["rm", "-rf", "/run/fmctl", REBOOT_ASKED, KERNEL_LOG], env=SSM_ENV)
         time.sleep(self.boot_seconds)
         if self.on_reboot is not None:
             self.on_reboot(node)
         gate = node.run(["/bin/bash", GATE, "--once-per-boot"], env=SSM_ENV, timeout=600)
         boot.reboots.append((asked, gate.returncode == 0))
         if gate.returncode == 0:
-            self._slurmd(node, boot.name, boot.instance)
+            self._slurmd(node, boot.name, boot.instance, booted)
         boot.rebooting = False
 
     @staticmethod
-    def _slurmd(node: StandinNode, name: str, instance: str) -> None:
+    def _slurmd(node: StandinNode, name: str, instance: str, booted: float = 0.0) -> None:
         """slurmd as ParallelCluster's slurmd.service starts it: with the node's name and,
         since the cookbook's PR 2876 (3.13.0: "Set instance ID and instance type in Slurm upon
         compute nodes launch"), its instance's id and type, by which clustermgtd pairs the
-        node with its instance (clustermgtd.py _update_slurm_nodes_with_ec2_info)."""
+        node with its instance (clustermgtd.py _update_slurm_nodes_with_ec2_info).
+
+        After a reboot (``booted``: when, epoch seconds) the node's uptime must count from
+        it: slurmd reports sysinfo(2)'s uptime (Slurm's get_up_time, Linux path), and
+        slurmctld takes a node it asked to reboot as rebooted only if it booted since. A
+        stand-in node shares this machine's kernel, so slurmd runs in a time namespace of
+        its own whose boot clock is set back to the reboot (unshare(1) --boottime;
+        time_namespaces(7): sysinfo's uptime follows it)."""
+        clock: list[str] = []
+        if booted:
+            up = float(Path("/proc/uptime").read_text().split()[0])
+            back = int(up - (time.time() - booted))
+            clock = ["unshare", "--time", "--fork", f"--boottime=-{back}"]
         node.daemon(
             [
+                *clock,
                 "/opt/slurm/sbin/slurmd",
                 "-D",
                 "-N",
