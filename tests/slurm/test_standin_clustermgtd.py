@@ -102,6 +102,24 @@ def _replaced(fleet: Fleet, name: str, old: str, timeout: float = 90) -> str:
     )
 
 
+def _repair_by_reboot(node: StandinNode) -> str:
+    """health.repair: reboot on ``node``, with fmctl-verify.service as OnNodeConfigured
+    writes it (the agent reboots only where the gate runs at boot); the health settings it
+    had."""
+    before = node.path("/opt/fmctl/slurm/health.env").read_text()
+    node.write(
+        "/opt/fmctl/slurm/health.env",
+        health_env(dataclasses.replace(CONTEXT, health_repair="reboot")),
+    )
+    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
+    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
+    node.write(
+        "/etc/systemd/system/fmctl-verify.service",
+        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
+    )
+    return before
+
+
 def test_clustermgtd_replaces_the_node_the_agent_drained(fleet: Fleet) -> None:
     name = fleet.names[0]
     others = {n: fleet.backing(n) for n in fleet.names[1:]}
@@ -178,17 +196,7 @@ def test_a_rebooting_node_is_left_alone_and_replaced_if_it_does_not_come_back(
     old = fleet.backing(name)
     boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
     assert boot.node is not None
-    boot.node.write(
-        "/opt/fmctl/slurm/health.env",
-        health_env(dataclasses.replace(CONTEXT, health_repair="reboot")),
-    )
-    # fmctl-verify.service as OnNodeConfigured writes it (the agent reboots only there).
-    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
-    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
-    boot.node.write(
-        "/etc/systemd/system/fmctl-verify.service",
-        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
-    )
+    _repair_by_reboot(boot.node)
     gone = "\n".join(HEALTHY_GPUS.splitlines()[:-1]) + "\n"
     fleet.on_reboot = lambda node: node.write("/etc/standin/nvidia-smi.csv", gone)
     assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> reboot"
@@ -231,17 +239,7 @@ def test_a_node_rebooted_for_its_fault_comes_back_to_work_through_the_gate(
     boot = next(b for b in reversed(fleet.boots) if b.name == name and b.node is not None)
     assert boot.node is not None
     fleet.on_reboot = None  # the GPU that fell off the bus is back after the reboot
-    replace_env = boot.node.path("/opt/fmctl/slurm/health.env").read_text()
-    boot.node.write(
-        "/opt/fmctl/slurm/health.env",
-        health_env(dataclasses.replace(CONTEXT, health_repair="reboot")),
-    )
-    script = (ROOT / "slurm/actions/on-node-configured.sh").read_text()
-    unit = script.split("fmctl-verify.service <<UNIT\n", 1)[1].split("\nUNIT\n", 1)[0]
-    boot.node.write(
-        "/etc/systemd/system/fmctl-verify.service",
-        unit.replace("$home", "/opt/fmctl/slurm") + "\n",
-    )
+    replace_env = _repair_by_reboot(boot.node)
     try:
         assert _agent(fleet, name) == "draining fmctl-health: XID 79 RESTART_BM -> reboot"
         assert fleet.slurm is not None
