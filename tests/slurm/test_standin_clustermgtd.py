@@ -266,4 +266,5 @@ def test_a_node_rebooted_for_its_fault_comes_back_to_work_through_the_gate(
         state = boot.node.path("/var/lib/fmctl/health/state").read_text()
         assert state.startswith("healthy"), state
     finally:
-        boot.node.write("/opt/fmctl/slurm/health.env", replace_env)
+        if boot.node is not None:  # still the same instance: its settings as they were
+            boot.node.write("/opt/fmctl/slurm/health.env", replace_env)

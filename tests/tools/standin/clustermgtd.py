@@ -444,10 +444,10 @@ class Fleet:
         kernel's log starts anew (`journalctl -k` shows the current boot's: journalctl(1),
         -k implies -b); at boot, fmctl-verify.service (``verify-node.sh --once-per-boot``,
         which slurmd.service requires) runs before slurmd, and slurmd starts only if it
-        passed, with the machine's uptime counted from this boot (``_slurmd``)."""
+        passed, reporting itself booted when it started (``_slurmd``)."""
         node = boot.node
         assert node is not None
-        asked, booted = time.monotonic(), time.time()
+        asked = time.monotonic()
         node.run(["pkill", "-KILL", "-f", "slurm"], env=SSM_ENV)
         node.run(["rm", "-rf", "/run/fmctl", REBOOT_ASKED, KERNEL_LOG], env=SSM_ENV)
         time.sleep(self.boot_seconds)
@@ -456,32 +456,28 @@ class Fleet:
         gate = node.run(["/bin/bash", GATE, "--once-per-boot"], env=SSM_ENV, timeout=600)
         boot.reboots.append((asked, gate.returncode == 0))
         if gate.returncode == 0:
-            self._slurmd(node, boot.name, boot.instance, booted)
+            self._slurmd(node, boot.name, boot.instance, rebooted=True)
         boot.rebooting = False
 
     @staticmethod
-    def _slurmd(node: StandinNode, name: str, instance: str, booted: float = 0.0) -> None:
+    def _slurmd(node: StandinNode, name: str, instance: str, rebooted: bool = False) -> None:
         """slurmd as ParallelCluster's slurmd.service starts it: with the node's name and,
         since the cookbook's PR 2876 (3.13.0: "Set instance ID and instance type in Slurm upon
         compute nodes launch"), its instance's id and type, by which clustermgtd pairs the
         node with its instance (clustermgtd.py _update_slurm_nodes_with_ec2_info).
 
-        After a reboot (``booted``: when, epoch seconds) the node's uptime must count from
-        it: slurmd reports sysinfo(2)'s uptime (Slurm's get_up_time, Linux path), and
-        slurmctld takes a node it asked to reboot as rebooted only if it booted since. A
-        stand-in node shares this machine's kernel, so slurmd runs in a time namespace of
-        its own whose boot clock is set back to the reboot (unshare(1) --boottime;
-        time_namespaces(7): sysinfo's uptime follows it)."""
-        clock: list[str] = []
-        if booted:
-            up = float(Path("/proc/uptime").read_text().split()[0])
-            back = int(up - (time.time() - booted))
-            clock = ["unshare", "--time", "--fork", f"--boottime=-{back}"]
+        After a reboot the node must look booted since Slurm asked: slurmctld ignores the
+        registration of a node it asked to reboot while its boot time (now less the uptime
+        slurmd reports) is before the request (node_mgr.c waiting_for_node_boot), then marks
+        it down at ResumeTimeout. A stand-in node shares this machine's kernel, so its
+        sysinfo(2) uptime never restarts; slurmd's own ``-b`` (slurmd(8): "Report node
+        rebooted when daemon restarted. Used for testing purposes.") reports the uptime from
+        slurmd's start instead (get_mach_stat.c get_up_time), which is after the request."""
         node.daemon(
             [
-                *clock,
                 "/opt/slurm/sbin/slurmd",
                 "-D",
+                *(["-b"] if rebooted else []),
                 "-N",
                 name,
                 "--instance-id",
