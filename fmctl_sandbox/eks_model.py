@@ -119,6 +119,16 @@ def gpus_of(instance_type: str) -> int:
     return count or EXTRA_GPUS.get(instance_type, 0)
 
 
+def network_gbps_of(instance_type: str) -> float:
+    """An instance type's network bandwidth in Gbit/s, its network cards' peak summed (moto's
+    DescribeInstanceTypes data: NetworkInfo.NetworkCards[].PeakBandwidthInGbps); 0 when the
+    data has none."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    cards = (INSTANCE_TYPES.get(instance_type, {}).get("NetworkInfo") or {}).get("NetworkCards")
+    return float(sum(float(card.get("PeakBandwidthInGbps", 0)) for card in cards or []))
+
+
 def minor(version: str) -> tuple[int, int]:
     """(major, minor) of a Kubernetes version."""
     major, rest = version.split(".")[:2]

@@ -185,7 +185,9 @@ class KubeServer:
                     "status": status,
                 }
                 self._put(c, "nodes", "", node, existing)
-                c.hardware[n["name"]] = Hardware(n["gpus"], n["efa"], n.get("clique", ""))
+                c.hardware[n["name"]] = Hardware(
+                    n["gpus"], n["efa"], n.get("clique", ""), n.get("network_gbps", 0.0)
+                )
             if nodes:
                 c.group_taints[nodegroup] = list(nodes[0]["taints"])
             # A DaemonSet's programs follow the nodes (one a node: kube_programs).
@@ -419,12 +421,18 @@ class KubeServer:
         if queued or plural in OWNER_KIND:
             reconcile_pods(c, put)
         if queued:
+            endpoint = next(e for e, known in self.clusters.items() if known is c)
+            self.programs.node_tools = self.node_tools
+
+            def node_env(node: str) -> dict[str, str]:
+                return self.programs.node_env(endpoint, node, c.hardware.get(node))
+
             # Kueue admits and lifts its gates, the Job controller makes and binds pods, and
             # again: what one pass made (a gated pod) the next moves on.
             for _ in range(2):
                 kueue.reconcile(c, put)
                 dra.reconcile(c, put)
-                step(c, put, self.node_tools)
+                step(c, put, node_env)
             kueue.reconcile(c, put)
             dra.reconcile(c, put)
 

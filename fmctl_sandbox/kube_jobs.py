@@ -13,10 +13,12 @@ accounting and a kubelet, enough for `fmctl check` to be run end to end.
   side by side, as on nodes of their own, outside the API's lock (KUBELETS at once on this
   machine): a pod is Running until its commands end, and the next look at Jobs or pods
   (``step``) takes its outcome; the Job finishes when the last of its pods has. The sandbox's
-  nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are what
-  the folder given to the sandbox as the nodes' tools holds (``KubeServer.node_tools``; a
-  test's double of the emulator sets it to fakes that print recorded outputs). Without one,
-  the pod fails and its log says why. Each container's output is its log (the API wants the
+  nodes have no GPUs, so the command's tools (nvidia-smi, dcgmi, fi_info, torchrun) are the
+  sandbox's stand-ins, which answer from the node's folder (``node_tools``; the env a program
+  of the node gets, ``kube_programs.Programs.node_env``), or what the folder given to the
+  sandbox as the nodes' tools holds (``KubeServer.node_tools``: a test's double of the
+  emulator sets it to fakes that print recorded outputs). Each container's output is its
+  log (the API wants the
   container named when a pod has several, as the real one does); the pod is Succeeded when
   every container exited 0.
 """
@@ -41,6 +43,8 @@ from fmctl_sandbox.kube_dra import claims_allow
 from fmctl_sandbox.kube_model import EFA, GPU, Cluster
 
 Put = Callable[[str, str, dict[str, Any]], None]
+#: A node's name -> what a pod's command on it gets in its env for the node's tools.
+NodeEnv = Callable[[str], dict[str, str]]
 #: How long a pod's command may run in the sandbox.
 RUN_TIMEOUT = 60.0
 #: Pods whose commands run at once (each its own node's kubelet on a real cluster; this
@@ -103,7 +107,7 @@ def _pods_of(c: Cluster, namespace: str, job: str) -> list[dict[str, Any]]:
     ]
 
 
-def step(c: Cluster, put: Put, tools: str | None) -> None:
+def step(c: Cluster, put: Put, node_env: NodeEnv) -> None:
     """Move every Job on as far as it can go now."""
     jobs = [(key, job) for key, job in sorted(c.objects.items()) if key[0] == "jobs"]
     for (_, namespace, name), job in jobs:
@@ -124,7 +128,7 @@ def step(c: Cluster, put: Put, tools: str | None) -> None:
             continue
         for pod in pods:
             if _live(pod):
-                _run(c, pod, tools)
+                _run(c, pod, node_env)
         if any(_live(pod) for pod in pods):
             status["active"] = sum(_live(pod) for pod in pods)
             continue
@@ -197,7 +201,7 @@ def _condition(kind: str, reason: str) -> dict[str, str]:
     return {"type": kind, "status": "True", "reason": reason}
 
 
-def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
+def _run(c: Cluster, pod: dict[str, Any], node_env: NodeEnv) -> None:
     """The kubelet: start the pod's containers in its pool, or take the outcome of a run
     that ended (each container's output its log; the pod succeeds when all exited 0). Called
     with the API's lock held; the commands run without it."""
@@ -213,26 +217,20 @@ def _run(c: Cluster, pod: dict[str, Any], tools: str | None) -> None:
         c.logs[key], ok = run.future.result()
         pod["status"] = {"phase": "Succeeded" if ok else "Failed"}
         return
-    if tools is None:
-        why = (
-            f"sandbox: node {node} has no GPUs and no node tools installed (nvidia-smi, "
-            "dcgmi, ...), so this pod's command did not run\n"
-        )
-        c.logs[key] = {k["name"]: why for k in containers}
-        pod["status"] = {"phase": "Failed"}
-        return
     # A run of a pod since deleted (its Job went) and not collected: its outcome is nobody's.
     for gone in [k for k in c.runs if ("pods", *k) not in c.objects]:
         del c.runs[gone]
-    commands = [_command(c, pod, container, tools) for container in containers]
+    commands = [_command(c, pod, container, node_env(node)) for container in containers]
     c.runs[key] = PodRun(uid, _KUBELET.submit(_run_commands, commands))
 
 
-def _command(c: Cluster, pod: dict[str, Any], container: dict[str, Any], tools: str) -> Command:
+def _command(
+    c: Cluster, pod: dict[str, Any], container: dict[str, Any], node_env: dict[str, str]
+) -> Command:
     """One container's command with its env, its ConfigMap mounts written to a scratch
     folder of its own (removed when it has run)."""
     node = pod["spec"]["nodeName"]
-    env = {"PATH": f"{tools}:/usr/bin:/bin"}
+    env = dict(node_env)
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
     if index is not None:
         env["JOB_COMPLETION_INDEX"] = index

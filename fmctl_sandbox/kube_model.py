@@ -34,6 +34,8 @@ class Hardware:
     efa: int
     #: The NVLink clique its GPUs are in (UltraServers; "" elsewhere).
     clique: str = ""
+    #: Its network bandwidth in Gbit/s (0: not known), for the all-reduce's stand-in.
+    network_gbps: float = 0.0
 
 
 @dataclass

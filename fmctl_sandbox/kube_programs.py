@@ -32,8 +32,8 @@ certificate), are added too.
 A DaemonSet of fmctl's of the same shape (fmctl's node health agent) runs as one process
 for each node its pod would be placed on (``kube_controllers.admits``), keyed
 ``NAME@NODE``, with what a pod on that node gets besides: ``fieldRef: spec.nodeName`` in its
-env, the nodes' tools on its PATH (``KubeServer.node_tools``, as a Job's containers get
-them; without them, the sandbox's stand-in nvidia-smi, ``node_gpus``), and its ``hostPath``
+env, the nodes' tools on its PATH as a Job's containers get them (``node_env``: a test's,
+``KubeServer.node_tools``, else the sandbox's stand-ins, ``node_tools``), and its ``hostPath``
 volumes as a folder of that node's own (``host``), which outlives the process as a node's
 disk outlives a pod: the sandbox writes a node's kernel lines to its ``/dev/kmsg`` there
 (``kernel_line``, for ``fmctl sandbox fault``), and lays out its EFA devices' /sys and its
@@ -59,10 +59,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmctl_sandbox import node_gpus
+from fmctl_sandbox import node_gpus, node_tools
 from fmctl_sandbox.kube_controllers import admits
 from fmctl_sandbox.kube_jobs import mount_config_maps, remap
-from fmctl_sandbox.kube_model import Cluster
+from fmctl_sandbox.kube_model import Cluster, Hardware
 from fmctl_sandbox.kube_policies import Caller
 from fmctl_sandbox.sigv4 import Credentials
 
@@ -180,6 +180,19 @@ class Programs:
             counters.mkdir(parents=True)
             for name in ("rx_drops", "rdma_read_wr_err", "rdma_write_wr_err"):
                 (counters / name).write_text("0\n")
+
+    def node_env(self, endpoint: str, node: str, hardware: Hardware | None) -> dict[str, str]:
+        """What a program or pod on ``node`` needs in its env for the nodes' tools: the
+        tools first on PATH (a test's, else the sandbox's stand-ins, ``node_tools``), and,
+        for the stand-ins, the node's folder (laid out: its /sys and GPUs) and its network
+        bandwidth (a real tool needs neither: it reads the node)."""
+        self.sysfs(endpoint, node, hardware.efa if hardware else 0)
+        node_gpus.lay_out(self.host(endpoint, node), hardware.gpus if hardware else 0)
+        return {
+            "PATH": f"{self.node_tools or node_tools.tools()}:/usr/bin:/bin",
+            node_tools.HOST_ENV: str(self.host(endpoint, node)),
+            node_tools.NETWORK_ENV: f"{hardware.network_gbps if hardware else 0:g}",
+        }
 
     def efa_down(self, endpoint: str, node: str, count: int) -> int:
         """Take ``count`` EFA devices away from the node's /sys (as a device the driver lost
@@ -339,10 +352,8 @@ class Programs:
         pod_in_ns = {"metadata": {"namespace": namespace}, "spec": pod.get("spec") or {}}
         mounts = mount_config_maps(c, pod_in_ns, container, folder)
         mounts |= _empty_dirs(pod.get("spec") or {}, container, folder)
+        node_env = self.node_env(endpoint, node, c.hardware.get(node)) if node else {}
         if node:
-            hardware = c.hardware.get(node)
-            self.sysfs(endpoint, node, hardware.efa if hardware else 0)
-            node_gpus.lay_out(self.host(endpoint, node), hardware.gpus if hardware else 0)
             mounts |= self._host_paths(endpoint, node, pod.get("spec") or {}, container)
         account = folder / "serviceaccount"
         account.mkdir(mode=0o700)
@@ -350,12 +361,7 @@ class Programs:
         (account / "token").write_text(token)
         (account / "token").chmod(0o600)
         shutil.copyfile(self.ca_path, account / "ca.crt")
-        env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
-        if node:
-            # The nodes' tools a test gave, else the sandbox's stand-in nvidia-smi, which
-            # counts the node's GPUs in its folder (told where: a pod would not need it).
-            env["PATH"] = f"{self.node_tools or node_gpus.tools()}:{env['PATH']}"
-            env[node_gpus.HOST_ENV] = str(self.host(endpoint, node))
+        env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"} | node_env
         for item in container.get("env") or []:
             if "value" in item:
                 # A path under a mount point points at its folder, as arguments do.

@@ -43,6 +43,7 @@ SANDBOX_FILES = {
     "kube_policies.py",
     "kube_programs.py",
     "node_gpus.py",
+    "node_tools.py",
     "kube_protocol.py",
     "kube_resources.py",
     "kube_webhooks.py",

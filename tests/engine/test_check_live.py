@@ -132,14 +132,18 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
                 }
             )
 
-        # Nodes whose check prints nothing (here: the sandbox given no tools) are not a pass.
-        sandbox.node_tools(None)
+        # Nodes whose check prints nothing (here: a bash that runs nothing) are not a pass.
+        silent = tmp_path / "silent"
+        silent.mkdir()
+        (silent / "bash").write_text("#!/bin/sh\nexit 0\n")
+        (silent / "bash").chmod(0o755)
+        sandbox.node_tools(silent)
         blind = sandbox.fmctl(
             "check", name, "-f", str(spec), "--sandbox", "--timeout", "120", "-o", "json"
         )
         assert blind.returncode == 1 and "error: no node was checked" in blind.stderr
         reasons = {s["node"]: s["why"] for s in json.loads(blind.stdout)["skipped"]}
-        assert "its check printed no results: sandbox: node" in reasons[idle]
+        assert reasons[idle].startswith("its check printed no results"), reasons
         sandbox.node_tools(tools / "tools")
 
         done = sandbox.fmctl(

@@ -232,18 +232,25 @@ def test_both_loops_on_one_fault_replace_the_node_once(
         _all_healthy(sandbox, name, spec)
 
 
-def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
+def test_in_a_users_sandbox_the_whole_loop_runs_on_the_sandboxs_own_node_tools(
     sandbox: Sandbox, tmp_path: Path
 ) -> None:
-    """A user's sandbox has no recorded tools: each node's agent counts the GPUs with the
-    sandbox's stand-in nvidia-smi (fmctl_sandbox/node_gpus.py) and reports the node healthy,
-    not "cannot look"; `--gpu-missing 1` takes one away from a node's driver as well as
-    raising AWS's agent's condition, and the node is replaced (by whichever loop acts
-    first) with one that has all its GPUs."""
+    """A user's sandbox has no recorded tools: its nodes answer with the sandbox's stand-ins
+    (fmctl_sandbox/node_tools.py). With the gate on, every node passes it at `up
+    --wait-healthy` (GPUs, EFA devices and loopback, DCGM's diagnostic), and each node's
+    agent counts its GPUs and reports it healthy, not "cannot look". `--gpu-missing 1`
+    takes one away from a node's driver as well as raising AWS's agent's condition; the node
+    is replaced (by whichever loop acts first) with one that has all its GPUs, which joins
+    tainted and takes work only once it has passed the gate, a 2-node all-reduce with a
+    verified node included."""
     name = "e2e-health-gpus"
-    with _healthy_cluster(sandbox, tmp_path, name, {}) as (spec, region):
+    health = {"verify": {"kubernetesGate": True}}
+    with _healthy_cluster(sandbox, tmp_path, name, health) as (spec, region):
         first = gate.nodes(sandbox, name, region)
         assert {_condition(n).get("message") for n in first.values()} == {"no node-level fault"}
+        # All joined at once: none had a verified peer to pair with yet.
+        verdicts = gate.verdicts(sandbox, name, region)
+        assert all(v.startswith("passed") for v in verdicts.values()), verdicts
         faulty = sorted(first)[0]
         said = sandbox_fault(sandbox.home, region, name, faulty, {"gpuMissing": 1})
         assert "AcceleratedHardwareReady False (NvidiaDeviceCountMismatch)" in said
@@ -253,9 +260,13 @@ def test_in_a_users_sandbox_the_agent_counts_the_gpus_and_sees_one_go(
             now = gate.nodes(sandbox, name, region)
             done = faulty not in now and len(now) == 3
             healthy = all(_condition(n).get("status") == "True" for n in now.values())
-            return now if done and healthy else None
+            untainted = not any(gate.tainted(n) for n in now.values())
+            return now if done and healthy and untainted else None
 
-        after = until("the node replaced, every node healthy", replaced, seconds=120)
-        assert len(set(after) - set(first)) == 1
+        after = until("the node replaced and verified", replaced, seconds=180)
+        (replacement,) = set(after) - set(first)
+        verdict = gate.verdicts(sandbox, name, region)[replacement]
+        # Paired with a verified node: a perfect fabric at p5en's 3,200 Gbit/s, 400 GB/s.
+        assert verdict.startswith("passed") and "nccl-pair 400 GB/s" in verdict, verdict
         report = _all_healthy(sandbox, name, spec)
         assert {n["detail"] for n in report["nodes"]} == {"Ready"}, report

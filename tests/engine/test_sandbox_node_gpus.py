@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from fmctl_sandbox import node_gpus
+from fmctl_sandbox import node_gpus, node_tools
 from tests.conftest import ROOT
 
 DETECT = ROOT / "slurm/lib/health-detect.sh"
@@ -18,8 +18,8 @@ RECORDED = ROOT / "tests/data/check/nvidia-smi-p5en.csv"
 
 def _env(host: Path, state: Path) -> dict[str, str]:
     return {
-        "PATH": f"{node_gpus.tools()}:/usr/bin:/bin",
-        node_gpus.HOST_ENV: str(host),
+        "PATH": f"{node_tools.tools()}:/usr/bin:/bin",
+        node_tools.HOST_ENV: str(host),
         # As the agent's DaemonSet sets them for a p5en (no EFA here: its /sys is not laid
         # out in this test, and the kernel log has no line).
         "FMCTL_EXPECTED_GPUS": "8",
