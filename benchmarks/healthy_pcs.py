@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from table import Row
-from up_sandbox import ROOT, SCALE, healthy_after, run, took
-from verify_gate import DCGM_LEVEL2_S
+from up_sandbox import DCGM_LEVEL2_S, ROOT, SCALE, healthy_after, run, took
 
 NAME, REGION = "bench-pcs-healthy", "eu-north-1"
 

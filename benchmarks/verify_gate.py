@@ -42,14 +42,16 @@ from typing import Any
 
 import yaml
 from table import Row, machine
-from up_sandbox import ROOT, SCALE, healthy_after, run, took
-
-#: How long DCGM's level-2 diagnostic normally lasts: "Medium validation, normally lasting
-#: approximately two minutes" (dcgmi-diag(1), NVIDIA's DCGM command-line reference).
-DCGM_LEVEL2_S = 120.0
-#: verify-node.sh's pause between a device's fi_pingpong server and its client (real
-#: seconds: the script is not scaled), once per EFA device, one device after another.
-LOOPBACK_PAUSE_S = 0.5
+from up_sandbox import (
+    DCGM_LEVEL2_S,
+    LOOPBACK_PAUSE_S,
+    ROOT,
+    SCALE,
+    healthy_after,
+    own_gate,
+    run,
+    took,
+)
 
 
 def _at(log: str, what: str) -> float:
@@ -75,7 +77,6 @@ def collect() -> tuple[list[Row], str]:
     """One node failing the gate, replaced and verified: rows and the detailed lines."""
     sys.path.insert(0, str(ROOT))
     from fmctl_sandbox import daemon
-    from provisioner.catalog import load_catalog
     from tests.engine.harness import Sandbox
     from tests.tools import sandbox_doubles as doubles
     from tests.tools import verify_gate as gate
@@ -93,7 +94,6 @@ def collect() -> tuple[list[Row], str]:
     spec = home / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     tools = gate.install(home / "gate", DCGM_LEVEL2_S * SCALE)
-    efa = load_catalog()[data["compute"]["gpuPools"][0]["instanceType"]].network.efa_interfaces
     _, planned = run(home, "plan", "-f", str(spec), "--offline", "-o", "json")
     critical = json.loads(planned.stdout)["critical_path_s"] * SCALE
     try:
@@ -146,7 +146,8 @@ def collect() -> tuple[list[Row], str]:
         f"  replacement's pair: {figure.group(1) if figure else 'skipped'} GB/s",
     ]
     engine, wait = took(up), healthy_after(up)
-    own = DCGM_LEVEL2_S * SCALE + LOOPBACK_PAUSE_S * efa
+    own = own_gate(spec)
+    efa = round((own - DCGM_LEVEL2_S * SCALE) / LOOPBACK_PAUSE_S)
     lines += [
         f"up --wait-healthy with the gate: engine {engine:.2f} s + wait {wait:.2f} s; "
         f"critical path {critical:.2f} s + a node's own gate {own:.2f} s (DCGM level 2 "

@@ -192,6 +192,7 @@ class Programs:
             "PATH": f"{self.node_tools or node_tools.tools()}:/usr/bin:/bin",
             node_tools.HOST_ENV: str(self.host(endpoint, node)),
             node_tools.NETWORK_ENV: f"{hardware.network_gbps if hardware else 0:g}",
+            node_tools.SCALE_ENV: f"{self.scale:g}",
         }
 
     def efa_down(self, endpoint: str, node: str, count: int) -> int:

@@ -20,7 +20,9 @@ fails and says so. Where the format comes from:
   (fi_info-no-efa.txt).
 - ``dcgmi diag -r N -j``: DCGM 3's JSON ("DCGM GPU Diagnostic", categories of tests, each
   GPU's result by ``gpu_ids``: tests/data/check/dcgmi-diag-healthy.json, level 2): the
-  Deployment tests at every level, PCIe and GPU Memory from level 2, every GPU passing.
+  Deployment tests at every level, PCIe and GPU Memory from level 2, every GPU passing,
+  after as long as the level normally lasts (dcgmi-diag(1): level 2 about two minutes, 3
+  about fifteen; 4 gives no figure: 3's) at the sandbox's scale (``SCALE_ENV``).
   ``dcgmi health -c -j``: the healthy answer (dcgmi-health-healthy.json; NVIDIA/DCGM
   dcgmi/Health.cpp). ``dcgmi discovery -l`` only says the engine answers.
 - ``torchrun`` (fmctl's all-reduce, templates/kubernetes/nccl-test): rank 0's header and
@@ -43,6 +45,8 @@ from pathlib import Path
 HOST_ENV = "FMCTL_SANDBOX_HOST"
 #: The env var with the node's network bandwidth in Gbit/s (0: not known).
 NETWORK_ENV = "FMCTL_SANDBOX_NETWORK_GBPS"
+#: The env var with the sandbox's scale of AWS's durations (``Shims.scale``).
+SCALE_ENV = "FMCTL_SANDBOX_SCALE"
 
 _GPUS = f'gpus="${{{HOST_ENV}:?}}/proc/driver/nvidia/gpus"'
 _INFINIBAND = f'devices="${{{HOST_ENV}:?}}/sys/class/infiniband"'
@@ -140,6 +144,8 @@ case "$1 $2" in
   "health -s") ;;
   "diag -r")
     level="$3"
+    case "$level" in 2) normal=120 ;; 3 | 4) normal=900 ;; *) normal=0 ;; esac
+    sleep "$(awk -v s="$normal" -v k="${{{SCALE_ENV}:-0}}" 'BEGIN {{ printf "%.3f", s * k }}')"
     printf '{{"DCGM GPU Diagnostic": {{"test_categories": [{{"category": "Deployment", "tests": ['
     sep=""
     for test in Denylist "NVML Library" "CUDA Main Library" \\

@@ -494,7 +494,7 @@ def build_context(spec: ClusterSpec, catalog: Catalog) -> ClusterContext:
         health_verify_nccl_pair=spec.health.verify.nccl_pair,
         health_verify_kubernetes_gate=kube
         and spec.health.enabled
-        and spec.health.verify.kubernetes_gate,
+        and spec.health.verify.kubernetes_gate is not False,
         health_kubernetes_agent=kubernetes_agent(spec, spec.scheduler),
     )
 

@@ -393,14 +393,16 @@ class HealthVerify(SpecModel):
         "else a share of EFA's line rate); a failing pair is run again with a second peer to "
         "tell a bad node from a bad peer.",
     )
-    kubernetes_gate: bool = Field(
-        False,
+    kubernetes_gate: bool | None = Field(
+        None,
         description="EKS: new GPU nodes join with the taint fmctl.dev/unverified:NoSchedule "
         "and take work only once fmctl's verify controller has run the gate's node checks "
         "on them (a Job holding every GPU and EFA device: GPUs, ECC, NVLinks, row remapping, "
-        "EFA devices and loopback, the DCGM diagnostic). Off unless asked: a node then takes "
-        "work minutes later (DCGM level 2, and the DCGM and Deep Learning Container images "
-        "pulled first). Slurm's gate is always on.",
+        "EFA devices and loopback, the DCGM diagnostic) and, where the pool pairs, a 2-node "
+        "all-reduce with a verified node. Default: on wherever health is enabled; a node "
+        "then takes work minutes later (DCGM level 2, and the DCGM and Deep Learning "
+        "Container images pulled first). false: a node takes work once it is Ready. "
+        "Slurm's gate is always on.",
     )
 
 

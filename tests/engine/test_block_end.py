@@ -206,7 +206,10 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
     block = "cr-0b10c4e2d0000e0d2"
     data["compute"]["gpuPools"][0]["capacity"]["reservationId"] = block
     region = data["metadata"]["region"]
-    spec = spec_file(tmp_path, name, example=example, compute=data["compute"])
+    # No verify gate: a node whose gate's Job holds its GPUs is not idle (the gate's e2e is
+    # test_verify_gate.py).
+    health = {"verify": {"kubernetesGate": False}}
+    spec = spec_file(tmp_path, name, example=example, compute=data["compute"], health=health)
     end = float(int(sandbox.clock() + 3 * 3600))
     _seed(sandbox, region, end, block, "p6-b300.48xlarge")
     made = sandbox.fmctl("up", "-f", str(spec), "--sandbox", "--yes", timeout=300)

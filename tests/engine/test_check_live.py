@@ -73,9 +73,10 @@ def test_check_on_eks_uses_idle_nodes_only(sandbox: Sandbox, tools: Path, tmp_pa
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
     data["metadata"]["name"] = name
     data["compute"]["gpuPools"][0]["count"] = 5
-    # fmctl's node agent off: it would take the broken node out of service and have it
-    # replaced (its own e2e is test_health_agent.py); this test is about the nodes check picks.
-    data["health"] = {"kubernetesAgent": False}
+    # fmctl's node agent and verify gate off: they would take the broken node out of service
+    # and have it replaced (their own e2e are test_health_agent.py and test_verify_gate.py);
+    # this test is about the nodes check picks.
+    data["health"] = {"kubernetesAgent": False, "verify": {"kubernetesGate": False}}
     spec = tmp_path / f"{name}.yaml"
     spec.write_text(yaml.safe_dump(data, sort_keys=False))
     region = region_of(spec)

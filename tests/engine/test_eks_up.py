@@ -108,8 +108,10 @@ def test_every_gpu_type_gets_its_efa_layout_and_capacity(sandbox: Sandbox, tmp_p
             ng = groups[pool]
             assert ng["amiType"] == "AL2023_x86_64_NVIDIA"
             assert ng["launchTemplate"]["id"] == ids[f"launch-template/{pool}"]
+            # GPU work only, and (the verify gate, on by default) none before it passed.
             assert ng["taints"] == [
-                {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+                {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"},
+                {"key": "fmctl.dev/unverified", "value": "true", "effect": "NO_SCHEDULE"},
             ]
             assert ng["labels"]["fmctl.dev/pool"] == pool
             assert ng["subnets"] == [ids["subnet/private"]]

@@ -74,12 +74,17 @@ def _healthy_cluster(
 
 
 def _all_healthy(sandbox: Sandbox, name: str, spec: Path) -> dict[str, Any]:
-    """`fmctl health -o json` of the cluster: every node healthy, nothing in repair."""
-    health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
-    report: dict[str, Any] = json.loads(health.stdout)
-    assert {n["state"] for n in report["nodes"]} == {"healthy"}, health.stdout
-    assert report["pools"][0]["inRepair"] == 0, health.stdout
-    return report
+    """`fmctl health -o json` of the cluster once every node is healthy (a replacement is
+    `verifying` until it has passed the verify gate, on by default), nothing in repair."""
+
+    def report() -> dict[str, Any] | None:
+        health = sandbox.fmctl("health", name, "-f", str(spec), "--sandbox", "-o", "json")
+        found: dict[str, Any] = json.loads(health.stdout)
+        return found if {n["state"] for n in found["nodes"]} == {"healthy"} else None
+
+    found = until("every node healthy", report, seconds=60)
+    assert found["pools"][0]["inRepair"] == 0, found
+    return found
 
 
 def _agents_reported(sandbox: Sandbox, name: str, region: str) -> None:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file
+from tests.engine.harness import Sandbox, kube_client, raw_leftovers, spec_file, until
 
 NAME = "e2e-health"
 REGION = "us-west-2"
@@ -79,8 +79,16 @@ def test_a_gpu_fault_is_reported_cordoned_and_replaced(sandbox: Sandbox, tmp_pat
         assert cordoned, "node auto repair cordons before it replaces"
         (new,) = set(after) - set(before)
         assert after[new]["metadata"]["labels"]["fmctl.dev/pool"] == "gpu"
-        back = _health(sandbox)
-        assert {n["state"] for n in back["nodes"]} == {"healthy"}
+        # The replacement joined tainted: `verifying` until it passed the verify gate (on by
+        # default), then healthy like the rest, nothing in repair.
+        states = {n["name"]: n["state"] for n in _health(sandbox)["nodes"]}
+        assert states[new] in ("verifying", "healthy"), states
+
+        def all_healthy() -> dict[str, Any] | None:
+            found = _health(sandbox)
+            return found if {n["state"] for n in found["nodes"]} == {"healthy"} else None
+
+        back = until("the replacement verified", all_healthy, seconds=60)
         assert back["pools"][0]["inRepair"] == 0
     finally:
         down = sandbox.fmctl("down", NAME, "--region", REGION, "--sandbox", "--yes")

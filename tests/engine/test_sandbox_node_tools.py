@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,17 @@ def test_questions_fmctl_does_not_ask_are_refused(node: tuple[Programs, dict[str
     for args in (["nvidia-smi", "-q"], ["dcgmi", "stats"], ["fi_info", "-l"]):
         done = subprocess.run(args, env=env, capture_output=True, text=True)
         assert done.returncode == 2 and "not answered here" in done.stderr, args
+
+
+def test_dcgms_diagnostic_lasts_its_level_at_the_sandboxs_scale(
+    node: tuple[Programs, dict[str, str]],
+) -> None:
+    """Level 2 normally lasts about two minutes (dcgmi-diag(1)): 1.2 s at a scale of 0.01."""
+    _, env = node
+    run = env | {node_tools.SCALE_ENV: "0.01"}
+    start = time.monotonic()
+    done = subprocess.run(["dcgmi", "diag", "-r", "2", "-j"], env=run, capture_output=True)
+    assert done.returncode == 0 and time.monotonic() - start >= 1.2
+    start = time.monotonic()
+    subprocess.run(["dcgmi", "diag", "-r", "1", "-j"], env=run, capture_output=True, check=True)
+    assert time.monotonic() - start < 1.0

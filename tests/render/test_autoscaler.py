@@ -85,6 +85,8 @@ def test_the_pool_its_tags_and_the_autoscaler() -> None:
         "--scale-down-unneeded-time=1h",
         "--scale-down-gpu-utilization-threshold=0.01",
         "--enable-provisioning-requests=true",
+        # The verify gate's taint (on by default) is one a new node sheds, not a misfit.
+        "--startup-taint=fmctl.dev/unverified",
     ]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     role = _one(files, "kubernetes/cluster-autoscaler/", "ClusterRole")

@@ -1,8 +1,8 @@
 """The EKS verify gate as rendered (health.verify.kubernetesGate): the startup taint on the
 GPU node groups, the tolerations of what must run before the gate passes, the controller's
-objects and each pool's Job, all through the official schemas; off unless asked. The gate's
-own cases turn fmctl's node agent off (health.kubernetesAgent, on by default), whose objects
-share the controller: its cases are at the end."""
+objects and each pool's Job, all through the official schemas; on by default, off when said.
+The gate's own cases turn fmctl's node agent off (health.kubernetesAgent, on by default),
+whose objects share the controller: its cases are at the end."""
 
 from __future__ import annotations
 
@@ -53,16 +53,16 @@ def _tolerates(pod: dict[str, Any], key: str) -> bool:
     return any(t.get("key") == key for t in pod.get("tolerations") or [])
 
 
-def test_off_unless_asked(tmp_path: Path) -> None:
-    files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", None), "kubernetes").files
+def test_off_when_said(tmp_path: Path) -> None:
+    files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", False), "kubernetes").files
     assert not any(p.startswith("kubernetes/health-verify/") for p in files)
     assert TAINT not in files["aws/nodegroups/gpu.yaml"]
     assert "--startup-taint" not in "".join(files.values())
 
 
-def test_by_default_the_agent_runs_and_the_gate_does_not(tmp_path: Path) -> None:
-    """The example as written: fmctl's node agent and its controller (no Jobs, no startup
-    taint: new nodes take work unverified unless the gate is asked for)."""
+def test_by_default_the_agent_and_the_gate_run(tmp_path: Path) -> None:
+    """The example as written: fmctl's node agent, the gate's scripts and the controller
+    that runs both; new GPU nodes join tainted until they pass."""
     files = rendered(_spec(tmp_path, "p5en-eks-fsx-s3.yaml", None, None), "kubernetes").files
     kinds = {
         (d["kind"], d["metadata"]["name"])
@@ -71,20 +71,21 @@ def test_by_default_the_agent_runs_and_the_gate_does_not(tmp_path: Path) -> None
     }
     assert ("DaemonSet", "fmctl-health-agent-gpu") in kinds
     assert ("Deployment", "fmctl-verify") in kinds
-    assert ("ConfigMap", "fmctl-verify-scripts") not in kinds
-    assert TAINT not in files["aws/nodegroups/gpu.yaml"]
-    assert "--startup-taint" not in "".join(files.values())
+    assert ("ConfigMap", "fmctl-verify-scripts") in kinds
+    assert TAINT in files["aws/nodegroups/gpu.yaml"]
     assert "fmctl.dev/verify-repair" in files["aws/autoscaling/gpu.yaml"]
+    settings = json.loads(_controller_config(files)["data"]["_settings.json"])
+    assert settings["agent"] is True and settings["replace"] is True
 
 
 @pytest.mark.parametrize(
     "health",
-    [{"kubernetesAgent": False}, {"enabled": False}],
-    ids=["agent-false", "health-off"],
+    [{"kubernetesAgent": False, "verify": {"kubernetesGate": False}}, {"enabled": False}],
+    ids=["agent-and-gate-false", "health-off"],
 )
 def test_the_agent_is_off_when_said_or_with_health(tmp_path: Path, health: dict[str, Any]) -> None:
-    """`kubernetesAgent: false` leaves the loop to AWS's agent and node auto repair;
-    `health.enabled: false` turns the agent off with the rest of health."""
+    """`kubernetesAgent: false` and `kubernetesGate: false` leave the loop to AWS's agent
+    and node auto repair; `health.enabled: false` turns both off with the rest of health."""
     data = yaml.safe_load((ROOT / "examples/p5en-eks-fsx-s3.yaml").read_text())
     data["health"] = health
     spec = tmp_path / "off.yaml"
@@ -369,8 +370,10 @@ def test_a_pools_pair_is_fmctl_checks_all_reduce_on_the_node_and_its_peer(
 
 
 def _with_agent(tmp_path: Path, example: str = "p5en-eks-fsx-s3.yaml") -> Path:
+    """The agent alone (the gate off)."""
     data = yaml.safe_load((ROOT / "examples" / example).read_text())
     data.setdefault("health", {})["kubernetesAgent"] = True
+    data["health"].setdefault("verify", {})["kubernetesGate"] = False
     path = tmp_path / f"agent-{example}"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

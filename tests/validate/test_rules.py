@@ -271,6 +271,13 @@ FAILING: list[tuple[str, str, list[Edit], str, str]] = [
         "warning",
     ),
     (
+        "health-dcgm-extended",
+        "level-4-eks-default",  # the gate is on unless said
+        [(("scheduler",), "kubernetes"), (("health",), {"verify": {"dcgmLevel": 4}})],
+        "health.verify.dcgmLevel",
+        "warning",
+    ),
+    (
         "health-settings",
         "no-budget",
         [(("health",), {"maxInRepair": 0})],
@@ -1102,7 +1109,10 @@ PASSING: list[tuple[str, str, list[Edit]]] = [
     (
         "health-dcgm-extended",
         "eks-no-gate",
-        [(("scheduler",), "kubernetes"), (("health",), {"verify": {"dcgmLevel": 4}})],
+        [
+            (("scheduler",), "kubernetes"),
+            (("health",), {"verify": {"dcgmLevel": 4, "kubernetesGate": False}}),
+        ],
     ),
     ("ttl-format", "days", [(("metadata", "ttl"), "3d")]),
     (

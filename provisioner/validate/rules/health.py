@@ -76,7 +76,7 @@ def health_kubernetes_gate(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Prob
     slurmd on ParallelCluster, PCS's own check on PCS), and a gate with health off would
     taint nodes nothing verifies."""
     if not spec.health.verify.kubernetes_gate:
-        return
+        return  # the default (on for EKS where health is, nothing on Slurm), or off
     if ctx.scheduler != "kubernetes":
         yield Problem(
             "health-kubernetes-gate",
@@ -120,7 +120,7 @@ def health_kubernetes_agent(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Pro
 def health_dcgm_extended(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """DCGM's level-4 diagnostic is allowed up to four hours (verify-node.sh's deadline) on
     every new, replaced or rebooted GPU node before it takes work: allowed, but said."""
-    gated = ctx.scheduler != "kubernetes" or spec.health.verify.kubernetes_gate
+    gated = ctx.scheduler != "kubernetes" or spec.health.verify.kubernetes_gate is not False
     level = spec.health.verify.dcgm_level
     pcs = ctx.scheduler != "kubernetes" and spec.slurm.provider == "pcs"
     if spec.health.enabled and pcs and level >= 3:
