@@ -119,6 +119,22 @@ def gpus_of(instance_type: str) -> int:
     return count or EXTRA_GPUS.get(instance_type, 0)
 
 
+#: GPU models of types moto's DescribeInstanceTypes data lacks (AWS's instance type page:
+#: p6e-gb200.36xlarge's GPUs are NVIDIA GB200's).
+EXTRA_GPU_NAMES = {"p6e-gb200.36xlarge": "GB200"}
+
+
+def gpu_model_of(instance_type: str) -> tuple[str, int]:
+    """An instance type's GPU model and memory per GPU in MiB, from moto's
+    DescribeInstanceTypes data (GpuInfo.Gpus[].Name, MemoryInfo.SizeInMiB); ("", 0) when it
+    has none."""
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    gpus = (INSTANCE_TYPES.get(instance_type, {}).get("GpuInfo") or {}).get("Gpus") or [{}]
+    name = str(gpus[0].get("Name") or EXTRA_GPU_NAMES.get(instance_type, ""))
+    return name, int((gpus[0].get("MemoryInfo") or {}).get("SizeInMiB", 0))
+
+
 def network_gbps_of(instance_type: str) -> float:
     """An instance type's network bandwidth in Gbit/s, its network cards' peak summed (moto's
     DescribeInstanceTypes data: NetworkInfo.NetworkCards[].PeakBandwidthInGbps); 0 when the

@@ -186,7 +186,11 @@ class KubeServer:
                 }
                 self._put(c, "nodes", "", node, existing)
                 c.hardware[n["name"]] = Hardware(
-                    n["gpus"], n["efa"], n.get("clique", ""), n.get("network_gbps", 0.0)
+                    n["gpus"],
+                    n["efa"],
+                    n.get("clique", ""),
+                    n.get("network_gbps", 0.0),
+                    n.get("gpu_model", ("", 0)),
                 )
             if nodes:
                 c.group_taints[nodegroup] = list(nodes[0]["taints"])

@@ -36,6 +36,8 @@ class Hardware:
     clique: str = ""
     #: Its network bandwidth in Gbit/s (0: not known), for the all-reduce's stand-in.
     network_gbps: float = 0.0
+    #: Its GPUs' model and memory in MiB ("", 0: not known), for nvidia-smi's stand-in.
+    gpu_model: tuple[str, int] = ("", 0)
 
 
 @dataclass

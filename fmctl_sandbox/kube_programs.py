@@ -193,6 +193,7 @@ class Programs:
             node_tools.HOST_ENV: str(self.host(endpoint, node)),
             node_tools.NETWORK_ENV: f"{hardware.network_gbps if hardware else 0:g}",
             node_tools.SCALE_ENV: f"{self.scale:g}",
+            node_tools.GPU_ENV: ",".join(map(str, hardware.gpu_model if hardware else ("", 0))),
         }
 
     def efa_down(self, endpoint: str, node: str, count: int) -> int:

@@ -12,9 +12,11 @@ fi_info's and fi_pingpong fails on it. Each answers only the questions fmctl ask
 fails and says so. Where the format comes from:
 
 - ``nvidia-smi --query-gpu=... --format=csv,noheader[,nounits]``: a row per GPU, fields
-  joined by ", " (tests/data/check/nvidia-smi-p5en.csv, recorded). The sandbox's GPUs have
-  no ECC errors to count (0). ``nvlink -s`` and ``-q -d ROW_REMAPPER`` print nothing: no
-  NVLinks and no remap tables to show (fmctl then checks nothing of theirs).
+  joined by ", " (tests/data/check/nvidia-smi-p5en.csv, recorded): its index, ``NVIDIA``
+  and the model, a UUID of the node's own, its PCI bus as the driver lists it, its memory
+  (the model and memory are DescribeInstanceTypes', ``GPU_ENV``, not what the driver
+  reports), and no ECC errors to count (0). ``nvlink -s`` and ``-q -d ROW_REMAPPER`` print
+  nothing: no NVLinks and no remap tables to show (fmctl then checks nothing of theirs).
 - ``fi_info -p efa -t FI_EP_RDM``: a block per device, its RDM domain ``DEVICE-rdm``
   (tests/data/check/fi_info-p5en-healthy.txt); with none, libfabric's ``fi_getinfo: -61``
   (fi_info-no-efa.txt).
@@ -47,7 +49,14 @@ HOST_ENV = "FMCTL_SANDBOX_HOST"
 NETWORK_ENV = "FMCTL_SANDBOX_NETWORK_GBPS"
 #: The env var with the sandbox's scale of AWS's durations (``Shims.scale``).
 SCALE_ENV = "FMCTL_SANDBOX_SCALE"
+#: The env var with the node's GPU model and memory in MiB, ``MODEL,MIB`` (",0": not known).
+GPU_ENV = "FMCTL_SANDBOX_GPU"
 
+#: What `fmctl check` asks nvidia-smi (slurm/lib/node-check.sh).
+CHECK_QUERY = (
+    "--query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total"
+    " --format=csv,noheader,nounits"
+)
 _GPUS = f'gpus="${{{HOST_ENV}:?}}/proc/driver/nvidia/gpus"'
 _INFINIBAND = f'devices="${{{HOST_ENV}:?}}/sys/class/infiniband"'
 
@@ -65,6 +74,18 @@ indexes() {{
 }}
 case "$*" in
   "--query-gpu=index --format=csv,noheader") indexes ;;
+  "{CHECK_QUERY}")
+    model="${{{GPU_ENV}%%,*}}" mib="${{{GPU_ENV}##*,}}"
+    [ "$mib" != 0 ] && [ -n "$mib" ] || mib="[N/A]"
+    i=0
+    for gpu in "$gpus"/*/; do
+      [ -d "$gpu" ] || continue
+      bus=$(basename "$gpu" | tr a-f A-F)
+      sum=$(printf '%s' "$gpu" | cksum | cut -d' ' -f1)
+      printf '%s, NVIDIA %s, GPU-%08x-0000-4000-8000-%012x, 0000%s, %s, 0\n' \
+        "$i" "$model" "$sum" "$i" "$bus" "$mib"
+      i=$((i + 1))
+    done ;;
   "--query-gpu=index,ecc.errors.uncorrected.volatile.total --format=csv,noheader,nounits")
     indexes | sed 's/$/, 0/' ;;
   "nvlink -s" | "-q -d ROW_REMAPPER") ;;

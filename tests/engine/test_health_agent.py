@@ -256,6 +256,10 @@ def test_in_a_users_sandbox_the_whole_loop_runs_on_the_sandboxs_own_node_tools(
         # All joined at once: none had a verified peer to pair with yet.
         verdicts = gate.verdicts(sandbox, name, region)
         assert all(v.startswith("passed") for v in verdicts.values()), verdicts
+        # `fmctl check` on the same stand-ins: every node and the NCCL all-reduce pass.
+        check = sandbox.fmctl("check", name, "-f", str(spec), "--sandbox", "--timeout", "120")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "4 passed, 0 failed" in check.stdout and "nccl 400.0 GB/s" in check.stdout
         faulty = sorted(first)[0]
         said = sandbox_fault(sandbox.home, region, name, faulty, {"gpuMissing": 1})
         assert "AcceleratedHardwareReady False (NvidiaDeviceCountMismatch)" in said

@@ -20,6 +20,7 @@ from fmctl_sandbox.kube_model import Hardware
 from fmctl_sandbox.kube_programs import Programs
 from provisioner.catalog import load_catalog
 from provisioner.catalog.nccl_baselines import pair_floor
+from provisioner.check.outputs import parse_nvidia_smi
 from provisioner.render.context import build_context
 from provisioner.render.kubernetes import verify_gate
 from tests.conftest import ROOT, validate_text
@@ -154,3 +155,28 @@ def test_dcgms_diagnostic_lasts_its_level_at_the_sandboxs_scale(
     start = time.monotonic()
     subprocess.run(["dcgmi", "diag", "-r", "1", "-j"], env=run, capture_output=True, check=True)
     assert time.monotonic() - start < 1.0
+
+
+def test_fmctl_checks_question_is_answered_with_the_instance_types_gpus(
+    node: tuple[Programs, dict[str, str]],
+) -> None:
+    """`fmctl check`'s nvidia-smi question, in the recorded format, parsed by fmctl's own
+    reader: every GPU of the node, DescribeInstanceTypes' model (the catalog's), no ECC."""
+    _, env = node
+    asked = node_tools.CHECK_QUERY.split(" ")
+    done = subprocess.run(
+        ["nvidia-smi", *asked],
+        env=env | {node_tools.GPU_ENV: "H200,144384"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = parse_nvidia_smi(done.stdout)
+    assert [g.index for g in report.gpus] == list(range(8)) and not report.errors
+    model = POOL.itype.gpu.model
+    assert {g.name for g in report.gpus} == {f"NVIDIA {model}"}
+    assert {g.memory_mib for g in report.gpus} == {144384}
+    assert not any(g.ecc_uncorrected for g in report.gpus)
+    recorded = (ROOT / "tests/data/check/nvidia-smi-p5en.csv").read_text().splitlines()
+    buses = [line.split(", ")[3] for line in recorded]
+    assert [line.split(", ")[3] for line in done.stdout.splitlines()] == buses
