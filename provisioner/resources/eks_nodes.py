@@ -259,6 +259,8 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
         out = [
             self._scale_in_said(req.ctx, req.params, observed, c)
             if c.path == "scaling.desired_size"
+            else _gate_said(c)
+            if c.path == "taints"
             else c
             for c in super().diff(req, observed)
         ]
@@ -593,3 +595,22 @@ class Nodegroup(Kind[NodegroupParams, NodegroupOut, NodegroupLive]):
             3600,
             owned.resource,
         )
+
+
+def _gate_said(change: FieldChange) -> FieldChange:
+    """A taint change that turns the verify gate on or off (health.verify.kubernetesGate),
+    with what it does to the nodes the group has: EKS applies a node group's taint update
+    to its nodes (README, the verify gate on EKS)."""
+    before = {t[0] for t in change.before or ()}
+    after = {t[0] for t in change.after or ()}
+    if UNVERIFIED_TAINT in after - before:
+        note = (
+            "the verify gate goes on: every node the group has is tainted too, and takes no "
+            "new work until it has passed (once its pods have ended and its devices are free); "
+            "health.verify.kubernetesGate: false keeps it off"
+        )
+    elif UNVERIFIED_TAINT in before - after:
+        note = "the verify gate goes off: the taint leaves every node, failed ones included"
+    else:
+        return change
+    return dataclasses.replace(change, note=note)

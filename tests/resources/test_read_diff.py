@@ -594,6 +594,29 @@ def test_node_auto_repair_changes_in_place() -> None:
     assert NodeRepair.of({"enabled": False, "maxParallelNodesRepairedCount": 3}) == NodeRepair()
 
 
+def test_turning_the_verify_gate_on_says_what_it_does_to_the_nodes() -> None:
+    """The gate's taint added to a running group (an EKS cluster made with the gate off,
+    `up` again with it on, the default): an in-place taint update, and the plan says every
+    node the group has is held until it passes; another taint's change says nothing more."""
+    import dataclasses
+
+    from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
+    from provisioner.resources.eks_nodegroup_model import Taint
+
+    aws, ctx = _nodegroup_world()
+    base = _ng_params(2, "p5en.48xlarge")
+    observed = Nodegroup().read(Request(ctx, "nodegroup/gpu", base))
+    aws.done()
+    assert observed is not None
+    gated = dataclasses.replace(base, taints=(Taint(UNVERIFIED_TAINT, "true", "NO_SCHEDULE"),))
+    (change,) = Nodegroup().diff(Request(ctx, "nodegroup/gpu", gated), observed)
+    assert (change.path, change.how) == ("taints", How.UPDATE)
+    assert change.note is not None and change.note.startswith("the verify gate goes on: every node")
+    other = dataclasses.replace(base, taints=(Taint("nvidia.com/gpu", "true", "NO_SCHEDULE"),))
+    (change,) = Nodegroup().diff(Request(ctx, "nodegroup/gpu", other), observed)
+    assert change.path == "taints" and change.note is None
+
+
 def test_an_autoscaled_nodegroup_keeps_the_autoscalers_size_and_its_groups_tags() -> None:
     """A pool the Cluster Autoscaler sizes: its group's tags are read (one
     DescribeAutoScalingGroups), the desired size it set is kept (only a size outside the
