@@ -35,15 +35,19 @@ DCGM_LEVEL2_S = 120.0
 LOOPBACK_PAUSE_S = 0.5
 
 
-def own_gate(spec: Path) -> float:
-    """A node's own verify gate in the sandbox, scaled: the DCGM diagnostic (level 2, the
-    default) and the EFA loopbacks of the spec's first GPU pool."""
+def efa_devices(spec: Path) -> int:
+    """EFA devices of a node of the spec's first GPU pool (the catalog's)."""
     sys.path.insert(0, str(ROOT))
     from provisioner.catalog import load_catalog
 
     pool = yaml.safe_load(spec.read_text())["compute"]["gpuPools"][0]
-    efa = load_catalog()[pool["instanceType"]].network.efa_interfaces
-    return DCGM_LEVEL2_S * SCALE + LOOPBACK_PAUSE_S * efa
+    return load_catalog()[pool["instanceType"]].network.efa_interfaces
+
+
+def own_gate(spec: Path) -> float:
+    """A node's own verify gate in the sandbox, scaled: the DCGM diagnostic (level 2, the
+    default) and the EFA loopbacks of the spec's first GPU pool."""
+    return DCGM_LEVEL2_S * SCALE + LOOPBACK_PAUSE_S * efa_devices(spec)
 
 
 def _pcs_spec(folder: Path) -> Path:

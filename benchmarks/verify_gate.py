@@ -44,9 +44,9 @@ import yaml
 from table import Row, machine
 from up_sandbox import (
     DCGM_LEVEL2_S,
-    LOOPBACK_PAUSE_S,
     ROOT,
     SCALE,
+    efa_devices,
     healthy_after,
     own_gate,
     run,
@@ -146,8 +146,7 @@ def collect() -> tuple[list[Row], str]:
         f"  replacement's pair: {figure.group(1) if figure else 'skipped'} GB/s",
     ]
     engine, wait = took(up), healthy_after(up)
-    own = own_gate(spec)
-    efa = round((own - DCGM_LEVEL2_S * SCALE) / LOOPBACK_PAUSE_S)
+    own, efa = own_gate(spec), efa_devices(spec)
     lines += [
         f"up --wait-healthy with the gate: engine {engine:.2f} s + wait {wait:.2f} s; "
         f"critical path {critical:.2f} s + a node's own gate {own:.2f} s (DCGM level 2 "

@@ -18,9 +18,8 @@ accounting and a kubelet, enough for `fmctl check` to be run end to end.
   of the node gets, ``kube_programs.Programs.node_env``), or what the folder given to the
   sandbox as the nodes' tools holds (``KubeServer.node_tools``: a test's double of the
   emulator sets it to fakes that print recorded outputs). Each container's output is its
-  log (the API wants the
-  container named when a pod has several, as the real one does); the pod is Succeeded when
-  every container exited 0.
+  log (the API wants the container named when a pod has several, as the real one does); the
+  pod is Succeeded when every container exited 0.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ class Programs:
         PCI ids (vendor 0x1d0f, Amazon; device 0xefa1, one of the efa driver's,
         drivers/infiniband/hw/efa/efa_main.c) and port 1's error counters at 0 (the
         kernel's sysfs-class-infiniband ABI)."""
-        root = self.host(endpoint, node) / "sys/class/infiniband"
+        root = self.host(endpoint, node) / node_tools.EFA_DEVICES
         if root.exists():
             return
         root.mkdir(parents=True)
@@ -199,7 +199,7 @@ class Programs:
     def efa_down(self, endpoint: str, node: str, count: int) -> int:
         """Take ``count`` EFA devices away from the node's /sys (as a device the driver lost
         disappears from it); how many went."""
-        root = self.host(endpoint, node) / "sys/class/infiniband"
+        root = self.host(endpoint, node) / node_tools.EFA_DEVICES
         gone = sorted(root.glob("rdmap*"))[-count:] if root.exists() and count > 0 else []
         for device in gone:
             shutil.rmtree(device)

@@ -43,6 +43,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from fmctl_sandbox.node_gpus import GPUS
+
 #: The env var that tells a stand-in where its node's folder is (a pod is not told it).
 HOST_ENV = "FMCTL_SANDBOX_HOST"
 #: The env var with the node's network bandwidth in Gbit/s (0: not known).
@@ -57,8 +59,10 @@ CHECK_QUERY = (
     "--query-gpu=index,name,uuid,pci.bus_id,memory.total,ecc.errors.uncorrected.volatile.total"
     " --format=csv,noheader,nounits"
 )
-_GPUS = f'gpus="${{{HOST_ENV}:?}}/proc/driver/nvidia/gpus"'
-_INFINIBAND = f'devices="${{{HOST_ENV}:?}}/sys/class/infiniband"'
+#: Where the efa driver lists a node's devices, below its folder (``kube_programs``).
+EFA_DEVICES = "sys/class/infiniband"
+_GPUS = f'gpus="${{{HOST_ENV}:?}}/{GPUS}"'
+_INFINIBAND = f'devices="${{{HOST_ENV}:?}}/{EFA_DEVICES}"'
 
 NVIDIA_SMI = f"""#!/bin/sh
 # The sandbox's stand-in for nvidia-smi (fmctl_sandbox/node_tools.py): this node's GPUs are
