@@ -32,6 +32,14 @@ class SandboxError(Exception):
     errors: ``ops.errors.as_error``; the sandbox imports nothing of fmctl)."""
 
 
+#: How long an operation of the sandbox's own may take to answer, in seconds. Most answer
+#: from memory at once; these first make requests of their own to the emulator, one per
+#: schedule due or notification sent (each a full AWS call: scaling a node group to zero
+#: waits for the emulator's lock behind whatever else is running), so a loaded machine
+#: takes longer than the default to answer them.
+TIMEOUT_S = 5.0
+ACTING_TIMEOUT_S = {"AdvanceClock": 180.0, "SetBudgetSpend": 180.0}
+
 #: The module a sandbox server runs (tests run their double of it, around the same app).
 SERVER = "fmctl_sandbox.server"
 
@@ -85,11 +93,17 @@ def call(
         url, data=payload, headers=dict(request.headers.items()), method="POST"
     )
     context = ssl.create_default_context(cafile=info["ca"])
+    timeout = ACTING_TIMEOUT_S.get(action, TIMEOUT_S)
     try:
-        with urllib.request.urlopen(prepared, timeout=5, context=context) as answer:
+        with urllib.request.urlopen(prepared, timeout=timeout, context=context) as answer:
             result: dict[str, Any] = json.loads(answer.read())
     except urllib.error.HTTPError as exc:
         raise SandboxError(f"the sandbox refused {action}: {exc.read()[:200]!r}") from exc
+    except OSError as exc:  # URLError, a refused connection, a read past the timeout
+        raise SandboxError(
+            f"the sandbox at {url} did not answer {action} within {timeout:g} s ({exc}); "
+            "`fmctl sandbox stop` and run again to start a fresh one"
+        ) from exc
     return result
 
 
