@@ -317,7 +317,9 @@ def control(home: Path, path: str, body: Any = None) -> Any:
         method="POST" if data is not None else "GET",
         headers={"X-Fmctl-Secret": daemon.credentials(home).secret_key},
     )
-    with urllib.request.urlopen(request, timeout=10, context=context) as reply:
+    # Each waits for the emulator's lock behind whatever else holds it: on a loaded machine
+    # that can be seconds (AdvanceClock timed out at 5 s on CI).
+    with urllib.request.urlopen(request, timeout=60, context=context) as reply:
         return json.loads(reply.read())
 
 
