@@ -9,6 +9,7 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from provisioner.resources.tags import CREATED_TAG, EXPIRES_TAG, OWNER_TAG
@@ -197,6 +198,9 @@ def test_slurm_uploads_the_node_scripts(sandbox: Sandbox, tmp_path: Path) -> Non
     assert raw_leftovers(sandbox, "e2e-slurm", region) == []
 
 
+# Two clusters made, one collected: up to 158 s under the suite's load, near the default
+# 300 s.
+@pytest.mark.timeout(600)
 def test_gc_collects_only_expired_clusters(sandbox: Sandbox, tmp_path: Path) -> None:
     short = spec_file(tmp_path, "e2e-gc-short")
     data = yaml.safe_load(short.read_text())
