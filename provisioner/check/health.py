@@ -341,9 +341,13 @@ class SlurmUse:
 
 def slurm_use(text: str, partitions: tuple[str, ...]) -> SlurmUse:
     """cluster-health.sh's output -> the nodes of ``partitions`` that run, and the idle
-    ones (a node in two partitions counts once, in the first listed)."""
+    ones (a node in two partitions counts once, in the first listed). A node the verify
+    gate holds for its NCCL pair is idle though the pair's job runs on it: it takes no work
+    of the user's until it has passed (as on Kubernetes, where it carries the startup taint:
+    ``ops.cost_report.kube_idle``)."""
     nodes, idle = dict[str, str](), set[str]()
-    for partition, state, _, hosts, _ in _sections(text)[0]:
+    groups, _, verifying = _sections(text)
+    for partition, state, _, hosts, _ in groups:
         base = state.rstrip(_SUFFIXES).lower()
         # Powered off (``~``) or DOWN (ParallelCluster and PCS replace its instance): no
         # instance of the node bills now.
@@ -351,7 +355,7 @@ def slurm_use(text: str, partitions: tuple[str, ...]) -> SlurmUse:
             continue
         for name in expand_hostlist(hosts):
             nodes.setdefault(name, partition)
-            if base in _NO_JOB:
+            if base in _NO_JOB or name in verifying:
                 idle.add(name)
     ordered = sorted(nodes.items(), key=lambda item: natural(item[0]))
     return SlurmUse(tuple(ordered), tuple(n for n, _ in ordered if n in idle))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from provisioner.catalog.eks_repair import UNVERIFIED_TAINT
 from provisioner.catalog.eks_versions import CALENDAR
 from provisioner.catalog.prices import Market
 from provisioner.drivers.aws import Aws, AwsError, error_code, translate
@@ -375,6 +376,17 @@ def busy_nodes(pods: list[dict[str, Any]]) -> set[str]:
     return busy
 
 
+def unverified_nodes(nodes: list[dict[str, Any]]) -> set[str]:
+    """Nodes carrying the verify gate's startup taint (not yet passed, or failed)."""
+    return {
+        str(node["metadata"]["name"])
+        for node in nodes
+        if any(
+            t.get("key") == UNVERIFIED_TAINT for t in (node.get("spec") or {}).get("taints") or []
+        )
+    }
+
+
 def kube_idle(
     nodes: list[dict[str, Any]],
     pods: list[dict[str, Any]],
@@ -382,8 +394,12 @@ def kube_idle(
     lines: tuple[tuple[Part, Quote | Unpriced], ...],
 ) -> IdleShare:
     """The idle GPU nodes among ``nodes`` (those advertising ``nvidia.com/gpu``), priced by
-    their instance (the node's providerID, ``aws:///ZONE/INSTANCE``) as ``lines`` price it."""
-    busy = busy_nodes(pods)
+    their instance (the node's providerID, ``aws:///ZONE/INSTANCE``) as ``lines`` price it.
+    A node that still carries the verify gate's startup taint is idle whatever runs on it:
+    it takes no work of the user's until it has passed, and what asks for its GPUs meanwhile
+    is the gate's own Job (as on Slurm, where a verifying node is drained or reserved to
+    root: ``slurm_use``)."""
+    busy = busy_nodes(pods) - unverified_nodes(nodes)
     gpu_nodes = [
         n
         for n in nodes
@@ -397,7 +413,10 @@ def kube_idle(
         if node["metadata"]["name"] in idle:
             instance = str((node.get("spec") or {}).get("providerID", "")).rsplit("/", 1)[-1]
             kinds.append(instances[instance].kind if instance in instances else None)
-    note = "Kubernetes: GPU nodes with no pending or running pod that asks for GPUs"
+    note = (
+        "Kubernetes: GPU nodes with no pending or running pod that asks for GPUs, or not yet"
+        f" through the verify gate (taint {UNVERIFIED_TAINT})"
+    )
     return IdleShare(tuple(idle), len(gpu_nodes), _priced(kinds, lines), note)
 
 
@@ -449,7 +468,10 @@ def eks_idle(
 
 
 #: How `fmctl cost` reads the idle nodes of a Slurm cluster.
-SLURM_IDLE_NOTE = "Slurm: GPU nodes that run no job (sinfo on the controller, through Run Command)"
+SLURM_IDLE_NOTE = (
+    "Slurm: GPU nodes that run no job, or only the verify gate's NCCL pair (sinfo on the"
+    " controller, through Run Command)"
+)
 
 
 def gpu_pools(instances: dict[str, Running]) -> dict[str, tuple[str, Market]]:

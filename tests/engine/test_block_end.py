@@ -206,8 +206,8 @@ def test_eks_block_nodes_take_no_new_pod_from_t60(sandbox: Sandbox, tmp_path: Pa
     block = "cr-0b10c4e2d0000e0d2"
     data["compute"]["gpuPools"][0]["capacity"]["reservationId"] = block
     region = data["metadata"]["region"]
-    # No verify gate: a node whose gate's Job holds its GPUs is not idle (the gate's e2e is
-    # test_verify_gate.py).
+    # No verify gate: a node not yet through it is idle to `fmctl cost` whatever runs on it,
+    # and below a pod is placed on a node by name (the gate's e2e is test_verify_gate.py).
     health = {"verify": {"kubernetesGate": False}}
     spec = spec_file(tmp_path, name, example=example, compute=data["compute"], health=health)
     end = float(int(sandbox.clock() + 3 * 3600))

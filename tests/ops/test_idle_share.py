@@ -4,7 +4,8 @@ serves them: a Node's providerID ``aws:///ZONE/INSTANCE`` and ``status.capacity`
 when no pending or running pod that asks for ``nvidia.com/gpu`` is placed on it. On Slurm
 from cluster-health.sh's answer (the recorded one of tests/check/test_health.py; the same
 script against a real slurmctld in tests/slurm/test_standin_health.py): a node is idle when
-sinfo says it runs no job."""
+sinfo says it runs no job. On both, a node not yet through the verify gate runs no work of the
+user's, whatever the gate itself runs on it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from provisioner.ops.cost_report import (
     gpu_pools,
     kube_idle,
     slurm_share,
+    unverified_nodes,
 )
 from tests.conftest import ROOT
 
@@ -87,6 +89,27 @@ def test_idle_gpu_nodes_are_priced_and_shared_of_the_hour() -> None:
     assert cost.as_data()["idle"]["share"] == round(share, 3)
 
 
+def test_a_node_in_the_verify_gate_is_idle_though_the_gates_job_holds_its_gpus() -> None:
+    gated = _node("ip-10-0-1-2", "i-0bbb")
+    # The startup taint as the managed node group puts it on a joining node (eksctl's and
+    # EKS's shape: key, value, effect); the verify controller takes it off once it passes.
+    gated["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+        {"key": "fmctl.dev/unverified", "value": "true", "effect": "NoSchedule"},
+    ]
+    nodes = [NODES[0], gated, NODES[2]]
+    assert unverified_nodes(nodes) == {"ip-10-0-1-2"}
+    pods = [
+        _pod("ip-10-0-1-1", "Running", {"nvidia.com/gpu": "8"}),  # the user's training
+        _pod("ip-10-0-1-2", "Running", {"nvidia.com/gpu": "8"}),  # the gate's Job
+    ]
+    idle = kube_idle(nodes, pods, INSTANCES, LINES)
+    assert idle.idle == ("ip-10-0-1-2", "ip-10-0-1-3") and idle.nodes == 3
+    assert "verify gate" in idle.note
+    # Through the gate (its taint gone), the same pod is the user's work.
+    assert kube_idle(NODES[:3], pods, INSTANCES, LINES).idle == ("ip-10-0-1-3",)
+
+
 def test_an_idle_node_that_cannot_be_priced_leaves_the_share_unknown() -> None:
     lines = (
         (
@@ -134,3 +157,15 @@ def test_a_job_makes_a_slurm_node_busy_and_an_unpriced_pool_leaves_the_share_unk
         ).idle
         == ()
     )
+
+
+def test_a_slurm_node_held_for_its_verify_pair_is_idle_and_its_peer_busy() -> None:
+    # verify-pair.sh reserves the node (fmctl-verify-gpu-1) and an idle peer to root and runs
+    # the pair's job on both: sinfo says both allocated; cluster-health.sh lists the node.
+    text = "== nodes\ntrain*|allocated|Unknown|gpu-[1-2]|none\ntrain*|idle|Unknown|gpu-3|none\n"
+    pools = {"train": ("p5.48xlarge", "OnDemand")}
+    assert slurm_share(text + "== held\n== verifying\n", pools, LINES).idle == ("gpu-3",)
+    held = slurm_share(text + "== held\n== verifying\ngpu-1\n", pools, LINES)
+    assert held.idle == ("gpu-1", "gpu-3") and held.nodes == 3
+    assert held.hourly is not None and abs(held.hourly - 2 * 55.04) < 1e-6
+    assert "verify gate" in held.note
