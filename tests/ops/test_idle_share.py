@@ -91,8 +91,8 @@ def test_idle_gpu_nodes_are_priced_and_shared_of_the_hour() -> None:
 
 def test_a_node_in_the_verify_gate_is_idle_though_the_gates_job_holds_its_gpus() -> None:
     gated = _node("ip-10-0-1-2", "i-0bbb")
-    # The startup taint as the managed node group puts it on a joining node (eksctl's and
-    # EKS's shape: key, value, effect); the verify controller takes it off once it passes.
+    # The startup taint as a joining node of the managed node group carries it (a Node's
+    # spec.taints: key, value, effect); the verify controller takes it off once it passes.
     gated["spec"]["taints"] = [
         {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
         {"key": "fmctl.dev/unverified", "value": "true", "effect": "NoSchedule"},
