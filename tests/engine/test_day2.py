@@ -134,8 +134,9 @@ def _ready_nodes(sandbox: Sandbox, pool: str, name: str = NAME) -> list[dict[str
 
 
 # Eleven steps on one cluster, each an `up` with its node group waits: several minutes on
-# this 2-core machine under the suite's load (the default 300 s is for one step's hang).
-@pytest.mark.timeout(600)
+# this 2-core machine under the suite's load (263 to 467 s in three runs of `make test`; the
+# default 300 s is for one step's hang).
+@pytest.mark.timeout(900)
 def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -> None:
     cluster = Cluster(sandbox, tmp_path)
     assert acting(cluster.plan()) == {k: "create" for k in acting(cluster.plan())}
@@ -325,8 +326,8 @@ def test_scale_add_remove_a_pool_and_upgrade(sandbox: Sandbox, tmp_path: Path) -
     assert raw_leftovers(sandbox, NAME, REGION) == []
 
 
-# Several `up`s, a blue/green pool's new group verified through the gate: 184 s on CI under
-# the suite's load, too near the default 300 s.
+# Several `up`s, a blue/green pool's new group verified through the gate: 184 s on CI and
+# 339 s here under the suite's load, past the default 300 s.
 @pytest.mark.timeout(600)
 def test_ttl_fsx_refusals_and_a_blue_green_pool(sandbox: Sandbox, tmp_path: Path) -> None:
     global_name = NAME + "-b"
