@@ -13,6 +13,13 @@
 #      DCGM's diagnostic at health.verify.dcgmLevel. A node that fails is terminated (the
 #      group launches another); one that passes is held for its 2-node NCCL pair, which the
 #      nodeReady stage runs (pcs-node-ready.sh).
+# Before both, a node its health agent condemned (/var/lib/fmctl/health/replace: a fault the
+# table says to replace for, which PCS's own monitoring may not find) fails at once. That
+# is how the agent has PCS replace an instance: AWS documents no call to replace one, but
+# this stage runs at every boot, reboots included, and a failing script terminates the node
+# (botocore's PCS model: ExecutionPolicy EVERY_BOOT, OnError TERMINATE), so the agent
+# reboots the drained node once its jobs have ended (lib/health-agent.sh). The stage leaves
+# /etc/fmctl/pcs-gate, which tells the agent that this way is open on this instance.
 # Usage: pcs-node-bootstrapped.sh compute S3_PREFIX SLURM_VERSION ... (pcs-node-bootstrap.sh's)
 set -euo pipefail
 
@@ -20,6 +27,14 @@ set -euo pipefail
 prefix="$2"
 [[ "$prefix" == s3://* ]] || { echo "S3_PREFIX must be an s3:// URI" >&2; exit 2; }
 home=/opt/fmctl/slurm
+condemned=/var/lib/fmctl/health/replace
+
+if [ -s "$condemned" ]; then
+  echo "fmctl: this node's health agent asked for a new instance ($(cat "$condemned")): PCS terminates it" >&2
+  exit 1
+fi
+install -d -m 0755 /etc/fmctl
+echo "fmctl's verify gate runs in PCS's nodeBootstrapped stage at every boot; a failure terminates the node" >/etc/fmctl/pcs-gate
 
 if [ ! -e /var/lib/fmctl/bootstrapped ]; then
   # A copy of its own: cloud-init's user data may be writing the shared one right now.

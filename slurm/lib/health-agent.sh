@@ -22,6 +22,10 @@
 # first; the new instance passes the verify gate before it registers. With health.repair:
 # reboot, a fault a reboot cures is `scontrol reboot ASAP` instead (-> reboot), and the node
 # passes the gate again before slurmd returns; with drain-only (PCS), it stays drained.
+# On PCS, which replaces an instance only for what its own monitoring finds, a drained
+# node the agent condemned (-> replace) is rebooted once it has no job left, into its
+# nodeBootstrapped stage, which fails for it: PCS terminates the instance and the group
+# launches another (actions/pcs-node-bootstrapped.sh says why that is the way).
 # The jobs on a node it takes out of service finish, except where the table says the fault
 # has lost them already (a GPU to reset, a machine to restart, a GPU gone): requeued at once.
 # Never touched: a node someone else drained or took down (their reason stays), and, beyond
@@ -158,6 +162,29 @@ node_state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
 # A Comment runs to the next field (a capitalised Key=); "(null)" or absent when none.
 comment="$(printf '%s\n' "$show" | sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*$//')"
 
+# PCS: a node the agent drained for a new instance, where its boots pass through fmctl's
+# gate in PCS's nodeBootstrapped stage (/etc/fmctl/pcs-gate), carries the reason in
+# $condemned; once Slurm shows it drained with no job left (IDLE+DRAIN, nothing
+# completing), the agent reboots it: the stage, which runs at every boot, fails for a
+# condemned node, and PCS terminates it (onError TERMINATE) and launches another. Jobs are
+# never cut short for it: a drained node takes none, so idle stays idle until the reboot.
+condemned="$dir/replace"
+replace_once_idle() {
+  [ -s "$condemned" ] || return 0
+  local state
+  state="$(timeout "$deadline" "$slurm/bin/scontrol" show node -o "$node" 2>/dev/null |
+    sed -n 's/.* State=\([^ ]*\).*/\1/p')"
+  [[ "$state" == IDLE+*DRAIN* && "$state" != *COMPLETING* ]] || return 0
+  logger -t fmctl-health -- "$(cat "$condemned"): $node has no job left: rebooting it into PCS's nodeBootstrapped stage, which fails for it (PCS terminates the instance and launches another)" 2>/dev/null || true
+  echo "$now reboot $(cat "$condemned") (PCS replaces the instance at its nodeBootstrapped stage)" >>"$dir/faults.log"
+  systemctl reboot
+}
+# Once the node is back in service, or drained by someone else with their reason, the last
+# word is theirs: the condemnation goes, and no later boot fails for it.
+if [[ "$reason" != fmctl-health:* ]] || [[ "$node_state" != *DRAIN* && "$node_state" != *DOWN* ]]; then
+  rm -f "$condemned"
+fi
+
 # A node the verify gate holds after a slow pair with the one idle peer it had (neither
 # could be told bad): once another peer is idle, the pair runs again with it
 # (verify-pair.sh --retry starts its unit, without waiting), so no person is needed.
@@ -170,6 +197,7 @@ if [ -z "$act" ]; then
   # while not responding: only a drained or down node's reason is current.)
   if [[ "$reason" == fmctl-health:* ]] && [[ "$node_state" == *DRAIN* || "$node_state" == *DOWN* ]]; then
     record draining "$reason"
+    replace_once_idle
   else
     record healthy "no node-level fault"
   fi
@@ -205,6 +233,7 @@ case "$node_state" in
   *DRAIN* | *DOWN* | *FAIL*)
     if [[ "$reason" == fmctl-health:* ]]; then
       record draining "$reason"
+      replace_once_idle
     else
       # Someone else's: their drain and reason stay.
       logger -t fmctl-health -- "$why on $node: left alone, $node_state by someone else ($reason)" 2>/dev/null || true
@@ -262,6 +291,10 @@ if timeout "$deadline" "$slurm/bin/scontrol" "${drain[@]}"; then
   fi
   decided "$action" drained
   record draining "$why"
+  if [ "$action" = replace ] && [ -e /etc/fmctl/pcs-gate ]; then
+    printf '%s\n' "$why" >"$condemned"
+    replace_once_idle
+  fi
 else
   decided "$action" held-refused
   record held "$why (scontrol could not drain the node)"

@@ -6,12 +6,15 @@ on ParallelCluster:
 
 - an application Xid (13) is counted, never acted on: the node keeps its work;
 - an Xid PCS's own monitoring does not count (145, an NVLink error NVIDIA's catalog says
-  to replace the node for) drains the node with the reason users grep, which `fmctl health`
-  shows with the fault, as waiting for a person (PCS repairs what its own monitoring
-  finds);
+  to replace the node for) drains the node with the reason users grep, and, the node
+  having no job, the agent reboots it into its nodeBootstrapped stage, which fails for a
+  node the agent condemned: PCS terminates the instance and the group launches another,
+  which passes the gate, takes the Slurm node and the drain its predecessor left, resumes
+  it (a drain of fmctl's that says replace) and pairs with the healthy node;
 - a second node's fault (EFA devices gone), with one of the two nodes in repair already,
   is held by the repair budget (10% of 2: one node): the node keeps working and `fmctl
-  health` shows it suspect, and healthy again once the devices are back.
+  health` shows it suspect, and healthy again once the devices are back. (The first
+  node's reboot is held meanwhile, as a slow reboot would hold it.)
 
 What is fmctl's: the agent, its fault table, the timer the user data installs, `fmctl
 health`'s cluster-health.sh; what is PCS's (its controller, the nodes' boot) and the
@@ -63,6 +66,15 @@ def _node(fleet: PcsFleet, name: str) -> Boot:
     return next(b for b in fleet.boots if b.name == name and b.node is not None)
 
 
+def _replaced(fleet: PcsFleet, old: Boot, name: str) -> Boot | None:
+    """The instance that took Slurm node ``name`` from ``old`` and got through every stage,
+    if any."""
+    return next(
+        (b for b in fleet.boots if b.instance != old.instance and b.name == name and b.ready),
+        None,
+    )
+
+
 def _logged(boot: Boot, text: str, timeout: float = 6 * INTERVAL_S) -> str:
     """The node's fault log once it has a line with ``text`` (the agent has looked)."""
     assert boot.node is not None
@@ -101,7 +113,8 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
         assert fleet.slurm.node_state("train-1") == "IDLE", fleet.story()
 
         # An NVLink Xid PCS's monitoring does not act on here: fmctl's agent drains the
-        # node, the reason saying the Xid, NVIDIA's class and the repair.
+        # node, the reason saying the Xid, NVIDIA's class and the repair, and condemns it.
+        fleet.reboot_gate.clear()  # its reboot waits until the budget has been seen
         said = _fault(sandbox, first, "--xid", "145")
         assert "leaves the instance" in said, said
         why = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace"
@@ -116,6 +129,14 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
         assert first.instance in [b.instance for b in fleet.boots if b.node is not None], (
             "PCS's monitoring replaced the node: the agent's drain is not what was tested"
         )
+        assert first.node is not None
+        condemned = first.node.path("/var/lib/fmctl/health/replace")
+        assert condemned.read_text() == why + "\n"
+        # Idle (no job ran there), so the agent asked for the reboot in the same look.
+        deadline = time.monotonic() + 6 * INTERVAL_S
+        while not first.rebooting:
+            assert time.monotonic() < deadline, fleet.story()
+            time.sleep(0.5)
 
         # EFA devices gone on the other node, with train-1 in repair: the budget (one node
         # of two) holds it; the node keeps working.
@@ -128,10 +149,9 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
         assert health.returncode == 0, health.stdout + health.stderr
         seen = json.loads(health.stdout)
         nodes = {n["name"]: n for n in seen["nodes"]}
-        # Drained and idle: PCS's monitoring found nothing, so nothing replaces it (on
-        # ParallelCluster, clustermgtd would: "repairing").
-        assert nodes["train-1"]["state"] == "drained", nodes
-        assert nodes["train-1"]["detail"].startswith(why + " (PCS repairs the faults"), nodes
+        # Drained, idle and rebooting into its replacement.
+        assert nodes["train-1"]["state"] == "repairing", nodes
+        assert nodes["train-1"]["detail"] == why, nodes
         assert nodes["train-1"]["fault"]["code"] == "xid:145", nodes
         assert nodes["train-1"]["fault"]["class"] == "WORKFLOW_NVLINK5_ERR", nodes
         assert nodes["train-2"]["state"] == "suspect", nodes
@@ -149,7 +169,30 @@ def test_the_agent_on_pcs_nodes_drains_through_slurm_within_its_budget(
         health = sandbox.fmctl("health", NAME, "-f", str(spec), "--sandbox", "-o", "json")
         nodes = {n["name"]: n for n in json.loads(health.stdout)["nodes"]}
         assert (nodes["train-2"]["state"], nodes["train-2"]["fault"]) == ("healthy", None), nodes
-        assert nodes["train-1"]["state"] == "drained", nodes  # its fault was no device's
+        assert nodes["train-1"]["state"] == "repairing", nodes  # its fault was no device's
+
+        # The reboot goes on: the stage fails for the condemned node, PCS ends it and the
+        # group launches another, which takes train-1 and its predecessor's drain, resumes
+        # it, pairs with train-2 and takes work.
+        fleet.reboot_gate.set()
+        deadline = time.monotonic() + 600
+        while not _replaced(fleet, first, "train-1"):
+            assert time.monotonic() < deadline, fleet.story()
+            time.sleep(0.5)
+        story = fleet.story()
+        assert first.reboots == 1 and first.failed.startswith("nodeBootstrapped "), story
+        assert f"asked for a new instance ({why})" in "\n".join(first.output), story
+        assert first.node is None, story  # terminated
+        new = _replaced(fleet, first, "train-1")
+        assert new is not None and new.node is not None, story
+        said = "\n".join(new.output)
+        assert f"train-1 kept the drain of the instance it replaces ({why}): resumed" in said
+        report = new.node.run(["cat", "/var/lib/fmctl/health/verify.txt"], env=SSM_ENV).stdout
+        assert "ok nccl-pair: 465.9 GB/s with train-2" in report, story
+        assert fleet.slurm.wait_state("train-1", ("IDLE",), timeout=60) == "IDLE", story
+        health = sandbox.fmctl("health", NAME, "-f", str(spec), "--sandbox", "-o", "json")
+        nodes = {n["name"]: n for n in json.loads(health.stdout)["nodes"]}
+        assert [nodes[n]["state"] for n in ("train-1", "train-2")] == ["healthy"] * 2, nodes
     finally:
         down = sandbox.fmctl("down", NAME, "--region", REGION, "--sandbox", "--yes")
         assert down.returncode == 0, down.stdout + down.stderr

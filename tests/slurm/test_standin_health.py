@@ -566,3 +566,72 @@ def test_a_fault_that_lost_the_work_requeues_the_jobs(cluster: Cluster) -> None:
         assert _reason(cluster, second)[0].startswith(("drng", "draining", "mix-", "alloc"))
     finally:
         cluster.head.run(["/opt/slurm/bin/scancel", lost, kept], env=SERVICE_ENV)
+
+
+#: The stand-in systemctl's record of `systemctl reboot` (tests/tools/standin/bin/systemctl).
+REBOOT_ASKED = "/var/lib/standin-reboot-asked"
+CONDEMNED = "/var/lib/fmctl/health/replace"
+
+
+def test_on_pcs_a_condemned_node_is_rebooted_once_its_jobs_end(cluster: Cluster) -> None:
+    """Where the node's boots pass through fmctl's gate in PCS's nodeBootstrapped stage
+    (/etc/fmctl/pcs-gate), a node drained for a new instance is condemned, and rebooted into
+    that stage (which then fails for it: test_standin_pcs_gate.py) only once its jobs have
+    ended; without the stage (ParallelCluster: clustermgtd replaces the node) nothing of it.
+    A person who returns the node to service has the last word: the condemnation goes."""
+    _reset(cluster)
+    first, second, _ = cluster.computes
+    first.node.write("/etc/fmctl/pcs-gate", "the stage runs at every boot\n")
+    job = _job(cluster, first)
+    try:
+        # The job's own process, once slurmd has run the prolog (which checks the devices
+        # too, and would drain the node itself for the fault below).
+        deadline = time.monotonic() + 60
+        while first.node.run(["pgrep", "-f", "sleep 600"], env=SERVICE_ENV).returncode != 0:
+            assert time.monotonic() < deadline, cluster.slurm.log()
+            time.sleep(0.3)
+        first.node.write(
+            "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
+        )
+        why = "fmctl-health: EFA_MISSING (31 of 32 EFA devices) -> replace"
+        assert _agent(first) == f"draining {why}"
+        assert first.node.path(CONDEMNED).read_text() == why + "\n"
+        # Its job runs on: an EFA device gone leaves it to finish, and no reboot cuts it.
+        assert _agent(first) == f"draining {why}"
+        assert _job_field(cluster, job, "JobState") == "RUNNING"
+        assert not first.node.path(REBOOT_ASKED).exists()
+
+        cluster.head.run(["/opt/slurm/bin/scancel", job], env=SERVICE_ENV)
+        deadline = time.monotonic() + 60
+        while cluster.slurm.node_state(first.name) != "IDLE+DRAIN":
+            assert time.monotonic() < deadline, cluster.slurm.node_state(first.name)
+            time.sleep(0.3)
+        assert _agent(first) == f"draining {why}"
+        assert first.node.path(REBOOT_ASKED).exists()
+        log = first.node.path("/var/lib/fmctl/health/faults.log").read_text()
+        assert f"reboot {why} (PCS replaces the instance at its nodeBootstrapped stage)" in log
+
+        # A person resumes it with the device back: in service, no longer condemned.
+        first.node.path(REBOOT_ASKED).unlink()
+        done = cluster.head.run(
+            ["/opt/slurm/bin/scontrol", "update", f"NodeName={first.name}", "State=RESUME"],
+            env=SERVICE_ENV,
+        )
+        assert done.returncode == 0, done.stderr
+        _healthy(first.node)
+        assert _agent(first).startswith("healthy")
+        assert not first.node.path(CONDEMNED).exists()
+
+        # ParallelCluster (no stage): drained, idle, and left to clustermgtd.
+        _settings(second, health_max_in_repair="3")
+        second.node.write(
+            "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
+        )
+        assert _agent(second) == f"draining {why}"
+        assert not second.node.path(CONDEMNED).exists()
+        assert not second.node.path(REBOOT_ASKED).exists()
+    finally:
+        cluster.head.run(["/opt/slurm/bin/scancel", job], env=SERVICE_ENV)
+        for c in (first, second):
+            for path in ("/etc/fmctl/pcs-gate", CONDEMNED, REBOOT_ASKED):
+                c.node.path(path).unlink(missing_ok=True)

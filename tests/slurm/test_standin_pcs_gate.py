@@ -86,8 +86,10 @@ def test_the_stages_bootstrap_verify_pair_and_terminate_a_failing_node(
     # but that stage (and the agent's retry) starts it.
     unit = node.path("/etc/systemd/system/fmctl-verify-pair.service").read_text()
     assert "lib/verify-pair.sh" in unit and "[Install]" not in unit, unit
-    # ParallelCluster's boot unit is not: the stage is PCS's gate at every boot.
+    # ParallelCluster's boot unit is not: the stage is PCS's gate at every boot, which the
+    # node's health agent is told of (a node it condemns is replaced through it).
     assert not node.path("/etc/systemd/system/fmctl-verify.service").exists()
+    assert "nodeBootstrapped stage at every boot" in node.path("/etc/fmctl/pcs-gate").read_text()
 
     # Then cloud-init's user data: the bootstrap ran already, and is not run twice.
     text = json.loads(files["pcs/launch-templates/train.json"])["LaunchTemplateData"]["UserData"]
@@ -145,4 +147,19 @@ def test_the_stages_bootstrap_verify_pair_and_terminate_a_failing_node(
     # log file ("writes its output to a dedicated log file", the PCS User Guide's node
     # lifecycle actions page): what a log forwarder keeps once the node is gone.
     assert "FAIL gpus: 7 of 8" in failed.stdout, failed.stdout
+    assert "FAIL gpus: 7 of 8" in node.path("/var/lib/fmctl/health/verify.txt").read_text()
+
+    # A node its health agent condemned (lib/health-agent.sh, which then reboots it): both
+    # stages fail at once, the gate not run (its report stays the last one), so PCS ends it.
+    why = "fmctl-health: XID 145 WORKFLOW_NVLINK5_ERR -> replace"
+    node.run(["/bin/rm", "-rf", "/run/fmctl"])
+    node.write("/var/lib/fmctl/health/replace", why + "\n")
+    try:
+        condemned = node.run([script, *gate["arguments"]], env=CLOUD_INIT_ENV, timeout=120)
+        at_ready = node.run([pair], env=CLOUD_INIT_ENV, timeout=60)
+    finally:
+        node.path("/var/lib/fmctl/health/replace").unlink()
+    for ran in (condemned, at_ready):
+        assert ran.returncode == 1, f"{ran.stdout}\n{ran.stderr}"
+        assert f"asked for a new instance ({why}): PCS terminates it" in ran.stderr
     assert "FAIL gpus: 7 of 8" in node.path("/var/lib/fmctl/health/verify.txt").read_text()

@@ -33,7 +33,14 @@ Deviations, each because this machine is not AWS:
 - The nodes reach no internet: each names an empty release mirror (fmctl's
   /etc/fmctl/release-mirror, lib/release.sh), so the exporters' downloads fail at once, with
   the warnings a node without a way out prints, instead of after curl's five retries.
-- A stage's script runs once per boot here, and a node boots once (no reboot).
+- A reboot (`systemctl reboot` on the node: the stand-in systemctl's request file) ends
+  every process of the node, empties /run and starts the kernel's log anew (journalctl -k
+  shows the current boot's), then boots again as PCS boots a node at a reboot: only the
+  scripts whose executionPolicy is EVERY_BOOT run (FIRST_BOOT_ONLY, the default, does not:
+  botocore's PCS model, ExecutionPolicy), each from the node's own copy (CACHE_ONCE); a
+  failing one ends the node as at its first boot; cloud-init's user data does not run
+  again (its scripts run once per instance). A test may hold an instance in its reboot
+  (``reboot_gate``), as a slow reboot would.
 - No systemd runs on a stand-in node: each timer unit the boot started (the stand-in
   systemctl's records) has its service started every OnUnitActiveSec, the first time
   OnBootSec after the boot's last stage (systemd.timer(5)); so fmctl's health agent runs
@@ -84,6 +91,10 @@ SLURMD_LOG = "tail -n 30 /var/log/slurmd.log"
 SCRIPTS = "/var/lib/standin-pcs/scripts"
 #: What systemd gives a service's processes: its default PATH (systemd.exec(5)).
 SERVICE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+#: The stand-in systemctl's record of a `systemctl reboot` (tests/tools/standin/bin/systemctl).
+REBOOT_ASKED = "/var/lib/standin-reboot-asked"
+#: The stand-in journalctl's kernel log (the current boot's lines).
+KERNEL_LOG = "/etc/standin/kernel.log"
 #: systemd's time spans the timers here use (systemd.time(7)), in seconds.
 SPAN_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "min": 60.0, "m": 60.0, "ms": 0.001}
 
@@ -146,6 +157,9 @@ class Boot:
     output: list[str] = field(default_factory=list)
     #: The faults its hardware was given (``fmctl sandbox fault``), in order.
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: How many times it rebooted, and whether it is rebooting now.
+    reboots: int = 0
+    rebooting: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,9 @@ class PcsFleet:
     #: From launch to PCS's first stage (EC2's pending, the OS boot, PCS's own setup).
     boot_seconds: float = 0.0
     boots: list[Boot] = field(default_factory=list)
+    #: Set: a rebooting instance boots again at once (after ``boot_seconds``); a test clears
+    #: it to hold instances in their reboot.
+    reboot_gate: threading.Event = field(default_factory=threading.Event)
     controller: StandinNode | None = None
     slurm: StandinSlurm | None = None
     groups: dict[str, Group] = field(default_factory=dict)
@@ -195,6 +212,7 @@ class PcsFleet:
     def start(self) -> None:
         """The controller's node, the login node's commands in the tools folder, and the
         watcher that boots the cluster's instances as they come."""
+        self.reboot_gate.set()
         self.controller = StandinNode(self.image, "pcs-controller")
         self.tools.mkdir(parents=True, exist_ok=True)
         for command in COMMANDS:
@@ -307,6 +325,16 @@ class PcsFleet:
                 boot.node.stop()  # terminated: the node is gone, its name free again
                 boot.node = None
                 boot.name = ""
+            elif (
+                boot.node is not None
+                and boot.registered
+                and not boot.rebooting
+                and boot.node.path(REBOOT_ASKED).exists()
+            ):
+                boot.rebooting = True
+                thread = threading.Thread(target=self._reboot, args=(boot,), daemon=True)
+                self._booting.append(thread)
+                thread.start()
         for instance, found in alive.items():
             tags = {t["Key"]: t["Value"] for t in found.get("Tags", [])}
             group = tags.get(GROUP_TAG, "")
@@ -344,16 +372,45 @@ class PcsFleet:
         # PCS's setup: the cluster's munge key, and the node named for the instance.
         self.slurm.join(node)
         self.slurm.scontrol("update", f"nodename={boot.name}", f"nodehostname={host}")
-        if not self._stage(boot, group, "nodeBootstrapped"):
+        self._start(boot, group, first=True)
+
+    def _start(self, boot: Boot, group: Group, first: bool) -> None:
+        """From PCS's first stage to the node's timers, at its first boot or a reboot."""
+        assert self.slurm is not None and boot.node is not None
+        node = boot.node
+        if not self._stage(boot, group, "nodeBootstrapped", first):
             return
-        self._user_data(node, group, boot)
+        if first:
+            self._user_data(node, group, boot)
         node.daemon([f"{self._prefix}/sbin/slurmd", "-D", "-N", boot.name])
         state = self.slurm.wait_state(boot.name, ("IDLE", "RESERVED", "DRAIN"), timeout=60)
         boot.registered = time.monotonic()
         boot.output.append(f"registered: {state}")
-        if self._stage(boot, group, "nodeReady"):
+        if self._stage(boot, group, "nodeReady", first):
             boot.ready = time.monotonic()
             self._timers(node)
+
+    def _reboot(self, boot: Boot) -> None:
+        """The instance reboots (see the module's docstring), then boots as PCS boots it."""
+        node = boot.node
+        assert node is not None
+        boot.output.append("reboot")
+        # Every process but the node's init ends (kill(2): -1 spares init and the caller).
+        node.run(
+            ["/bin/sh", "-c", f"rm -f {REBOOT_ASKED} {KERNEL_LOG}; kill -KILL -1; rm -rf /run/*"],
+            env=SSM_ENV,
+        )
+        boot.ready = 0.0
+        while not self.reboot_gate.wait(0.3):
+            if self._stop.is_set():
+                return
+        if self._stop.wait(self.boot_seconds) or boot.node is None:
+            return
+        boot.reboots += 1
+        try:
+            self._start(boot, self.groups[boot.group], first=False)
+        finally:
+            boot.rebooting = False
 
     def _timers(self, node: StandinNode) -> None:
         """systemd's part: every timer unit started during the boot runs its service every
@@ -440,11 +497,14 @@ class PcsFleet:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(body)
 
-    def _stage(self, boot: Boot, group: Group, stage: str) -> bool:
-        """Run the stage's scripts in order; the first that fails has PCS end the node."""
+    def _stage(self, boot: Boot, group: Group, stage: str, first: bool = True) -> bool:
+        """Run the stage's scripts in order (at a reboot, the EVERY_BOOT ones); the first
+        that fails has PCS end the node."""
         node = boot.node
         assert node is not None
         for script in group.stages.get(stage) or []:
+            if not first and script.get("executionPolicy", "FIRST_BOOT_ONLY") != "EVERY_BOOT":
+                continue
             bucket, key = (
                 str(script["scriptSource"]["scriptLocation"]).removeprefix("s3://").split("/", 1)
             )
