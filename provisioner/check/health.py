@@ -12,15 +12,14 @@ node's Comment. A node's state:
 - ``draining``: drained by the agent, jobs still running;
 - ``repairing``: drained by the agent and idle (on ParallelCluster, clustermgtd replaces it:
   its own reason "Static node maintenance: unhealthy node is being replaced",
-  aws-parallelcluster-node clustermgtd.py at 2e8f9a8), or rebooting;
+  aws-parallelcluster-node clustermgtd.py at 2e8f9a8; on PCS the agent reboots it into its
+  nodeBootstrapped stage, which fails for it, and PCS replaces the instance), or rebooting;
 - ``verifying``: out of service until the verify gate passes (reason ``fmctl-health:
   verifying``), or held for its 2-node NCCL pair (reservation ``fmctl-verify-NODE``,
   slurm/lib/verify-pair.sh);
 - ``drained``: out of service until a person acts: taken out by someone else, with their
-  reason (the agent leaves it alone), or drained by the agent and idle where nothing will
-  replace it (``health.repair: drain-only``; on PCS, where PCS's repair actions act on
-  what its own health monitoring finds and none is documented for a node drained in
-  Slurm);
+  reason (the agent leaves it alone), or drained by the agent where nothing will replace
+  it (``health.repair: drain-only``, PCS only);
 - ``failed``: down or not responding, not by the loop.
 """
 
@@ -189,22 +188,12 @@ def _out_of_service(state: str) -> bool:
     return base.startswith(("drain", "down", "fail", "reboot")) or state.endswith("@")
 
 
-#: What a node the agent drained waits for where the scheduler replaces none (the state's
-#: detail), by the repair its reason names.
-FOR_A_PERSON = {
-    "drain": "health.repair drain-only: out of service until a person acts",
-    "replace": (
-        "PCS repairs the faults its own health monitoring finds; unless it finds this one, "
-        "the node stays out of service until a person acts"
-    ),
-}
+#: What a node the agent drained with ``-> drain`` waits for (the state's detail).
+FOR_A_PERSON = "health.repair drain-only: out of service until a person acts"
 
 
-def _slurm_state(
-    state: str, reason: str, held: str | None, replaced: bool = True
-) -> tuple[str, str]:
-    """(fmctl's state, a detail) of one node from sinfo's long state and its reason.
-    ``replaced``: whether the scheduler replaces an idle node the agent drained."""
+def _slurm_state(state: str, reason: str, held: str | None) -> tuple[str, str]:
+    """(fmctl's state, a detail) of one node from sinfo's long state and its reason."""
     base = state.rstrip(_SUFFIXES).lower()
     ours = reason.startswith(AGENT)
     if ours and "verifying" in reason:
@@ -212,9 +201,8 @@ def _slurm_state(
     if ours:
         if base == "draining":
             return "draining", state
-        action = reason.rsplit("-> ", 1)[-1].strip()
-        if action == "drain" or (action == "replace" and not replaced):
-            return "drained", f"{reason} ({FOR_A_PERSON[action]})"
+        if reason.rsplit("-> ", 1)[-1].strip() == "drain":
+            return "drained", f"{reason} ({FOR_A_PERSON})"
         return "repairing", state
     if reason.startswith(CLUSTERMGTD_REPLACING) or base.startswith("reboot") or "@" in state:
         return "repairing", state
@@ -259,13 +247,13 @@ def parse_slurm(
     text: str,
     max_in_repair: str,
     pools: tuple[str, ...] = (),
-    replaced: bool = True,
 ) -> HealthReport:
     """cluster-health.sh's output -> the report. ``pools``: the spec's GPU pools (only their
-    nodes count; the head node's partitions, if any, are left out). ``replaced``: whether
-    the scheduler replaces a node the agent drained once it is idle (ParallelCluster's
-    clustermgtd does, its ``terminate_drain_nodes``; on PCS no: its repair actions act on
-    its own health monitoring's findings, the botocore PCS model's HealthMonitoring)."""
+    nodes count; the head node's partitions, if any, are left out). A node the agent
+    drained for a repair is ``repairing`` once idle on both Slurm providers:
+    ParallelCluster's clustermgtd replaces it (its ``terminate_drain_nodes``), and on PCS
+    the agent reboots it into the nodeBootstrapped stage that fails for it
+    (slurm/lib/health-agent.sh)."""
     groups, held, verifying = _sections(text)
     nodes: list[NodeHealth] = []
     events: list[HealthEvent] = []
@@ -283,7 +271,7 @@ def parse_slurm(
                 continue
             seen.add((partition, name))
             comment = held.get(name)
-            status, detail = _slurm_state(state, reason, comment, replaced)
+            status, detail = _slurm_state(state, reason, comment)
             if name in verifying and not reason:
                 # Reserved to root until its 2-node NCCL pair passes (verify-pair.sh).
                 status = "verifying"

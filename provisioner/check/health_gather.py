@@ -161,7 +161,6 @@ def gather_slurm(ctx: Context, context: ClusterContext) -> HealthReport:
         str(found.get("StandardOutputContent") or ""),
         context.health_max_in_repair,
         tuple(p.name for p in context.pools),
-        replaced=context.slurm_provider != "pcs",
     )
 
 

@@ -145,7 +145,8 @@ def lifecycle_actions(c: ClusterContext, pool: PoolContext) -> dict[str, Any]:
       starts", at every boot (EVERY_BOOT): the node's bootstrap if cloud-init has not run
       it yet (the two take turns), then lib/verify-node.sh; a node that fails is terminated
       (onError TERMINATE), and PCS's deep health check, which "runs after those scripts",
-      never starts on it;
+      never starts on it. The stage is also how fmctl's health agent has PCS replace a
+      node it drained: it reboots the node, condemned, into this stage, which then fails;
     - nodeReady, "after slurmd starts and the compute node registers": the 2-node NCCL pair
       (lib/verify-pair.sh, as fmctl-verify-pair.service), with health.verify.ncclPair. A
       node the pair drained (slow with two peers) fails the stage and is terminated

@@ -82,33 +82,31 @@ def test_every_slurm_state_of_the_loop() -> None:
     assert set(data["nodes"][0]) == {"name", "pool", "state", "fault", "since", "detail"}
 
 
-def test_a_drained_node_nothing_replaces_waits_for_a_person() -> None:
-    """On PCS an idle node the agent drained is replaced only if PCS's own monitoring finds
-    the fault too, so it is not shown repairing; with drain-only nowhere. Either counts in
-    the pool's repairs, as the agent's own budget counts it."""
+def test_a_drained_node_waits_for_a_person_only_with_drain_only() -> None:
+    """An idle node the agent drained for a new instance is repairing on both Slurm
+    providers (ParallelCluster's clustermgtd replaces it; on PCS the agent reboots it into the
+    nodeBootstrapped stage that fails for it, tests/engine/test_pcs_agent.py); one drained
+    with health.repair drain-only waits for a person, and says so. Both count in the pool's
+    repairs, as the agent's own budget counts them."""
     text = SLURM + (
         "== nodes\n"
         "train*|drained|2026-12-04T04:00:00|train-st-p5-15|fmctl-health: NVLINK_DOWN "
         "(GPU 3: 17 of 18 NVLinks up) -> drain\n"
     )
-    pcluster = {n.name: n for n in parse_slurm("llm", text, "10%", ("train",)).nodes}
-    pcs_report = parse_slurm("llm", text, "10%", ("train",), replaced=False)
-    pcs = {n.name: n for n in pcs_report.nodes}
-    assert pcluster["train-st-p5-5"].state == "repairing"  # clustermgtd replaces it
-    assert pcs["train-st-p5-5"].state == "drained"
-    assert pcs["train-st-p5-5"].detail == (
-        "fmctl-health: XID 79 RESTART_BM -> replace (PCS repairs the faults its own health "
-        "monitoring finds; unless it finds this one, the node stays out of service until a "
-        "person acts)"
+    report = parse_slurm("llm", text, "10%", ("train",))
+    nodes = {n.name: n for n in report.nodes}
+    assert nodes["train-st-p5-5"].state == "repairing"
+    assert nodes["train-st-p5-5"].fault is not None
+    assert nodes["train-st-p5-5"].fault.code == "xid:79"
+    assert nodes["train-st-p5-15"].state == "drained"
+    assert nodes["train-st-p5-15"].detail == (
+        "fmctl-health: NVLINK_DOWN (GPU 3: 17 of 18 NVLinks up) -> drain (health.repair "
+        "drain-only: out of service until a person acts)"
     )
-    assert pcs["train-st-p5-5"].fault is not None and pcs["train-st-p5-5"].fault.code == "xid:79"
-    for nodes in (pcluster, pcs):
-        assert nodes["train-st-p5-15"].state == "drained"
-        assert "health.repair drain-only" in nodes["train-st-p5-15"].detail
-        assert nodes["train-st-p5-6"].state == "draining"  # its jobs still run
-        assert nodes["train-st-p5-8"].detail == "ops|cable check, ticket 42"  # a person's
+    assert nodes["train-st-p5-6"].state == "draining"  # its jobs still run
+    assert nodes["train-st-p5-8"].detail == "ops|cable check, ticket 42"  # a person's
     # 5, 6 and 15 (not the person's 8): the agent's own count, which its budget holds to.
-    assert [p.in_repair for p in pcs_report.pools] == [3]
+    assert [p.in_repair for p in report.pools] == [3]
 
 
 def test_what_up_wait_healthy_counts() -> None:

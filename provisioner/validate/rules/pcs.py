@@ -208,24 +208,15 @@ PCS_LACKS = (
     "with no plugstack.conf of fmctl's)",
     "no Slurm exporter: Grafana's Slurm panels stay empty (GPU, EFA and node metrics work)",
 )
-#: Said too where the health loop is on: PCS's repair actions act on its own monitoring's
-#: findings (botocore's PCS model, HealthMonitoring); none is documented for a node drained
-#: in Slurm.
-PCS_LACKS_REPAIR = (
-    "no automatic replacement of a node fmctl's health agent drains for a fault PCS's own "
-    "health monitoring does not find (an EFA device or NVLink down, the FSx mount gone, an "
-    "Xid outside PCS's set): it stays drained for a person (fmctl health shows it drained)"
-)
 
 
 @rule("pcs-lacks")
 def pcs_lacks(spec: ClusterSpec, ctx: RuleContext) -> Iterator[Problem]:
     """What fmctl does not (yet) set up on PCS that it does on ParallelCluster."""
     if _pcs(spec, ctx):
-        lacks = PCS_LACKS + ((PCS_LACKS_REPAIR,) if spec.health.enabled else ())
         yield Problem(
             "pcs-lacks",
-            "on AWS PCS this cluster gets " + "; ".join(lacks),
+            "on AWS PCS this cluster gets " + "; ".join(PCS_LACKS),
             ("slurm", "provider"),
             level="warning",
             hint="slurm.provider: parallelcluster has all of these; the README's "
