@@ -19,6 +19,7 @@ import health_agent
 import healthy_pcs
 import node
 import polling
+import replace_pcs
 import replace_slurm
 import scale
 import startup
@@ -42,6 +43,7 @@ def main(argv: list[str]) -> int:
         node,
         health,
         replace_slurm,
+        replace_pcs,
         verify_gate,
         health_agent,
         healthy_pcs,

@@ -187,8 +187,11 @@ class PcsFleet:
     #: The nodes' tools folder (``Sandbox.node_tools``): the login node's Slurm commands go
     #: there.
     tools: Path
-    #: From launch to PCS's first stage (EC2's pending, the OS boot, PCS's own setup).
+    #: From launch to PCS's first stage (EC2's pending, the OS boot, PCS's own setup); a
+    #: reboot's boot takes as long.
     boot_seconds: float = 0.0
+    #: The nodes' systemd timers' spans are multiplied by it (a benchmark's clock).
+    timer_scale: float = 1.0
     boots: list[Boot] = field(default_factory=list)
     #: Set: a rebooting instance boots again at once (after ``boot_seconds``); a test clears
     #: it to hold instances in their reboot.
@@ -423,8 +426,8 @@ class PcsFleet:
             unit = node.path(f"/etc/systemd/system/{timer}").read_text()
             said = dict(line.split("=", 1) for line in unit.splitlines() if "=" in line)
             service = said.get("Unit", timer.removesuffix(".timer") + ".service")
-            first = _span(said.get("OnBootSec", "0"))
-            period = _span(said["OnUnitActiveSec"])
+            first = _span(said.get("OnBootSec", "0")) * self.timer_scale
+            period = _span(said["OnUnitActiveSec"]) * self.timer_scale
             node.daemon(
                 [
                     "/bin/bash",
@@ -609,13 +612,16 @@ def running(
     prepare: Callable[[StandinNode, int], None],
     folder: Path,
     boot_seconds: float = 0.0,
+    timer_scale: float = 1.0,
 ) -> Iterator[PcsFleet]:
     """A started harness for sandbox PCS cluster ``cluster`` (``sandbox``: a
     ``tests.engine.harness.Sandbox``), whose login node's commands the sandbox's Run
     Command finds (the nodes' tools, in ``folder``/tools); stopped, and the tools taken
     back, on leaving."""
     tools = folder / "tools"
-    fleet = PcsFleet(sandbox, region, cluster, rootfs.ensure(), prepare, tools, boot_seconds)
+    fleet = PcsFleet(
+        sandbox, region, cluster, rootfs.ensure(), prepare, tools, boot_seconds, timer_scale
+    )
     try:
         fleet.start()
         sandbox.node_tools(tools)
