@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from replace_slurm import AGENT_INTERVAL_S, LOOPBACKS_S
+from replace_slurm import AGENT_INTERVAL_S, LOOPBACKS_S, trial_lines
 from table import Row
 from up_sandbox import DCGM_LEVEL2_S, ROOT, SCALE
 
@@ -127,11 +127,7 @@ def collect() -> tuple[list[Row], str]:
     detail = (
         f"scale {SCALE:g}: agent every {AGENT_INTERVAL_S * SCALE:.2f} s, a boot (launch or "
         f"reboot) {BOOT_SECONDS * SCALE:.1f} s\n"
-        + "\n".join(
-            f"trial {i}: fault to verified {a:.1f} s, launch to verified {b:.1f} s "
-            f"(ratio {a / b:.2f}), fault to the new launch {c:.1f} s"
-            for i, (a, b, c) in enumerate(found, 1)
-        )
+        + trial_lines(found)
         + f"\nunscaled, with the same models: a launch and verify of {own:.0f} s, and before "
         f"it at most an agent period and a reboot ({AGENT_INTERVAL_S + BOOT_SECONDS:.0f} s): "
         f"{(own + AGENT_INTERVAL_S + BOOT_SECONDS) / own:.2f} at worst"

@@ -146,6 +146,15 @@ def trials() -> list[tuple[float, float, float]]:
     return out
 
 
+def trial_lines(found: list[tuple[float, float, float]]) -> str:
+    """Each trial's (fault to verified, launch to verified, fault to launch), a line each."""
+    return "\n".join(
+        f"trial {i}: fault to verified {a:.1f} s, launch to verified {b:.1f} s "
+        f"(ratio {a / b:.2f}), fault to the replacement's launch {c:.1f} s"
+        for i, (a, b, c) in enumerate(found, 1)
+    )
+
+
 def collect() -> tuple[list[Row], str]:
     """The row; each trial's figures as detail."""
     sys.path.insert(0, str(ROOT))
@@ -177,11 +186,7 @@ def collect() -> tuple[list[Row], str]:
         f"scale {SCALE:g}: agent every {AGENT_INTERVAL_S * SCALE:.2f} s, clustermgtd loop "
         f"{_loop_time()} s (their sum, the most the loop should add before the launch, plus "
         "clustermgtd's own unscaled calls)\n"
-        + "\n".join(
-            f"trial {i}: fault to verified {a:.1f} s, launch to verified {b:.1f} s "
-            f"(ratio {a / b:.2f}), fault to launch {c:.1f} s"
-            for i, (a, b, c) in enumerate(found, 1)
-        )
+        + trial_lines(found)
         + f"\nmedian ratio {statistics.median(a / b for a, b, _ in found):.2f}\n"
         # Here the loopbacks' real seconds are nearly half of the replacement's own time; on
         # AWS they are a few percent of it, and the loop's worst share is larger.
