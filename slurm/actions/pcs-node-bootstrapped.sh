@@ -19,7 +19,8 @@
 # this stage runs at every boot, reboots included, and a failing script terminates the node
 # (botocore's PCS model: ExecutionPolicy EVERY_BOOT, OnError TERMINATE), so the agent
 # reboots the drained node once its jobs have ended (lib/health-agent.sh). The stage leaves
-# /etc/fmctl/pcs-gate, which tells the agent that this way is open on this instance.
+# /etc/fmctl/pcs-gate, which tells the agent that this way is open on this instance (and
+# that a reboot, with health.repair: reboot, is verified here before slurmd starts).
 # Usage: pcs-node-bootstrapped.sh compute S3_PREFIX SLURM_VERSION ... (pcs-node-bootstrap.sh's)
 set -euo pipefail
 
@@ -35,6 +36,9 @@ if [ -s "$condemned" ]; then
 fi
 install -d -m 0755 /etc/fmctl
 echo "fmctl's verify gate runs in PCS's nodeBootstrapped stage at every boot; a failure terminates the node" >/etc/fmctl/pcs-gate
+# The reboot the agent asked for (health.repair: reboot) is this boot: the gate below judges
+# the node, and the nodeReady stage returns it.
+rm -f /var/lib/fmctl/health/reboot
 
 if [ ! -e /var/lib/fmctl/bootstrapped ]; then
   # A copy of its own: cloud-init's user data may be writing the shared one right now.

@@ -13,8 +13,9 @@
 # terminated because fmctl condemned it (its agent's drain, "fmctl-health: ... -> replace",
 # or a failed pair), and slurmctld keeps a drain across a node's restarts. What PCS does with
 # that record is not documented, so this instance, which has just passed the gate, resumes
-# a drain of fmctl's that says replace, and no other (a person's drain stays). One its own
-# agent condemned already this boot is not resumed: the stage fails and PCS ends it.
+# a drain of fmctl's that says replace, or reboot (its agent's own reboot of this node,
+# health.repair: reboot), and no other (a person's drain, a drain-only one, stay). One its
+# own agent condemned already this boot is not resumed: the stage fails and PCS ends it.
 set -uo pipefail
 
 if [ -s /var/lib/fmctl/health/replace ]; then
@@ -31,9 +32,14 @@ if [ -r /opt/fmctl/slurm/lib/slurm-prefix.sh ]; then
   # Slurm shows the reason with who set it and when: "REASON [root@2026-12-04T13:35:27]".
   reason="$(printf '%s\n' "$show" | sed -n 's/.* Reason=\(.*\)/\1/p' | sed 's/ \[[^]]*\]$//')"
   state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
-  if [[ "$state" == *DRAIN* && "$reason" == fmctl-health:* && "$reason" == *"-> replace" ]]; then
-    if timeout 60 scontrol update NodeName="$node" State=RESUME; then
-      echo "fmctl: $node kept the drain of the instance it replaces ($reason): resumed"
+  if [[ "$state" == *DRAIN* && "$reason" == fmctl-health:* ]]; then
+    case "$reason" in
+      *"-> replace") said="kept the drain of the instance it replaces" ;;
+      *"-> reboot") said="passed the gate at this boot, after the reboot its health agent asked for" ;;
+      *) said="" ;;
+    esac
+    if [ -n "$said" ] && timeout 60 scontrol update NodeName="$node" State=RESUME; then
+      echo "fmctl: $node $said ($reason): resumed"
     fi
   fi
 fi

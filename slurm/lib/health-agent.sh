@@ -25,7 +25,9 @@
 # On PCS, which replaces an instance only for what its own monitoring finds, a drained
 # node the agent condemned (-> replace) is rebooted once it has no job left, into its
 # nodeBootstrapped stage, which fails for it: PCS terminates the instance and the group
-# launches another (actions/pcs-node-bootstrapped.sh says why that is the way).
+# launches another (actions/pcs-node-bootstrapped.sh says why that is the way). With
+# health.repair: reboot, a fault a reboot cures is rebooted the same way, uncondemned: the
+# stage's gate verifies the node at the boot and its nodeReady stage returns it.
 # The jobs on a node it takes out of service finish, except where the table says the fault
 # has lost them already (a GPU to reset, a machine to restart, a GPU gone): requeued at once.
 # Never touched: a node someone else drained or took down (their reason stays), and, beyond
@@ -162,27 +164,41 @@ node_state="$(printf '%s\n' "$show" | sed -n 's/.* State=\([^ ]*\).*/\1/p')"
 # A Comment runs to the next field (a capitalised Key=); "(null)" or absent when none.
 comment="$(printf '%s\n' "$show" | sed -n 's/.* Comment=\(.*\)/\1/p' | sed 's/ [A-Z][A-Za-z]*=.*$//')"
 
-# PCS: a node the agent drained for a new instance, where its boots pass through fmctl's
-# gate in PCS's nodeBootstrapped stage (/etc/fmctl/pcs-gate), carries the reason in
-# $condemned; once Slurm shows it drained with no job left (IDLE+DRAIN, nothing
-# completing), the agent reboots it: the stage, which runs at every boot, fails for a
-# condemned node, and PCS terminates it (onError TERMINATE) and launches another. Jobs are
-# never cut short for it: a drained node takes none, so idle stays idle until the reboot.
+# PCS: a node the agent drained, where its boots pass through fmctl's gate in PCS's
+# nodeBootstrapped stage (/etc/fmctl/pcs-gate), carries the reason in $condemned (for a new
+# instance) or $to_reboot (health.repair: reboot); once Slurm shows it drained with no job
+# left (IDLE+DRAIN, nothing completing), the agent reboots it. The stage runs at every boot:
+# it fails for a condemned node, and PCS terminates it (onError TERMINATE) and launches
+# another; for one rebooted it runs the gate, and the nodeReady stage returns a node that
+# passed. Jobs are never cut short for it: a drained node takes none, so idle stays idle
+# until the reboot.
 condemned="$dir/replace"
-replace_once_idle() {
-  [ -s "$condemned" ] || return 0
-  local state
+to_reboot="$dir/reboot"
+repair_once_idle() {
+  local marker state
+  if [ -s "$condemned" ]; then
+    marker="$condemned"
+  elif [ -s "$to_reboot" ]; then
+    marker="$to_reboot"
+  else
+    return 0
+  fi
   state="$(timeout "$deadline" "$slurm/bin/scontrol" show node -o "$node" 2>/dev/null |
     sed -n 's/.* State=\([^ ]*\).*/\1/p')"
   [[ "$state" == IDLE+*DRAIN* && "$state" != *COMPLETING* ]] || return 0
-  logger -t fmctl-health -- "$(cat "$condemned"): $node has no job left: rebooting it into PCS's nodeBootstrapped stage, which fails for it (PCS terminates the instance and launches another)" 2>/dev/null || true
-  echo "$now reboot $(cat "$condemned") (PCS replaces the instance at its nodeBootstrapped stage)" >>"$dir/faults.log"
+  if [ "$marker" = "$condemned" ]; then
+    logger -t fmctl-health -- "$(cat "$marker"): $node has no job left: rebooting it into PCS's nodeBootstrapped stage, which fails for it (PCS terminates the instance and launches another)" 2>/dev/null || true
+    echo "$now reboot $(cat "$marker") (PCS replaces the instance at its nodeBootstrapped stage)" >>"$dir/faults.log"
+  else
+    logger -t fmctl-health -- "$(cat "$marker"): $node has no job left: rebooting it (the gate runs at the boot, in PCS's nodeBootstrapped stage)" 2>/dev/null || true
+    echo "$now reboot $(cat "$marker") (the gate runs again at the boot)" >>"$dir/faults.log"
+  fi
   systemctl reboot
 }
 # Once the node is back in service, or drained by someone else with their reason, the last
-# word is theirs: the condemnation goes, and no later boot fails for it.
+# word is theirs: the condemnation (or the reboot) goes, and no later boot fails for it.
 if [[ "$reason" != fmctl-health:* ]] || [[ "$node_state" != *DRAIN* && "$node_state" != *DOWN* ]]; then
-  rm -f "$condemned"
+  rm -f "$condemned" "$to_reboot"
 fi
 
 # A node the verify gate holds after a slow pair with the one idle peer it had (neither
@@ -197,7 +213,7 @@ if [ -z "$act" ]; then
   # while not responding: only a drained or down node's reason is current.)
   if [[ "$reason" == fmctl-health:* ]] && [[ "$node_state" == *DRAIN* || "$node_state" == *DOWN* ]]; then
     record draining "$reason"
-    replace_once_idle
+    repair_once_idle
   else
     record healthy "no node-level fault"
   fi
@@ -218,7 +234,9 @@ esac
 # installed on ParallelCluster with the verify gate) and Slurm can reboot it (RebootProgram:
 # the cookbook's slurm.conf sets /sbin/reboot); elsewhere a reboot would return the node to
 # work unverified, so it is replaced.
-if [ "$action" = reboot ]; then
+# On PCS the nodeBootstrapped stage is that gate (/etc/fmctl/pcs-gate), and the agent
+# reboots the node itself once idle (Slurm's RebootProgram there is PCS's to set).
+if [ "$action" = reboot ] && [ ! -e /etc/fmctl/pcs-gate ]; then
   program="$(timeout "$deadline" "$slurm/bin/scontrol" show config 2>/dev/null |
     sed -n 's/^RebootProgram *= *//p')"
   if [ ! -e /etc/systemd/system/fmctl-verify.service ] || [ -z "$program" ] ||
@@ -233,7 +251,7 @@ case "$node_state" in
   *DRAIN* | *DOWN* | *FAIL*)
     if [[ "$reason" == fmctl-health:* ]]; then
       record draining "$reason"
-      replace_once_idle
+      repair_once_idle
     else
       # Someone else's: their drain and reason stay.
       logger -t fmctl-health -- "$why on $node: left alone, $node_state by someone else ($reason)" 2>/dev/null || true
@@ -266,7 +284,7 @@ if [ "$repairing" -ge "$budget" ]; then
   exit 0
 fi
 
-if [ "$action" = reboot ]; then
+if [ "$action" = reboot ] && [ ! -e /etc/fmctl/pcs-gate ]; then
   # Slurm drains the node (ASAP), has slurmd run RebootProgram once it is idle, and resumes
   # it (nextstate=RESUME) when slurmd registers again, which fmctl-verify.service allows
   # only once the node passes the verify gate (scontrol(1), reboot). clustermgtd leaves a
@@ -291,9 +309,13 @@ if timeout "$deadline" "$slurm/bin/scontrol" "${drain[@]}"; then
   fi
   decided "$action" drained
   record draining "$why"
-  if [ "$action" = replace ] && [ -e /etc/fmctl/pcs-gate ]; then
-    printf '%s\n' "$why" >"$condemned"
-    replace_once_idle
+  if [ -e /etc/fmctl/pcs-gate ] && [ "$action" != drain ]; then
+    if [ "$action" = replace ]; then
+      printf '%s\n' "$why" >"$condemned"
+    else
+      printf '%s\n' "$why" >"$to_reboot"
+    fi
+    repair_once_idle
   fi
 else
   decided "$action" held-refused

@@ -307,6 +307,15 @@ def test_efa_error_counters_are_counted_never_acted_on(cluster: Cluster) -> None
     assert 'fmctl_node_faults_total{code="efa-errors",class="EFA_ERRORS"} 2' in _metrics(c)
 
 
+def _idle(cluster: Cluster, c: ComputeNode) -> None:
+    """Wait for the node to be IDLE: slurmctld pings a resumed node, and until it answers,
+    it is "not responding"."""
+    deadline = time.monotonic() + 60
+    while cluster.slurm.node_state(c.name) != "IDLE" and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert cluster.slurm.node_state(c.name) == "IDLE"
+
+
 def _reset(cluster: Cluster) -> None:
     """Every node back in service, healthy, with a fresh kernel log and the spec's settings."""
     for c in cluster.computes:
@@ -315,12 +324,8 @@ def _reset(cluster: Cluster) -> None:
                 ["/opt/slurm/bin/scontrol", "update", f"NodeName={c.name}", "State=RESUME"],
                 env=SERVICE_ENV,
             )
-            assert done.returncode == 0, done.stdout + done.stderr
-        # slurmctld pings a resumed node: until it answers, it is "not responding".
-        deadline = time.monotonic() + 60
-        while cluster.slurm.node_state(c.name) != "IDLE" and time.monotonic() < deadline:
-            time.sleep(0.3)
-        assert cluster.slurm.node_state(c.name) == "IDLE"
+            assert done.returncode == 0, cluster.slurm.node_state(c.name) + ": " + done.stderr
+        _idle(cluster, c)
         _healthy(c.node)
         # A fresh kernel log (as on a new instance): no cursor into the old one.
         c.node.path("/var/lib/fmctl/health/kernel.cursor").unlink(missing_ok=True)
@@ -618,6 +623,7 @@ def test_on_pcs_a_condemned_node_is_rebooted_once_its_jobs_end(cluster: Cluster)
             env=SERVICE_ENV,
         )
         assert done.returncode == 0, done.stderr
+        _idle(cluster, first)
         _healthy(first.node)
         assert _agent(first).startswith("healthy")
         assert not first.node.path(CONDEMNED).exists()
@@ -635,3 +641,51 @@ def test_on_pcs_a_condemned_node_is_rebooted_once_its_jobs_end(cluster: Cluster)
         for c in (first, second):
             for path in ("/etc/fmctl/pcs-gate", CONDEMNED, REBOOT_ASKED):
                 c.node.path(path).unlink(missing_ok=True)
+
+
+def test_on_pcs_a_reboot_the_table_allows_is_the_agents_and_the_node_comes_back(
+    cluster: Cluster,
+) -> None:
+    """health.repair: reboot on PCS: the stage is the boot's gate, so a fault a reboot cures
+    drains the node for a reboot the agent makes itself once it is idle (not Slurm's
+    `scontrol reboot`: RebootProgram is PCS's); after the boot, whose gate passed, the
+    nodeReady stage (pcs-node-ready.sh) resumes a drain of fmctl's saying reboot, and not
+    a person's."""
+    _reset(cluster)
+    first, second, _ = cluster.computes
+    ready = ["/bin/bash", "/opt/fmctl/slurm/actions/pcs-node-ready.sh"]
+    first.node.write("/etc/fmctl/pcs-gate", "the stage runs at every boot\n")
+    try:
+        _settings(first, health_repair="reboot")
+        _kernel(first, "kernel-xid79-open-gpu-kernel-modules-1151.txt")
+        why = "fmctl-health: XID 79 RESTART_BM -> reboot"
+        assert _agent(first) == f"draining {why}"
+        assert first.node.path("/var/lib/fmctl/health/reboot").read_text() == why + "\n"
+        assert not first.node.path(CONDEMNED).exists()
+        assert first.node.path(REBOOT_ASKED).exists()  # idle: at once
+        assert _reason(cluster, first) == ("drained", why)  # drained, not Slurm's reboot^
+
+        # The boot: its nodeBootstrapped stage cleared the request and the gate passed (the
+        # stage's part is test_standin_pcs_gate.py's); then the nodeReady stage.
+        for path in (REBOOT_ASKED, "/var/lib/fmctl/health/reboot", "/etc/standin/kernel.log"):
+            first.node.path(path).unlink(missing_ok=True)
+        first.node.path("/var/lib/fmctl/health/kernel.cursor").unlink(missing_ok=True)
+        back = first.node.run(ready, env=SERVICE_ENV)
+        assert back.returncode == 0, back.stdout + back.stderr
+        assert f"{first.name} passed the gate at this boot" in back.stdout, back.stdout
+        _idle(cluster, first)
+        assert _agent(first).startswith("healthy")
+
+        # A person's drain is theirs: the stage leaves it.
+        done = cluster.head.run(
+            ["/opt/slurm/bin/scontrol", "update", f"NodeName={second.name}", "State=DRAIN",
+             "Reason=ops: cable check"],
+            env=SERVICE_ENV,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        kept = second.node.run(ready, env=SERVICE_ENV)
+        assert kept.returncode == 0 and "resumed" not in kept.stdout, kept.stdout
+        assert _reason(cluster, second) == ("drained", "ops: cable check")
+    finally:
+        for path in ("/etc/fmctl/pcs-gate", "/var/lib/fmctl/health/reboot", REBOOT_ASKED):
+            first.node.path(path).unlink(missing_ok=True)

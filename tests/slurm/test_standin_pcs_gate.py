@@ -163,3 +163,11 @@ def test_the_stages_bootstrap_verify_pair_and_terminate_a_failing_node(
         assert ran.returncode == 1, f"{ran.stdout}\n{ran.stderr}"
         assert f"asked for a new instance ({why}): PCS terminates it" in ran.stderr
     assert "FAIL gpus: 7 of 8" in node.path("/var/lib/fmctl/health/verify.txt").read_text()
+
+    # The reboot the agent asked for (health.repair: reboot) is the boot itself: the stage
+    # clears the request and the gate judges the node (healthy again here), before slurmd.
+    node.write("/var/lib/fmctl/health/reboot", "fmctl-health: XID 79 RESTART_BM -> reboot\n")
+    rebooted = node.run([script, *gate["arguments"]], env=CLOUD_INIT_ENV, timeout=300)
+    assert rebooted.returncode == 0, f"{rebooted.stdout}\n{rebooted.stderr}"
+    assert not node.path("/var/lib/fmctl/health/reboot").exists()
+    assert "ok gpus: 8 of 8" in node.path("/var/lib/fmctl/health/verify.txt").read_text()
