@@ -185,7 +185,10 @@ repair_once_idle() {
   fi
   state="$(timeout "$deadline" "$slurm/bin/scontrol" show node -o "$node" 2>/dev/null |
     sed -n 's/.* State=\([^ ]*\).*/\1/p')"
-  [[ "$state" == IDLE+*DRAIN* && "$state" != *COMPLETING* ]] || return 0
+  # Its slurmd answering too: after a reboot whose stage failed (slurmd never starts), it
+  # is PCS's to end the node, and a second reboot would only loop.
+  [[ "$state" == IDLE+*DRAIN* && "$state" != *COMPLETING* && "$state" != *NOT_RESPONDING* ]] ||
+    return 0
   if [ "$marker" = "$condemned" ]; then
     logger -t fmctl-health -- "$(cat "$marker"): $node has no job left: rebooting it into PCS's nodeBootstrapped stage, which fails for it (PCS terminates the instance and launches another)" 2>/dev/null || true
     echo "$now reboot $(cat "$marker") (PCS replaces the instance at its nodeBootstrapped stage)" >>"$dir/faults.log"
