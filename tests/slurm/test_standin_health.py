@@ -525,6 +525,11 @@ def _job(cluster: Cluster, node: ComputeNode) -> str:
     while _job_field(cluster, job, "JobState") != "RUNNING" and time.monotonic() < deadline:
         time.sleep(0.3)
     assert _job_field(cluster, job, "JobState") == "RUNNING", cluster.slurm.log()
+    # And its process on the node: slurmctld says RUNNING before slurmd has run the prolog,
+    # which checks the node's devices too and would drain it for a fault a test then makes.
+    while node.node.run(["pgrep", "-f", "sleep 600"], env=SERVICE_ENV).returncode != 0:
+        assert time.monotonic() < deadline, cluster.slurm.log()
+        time.sleep(0.3)
     return job
 
 
@@ -589,12 +594,6 @@ def test_on_pcs_a_condemned_node_is_rebooted_once_its_jobs_end(cluster: Cluster)
     first.node.write("/etc/fmctl/pcs-gate", "the stage runs at every boot\n")
     job = _job(cluster, first)
     try:
-        # The job's own process, once slurmd has run the prolog (which checks the devices
-        # too, and would drain the node itself for the fault below).
-        deadline = time.monotonic() + 60
-        while first.node.run(["pgrep", "-f", "sleep 600"], env=SERVICE_ENV).returncode != 0:
-            assert time.monotonic() < deadline, cluster.slurm.log()
-            time.sleep(0.3)
         first.node.write(
             "/etc/standin/fi_info.txt", recorded.fi_info(recorded.p5_domains(32)[:31], 2)
         )
