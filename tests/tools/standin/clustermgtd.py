@@ -440,7 +440,7 @@ class Fleet:
         boot.resumed = time.monotonic()
 
     def _reboot(self, boot: Boot) -> None:
-        """The instance reboots: its processes end (slurmd with them), /run empties and the
+        """The instance reboots: slurmd and its job steps end, /run empties and the
         kernel's log starts anew (`journalctl -k` shows the current boot's: journalctl(1),
         -k implies -b); at boot, fmctl-verify.service (``verify-node.sh --once-per-boot``,
         which slurmd.service requires) runs before slurmd, and slurmd starts only if it
@@ -448,7 +448,13 @@ class Fleet:
         node = boot.node
         assert node is not None
         asked = time.monotonic()
-        node.run(["pkill", "-KILL", "-f", "slurm"], env=SSM_ENV)
+        # Slurm's daemons on the node end. Not by a pattern on command lines: "slurm" is in
+        # fmctl's scripts' paths too (/opt/fmctl/slurm/lib/...), and the agent a test runs
+        # on the node, which asked Slurm for this reboot, must be left to return what it
+        # recorded (on a node, systemd's shutdown starts a moment after RebootProgram; here
+        # the kill is at once, and at a high load it cut the agent's last lines short).
+        node.run(["pkill", "-KILL", "-x", "slurmd"], env=SSM_ENV)
+        node.run(["pkill", "-KILL", "-x", "slurmstepd"], env=SSM_ENV)
         node.run(["rm", "-rf", "/run/fmctl", REBOOT_ASKED, KERNEL_LOG], env=SSM_ENV)
         time.sleep(self.boot_seconds)
         if self.on_reboot is not None:
