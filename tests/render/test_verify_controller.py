@@ -576,6 +576,28 @@ def test_a_pair_that_never_ran_is_not_held_against_the_node() -> None:
     assert _note(api, "new", "fmctl.dev/verify") == ""  # one slow figure: not yet failed
 
 
+def test_a_pair_whose_peer_went_is_not_held_against_the_node() -> None:
+    """The peer went while the pair ran (the autoscaler took it in, idle): no figure, and no
+    evidence either way; with no other idle verified peer the pair is skipped and the node
+    passes, rather than wait tainted for a peer that never comes (a tainted node is capacity
+    the autoscaler counts as coming, and never scales in)."""
+    peer = _node("p1", "p1", taints=TAINTS[:1])
+    api = Pairs([_node("new", "n1", PAIRING), peer])
+    api.printed = ""
+    controller = _pairing(api)
+    controller.run_pass()
+    (job,) = api.made.values()
+    assert job["spec"]["values"] == ["new", "p1"]
+    api.finish("Failed")
+    api.nodes.remove(peer)
+    controller.run_pass()
+    assert _note(api, "new", "fmctl.dev/verify-pair") == "p1=x" and api.made == {}
+    api.nodes[0]["metadata"]["annotations"]["fmctl.dev/verify-pair"] = "p1=x"
+    controller.run_pass()
+    verdict = _note(api, "new", "fmctl.dev/verify")
+    assert "no idle verified peer, nccl-pair skipped" in verdict, verdict
+
+
 class Kept(Recorded):
     """The recorded API with the controller's ConfigMap of repair counts."""
 

@@ -18,7 +18,9 @@ The GPU node groups register their nodes with the taint ``fmctl.dev/unverified:N
   does: the node is ``pairing`` meanwhile; at or above the floor it passes; below it, it
   pairs once more with a second peer (to tell a bad node from a bad peer) and fails when
   that is below too; with no idle verified peer (the first nodes of a new pool) the pair is
-  skipped and said so; after one slow pair, it waits for a second idle peer. Each pair's
+  skipped and said so; after one slow pair, it waits for a second idle peer. A pair that
+  did not run (its pods never started, or its peer went while it ran) counts for nothing:
+  another peer, or, with none, skipped. Each pair's
   figure is kept in ``fmctl.dev/verify-pair`` (``PEER=GBPS ...``);
 - on its failure, records ``fmctl.dev/verify: failed TIME: WHAT`` (the FAIL lines of the
   Job's logs), deletes the Job and leaves the taint: the node takes no work, and is not tried
@@ -572,6 +574,13 @@ class Controller:
                 self.say(f"{meta['name']}: the pair with {peer} did not run; another peer next")
             return
         figure = busbw_at(self.pair_logs(name), int(floor["bytes"]))
+        if figure is None and peer not in {n["metadata"]["name"] for n in pool_nodes}:
+            # The peer went while the pair ran (scaled in, replaced): no evidence against
+            # either node, so not run, as a pair whose pods never started.
+            self.note(node, PAIR, " ".join(_said([*tried, (peer, NOT_RUN)])))
+            self.delete_pair(name)
+            self.say(f"{meta['name']}: the pair with {peer} lost its peer; another peer next")
+            return
         tried.append((peer, figure))
         # The figures go in the verdict's own patch (conditioned on the node as read): a
         # verdict refused leaves the pair's Job for the next pass to read again.
@@ -617,8 +626,11 @@ class Controller:
             and n["metadata"]["name"] not in self.busy
             and n["metadata"]["name"] not in been
         )
-        if not peers and not tried:
-            # As verify-pair.sh: a gate on the node, not on the pool's size or its load.
+        if not peers and all(figure == NOT_RUN for _, figure in tried):
+            # As verify-pair.sh: a gate on the node, not on the pool's size or its load. A
+            # pair that did not run (its peer kept busy, or gone) is no figure to wait on:
+            # a node kept tainted for a peer that never comes is capacity the autoscaler
+            # counts as coming and never scales in.
             self.passed(node, f"passed {now()}: no idle verified peer, nccl-pair skipped")
             return
         if not peers:
